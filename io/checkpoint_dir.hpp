@@ -1,0 +1,41 @@
+// Conventions of a checkpoint directory (interface section 3):
+//
+//   <dir>/step_00000100.h5   one complete checkpoint per saved step (8-digit step, zero-padded)
+//   <dir>/latest             one line: the file name of the newest complete checkpoint
+//
+// These functions touch the file system directly and know nothing of MPI: in a parallel run only
+// one rank (global rank 0) should call write_latest, prune_checkpoints and ensure_directory, and
+// the caller broadcasts or barriers as needed. read_latest may be called by any rank.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace meshtrain::io {
+
+// "<dir>/step_%08d.h5" (just the file name if dir is empty). step must be >= 0.
+std::string checkpoint_path(const std::string& dir, std::int64_t step);
+
+// The step in a checkpoint file name such as "step_00000100.h5" (any directory part is ignored),
+// or nothing if the name does not follow the convention.
+std::optional<std::int64_t> checkpoint_step(const std::string& path);
+
+// The full path (<dir>/<name>) of the checkpoint that <dir>/latest names, or nothing if there is
+// no `latest` file (or no directory). Throws InputError if `latest` is empty, names something
+// other than a plain file name, or names a file that does not exist.
+std::optional<std::string> read_latest(const std::string& dir);
+
+// Atomically (temporary file + rename) makes <dir>/latest name checkpoint_file, which may be given
+// as a path or a file name; only its file name is stored.
+void write_latest(const std::string& dir, const std::string& checkpoint_file);
+
+// Deletes all but the newest `keep` step_*.h5 files in dir (keep <= 0 keeps all), ordered by
+// step; the file `latest` names is never deleted, whatever its age. Other files are untouched.
+void prune_checkpoints(const std::string& dir, int keep);
+
+// Creates dir (and its parents) if needed. Throws InputError if the path exists but is not a
+// directory, or cannot be created.
+void ensure_directory(const std::string& dir);
+
+}  // namespace meshtrain::io

@@ -1,0 +1,129 @@
+// Parallel HDF5 files of named global tensors: the storage under checkpoints (interface section 3).
+//
+// io/ knows nothing of models: a tensor is a name ("/model/wte.weight"), its global shape, and the
+// hyperslab (offset, extent) a rank holds. Every tensor is stored once, float32, in its global
+// shape, so any layout can read what any other wrote, and so can h5py and h5dump.
+//
+// Collectivity: the CheckpointWriter is fully collective over its communicator — constructor,
+// write(), every set_attribute(), commit() and the destructor must be called by every rank, in
+// the same order, with the same names, shapes and attribute values (write() checks names and
+// shapes and throws std::logic_error on every rank if they differ). The CheckpointReader's
+// constructor and destructor are collective; everything else is independent, so ranks may read
+// different tensors, in any order.
+//
+// Dataset names are absolute paths in the file ("/model/h.0.ln_1.weight"); a name without the
+// leading '/' is taken from the root.
+#pragma once
+
+#include <mpi.h>
+
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meshtrain::io {
+
+// The part of a global tensor one rank holds: the block [offset, offset + extent) of a row-major
+// array of global_shape, stored contiguously (row-major) in the rank's buffer. A rank holding
+// nothing has an extent with a zero in it (and may pass a null pointer).
+struct TensorSlab {
+  std::string name;
+  std::vector<std::uint64_t> global_shape;
+  std::vector<std::uint64_t> offset;
+  std::vector<std::uint64_t> extent;
+
+  // Number of elements in the block (product of extent).
+  std::uint64_t elements() const;
+  // The whole tensor: offset 0, extent = global_shape.
+  static TensorSlab whole(std::string name, std::vector<std::uint64_t> global_shape);
+};
+
+// Writes <final_path>.tmp collectively and renames it to final_path on commit(), so the final name
+// only ever holds a complete file. An uncommitted writer (an exception, an early return) removes
+// the .tmp when destroyed. HDF5 failures throw io::h5::Error (std::runtime_error) with a HINT.
+class CheckpointWriter {
+ public:
+  // Creates <final_path>.tmp (truncating a stale one). Throws InputError naming the file if it
+  // cannot be created (for example a missing or read-only directory).
+  CheckpointWriter(const std::string& final_path, MPI_Comm comm);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Creates dataset slab.name (and any missing groups on its path), float32 of slab.global_shape,
+  // and writes each rank's block from data collectively. data holds slab.elements() floats.
+  void write(const TensorSlab& slab, const float* data);
+
+  // Root attributes (replacing one of the same name). Strings are variable-length UTF-8 (h5py
+  // reads them as str), integers int64, reals float64.
+  void set_attribute(const std::string& name, const std::string& value);
+  void set_attribute(const std::string& name, const char* value) { set_attribute(name, std::string(value)); }
+  void set_attribute(const std::string& name, std::int64_t value);
+  void set_attribute(const std::string& name, double value);
+  template <std::integral Int>
+    requires(!std::same_as<Int, bool> && !std::same_as<Int, std::int64_t>)
+  void set_attribute(const std::string& name, Int value) {
+    set_attribute(name, static_cast<std::int64_t>(value));
+  }
+
+  // Closes the file, flushes it to disk and (rank 0) renames .tmp to the final path; returns on
+  // every rank only once the final file is in place. No other call is allowed afterwards.
+  void commit();
+
+  const std::string& path() const { return final_path_; }
+  const std::string& temporary_path() const { return tmp_path_; }
+
+ private:
+  struct Impl;
+  std::string final_path_;
+  std::string tmp_path_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads any HDF5 file (ours or h5py's) with the MPI-IO driver, read-only. Every fault that a bad
+// file can cause — missing, truncated, not HDF5, a missing dataset, a wrong shape or type, a read
+// error — is an InputError whose message starts with the file's path.
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& path, MPI_Comm comm);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Whether the file holds a dataset of that name.
+  bool has(const std::string& dataset) const;
+  // The dataset's shape; InputError if there is no such dataset.
+  std::vector<std::uint64_t> shape(const std::string& dataset) const;
+
+  // Reads this rank's block of slab.name into out (slab.elements() floats, row-major), converting
+  // from whatever floating-point type the file holds. InputError if the dataset is missing, is not
+  // floating point, or its shape differs from slab.global_shape:
+  //   "<file>: /model/h.0.attn.c_attn.weight has shape [768,2304], expected [768,768]".
+  // A block outside global_shape is a programming error (std::invalid_argument).
+  void read(const TensorSlab& slab, float* out) const;
+
+  // Root attributes; nothing if absent. InputError if present with an incompatible type
+  // (int_attribute needs an integer; double_attribute takes an integer or a real).
+  std::optional<std::string> string_attribute(const std::string& name) const;
+  std::optional<std::int64_t> int_attribute(const std::string& name) const;
+  std::optional<double> double_attribute(const std::string& name) const;
+  // Names of every root attribute, sorted.
+  std::vector<std::string> attribute_names() const;
+
+  // Datasets under group (recursively), as paths relative to it, sorted: datasets("/model") gives
+  // {"h.0.attn.c_attn.bias", ..., "wte.weight"}; datasets("/optim") gives {"exp_avg/wte.weight", ...}.
+  // Empty if the group does not exist.
+  std::vector<std::string> datasets(const std::string& group) const;
+
+ private:
+  struct Impl;
+  std::string path_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshtrain::io

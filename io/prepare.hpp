@@ -1,0 +1,18 @@
+// `meshtrain prepare`: the byte-level tokenizer (token = byte value, vocabulary 256).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace meshtrain::io {
+
+inline constexpr int byte_vocab = 256;
+
+// Concatenates the bytes of text_files, in the order given, into one token shard at `out`
+// (written atomically), one token per byte. Returns the number of tokens written.
+// Throws InputError naming the file if an input is missing, not a regular file or unreadable,
+// if there are no inputs or they are all empty, or if `out` cannot be written.
+std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out);
+
+}  // namespace meshtrain::io

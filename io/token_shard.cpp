@@ -1,0 +1,276 @@
+// Token shards: validation, memory mapping, stream reads across shards, atomic writes.
+#include "io/token_shard.hpp"
+
+#include "core/errors.hpp"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+namespace meshtrain::io {
+namespace {
+
+std::uint16_t load_u16le(const unsigned char* p) {
+  std::uint16_t v = 0;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) v = static_cast<std::uint16_t>((v >> 8) | (v << 8));
+  return v;
+}
+
+std::int32_t load_i32le(const unsigned char* p) {
+  const std::uint32_t u = std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
+                          (std::uint32_t{p[3]} << 24);
+  return static_cast<std::int32_t>(u);
+}
+
+void store_i32le(unsigned char* p, std::int32_t value) {
+  const auto u = static_cast<std::uint32_t>(value);
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(u >> (8 * i));
+}
+
+bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Paths named by path_or_glob, sorted; InputError if there are none.
+std::vector<std::string> resolve_paths(const std::string& path_or_glob) {
+  if (path_or_glob.empty()) input_error("no token shard given: name a shard file or a glob such as 'data/train_*.bin'");
+  std::vector<std::string> paths;
+  if (!is_glob(path_or_glob)) {
+    paths.push_back(path_or_glob);
+    return paths;
+  }
+  glob_t g{};
+  const int rc = ::glob(path_or_glob.c_str(), 0, nullptr, &g);
+  if (rc == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
+    input_error("token shard pattern '{}' matches no file; give an existing shard or a glob that matches some", path_or_glob);
+  }
+  if (rc != 0) input_error("cannot expand token shard pattern '{}' (glob error {})", path_or_glob, rc);
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// A read-only private mapping of a whole file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT) input_error("token shard {} does not exist", path);
+      input_error("cannot open token shard {}: {}", path, std::strerror(err));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      input_error("cannot stat token shard {}: {}", path, std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      input_error("token shard {} is not a regular file", path);
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (addr == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        input_error("cannot map token shard {} ({} bytes): {}", path, size_, std::strerror(err));
+      }
+      data_ = static_cast<const unsigned char*>(addr);
+    }
+    ::close(fd);  // the mapping keeps the file alive
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+  }
+  MappedFile(MappedFile&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace
+
+struct TokenStream::Shard {
+  std::string path;
+  MappedFile map;
+  const unsigned char* tokens = nullptr;  // count little-endian uint16, just past the header
+  std::size_t count = 0;
+  std::size_t begin = 0;  // stream position of the first token
+  std::uint16_t max_token = 0;
+
+  std::uint16_t at(std::size_t i) const { return load_u16le(tokens + 2 * i); }
+};
+
+namespace {
+
+// Checks the header and size; returns the token count.
+std::size_t validate(const std::string& path, const MappedFile& map) {
+  const std::size_t bytes = map.size();
+  if (bytes < token_shard_header_bytes) {
+    input_error("token shard {} is {} bytes, shorter than the {}-byte header of a token shard "
+                "(256 int32: {}, {}, token count, zeros); is it a shard written by 'meshtrain prepare'?",
+                path, bytes, token_shard_header_bytes, token_shard_magic, token_shard_version);
+  }
+  const std::int32_t magic = load_i32le(map.data());
+  const std::int32_t version = load_i32le(map.data() + 4);
+  const std::int32_t count = load_i32le(map.data() + 8);
+  if (magic != token_shard_magic) {
+    input_error("token shard {} starts with magic number {} (0x{:08x}), expected {}; it is not a token shard",
+                path, magic, static_cast<std::uint32_t>(magic), token_shard_magic);
+  }
+  if (version != token_shard_version) {
+    input_error("token shard {} has version {}, expected {} (uint16 tokens)", path, version, token_shard_version);
+  }
+  if (count < 0) input_error("token shard {} declares a negative token count {}; the count must be >= 1", path, count);
+  const std::size_t expected = token_shard_header_bytes + 2 * static_cast<std::size_t>(count);
+  if (bytes != expected) {
+    input_error("token shard {} declares {} tokens, so it should be {} + 2*{} = {} bytes, but it is {} bytes "
+                "(truncated or wrong header)",
+                path, count, token_shard_header_bytes, count, expected, bytes);
+  }
+  if (count == 0) input_error("token shard {} holds no tokens; a shard needs at least one", path);
+  return static_cast<std::size_t>(count);
+}
+
+}  // namespace
+
+TokenStream::TokenStream() = default;
+TokenStream::TokenStream(TokenStream&&) noexcept = default;
+TokenStream& TokenStream::operator=(TokenStream&&) noexcept = default;
+TokenStream::~TokenStream() = default;
+
+TokenStream TokenStream::open(const std::string& path_or_glob) {
+  TokenStream stream;
+  stream.paths_ = resolve_paths(path_or_glob);
+  stream.shards_.reserve(stream.paths_.size());
+  for (const std::string& path : stream.paths_) {
+    MappedFile map(path);
+    const std::size_t count = validate(path, map);
+    const unsigned char* tokens = map.data() + token_shard_header_bytes;
+    std::uint16_t max_token = 0;
+    for (std::size_t i = 0; i < count; ++i) max_token = std::max(max_token, load_u16le(tokens + 2 * i));
+    stream.shards_.push_back(Shard{path, std::move(map), tokens, count, stream.size_, max_token});
+    stream.size_ += count;
+    stream.max_token_ = std::max(stream.max_token_, max_token);
+  }
+  return stream;
+}
+
+void TokenStream::copy(std::size_t begin, std::size_t count, std::int32_t* out) const {
+  if (begin > size_ || count > size_ - begin) {
+    throw std::out_of_range("TokenStream::copy: tokens [" + std::to_string(begin) + ", " + std::to_string(begin) +
+                            " + " + std::to_string(count) + ") outside the stream of " + std::to_string(size_) +
+                            " tokens");
+  }
+  if (count == 0) return;
+  // The shard holding `begin`: the last one whose first token is at or before it.
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), begin,
+                             [](std::size_t pos, const Shard& s) { return pos < s.begin; });
+  --it;
+  std::size_t local = begin - it->begin;
+  while (count > 0) {
+    const std::size_t n = std::min(count, it->count - local);
+    for (std::size_t i = 0; i < n; ++i) out[i] = it->at(local + i);
+    out += n;
+    count -= n;
+    local = 0;
+    ++it;
+  }
+}
+
+void TokenStream::require_vocab(int vocab) const {
+  if (vocab <= 0) input_error("model.vocab = {} is not a vocabulary size; it must be at least {}", vocab, max_token_ + 1);
+  if (int{max_token_} < vocab) return;
+  for (const Shard& s : shards_) {
+    if (int{s.max_token} < vocab) continue;
+    for (std::size_t i = 0; i < s.count; ++i) {
+      if (int{s.at(i)} >= vocab) {
+        input_error("token shard {}: token {} at position {} (stream position {}) is outside the vocabulary "
+                    "of {} (model.vocab); valid tokens are 0..{}, and the largest in the data is {}",
+                    s.path, s.at(i), i, s.begin + i, vocab, vocab - 1, max_token_);
+      }
+    }
+  }
+}
+
+void write_token_shard(const std::string& path, std::span<const std::uint16_t> tokens) {
+  if (tokens.empty()) input_error("refusing to write token shard {}: there are no tokens", path);
+  if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    input_error("cannot write token shard {}: {} tokens, but a shard holds at most {}; split the text", path,
+                tokens.size(), std::numeric_limits<std::int32_t>::max());
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) input_error("cannot create token shard {}: {} (writing {})", path, std::strerror(errno), tmp);
+
+  auto abandon = [&](const char* what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    input_error("cannot write token shard {}: {} failed: {}", path, what, std::strerror(err));
+  };
+  auto write_all = [&](const unsigned char* p, std::size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        abandon("write", errno);
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  };
+
+  unsigned char header[token_shard_header_bytes] = {};
+  store_i32le(header, token_shard_magic);
+  store_i32le(header + 4, token_shard_version);
+  store_i32le(header + 8, static_cast<std::int32_t>(tokens.size()));
+  write_all(header, sizeof header);
+
+  std::vector<unsigned char> buffer;
+  constexpr std::size_t chunk = 1 << 20;
+  for (std::size_t at = 0; at < tokens.size(); at += chunk) {
+    const std::size_t n = std::min(chunk, tokens.size() - at);
+    buffer.resize(2 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      buffer[2 * i] = static_cast<unsigned char>(tokens[at + i] & 0xff);
+      buffer[2 * i + 1] = static_cast<unsigned char>(tokens[at + i] >> 8);
+    }
+    write_all(buffer.data(), buffer.size());
+  }
+  if (::fsync(fd) != 0) abandon("fsync", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    input_error("cannot write token shard {}: close failed: {}", path, std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    input_error("cannot write token shard {}: rename from {} failed: {}", path, tmp, std::strerror(err));
+  }
+}
+
+}  // namespace meshtrain::io

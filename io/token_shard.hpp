@@ -1,0 +1,67 @@
+// Token shards (interface section 4): reading one or many as a single stream, and writing one.
+//
+// A shard is a header of 256 little-endian int32 — 20240520 (magic), 1 (version), token count,
+// then zeros — followed by `count` little-endian uint16 tokens, so its size is exactly
+// 1024 + 2·count bytes (the format llm.c's data scripts write). Several shards, named by a glob,
+// read as one stream in sorted path order. Every file is validated when opened; any fault is an
+// InputError naming the file and what a valid shard holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace meshtrain::io {
+
+inline constexpr std::int32_t token_shard_magic = 20240520;
+inline constexpr std::int32_t token_shard_version = 1;
+inline constexpr std::size_t token_shard_header_bytes = 256 * sizeof(std::int32_t);
+
+// A read-only view of every token in one or more shards, each memory-mapped for the object's
+// lifetime. Move-only. Reading is thread-safe (nothing is mutated after open()). A shard that is
+// truncated by someone else while mapped ends the process with SIGBUS: don't rewrite live data.
+class TokenStream {
+ public:
+  // path_or_glob is a path (which must exist) or a glob(3) pattern (containing *, ? or [) that
+  // must match at least one file. Throws InputError naming the file or pattern at fault.
+  static TokenStream open(const std::string& path_or_glob);
+
+  TokenStream(TokenStream&&) noexcept;
+  TokenStream& operator=(TokenStream&&) noexcept;
+  ~TokenStream();
+
+  // Total number of tokens over all shards.
+  std::size_t size() const { return size_; }
+
+  // Copies tokens [begin, begin + count) of the stream, which may span shards, widening to int32.
+  // Throws std::out_of_range if the range is not inside [0, size()).
+  void copy(std::size_t begin, std::size_t count, std::int32_t* out) const;
+
+  // The largest token in the stream (found once, at open).
+  std::uint16_t max_token() const { return max_token_; }
+
+  // Throws InputError naming the shard and position of the first token >= vocab, if any.
+  void require_vocab(int vocab) const;
+
+  // The shards, in stream order.
+  const std::vector<std::string>& paths() const { return paths_; }
+
+ private:
+  struct Shard;
+  TokenStream();
+
+  std::vector<Shard> shards_;
+  std::vector<std::string> paths_;
+  std::size_t size_ = 0;
+  std::uint16_t max_token_ = 0;
+};
+
+// Writes a shard atomically (a temporary file in the same directory, then rename), so a reader never
+// sees a partial one. Throws InputError if tokens is empty, holds more than INT32_MAX tokens, or
+// the file cannot be created (naming the path and the reason).
+void write_token_shard(const std::string& path, std::span<const std::uint16_t> tokens);
+
+}  // namespace meshtrain::io

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what meshtrain needs on Debian 12 (bookworm), skipping what is already there.
+# Used by the quickstart and the test runner; safe to run again.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake make pkg-config
+  # MPI and parallel HDF5 built against it
+  mpich libmpich-dev libhdf5-mpich-dev
+  # Kokkos (Debian ships 3.4 inside Trilinos, Serial backend)
+  libtrilinos-kokkos-dev
+  # libraries
+  libboost-program-options-dev libopenblas-dev librandom123-dev libfmt-dev nlohmann-json3-dev
+  libxxhash-dev libgtest-dev
+  # the quickstart's default corpus
+  fortunes fortunes-min
+  # the tests' independent oracle (PyTorch) and HDF5 reader
+  python3-torch python3-h5py python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

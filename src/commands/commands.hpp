@@ -1,0 +1,22 @@
+// The subcommands of the meshtrain binary (interface section 1). Each takes the arguments after its
+// name and returns the process exit code; bad input throws InputError (exit 2, see core/errors.hpp).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+using Args = std::vector<std::string>;
+
+int train_command(const Args& args, MPI_Comm comm);
+int prepare_command(const Args& args, MPI_Comm comm);
+int sample_command(const Args& args, MPI_Comm comm);
+int inspect_command(const Args& args, MPI_Comm comm);
+
+// True when args ask for help (-h/--help); commands print their usage then.
+bool wants_help(const Args& args);
+
+}  // namespace meshtrain

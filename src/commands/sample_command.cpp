@@ -1,0 +1,144 @@
+// meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]
+//
+// Autoregressive generation from any checkpoint: the model shape comes from the config stored in
+// the file. Byte-level models (vocab 256) print text; others print token ids.
+#include "commands/commands.hpp"
+
+#include "core/errors.hpp"
+#include "model/gpt2.hpp"
+#include "train/checkpointing.hpp"
+
+#include <Random123/philox.h>
+#include <Random123/uniform.hpp>
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace po = boost::program_options;
+
+namespace meshtrain {
+namespace {
+
+struct SampleOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";
+  int tokens = 256;
+  double temperature = 1.0;
+  std::uint64_t seed = 42;
+};
+
+SampleOptions parse_sample_options(const Args& args, bool& help) {
+  SampleOptions o;
+  po::options_description options("meshtrain sample");
+  options.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (any layout)")(
+      "prompt", po::value(&o.prompt), "text to continue (byte-level models)")(
+      "tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate")(
+      "temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed");
+  help = wants_help(args);
+  if (help) {
+    std::ostringstream usage;
+    usage << options;
+    fmt::print("usage: meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]\n{}",
+               usage.str());
+    return o;
+  }
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    input_error("sample: {}", e.what());
+  }
+  if (o.checkpoint.empty()) input_error("sample: --checkpoint is missing: give a checkpoint file");
+  if (o.tokens < 0) input_error("sample: --tokens = {} is invalid: it must be >= 0", o.tokens);
+  if (!std::isfinite(o.temperature) || o.temperature < 0) {
+    input_error("sample: --temperature = {} is invalid: it must be a finite number >= 0", o.temperature);
+  }
+  if (o.prompt.empty()) input_error("sample: --prompt is empty: give at least one character");
+  return o;
+}
+
+// Draws a token from logits / temperature (argmax when temperature is 0) with uniform u in [0, 1).
+int draw_token(const float* logits, int vocab, double temperature, double u) {
+  int best = 0;
+  for (int v = 1; v < vocab; ++v) {
+    if (logits[v] > logits[best]) best = v;
+  }
+  if (temperature == 0) return best;
+  double total = 0;
+  for (int v = 0; v < vocab; ++v) total += std::exp((logits[v] - logits[best]) / temperature);
+  double target = u * total;
+  for (int v = 0; v < vocab; ++v) {
+    target -= std::exp((logits[v] - logits[best]) / temperature);
+    if (target < 0) return v;
+  }
+  return best;
+}
+
+double uniform_draw(std::uint64_t seed, std::uint64_t index) {
+  r123::Philox4x32 generator;
+  const r123::Philox4x32::ctr_type counter = {{std::uint32_t(index), std::uint32_t(index >> 32), 0x53414dU, 0}};
+  const r123::Philox4x32::key_type key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
+  return r123::u01<double>(generator(counter, key)[0]) * (1.0 - 1e-12);
+}
+
+void print_token(int token, bool bytes) {
+  if (bytes) {
+    std::fputc(token, stdout);
+  } else {
+    fmt::print("{} ", token);
+  }
+}
+
+}  // namespace
+
+int sample_command(const Args& args, MPI_Comm comm) {
+  bool help = false;
+  const SampleOptions o = parse_sample_options(args, help);
+  if (help) return 0;
+  const Config cfg = read_checkpoint_config(o.checkpoint, comm);
+  const int T = cfg.model.seq_len, V = cfg.model.vocab;
+  const bool bytes = V == 256;
+
+  std::vector<int> context;
+  for (unsigned char c : o.prompt) context.push_back(c);
+  for (int t : context) {
+    if (t >= V) input_error("sample: the prompt holds byte {} but the model's vocab is {}", t, V);
+  }
+
+  ExecSpace space;
+  Gpt2<float> model(space, cfg.model, 1);
+  Checkpointer(cfg, model.layout(), comm).load_weights(o.checkpoint, model.weights());
+  Buffer<int> inputs("meshtrain::sample::inputs", T);
+  auto host_inputs = Kokkos::create_mirror_view(inputs);
+  Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);
+
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    for (int t : context) print_token(t, bytes);
+  }
+  for (int i = 0; i < o.tokens; ++i) {
+    // The model sees the last T tokens; positions after the context are padding that causal
+    // attention keeps from influencing the logits read at the last real position.
+    const int n = std::min<int>(T, context.size());
+    Kokkos::deep_copy(host_inputs, 0);
+    for (int t = 0; t < n; ++t) host_inputs(t) = context[context.size() - n + t];
+    Kokkos::deep_copy(inputs, host_inputs);
+    const CVec<float> logits = model.forward_logits(CVec<int>(inputs.data(), T));
+    Kokkos::deep_copy(logits_row, Kokkos::subview(logits, std::make_pair(std::size_t(n - 1) * V, std::size_t(n) * V)));
+    const int next = draw_token(logits_row.data(), V, o.temperature, uniform_draw(o.seed, i));
+    context.push_back(next);
+    if (rank == 0) {
+      print_token(next, bytes);
+      std::fflush(stdout);
+    }
+  }
+  if (rank == 0) fmt::print("\n");
+  return 0;
+}
+
+}  // namespace meshtrain

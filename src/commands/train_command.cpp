@@ -1,0 +1,28 @@
+// meshtrain train [--config FILE.ini] [--section.key VALUE ...]
+#include "commands/commands.hpp"
+
+#include "core/config.hpp"
+#include "train/trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace meshtrain {
+
+bool wants_help(const Args& args) {
+  return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
+}
+
+int train_command(const Args& args, MPI_Comm comm) {
+  if (wants_help(args)) {
+    fmt::print("usage: meshtrain train [--config FILE.ini] [--section.key VALUE ...]\n\n"
+               "Keys may come from an INI file ([model] section, layers = 12) or the command line\n"
+               "(--model.layers 12); the command line wins.\n\n{}",
+               config_help());
+    return 0;
+  }
+  return train(parse_config(args), comm);
+}
+
+}  // namespace meshtrain

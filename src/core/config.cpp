@@ -1,0 +1,273 @@
+// Parsing and validation of the run configuration with Boost.ProgramOptions.
+//
+// One table binds each key to its field, help text and printer, so parsing, `--help` and the INI
+// written into checkpoints can never disagree about the keys.
+#include "core/config.hpp"
+
+#include "core/errors.hpp"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace po = boost::program_options;
+
+namespace meshtrain {
+namespace {
+
+struct KeyPrinter {
+  std::string key;
+  std::function<std::string()> value;
+};
+
+template <class T>
+std::string show(const T& v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return fmt::format("{}", v);  // shortest round-trip form
+  } else {
+    return fmt::format("{}", v);
+  }
+}
+
+// Registers every key of section 2 into `options`, bound to the fields of `cfg`.
+class KeyTable {
+ public:
+  explicit KeyTable(Config& cfg) : options_("meshtrain train options") {
+    add("model.layers", cfg.model.layers, "transformer blocks L");
+    add("model.heads", cfg.model.heads, "attention heads (must divide d_model)");
+    add("model.d_model", cfg.model.d_model, "channels C");
+    add("model.vocab", cfg.model.vocab, "vocabulary size V (byte-level data: 256)");
+    add("model.seq_len", cfg.model.seq_len, "context length T (rows of wpe)");
+    add("train.micro_batch", cfg.train.micro_batch, "sequences per micro-batch on one data-parallel rank");
+    add("train.global_batch", cfg.train.global_batch, "sequences per optimizer step over all ranks and accumulation");
+    add("train.steps", cfg.train.steps, "optimizer steps in total (the schedule spans these)");
+    add("train.stop_after", cfg.train.stop_after, "leave after this many steps in this job, saving (0: run to the end)");
+    add("train.time_limit", cfg.train.time_limit, "minutes this job may run; saves and leaves in time (0: none)");
+    add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
+    add("train.precision", cfg.train.precision, "fp32 | bf16 | fp16 (this build: fp32)");
+    add("train.recompute", cfg.train.recompute, "none | selective | full (this build: none)");
+    add("optim.lr", cfg.optim.lr, "peak learning rate");
+    add("optim.min_lr", cfg.optim.min_lr, "final learning rate of the cosine decay");
+    add("optim.warmup_steps", cfg.optim.warmup_steps, "linear warm-up steps");
+    add("optim.decay", cfg.optim.decay, "cosine | constant");
+    add("optim.weight_decay", cfg.optim.weight_decay, "AdamW decoupled weight decay (matrices and embeddings)");
+    add("optim.beta1", cfg.optim.beta1, "AdamW beta1");
+    add("optim.beta2", cfg.optim.beta2, "AdamW beta2");
+    add("optim.eps", cfg.optim.eps, "AdamW epsilon");
+    add("optim.grad_clip", cfg.optim.grad_clip, "clip the global gradient norm to this (0: off)");
+    add("parallel.dp", cfg.parallel.dp, "data-parallel degree (0: world / (tp x pp))");
+    add("parallel.tp", cfg.parallel.tp, "tensor-parallel degree");
+    add("parallel.pp", cfg.parallel.pp, "pipeline-parallel degree");
+    add("parallel.zero", cfg.parallel.zero, "ZeRO stage 0..3");
+    add("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: gpipe | 1f1b");
+    add("parallel.backend", cfg.parallel.backend, "collectives: mpi | nccl | auto");
+    add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
+    add("data.order", cfg.data.order, "sequential | shuffle");
+    add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
+    add("checkpoint.every", cfg.checkpoint.every, "steps between checkpoints (0: only when the job leaves)");
+    add("checkpoint.keep", cfg.checkpoint.keep, "newest checkpoints kept (0: all)");
+    add("checkpoint.init_weights", cfg.checkpoint.init_weights, "HDF5 file with a /model group to start from");
+    add("checkpoint.resume", cfg.checkpoint.resume, "auto | never | a checkpoint file");
+    add("log.metrics", cfg.log.metrics, "JSON-lines metrics file, one object per step");
+    add("log.every", cfg.log.every, "steps between progress lines");
+    add("log.peak_tflops", cfg.log.peak_tflops, "peak TFLOP/s per rank for MFU (0: not shown)");
+  }
+
+  const po::options_description& options() const { return options_; }
+
+  std::string to_ini() const {
+    std::map<std::string, std::vector<std::string>> sections;
+    for (const auto& p : printers_) {
+      const auto dot = p.key.find('.');
+      sections[p.key.substr(0, dot)].push_back(fmt::format("{} = {}", p.key.substr(dot + 1), p.value()));
+    }
+    std::string out;
+    for (const auto& [section, lines] : sections) {
+      out += fmt::format("[{}]\n", section);
+      for (const auto& line : lines) out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  template <class T>
+  void add(const char* key, T& field, const char* help) {
+    options_.add_options()(key, po::value<T>(&field)->default_value(field, show(field)), help);
+    printers_.push_back({key, [&field] { return show(field); }});
+  }
+
+  po::options_description options_;
+  std::vector<KeyPrinter> printers_;
+};
+
+// --- checks on single values -------------------------------------------------
+
+void require_positive(const char* key, std::int64_t v) {
+  if (v <= 0) input_error("{} = {} is invalid: it must be a positive integer", key, v);
+}
+void require_non_negative(const char* key, double v) {
+  if (!std::isfinite(v) || v < 0) input_error("{} = {} is invalid: it must be a finite number >= 0", key, v);
+}
+void require_positive_real(const char* key, double v) {
+  if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
+}
+void require_one_of(const char* key, const std::string& v, std::initializer_list<const char*> valid,
+                    const char* note = "") {
+  for (const char* ok : valid) {
+    if (v == ok) return;
+  }
+  std::string list;
+  for (const char* ok : valid) list += list.empty() ? ok : fmt::format(", {}", ok);
+  input_error("{} = '{}' is invalid: valid values are {}{}", key, v, list, note);
+}
+
+void validate(const Config& c) {
+  require_positive("model.layers", c.model.layers);
+  require_positive("model.heads", c.model.heads);
+  require_positive("model.d_model", c.model.d_model);
+  require_positive("model.vocab", c.model.vocab);
+  require_positive("model.seq_len", c.model.seq_len);
+  if (c.model.d_model % c.model.heads != 0) {
+    input_error("model.heads = {} does not divide model.d_model = {}: choose heads among the divisors of d_model",
+                c.model.heads, c.model.d_model);
+  }
+  if (c.model.vocab > 65536) {
+    input_error("model.vocab = {} is invalid: token shards hold uint16 tokens, so vocab must be <= 65536",
+                c.model.vocab);
+  }
+  require_positive("train.micro_batch", c.train.micro_batch);
+  require_positive("train.global_batch", c.train.global_batch);
+  require_positive("train.steps", c.train.steps);
+  if (c.train.stop_after < 0) input_error("train.stop_after = {} is invalid: it must be >= 0", c.train.stop_after);
+  require_non_negative("train.time_limit", c.train.time_limit);
+  require_one_of("train.precision", c.train.precision, {"fp32"},
+                 " (bf16 and fp16 mixed precision are not available in this version)");
+  require_one_of("train.recompute", c.train.recompute, {"none"},
+                 " (activation recomputation is not available in this version)");
+
+  require_positive_real("optim.lr", c.optim.lr);
+  require_non_negative("optim.min_lr", c.optim.min_lr);
+  if (c.optim.min_lr > c.optim.lr) {
+    input_error("optim.min_lr = {} is larger than optim.lr = {}: the decay goes from lr down to min_lr",
+                c.optim.min_lr, c.optim.lr);
+  }
+  if (c.optim.warmup_steps < 0) {
+    input_error("optim.warmup_steps = {} is invalid: it must be >= 0", c.optim.warmup_steps);
+  }
+  require_one_of("optim.decay", c.optim.decay, {"cosine", "constant"});
+  require_non_negative("optim.weight_decay", c.optim.weight_decay);
+  for (auto [key, beta] : {std::pair{"optim.beta1", c.optim.beta1}, std::pair{"optim.beta2", c.optim.beta2}}) {
+    if (!std::isfinite(beta) || beta < 0 || beta >= 1) {
+      input_error("{} = {} is invalid: it must lie in [0, 1)", key, beta);
+    }
+  }
+  require_positive_real("optim.eps", c.optim.eps);
+  require_non_negative("optim.grad_clip", c.optim.grad_clip);
+
+  if (c.parallel.dp < 0) input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
+  if (c.parallel.tp != 1) {
+    input_error("parallel.tp = {} is invalid: this version trains with tp = 1 only (tensor parallelism is not available yet)",
+                c.parallel.tp);
+  }
+  if (c.parallel.pp != 1) {
+    input_error("parallel.pp = {} is invalid: this version trains with pp = 1 only (pipeline parallelism is not available yet)",
+                c.parallel.pp);
+  }
+  if (c.parallel.zero != 0) {
+    input_error("parallel.zero = {} is invalid: this version supports zero = 0 only (ZeRO sharding is not available yet)",
+                c.parallel.zero);
+  }
+  require_one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});
+  require_one_of("parallel.backend", c.parallel.backend, {"mpi", "auto"},
+                 " (the nccl backend needs a CUDA build)");
+
+  require_one_of("data.order", c.data.order, {"sequential", "shuffle"});
+  if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
+  if (c.checkpoint.every < 0) input_error("checkpoint.every = {} is invalid: it must be >= 0", c.checkpoint.every);
+  if (c.checkpoint.keep < 0) input_error("checkpoint.keep = {} is invalid: it must be >= 0 (0 keeps all)", c.checkpoint.keep);
+  if (c.checkpoint.resume.empty()) {
+    input_error("checkpoint.resume is empty: valid values are auto, never or a checkpoint file");
+  }
+  require_positive("log.every", c.log.every);
+  require_non_negative("log.peak_tflops", c.log.peak_tflops);
+}
+
+// Boost's messages name the option as "--model.layers"; ours say the key.
+[[noreturn]] void rethrow_as_input_error(const po::error& e, const std::string& origin) {
+  input_error("{}: {}", origin, e.what());
+}
+
+void parse_ini_stream(std::istream& in, const po::options_description& options, po::variables_map& vm,
+                      const std::string& origin) {
+  try {
+    po::store(po::parse_config_file(in, options, /*allow_unregistered=*/false), vm);
+  } catch (const po::error& e) {
+    rethrow_as_input_error(e, origin);
+  }
+}
+
+}  // namespace
+
+Config parse_config(const std::vector<std::string>& args) {
+  Config cfg;
+  KeyTable table(cfg);
+  po::options_description cli;
+  std::string config_file;
+  cli.add_options()("config", po::value<std::string>(&config_file), "INI file of keys");
+  cli.add(table.options());
+
+  po::variables_map vm;
+  try {
+    // Command line first: Boost keeps the first value stored for a key, so it wins over the file.
+    po::store(po::command_line_parser(args).options(cli).style(po::command_line_style::unix_style ^
+                                                                po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
+  } catch (const po::error& e) {
+    rethrow_as_input_error(e, "command line");
+  }
+  if (vm.count("config")) {
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream in(path);
+    if (!in) input_error("config file '{}' cannot be read: {}", path, std::filesystem::exists(path) ? "permission denied or not a file" : "no such file");
+    parse_ini_stream(in, table.options(), vm, fmt::format("config file '{}'", path));
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    rethrow_as_input_error(e, "configuration");
+  }
+  validate(cfg);
+  return cfg;
+}
+
+Config config_from_ini(const std::string& ini_text, const std::string& origin) {
+  Config cfg;
+  KeyTable table(cfg);
+  po::variables_map vm;
+  std::istringstream in(ini_text);
+  parse_ini_stream(in, table.options(), vm, origin);
+  po::notify(vm);
+  validate(cfg);
+  return cfg;
+}
+
+std::string Config::to_ini() const {
+  Config copy = *this;
+  return KeyTable(copy).to_ini();
+}
+
+std::string config_help() {
+  Config cfg;
+  std::ostringstream out;
+  out << KeyTable(cfg).options();
+  return out.str();
+}
+
+}  // namespace meshtrain

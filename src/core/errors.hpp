@@ -1,0 +1,32 @@
+// Error kinds and the exit codes of interface section 6.
+//
+// InputError is bad input from the user (config, shard, checkpoint): main() prints its message and
+// exits 2 before anything is written. Anything else that escapes is an internal failure (exit 1).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace meshtrain {
+
+namespace exit_code {
+inline constexpr int finished = 0;
+inline constexpr int failure = 1;
+inline constexpr int bad_input = 2;
+// Left before train.steps (signal, stop_after, time_limit) with a checkpoint saved: requeue me.
+inline constexpr int requeue = 3;
+}  // namespace exit_code
+
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& what) : std::runtime_error(what) {}
+};
+
+template <class... Args>
+[[noreturn]] void input_error(fmt::format_string<Args...> format, Args&&... args) {
+  throw InputError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,114 @@
+// Softmax cross-entropy on the logits, fused with its gradient, and the deterministic sums that
+// turn per-row losses into a mean and gradients into a norm.
+//
+// Sizes: N rows (= B*T), V vocabulary.
+//   p[n,:] = softmax(logits[n,:]) (shifted by the row maximum)
+//   losses[n] = −log p[n, targets[n]] = log Σ_v exp(logits[n,v] − max) − (logits[n,target] − max)
+//   dlogits[n,v] = (p[n,v] − [v = targets[n]]) · grad_scale
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <cstdint>
+#include <type_traits>
+
+namespace meshtrain {
+
+// Elements per sequential chunk in sum_reduce and squared_norm.
+inline constexpr long kReduceChunk = 4096;
+
+// dlogits may be the same memory as logits: each row is read in full before it is overwritten.
+// losses and dlogits are written (=). grad_scale is typically 1 / (number of target tokens).
+template <class Real>
+void softmax_cross_entropy(const ExecSpace& space, Vec<Real> losses, Vec<Real> dlogits,
+                           CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets, int N,
+                           int V, std::type_identity_t<Real> grad_scale) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "meshtrain::cross_entropy::forward_backward", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * V;
+        const int target = targets(n);
+        Real row_max;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, V),
+            [&](int v, Real& m) {
+              if (logits(row + v) > m) m = logits(row + v);
+            },
+            Kokkos::Max<Real>(row_max));
+        // Every thread reads the target logit before any thread overwrites the row.
+        const Real target_logit = logits(row + target);
+        team.team_barrier();
+        Real sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, V),
+            [&](int v, Real& acc) {
+              const Real e = kmath::exp(logits(row + v) - row_max);
+              dlogits(row + v) = e;
+              acc += e;
+            },
+            sum);
+        team.team_barrier();
+        const Real inv = Real(1) / sum;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int v) {
+          const Real p = dlogits(row + v) * inv;
+          dlogits(row + v) = (v == target ? p - Real(1) : p) * grad_scale;
+        });
+        Kokkos::single(Kokkos::PerTeam(team),
+                       [&]() { losses(n) = kmath::log(sum) - (target_logit - row_max); });
+      });
+}
+
+// Σ_i x[i], accumulated in double in a fixed order: fixed chunks summed in index order, and the
+// chunk sums combined by Kokkos' reduction, whose order is fixed for a given backend and size.
+template <class Real>
+Real sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {
+  static_assert(reachable_v<CVec<Real>>);
+  const long chunks = (n + kReduceChunk - 1) / kReduceChunk;
+  double total = 0;
+  Kokkos::parallel_reduce(
+      "meshtrain::reduce::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
+      KOKKOS_LAMBDA(long k, double& acc) {
+        const long end = (k + 1) * kReduceChunk < n ? (k + 1) * kReduceChunk : n;
+        double s = 0;
+        for (long i = k * kReduceChunk; i < end; ++i) s += static_cast<double>(x(i));
+        acc += s;
+      },
+      total);
+  return static_cast<Real>(total);
+}
+
+// Σ_i x[i]², in double, in the same fixed order as sum_reduce.
+template <class Real>
+double squared_norm(const ExecSpace& space, CVec<Real> x, long n) {
+  static_assert(reachable_v<CVec<Real>>);
+  const long chunks = (n + kReduceChunk - 1) / kReduceChunk;
+  double total = 0;
+  Kokkos::parallel_reduce(
+      "meshtrain::reduce::squared_norm", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
+      KOKKOS_LAMBDA(long k, double& acc) {
+        const long end = (k + 1) * kReduceChunk < n ? (k + 1) * kReduceChunk : n;
+        double s = 0;
+        for (long i = k * kReduceChunk; i < end; ++i) {
+          const double xi = static_cast<double>(x(i));
+          s += xi * xi;
+        }
+        acc += s;
+      },
+      total);
+  return total;
+}
+
+// The same for a writable view, so that callers holding a Vec need not name Real.
+template <class Real>
+Real sum_reduce(const ExecSpace& space, Vec<Real> x, long n) {
+  return sum_reduce<Real>(space, CVec<Real>(x), n);
+}
+template <class Real>
+double squared_norm(const ExecSpace& space, Vec<Real> x, long n) {
+  return squared_norm<Real>(space, CVec<Real>(x), n);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,78 @@
+// Token and position embedding: the first layer of GPT-2.
+//
+// Sizes: B batch, T time, N = B*T rows, C channels, V vocabulary.
+//   forward:  out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+//   backward: dwte[v,:] += Σ_{(b,t): tokens[b,t]=v} dout[b,t,:],  dwpe[t,:] += Σ_b dout[b,t,:]
+//
+// The backward scatters many rows into one (a token may repeat), so it is written without atomics:
+// teams own blocks of channels and walk the rows in order, which makes every sum run in the same
+// order on every backend and every run.
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <cstdint>
+#include <type_traits>
+
+namespace meshtrain {
+
+// Channels per team in the backward sweeps: every row contributes one contiguous run of this many.
+inline constexpr int kEncoderColumnBlock = 64;
+
+template <class Real>
+void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> tokens,
+                     CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe,
+                     int B, int T, int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "meshtrain::encoder::forward", Kokkos::TeamPolicy<ExecSpace>(space, B * T, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const int t = n % T;
+        const long o = static_cast<long>(n) * C;
+        const long e = static_cast<long>(tokens(n)) * C;
+        const long p = static_cast<long>(t) * C;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
+                             [&](int c) { out(o + c) = wte(e + c) + wpe(p + c); });
+      });
+}
+
+// dwte and dwpe accumulate (+=); dout is [N*C].
+template <class Real>
+void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
+                      CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B, int T,
+                      int C, int V) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int N = B * T;
+  const int blocks = (C + kEncoderColumnBlock - 1) / kEncoderColumnBlock;
+  // A channel c always falls to the same thread of its team, so each dwte[v,c] is summed by one
+  // thread in row order: no race, and the same order every run.
+  Kokkos::parallel_for(
+      "meshtrain::encoder::backward_wte", Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int c0 = team.league_rank() * kEncoderColumnBlock;
+        const int c1 = c0 + kEncoderColumnBlock < C ? c0 + kEncoderColumnBlock : C;
+        for (int n = 0; n < N; ++n) {
+          const long o = static_cast<long>(n) * C;
+          const long e = static_cast<long>(tokens(n)) * C;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1),
+                               [&](int c) { dwte(e + c) += dout(o + c); });
+        }
+      });
+  // dwpe[t,c]: one team per position, summing the batch in order.
+  Kokkos::parallel_for(
+      "meshtrain::encoder::backward_wpe", Kokkos::TeamPolicy<ExecSpace>(space, T, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int t = team.league_rank();
+        const long p = static_cast<long>(t) * C;
+        for (int b = 0; b < B; ++b) {
+          const long o = (static_cast<long>(b) * T + t) * C;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
+                               [&](int c) { dwpe(p + c) += dout(o + c); });
+        }
+      });
+}
+
+}  // namespace meshtrain

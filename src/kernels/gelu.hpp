@@ -1,0 +1,44 @@
+// GELU with the tanh approximation (GPT-2's "gelu_new", torch's approximate="tanh"), elementwise.
+//
+// Sizes: n elements (N*4C in the MLP).
+//   forward:  y = ½ x (1 + tanh(u)),  u = sqrt(2/π) (x + 0.044715 x³)
+//   backward: dx = dy · (½ (1 + tanh u) + ½ x (1 − tanh² u) · sqrt(2/π) (1 + 3·0.044715 x²))
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <type_traits>
+
+namespace meshtrain {
+
+inline constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/π)
+inline constexpr double kGeluCubic = 0.044715;
+
+template <class Real>
+void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> inp, long n) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  Kokkos::parallel_for(
+      "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
+        const Real x = inp(i);
+        const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x * x * x);
+        out(i) = Real(0.5) * x * (Real(1) + kmath::tanh(u));
+      });
+}
+
+// dinp is written (=), not accumulated. dinp may be the same memory as dout (in place).
+template <class Real>
+void gelu_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identity_t<Real>> inp,
+                   CVec<std::type_identity_t<Real>> dout, long n) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  Kokkos::parallel_for(
+      "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
+        const Real x = inp(i);
+        const Real x2 = x * x;
+        const Real th = kmath::tanh(Real(kGeluScale) * (x + Real(kGeluCubic) * x2 * x));
+        const Real du = Real(kGeluScale) * (Real(1) + Real(3 * kGeluCubic) * x2);
+        const Real grad = Real(0.5) * (Real(1) + th) + Real(0.5) * x * (Real(1) - th * th) * du;
+        dinp(i) = grad * dout(i);  // dout(i) is read before dinp(i) is written: in place is safe
+      });
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,31 @@
+// Fully connected layer: Y = X W + b, with W in Conv1D layout [in, out] (interface section 3).
+//
+// Size letters: N rows (B·T), IC input channels, OC output channels.
+#pragma once
+
+#include "kernels/bias.hpp"
+#include "kernels/gemm.hpp"
+
+namespace meshtrain {
+
+// out (N, OC) = inp (N, IC) · weight (IC, OC) + bias (OC); bias may be empty (no bias).
+template <class Real>
+void matmul_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<Real> weight,
+                    CVec<Real> bias, int N, int IC, int OC) {
+  gemm<Real>(space, Trans::no, Trans::no, {N, OC, IC}, Real(1), inp.data(), IC, weight.data(), OC, Real(0),
+             out.data(), OC);
+  if (bias.data() != nullptr) add_bias(space, out, bias, N, OC);
+}
+
+// dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout; dbias += column sums of dout.
+template <class Real>
+void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
+                     CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC, int OC) {
+  gemm<Real>(space, Trans::no, Trans::yes, {N, IC, OC}, Real(1), dout.data(), OC, weight.data(), OC, Real(0),
+             dinp.data(), IC);
+  gemm<Real>(space, Trans::yes, Trans::no, {IC, OC, N}, Real(1), inp.data(), IC, dout.data(), OC, Real(1),
+             dweight.data(), OC);
+  if (dbias.data() != nullptr) bias_backward(space, dbias, dout, N, OC);
+}
+
+}  // namespace meshtrain

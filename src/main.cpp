@@ -1,0 +1,78 @@
+// meshtrain: one binary, several commands (interface section 1).
+//
+// MPI and Kokkos live for the whole process. Bad input (InputError) exits 2 with the message;
+// any other failure exits 1. With several ranks, an error on one rank aborts them all, so that
+// no rank is left waiting in a collective.
+#include "commands/commands.hpp"
+#include "core/errors.hpp"
+#include "core/kokkos_compat.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+#include <map>
+
+namespace {
+
+constexpr const char* usage =
+    "usage: meshtrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train    [--config FILE.ini] [--section.key VALUE ...]   train a GPT-2 model\n"
+    "  prepare  --text FILE... --out SHARD.bin                  byte-level token shard\n"
+    "  sample   --checkpoint FILE --prompt TEXT --tokens N      generate text\n"
+    "  inspect  FILE                                            describe a checkpoint\n"
+    "\n"
+    "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
+    "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job).\n";
+
+int finish(int code, int world) {
+  // A rank that fails alone cannot wait for the others to agree: take the whole job down.
+  if (code != meshtrain::exit_code::finished && code != meshtrain::exit_code::requeue && world > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace meshtrain;
+  MPI_Init(&argc, &argv);
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+
+  const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
+      {"train", train_command}, {"prepare", prepare_command}, {"sample", sample_command}, {"inspect", inspect_command}};
+
+  int code = exit_code::finished;
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    if (rank == 0) std::fputs(usage, argc < 2 ? stderr : stdout);
+    code = argc < 2 ? exit_code::bad_input : exit_code::finished;
+  } else if (commands.find(argv[1]) == commands.end()) {
+    if (rank == 0) fmt::print(stderr, "meshtrain: error: unknown command '{}'\n{}", argv[1], usage);
+    code = exit_code::bad_input;
+  } else {
+    const Args args(argv + 2, argv + argc);
+    initialize_kokkos();
+    try {
+      code = commands.at(argv[1])(args, MPI_COMM_WORLD);
+    } catch (const InputError& e) {
+      if (rank == 0 || world > 1) fmt::print(stderr, "meshtrain {}: error: {}\n", argv[1], e.what());
+      code = exit_code::bad_input;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "meshtrain {}: failure on rank {}: {}\n", argv[1], rank, e.what());
+      code = exit_code::failure;
+    }
+    code = finish(code, world);
+    Kokkos::finalize();
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,196 @@
+// GPT-2 forward and backward, composed of the kernels in kernels/.
+#include "model/gpt2.hpp"
+
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/encoder.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/residual.hpp"
+
+namespace meshtrain {
+namespace {
+
+// Hands out consecutive views of one flat buffer. Run once without a base to count the elements,
+// then again over the allocated buffer: both passes make the same calls, so the offsets agree.
+template <class Real>
+class Carver {
+ public:
+  explicit Carver(Real* base) : base_(base) {}
+  Vec<Real> take(std::size_t count) {
+    Vec<Real> view(base_ == nullptr ? nullptr : base_ + used_, base_ == nullptr ? 0 : count);
+    used_ += count;
+    return view;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  Real* base_;
+  std::size_t used_ = 0;
+};
+
+template <class Real>
+ActivationTensors<Real> carve_activations(Carver<Real>& c, const ModelConfig& m, std::size_t B) {
+  const std::size_t T = m.seq_len, C = m.d_model, NH = m.heads, V = m.vocab, N = B * T;
+  ActivationTensors<Real> a;
+  a.encoded = c.take(N * C);
+  a.blocks.resize(m.layers);
+  for (auto& b : a.blocks) {
+    b.ln1 = c.take(N * C);
+    b.ln1_mean = c.take(N);
+    b.ln1_rstd = c.take(N);
+    b.qkv = c.take(N * 3 * C);
+    b.atty = c.take(N * C);
+    b.att = c.take(B * NH * T * T);
+    b.residual2 = c.take(N * C);
+    b.ln2 = c.take(N * C);
+    b.ln2_mean = c.take(N);
+    b.ln2_rstd = c.take(N);
+    b.fch = c.take(N * 4 * C);
+    b.fch_gelu = c.take(N * 4 * C);
+    b.residual3 = c.take(N * C);
+  }
+  a.lnf = c.take(N * C);
+  a.lnf_mean = c.take(N);
+  a.lnf_rstd = c.take(N);
+  a.logits = c.take(N * V);
+  a.losses = c.take(N);
+  a.proj = c.take(N * C);
+  return a;
+}
+
+template <class Real>
+BackwardScratch<Real> carve_scratch(Carver<Real>& c, const ModelConfig& m, std::size_t B) {
+  const std::size_t T = m.seq_len, C = m.d_model, NH = m.heads, N = B * T;
+  BackwardScratch<Real> s;
+  s.dresidual = c.take(N * C);
+  s.dln = c.take(N * C);
+  s.datty = c.take(N * C);
+  s.dqkv = c.take(N * 3 * C);
+  s.datt = c.take(B * NH * T * T);
+  s.dfch = c.take(N * 4 * C);
+  return s;
+}
+
+// Allocates a buffer exactly as large as `carve` needs and carves it.
+template <class Real, class Tensors, class CarveFn>
+Tensors allocate_and_carve(Buffer<Real>& buffer, const char* label, CarveFn carve) {
+  Carver<Real> counter(nullptr);
+  carve(counter);
+  buffer = Buffer<Real>(std::string(label), counter.used());
+  Carver<Real> carver(buffer.data());
+  return carve(carver);
+}
+
+}  // namespace
+
+template <class Real>
+Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch)
+    : space_(space),
+      layout_(model),
+      batch_(batch),
+      weights_("meshtrain::gpt2::weights", layout_.total()),
+      grads_("meshtrain::gpt2::grads", layout_.total()) {
+  params_ = ParameterTensors<Real>::bind(weights(), layout_);
+  dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
+  acts_ = allocate_and_carve<Real, ActivationTensors<Real>>(
+      activation_buffer_, "meshtrain::gpt2::activations",
+      [&](Carver<Real>& c) { return carve_activations(c, model, batch); });
+  scratch_ = allocate_and_carve<Real, BackwardScratch<Real>>(
+      scratch_buffer_, "meshtrain::gpt2::backward_scratch",
+      [&](Carver<Real>& c) { return carve_scratch(c, model, batch); });
+}
+
+template <class Real>
+void Gpt2<Real>::forward_blocks(CVec<int> inputs) {
+  const auto& m = model();
+  const int B = batch_, T = m.seq_len, C = m.d_model, NH = m.heads, N = B * T;
+  auto& a = acts_;
+  const auto& p = params_;
+
+  encoder_forward(space_, a.encoded, inputs, p.wte, p.wpe, B, T, C);
+  CVec<Real> x = a.encoded;
+  for (int l = 0; l < m.layers; ++l) {
+    const auto& w = p.blocks[l];
+    const auto& s = a.blocks[l];
+    layernorm_forward(space_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
+    matmul_forward<Real>(space_, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
+    attention_forward(space_, s.atty, s.att, s.qkv, B, T, C, NH);
+    matmul_forward<Real>(space_, a.proj, s.atty, w.attproj_w, w.attproj_b, N, C, C);
+    residual_forward(space_, s.residual2, x, a.proj, N * C);
+    layernorm_forward(space_, s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2_w, w.ln2_b, N, C);
+    matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
+    gelu_forward(space_, s.fch_gelu, s.fch, N * 4 * C);
+    matmul_forward<Real>(space_, a.proj, s.fch_gelu, w.fcproj_w, w.fcproj_b, N, 4 * C, C);
+    residual_forward(space_, s.residual3, s.residual2, a.proj, N * C);
+    x = s.residual3;
+  }
+  layernorm_forward(space_, a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnf_w, p.lnf_b, N, C);
+  // Tied output head: logits = lnf · wteᵀ.
+  gemm<Real>(space_, Trans::no, Trans::yes, {N, m.vocab, C}, Real(1), a.lnf.data(), C, p.wte.data(), C, Real(0),
+             a.logits.data(), m.vocab);
+}
+
+template <class Real>
+Real Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Real grad_scale) {
+  const int N = batch_ * model().seq_len;
+  forward_blocks(inputs);
+  softmax_cross_entropy(space_, acts_.losses, acts_.logits, acts_.logits, targets, N, model().vocab, grad_scale);
+  return sum_reduce<Real>(space_, acts_.losses, N) / Real(N);
+}
+
+template <class Real>
+CVec<Real> Gpt2<Real>::forward_logits(CVec<int> inputs) {
+  forward_blocks(inputs);
+  space_.fence();
+  return acts_.logits;
+}
+
+template <class Real>
+void Gpt2<Real>::backward(CVec<int> inputs) {
+  const auto& m = model();
+  const int B = batch_, T = m.seq_len, C = m.d_model, NH = m.heads, V = m.vocab, N = B * T;
+  const auto& a = acts_;
+  const auto& p = params_;
+  const auto& g = dparams_;
+  const auto& d = scratch_;
+
+  // Output head (tied): dlnf = dlogits · wte, dwte += dlogitsᵀ · lnf.
+  gemm<Real>(space_, Trans::no, Trans::no, {N, C, V}, Real(1), a.logits.data(), V, p.wte.data(), C, Real(0),
+             d.dln.data(), C);
+  gemm<Real>(space_, Trans::yes, Trans::no, {V, C, N}, Real(1), a.logits.data(), V, a.lnf.data(), C, Real(1),
+             g.wte.data(), C);
+  Kokkos::deep_copy(space_, d.dresidual, Real(0));
+  CVec<Real> x_last = m.layers > 0 ? a.blocks.back().residual3 : a.encoded;
+  layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, x_last, p.lnf_w, a.lnf_mean, a.lnf_rstd, N, C);
+
+  for (int l = m.layers - 1; l >= 0; --l) {
+    const auto& w = p.blocks[l];
+    const auto& dw = g.blocks[l];
+    const auto& s = a.blocks[l];
+    CVec<Real> x = l == 0 ? a.encoded : a.blocks[l - 1].residual3;
+    // MLP branch; d.dresidual holds dL/d residual3 and becomes dL/d residual2.
+    matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, dw.fcproj_b, d.dresidual, s.fch_gelu, w.fcproj_w, N, 4 * C, C);
+    gelu_backward(space_, d.dfch, s.fch, d.dfch, N * 4 * C);
+    matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.dfch, s.ln2, w.fc_w, N, C, 4 * C);
+    layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.dln, s.residual2, w.ln2_w, s.ln2_mean, s.ln2_rstd,
+                       N, C);
+    // Attention branch; d.dresidual becomes dL/d x.
+    matmul_backward<Real>(space_, d.datty, dw.attproj_w, dw.attproj_b, d.dresidual, s.atty, w.attproj_w, N, C, C);
+    attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, C, NH);
+    matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * C);
+    layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.dln, x, w.ln1_w, s.ln1_mean, s.ln1_rstd, N, C);
+  }
+  encoder_backward(space_, g.wte, g.wpe, d.dresidual, inputs, B, T, C, V);
+}
+
+template <class Real>
+void Gpt2<Real>::zero_grads() {
+  Kokkos::deep_copy(space_, grads_, Real(0));
+}
+
+template class Gpt2<float>;
+template class Gpt2<double>;
+
+}  // namespace meshtrain

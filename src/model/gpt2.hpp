@@ -1,0 +1,95 @@
+// GPT-2 forward and backward on one rank (interface section 5), over a fixed micro-batch shape.
+//
+// All buffers are allocated in the constructor; forward() and backward() allocate nothing.
+// forward() and backward() read as one kernel call per line, in mirror order.
+//
+// Size letters: B micro-batch, T context, C channels, NH heads, V vocab, L layers, N = B·T.
+#pragma once
+
+#include "model/parameters.hpp"
+
+namespace meshtrain {
+
+// Activations one block keeps for its backward pass.
+template <class Real>
+struct BlockActivations {
+  Vec<Real> ln1;        // (N, C)
+  Vec<Real> ln1_mean;   // (N)
+  Vec<Real> ln1_rstd;   // (N)
+  Vec<Real> qkv;        // (N, 3C)
+  Vec<Real> atty;       // (N, C)   attention output before c_proj
+  Vec<Real> att;        // (B, NH, T, T) softmax probabilities
+  Vec<Real> residual2;  // (N, C)   x + attn(ln_1(x))
+  Vec<Real> ln2;        // (N, C)
+  Vec<Real> ln2_mean;   // (N)
+  Vec<Real> ln2_rstd;   // (N)
+  Vec<Real> fch;        // (N, 4C)  c_fc output
+  Vec<Real> fch_gelu;   // (N, 4C)
+  Vec<Real> residual3;  // (N, C)   block output
+};
+
+template <class Real>
+struct ActivationTensors {
+  Vec<Real> encoded;  // (N, C)
+  std::vector<BlockActivations<Real>> blocks;
+  Vec<Real> lnf;       // (N, C)
+  Vec<Real> lnf_mean;  // (N)
+  Vec<Real> lnf_rstd;  // (N)
+  Vec<Real> logits;    // (N, V); after a training forward it holds dlogits
+  Vec<Real> losses;    // (N)
+  Vec<Real> proj;      // (N, C)   c_proj outputs before the residual add
+};
+
+// Gradients of activations, reused by every block on the way back.
+template <class Real>
+struct BackwardScratch {
+  Vec<Real> dresidual;  // (N, C) gradient flowing down the residual stream
+  Vec<Real> dln;        // (N, C)
+  Vec<Real> datty;      // (N, C)
+  Vec<Real> dqkv;       // (N, 3C)
+  Vec<Real> datt;       // (B, NH, T, T)
+  Vec<Real> dfch;       // (N, 4C)
+};
+
+template <class Real>
+class Gpt2 {
+ public:
+  Gpt2(const ExecSpace& space, const ModelConfig& model, int batch);
+
+  const ParameterLayout& layout() const { return layout_; }
+  const ModelConfig& model() const { return layout_.model(); }
+  int batch() const { return batch_; }
+  Vec<Real> weights() const { return slice(weights_, 0, weights_.extent(0)); }
+  Vec<Real> grads() const { return slice(grads_, 0, grads_.extent(0)); }
+  const ActivationTensors<Real>& activations() const { return acts_; }
+
+  // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
+  // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.
+  Real forward(CVec<int> inputs, CVec<int> targets, Real grad_scale);
+  // Accumulates this micro-batch's gradients into grads() (call forward() first).
+  void backward(CVec<int> inputs);
+  void zero_grads();
+
+  // Inference: logits (N, V) for `inputs`, no loss.
+  CVec<Real> forward_logits(CVec<int> inputs);
+
+ private:
+  void forward_blocks(CVec<int> inputs);
+
+  ExecSpace space_;
+  ParameterLayout layout_;
+  int batch_;
+  Buffer<Real> weights_;
+  Buffer<Real> grads_;
+  Buffer<Real> activation_buffer_;
+  Buffer<Real> scratch_buffer_;
+  ParameterTensors<Real> params_;
+  ParameterTensors<Real> dparams_;
+  ActivationTensors<Real> acts_;
+  BackwardScratch<Real> scratch_;
+};
+
+extern template class Gpt2<float>;
+extern template class Gpt2<double>;
+
+}  // namespace meshtrain

@@ -1,0 +1,20 @@
+// Fresh initialisation (interface section 5): every element depends only on (seed, tensor name,
+// element index), never on the layout, so a rank holding any slice of a tensor draws exactly the
+// values a single rank would.
+#pragma once
+
+#include "model/parameters.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace meshtrain {
+
+// One element of tensor `name` (normal draws via Philox4x32-10, keyed by the seed, counted by the
+// tensor-name hash and the element index).
+double initial_value(std::uint64_t seed, const TensorInfo& tensor, std::uint64_t index, int layers);
+
+// Fills all parameters of `layout` in `weights` (device memory; filled through a host mirror).
+void initialize_parameters(Vec<float> weights, const ParameterLayout& layout, std::uint64_t seed);
+
+}  // namespace meshtrain

@@ -1,0 +1,37 @@
+// Fills a micro-batch's input and target tokens from the token stream in the data-order contract.
+//
+// Micro-batch k of a step holds samples j = k·B … k·B + B − 1 of that step (B = micro_batch).
+// Host staging and device buffers are allocated once; load() allocates nothing.
+#pragma once
+
+#include "core/exec.hpp"
+#include "io/token_shard.hpp"
+#include "train/data_order.hpp"
+
+#include <cstdint>
+
+namespace meshtrain {
+
+class BatchLoader {
+ public:
+  BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len);
+
+  // Loads micro-batch `micro` of step `step` into inputs() and targets() (B·T tokens each).
+  void load(std::int64_t step, int micro);
+
+  CVec<int> inputs() const { return CVec<int>(inputs_.data(), inputs_.extent(0)); }
+  CVec<int> targets() const { return CVec<int>(targets_.data(), targets_.extent(0)); }
+
+ private:
+  const io::TokenStream& stream_;
+  DataOrder& order_;
+  int micro_batch_;
+  int seq_len_;
+  Kokkos::View<int*, HostSpace> window_;  // T + 1 tokens
+  Buffer<int> inputs_;
+  Buffer<int> targets_;
+  Buffer<int>::HostMirror host_inputs_;
+  Buffer<int>::HostMirror host_targets_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,154 @@
+// Training state to and from HDF5 checkpoints.
+#include "train/checkpointing.hpp"
+
+#include "core/errors.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "io/checkpoint_file.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <filesystem>
+
+namespace meshtrain {
+namespace {
+
+// This rank's piece of a tensor. One rank holds every tensor whole; the parallel layouts of
+// later versions describe their pieces here and nothing else changes.
+io::TensorSlab whole_tensor(const std::string& group, const TensorInfo& t) {
+  io::TensorSlab slab;
+  slab.name = group + "/" + t.name;
+  slab.global_shape = t.shape;
+  slab.offset.assign(t.shape.size(), 0);
+  slab.extent = t.shape;
+  return slab;
+}
+
+void write_group(io::CheckpointWriter& writer, const std::string& group, const ParameterLayout& layout,
+                 const float* host) {
+  for (const TensorInfo& t : layout.tensors()) writer.write(whole_tensor(group, t), host + t.offset);
+}
+
+void read_group(const io::CheckpointReader& reader, const std::string& group, const ParameterLayout& layout,
+                float* host) {
+  for (const TensorInfo& t : layout.tensors()) reader.read(whole_tensor(group, t), host + t.offset);
+}
+
+// The HDF5 group of each flat buffer a checkpoint holds.
+std::array<std::pair<const char*, Vec<float>>, 3> state_groups(const TrainingTensors& state) {
+  return {{{"/model", state.weights}, {"/optim/exp_avg", state.exp_avg}, {"/optim/exp_avg_sq", state.exp_avg_sq}}};
+}
+
+std::string layout_description(MPI_Comm comm) {
+  int world = 1;
+  MPI_Comm_size(comm, &world);
+  return fmt::format("world={} dp={} tp=1 pp=1 zero=0", world, world);
+}
+
+void require_same_model(const Config& stored, const Config& wanted, const std::string& path) {
+  const auto& a = stored.model;
+  const auto& b = wanted.model;
+  auto check = [&](const char* key, int have, int want) {
+    if (have != want) {
+      input_error("checkpoint '{}' holds a model with {} = {}, but the config asks for {}: set --{} {} or start "
+                  "from another checkpoint",
+                  path, key, have, want, key, have);
+    }
+  };
+  check("model.layers", a.layers, b.layers);
+  check("model.heads", a.heads, b.heads);
+  check("model.d_model", a.d_model, b.d_model);
+  check("model.vocab", a.vocab, b.vocab);
+  check("model.seq_len", a.seq_len, b.seq_len);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm)
+    : config_(config), layout_(layout), comm_(comm), host_("meshtrain::checkpoint::staging", layout.total()) {}
+
+std::string Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress) {
+  int rank = 0;
+  MPI_Comm_rank(comm_, &rank);
+  const std::string& dir = config_.checkpoint.dir;
+  if (rank == 0) io::ensure_directory(dir);
+  MPI_Barrier(comm_);
+  const std::string path = io::checkpoint_path(dir, progress.step);
+  {
+    io::CheckpointWriter writer(path, comm_);
+    writer.set_attribute("format", std::string(checkpoint_format));
+    writer.set_attribute("version", checkpoint_version);
+    writer.set_attribute("step", progress.step);
+    writer.set_attribute("tokens", progress.tokens);
+    writer.set_attribute("config", config_.to_ini());
+    writer.set_attribute("layout", layout_description(comm_));
+    writer.set_attribute("seed", std::int64_t(config_.train.seed));
+    writer.set_attribute("data_order", config_.data.order);
+    writer.set_attribute("samples_seen", progress.step * std::int64_t(config_.train.global_batch));
+    for (const auto& [group, device] : state_groups(state)) {
+      Kokkos::deep_copy(host_, device);
+      write_group(writer, group, layout_, host_.data());
+    }
+    writer.commit();
+  }
+  if (rank == 0) {
+    io::write_latest(dir, std::filesystem::path(path).filename().string());
+    io::prune_checkpoints(dir, config_.checkpoint.keep);
+  }
+  MPI_Barrier(comm_);
+  return path;
+}
+
+std::string Checkpointer::resume_path() const {
+  const std::string& resume = config_.checkpoint.resume;
+  if (resume == "never") return "";
+  if (resume == "auto") {
+    if (!std::filesystem::is_directory(config_.checkpoint.dir)) return "";
+    return io::read_latest(config_.checkpoint.dir).value_or("");
+  }
+  if (!std::filesystem::exists(resume)) {
+    input_error("checkpoint.resume = '{}': no such file (valid: auto, never, or an existing checkpoint file)", resume);
+  }
+  return resume;
+}
+
+TrainingProgress Checkpointer::load(const std::string& path, const TrainingTensors& state) {
+  io::CheckpointReader reader(path, comm_);
+  const auto format = reader.string_attribute("format");
+  if (format != checkpoint_format) {
+    input_error("'{}' is not a meshtrain checkpoint (root attribute format = '{}', expected '{}')", path,
+                format.value_or("<missing>"), checkpoint_format);
+  }
+  const auto config_text = reader.string_attribute("config");
+  const auto step = reader.int_attribute("step");
+  const auto tokens = reader.int_attribute("tokens");
+  if (!config_text || !step || !tokens || *step < 0) {
+    input_error("checkpoint '{}' lacks the config, step or tokens attribute, or they are invalid: it cannot be resumed",
+                path);
+  }
+  require_same_model(config_from_ini(*config_text, fmt::format("config stored in '{}'", path)), config_, path);
+  for (const auto& [group, device] : state_groups(state)) {
+    read_group(reader, group, layout_, host_.data());
+    Kokkos::deep_copy(device, host_);
+  }
+  return {*step, *tokens};
+}
+
+void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
+  if (!std::filesystem::exists(path)) {
+    input_error("checkpoint.init_weights = '{}': no such file (it must be an HDF5 file with a /model group)", path);
+  }
+  io::CheckpointReader reader(path, comm_);
+  read_group(reader, "/model", layout_, host_.data());
+  Kokkos::deep_copy(weights, host_);
+}
+
+Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {
+  if (!std::filesystem::exists(path)) input_error("checkpoint '{}': no such file", path);
+  io::CheckpointReader reader(path, comm);
+  const auto text = reader.string_attribute("config");
+  if (!text) input_error("'{}' has no config attribute: it is not a meshtrain checkpoint", path);
+  return config_from_ini(*text, fmt::format("config stored in '{}'", path));
+}
+
+}  // namespace meshtrain

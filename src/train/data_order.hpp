@@ -1,0 +1,38 @@
+// Which window of the token stream each sample of each step reads (interface section 4).
+//
+// With N tokens, T = seq_len and G = global_batch there are W = floor((N − 1) / T) windows; window
+// w covers tokens [wT, wT + T] (inputs the first T, targets the last T). Sample j of step s is the
+// (s·G + j)-th sample of the run. `sequential` reads window (s·G + j) mod W; `shuffle` reads the
+// same position of a seeded permutation of the windows, a fresh permutation each epoch. Both depend
+// on the step alone, so a resumed run and any layout read exactly the same data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+class DataOrder {
+ public:
+  DataOrder(std::uint64_t tokens, int seq_len, int global_batch, const std::string& order, std::uint64_t seed);
+
+  std::uint64_t windows() const { return windows_; }
+  // Window read by sample j (0 ≤ j < G) of step s (0-based).
+  std::uint64_t window(std::int64_t step, int sample);
+
+ private:
+  const std::vector<std::uint64_t>& permutation(std::uint64_t epoch);
+
+  std::uint64_t windows_;
+  int global_batch_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  std::uint64_t cached_epoch_ = ~std::uint64_t(0);
+  std::vector<std::uint64_t> cached_permutation_;
+};
+
+// The seeded permutation of [0, n) used for `epoch` (Fisher–Yates driven by Philox).
+std::vector<std::uint64_t> shuffled_windows(std::uint64_t n, std::uint64_t seed, std::uint64_t epoch);
+
+}  // namespace meshtrain

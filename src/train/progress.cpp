@@ -1,0 +1,62 @@
+// Formatting of progress lines and metrics records.
+#include "train/progress.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+namespace meshtrain {
+namespace {
+
+// 12345 → "12.3 k", 1.2e9 → "1.20 G": a number and the prefix of its unit.
+std::string si(double v) {
+  const char* units[] = {"", "k", "M", "G", "T", "P"};
+  int u = 0;
+  while (std::fabs(v) >= 1000.0 && u < 5) {
+    v /= 1000.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} ", v) : fmt::format("{:.{}f} {}", v, v < 10 ? 2 : v < 100 ? 1 : 0, units[u]);
+}
+
+}  // namespace
+
+std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len) {
+  const long sequences = long(micro_batch) * dp * accum;
+  return fmt::format("effective batch = micro_batch {} × dp {} × accum {} = {} sequences ({} tokens)", micro_batch, dp,
+                     accum, sequences, sequences * seq_len);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m{:02}s", s / 3600, (s / 60) % 60, s % 60);
+}
+
+std::string progress_line(const StepReport& r) {
+  const int width = int(fmt::format("{}", r.steps).size());
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {}tok/s | {}FLOP/s", r.step,
+                                 width, r.steps, r.loss, r.lr, r.grad_norm, si(r.tokens_per_s), si(r.model_flops_per_s));
+  if (r.mfu > 0) line += fmt::format(" | MFU {:.1f}%", 100.0 * r.mfu);
+  line += fmt::format(" | {} elapsed, ETA {}", format_duration(r.elapsed_s), format_duration(r.eta_s));
+  return line;
+}
+
+nlohmann::json metrics_record(const StepReport& r) {
+  nlohmann::json j;
+  j["step"] = r.step;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["grad_norm"] = r.grad_norm;
+  j["tokens"] = r.tokens;
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["model_flops_per_s"] = r.model_flops_per_s;
+  if (r.mfu > 0) j["mfu"] = r.mfu;
+  return j;
+}
+
+}  // namespace meshtrain

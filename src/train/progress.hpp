@@ -1,0 +1,38 @@
+// What a user watches: the effective-batch line, one progress line per step, and the metrics record.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace meshtrain {
+
+struct StepReport {
+  std::int64_t step;   // completed steps (1-based)
+  std::int64_t steps;  // total steps of the run
+  double loss;
+  double lr;
+  double grad_norm;
+  std::int64_t tokens;      // cumulative
+  double step_time_s;
+  double tokens_per_s;
+  double model_flops_per_s;  // (6N + 6LCT) · tokens/s
+  double mfu;                // fraction of the configured peak (0 when no peak is set)
+  double elapsed_s;          // since this job started training
+  double eta_s;              // for the remaining steps at the recent pace
+};
+
+// `effective batch = micro_batch 4 × dp 2 × accum 4 = 32 sequences (32768 tokens)`
+std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len);
+
+// `step    12/200 | loss 3.2154 | lr 3.00e-04 | norm 1.234 | 12.3k tok/s | 1.2 GFLOP/s | MFU 12.3% | 1m02s, ETA 3m10s`
+std::string progress_line(const StepReport& r);
+
+// One JSON-lines record: step, loss, lr, grad_norm, tokens, step_time_s, tokens_per_s, mfu, ...
+nlohmann::json metrics_record(const StepReport& r);
+
+// 75 → "1m15s", 3725 → "1h02m05s".
+std::string format_duration(double seconds);
+
+}  // namespace meshtrain

@@ -1,0 +1,219 @@
+// The single-rank training loop.
+#include "train/trainer.hpp"
+
+#include "core/errors.hpp"
+#include "io/metrics_writer.hpp"
+#include "io/token_shard.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "model/gpt2.hpp"
+#include "model/init.hpp"
+#include "optim/adamw.hpp"
+#include "optim/schedule.hpp"
+#include "train/batch_loader.hpp"
+#include "train/checkpointing.hpp"
+#include "train/data_order.hpp"
+#include "train/progress.hpp"
+#include "train/stop_signals.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace meshtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Data-parallel degree for this version's layouts (one rank, dp = 1) and the accumulation it implies.
+int accumulation_steps(const Config& cfg, int dp) {
+  const int per_pass = cfg.train.micro_batch * dp;
+  if (cfg.train.global_batch % per_pass != 0) {
+    input_error("train.global_batch = {} is not divisible by train.micro_batch {} × dp {} = {}: choose a multiple of {}",
+                cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
+  }
+  return cfg.train.global_batch / per_pass;
+}
+
+int resolve_dp(const Config& cfg, int world) {
+  if (world != 1) {
+    input_error("meshtrain train runs on one rank in this version, but {} ranks were started: launch it with "
+                "mpiexec -n 1 (parallel layouts are not available yet)",
+                world);
+  }
+  if (cfg.parallel.dp != 0 && cfg.parallel.dp != 1) {
+    input_error("parallel.dp = {} does not fit the world: dp {} × tp {} × pp {} = {} ≠ world {}", cfg.parallel.dp,
+                cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp,
+                world);
+  }
+  return 1;
+}
+
+io::TokenStream open_training_data(const Config& cfg) {
+  if (cfg.data.train.empty()) {
+    input_error("data.train is not set: give a token shard or a glob of them (make one with meshtrain prepare)");
+  }
+  io::TokenStream stream = io::TokenStream::open(cfg.data.train);
+  stream.require_vocab(cfg.model.vocab);
+  return stream;
+}
+
+// Why a job leaves before train.steps, or nothing.
+std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, double elapsed_s, double longest_step_s,
+                            double last_save_s) {
+  if (int sig = stop_signal_received()) return fmt::format("received signal {}", sig);
+  if (cfg.train.stop_after > 0 && steps_this_job >= cfg.train.stop_after) {
+    return fmt::format("train.stop_after = {} steps reached", cfg.train.stop_after);
+  }
+  // Leave while one more step and a save still fit in the limit.
+  if (cfg.train.time_limit > 0 && elapsed_s + longest_step_s + last_save_s > cfg.train.time_limit * 60.0) {
+    return fmt::format("train.time_limit = {} min would be exceeded by another step", cfg.train.time_limit);
+  }
+  return {};
+}
+
+}  // namespace
+
+int train(const Config& cfg, MPI_Comm comm) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world);
+  const bool leader = rank == 0;
+  const int dp = resolve_dp(cfg, world);
+  const int accum = accumulation_steps(cfg, dp);
+  const int B = cfg.train.micro_batch, T = cfg.model.seq_len;
+
+  // Everything that can reject the input happens before anything is written.
+  const io::TokenStream stream = open_training_data(cfg);
+  DataOrder order(stream.size(), T, cfg.train.global_batch, cfg.data.order, cfg.train.seed);
+
+  ExecSpace space;
+  Gpt2<float> model(space, cfg.model, B);
+  const ParameterLayout& layout = model.layout();
+  Buffer<float> exp_avg("meshtrain::adamw::exp_avg", layout.total());
+  Buffer<float> exp_avg_sq("meshtrain::adamw::exp_avg_sq", layout.total());
+  const TrainingTensors state{model.weights(), slice(exp_avg, 0, layout.total()),
+                              slice(exp_avg_sq, 0, layout.total())};
+  BatchLoader loader(stream, order, B, T);
+
+  Checkpointer checkpointer(cfg, layout, comm);
+  TrainingProgress progress;
+  const std::string resume = checkpointer.resume_path();
+  if (!resume.empty()) {
+    progress = checkpointer.load(resume, state);
+    if (leader) fmt::print("resumed from {} at step {}\n", resume, progress.step);
+  } else if (!cfg.checkpoint.init_weights.empty()) {
+    checkpointer.load_weights(cfg.checkpoint.init_weights, model.weights());
+    if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
+  } else {
+    initialize_parameters(model.weights(), layout, cfg.train.seed);
+  }
+
+  if (leader) {
+    fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg.model.layers,
+               cfg.model.heads, cfg.model.d_model, cfg.model.vocab, T, layout.total() / 1e6);
+    fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", stream.size(), stream.paths().size(),
+               order.windows(), cfg.data.order);
+    fmt::print("{}\n", effective_batch_line(B, dp, accum, T));
+    std::fflush(stdout);
+  }
+  if (progress.step >= cfg.train.steps) {
+    if (leader) fmt::print("nothing to do: the checkpoint is at step {} of train.steps = {}\n", progress.step, cfg.train.steps);
+    return exit_code::finished;
+  }
+
+  io::MetricsWriter metrics(leader ? cfg.log.metrics : std::string());
+  install_stop_signal_handlers();
+  const double flops_token = flops_per_token(layout);
+  const std::int64_t tokens_per_step = std::int64_t(cfg.train.global_batch) * T;
+  const float grad_scale = 1.0f / float(std::int64_t(B) * T * accum);
+
+  const auto job_start = Clock::now();
+  double longest_step_s = 0, last_save_s = 0;
+  std::int64_t steps_this_job = 0;
+  std::string leave_reason;
+  while (progress.step < cfg.train.steps) {
+    const auto step_start = Clock::now();
+    const std::int64_t i = progress.step;  // 0-based index of this update
+
+    model.zero_grads();
+    double loss = 0;
+    for (int micro = 0; micro < accum; ++micro) {
+      loader.load(i, micro);
+      loss += model.forward(loader.inputs(), loader.targets(), grad_scale);
+      model.backward(loader.inputs());
+    }
+    loss /= accum;
+
+    const double grad_norm = std::sqrt(squared_norm<float>(space, model.grads(), layout.total()));
+    const double lr = learning_rate(cfg.optim, cfg.train.steps, i);
+    const double clip = clip_scale(grad_norm, cfg.optim.grad_clip);
+    for (const TensorInfo& t : layout.tensors()) {
+      const AdamWStep update{lr, t.decays ? cfg.optim.weight_decay : 0.0, cfg.optim.beta1, cfg.optim.beta2,
+                             cfg.optim.eps, i + 1, clip};
+      adamw_update<float>(space, slice(model.weights(), t.offset, t.numel), slice(state.exp_avg, t.offset, t.numel),
+                          slice(state.exp_avg_sq, t.offset, t.numel), slice(model.grads(), t.offset, t.numel),
+                          t.numel, update);
+    }
+    space.fence();
+    ++progress.step;
+    ++steps_this_job;
+    progress.tokens += tokens_per_step;
+
+    const double step_s = seconds_since(step_start);
+    longest_step_s = std::max(longest_step_s, step_s);
+    const double elapsed = seconds_since(job_start);
+    StepReport report{};
+    report.step = progress.step;
+    report.steps = cfg.train.steps;
+    report.loss = loss;
+    report.lr = lr;
+    report.grad_norm = grad_norm;
+    report.tokens = progress.tokens;
+    report.step_time_s = step_s;
+    report.tokens_per_s = tokens_per_step / step_s;
+    report.model_flops_per_s = report.tokens_per_s * flops_token;
+    report.mfu = cfg.log.peak_tflops > 0 ? report.model_flops_per_s / (cfg.log.peak_tflops * 1e12 * world) : 0;
+    report.elapsed_s = elapsed;
+    report.eta_s = elapsed / steps_this_job * double(cfg.train.steps - progress.step);
+    if (leader) {
+      metrics.write(metrics_record(report));
+      if (progress.step % cfg.log.every == 0 || progress.step == cfg.train.steps || progress.step == 1) {
+        fmt::print("{}\n", progress_line(report));
+        std::fflush(stdout);
+      }
+    }
+    if (!std::isfinite(loss)) {
+      // Saving a diverged state would overwrite a good `latest`; stop with what was last saved.
+      throw std::runtime_error(fmt::format("loss became {} at step {}: training diverged (try a lower optim.lr)", loss,
+                                           progress.step));
+    }
+
+    const bool finished = progress.step == cfg.train.steps;
+    leave_reason = finished ? std::string() : reason_to_leave(cfg, steps_this_job, elapsed, longest_step_s, last_save_s);
+    const bool periodic = cfg.checkpoint.every > 0 && progress.step % cfg.checkpoint.every == 0;
+    if (finished || periodic || !leave_reason.empty()) {
+      const auto save_start = Clock::now();
+      const std::string path = checkpointer.save(state, progress);
+      last_save_s = seconds_since(save_start);
+      if (leader) fmt::print("saved {} ({:.2f}s)\n", path, last_save_s);
+    }
+    if (!leave_reason.empty()) {
+      if (leader) {
+        fmt::print("leaving at step {} of {}: {}; resume with checkpoint.resume = auto (exit code {})\n", progress.step,
+                   cfg.train.steps, leave_reason, exit_code::requeue);
+      }
+      return exit_code::requeue;
+    }
+  }
+  if (leader) fmt::print("finished {} steps in {}\n", cfg.train.steps, format_duration(seconds_since(job_start)));
+  return exit_code::finished;
+}
+
+}  // namespace meshtrain

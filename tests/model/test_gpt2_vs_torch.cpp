@@ -1,0 +1,106 @@
+// The model against an independent PyTorch implementation (tests/oracle/make_reference.py): the
+// same weights and batch must give torch's logits, loss and every gradient. Read with the plain
+// HDF5 C API, so that meshtrain's own io/ is not part of what is checked.
+#include "model/gpt2.hpp"
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <cmath>
+#include <string>
+
+namespace meshtrain {
+namespace {
+
+class Hdf5File {
+ public:
+  explicit Hdf5File(const std::string& path) : id_(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)) {}
+  ~Hdf5File() {
+    if (id_ >= 0) H5Fclose(id_);
+  }
+  bool ok() const { return id_ >= 0; }
+
+  template <class T>
+  std::vector<T> read(const std::string& name, hid_t type) const {
+    const hid_t ds = H5Dopen2(id_, name.c_str(), H5P_DEFAULT);
+    EXPECT_GE(ds, 0) << name;
+    const hid_t space = H5Dget_space(ds);
+    std::vector<T> out(H5Sget_simple_extent_npoints(space));
+    EXPECT_GE(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0) << name;
+    H5Sclose(space);
+    H5Dclose(ds);
+    return out;
+  }
+  long attribute(const char* name) const {
+    long value = 0;
+    const hid_t a = H5Aopen(id_, name, H5P_DEFAULT);
+    H5Aread(a, H5T_NATIVE_LONG, &value);
+    H5Aclose(a);
+    return value;
+  }
+
+ private:
+  hid_t id_;
+};
+
+double relative_error(double got, double want) { return std::fabs(got - want) / std::max(1e-6, std::fabs(want)); }
+
+TEST(Gpt2VsTorch, LossLogitsAndEveryGradient) {
+  const Hdf5File ref(MESHTRAIN_TORCH_REFERENCE);
+  ASSERT_TRUE(ref.ok()) << "reference file missing: " << MESHTRAIN_TORCH_REFERENCE;
+  ModelConfig m;
+  m.layers = int(ref.attribute("layers"));
+  m.heads = int(ref.attribute("heads"));
+  m.d_model = int(ref.attribute("d_model"));
+  m.vocab = int(ref.attribute("vocab"));
+  m.seq_len = int(ref.attribute("seq_len"));
+  const int B = int(ref.attribute("batch")), N = B * m.seq_len;
+
+  ExecSpace space;
+  Gpt2<double> model(space, m, B);
+  auto w = Kokkos::create_mirror_view(model.weights());
+  for (const TensorInfo& t : model.layout().tensors()) {
+    const auto values = ref.read<double>("/model/" + t.name, H5T_NATIVE_DOUBLE);
+    ASSERT_EQ(values.size(), t.numel) << t.name;
+    std::copy(values.begin(), values.end(), w.data() + t.offset);
+  }
+  Kokkos::deep_copy(model.weights(), w);
+
+  Buffer<int> inputs("inputs", N), targets("targets", N);
+  const auto in = ref.read<int>("/inputs", H5T_NATIVE_INT);
+  const auto tg = ref.read<int>("/targets", H5T_NATIVE_INT);
+  Kokkos::deep_copy(inputs, Kokkos::View<const int*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(in.data(), N));
+  Kokkos::deep_copy(targets, Kokkos::View<const int*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(tg.data(), N));
+  const CVec<int> din(inputs.data(), N), dtg(targets.data(), N);
+
+  // Logits first (an inference forward leaves them unchanged).
+  const auto logits_view = model.forward_logits(din);
+  auto logits = Kokkos::create_mirror_view_and_copy(HostSpace(), logits_view);
+  const auto want_logits = ref.read<double>("/expected/logits", H5T_NATIVE_DOUBLE);
+  ASSERT_EQ(want_logits.size(), std::size_t(N) * m.vocab);
+  for (std::size_t i = 0; i < want_logits.size(); ++i) {
+    ASSERT_NEAR(logits(i), want_logits[i], 1e-9) << "logit " << i;
+  }
+
+  model.zero_grads();
+  const double loss = model.forward(din, dtg, 1.0 / N);
+  model.backward(din);
+  const double want_loss = ref.read<double>("/expected/loss", H5T_NATIVE_DOUBLE).at(0);
+  EXPECT_LT(relative_error(loss, want_loss), 1e-10) << loss << " vs torch " << want_loss;
+
+  auto grads = Kokkos::create_mirror_view_and_copy(HostSpace(), model.grads());
+  for (const TensorInfo& t : model.layout().tensors()) {
+    const auto want = ref.read<double>("/expected/grads/" + t.name, H5T_NATIVE_DOUBLE);
+    ASSERT_EQ(want.size(), t.numel) << t.name;
+    double max_abs = 0, max_diff = 0;
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      max_abs = std::max(max_abs, std::fabs(want[i]));
+      max_diff = std::max(max_diff, std::fabs(grads(t.offset + i) - want[i]));
+    }
+    EXPECT_GT(max_abs, 0.0) << t.name << ": torch's gradient is all zero, the case exercises nothing";
+    EXPECT_LE(max_diff, 1e-9 * std::max(1.0, max_abs)) << t.name << " max |Δ| " << max_diff;
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain

@@ -1,0 +1,81 @@
+// Fresh initialisation: the distribution of section 5, and values that depend only on
+// (seed, tensor name, element index).
+#include "model/init.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace meshtrain {
+namespace {
+
+std::vector<float> initial_weights(const ModelConfig& m, std::uint64_t seed) {
+  ParameterLayout layout(m);
+  Buffer<float> weights("weights", layout.total());
+  initialize_parameters(slice(weights, 0, layout.total()), layout, seed);
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
+  return std::vector<float>(host.data(), host.data() + host.extent(0));
+}
+
+TEST(Init, DistributionPerTensorKind) {
+  const ModelConfig m{4, 4, 64, 256, 32};
+  const ParameterLayout layout(m);
+  const auto w = initial_weights(m, 1);
+  for (const TensorInfo& t : layout.tensors()) {
+    double sum = 0, sq = 0;
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      sum += w[t.offset + i];
+      sq += double(w[t.offset + i]) * w[t.offset + i];
+    }
+    const double mean = sum / t.numel, sd = std::sqrt(sq / t.numel - mean * mean);
+    const bool ln_weight = t.name.find("ln_") != std::string::npos && t.name.ends_with(".weight");
+    if (ln_weight) {
+      EXPECT_EQ(sum, double(t.numel)) << t.name;  // all ones
+    } else if (t.shape.size() == 1) {
+      EXPECT_EQ(sq, 0.0) << t.name;  // biases and LayerNorm biases are zero
+    } else {
+      const bool residual = t.name.ends_with("c_proj.weight");
+      const double want = residual ? 0.02 / std::sqrt(2.0 * m.layers) : 0.02;
+      // Sample standard deviation within 5 % and mean within 5 standard errors.
+      EXPECT_NEAR(sd, want, 0.05 * want) << t.name;
+      EXPECT_NEAR(mean, 0.0, 5 * want / std::sqrt(double(t.numel))) << t.name;
+    }
+  }
+}
+
+TEST(Init, IndependentOfTheRestOfTheModel) {
+  // Block 0 of a 1-layer and of a 3-layer model hold the same values; so does wte across seq_len.
+  const ModelConfig small{1, 2, 16, 50, 8}, big{3, 2, 16, 50, 12};
+  const ParameterLayout ls(small), lb(big);
+  const auto ws = initial_weights(small, 9), wb = initial_weights(big, 9);
+  for (const char* name : {"wte.weight", "h.0.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
+    const auto& ts = ls.find(name);
+    const auto& tb = lb.find(name);
+    ASSERT_EQ(ts.numel, tb.numel);
+    for (std::size_t i = 0; i < ts.numel; ++i) ASSERT_EQ(ws[ts.offset + i], wb[tb.offset + i]) << name << " " << i;
+  }
+  // wpe's first 8 rows agree too (element index is the row-major index into [T, C]).
+  const auto& ps = ls.find("wpe.weight");
+  const auto& pb = lb.find("wpe.weight");
+  for (std::size_t i = 0; i < ps.numel; ++i) ASSERT_EQ(ws[ps.offset + i], wb[pb.offset + i]);
+}
+
+TEST(Init, ElementFunctionAgreesAndSeedsDiffer) {
+  const ModelConfig m{2, 2, 8, 20, 4};
+  const ParameterLayout layout(m);
+  const auto w1 = initial_weights(m, 3), w2 = initial_weights(m, 4);
+  const TensorInfo& t = layout.find("h.1.mlp.c_proj.weight");
+  int differing = 0;
+  for (std::size_t i = 0; i < t.numel; ++i) {
+    EXPECT_EQ(w1[t.offset + i], float(initial_value(3, t, i, m.layers)));
+    differing += w1[t.offset + i] != w2[t.offset + i];
+  }
+  EXPECT_EQ(differing, int(t.numel));
+  // Two tensors of equal shape draw different values.
+  const TensorInfo& a = layout.find("h.0.attn.c_proj.weight");
+  const TensorInfo& b = layout.find("h.1.attn.c_proj.weight");
+  EXPECT_NE(w1[a.offset], w1[b.offset]);
+}
+
+}  // namespace
+}  // namespace meshtrain
