@@ -187,6 +187,16 @@ herr_t collect_attribute(hid_t /*location*/, const char* name, const H5A_info_t*
   return 0;
 }
 
+// Runs f, prefixing HDF5 failures with what was being done to which file.
+template <class F>
+void with_context(const std::string& context, F&& f) {
+  try {
+    f();
+  } catch (const h5::Error& e) {
+    throw h5::Error(context + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 // --- TensorSlab --------------------------------------------------------------------------------
@@ -257,26 +267,28 @@ void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
                                        name, shape_string(slab.global_shape)));
   }
 
-  const hid_t file = impl_->file.get();
-  const auto dims = to_hsize(slab.global_shape);
-  h5::Dataspace space{MESHTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                                         "a global shape must have at most 32 dimensions")};
-  h5::PropList lcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE), "out of memory?")};
-  MESHTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1), "internal: link creation property");
-  h5::PropList dcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "out of memory?")};
-  // Every element is written, so skip writing fill values first.
-  MESHTRAIN_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "internal: dataset creation property");
-  h5::Dataset dset{MESHTRAIN_H5_CHECK(
-      H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-      "is the tensor name unique in this checkpoint, and is there space on the file system?")};
+  with_context(fmt::format("writing {} to {}", name, tmp_path_), [&] {
+    const hid_t file = impl_->file.get();
+    const auto dims = to_hsize(slab.global_shape);
+    h5::Dataspace space{MESHTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                                           "a global shape must have at most 32 dimensions")};
+    h5::PropList lcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE), "out of memory?")};
+    MESHTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1), "internal: link creation property");
+    h5::PropList dcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "out of memory?")};
+    // Every element is written, so skip writing fill values first.
+    MESHTRAIN_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "internal: dataset creation property");
+    h5::Dataset dset{MESHTRAIN_H5_CHECK(
+        H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+        "is the tensor name unique in this checkpoint, and is there space on the file system?")};
 
-  const Selection sel = select_block(space.get(), slab);
-  h5::PropList dxpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER), "out of memory?")};
-  MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "meshtrain needs parallel HDF5");
-  const float nothing = 0.0f;
-  MESHTRAIN_H5_CHECK(
-      H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(), dxpl.get(), data ? data : &nothing),
-      "did every rank call write() for this tensor? Is there space on the file system?");
+    const Selection sel = select_block(space.get(), slab);
+    h5::PropList dxpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER), "out of memory?")};
+    MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "meshtrain needs parallel HDF5");
+    const float nothing = 0.0f;
+    MESHTRAIN_H5_CHECK(
+        H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(), dxpl.get(), data ? data : &nothing),
+        "did every rank call write() for this tensor? Is there space on the file system?");
+  });
 }
 
 namespace {
@@ -307,19 +319,25 @@ h5::Datatype utf8_string_type() {
 
 void CheckpointWriter::set_attribute(const std::string& name, const std::string& value) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::set_attribute after commit()");
-  const h5::Datatype type = utf8_string_type();
-  const char* text = value.c_str();
-  write_attribute(impl_->file.get(), name, type.get(), type.get(), &text);
+  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_), [&] {
+    const h5::Datatype type = utf8_string_type();
+    const char* text = value.c_str();
+    write_attribute(impl_->file.get(), name, type.get(), type.get(), &text);
+  });
 }
 
 void CheckpointWriter::set_attribute(const std::string& name, std::int64_t value) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::set_attribute after commit()");
-  write_attribute(impl_->file.get(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_), [&] {
+    write_attribute(impl_->file.get(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+  });
 }
 
 void CheckpointWriter::set_attribute(const std::string& name, double value) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::set_attribute after commit()");
-  write_attribute(impl_->file.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_), [&] {
+    write_attribute(impl_->file.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+  });
 }
 
 void CheckpointWriter::commit() {
@@ -338,8 +356,8 @@ void CheckpointWriter::commit() {
       error = fmt::format("cannot rename checkpoint {} to {}: {}", tmp_path_, final_path_, std::strerror(errno));
     }
     if (error.empty()) {
-      std::string dir = std::filesystem::path(final_path_).parent_path().string();
-      if (dir.empty()) dir = ".";
+      const std::filesystem::path parent = std::filesystem::path(final_path_).parent_path();
+      const std::string dir = parent.empty() ? std::string(".") : parent.string();
       const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dfd >= 0) {
         ::fsync(dfd);  // best effort: the rename has happened

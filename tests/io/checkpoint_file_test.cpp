@@ -256,6 +256,25 @@ TEST(CheckpointFile, RanksThatDisagreeOnATensorAllThrowAndLeaveNoFile) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+TEST(CheckpointFile, HdfFailuresNameTheTensorTheFileAndAHint) {
+  SharedDir dir;
+  const std::string path = dir / "twice.h5";
+  CheckpointWriter writer(path, MPI_COMM_WORLD);
+  std::vector<float> data(6, 1.0f);
+  const TensorSlab x{"/model/x", {6}, {0}, {world_rank() == 0 ? 6u : 0u}};
+  writer.write(x, data.data());
+  try {
+    writer.write(x, data.data());
+    ADD_FAILURE() << "writing /model/x twice did not throw";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("writing /model/x to " + path + ".tmp"), std::string::npos) << message;
+    EXPECT_NE(message.find("H5Dcreate2"), std::string::npos) << message;
+    EXPECT_NE(message.find("already exists"), std::string::npos) << message;
+    EXPECT_NE(message.find("HINT: "), std::string::npos) << message;
+  }
+}
+
 TEST(CheckpointFile, CommitReplacesAnOlderFileOfTheSameName) {
   SharedDir dir;
   const std::string path = dir / "again.h5";
@@ -284,8 +303,9 @@ TEST(CheckpointFile, BadFilesAreInputErrorsNamingTheFile) {
     write_text(empty, "");
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  expect_input_error([&] { CheckpointReader r(half, MPI_COMM_WORLD); }, {half});
-  expect_input_error([&] { CheckpointReader r(tiny, MPI_COMM_WORLD); }, {tiny, "not an HDF5 file"});
+  expect_input_error([&] { CheckpointReader r(half, MPI_COMM_WORLD); }, {half, "truncated"});
+  // Ten bytes hold the 8-byte signature: an HDF5 file, but one that cannot be opened.
+  expect_input_error([&] { CheckpointReader r(tiny, MPI_COMM_WORLD); }, {tiny, "cannot be opened as HDF5"});
   expect_input_error([&] { CheckpointReader r(text, MPI_COMM_WORLD); }, {text, "not an HDF5 file"});
   expect_input_error([&] { CheckpointReader r(empty, MPI_COMM_WORLD); }, {empty, "not an HDF5 file"});
   expect_input_error([&] { CheckpointReader r(dir / "missing.h5", MPI_COMM_WORLD); }, {dir / "missing.h5", "no such file"});
@@ -373,7 +393,9 @@ TEST(CheckpointFile, H5pyReadsWhatWeWrote) {
   const int rc = run_python(dir / "read.py", h5py_reader, path + " " + std::to_string(R) + " " + std::to_string(C),
                             dir / "read.log");
   EXPECT_EQ(rc, 0) << "python's checks failed:\n" << (world_rank() == 0 ? read_text(dir / "read.log") : "");
-  if (world_rank() == 0) EXPECT_EQ(read_text(dir / "read.log"), "OK\n");
+  if (world_rank() == 0) {
+    EXPECT_EQ(read_text(dir / "read.log"), "OK\n");
+  }
 }
 
 }  // namespace

@@ -13,7 +13,8 @@ struct AttentionResult {
   Host out, att;
 };
 
-// For each (b, h, t): scores over every key position s, −∞ where s > t, softmax, weighted sum of v.
+// For each (b, h, t): scores over every key position s, −∞ where s > t, softmax (shifted by the
+// largest unmasked score), weighted sum of v.
 AttentionResult attention_reference(const Host& qkv) {
   AttentionResult r{Host(B * T * C, 0.0), Host(B * NH * T * T, 0.0)};
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
@@ -27,10 +28,12 @@ AttentionResult attention_reference(const Host& qkv) {
             d += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + s) * 3 * C + C + h * hs + i];
           score[s] = s <= t ? d * scale : -std::numeric_limits<double>::infinity();
         }
+        double top = -std::numeric_limits<double>::infinity();
+        for (int s = 0; s < T; ++s) top = std::max(top, score[s]);
         double denom = 0;
-        for (int s = 0; s < T; ++s) denom += std::exp(score[s]);
+        for (int s = 0; s < T; ++s) denom += std::exp(score[s] - top);
         for (int s = 0; s < T; ++s) {
-          const double p = std::exp(score[s]) / denom;
+          const double p = std::exp(score[s] - top) / denom;
           r.att[((b * NH + h) * T + t) * T + s] = p;
           for (int i = 0; i < hs; ++i)
             r.out[(b * T + t) * C + h * hs + i] += p * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
@@ -56,6 +59,22 @@ TEST(Attention, ForwardMatchesNaiveMaskedLoop) {
   expect_close(got.att, want.att, 1e-13, "att");
   for (int r = 0; r < B * NH * T; ++r)
     for (int s = r % T + 1; s < T; ++s) EXPECT_EQ(got.att[r * T + s], 0.0) << "future position";
+}
+
+// The last key of each sequence has a huge dot product with every query: it must not leak into
+// earlier rows, not even through the row maximum (exp(score − max) would underflow to 0 there).
+TEST(Attention, FutureKeyDoesNotLeakIntoEarlierRows) {
+  Host qkv = random_vector(B * T * 3 * C, 64, -1.0, 1.0);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        qkv[(b * T + t) * 3 * C + c] = 1.0 + 0.1 * qkv[(b * T + t) * 3 * C + c];  // q > 0
+        if (t == T - 1) qkv[(b * T + t) * 3 * C + C + c] = 300.0;                   // last key
+      }
+  const auto got = run_forward(qkv);
+  const auto want = attention_reference(qkv);
+  expect_close(got.out, want.out, 1e-13, "out");
+  expect_close(got.att, want.att, 1e-13, "att");
 }
 
 TEST(Attention, BackwardMatchesFiniteDifferences) {

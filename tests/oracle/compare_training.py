@@ -6,7 +6,8 @@ random init weights for a shape the other tests do not use (layers 2, heads 3, d
 seq_len 24, micro_batch 2, global_batch 6 -> accum 3, 10 steps, warmup 3, lr 1e-3, min_lr 1e-4,
 weight_decay 0.1), runs `meshtrain train` on them, runs the float64 reference (gpt2_torch.train)
 from the same float32 weights and data, and compares per step:
-loss (--rtol, default 1e-4), lr (1e-9 relative), grad_norm (1e-3 relative).
+loss (--rtol, default 1e-4), lr (1e-9 relative), grad_norm (1e-3 relative), and that the
+cumulative `tokens` is step * global_batch * seq_len.
 Init: matrices/embeddings normal(0, 0.1) (larger than GPT-2's 0.02 so that the loss depends
 visibly on the weights: with 0.02 it sits within 1e-6 of ln 67 and a wrong attention scale or a
 missing causal mask passes), biases normal(0, 0.1), LayerNorm weights 1 + normal(0, 0.1).
@@ -126,6 +127,8 @@ def main():
                     or rel(value, ref[key][s]) > tol[key]:
                 failures.append(f"step {s + 1}: {key} meshtrain {value} vs torch {ref[key][s]:.10g}"
                                 f" (relative tolerance {tol[key]})")
+        if r.get("tokens") != (s + 1) * t["global_batch"] * m["seq_len"]:
+            failures.append(f"step {s + 1}: tokens {r.get('tokens')}, expected {(s + 1) * t['global_batch'] * m['seq_len']}")
     clip = cfg["optim"]["grad_clip"]
     clipped = sum(n > clip for n in ref["grad_norm"]) if clip > 0 else 0
     print(f"\nsteps clipped (grad_norm > {clip}): {clipped} of {t['steps']}")

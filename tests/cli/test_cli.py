@@ -1,0 +1,726 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the meshtrain command line (interface sections 1-4 and 6).
+
+Run one group per ctest entry:
+    test_cli.py --meshtrain BIN --workdir DIR --group {bad_input,resume,signals,commands,all} [-k PATTERN] [-v]
+
+Every case runs in its own directory <workdir>/<group>/<case>, wiped when the group starts and left
+behind afterwards for inspection. Models are tiny (1 layer, d_model 16, T 16), so a run takes a
+fraction of a second. Needs numpy and h5py (Debian: python3-numpy, python3-h5py).
+"""
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:  # a missing test dependency is a failure, never a silent skip
+    sys.exit(f"test_cli.py needs numpy and h5py for {sys.executable}: {e}")
+
+MESHTRAIN = None  # set from --meshtrain
+MPIEXEC = None  # set from --mpiexec or PATH
+WORKDIR = None  # set from --workdir
+
+SHARD_MAGIC = 20240520
+SHARD_VERSION = 1
+HEADER_INTS = 256
+
+# Interface section 2: every key `meshtrain train --help` must list.
+INTERFACE_KEYS = [
+    "model.layers", "model.heads", "model.d_model", "model.vocab", "model.seq_len",
+    "train.micro_batch", "train.global_batch", "train.steps", "train.stop_after", "train.time_limit",
+    "train.seed", "train.precision", "train.recompute",
+    "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.decay",
+    "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
+    "parallel.dp", "parallel.tp", "parallel.pp", "parallel.zero", "parallel.schedule", "parallel.backend",
+    "data.train", "data.order",
+    "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.init_weights", "checkpoint.resume",
+    "log.metrics",
+]
+
+# A tiny byte-level model: one step takes well under a millisecond.
+TINY = {
+    "model.layers": "1", "model.heads": "2", "model.d_model": "16", "model.seq_len": "16",
+    "train.micro_batch": "2", "train.global_batch": "4",
+}
+
+# Text that means the program crashed or leaked an internal failure instead of reporting bad input.
+CRASH_MARKERS = ["Traceback", "terminate called", "what():", "Segmentation fault", "core dumped", "Aborted",
+                 "HDF5-DIAG", "Assertion", "Sanitizer", "failure on rank", "Kokkos::abort", "std::"]
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def write_shard(path, tokens, count=None, magic=SHARD_MAGIC, version=SHARD_VERSION):
+    """A token shard in the interface section 4 format; count overrides the header's token count."""
+    tokens = np.asarray(tokens, dtype="<u2")
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[0], header[1] = magic, version
+    header[2] = len(tokens) if count is None else count
+    with open(path, "wb") as f:
+        f.write(header.tobytes() + tokens.tobytes())
+    return path
+
+
+def random_shard(path, n, seed=0):
+    return write_shard(path, np.random.default_rng(seed).integers(0, 256, size=n))
+
+
+def train_args(overrides=None, raw=()):
+    """`train` arguments from TINY plus overrides (a value of None drops the key), then raw arguments."""
+    keys = dict(TINY)
+    keys.update(overrides or {})
+    args = ["train"]
+    for k, v in keys.items():
+        if v is not None:
+            args += [f"--{k}", str(v)]
+    return args + list(raw)
+
+
+def run(args, cwd, timeout=60, launcher=()):
+    """Runs meshtrain with args in cwd; stdout and stderr as text."""
+    try:
+        p = subprocess.run(list(launcher) + [MESHTRAIN] + [str(a) for a in args], cwd=cwd, capture_output=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"meshtrain {' '.join(map(str, args))} hung: no exit after {timeout} s") from e
+    p.stdout_bytes = p.stdout
+    p.stdout = p.stdout.decode("utf-8", "replace")
+    p.stderr = p.stderr.decode("utf-8", "replace")
+    return p
+
+
+def describe(p):
+    return f"exit {p.returncode}\n--- stdout ---\n{p.stdout[-3000:]}\n--- stderr ---\n{p.stderr[-3000:]}"
+
+
+def tree_digest(path):
+    """{relative path: sha256} of every file under path (empty if path does not exist)."""
+    digest = {}
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                digest[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
+    return digest
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_latest(ckdir):
+    with open(os.path.join(ckdir, "latest")) as f:
+        return f.read().strip()
+
+
+def h5_tensors(path, groups=("model", "optim")):
+    """{dataset path: numpy array} of every dataset under the given root groups."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+        for g in groups:
+            if g in f:
+                f[g].visititems(lambda n, o, g=g: visit(f"{g}/{n}", o))
+    return out
+
+
+def h5_attr(path, name):
+    with h5py.File(path, "r") as f:
+        v = f.attrs[name]
+    if isinstance(v, bytes):
+        v = v.decode()
+    if isinstance(v, np.ndarray) and v.size == 1:
+        v = v.reshape(()).item()
+    if isinstance(v, np.generic):
+        v = v.item()
+    return v
+
+
+class CliCase(unittest.TestCase):
+    """Gives each case its own directory, and common assertions."""
+
+    group = None
+
+    def setUp(self):
+        self.dir = os.path.join(WORKDIR, self.group, self._testMethodName)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def run_ok(self, args, codes=(0,), **kw):
+        p = run(args, self.dir, **kw)
+        self.assertIn(p.returncode, codes, describe(p))
+        return p
+
+    def assert_no_crash_text(self, p, allow=()):
+        for marker in CRASH_MARKERS:
+            if marker in allow:
+                continue
+            self.assertNotIn(marker, p.stderr + p.stdout, f"crash/internal text {marker!r}\n{describe(p)}")
+
+    def assert_bad_input(self, p, *needles):
+        """Exit 2, every needle on stderr, no crash text."""
+        self.assertEqual(p.returncode, 2, describe(p))
+        for needle in needles:
+            self.assertIn(str(needle), p.stderr, f"stderr should name {needle!r}\n{describe(p)}")
+        self.assert_no_crash_text(p)
+
+    def assert_same_records(self, got, want, keys=("step", "loss", "lr", "grad_norm", "tokens")):
+        """The metrics records agree exactly (bitwise for floats) on keys."""
+        self.assertEqual(len(got), len(want), f"{len(got)} records vs {len(want)}")
+        for g, w in zip(got, want):
+            for k in keys:
+                self.assertIn(k, g, f"metrics record lacks {k}: {g}")
+                # repr() tells apart values == would equate (0.0 / -0.0) and fails on NaN
+                self.assertEqual(repr(g[k]), repr(w[k]), f"step {w.get('step')}: {k} {g[k]!r} != {w[k]!r}")
+
+    def assert_checkpoints_equal(self, a, b):
+        ta, tb = h5_tensors(a), h5_tensors(b)
+        self.assertTrue(any(k.startswith("model/") for k in ta), f"{a} has no /model tensors")
+        self.assertTrue(any(k.startswith("optim/") for k in ta), f"{a} has no /optim tensors")
+        self.assertEqual(sorted(ta), sorted(tb), f"tensor names differ between {a} and {b}")
+        for name in ta:
+            self.assertEqual(ta[name].dtype, np.float32, f"{a}: {name} is {ta[name].dtype}, expected float32")
+            self.assertEqual(ta[name].shape, tb[name].shape, name)
+            self.assertEqual(ta[name].tobytes(), tb[name].tobytes(), f"{name} differs bitwise between {a} and {b}")
+        for attr in ("step", "tokens"):
+            self.assertEqual(h5_attr(a, attr), h5_attr(b, attr), attr)
+
+
+def make_fixture(group):
+    """A tiny 2-step run: <workdir>/<group>/_fixture/{shard.bin, ck/step_00000002.h5, ck/latest}."""
+    d = os.path.join(WORKDIR, group, "_fixture")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    random_shard(os.path.join(d, "shard.bin"), 2000)
+    p = run(train_args({"data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": 2}), d)
+    if p.returncode != 0 or not os.path.exists(os.path.join(d, "ck", "step_00000002.h5")):
+        raise RuntimeError(f"fixture run failed: {describe(p)}")
+    return d
+
+
+# --- 1. bad input ----------------------------------------------------------------------------------
+
+class BadInput(CliCase):
+    """Exit 2, a message naming the culprit, nothing written, the existing checkpoint dir untouched."""
+
+    group = "bad_input"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.fixture = make_fixture(cls.group)
+
+    def setUp(self):
+        super().setUp()
+        shutil.copy(os.path.join(self.fixture, "shard.bin"), self.path("shard.bin"))
+        shutil.copytree(os.path.join(self.fixture, "ck"), self.path("ck"))
+        self.ck_before = tree_digest(self.path("ck"))
+        self.assertEqual(read_latest(self.path("ck")), "step_00000002.h5")
+
+    def rejects(self, overrides=None, raw=(), needles=(), launcher=()):
+        """Trains with the case dir's shard and populated ck (4 steps, past the fixture's 2) and expects
+        bad input: had the input been accepted, ck would gain a checkpoint and m.jsonl would appear."""
+        keys = {"data.train": "shard.bin", "checkpoint.dir": "ck", "log.metrics": "m.jsonl", "train.steps": 4}
+        keys.update(overrides or {})
+        p = run(train_args(keys, raw), self.dir, launcher=launcher)
+        if launcher:
+            self.assertNotEqual(p.returncode, 0, describe(p))
+            for needle in needles:
+                self.assertIn(str(needle), p.stderr, f"stderr should name {needle!r}\n{describe(p)}")
+            self.assert_no_crash_text(p, allow=("Aborted",))
+        else:
+            self.assert_bad_input(p, *needles)
+        self.assert_untouched()
+        return p
+
+    def assert_untouched(self):
+        self.assertEqual(tree_digest(self.path("ck")), self.ck_before, "the checkpoint dir was modified")
+        self.assertFalse(os.path.exists(self.path("m.jsonl")), "a metrics file was written")
+
+    def write_ini(self, text):
+        with open(self.path("cfg.ini"), "w") as f:
+            f.write(text)
+        return "cfg.ini"
+
+    # --- keys and values
+
+    def test_unknown_key_cli(self):
+        self.rejects(raw=["--model.layerz", "2"], needles=["model.layerz"])
+
+    def test_unknown_key_ini(self):
+        ini = self.write_ini("[model]\nlayers = 1\nlayerz = 2\n")
+        self.rejects(raw=["--config", ini], needles=["layerz", ini])
+
+    def test_ini_section_typo(self):
+        ini = self.write_ini("[modle]\nlayers = 1\n")
+        self.rejects(raw=["--config", ini], needles=["modle", ini])
+
+    def test_config_file_absent(self):
+        self.rejects(raw=["--config", "absent.ini"], needles=["absent.ini"])
+
+    def test_wrong_type(self):
+        self.rejects({"model.layers": "abc"}, needles=["model.layers", "abc"])
+
+    def test_heads_do_not_divide_d_model(self):
+        self.rejects({"model.heads": 3}, needles=["model.heads", "3", "16"])
+
+    def test_global_batch_not_multiple_of_micro_batch(self):
+        self.rejects({"train.global_batch": 5}, needles=["train.global_batch", "5"])
+
+    def test_lr_nan(self):
+        self.rejects({"optim.lr": "nan"}, needles=["optim.lr"])
+
+    def test_lr_negative(self):
+        self.rejects({"optim.lr": None}, raw=["--optim.lr=-0.1"], needles=["optim.lr", "-0.1"])
+
+    def test_beta1_one(self):
+        self.rejects({"optim.beta1": 1}, needles=["optim.beta1"])
+
+    def test_precision_bf16_not_available(self):
+        p = self.rejects({"train.precision": "bf16"}, needles=["train.precision", "bf16"])
+        self.assertRegex(p.stderr, r"not (yet )?(available|supported|implemented)", "must say bf16 is not available")
+
+    def test_tensor_parallel(self):
+        self.rejects({"parallel.tp": 2}, needles=["parallel.tp"])
+
+    def test_stray_positional_argument(self):
+        # `meshtrain train run.ini` (forgetting --config) must not train with the defaults.
+        with open(self.path("run.ini"), "w") as f:
+            f.write("[train]\nsteps = 4\n")
+        self.rejects(raw=["run.ini"], needles=["run.ini"])
+
+    def test_checkpoint_dir_is_a_file(self):
+        # Found before training, not at the first save: no metrics, no wasted steps.
+        with open(self.path("notadir"), "w") as f:
+            f.write("x\n")
+        self.rejects({"checkpoint.dir": "notadir"}, needles=["notadir"])
+
+    def test_more_than_one_rank(self):
+        if not MPIEXEC:
+            self.skipTest("no mpiexec")
+        # MPI_Abort may turn the exit code into something else than 2; it must not be 0.
+        self.rejects(needles=["ranks"], launcher=[MPIEXEC, "-n", "2"])
+
+    # --- token shards
+
+    def test_shard_missing(self):
+        self.rejects({"data.train": "missing.bin"}, needles=["missing.bin"])
+
+    def test_shard_shorter_than_header(self):
+        with open(self.path("short.bin"), "wb") as f:
+            f.write(np.array([SHARD_MAGIC, SHARD_VERSION, 10], "<i4").tobytes() + bytes(88))  # 100 bytes
+        self.rejects({"data.train": "short.bin"}, needles=["short.bin"])
+
+    def test_shard_wrong_magic(self):
+        write_shard(self.path("magic.bin"), range(200), magic=12345)
+        self.rejects({"data.train": "magic.bin"}, needles=["magic.bin"])
+
+    def test_shard_count_larger_than_file(self):
+        write_shard(self.path("lying.bin"), np.arange(500) % 256, count=700)
+        self.rejects({"data.train": "lying.bin"}, needles=["lying.bin", "700"])
+
+    def test_shard_count_smaller_than_file(self):
+        write_shard(self.path("lying.bin"), np.arange(500) % 256, count=300)
+        self.rejects({"data.train": "lying.bin"}, needles=["lying.bin", "300"])
+
+    def test_glob_matches_nothing(self):
+        self.rejects({"data.train": "nothing_*.bin"}, needles=["nothing_*.bin"])
+
+    def test_token_outside_vocab(self):
+        tokens = np.arange(500) % 256
+        tokens[123] = 300
+        write_shard(self.path("big.bin"), tokens)
+        self.rejects({"data.train": "big.bin", "model.vocab": 256}, needles=["big.bin", "300", "256"])
+
+    def test_seq_len_longer_than_data(self):
+        write_shard(self.path("ten.bin"), range(10))
+        self.rejects({"data.train": "ten.bin", "model.seq_len": 16}, needles=["seq_len", "10"])
+
+    # --- initial weights (checkpoint.resume never, so that they are used)
+
+    def weights_only(self, name, change=None):
+        """A /model-only HDF5 file copied from the fixture checkpoint, with change(name, array) applied."""
+        src = os.path.join(self.fixture, "ck", "step_00000002.h5")
+        with h5py.File(src, "r") as f, h5py.File(self.path(name), "w") as out:
+            for k, v in f["model"].items():
+                a = v[()]
+                out["model/" + k] = change(k, a) if change else a
+        return name
+
+    def test_init_weights_wrong_shape(self):
+        # Control: the same construction with every shape right is accepted.
+        good = self.weights_only("good.h5")
+        self.run_ok(train_args({"data.train": "shard.bin", "checkpoint.dir": "ck_ok", "train.steps": 1,
+                                "checkpoint.init_weights": good}))
+        bad = self.weights_only("bad.h5", lambda k, a: np.zeros((16, 32), "f4") if k == "h.0.mlp.c_fc.weight" else a)
+        self.rejects({"checkpoint.init_weights": bad, "checkpoint.resume": "never"},
+                     needles=["bad.h5", "h.0.mlp.c_fc.weight"])
+
+    def test_init_weights_truncated(self):
+        with open(os.path.join(self.fixture, "ck", "step_00000002.h5"), "rb") as f:
+            data = f.read()
+        with open(self.path("half.h5"), "wb") as f:
+            f.write(data[: len(data) // 2])
+        self.rejects({"checkpoint.init_weights": "half.h5", "checkpoint.resume": "never"}, needles=["half.h5"])
+
+    def test_init_weights_text_file(self):
+        with open(self.path("weights.h5"), "w") as f:
+            f.write("these are not weights\n" * 20)
+        self.rejects({"checkpoint.init_weights": "weights.h5", "checkpoint.resume": "never"}, needles=["weights.h5"])
+
+    # --- resumption
+
+    def test_resume_missing_file(self):
+        self.rejects({"checkpoint.resume": "ck/step_00000099.h5"}, needles=["step_00000099.h5"])
+
+    def test_resume_not_a_checkpoint(self):
+        with h5py.File(self.path("plain.h5"), "w") as f:
+            f["x"] = np.zeros(3, "f4")
+        self.rejects({"checkpoint.resume": "plain.h5"}, needles=["plain.h5"])
+
+    def test_resume_model_shape_differs(self):
+        # auto resumes ck/step_00000002.h5 (d_model 16) into a d_model 32 model
+        self.rejects({"model.d_model": 32}, needles=["model.d_model", "32"])
+
+    # --- other commands
+
+    def test_sample_missing_checkpoint(self):
+        p = run(["sample", "--checkpoint", "ck/step_00000077.h5", "--prompt", "hi", "--tokens", "4"], self.dir)
+        self.assert_bad_input(p, "step_00000077.h5")
+        self.assertEqual(p.stdout, "", "sample printed text without a checkpoint")
+
+    def test_inspect_text_file(self):
+        with open(self.path("notes.txt"), "w") as f:
+            f.write("not a checkpoint\n")
+        self.assert_bad_input(run(["inspect", "notes.txt"], self.dir), "notes.txt")
+
+    def test_unknown_command(self):
+        self.assert_bad_input(run(["frobnicate", "--x", "1"], self.dir), "frobnicate")
+
+    def test_prepare_missing_text_file(self):
+        with open(self.path("a.txt"), "w") as f:
+            f.write("hello\n")
+        before = sorted(os.listdir(self.dir))
+        p = run(["prepare", "--text", "a.txt", "nothere.txt", "--out", "out.bin"], self.dir)
+        self.assert_bad_input(p, "nothere.txt")
+        self.assertEqual(sorted(os.listdir(self.dir)), before, "prepare left files behind")
+
+
+# --- 2. resume -------------------------------------------------------------------------------------
+
+class Resume(CliCase):
+    """Stopping and resuming reproduces the uninterrupted run bit for bit."""
+
+    group = "resume"
+
+    def setUp(self):
+        super().setUp()
+        # 300 tokens: 18 windows of 16, so 12 steps of 4 sequences wrap around the data twice.
+        random_shard(self.path("shard.bin"), 300, seed=1)
+
+    def straight_vs_split(self, extra):
+        base = {"data.train": "shard.bin", "train.steps": 12, "checkpoint.every": 0, **extra}
+        self.run_ok(train_args({**base, "checkpoint.dir": "A", "log.metrics": "A.jsonl"}))
+        straight = read_metrics(self.path("A.jsonl"))
+        self.assertEqual([r["step"] for r in straight], list(range(1, 13)))
+        self.assertEqual(sorted(os.listdir(self.path("A"))), ["latest", "step_00000012.h5"])
+
+        split = train_args({**base, "checkpoint.dir": "B", "log.metrics": "B.jsonl", "train.stop_after": 6})
+        p = run(split, self.dir)
+        self.assertEqual(p.returncode, 3, describe(p))
+        self.assertEqual(read_latest(self.path("B")), "step_00000006.h5")
+        self.assertEqual(h5_attr(self.path("B", "step_00000006.h5"), "step"), 6)
+        first = read_metrics(self.path("B.jsonl"))
+        self.assertEqual([r["step"] for r in first], list(range(1, 7)))
+
+        self.run_ok(split)  # the same job again: resume auto, steps 7..12
+        both = read_metrics(self.path("B.jsonl"))
+        self.assertEqual([r["step"] for r in both], list(range(1, 13)), "metrics of the two jobs")
+        self.assert_same_records(both, straight)
+        self.assertEqual(read_latest(self.path("B")), "step_00000012.h5")
+        self.assert_checkpoints_equal(self.path("A", "step_00000012.h5"), self.path("B", "step_00000012.h5"))
+        # the comparison is not vacuous: training moved the weights after the resume
+        six, twelve = h5_tensors(self.path("B", "step_00000006.h5")), h5_tensors(self.path("B", "step_00000012.h5"))
+        self.assertNotEqual(six["model/wte.weight"].tobytes(), twelve["model/wte.weight"].tobytes())
+        return straight
+
+    def test_sequential_no_accumulation(self):
+        self.straight_vs_split({"train.micro_batch": 4, "train.global_batch": 4})
+
+    def test_sequential_accumulation(self):
+        self.straight_vs_split({"train.micro_batch": 2, "train.global_batch": 4, "data.order": "sequential"})
+
+    def test_shuffle_accumulation(self):
+        shuffled = self.straight_vs_split({"train.micro_batch": 2, "train.global_batch": 4, "data.order": "shuffle"})
+        # shuffle must actually change which sequences the steps see
+        self.run_ok(train_args({"data.train": "shard.bin", "train.steps": 12, "checkpoint.dir": "S",
+                                "log.metrics": "S.jsonl", "data.order": "sequential"}))
+        sequential = read_metrics(self.path("S.jsonl"))
+        self.assertNotEqual([r["loss"] for r in shuffled[1:]], [r["loss"] for r in sequential[1:]],
+                            "data.order shuffle gives the same losses as sequential")
+
+    def test_keep_newest_two(self):
+        self.run_ok(train_args({"data.train": "shard.bin", "train.steps": 8, "checkpoint.every": 2,
+                                "checkpoint.keep": 2, "checkpoint.dir": "K"}))
+        self.assertEqual(sorted(os.listdir(self.path("K"))), ["latest", "step_00000006.h5", "step_00000008.h5"])
+        self.assertEqual(read_latest(self.path("K")), "step_00000008.h5")
+
+    def test_resume_named_file(self):
+        keys = {"data.train": "shard.bin", "train.steps": 8, "checkpoint.every": 2, "checkpoint.keep": 0}
+        self.run_ok(train_args({**keys, "checkpoint.dir": "C", "log.metrics": "C.jsonl"}))
+        self.assertEqual(sorted(os.listdir(self.path("C"))),
+                         ["latest", "step_00000002.h5", "step_00000004.h5", "step_00000006.h5", "step_00000008.h5"])
+        c_before = tree_digest(self.path("C"))
+        self.run_ok(train_args({**keys, "checkpoint.dir": "D", "log.metrics": "D.jsonl",
+                                "checkpoint.resume": "C/step_00000004.h5"}))
+        resumed = read_metrics(self.path("D.jsonl"))
+        self.assertEqual([r["step"] for r in resumed], [5, 6, 7, 8], "resumed from step 4, runs steps 5..8")
+        self.assert_same_records(resumed, read_metrics(self.path("C.jsonl"))[4:])
+        self.assertEqual(sorted(os.listdir(self.path("D"))), ["latest", "step_00000006.h5", "step_00000008.h5"])
+        self.assert_checkpoints_equal(self.path("C", "step_00000008.h5"), self.path("D", "step_00000008.h5"))
+        self.assertEqual(tree_digest(self.path("C")), c_before, "resuming from C modified C")
+
+
+# --- 3. signals ------------------------------------------------------------------------------------
+
+class Signals(CliCase):
+    """SIGTERM/SIGUSR1 and train.time_limit: exit 3 with a checkpoint; resuming completes the run."""
+
+    group = "signals"
+    STEPS = 600
+
+    def setUp(self):
+        super().setUp()
+        random_shard(self.path("shard.bin"), 2000, seed=2)
+
+    def keys(self, name):
+        return {"data.train": "shard.bin", "train.steps": self.STEPS, "checkpoint.dir": name,
+                "log.metrics": f"{name}.jsonl", "log.every": 1}
+
+    def wait_for_lines(self, proc, path, n, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.fail(f"training exited ({proc.returncode}) before {path} had {n} lines")
+            if os.path.exists(path):
+                with open(path) as f:
+                    if sum(1 for line in f if line.endswith("\n")) >= n:
+                        return
+            time.sleep(0.005)
+        self.fail(f"{path} did not reach {n} lines in {timeout} s")
+
+    def drain(self, fd, proc, timeout=60):
+        """Reads fd to EOF, then waits for proc."""
+        deadline = time.monotonic() + timeout
+        chunks = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                self.fail(f"training did not leave within {timeout} s of the signal")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        os.close(fd)
+        return proc.wait(timeout=max(1, deadline - time.monotonic())), b"".join(chunks).decode("utf-8", "replace")
+
+    def interrupt(self, sig):
+        # The straight run to compare with.
+        self.run_ok(train_args(self.keys("straight")))
+        straight = read_metrics(self.path("straight.jsonl"))
+        self.assertEqual(len(straight), self.STEPS)
+
+        # The interrupted run writes its progress lines (log.every 1) into a 4 KiB pipe that this test
+        # does not read until the signal is sent: it blocks after a few dozen steps, so however fast
+        # or loaded the machine, the signal arrives long before the last step.
+        args = train_args(self.keys("ck"))
+        r, w = os.pipe()
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+        with open(self.path("stderr1.txt"), "wb") as err:
+            proc = subprocess.Popen([MESHTRAIN] + args, cwd=self.dir, stdout=w, stderr=err)
+        os.close(w)
+        try:
+            self.wait_for_lines(proc, self.path("ck.jsonl"), 2)
+            proc.send_signal(sig)
+            code, out = self.drain(r, proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        with open(self.path("stderr1.txt")) as f:
+            err_text = f.read()
+        self.assertEqual(code, 3, f"exit {code} after {sig.name}\n{out[-2000:]}\n{err_text}")
+        first = read_metrics(self.path("ck.jsonl"))
+        k = len(first)
+        self.assertTrue(2 <= k < self.STEPS, f"left at step {k}")
+        self.assertEqual([r["step"] for r in first], list(range(1, k + 1)))
+        name = f"step_{k:08d}.h5"
+        self.assertEqual(read_latest(self.path("ck")), name, "latest names the step reached")
+        self.assertEqual(sorted(os.listdir(self.path("ck"))), ["latest", name])
+        self.assertEqual(h5_attr(self.path("ck", name), "step"), k)
+        self.assertEqual(h5_attr(self.path("ck", name), "tokens"), first[-1]["tokens"])
+
+        # The same job again resumes and runs the remaining steps.
+        p = self.run_ok(args)
+        both = read_metrics(self.path("ck.jsonl"))
+        self.assertEqual([r["step"] for r in both], list(range(1, self.STEPS + 1)))
+        self.assert_same_records(both, straight)
+        self.assertEqual(read_latest(self.path("ck")), f"step_{self.STEPS:08d}.h5")
+        self.assert_checkpoints_equal(self.path("straight", f"step_{self.STEPS:08d}.h5"),
+                                      self.path("ck", f"step_{self.STEPS:08d}.h5"))
+
+    def test_sigterm(self):
+        self.interrupt(signal.SIGTERM)
+
+    def test_sigusr1(self):
+        self.interrupt(signal.SIGUSR1)
+
+    def test_time_limit(self):
+        limit_min = 0.05  # 3 s; 10^6 steps would take many minutes
+        keys = {**self.keys("ck"), "train.steps": 1000000, "log.every": 100000, "train.time_limit": limit_min}
+        start = time.monotonic()
+        p = run(train_args(keys), self.dir, timeout=120)
+        wall = time.monotonic() - start
+        self.assertEqual(p.returncode, 3, describe(p))
+        self.assertGreater(wall, 0.8 * limit_min * 60, "left long before the time limit")
+        self.assertLess(wall, limit_min * 60 + 10, "overran the time limit")
+        k = len(read_metrics(self.path("ck.jsonl")))
+        self.assertTrue(1 <= k < 1000000)
+        name = f"step_{k:08d}.h5"
+        self.assertEqual(read_latest(self.path("ck")), name)
+        self.assertEqual(sorted(os.listdir(self.path("ck"))), ["latest", name])
+        self.assertEqual(h5_attr(self.path("ck", name), "step"), k)
+
+
+# --- 4. commands -----------------------------------------------------------------------------------
+
+class Commands(CliCase):
+    """prepare, inspect, sample and train --help."""
+
+    group = "commands"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.fixture = make_fixture(cls.group)
+        cls.checkpoint = os.path.join(cls.fixture, "ck", "step_00000002.h5")
+
+    def test_prepare_bytes_in_order(self):
+        a = bytes(range(256)) + "héllo\n".encode()
+        b = b"\x00\xff second file\r\n"
+        for name, data in (("a.txt", a), ("b.txt", b)):
+            with open(self.path(name), "wb") as f:
+                f.write(data)
+        for order, expected in ((["a.txt", "b.txt"], a + b), (["b.txt", "a.txt"], b + a)):
+            out = "_".join(n[0] for n in order) + ".bin"
+            self.run_ok(["prepare", "--text", *order, "--out", out])
+            with open(self.path(out), "rb") as f:
+                raw = f.read()
+            self.assertEqual(len(raw), 4 * HEADER_INTS + 2 * len(expected), "file size")
+            header = np.frombuffer(raw[: 4 * HEADER_INTS], "<i4")
+            self.assertEqual(list(header[:3]), [SHARD_MAGIC, SHARD_VERSION, len(expected)])
+            self.assertFalse(header[3:].any(), "header padding must be zeros")
+            tokens = np.frombuffer(raw[4 * HEADER_INTS:], "<u2")
+            self.assertEqual(tokens.tolist(), list(expected))
+        self.assertEqual(sorted(os.listdir(self.dir)), ["a.txt", "a_b.bin", "b.txt", "b_a.bin"], "stray files")
+
+    def test_inspect(self):
+        p = self.run_ok(["inspect", self.checkpoint])
+        self.assertRegex(p.stdout, r"(?im)^\s*step\s*[:=]\s*2\s*$", "inspect prints the step")
+        layout = h5_attr(self.checkpoint, "layout")
+        self.assertIn(str(layout), p.stdout, "inspect prints the layout")
+        names = [k[len("model/"):] for k in h5_tensors(self.checkpoint, ("model",))]
+        self.assertEqual(len(names), 16, names)  # 1 layer: 12 per block + wte, wpe, ln_f.weight, ln_f.bias
+        missing = [n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}(?![\w.])", p.stdout)]
+        self.assertEqual(missing, [], f"inspect does not list these /model tensors\n{p.stdout}")
+
+    def sample(self, prompt, n, *extra):
+        p = self.run_ok(["sample", "--checkpoint", self.checkpoint, "--prompt", prompt, "--tokens", n, *extra])
+        out = p.stdout_bytes
+        self.assertTrue(out.startswith(prompt.encode()), f"output does not start with the prompt: {out[:80]!r}")
+        self.assertIn(len(out), (len(prompt) + n, len(prompt) + n + 1), f"{len(out)} bytes: {out!r}")
+        if len(out) == len(prompt) + n + 1:
+            self.assertEqual(out[-1:], b"\n", "only a final newline may follow the N bytes")
+        return out[len(prompt): len(prompt) + n]
+
+    def test_sample_prompt_then_n_bytes(self):
+        self.sample("Hello", 20, "--seed", "1")
+        # longer than the context (seq_len 16): the model slides over the last 16 tokens
+        self.sample("x" * 30, 40, "--seed", "1")
+
+    def test_sample_seeds(self):
+        a1 = self.sample("The ", 64, "--seed", "1")
+        a2 = self.sample("The ", 64, "--seed", "1")
+        b = self.sample("The ", 64, "--seed", "2")
+        self.assertEqual(a1, a2, "same seed, different text")
+        self.assertNotEqual(a1, b, "different seeds, same 64 bytes")
+
+    def test_sample_greedy(self):
+        g1 = self.sample("The ", 32, "--temperature", "0", "--seed", "1")
+        g2 = self.sample("The ", 32, "--temperature", "0", "--seed", "99")
+        self.assertEqual(g1, g2, "temperature 0 depends on the seed")
+
+    def test_train_help_lists_interface_keys(self):
+        p = self.run_ok(["train", "--help"])
+        missing = [k for k in INTERFACE_KEYS if not re.search(rf"--{re.escape(k)}\b", p.stdout)]
+        self.assertEqual(missing, [], f"train --help does not list\n{p.stdout}")
+
+
+GROUPS = {"bad_input": BadInput, "resume": Resume, "signals": Signals, "commands": Commands}
+
+
+def main():
+    global MESHTRAIN, MPIEXEC, WORKDIR
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--meshtrain", required=True, help="the meshtrain binary")
+    ap.add_argument("--workdir", required=True, help="scratch directory (under the build tree)")
+    ap.add_argument("--group", default="all", choices=[*GROUPS, "all"])
+    ap.add_argument("--mpiexec", default=None, help="MPI launcher (default: mpiexec on PATH)")
+    ap.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this")
+    ap.add_argument("-v", dest="verbose", action="store_true")
+    opts = ap.parse_args()
+    MESHTRAIN = os.path.abspath(opts.meshtrain)
+    MPIEXEC = opts.mpiexec or shutil.which("mpiexec")
+    WORKDIR = os.path.abspath(opts.workdir)
+    if not os.access(MESHTRAIN, os.X_OK):
+        sys.exit(f"--meshtrain {MESHTRAIN}: not an executable")
+
+    groups = list(GROUPS) if opts.group == "all" else [opts.group]
+    suite = unittest.TestSuite()
+    loader = unittest.TestLoader()
+    for g in groups:
+        shutil.rmtree(os.path.join(WORKDIR, g), ignore_errors=True)
+        for case in loader.loadTestsFromTestCase(GROUPS[g]):
+            if opts.pattern is None or opts.pattern in case.id():
+                suite.addTest(case)
+    if suite.countTestCases() == 0:
+        sys.exit("no test case selected")
+    start = time.monotonic()
+    result = unittest.TextTestRunner(verbosity=2 if opts.verbose else 1, stream=sys.stdout).run(suite)
+    print(f"{'+'.join(groups)}: {suite.countTestCases()} cases in {time.monotonic() - start:.1f} s")
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
