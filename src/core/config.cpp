@@ -200,7 +200,8 @@ void validate(const Config& c) {
 
 // Boost's messages name the option as "--model.layers"; ours say the key.
 [[noreturn]] void rethrow_as_input_error(const po::error& e, const std::string& origin) {
-  input_error("{}: {}", origin, e.what());
+  const bool unknown = dynamic_cast<const po::unknown_option*>(&e) != nullptr;
+  input_error("{}: {}{}", origin, e.what(), unknown ? " (`meshtrain train --help` lists the valid keys)" : "");
 }
 
 void parse_ini_stream(std::istream& in, const po::options_description& options, po::variables_map& vm,

@@ -2,7 +2,12 @@
 //
 // Sizes: n elements (N*4C in the MLP).
 //   forward:  y = ½ x (1 + tanh(u)),  u = sqrt(2/π) (x + 0.044715 x³)
-//   backward: dx = dy · (½ (1 + tanh u) + ½ x (1 − tanh² u) · sqrt(2/π) (1 + 3·0.044715 x²))
+//   backward: dx = dy · (½ (1 + tanh u) + ½ x (1 − tanh² u) · u'),  u' = sqrt(2/π) (1 + 3·0.044715 x²)
+//
+// Computed through the identity ½ (1 + tanh u) = σ(2u) = 1 / (1 + exp(−2u)):
+//   y = x · σ(2u),  dx = dy · (σ + 2 x σ (1 − σ) u')
+// One exp instead of tanh (5× cheaper on the host: glibc's tanhf costs ~20 ns), and no cancellation
+// in 1 + tanh u for negative x. exp(−2u) = ∞ for very negative x gives σ = 0, y = −0, dx = 0.
 #pragma once
 
 #include "core/exec.hpp"
@@ -21,7 +26,7 @@ void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity
       "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
         const Real x = inp(i);
         const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x * x * x);
-        out(i) = Real(0.5) * x * (Real(1) + kmath::tanh(u));
+        out(i) = x / (Real(1) + kmath::exp(Real(-2) * u));
       });
 }
 
@@ -34,9 +39,10 @@ void gelu_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identi
       "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
         const Real x = inp(i);
         const Real x2 = x * x;
-        const Real th = kmath::tanh(Real(kGeluScale) * (x + Real(kGeluCubic) * x2 * x));
+        const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x2 * x);
         const Real du = Real(kGeluScale) * (Real(1) + Real(3 * kGeluCubic) * x2);
-        const Real grad = Real(0.5) * (Real(1) + th) + Real(0.5) * x * (Real(1) - th * th) * du;
+        const Real sig = Real(1) / (Real(1) + kmath::exp(Real(-2) * u));
+        const Real grad = sig + Real(2) * x * sig * (Real(1) - sig) * du;
         dinp(i) = grad * dout(i);  // dout(i) is read before dinp(i) is written: in place is safe
       });
 }

@@ -575,6 +575,7 @@ class Signals(CliCase):
         first = read_metrics(self.path("ck.jsonl"))
         k = len(first)
         self.assertTrue(2 <= k < self.STEPS, f"left at step {k}")
+        print(f"\n  {sig.name}: left at step {k} of {self.STEPS}", end=" ", flush=True)
         self.assertEqual([r["step"] for r in first], list(range(1, k + 1)))
         name = f"step_{k:08d}.h5"
         self.assertEqual(read_latest(self.path("ck")), name, "latest names the step reached")
@@ -601,13 +602,14 @@ class Signals(CliCase):
         limit_min = 0.05  # 3 s; 10^6 steps would take many minutes
         keys = {**self.keys("ck"), "train.steps": 1000000, "log.every": 100000, "train.time_limit": limit_min}
         start = time.monotonic()
-        p = run(train_args(keys), self.dir, timeout=120)
+        p = run(train_args(keys), self.dir, timeout=40)
         wall = time.monotonic() - start
         self.assertEqual(p.returncode, 3, describe(p))
         self.assertGreater(wall, 0.8 * limit_min * 60, "left long before the time limit")
         self.assertLess(wall, limit_min * 60 + 10, "overran the time limit")
         k = len(read_metrics(self.path("ck.jsonl")))
         self.assertTrue(1 <= k < 1000000)
+        print(f"\n  time_limit {limit_min} min: left at step {k} after {wall:.1f} s", end=" ", flush=True)
         name = f"step_{k:08d}.h5"
         self.assertEqual(read_latest(self.path("ck")), name)
         self.assertEqual(sorted(os.listdir(self.path("ck"))), ["latest", name])

@@ -47,6 +47,29 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   expect_close(to_host(dinp), num, 1e-6, "dinp");
 }
 
+// Far in the tails exp(−2u) overflows or vanishes; forward and backward must stay finite, in both
+// precisions: gelu(x) → 0 and gelu'(x) → 0 for x → −∞, gelu(x) → x and gelu'(x) → 1 for x → +∞.
+template <class Real>
+void check_tails() {
+  const Host x = {-1e4, -100.0, -30.0, 30.0, 100.0, 1e4};
+  ExecSpace space;
+  auto d_x = to_device<Real>(x);
+  auto out = to_device<Real>(nan_filled(x.size()));
+  auto dinp = to_device<Real>(filled(x.size(), 1.0));
+  gelu_forward(space, vec(out), cvec(d_x), static_cast<long>(x.size()));
+  gelu_backward(space, vec(dinp), cvec(d_x), cvec(dinp), static_cast<long>(x.size()));
+  const Host y = to_host(out), g = to_host(dinp);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(y[i], x[i] < 0 ? 0.0 : x[i]) << "gelu(" << x[i] << ")";
+    EXPECT_EQ(g[i], x[i] < 0 ? 0.0 : 1.0) << "gelu'(" << x[i] << ")";
+  }
+}
+
+TEST(Gelu, TailsStayFinite) {
+  check_tails<float>();
+  check_tails<double>();
+}
+
 TEST(Gelu, BackwardInPlaceEqualsOutOfPlace) {
   const Host x = random_vector(n, 44, -4.0, 4.0);
   const Host r = random_vector(n, 45);
