@@ -251,7 +251,21 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::write after commit()");
   const std::string name = normalize(slab.name);
-  const std::string problem = slab_problem(slab, data != nullptr);
+  // Everything rank-local happens first, and all ranks learn whether it worked on all of them,
+  // so a local failure throws everywhere instead of leaving the others in a collective call.
+  std::string problem = slab_problem(slab, data != nullptr);
+  h5::Dataspace space;
+  std::optional<Selection> selection;
+  if (problem.empty()) {
+    try {
+      const auto dims = to_hsize(slab.global_shape);
+      space = h5::Dataspace{MESHTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                                               "a global shape must have at most 32 dimensions")};
+      selection = select_block(space.get(), slab);
+    } catch (const h5::Error& e) {
+      problem = fmt::format("{}: {}", name, e.what());
+    }
+  }
   const std::uint64_t h = fingerprint(name, slab.global_shape);
   const std::uint64_t local[3] = {h, ~h, problem.empty() ? 0u : 1u};
   std::uint64_t global[3] = {0, 0, 0};
@@ -269,9 +283,6 @@ void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
 
   with_context(fmt::format("writing {} to {}", name, tmp_path_), [&] {
     const hid_t file = impl_->file.get();
-    const auto dims = to_hsize(slab.global_shape);
-    h5::Dataspace space{MESHTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                                           "a global shape must have at most 32 dimensions")};
     h5::PropList lcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE), "out of memory?")};
     MESHTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1), "internal: link creation property");
     h5::PropList dcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "out of memory?")};
@@ -281,12 +292,12 @@ void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
         H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
         "is the tensor name unique in this checkpoint, and is there space on the file system?")};
 
-    const Selection sel = select_block(space.get(), slab);
     h5::PropList dxpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER), "out of memory?")};
     MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "meshtrain needs parallel HDF5");
     const float nothing = 0.0f;
     MESHTRAIN_H5_CHECK(
-        H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(), dxpl.get(), data ? data : &nothing),
+        H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, selection->memory.get(), selection->file.get(), dxpl.get(),
+                 data ? data : &nothing),
         "did every rank call write() for this tensor? Is there space on the file system?");
   });
 }

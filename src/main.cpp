@@ -4,6 +4,7 @@
 // any other failure exits 1. With several ranks, an error on one rank aborts them all, so that
 // no rank is left waiting in a collective.
 #include "commands/commands.hpp"
+#include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
 
@@ -29,9 +30,9 @@ constexpr const char* usage =
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job).\n";
 
-int finish(int code, int world) {
+int finish(int code, int world, bool agreed) {
   // A rank that fails alone cannot wait for the others to agree: take the whole job down.
-  if (code != meshtrain::exit_code::finished && code != meshtrain::exit_code::requeue && world > 1) {
+  if (!agreed && code != meshtrain::exit_code::finished && code != meshtrain::exit_code::requeue && world > 1) {
     std::fflush(stdout);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -61,16 +62,21 @@ int main(int argc, char** argv) {
   } else {
     const Args args(argv + 2, argv + argc);
     initialize_kokkos();
+    bool agreed = false;  // every rank knows of the failure, so all can leave normally
     try {
       code = commands.at(argv[1])(args, MPI_COMM_WORLD);
+    } catch (const AgreedInputError& e) {
+      if (e.reporter()) fmt::print(stderr, "meshtrain {}: error: {}\n", argv[1], e.what());
+      code = exit_code::bad_input;
+      agreed = true;
     } catch (const InputError& e) {
-      if (rank == 0 || world > 1) fmt::print(stderr, "meshtrain {}: error: {}\n", argv[1], e.what());
+      fmt::print(stderr, "meshtrain {}: error: {}\n", argv[1], e.what());
       code = exit_code::bad_input;
     } catch (const std::exception& e) {
       fmt::print(stderr, "meshtrain {}: failure on rank {}: {}\n", argv[1], rank, e.what());
       code = exit_code::failure;
     }
-    code = finish(code, world);
+    code = finish(code, world, agreed);
     Kokkos::finalize();
   }
   MPI_Finalize();

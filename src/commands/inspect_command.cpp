@@ -32,8 +32,8 @@ int inspect_command(const Args& args, MPI_Comm comm) {
     if (auto v = reader.int_attribute(name)) fmt::print("{}: {}\n", name, *v);
   }
   for (const char* group : {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"}) {
-    if (!reader.has(group)) continue;
     const auto names = reader.datasets(group);
+    if (names.empty()) continue;
     std::uint64_t elements = 0;
     for (const auto& name : names) {
       std::uint64_t n = 1;

@@ -1,6 +1,7 @@
 // meshtrain prepare --text FILE... --out SHARD.bin
 #include "commands/commands.hpp"
 
+#include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "io/prepare.hpp"
 
@@ -27,7 +28,7 @@ int prepare_command(const Args& args, MPI_Comm comm) {
   }
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::store(parse_command_line(args, options, "meshtrain prepare --text FILE... --out SHARD.bin"), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     input_error("prepare: {} (usage: meshtrain prepare --text FILE... --out SHARD.bin)", e.what());

@@ -4,6 +4,7 @@
 // the file. Byte-level models (vocab 256) print text; others print token ids.
 #include "commands/commands.hpp"
 
+#include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpointing.hpp"
@@ -47,7 +48,7 @@ SampleOptions parse_sample_options(const Args& args, bool& help) {
   }
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::store(parse_command_line(args, options, "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]"), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     input_error("sample: {}", e.what());

@@ -1,6 +1,7 @@
 // meshtrain train [--config FILE.ini] [--section.key VALUE ...]
 #include "commands/commands.hpp"
 
+#include "core/agreement.hpp"
 #include "core/config.hpp"
 #include "train/trainer.hpp"
 
@@ -22,7 +23,7 @@ int train_command(const Args& args, MPI_Comm comm) {
                config_help());
     return 0;
   }
-  return train(parse_config(args), comm);
+  return train(agree_on_input(comm, [&] { return parse_config(args); }), comm);
 }
 
 }  // namespace meshtrain

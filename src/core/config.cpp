@@ -4,11 +4,13 @@
 // written into checkpoints can never disagree about the keys.
 #include "core/config.hpp"
 
+#include "core/command_line.hpp"
 #include "core/errors.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,15 +26,13 @@ namespace {
 struct KeyPrinter {
   std::string key;
   std::function<std::string()> value;
+  const char* kind;
 };
 
+// Values as INI text: fmt's shortest round-trip form, so a stored config reproduces every double.
 template <class T>
 std::string show(const T& v) {
-  if constexpr (std::is_same_v<T, double>) {
-    return fmt::format("{}", v);  // shortest round-trip form
-  } else {
-    return fmt::format("{}", v);
-  }
+  return fmt::format("{}", v);
 }
 
 // Registers every key of section 2 into `options`, bound to the fields of `cfg`.
@@ -81,6 +81,14 @@ class KeyTable {
 
   const po::options_description& options() const { return options_; }
 
+  // What a key's value must be, for error messages: "an integer", "a number" or "text".
+  std::string kind(const std::string& key) const {
+    for (const auto& p : printers_) {
+      if (p.key == key) return p.kind;
+    }
+    return "a value";
+  }
+
   std::string to_ini() const {
     std::map<std::string, std::vector<std::string>> sections;
     for (const auto& p : printers_) {
@@ -99,7 +107,8 @@ class KeyTable {
   template <class T>
   void add(const char* key, T& field, const char* help) {
     options_.add_options()(key, po::value<T>(&field)->default_value(field, show(field)), help);
-    printers_.push_back({key, [&field] { return show(field); }});
+    const char* kind = std::is_integral_v<T> ? "an integer" : std::is_floating_point_v<T> ? "a number" : "text";
+    printers_.push_back({key, [&field] { return show(field); }, kind});
   }
 
   po::options_description options_;
@@ -129,6 +138,7 @@ void require_one_of(const char* key, const std::string& v, std::initializer_list
 
 void validate(const Config& c) {
   require_positive("model.layers", c.model.layers);
+  if (c.model.layers > 4096) input_error("model.layers = {} is invalid: at most 4096 layers", c.model.layers);
   require_positive("model.heads", c.model.heads);
   require_positive("model.d_model", c.model.d_model);
   require_positive("model.vocab", c.model.vocab);
@@ -146,6 +156,7 @@ void validate(const Config& c) {
   require_positive("train.steps", c.train.steps);
   if (c.train.stop_after < 0) input_error("train.stop_after = {} is invalid: it must be >= 0", c.train.stop_after);
   require_non_negative("train.time_limit", c.train.time_limit);
+  if (c.train.seed < 0) input_error("train.seed = {} is invalid: it must be an integer >= 0", c.train.seed);
   require_one_of("train.precision", c.train.precision, {"fp32"},
                  " (bf16 and fp16 mixed precision are not available in this version)");
   require_one_of("train.recompute", c.train.recompute, {"none"},
@@ -199,17 +210,23 @@ void validate(const Config& c) {
 }
 
 // Boost's messages name the option as "--model.layers"; ours say the key.
-[[noreturn]] void rethrow_as_input_error(const po::error& e, const std::string& origin) {
-  const bool unknown = dynamic_cast<const po::unknown_option*>(&e) != nullptr;
-  input_error("{}: {}{}", origin, e.what(), unknown ? " (`meshtrain train --help` lists the valid keys)" : "");
+[[noreturn]] void rethrow_as_input_error(const po::error& e, const std::string& origin, const KeyTable& table) {
+  std::string hint;
+  if (dynamic_cast<const po::unknown_option*>(&e) != nullptr) {
+    hint = " (`meshtrain train --help` lists the valid keys)";
+  } else if (const auto* bad = dynamic_cast<const po::invalid_option_value*>(&e)) {
+    std::string key = bad->get_option_name();
+    key.erase(0, key.find_first_not_of('-'));
+    hint = fmt::format(": {} takes {}", key, table.kind(key));
+  }
+  input_error("{}: {}{}", origin, e.what(), hint);
 }
 
-void parse_ini_stream(std::istream& in, const po::options_description& options, po::variables_map& vm,
-                      const std::string& origin) {
+void parse_ini_stream(std::istream& in, const KeyTable& table, po::variables_map& vm, const std::string& origin) {
   try {
-    po::store(po::parse_config_file(in, options, /*allow_unregistered=*/false), vm);
+    po::store(po::parse_config_file(in, table.options(), /*allow_unregistered=*/false), vm);
   } catch (const po::error& e) {
-    rethrow_as_input_error(e, origin);
+    rethrow_as_input_error(e, origin, table);
   }
 }
 
@@ -225,24 +242,30 @@ Config parse_config(const std::vector<std::string>& args) {
 
   po::variables_map vm;
   try {
+    po::parsed_options parsed =
+        parse_command_line(args, cli, "meshtrain train [--config FILE.ini] [--section.key VALUE ...]");
+    // A key given twice takes its last value, so scripts can append overrides to a base command.
+    auto& options = parsed.options;
+    for (auto it = options.begin(); it != options.end();) {
+      const bool repeated = std::any_of(std::next(it), options.end(),
+                                        [&](const po::option& later) { return later.string_key == it->string_key; });
+      it = repeated ? options.erase(it) : std::next(it);
+    }
     // Command line first: Boost keeps the first value stored for a key, so it wins over the file.
-    po::store(po::command_line_parser(args).options(cli).style(po::command_line_style::unix_style ^
-                                                                po::command_line_style::allow_guessing)
-                  .run(),
-              vm);
+    po::store(parsed, vm);
   } catch (const po::error& e) {
-    rethrow_as_input_error(e, "command line");
+    rethrow_as_input_error(e, "command line", table);
   }
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
     std::ifstream in(path);
     if (!in) input_error("config file '{}' cannot be read: {}", path, std::filesystem::exists(path) ? "permission denied or not a file" : "no such file");
-    parse_ini_stream(in, table.options(), vm, fmt::format("config file '{}'", path));
+    parse_ini_stream(in, table, vm, fmt::format("config file '{}'", path));
   }
   try {
     po::notify(vm);
   } catch (const po::error& e) {
-    rethrow_as_input_error(e, "configuration");
+    rethrow_as_input_error(e, "configuration", table);
   }
   validate(cfg);
   return cfg;
@@ -253,7 +276,7 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin) {
   KeyTable table(cfg);
   po::variables_map vm;
   std::istringstream in(ini_text);
-  parse_ini_stream(in, table.options(), vm, origin);
+  parse_ini_stream(in, table, vm, origin);
   po::notify(vm);
   validate(cfg);
   return cfg;

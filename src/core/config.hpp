@@ -22,7 +22,7 @@ struct TrainConfig {
   std::int64_t steps = 10;
   std::int64_t stop_after = 0;  // leave after this many steps in this job (0: run to the end)
   double time_limit = 0;        // minutes this job may run (0: no limit)
-  std::uint64_t seed = 1337;
+  std::int64_t seed = 1337;
   std::string precision = "fp32";
   std::string recompute = "none";
 };

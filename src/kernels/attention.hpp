@@ -6,8 +6,9 @@
 //   att [B,NH,T,T]: softmax probabilities P, zero above the diagonal (future positions).
 //   out [B,T,C]: head h writes columns h*hs .. h*hs+hs-1.
 //
-//   forward:  S_h = scale · Q_h K_hᵀ,  P_h = causal_softmax(S_h),  O_h = P_h V_h,  scale = 1/sqrt(hs)
-//   backward: dP_h = dO_h V_hᵀ,  dV_h = P_hᵀ dO_h,  dS_h = P_h ⊙ (dP_h − rowsum(P_h ⊙ dP_h)),
+//   forward:  S_h = scale · Q_h K_hᵀ,  P_h = causal_softmax(S_h),  O_h = P_h V_h,  scale =
+//   1/sqrt(hs) backward: dP_h = dO_h V_hᵀ,  dV_h = P_hᵀ dO_h,  dS_h = P_h ⊙ (dP_h − rowsum(P_h ⊙
+//   dP_h)),
 //             dQ_h = scale · dS_h K_h,  dK_h = scale · dS_hᵀ Q_h
 //
 // Each product runs as one strided-batched GEMM per sequence, batched over heads (a head's
@@ -31,8 +32,8 @@ template <class Real>
 void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int T) {
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::attention::softmax_forward", Kokkos::TeamPolicy<ExecSpace>(space, rows, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::attention::softmax_forward",
+      Kokkos::TeamPolicy<ExecSpace>(space, rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
@@ -61,11 +62,12 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
 
 // datt ← P ⊙ (datt − rowsum(P ⊙ datt)) over columns j ≤ t of each row, 0 above; in place.
 template <class Real>
-void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> att, int rows, int T) {
+void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> att, int rows,
+                             int T) {
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::attention::softmax_backward", Kokkos::TeamPolicy<ExecSpace>(space, rows, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::attention::softmax_backward",
+      Kokkos::TeamPolicy<ExecSpace>(space, rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
@@ -129,8 +131,8 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
     const Real* dout_b = dout.data() + b * seq_out;
     const Real* att_b = att.data() + b * seq_att;
     // dP_h = dO_h V_hᵀ
-    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, Real(1), dout_b, C,
-                               hs, v, C3, hs, Real(0), datt.data() + b * seq_att, T, tt, NH);
+    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, Real(1), dout_b,
+                               C, hs, v, C3, hs, Real(0), datt.data() + b * seq_att, T, tt, NH);
     // dV_h = P_hᵀ dO_h
     gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, Real(1), att_b, T,
                                tt, dout_b, C, hs, Real(0), dqkv.data() + b * seq_qkv + 2 * C, C3,

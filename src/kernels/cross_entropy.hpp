@@ -21,13 +21,14 @@ inline constexpr long kReduceChunk = 4096;
 // losses and dlogits are written (=). grad_scale is typically 1 / (number of target tokens).
 template <class Real>
 void softmax_cross_entropy(const ExecSpace& space, Vec<Real> losses, Vec<Real> dlogits,
-                           CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets, int N,
-                           int V, std::type_identity_t<Real> grad_scale) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
+                           CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets,
+                           int N, int V, std::type_identity_t<Real> grad_scale) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
+                reachable_v<CVec<std::int32_t>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::cross_entropy::forward_backward", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::cross_entropy::forward_backward",
+      Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * V;
         const int target = targets(n);

@@ -23,7 +23,8 @@ template <class Real>
 void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> tokens,
                      CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe,
                      int B, int T, int C) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
+                reachable_v<CVec<std::int32_t>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::encoder::forward", Kokkos::TeamPolicy<ExecSpace>(space, B * T, Kokkos::AUTO),
@@ -41,17 +42,18 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
 // dwte and dwpe accumulate (+=); dout is [N*C].
 template <class Real>
 void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
-                      CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B, int T,
-                      int C, int V) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
+                      CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B,
+                      int T, int C, int V) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
+                reachable_v<CVec<std::int32_t>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int N = B * T;
   const int blocks = (C + kEncoderColumnBlock - 1) / kEncoderColumnBlock;
   // A channel c always falls to the same thread of its team, so each dwte[v,c] is summed by one
   // thread in row order: no race, and the same order every run.
   Kokkos::parallel_for(
-      "meshtrain::encoder::backward_wte", Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::encoder::backward_wte",
+      Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
         const int c0 = team.league_rank() * kEncoderColumnBlock;
         const int c1 = c0 + kEncoderColumnBlock < C ? c0 + kEncoderColumnBlock : C;
         for (int n = 0; n < N; ++n) {

@@ -2,7 +2,8 @@
 //
 // Sizes: n elements (N*4C in the MLP).
 //   forward:  y = ½ x (1 + tanh(u)),  u = sqrt(2/π) (x + 0.044715 x³)
-//   backward: dx = dy · (½ (1 + tanh u) + ½ x (1 − tanh² u) · u'),  u' = sqrt(2/π) (1 + 3·0.044715 x²)
+//   backward: dx = dy · (½ (1 + tanh u) + ½ x (1 − tanh² u) · u'),  u' = sqrt(2/π) (1 + 3·0.044715
+//   x²)
 //
 // Computed through the identity ½ (1 + tanh u) = σ(2u) = 1 / (1 + exp(−2u)):
 //   y = x · σ(2u),  dx = dy · (σ + 2 x σ (1 − σ) u')
@@ -20,10 +21,12 @@ inline constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/π)
 inline constexpr double kGeluCubic = 0.044715;
 
 template <class Real>
-void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> inp, long n) {
+void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> inp,
+                  long n) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   Kokkos::parallel_for(
-      "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
+      "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(long i) {
         const Real x = inp(i);
         const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x * x * x);
         out(i) = x / (Real(1) + kmath::exp(Real(-2) * u));
@@ -36,7 +39,8 @@ void gelu_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identi
                    CVec<std::type_identity_t<Real>> dout, long n) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   Kokkos::parallel_for(
-      "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
+      "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(long i) {
         const Real x = inp(i);
         const Real x2 = x * x;
         const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x2 * x);

@@ -23,7 +23,8 @@ inline constexpr int kLayerNormColumnBlock = 64;
 
 template <class Real>
 void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> mean, Vec<Real> rstd,
-                       CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                       CVec<std::type_identity_t<Real>> inp,
+                       CVec<std::type_identity_t<Real>> weight,
                        CVec<std::type_identity_t<Real>> bias, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -59,7 +60,8 @@ void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> mean, Ve
 template <class Real>
 void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                         CVec<std::type_identity_t<Real>> dout, CVec<std::type_identity_t<Real>> inp,
-                        CVec<std::type_identity_t<Real>> weight, CVec<std::type_identity_t<Real>> mean,
+                        CVec<std::type_identity_t<Real>> weight,
+                        CVec<std::type_identity_t<Real>> mean,
                         CVec<std::type_identity_t<Real>> rstd, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;

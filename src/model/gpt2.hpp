@@ -89,6 +89,12 @@ class Gpt2 {
   BackwardScratch<Real> scratch_;
 };
 
+// Throws InputError, naming `origin` (e.g. "the config" or a checkpoint path), when the model cannot
+// be built: a tensor too large for the kernels' 32-bit sizes, or weights, `state_buffers` more flat
+// parameter-sized buffers (gradients, moments) and the activations of `batch` sequences that need more
+// memory than the machine has.
+void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin);
+
 extern template class Gpt2<float>;
 extern template class Gpt2<double>;
 

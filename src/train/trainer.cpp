@@ -1,7 +1,9 @@
 // The single-rank training loop.
 #include "train/trainer.hpp"
 
+#include "core/agreement.hpp"
 #include "core/errors.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/token_shard.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -81,17 +83,26 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
 }  // namespace
 
 int train(const Config& cfg, MPI_Comm comm) {
+  // From the start, so that Slurm's warning during a long set-up is not fatal.
+  install_stop_signal_handlers();
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   const bool leader = rank == 0;
-  const int dp = resolve_dp(cfg, world);
-  const int accum = accumulation_steps(cfg, dp);
   const int B = cfg.train.micro_batch, T = cfg.model.seq_len;
 
-  // Everything that can reject the input happens before anything is written.
-  const io::TokenStream stream = open_training_data(cfg);
-  DataOrder order(stream.size(), T, cfg.train.global_batch, cfg.data.order, cfg.train.seed);
+  // Everything that can reject the input happens before anything is written, and all ranks agree
+  // on the verdict before going further.
+  int dp = 0, accum = 0;
+  io::TokenStream stream = agree_on_input(comm, [&] {
+    dp = resolve_dp(cfg, world);
+    accum = accumulation_steps(cfg, dp);
+    require_model_fits(cfg.model, B, 3, "the config");
+    return open_training_data(cfg);
+  });
+  DataOrder order = agree_on_input(comm, [&] {
+    return DataOrder(stream.size(), T, cfg.train.global_batch, cfg.data.order, cfg.train.seed);
+  });
 
   ExecSpace space;
   Gpt2<float> model(space, cfg.model, B);
@@ -103,17 +114,23 @@ int train(const Config& cfg, MPI_Comm comm) {
   BatchLoader loader(stream, order, B, T);
 
   Checkpointer checkpointer(cfg, layout, comm);
-  TrainingProgress progress;
-  const std::string resume = checkpointer.resume_path();
-  if (!resume.empty()) {
-    progress = checkpointer.load(resume, state);
-    if (leader) fmt::print("resumed from {} at step {}\n", resume, progress.step);
-  } else if (!cfg.checkpoint.init_weights.empty()) {
-    checkpointer.load_weights(cfg.checkpoint.init_weights, model.weights());
-    if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
-  } else {
-    initialize_parameters(model.weights(), layout, cfg.train.seed);
-  }
+  const TrainingProgress start = agree_on_input(comm, [&] {
+    TrainingProgress progress;
+    const std::string resume = checkpointer.resume_path();
+    if (!resume.empty()) {
+      progress = checkpointer.load(resume, state);
+      if (leader) fmt::print("resumed from {} at step {}\n", resume, progress.step);
+    } else if (!cfg.checkpoint.init_weights.empty()) {
+      checkpointer.load_weights(cfg.checkpoint.init_weights, model.weights());
+      if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
+    } else {
+      initialize_parameters(model.weights(), layout, cfg.train.seed);
+    }
+    // The checkpoint directory must be usable before any work is done that would need saving.
+    if (leader) io::ensure_directory(cfg.checkpoint.dir);
+    return progress;
+  });
+  TrainingProgress progress = start;
 
   if (leader) {
     fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg.model.layers,
@@ -129,7 +146,6 @@ int train(const Config& cfg, MPI_Comm comm) {
   }
 
   io::MetricsWriter metrics(leader ? cfg.log.metrics : std::string());
-  install_stop_signal_handlers();
   const double flops_token = flops_per_token(layout);
   const std::int64_t tokens_per_step = std::int64_t(cfg.train.global_batch) * T;
   const float grad_scale = 1.0f / float(std::int64_t(B) * T * accum);

@@ -683,6 +683,19 @@ class Commands(CliCase):
         g2 = self.sample("The ", 32, "--temperature", "0", "--seed", "99")
         self.assertEqual(g1, g2, "temperature 0 depends on the seed")
 
+    def test_config_file_and_command_line(self):
+        # INI keys apply; where the INI and the command line both set a key, the command line wins.
+        random_shard(self.path("shard.bin"), 500)
+        with open(self.path("run.ini"), "w") as f:
+            f.write("[model]\nd_model = 32\n\n[train]\nsteps = 3\nglobal_batch = 8\n")
+        p = self.run_ok(["train", "--config", "run.ini", "--model.d_model", "16", "--model.layers", "1",
+                         "--model.heads", "2", "--model.seq_len", "16", "--train.micro_batch", "2",
+                         "--data.train", "shard.bin", "--checkpoint.dir", "ck", "--log.metrics", "m.jsonl"])
+        self.assertEqual([r["step"] for r in read_metrics(self.path("m.jsonl"))], [1, 2, 3], "train.steps from INI")
+        wte = h5_tensors(self.path("ck", "step_00000003.h5"), ("model",))["model/wte.weight"]
+        self.assertEqual(wte.shape, (256, 16), "model.d_model: the command line wins over the INI")
+        self.assertIn("effective batch = micro_batch 2 × dp 1 × accum 4 = 8 sequences (128 tokens)", p.stdout)
+
     def test_train_help_lists_interface_keys(self):
         p = self.run_ok(["train", "--help"])
         missing = [k for k in INTERFACE_KEYS if not re.search(rf"--{re.escape(k)}\b", p.stdout)]

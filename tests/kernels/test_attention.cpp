@@ -36,7 +36,8 @@ AttentionResult attention_reference(const Host& qkv) {
           const double p = std::exp(score[s] - top) / denom;
           r.att[((b * NH + h) * T + t) * T + s] = p;
           for (int i = 0; i < hs; ++i)
-            r.out[(b * T + t) * C + h * hs + i] += p * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
+            r.out[(b * T + t) * C + h * hs + i] +=
+                p * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
         }
       }
   return r;
@@ -69,7 +70,7 @@ TEST(Attention, FutureKeyDoesNotLeakIntoEarlierRows) {
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < C; ++c) {
         qkv[(b * T + t) * 3 * C + c] = 1.0 + 0.1 * qkv[(b * T + t) * 3 * C + c];  // q > 0
-        if (t == T - 1) qkv[(b * T + t) * 3 * C + C + c] = 300.0;                   // last key
+        if (t == T - 1) qkv[(b * T + t) * 3 * C + C + c] = 300.0;                 // last key
       }
   const auto got = run_forward(qkv);
   const auto want = attention_reference(qkv);
@@ -89,7 +90,8 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   auto dout = to_device<double>(r);
   auto dqkv = to_device<double>(nan_filled(B * T * 3 * C));  // written, not accumulated
   auto datt = to_device<double>(nan_filled(B * NH * T * T));
-  attention_backward(space, vec(dqkv), vec(datt), cvec(dout), cvec(d_qkv), cvec(d_att), B, T, C, NH);
+  attention_backward(space, vec(dqkv), vec(datt), cvec(dout), cvec(d_qkv), cvec(d_att), B, T, C,
+                     NH);
   const Host got = to_host(dqkv);
   // Report q, k and v separately: a wrong stride or transpose shows up in one of them.
   const char* part[] = {"dq", "dk", "dv"};

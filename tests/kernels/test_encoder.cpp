@@ -11,7 +11,8 @@ constexpr int B = 2, T = 5, C = 12, V = 11;
 // Tokens with repeats, so that dwte sums several rows into one.
 std::vector<std::int32_t> tokens() { return {3, 7, 3, 0, 10, 7, 7, 1, 3, 5}; }
 
-Host encoder_forward_reference(const std::vector<std::int32_t>& tok, const Host& wte, const Host& wpe) {
+Host encoder_forward_reference(const std::vector<std::int32_t>& tok, const Host& wte,
+                               const Host& wpe) {
   Host out(B * T * C);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)

@@ -55,7 +55,8 @@ std::map<std::string, std::vector<Real>> run_all() {
   add_bias(space, vec(qkv), cvec(bias), N, 3 * C);
   attention_forward(space, vec(y), vec(att), cvec(qkv), B, T, C, NH);
   gelu_forward(space, vec(h), cvec(y), long{N} * C);
-  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(logits), cvec(d_tgt), N, V, Real(1) / N);
+  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(logits), cvec(d_tgt), N, V,
+                        Real(1) / N);
 
   // backward, with dout = h (any fixed tensor will do)
   auto dy = to_device<Real>(filled(N * C, 0));
@@ -72,18 +73,23 @@ std::map<std::string, std::vector<Real>> run_all() {
   attention_backward(space, vec(dqkv), vec(datt), cvec(dy), cvec(qkv), cvec(att), B, T, C, NH);
   bias_backward(space, vec(dbias), cvec(dqkv), N, 3 * C);
   for (int n = 0; n < N; ++n)
-    residual_forward(space, slice(dln, n * C, C), slice(dln, n * C, C), slice(dqkv, n * 3 * C, C), C);
-  layernorm_backward(space, vec(dx), vec(dlnw), vec(dlnb), cvec(dln), cvec(x), cvec(lnw), cvec(mean),
-                     cvec(rstd), N, C);
+    residual_forward(space, slice(dln, n * C, C), slice(dln, n * C, C), slice(dqkv, n * 3 * C, C),
+                     C);
+  layernorm_backward(space, vec(dx), vec(dlnw), vec(dlnb), cvec(dln), cvec(x), cvec(lnw),
+                     cvec(mean), cvec(rstd), N, C);
   encoder_backward(space, vec(dwte), vec(dwpe), cvec(dx), cvec(d_tok), B, T, C, V);
   const Real loss = sum_reduce(space, vec(losses), N);
   const double norm2 = squared_norm(space, vec(dwte), long{V} * C);
 
-  return {{"x", raw(x)},         {"ln", raw(ln)},         {"qkv", raw(qkv)},   {"att", raw(att)},
-          {"y", raw(y)},         {"h", raw(h)},           {"losses", raw(losses)},
-          {"dlogits", raw(dlogits)}, {"dy", raw(dy)},     {"dqkv", raw(dqkv)}, {"dbias", raw(dbias)},
-          {"dx", raw(dx)},       {"dlnw", raw(dlnw)},     {"dlnb", raw(dlnb)}, {"dwte", raw(dwte)},
-          {"dwpe", raw(dwpe)},   {"loss", {loss}},        {"norm2", {static_cast<Real>(norm2)}}};
+  return {{"x", raw(x)},           {"ln", raw(ln)},
+          {"qkv", raw(qkv)},       {"att", raw(att)},
+          {"y", raw(y)},           {"h", raw(h)},
+          {"losses", raw(losses)}, {"dlogits", raw(dlogits)},
+          {"dy", raw(dy)},         {"dqkv", raw(dqkv)},
+          {"dbias", raw(dbias)},   {"dx", raw(dx)},
+          {"dlnw", raw(dlnw)},     {"dlnb", raw(dlnb)},
+          {"dwte", raw(dwte)},     {"dwpe", raw(dwpe)},
+          {"loss", {loss}},        {"norm2", {static_cast<Real>(norm2)}}};
 }
 
 TEST(Precision, FloatAgreesWithDouble) {
