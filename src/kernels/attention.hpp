@@ -17,6 +17,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 
 #include <cmath>
@@ -48,7 +49,7 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, t + 1),
             [&](int j, Real& acc) {
-              const Real e = kmath::exp(att(row + j) - row_max);
+              const Real e = fast_exp(att(row + j) - row_max);
               att(row + j) = e;
               acc += e;
             },

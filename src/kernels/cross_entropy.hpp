@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/fast_math.hpp"
 
 #include <cstdint>
 #include <type_traits>
@@ -46,7 +47,7 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<Real> losses, Vec<Real> d
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, V),
             [&](int v, Real& acc) {
-              const Real e = kmath::exp(logits(row + v) - row_max);
+              const Real e = fast_exp(logits(row + v) - row_max);
               dlogits(row + v) = e;
               acc += e;
             },

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/fast_math.hpp"
 
 #include <type_traits>
 
@@ -29,7 +30,7 @@ void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity
       KOKKOS_LAMBDA(long i) {
         const Real x = inp(i);
         const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x * x * x);
-        out(i) = x / (Real(1) + kmath::exp(Real(-2) * u));
+        out(i) = x / (Real(1) + fast_exp(Real(-2) * u));
       });
 }
 
@@ -45,7 +46,7 @@ void gelu_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identi
         const Real x2 = x * x;
         const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x2 * x);
         const Real du = Real(kGeluScale) * (Real(1) + Real(3 * kGeluCubic) * x2);
-        const Real sig = Real(1) / (Real(1) + kmath::exp(Real(-2) * u));
+        const Real sig = Real(1) / (Real(1) + fast_exp(Real(-2) * u));
         const Real grad = sig + Real(2) * x * sig * (Real(1) - sig) * du;
         dinp(i) = grad * dout(i);  // dout(i) is read before dinp(i) is written: in place is safe
       });
