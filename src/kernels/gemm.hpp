@@ -7,14 +7,9 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/gemm_types.hpp"
 
 namespace meshtrain {
-
-enum class Trans { no, yes };
-
-struct GemmShape {
-  int m, n, k;
-};
 
 template <class Real>
 void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha,

@@ -1,0 +1,22 @@
+// cuBLAS behind meshtrain's GEMM dispatch (kernels/gemm.hpp), for CUDA builds.
+//
+// Kept free of Kokkos so that it compiles wherever the CUDA toolkit is installed, GPU or not: the
+// CUDA-backend dispatch (gemm_device.cpp) hands it the execution space's stream.
+#pragma once
+
+#include "kernels/gemm_types.hpp"
+
+namespace meshtrain::cublas {
+
+// Row-major products as in kernels/gemm.hpp, run on `stream` (a cudaStream_t). Failures throw
+// std::runtime_error with the cuBLAS status, file, line and a HINT.
+template <class Real>
+void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha, const Real* a, int lda,
+          const Real* b, int ldb, Real beta, Real* c, int ldc);
+
+template <class Real>
+void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha, const Real* a,
+                          int lda, long stride_a, const Real* b, int ldb, long stride_b, Real beta, Real* c, int ldc,
+                          long stride_c, int batch);
+
+}  // namespace meshtrain::cublas
