@@ -16,7 +16,4 @@ int prepare_command(const Args& args, MPI_Comm comm);
 int sample_command(const Args& args, MPI_Comm comm);
 int inspect_command(const Args& args, MPI_Comm comm);
 
-// True when args ask for help (-h/--help); commands print their usage then.
-bool wants_help(const Args& args);
-
 }  // namespace meshtrain

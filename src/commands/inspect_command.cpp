@@ -1,6 +1,7 @@
 // meshtrain inspect FILE: a checkpoint's step, layout, config and tensors.
 #include "commands/commands.hpp"
 
+#include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "io/checkpoint_file.hpp"
 
@@ -13,12 +14,12 @@ namespace meshtrain {
 
 int inspect_command(const Args& args, MPI_Comm comm) {
   if (wants_help(args) || args.size() != 1) {
-    if (!wants_help(args)) input_error("inspect: expected one checkpoint file, got {} arguments", args.size());
+    if (!wants_help(args)) input_error("expected one checkpoint file, got {} arguments", args.size());
     fmt::print("usage: meshtrain inspect FILE\n");
     return 0;
   }
   const std::string& path = args[0];
-  if (!std::filesystem::exists(path)) input_error("inspect: '{}': no such file", path);
+  if (!std::filesystem::exists(path)) input_error("'{}': no such file", path);
   io::CheckpointReader reader(path, comm);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);

@@ -8,7 +8,6 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
-#include <sstream>
 
 namespace po = boost::program_options;
 
@@ -20,21 +19,11 @@ int prepare_command(const Args& args, MPI_Comm comm) {
   po::options_description options("meshtrain prepare: byte-level tokenizer (token = byte value, vocab 256)");
   options.add_options()("text", po::value(&texts)->multitoken(), "text files, concatenated in the order given")(
       "out", po::value(&out), "token shard to write");
-  if (wants_help(args)) {
-    std::ostringstream usage;
-    usage << options;
-    fmt::print("usage: meshtrain prepare --text FILE... --out SHARD.bin\n{}", usage.str());
-    return 0;
-  }
-  try {
-    po::variables_map vm;
-    po::store(parse_command_line(args, options, "meshtrain prepare --text FILE... --out SHARD.bin"), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    input_error("prepare: {} (usage: meshtrain prepare --text FILE... --out SHARD.bin)", e.what());
-  }
-  if (texts.empty()) input_error("prepare: --text is missing: give one or more text files");
-  if (out.empty()) input_error("prepare: --out is missing: give the path of the token shard to write");
+  constexpr const char* usage = "meshtrain prepare --text FILE... --out SHARD.bin";
+  if (print_help_if_asked(args, options, usage)) return 0;
+  parse_options(args, options, usage);
+  if (texts.empty()) input_error("--text is missing: give one or more text files");
+  if (out.empty()) input_error("--out is missing: give the path of the token shard to write");
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) {

@@ -38,27 +38,17 @@ SampleOptions parse_sample_options(const Args& args, bool& help) {
       "tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate")(
       "temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed");
-  help = wants_help(args);
-  if (help) {
-    std::ostringstream usage;
-    usage << options;
-    fmt::print("usage: meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]\n{}",
-               usage.str());
-    return o;
-  }
-  try {
-    po::variables_map vm;
-    po::store(parse_command_line(args, options, "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]"), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    input_error("sample: {}", e.what());
-  }
-  if (o.checkpoint.empty()) input_error("sample: --checkpoint is missing: give a checkpoint file");
-  if (o.tokens < 0) input_error("sample: --tokens = {} is invalid: it must be >= 0", o.tokens);
+  constexpr const char* usage =
+      "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]";
+  help = print_help_if_asked(args, options, usage);
+  if (help) return o;
+  parse_options(args, options, usage);
+  if (o.checkpoint.empty()) input_error("--checkpoint is missing: give a checkpoint file");
+  if (o.tokens < 0) input_error("--tokens = {} is invalid: it must be >= 0", o.tokens);
   if (!std::isfinite(o.temperature) || o.temperature < 0) {
-    input_error("sample: --temperature = {} is invalid: it must be a finite number >= 0", o.temperature);
+    input_error("--temperature = {} is invalid: it must be a finite number >= 0", o.temperature);
   }
-  if (o.prompt.empty()) input_error("sample: --prompt is empty: give at least one character");
+  if (o.prompt.empty()) input_error("--prompt is empty: give at least one character");
   return o;
 }
 
@@ -107,7 +97,7 @@ int sample_command(const Args& args, MPI_Comm comm) {
   std::vector<int> context;
   for (unsigned char c : o.prompt) context.push_back(c);
   for (int t : context) {
-    if (t >= V) input_error("sample: the prompt holds byte {} but the model's vocab is {}", t, V);
+    if (t >= V) input_error("the prompt holds byte {} but the model's vocab is {}", t, V);
   }
 
   ExecSpace space;

@@ -2,6 +2,7 @@
 #include "commands/commands.hpp"
 
 #include "core/agreement.hpp"
+#include "core/command_line.hpp"
 #include "core/config.hpp"
 #include "train/trainer.hpp"
 
@@ -10,10 +11,6 @@
 #include <algorithm>
 
 namespace meshtrain {
-
-bool wants_help(const Args& args) {
-  return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
-}
 
 int train_command(const Args& args, MPI_Comm comm) {
   if (wants_help(args)) {

@@ -4,6 +4,9 @@
 #include "core/errors.hpp"
 
 #include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <sstream>
 
 #include <string>
 #include <vector>
@@ -27,6 +30,37 @@ inline boost::program_options::parsed_options parse_command_line(const std::vect
     }
   }
   return parsed;
+}
+
+// True when args ask for help (-h/--help); commands print their usage then.
+inline bool wants_help(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") return true;
+  }
+  return false;
+}
+
+// Prints `usage` and the options when args ask for help, and says whether they did.
+inline bool print_help_if_asked(const std::vector<std::string>& args,
+                                const boost::program_options::options_description& options, const std::string& usage) {
+  if (!wants_help(args)) return false;
+  std::ostringstream text;
+  text << options;
+  fmt::print("usage: {}\n{}", usage, text.str());
+  return true;
+}
+
+// Parses `args` into the variables bound to `options`; every fault is an InputError with the usage.
+inline void parse_options(const std::vector<std::string>& args,
+                          const boost::program_options::options_description& options, const std::string& usage) {
+  namespace po = boost::program_options;
+  try {
+    po::variables_map vm;
+    po::store(parse_command_line(args, options, usage), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    input_error("{} (usage: {})", e.what(), usage);
+  }
 }
 
 }  // namespace meshtrain

@@ -63,44 +63,46 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<Real> losses, Vec<Real> d
       });
 }
 
-// Σ_i x[i], accumulated in double in a fixed order: fixed chunks summed in index order, and the
-// chunk sums combined by Kokkos' reduction, whose order is fixed for a given backend and size.
-template <class Real>
-Real sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {
+namespace detail {
+
+struct Identity {
+  KOKKOS_INLINE_FUNCTION double operator()(double x) const { return x; }
+};
+struct Square {
+  KOKKOS_INLINE_FUNCTION double operator()(double x) const { return x * x; }
+};
+
+// Σ_i term(x[i]), accumulated in double in a fixed order: fixed chunks summed in index order, and
+// the chunk sums combined by Kokkos' reduction, whose order is fixed for a given backend and size.
+template <class Real, class Term>
+double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long n, Term term) {
   static_assert(reachable_v<CVec<Real>>);
   const long chunks = (n + kReduceChunk - 1) / kReduceChunk;
   double total = 0;
   Kokkos::parallel_reduce(
-      "meshtrain::reduce::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
       KOKKOS_LAMBDA(long k, double& acc) {
         const long end = (k + 1) * kReduceChunk < n ? (k + 1) * kReduceChunk : n;
         double s = 0;
-        for (long i = k * kReduceChunk; i < end; ++i) s += static_cast<double>(x(i));
+        for (long i = k * kReduceChunk; i < end; ++i) s += term(static_cast<double>(x(i)));
         acc += s;
       },
       total);
-  return static_cast<Real>(total);
+  return total;
+}
+
+}  // namespace detail
+
+// Σ_i x[i], in double, in a fixed order (deterministic on every backend).
+template <class Real>
+Real sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {
+  return static_cast<Real>(detail::chunked_sum(space, "meshtrain::reduce::sum", x, n, detail::Identity{}));
 }
 
 // Σ_i x[i]², in double, in the same fixed order as sum_reduce.
 template <class Real>
 double squared_norm(const ExecSpace& space, CVec<Real> x, long n) {
-  static_assert(reachable_v<CVec<Real>>);
-  const long chunks = (n + kReduceChunk - 1) / kReduceChunk;
-  double total = 0;
-  Kokkos::parallel_reduce(
-      "meshtrain::reduce::squared_norm", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
-      KOKKOS_LAMBDA(long k, double& acc) {
-        const long end = (k + 1) * kReduceChunk < n ? (k + 1) * kReduceChunk : n;
-        double s = 0;
-        for (long i = k * kReduceChunk; i < end; ++i) {
-          const double xi = static_cast<double>(x(i));
-          s += xi * xi;
-        }
-        acc += s;
-      },
-      total);
-  return total;
+  return detail::chunked_sum(space, "meshtrain::reduce::squared_norm", x, n, detail::Square{});
 }
 
 // The same for a writable view, so that callers holding a Vec need not name Real.
