@@ -16,7 +16,9 @@ by step 5 in both loss and grad_norm) and constant (constant lr, grad_clip 0).
 Exit 0 on agreement, 1 on any mismatch or failed run.
 
 usage: /usr/bin/python3 compare_training.py --meshtrain build/bin/meshtrain --workdir DIR
-       [--case cosine|constant] [--rtol 1e-4]
+       [--case cosine|constant] [--rtol 1e-4] [--set SECTION.KEY=VALUE ...] [--launcher "mpiexec -n 4"]
+--set changes the case's config (other shapes: --set model.vocab=101 --set model.d_model=60);
+--launcher starts meshtrain under it (parallel layouts give the single-rank answer too).
 """
 import argparse
 import json
@@ -57,6 +59,15 @@ def write_ini(path, cfg):
             f.write("\n")
 
 
+def parse_value(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -67,9 +78,18 @@ def main():
     ap.add_argument("--workdir", required=True, help="scratch directory (recreated)")
     ap.add_argument("--case", choices=sorted(CASES), default="cosine")
     ap.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of the loss")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a key of the case's config (repeatable)")
+    ap.add_argument("--launcher", default="", help='command to start meshtrain with, e.g. "mpiexec -n 4"')
     args = ap.parse_args()
 
     cfg = make_config(args.case)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        if not value or not name:
+            ap.error(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        cfg.setdefault(section, {})[name] = parse_value(value)
     m, t = cfg["model"], cfg["train"]
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
@@ -86,7 +106,7 @@ def main():
     write_ini(ini, cfg)
 
     # (b) meshtrain
-    cmd = [args.meshtrain, "train", "--config", ini, "--data.train", shard,
+    cmd = args.launcher.split() + [args.meshtrain, "train", "--config", ini, "--data.train", shard,
            "--checkpoint.init_weights", init, "--checkpoint.dir", os.path.join(work, "ckpt"),
            "--checkpoint.every", "0", "--checkpoint.resume", "never", "--log.metrics", metrics]
     print("running:", " ".join(cmd), flush=True)
