@@ -145,7 +145,8 @@ int train(const Config& cfg, MPI_Comm comm) {
     return exit_code::finished;
   }
 
-  io::MetricsWriter metrics(leader ? cfg.log.metrics : std::string());
+  io::MetricsWriter metrics =
+      agree_on_input(comm, [&] { return io::MetricsWriter(leader ? cfg.log.metrics : std::string()); });
   const double flops_token = flops_per_token(layout);
   const std::int64_t tokens_per_step = std::int64_t(cfg.train.global_batch) * T;
   const float grad_scale = 1.0f / float(std::int64_t(B) * T * accum);
