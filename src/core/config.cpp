@@ -67,6 +67,7 @@ class KeyTable {
     add("parallel.zero", cfg.parallel.zero, "ZeRO stage 0..3");
     add("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: gpipe | 1f1b");
     add("parallel.backend", cfg.parallel.backend, "collectives: mpi | nccl | auto");
+    add("parallel.bucket_mb", cfg.parallel.bucket_mb, "data-parallel gradient bucket size in MiB (reduced while backward runs)");
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
     add("data.order", cfg.data.order, "sequential | shuffle");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
@@ -195,8 +196,8 @@ void validate(const Config& c) {
                 c.parallel.zero);
   }
   require_one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});
-  require_one_of("parallel.backend", c.parallel.backend, {"mpi", "auto"},
-                 " (the nccl backend needs a CUDA build)");
+  require_positive_real("parallel.bucket_mb", c.parallel.bucket_mb);
+  require_one_of("parallel.backend", c.parallel.backend, {"mpi", "nccl", "auto"});
 
   require_one_of("data.order", c.data.order, {"sequential", "shuffle"});
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");

@@ -46,6 +46,7 @@ struct ParallelConfig {
   int zero = 0;
   std::string schedule = "1f1b";
   std::string backend = "auto";
+  double bucket_mb = 25;  // data-parallel gradient bucket size, MiB
 };
 
 struct DataConfig {

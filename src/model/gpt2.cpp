@@ -11,6 +11,8 @@
 
 #include "core/errors.hpp"
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,6 +128,8 @@ Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch)
       batch_(batch),
       weights_("meshtrain::gpt2::weights", layout_.total()),
       grads_("meshtrain::gpt2::grads", layout_.total()) {
+  for (int l = 0; l < model.layers; ++l) block_offsets_.push_back(layout_.find(fmt::format("h.{}.ln_1.weight", l)).offset);
+  lnf_offset_ = layout_.find("ln_f.weight").offset;
   params_ = ParameterTensors<Real>::bind(weights(), layout_);
   dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
   acts_ = allocate_and_carve<Real, ActivationTensors<Real>>(
@@ -182,7 +186,10 @@ CVec<Real> Gpt2<Real>::forward_logits(CVec<int> inputs) {
 }
 
 template <class Real>
-void Gpt2<Real>::backward(CVec<int> inputs) {
+void Gpt2<Real>::backward(CVec<int> inputs, const ReadyFrom& ready_from) {
+  auto report = [&](std::size_t offset) {
+    if (ready_from) ready_from(offset);
+  };
   const auto& m = model();
   const int B = batch_, T = m.seq_len, C = m.d_model, NH = m.heads, V = m.vocab, N = B * T;
   const auto& a = acts_;
@@ -198,6 +205,7 @@ void Gpt2<Real>::backward(CVec<int> inputs) {
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
   CVec<Real> x_last = m.layers > 0 ? a.blocks.back().residual3 : a.encoded;
   layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, x_last, p.lnf_w, a.lnf_mean, a.lnf_rstd, N, C);
+  report(lnf_offset_);
 
   for (int l = m.layers - 1; l >= 0; --l) {
     const auto& w = p.blocks[l];
@@ -215,8 +223,11 @@ void Gpt2<Real>::backward(CVec<int> inputs) {
     attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, C, NH);
     matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * C);
     layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.dln, x, w.ln1_w, s.ln1_mean, s.ln1_rstd, N, C);
+    report(block_offsets_[l]);
   }
+  // wte has the head's gradient too, so the embeddings are final only now.
   encoder_backward(space_, g.wte, g.wpe, d.dresidual, inputs, B, T, C, V);
+  report(0);
 }
 
 template <class Real>

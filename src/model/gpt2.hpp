@@ -8,6 +8,8 @@
 
 #include "model/parameters.hpp"
 
+#include <functional>
+
 namespace meshtrain {
 
 // Activations one block keeps for its backward pass.
@@ -66,8 +68,11 @@ class Gpt2 {
   // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
   // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.
   Real forward(CVec<int> inputs, CVec<int> targets, Real grad_scale);
-  // Accumulates this micro-batch's gradients into grads() (call forward() first).
-  void backward(CVec<int> inputs);
+  // Accumulates this micro-batch's gradients into grads() (call forward() first). As it goes it
+  // calls ready_from(offset), meaning every gradient at flat offset ≥ offset is now final for this
+  // pass, so data-parallel reduction of that range can start (see train/gradient_reducer.hpp).
+  using ReadyFrom = std::function<void(std::size_t offset)>;
+  void backward(CVec<int> inputs, const ReadyFrom& ready_from = {});
   void zero_grads();
 
   // Inference: logits (N, V) for `inputs`, no loss.
@@ -78,6 +83,8 @@ class Gpt2 {
 
   ExecSpace space_;
   ParameterLayout layout_;
+  std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
+  std::size_t lnf_offset_ = 0;
   int batch_;
   Buffer<Real> weights_;
   Buffer<Real> grads_;

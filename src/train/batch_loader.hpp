@@ -1,6 +1,7 @@
 // Fills a micro-batch's input and target tokens from the token stream in the data-order contract.
 //
-// Micro-batch k of a step holds samples j = k·B … k·B + B − 1 of that step (B = micro_batch).
+// Micro-batch k of a step holds samples j = (first + k)·B … (first + k)·B + B − 1 of that step
+// (B = micro_batch); a data-parallel rank d starts at first = d · accum.
 // Host staging and device buffers are allocated once; load() allocates nothing.
 #pragma once
 
@@ -14,7 +15,7 @@ namespace meshtrain {
 
 class BatchLoader {
  public:
-  BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len);
+  BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro = 0);
 
   // Loads micro-batch `micro` of step `step` into inputs() and targets() (B·T tokens each).
   void load(std::int64_t step, int micro);
@@ -27,6 +28,7 @@ class BatchLoader {
   DataOrder& order_;
   int micro_batch_;
   int seq_len_;
+  int first_micro_;
   Kokkos::View<int*, HostSpace> window_;  // T + 1 tokens
   Buffer<int> inputs_;
   Buffer<int> targets_;

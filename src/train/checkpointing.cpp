@@ -13,20 +13,19 @@
 namespace meshtrain {
 namespace {
 
-// This rank's piece of a tensor. One rank holds every tensor whole; the parallel layouts of
-// later versions describe their pieces here and nothing else changes.
-io::TensorSlab whole_tensor(const std::string& group, const TensorInfo& t) {
-  io::TensorSlab slab;
-  slab.name = group + "/" + t.name;
-  slab.global_shape = t.shape;
-  slab.offset.assign(t.shape.size(), 0);
-  slab.extent = t.shape;
+// This rank's piece of a tensor: the whole of it, or nothing for a replica that does not write.
+// Tensor- and pipeline-parallel layouts will describe their pieces here and nothing else changes.
+io::TensorSlab tensor_piece(const std::string& group, const TensorInfo& t, bool holds) {
+  io::TensorSlab slab = io::TensorSlab::whole(group + "/" + t.name, t.shape);
+  if (!holds) slab.extent.assign(t.shape.size(), 0);
   return slab;
 }
 
+io::TensorSlab whole_tensor(const std::string& group, const TensorInfo& t) { return tensor_piece(group, t, true); }
+
 void write_group(io::CheckpointWriter& writer, const std::string& group, const ParameterLayout& layout,
-                 const float* host) {
-  for (const TensorInfo& t : layout.tensors()) writer.write(whole_tensor(group, t), host + t.offset);
+                 const float* host, bool holds) {
+  for (const TensorInfo& t : layout.tensors()) writer.write(tensor_piece(group, t, holds), host + t.offset);
 }
 
 void read_group(const io::CheckpointReader& reader, const std::string& group, const ParameterLayout& layout,
@@ -39,10 +38,11 @@ std::array<std::pair<const char*, Vec<float>>, 3> state_groups(const TrainingTen
   return {{{"/model", state.weights}, {"/optim/exp_avg", state.exp_avg}, {"/optim/exp_avg_sq", state.exp_avg_sq}}};
 }
 
-std::string layout_description(MPI_Comm comm) {
+std::string layout_description(MPI_Comm comm, const ParallelConfig& parallel) {
   int world = 1;
   MPI_Comm_size(comm, &world);
-  return fmt::format("world={} dp={} tp=1 pp=1 zero=0", world, world);
+  const int dp = world / (parallel.tp * parallel.pp);
+  return fmt::format("world={} dp={} tp={} pp={} zero={}", world, dp, parallel.tp, parallel.pp, parallel.zero);
 }
 
 void require_same_model(const Config& stored, const Config& wanted, const std::string& path) {
@@ -64,8 +64,8 @@ void require_same_model(const Config& stored, const Config& wanted, const std::s
 
 }  // namespace
 
-Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm)
-    : config_(config), layout_(layout), comm_(comm), host_("meshtrain::checkpoint::staging", layout.total()) {}
+Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm, bool writes_data)
+    : config_(config), layout_(layout), comm_(comm), writes_data_(writes_data), host_("meshtrain::checkpoint::staging", layout.total()) {}
 
 std::string Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress) {
   int rank = 0;
@@ -81,13 +81,13 @@ std::string Checkpointer::save(const TrainingTensors& state, const TrainingProgr
     writer.set_attribute("step", progress.step);
     writer.set_attribute("tokens", progress.tokens);
     writer.set_attribute("config", config_.to_ini());
-    writer.set_attribute("layout", layout_description(comm_));
+    writer.set_attribute("layout", layout_description(comm_, config_.parallel));
     writer.set_attribute("seed", std::int64_t(config_.train.seed));
     writer.set_attribute("data_order", config_.data.order);
     writer.set_attribute("samples_seen", progress.step * std::int64_t(config_.train.global_batch));
     for (const auto& [group, device] : state_groups(state)) {
       Kokkos::deep_copy(host_, device);
-      write_group(writer, group, layout_, host_.data());
+      write_group(writer, group, layout_, host_.data(), writes_data_);
     }
     writer.commit();
   }

@@ -33,7 +33,9 @@ struct TrainingTensors {
 
 class Checkpointer {
  public:
-  Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm);
+  // Collective over `comm`. Ranks with writes_data write the tensors; the others (replicas, such as
+  // data-parallel ranks other than the first) take part with empty pieces.
+  Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm, bool writes_data = true);
 
   // Writes <dir>/step_<step>.h5 (never visible under that name half-written), points `latest` at
   // it and prunes old ones. Returns the path written.
@@ -50,6 +52,7 @@ class Checkpointer {
   const Config& config_;
   const ParameterLayout& layout_;
   MPI_Comm comm_;
+  bool writes_data_;
   Kokkos::View<float*, HostSpace> host_;  // staging for one flat buffer
 };
 

@@ -11,9 +11,12 @@
 #include "model/init.hpp"
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/topology.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
+#include "train/gradient_reducer.hpp"
 #include "train/progress.hpp"
 #include "train/stop_signals.hpp"
 
@@ -33,7 +36,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Data-parallel degree for this version's layouts (one rank, dp = 1) and the accumulation it implies.
+// Gradient accumulation steps: global_batch / (micro_batch × dp), which must be whole.
 int accumulation_steps(const Config& cfg, int dp) {
   const int per_pass = cfg.train.micro_batch * dp;
   if (cfg.train.global_batch % per_pass != 0) {
@@ -41,20 +44,6 @@ int accumulation_steps(const Config& cfg, int dp) {
                 cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
   }
   return cfg.train.global_batch / per_pass;
-}
-
-int resolve_dp(const Config& cfg, int world) {
-  if (world != 1) {
-    input_error("meshtrain train runs on one rank in this version, but {} ranks were started: launch it with "
-                "mpiexec -n 1 (parallel layouts are not available yet)",
-                world);
-  }
-  if (cfg.parallel.dp != 0 && cfg.parallel.dp != 1) {
-    input_error("parallel.dp = {} does not fit the world: dp {} × tp {} × pp {} = {} ≠ world {}", cfg.parallel.dp,
-                cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp,
-                world);
-  }
-  return 1;
 }
 
 io::TokenStream open_training_data(const Config& cfg) {
@@ -80,6 +69,33 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
   return {};
 }
 
+// NCCL serves tensors in GPU memory; it needs a CUDA build that has it.
+#if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
+constexpr bool nccl_usable = true;
+#else
+constexpr bool nccl_usable = false;
+#endif
+
+// The collectives of one group: parallel.backend `nccl`, or `auto` on a build whose tensors live
+// on the GPU, use NCCL on the execution space's stream; otherwise MPI.
+std::unique_ptr<Comm> open_group(const std::string& backend, MPI_Comm group, const ExecSpace& space) {
+#if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
+  if (backend != "mpi") return make_nccl_comm(group, space.cuda_stream());
+#endif
+  (void)backend;
+  (void)space;
+  return make_mpi_comm(group);
+}
+
+// Every rank leaves at the same step boundary: if any rank has a reason (a signal reaches ranks at
+// different moments, clocks differ), all leave. Returns rank 0's account of why, or nothing.
+std::string agree_to_leave(MPI_Comm comm, const std::string& mine) {
+  int leave = mine.empty() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &leave, 1, MPI_INT, MPI_MAX, comm);
+  if (leave == 0) return {};
+  return mine.empty() ? std::string("another rank asked to leave") : mine;
+}
+
 }  // namespace
 
 int train(const Config& cfg, MPI_Comm comm) {
@@ -93,27 +109,38 @@ int train(const Config& cfg, MPI_Comm comm) {
 
   // Everything that can reject the input happens before anything is written, and all ranks agree
   // on the verdict before going further.
-  int dp = 0, accum = 0;
+  Layout grid;
+  int accum = 0;
   io::TokenStream stream = agree_on_input(comm, [&] {
-    dp = resolve_dp(cfg, world);
-    accum = accumulation_steps(cfg, dp);
+    if (cfg.parallel.backend == "nccl" && !nccl_usable) {
+      input_error("parallel.backend = nccl needs a CUDA build of meshtrain with NCCL; this one keeps tensors in host "
+                  "memory (valid here: mpi, auto)");
+    }
+    grid = Topology::resolve(cfg.parallel, cfg.model, world);
+    accum = accumulation_steps(cfg, grid.dp);
     require_model_fits(cfg.model, B, 3, "the config");
     return open_training_data(cfg);
   });
   DataOrder order = agree_on_input(comm, [&] {
     return DataOrder(stream.size(), T, cfg.train.global_batch, cfg.data.order, cfg.train.seed);
   });
-
+  const Topology topology(comm, grid);
+  const int dp = grid.dp, dp_rank = topology.position().dp_rank;
   ExecSpace space;
+  const std::unique_ptr<Comm> dp_comm = open_group(cfg.parallel.backend, topology.dp_comm(), space);
+
   Gpt2<float> model(space, cfg.model, B);
   const ParameterLayout& layout = model.layout();
   Buffer<float> exp_avg("meshtrain::adamw::exp_avg", layout.total());
   Buffer<float> exp_avg_sq("meshtrain::adamw::exp_avg_sq", layout.total());
   const TrainingTensors state{model.weights(), slice(exp_avg, 0, layout.total()),
                               slice(exp_avg_sq, 0, layout.total())};
-  BatchLoader loader(stream, order, B, T);
+  // This rank's micro-batches are samples dp_rank·(accum·B) … of each step (interface section 4).
+  BatchLoader loader(stream, order, B, T, dp_rank * accum);
+  GradientReducer reducer(*dp_comm, model.grads(), std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
 
-  Checkpointer checkpointer(cfg, layout, comm);
+  // Every rank holds the whole model; data-parallel rank 0 writes it.
+  Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
   const TrainingProgress start = agree_on_input(comm, [&] {
     TrainingProgress progress;
     const std::string resume = checkpointer.resume_path();
@@ -132,7 +159,9 @@ int train(const Config& cfg, MPI_Comm comm) {
   });
   TrainingProgress progress = start;
 
+  const std::string grid_table = topology.describe();
   if (leader) {
+    fmt::print("{}\n", grid_table);
     fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg.model.layers,
                cfg.model.heads, cfg.model.d_model, cfg.model.vocab, T, layout.total() / 1e6);
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", stream.size(), stream.paths().size(),
@@ -149,7 +178,8 @@ int train(const Config& cfg, MPI_Comm comm) {
       agree_on_input(comm, [&] { return io::MetricsWriter(leader ? cfg.log.metrics : std::string()); });
   const double flops_token = flops_per_token(layout);
   const std::int64_t tokens_per_step = std::int64_t(cfg.train.global_batch) * T;
-  const float grad_scale = 1.0f / float(std::int64_t(B) * T * accum);
+  // Each rank's gradients are its share of the mean over the global batch; the dp sum completes it.
+  const float grad_scale = 1.0f / float(std::int64_t(B) * T * accum * dp);
 
   const auto job_start = Clock::now();
   double longest_step_s = 0, last_save_s = 0;
@@ -164,9 +194,12 @@ int train(const Config& cfg, MPI_Comm comm) {
     for (int micro = 0; micro < accum; ++micro) {
       loader.load(i, micro);
       loss += model.forward(loader.inputs(), loader.targets(), grad_scale);
-      model.backward(loader.inputs());
+      if (micro == accum - 1) reducer.arm();  // the last pass finishes the gradients
+      model.backward(loader.inputs(), [&](std::size_t offset) { reducer.ready_from(offset); });
     }
-    loss /= accum;
+    reducer.finish();
+    dp_comm->allreduce_sum(&loss, 1);
+    loss /= double(accum) * dp;
 
     const double grad_norm = std::sqrt(squared_norm<float>(space, model.grads(), layout.total()));
     const double lr = learning_rate(cfg.optim, cfg.train.steps, i);
@@ -213,7 +246,9 @@ int train(const Config& cfg, MPI_Comm comm) {
     }
 
     const bool finished = progress.step == cfg.train.steps;
-    leave_reason = finished ? std::string() : reason_to_leave(cfg, steps_this_job, elapsed, longest_step_s, last_save_s);
+    leave_reason = finished ? std::string()
+                            : agree_to_leave(comm, reason_to_leave(cfg, steps_this_job, elapsed, longest_step_s,
+                                                                   last_save_s));
     const bool periodic = cfg.checkpoint.every > 0 && progress.step % cfg.checkpoint.every == 0;
     if (finished || periodic || !leave_reason.empty()) {
       const auto save_start = Clock::now();

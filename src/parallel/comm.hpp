@@ -1,0 +1,78 @@
+// Collectives over one process group (architecture keystone 4), with two backends: MPI (host
+// memory: every CPU run and test) and NCCL (device memory on CUDA builds, bootstrapped over MPI).
+//
+// Buffers are raw pointers into the memory space the backend serves. All ranks of the group call
+// each collective in the same order with the same counts. Non-blocking calls return a Request that
+// must be waited on before the buffer is read or reused.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace meshtrain {
+
+class Request {
+ public:
+  class Impl {
+   public:
+    virtual ~Impl() = default;
+    virtual void wait() = 0;
+  };
+  Request() = default;
+  explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  // Blocks until the operation is complete; a default or already waited request returns at once.
+  void wait() {
+    if (impl_) impl_->wait();
+    impl_.reset();
+  }
+  bool pending() const { return impl_ != nullptr; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+
+  // In place: data ← Σ over the group (average = sum then scale, by the caller).
+  virtual void allreduce_sum(float* data, std::size_t count) = 0;
+  virtual Request iallreduce_sum(float* data, std::size_t count) = 0;
+  virtual void allreduce_max(float* data, std::size_t count) = 0;
+  virtual void allreduce_sum(double* data, std::size_t count) = 0;
+  // recv (recv_count) ← this rank's block of Σ send (size · recv_count), blocks in rank order.
+  virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;
+  // recv (size · send_count) ← every rank's send, in rank order.
+  virtual void allgather(const float* send, float* recv, std::size_t send_count) = 0;
+  virtual void broadcast(float* data, std::size_t count, int root) = 0;
+  // Point-to-point within the group (peers are group ranks); tags tell concurrent messages apart.
+  virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
+  virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
+  virtual Request isend(const float* data, std::size_t count, int peer, int tag) = 0;
+  virtual Request irecv(float* data, std::size_t count, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+};
+
+// MPI counts are int, buffers are not: the MPI backend moves a buffer in calls of at most this many
+// elements per rank (2^27: 512 MiB of floats, 1 GiB of doubles, inside every transport's limits).
+inline constexpr std::size_t mpi_default_max_chunk = std::size_t(1) << 27;
+
+// A group over `comm` (which the Comm duplicates and owns) with the MPI backend.
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm);
+// The same with chunks of at most `max_chunk` elements (1 ≤ max_chunk ≤ INT_MAX; the same on every
+// rank of the group). Tests lower it to exercise the splitting without allocating gigabytes.
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, std::size_t max_chunk);
+
+#if defined(MESHTRAIN_HAVE_NCCL)
+// A group over `comm` with NCCL: ncclGetUniqueId on group rank 0, MPI_Bcast, ncclCommInitRank.
+// `stream` (a cudaStream_t) orders the collectives with the compute.
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream);
+#endif
+
+}  // namespace meshtrain

@@ -1,0 +1,331 @@
+// The MPI backend of Comm (architecture keystone 4): host memory, every CPU run and test.
+//
+// MPI counts are int and a model's gradient buffer can hold more than 2^31 floats, so every
+// operation moves its buffer in chunks of at most max_chunk elements per rank, one MPI call per
+// chunk, in the same order on every rank:
+//   allreduce, iallreduce, broadcast, send/recv, isend/irecv: consecutive pieces of the buffer;
+//   allgather: piece [o, o+n) of every rank's block in one call, through a datatype whose extent
+//              is a whole block, so each rank's piece lands at its place in the receive buffer;
+//   reduce_scatter: predefined reductions are only defined on predefined datatypes, so blocks
+//              longer than max_chunk go through a staging buffer of at most max(max_chunk, size)
+//              elements: rounds of max_chunk / size elements of every rank's block.
+// A message is received in the same chunks as it was sent (both sides use the same max_chunk), and
+// chunks with the same peer and tag cannot overtake each other, so the pieces arrive in order.
+//
+// The Comm owns a duplicate of the caller's communicator (its messages never match the caller's)
+// whose error handler returns errors, so every failing call throws mpi::Error with a HINT.
+#include "parallel/comm.hpp"
+#include "parallel/mpi_check.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace meshtrain {
+namespace {
+
+constexpr const char* collective_hint =
+    "every rank of the group must call the same collectives in the same order, with the same counts and "
+    "roots, on Comms made with the same max_chunk";
+constexpr const char* p2p_hint =
+    "sender and receiver must agree on count, peer and tag (peers are ranks of the group, not of the world); "
+    "an MPI correctness checker such as MUST finds mismatched pairs";
+
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+
+// Calls fn(offset, n) for consecutive pieces [offset, offset + n) of [0, count), n ≤ max_chunk.
+template <class Fn>
+void for_each_chunk(std::size_t count, std::size_t max_chunk, Fn&& fn) {
+  for (std::size_t offset = 0; offset < count; offset += max_chunk) {
+    fn(offset, static_cast<int>(std::min(max_chunk, count - offset)));
+  }
+}
+
+// An MPI datatype, freed when it goes.
+class OwnedType {
+ public:
+  OwnedType() = default;
+  ~OwnedType() {
+    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  }
+  OwnedType(const OwnedType&) = delete;
+  OwnedType& operator=(const OwnedType&) = delete;
+  MPI_Datatype* out() { return &type_; }
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+// The MPI requests of one operation (one per chunk). wait() completes them in chunk order; for a
+// receive it checks that every chunk brought as many elements as it expected. Dropped without
+// wait(), it completes them in its destructor, so that no buffer outlives its operation; while an
+// exception unwinds the stack it leaves them instead (the job is on its way to MPI_Abort, and
+// waiting could hang on a peer that never comes).
+class MpiRequest final : public Request::Impl {
+ public:
+  MpiRequest(std::vector<MPI_Request> requests, std::vector<int> expected, std::string what)
+      : requests_(std::move(requests)),
+        expected_(std::move(expected)),
+        what_(std::move(what)),
+        unwinding_at_start_(std::uncaught_exceptions()) {}
+
+  ~MpiRequest() override {
+    if (waited_ || std::uncaught_exceptions() > unwinding_at_start_) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrain: %s, dropped without wait(), failed: %s\n", what_.c_str(), e.what());
+    }
+  }
+
+  void wait() override {
+    waited_ = true;
+    for (std::size_t i = 0; i < requests_.size(); ++i) {
+      MPI_Status status;
+      const int code = MPI_Wait(&requests_[i], &status);
+      if (code != MPI_SUCCESS) {
+        cancel_receives_from(i + 1);
+        mpi::fail(code, __FILE__, __LINE__, "MPI_Wait(&requests_[i], &status)",
+                  expected_.empty() ? collective_hint : p2p_hint);
+      }
+      if (!expected_.empty()) check_received(status, i);
+    }
+  }
+
+ private:
+  void check_received(const MPI_Status& status, std::size_t chunk) {
+    int got = 0;
+    MPI_Get_count(&status, MPI_FLOAT, &got);
+    if (got == expected_[chunk]) return;
+    cancel_receives_from(chunk + 1);
+    throw mpi::Error(fmt::format(
+        "{}:{}: {}: chunk {} brought {} elements where {} were expected\nHINT: the sender sent a shorter "
+        "message: send and recv must name the same count (and be made with the same max_chunk)",
+        __FILE__, __LINE__, what_, chunk, got, expected_[chunk]));
+  }
+  // After a failed chunk the later ones of a receive may never be matched: cancel them.
+  void cancel_receives_from(std::size_t first) {
+    if (expected_.empty()) return;
+    for (std::size_t i = first; i < requests_.size(); ++i) {
+      MPI_Cancel(&requests_[i]);
+      MPI_Wait(&requests_[i], MPI_STATUS_IGNORE);
+    }
+  }
+
+  std::vector<MPI_Request> requests_;
+  std::vector<int> expected_;  // receives: the count each chunk must bring; empty otherwise
+  std::string what_;
+  int unwinding_at_start_;
+  bool waited_ = false;
+};
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm parent, std::size_t max_chunk) : max_chunk_(max_chunk) {
+    if (parent == MPI_COMM_NULL) {
+      throw std::invalid_argument("make_mpi_comm: MPI_COMM_NULL (is this rank a member of the group?)");
+    }
+    if (max_chunk == 0 || max_chunk > std::size_t(INT_MAX)) {
+      throw std::invalid_argument(fmt::format("make_mpi_comm: max_chunk {} outside 1..{}", max_chunk, INT_MAX));
+    }
+    MESHTRAIN_MPI_CHECK(MPI_Comm_dup(parent, comm_.out()),
+                        "make_mpi_comm is collective: every rank of the communicator must call it, in the same "
+                        "order as its other collectives");
+    MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN), "is MPI initialised?");
+    MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank_), "is MPI initialised?");
+    MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm_.get(), &size_), "is MPI initialised?");
+    int* tag_ub = nullptr;
+    int found = 0;
+    MESHTRAIN_MPI_CHECK(MPI_Comm_get_attr(comm_.get(), MPI_TAG_UB, &tag_ub, &found), "is MPI initialised?");
+    tag_ub_ = found ? *tag_ub : 32767;  // the least upper bound the standard allows
+  }
+
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  std::string backend() const override { return "mpi"; }
+
+  void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, MPI_SUM); }
+  void allreduce_max(float* data, std::size_t count) override { allreduce(data, count, MPI_MAX); }
+  void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, MPI_SUM); }
+
+  Request iallreduce_sum(float* data, std::size_t count) override {
+    std::vector<MPI_Request> requests;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
+      MESHTRAIN_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_.get(), &requests.back()),
+          collective_hint);
+    });
+    return pending(std::move(requests), {}, fmt::format("iallreduce_sum of {} floats", count));
+  }
+
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
+    check_total(recv_count, "reduce_scatter_sum");
+    if (recv_count <= max_chunk_) {
+      if (recv_count == 0) return;
+      MESHTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), MPI_FLOAT, MPI_SUM,
+                                                   comm_.get()),
+                          collective_hint);
+      return;
+    }
+    // Rounds of `round` elements of every rank's block, gathered contiguously for the reduction.
+    const std::size_t round = std::max<std::size_t>(1, max_chunk_ / static_cast<std::size_t>(size_));
+    std::vector<float> staging(round * static_cast<std::size_t>(size_));
+    for (std::size_t offset = 0; offset < recv_count; offset += round) {
+      const std::size_t n = std::min(round, recv_count - offset);
+      for (std::size_t block = 0; block < static_cast<std::size_t>(size_); ++block) {
+        std::memcpy(staging.data() + block * n, send + block * recv_count + offset, n * sizeof(float));
+      }
+      MESHTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(staging.data(), recv + offset, static_cast<int>(n), MPI_FLOAT,
+                                                   MPI_SUM, comm_.get()),
+                          collective_hint);
+    }
+  }
+
+  void allgather(const float* send, float* recv, std::size_t send_count) override {
+    check_total(send_count, "allgather");
+    if (send_count <= max_chunk_) {
+      if (send_count == 0) return;
+      const int n = static_cast<int>(send_count);
+      MESHTRAIN_MPI_CHECK(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_.get()), collective_hint);
+      return;
+    }
+    // Piece [offset, offset + n) of every block: one element of a type n floats long, one block apart.
+    for_each_chunk(send_count, max_chunk_, [&](std::size_t offset, int n) {
+      OwnedType piece, strided;
+      MESHTRAIN_MPI_CHECK(MPI_Type_contiguous(n, MPI_FLOAT, piece.out()), "is MPI initialised?");
+      MESHTRAIN_MPI_CHECK(
+          MPI_Type_create_resized(piece.get(), 0, static_cast<MPI_Aint>(send_count * sizeof(float)), strided.out()),
+          "is MPI initialised?");
+      MESHTRAIN_MPI_CHECK(MPI_Type_commit(strided.out()), "is MPI initialised?");
+      MESHTRAIN_MPI_CHECK(
+          MPI_Allgather(send + offset, n, MPI_FLOAT, recv + offset, 1, strided.get(), comm_.get()),
+          collective_hint);
+    });
+  }
+
+  void broadcast(float* data, std::size_t count, int root) override {
+    check_rank(root, "broadcast", "root");
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      MESHTRAIN_MPI_CHECK(MPI_Bcast(data + offset, n, MPI_FLOAT, root, comm_.get()), collective_hint);
+    });
+  }
+
+  void send(const float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "send");
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      MESHTRAIN_MPI_CHECK(MPI_Send(data + offset, n, MPI_FLOAT, peer, tag, comm_.get()), p2p_hint);
+    });
+  }
+
+  void recv(float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "recv");
+    std::size_t chunk = 0;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      MPI_Status status;
+      MESHTRAIN_MPI_CHECK(MPI_Recv(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &status), p2p_hint);
+      int got = 0;
+      MPI_Get_count(&status, MPI_FLOAT, &got);
+      if (got != n) {
+        throw mpi::Error(fmt::format(
+            "{}:{}: recv of {} floats from peer {} tag {}: chunk {} brought {} elements where {} were expected\n"
+            "HINT: the sender sent a shorter message: send and recv must name the same count (and be made with "
+            "the same max_chunk)",
+            __FILE__, __LINE__, count, peer, tag, chunk, got, n));
+      }
+      ++chunk;
+    });
+  }
+
+  Request isend(const float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "isend");
+    std::vector<MPI_Request> requests;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
+      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()),
+                          p2p_hint);
+    });
+    return pending(std::move(requests), {}, fmt::format("isend of {} floats to peer {} tag {}", count, peer, tag));
+  }
+
+  Request irecv(float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "irecv");
+    std::vector<MPI_Request> requests;
+    std::vector<int> expected;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
+      expected.push_back(n);
+      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()),
+                          p2p_hint);
+    });
+    return pending(std::move(requests), std::move(expected),
+                   fmt::format("irecv of {} floats from peer {} tag {}", count, peer, tag));
+  }
+
+  void barrier() override { MESHTRAIN_MPI_CHECK(MPI_Barrier(comm_.get()), collective_hint); }
+
+ private:
+  template <class T>
+  void allreduce(T* data, std::size_t count, MPI_Op op) {
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, mpi_type<T>(), op, comm_.get()),
+                          collective_hint);
+    });
+  }
+
+  static Request pending(std::vector<MPI_Request> requests, std::vector<int> expected, std::string what) {
+    if (requests.empty()) return Request();
+    return Request(std::make_unique<MpiRequest>(std::move(requests), std::move(expected), std::move(what)));
+  }
+
+  // size × count elements must be addressable.
+  void check_total(std::size_t count, const char* op) const {
+    if (count > std::numeric_limits<std::size_t>::max() / sizeof(float) / static_cast<std::size_t>(size_)) {
+      throw std::length_error(fmt::format("{}: {} ranks × {} floats do not fit in memory", op, size_, count));
+    }
+  }
+  void check_rank(int rank, const char* op, const char* role) const {
+    if (rank < 0 || rank >= size_) {
+      throw std::invalid_argument(
+          fmt::format("{}: {} {} is not a rank of this group (ranks 0..{})", op, role, rank, size_ - 1));
+    }
+  }
+  void check_peer(int peer, int tag, const char* op) const {
+    check_rank(peer, op, "peer");
+    if (tag < 0 || tag > tag_ub_) {
+      throw std::invalid_argument(fmt::format("{}: tag {} outside 0..{} (MPI_TAG_UB)", op, tag, tag_ub_));
+    }
+  }
+
+  mpi::OwnedComm comm_;
+  std::size_t max_chunk_;
+  int rank_ = 0, size_ = 1, tag_ub_ = 32767;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) { return make_mpi_comm(comm, mpi_default_max_chunk); }
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, std::size_t max_chunk) {
+  return std::make_unique<MpiComm>(comm, max_chunk);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,452 @@
+// The NCCL backend of Comm (architecture keystone 4): device memory on CUDA builds.
+//
+// Bootstrap: group rank 0 asks NCCL for a unique id, MPI_Bcast carries it over the group's MPI
+// communicator, and every rank joins with ncclCommInitRank on the current CUDA device. The ranks
+// agree on every step's outcome first, so a rank without a GPU fails the whole group with its
+// CUDA error instead of leaving the others waiting in NCCL's bootstrap.
+//
+// Every operation runs on the caller's stream. A blocking call records an event after the
+// operation and waits for it; a non-blocking one returns a Request holding such an event. Waiting
+// polls the event and the communicator's asynchronous error, so a failed peer or network surfaces as
+// an exception with a HINT instead of a hang.
+//
+// Point-to-point: NCCL runs a send and the matching receive concurrently only inside one
+// ncclGroupStart/ncclGroupEnd, and its groups belong to the host thread, not to a communicator.
+// So send, recv, isend and irecv (on any NcclComm of this thread) join one open group; the group is
+// launched by the first blocking send or recv, by wait() on any of its requests, or by any
+// collective, whichever comes first. Hence "irecv; send; wait" and "isend ×2; irecv ×2; wait" work
+// as they do with MPI. NCCL has no tags: messages between two ranks match in issue order, so tags
+// are checked for range but ignored, and both sides must issue their messages in the same order.
+#include "parallel/comm.hpp"
+#include "parallel/mpi_check.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace meshtrain {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Checked calls
+
+const char* cuda_hint(cudaError_t error) {
+  switch (error) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+      return "no usable GPU for this rank: check nvidia-smi, CUDA_VISIBLE_DEVICES, that the driver supports "
+             "this CUDA version, and that Slurm gave the job GPUs (--gpus-per-task); CPU runs use the MPI "
+             "backend (parallel.backend mpi)";
+    case cudaErrorMemoryAllocation:
+      return "the GPU is out of memory: fewer or smaller buffers, or more ranks to share them";
+    default:
+      return "run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel, or under compute-sanitizer";
+  }
+}
+
+[[noreturn]] void cuda_fail(cudaError_t error, const char* call, const char* file, int line) {
+  throw std::runtime_error(fmt::format("{}:{}: CUDA call {} failed: {} ({})\nHINT: {}", file, line, call,
+                                       cudaGetErrorName(error), cudaGetErrorString(error), cuda_hint(error)));
+}
+void cuda_check(cudaError_t error, const char* call, const char* file, int line) {
+  if (error != cudaSuccess) cuda_fail(error, call, file, line);
+}
+#define MESHTRAIN_CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+
+const char* nccl_hint(ncclResult_t result) {
+  switch (result) {
+    case ncclUnhandledCudaError:
+      return "a CUDA call inside NCCL failed: check the GPU and driver (nvidia-smi) and CUDA_VISIBLE_DEVICES; "
+             "NCCL_DEBUG=INFO names the call";
+    case ncclSystemError:
+      return "a system call failed (sockets, shared memory): run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; "
+             "across nodes set NCCL_SOCKET_IFNAME to the interface they share (e.g. ib0); in containers give "
+             "/dev/shm room or set NCCL_SHM_DISABLE=1";
+    case ncclInvalidArgument:
+      return "buffers must be device memory of this rank's GPU, counts the same on every rank, roots and peers "
+             "ranks of the group; NCCL_DEBUG=WARN names the argument";
+    case ncclInvalidUsage:
+      return "each rank of a group needs its own GPU (select it from the node-local rank or CUDA_VISIBLE_DEVICES), "
+             "and every rank must issue the same collectives in the same order; NCCL_DEBUG=WARN says more";
+    case ncclRemoteError:
+      return "another rank or the network failed: look at the other ranks' errors first; NCCL_DEBUG=INFO "
+             "NCCL_DEBUG_SUBSYS=NET shows the connections";
+    default:
+      return "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=ALL) to see what NCCL was doing";
+  }
+}
+
+[[noreturn]] void nccl_fail(ncclResult_t result, ncclComm_t comm, const char* call, const char* file, int line) {
+  const char* last = ncclGetLastError(comm);
+  const std::string detail = last != nullptr && *last != '\0' ? fmt::format(" ({})", last) : std::string();
+  throw std::runtime_error(fmt::format("{}:{}: NCCL call {} failed: {}{}\nHINT: {}", file, line, call,
+                                       ncclGetErrorString(result), detail, nccl_hint(result)));
+}
+void nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const char* file, int line) {
+  if (result != ncclSuccess) nccl_fail(result, comm, call, file, line);
+}
+#define MESHTRAIN_NCCL_CHECK(call, comm) nccl_check((call), (comm), #call, __FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------------------------
+// Owned handles
+
+// The NCCL communicator. Destroyed normally it is ncclCommDestroy'ed; destroyed while an exception
+// unwinds the stack (peers may be gone) it is ncclCommAbort'ed, which does not wait for them.
+class NcclHandle {
+ public:
+  explicit NcclHandle(ncclComm_t comm) : comm_(comm) {}
+  ~NcclHandle() {
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);
+    } else {
+      ncclCommDestroy(comm_);
+    }
+  }
+  NcclHandle(const NcclHandle&) = delete;
+  NcclHandle& operator=(const NcclHandle&) = delete;
+  ncclComm_t get() const { return comm_; }
+
+ private:
+  ncclComm_t comm_;
+};
+
+class Event {
+ public:
+  Event() { MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class DeviceFloat {
+ public:
+  DeviceFloat() {
+    MESHTRAIN_CUDA_CHECK(cudaMalloc(&data_, sizeof(float)));
+    MESHTRAIN_CUDA_CHECK(cudaMemset(data_, 0, sizeof(float)));
+  }
+  ~DeviceFloat() { cudaFree(data_); }
+  DeviceFloat(const DeviceFloat&) = delete;
+  DeviceFloat& operator=(const DeviceFloat&) = delete;
+  float* get() const { return data_; }
+
+ private:
+  float* data_ = nullptr;
+};
+
+// Waits until `event` has happened, checking `comm` for an asynchronous error meanwhile.
+void wait_for(cudaEvent_t event, ncclComm_t comm, const std::string& what) {
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) cuda_fail(state, "cudaEventQuery(event)", __FILE__, __LINE__);
+    ncclResult_t async = ncclSuccess;
+    MESHTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async), comm);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      nccl_fail(async, comm, ("ncclCommGetAsyncError while waiting for " + what).c_str(), __FILE__, __LINE__);
+    }
+    std::this_thread::yield();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations in flight and the thread's open point-to-point group
+
+// One operation's completion: an event recorded on the stream after it. Point-to-point operations
+// are recorded when their group is launched; `failed` marks those whose group failed to launch.
+struct Completion {
+  explicit Completion(cudaStream_t s) : stream(s) {}
+  Event event;
+  cudaStream_t stream;
+  bool recorded = false;
+  bool failed = false;
+};
+
+struct OpenGroup {
+  bool open = false;
+  std::vector<std::shared_ptr<Completion>> members;
+};
+OpenGroup& open_group() {
+  thread_local OpenGroup group;
+  return group;
+}
+
+void join_group() {
+  OpenGroup& group = open_group();
+  if (group.open) return;
+  MESHTRAIN_NCCL_CHECK(ncclGroupStart(), nullptr);
+  group.open = true;
+}
+
+// Launches the open group (if any) and records the completion of each of its operations.
+void launch_group() {
+  OpenGroup& group = open_group();
+  if (!group.open) return;
+  std::vector<std::shared_ptr<Completion>> members = std::move(group.members);
+  group.members.clear();
+  group.open = false;
+  const ncclResult_t launched = ncclGroupEnd();
+  if (launched != ncclSuccess) {
+    for (auto& member : members) member->failed = true;
+    nccl_fail(launched, nullptr, "ncclGroupEnd()", __FILE__, __LINE__);
+  }
+  for (auto& member : members) {
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(member->event.get(), member->stream));
+    member->recorded = true;
+  }
+}
+
+// Waiting launches the operation's group if it is still open. Dropped without wait(), nothing
+// blocks: the operation stays ordered on the stream before whatever is enqueued after it.
+class NcclRequest final : public Request::Impl {
+ public:
+  NcclRequest(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, std::string what)
+      : comm_(std::move(comm)), completion_(std::move(completion)), what_(std::move(what)) {}
+
+  void wait() override {
+    if (!completion_->recorded && !completion_->failed) launch_group();
+    if (completion_->failed) {
+      throw std::runtime_error(fmt::format(
+          "{}: the NCCL group it belonged to failed to launch\nHINT: see the error ncclGroupEnd reported first; "
+          "NCCL_DEBUG=INFO says more",
+          what_));
+    }
+    wait_for(completion_->event.get(), comm_->get(), what_);
+  }
+
+ private:
+  std::shared_ptr<NcclHandle> comm_;  // kept alive for the asynchronous-error check
+  std::shared_ptr<Completion> completion_;
+  std::string what_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t stream)
+      : comm_(std::move(comm)), rank_(rank), size_(size), stream_(stream) {}
+
+  // Launches this thread's open group, which may hold this communicator's messages.
+  ~NcclComm() override {
+    try {
+      launch_group();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrain: launching pending NCCL messages at teardown failed: %s\n", e.what());
+    }
+  }
+
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  std::string backend() const override { return "nccl"; }
+
+  void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, ncclFloat, ncclSum); }
+  void allreduce_max(float* data, std::size_t count) override { allreduce(data, count, ncclFloat, ncclMax); }
+  void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, ncclDouble, ncclSum); }
+
+  Request iallreduce_sum(float* data, std::size_t count) override {
+    if (count == 0) return Request();
+    launch_group();
+    auto completion = std::make_shared<Completion>(stream_);
+    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm(), stream_), comm());
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream_));
+    completion->recorded = true;
+    return Request(std::make_unique<NcclRequest>(comm_, std::move(completion),
+                                                 fmt::format("iallreduce_sum of {} floats", count)));
+  }
+
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
+    if (recv_count == 0) return;
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm(), stream_), comm());
+    complete("reduce_scatter_sum");
+  }
+
+  void allgather(const float* send, float* recv, std::size_t send_count) override {
+    if (send_count == 0) return;
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, ncclFloat, comm(), stream_), comm());
+    complete("allgather");
+  }
+
+  void broadcast(float* data, std::size_t count, int root) override {
+    check_rank(root, "broadcast", "root");
+    if (count == 0) return;
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclBroadcast(data, data, count, ncclFloat, root, comm(), stream_), comm());
+    complete("broadcast");
+  }
+
+  // A blocking send or recv launches the open group with itself in it and waits for all of it.
+  void send(const float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "send");
+    if (count == 0) return;
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, ncclFloat, peer, comm(), stream_), comm());
+    launch_group();
+    complete("send");
+  }
+
+  void recv(float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "recv");
+    if (count == 0) return;
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, ncclFloat, peer, comm(), stream_), comm());
+    launch_group();
+    complete("recv");
+  }
+
+  Request isend(const float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "isend");
+    if (count == 0) return Request();
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, ncclFloat, peer, comm(), stream_), comm());
+    return in_group(fmt::format("isend of {} floats to peer {}", count, peer));
+  }
+
+  Request irecv(float* data, std::size_t count, int peer, int tag) override {
+    check_peer(peer, tag, "irecv");
+    if (count == 0) return Request();
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, ncclFloat, peer, comm(), stream_), comm());
+    return in_group(fmt::format("irecv of {} floats from peer {}", count, peer));
+  }
+
+  // An allreduce of one element completes only when every rank has entered it.
+  void barrier() override {
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclAllReduce(token_.get(), token_.get(), 1, ncclFloat, ncclSum, comm(), stream_), comm());
+    complete("barrier");
+  }
+
+ private:
+  ncclComm_t comm() const { return comm_->get(); }
+
+  void allreduce(void* data, std::size_t count, ncclDataType_t type, ncclRedOp_t op) {
+    if (count == 0) return;
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, type, op, comm(), stream_), comm());
+    complete("allreduce");
+  }
+
+  // Waits for everything enqueued on the stream so far.
+  void complete(const char* what) {
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream_));
+    wait_for(done_.get(), comm(), what);
+  }
+
+  Request in_group(std::string what) {
+    auto completion = std::make_shared<Completion>(stream_);
+    open_group().members.push_back(completion);
+    return Request(std::make_unique<NcclRequest>(comm_, std::move(completion), std::move(what)));
+  }
+
+  void check_rank(int rank, const char* op, const char* role) const {
+    if (rank < 0 || rank >= size_) {
+      throw std::invalid_argument(
+          fmt::format("{}: {} {} is not a rank of this group (ranks 0..{})", op, role, rank, size_ - 1));
+    }
+  }
+  void check_peer(int peer, int tag, const char* op) const {
+    check_rank(peer, op, "peer");
+    if (tag < 0) throw std::invalid_argument(fmt::format("{}: tag {} is negative", op, tag));
+  }
+
+  std::shared_ptr<NcclHandle> comm_;  // first: destroyed after the event and buffer that use it
+  int rank_, size_;
+  cudaStream_t stream_;
+  Event done_;
+  DeviceFloat token_;
+};
+
+// Every rank of `comm` learns whether any failed at a step; the lowest failing rank's message
+// reaches all of them, and all throw it.
+void agree(MPI_Comm comm, int rank, int size, const std::string& mine) {
+  constexpr const char* hint = "make_nccl_comm is collective: every rank of the group must call it together";
+  int first = mine.empty() ? size : rank;
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), hint);
+  if (first == size) return;
+  int length = static_cast<int>(mine.size());
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm), hint);
+  std::string message = mine;
+  message.resize(static_cast<std::size_t>(length));
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, comm), hint);
+  throw std::runtime_error(fmt::format("make_nccl_comm: group rank {} of {}: {}", first, size, message));
+}
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream) {
+  if (comm == MPI_COMM_NULL) {
+    throw std::invalid_argument("make_nccl_comm: MPI_COMM_NULL (is this rank a member of the group?)");
+  }
+  int rank = 0, size = 1;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is MPI initialised?");
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size), "is MPI initialised?");
+
+  // 1. Every rank has a GPU.
+  agree(comm, rank, size, error_of([] {
+          int devices = 0, device = 0;
+          MESHTRAIN_CUDA_CHECK(cudaGetDeviceCount(&devices));
+          MESHTRAIN_CUDA_CHECK(cudaGetDevice(&device));
+          MESHTRAIN_CUDA_CHECK(cudaFree(nullptr));  // creates the context now, not inside NCCL
+        }));
+
+  // 2. Group rank 0's unique id, broadcast with its outcome.
+  struct {
+    int ok = 1;
+    ncclUniqueId id;
+  } bootstrap;
+  std::memset(&bootstrap.id, 0, sizeof(bootstrap.id));
+  std::string id_error;
+  if (rank == 0) {
+    id_error = error_of([&] { MESHTRAIN_NCCL_CHECK(ncclGetUniqueId(&bootstrap.id), nullptr); });
+    bootstrap.ok = id_error.empty() ? 1 : 0;
+  }
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&bootstrap, static_cast<int>(sizeof(bootstrap)), MPI_BYTE, 0, comm),
+                      "make_nccl_comm is collective: every rank of the group must call it together");
+  agree(comm, rank, size, id_error);
+
+  // 3. Every rank joins.
+  ncclComm_t handle = nullptr;
+  const std::string init_error = error_of([&] {
+    MESHTRAIN_NCCL_CHECK(ncclCommInitRank(&handle, size, bootstrap.id, rank), nullptr);
+  });
+  if (!init_error.empty()) handle = nullptr;
+  try {
+    agree(comm, rank, size, init_error);
+  } catch (...) {
+    if (handle != nullptr) ncclCommAbort(handle);
+    throw;
+  }
+  return std::make_unique<NcclComm>(std::make_shared<NcclHandle>(handle), rank, size,
+                                    static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace meshtrain

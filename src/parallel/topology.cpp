@@ -1,0 +1,341 @@
+// The process grid (architecture keystone 1): layout validation, rank arithmetic, the group
+// communicators and the grid as rank 0 prints it.
+//
+// Global ranks are ordered tp fastest, then dp, then pp (Megatron's default order):
+//
+//     rank = tp_rank + tp · (dp_rank + dp · pp_rank)
+//
+// Every group of the 16-rank example of Megatron's parallel_state docstring, dp 2 × tp 2 × pp 4
+// (tests/parallel/test_topology.cpp holds the same table, written out by hand):
+//
+//     rank      0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15
+//     tp_rank   0  1  0  1  0  1  0  1  0  1  0  1  0  1  0  1
+//     dp_rank   0  0  1  1  0  0  1  1  0  0  1  1  0  0  1  1
+//     pp_rank   0  0  0  0  1  1  1  1  2  2  2  2  3  3  3  3
+//
+//     8 tp groups (same dp and pp rank: one layer's shards, all-reduced inside every layer)
+//         [0 1] [2 3] [4 5] [6 7] [8 9] [10 11] [12 13] [14 15]
+//     8 dp groups (same tp and pp rank: replicas of one shard, gradients averaged once a step)
+//         [0 2] [1 3] [4 6] [5 7] [8 10] [9 11] [12 14] [13 15]
+//     4 pp groups (same dp and tp rank: the stages, pp_rank 0 first, activations sent along them)
+//         [0 4 8 12] [1 5 9 13] [2 6 10 14] [3 7 11 15]
+//     2 model groups (same dp rank: one whole replica, tp × pp ranks)
+//         [0 1 4 5 8 9 12 13] [2 3 6 7 10 11 14 15]
+//
+// With 4 ranks per node (ranks placed in blocks, as srun and mpiexec do by default) the nodes hold
+// 0-3, 4-7, 8-11 and 12-15: every tp group stays inside a node, which carries the most frequent
+// traffic, and each pipeline stage has a node of its own.
+#include "parallel/topology.hpp"
+
+#include "core/errors.hpp"
+#include "parallel/mpi_check.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string_view>
+#include <unordered_map>
+
+namespace meshtrain {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+
+// describe(): up to this many ranks, every group and every member is listed; above it the
+// listing keeps the first groups and the last one (and the first members and the last one), so
+// that the text stays within about 20 lines at any scale.
+constexpr int full_listing_max_ranks = 64;
+constexpr std::size_t head_groups = 3;
+constexpr std::size_t head_members = 4;
+constexpr std::size_t max_listed_members = 8;
+constexpr std::size_t head_hosts = 4;
+constexpr std::size_t max_listed_hosts = 8;
+constexpr std::size_t head_rank_ranges = 4;
+constexpr std::size_t max_listed_rank_ranges = 6;
+constexpr std::size_t max_listed_warnings = 3;
+constexpr std::size_t max_listed_hosts_in_warning = 4;
+
+void check_layout(const Layout& layout) {
+  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1)
+    throw std::invalid_argument(fmt::format("layout dp {} × tp {} × pp {}: every degree must be at least 1 "
+                                            "(Topology::resolve turns parallel.dp = 0 into a number)",
+                                            layout.dp, layout.tp, layout.pp));
+}
+
+std::string divisors(int n) {
+  std::string out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
+  return out;
+}
+
+const char* plural(std::size_t n) { return n == 1 ? "" : "s"; }
+
+// "[0 1 2 3]", or for a long group in a compact listing "[0 8 16 24 … 1016]".
+std::string bracket(const std::vector<int>& members, bool compact) {
+  std::string out = "[";
+  const bool elide = compact && members.size() > max_listed_members;
+  const std::size_t shown = elide ? head_members : members.size();
+  for (std::size_t i = 0; i < shown; ++i) out += fmt::format("{}{}", i == 0 ? "" : " ", members[i]);
+  if (elide) out += fmt::format(" … {}", members.back());
+  return out + "]";
+}
+
+// "tp groups (4): [0 1] [2 3] [4 5] [6 7]", or compacted
+// "dp groups (512 of 16 ranks): [0 8 16 24 … 120] [1 9 17 25 … 121] [2 …] … 508 more … [..]".
+std::string groups_line(std::string_view kind, const Groups& groups, bool compact) {
+  std::string out = compact ? fmt::format("{} groups ({} of {} ranks):", kind, groups.size(), groups.front().size())
+                            : fmt::format("{} groups ({}):", kind, groups.size());
+  const bool elide = compact && groups.size() > head_groups + 1;
+  const std::size_t shown = elide ? head_groups : groups.size();
+  for (std::size_t g = 0; g < shown; ++g) out += fmt::format(" {}", bracket(groups[g], compact));
+  if (elide) out += fmt::format(" … {} more … {}", groups.size() - head_groups - 1, bracket(groups.back(), compact));
+  return out;
+}
+
+// "ranks 0-7", "ranks 0-3 8-11", "rank 5", or for a scattered placement
+// "ranks 0 4 8 12 … 1020 (256 ranks)". `ranks` is sorted.
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::vector<std::pair<int, int>> ranges;
+  for (const int r : ranks) {
+    if (!ranges.empty() && ranges.back().second + 1 == r)
+      ranges.back().second = r;
+    else
+      ranges.emplace_back(r, r);
+  }
+  const auto range_text = [](const std::pair<int, int>& range) {
+    return range.first == range.second ? fmt::format("{}", range.first)
+                                       : fmt::format("{}-{}", range.first, range.second);
+  };
+  std::string out = ranks.size() == 1 ? "rank" : "ranks";
+  const bool elide = ranges.size() > max_listed_rank_ranges;
+  const std::size_t shown = elide ? head_rank_ranges : ranges.size();
+  for (std::size_t i = 0; i < shown; ++i) out += fmt::format(" {}", range_text(ranges[i]));
+  if (elide) out += fmt::format(" … {} ({} ranks)", range_text(ranges.back()), ranks.size());
+  return out;
+}
+
+void split(MPI_Comm parent, int color, int key, mpi::OwnedComm& out) {
+  MESHTRAIN_MPI_CHECK(MPI_Comm_split(parent, color, key, out.out()),
+                      "MPI_Comm_split is collective: does every rank construct the Topology with the same "
+                      "layout? (Running out of communicators means Topologies are created and never destroyed.)");
+}
+
+}  // namespace
+
+Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& model, int world) {
+  if (world < 1) throw std::invalid_argument(fmt::format("Topology::resolve: world size {} < 1", world));
+  if (parallel.tp < 1) input_error("parallel.tp = {} must be at least 1", parallel.tp);
+  if (parallel.pp < 1) input_error("parallel.pp = {} must be at least 1", parallel.pp);
+  if (parallel.dp < 0)
+    input_error("parallel.dp = {} must be at least 1 (or 0: world size / (parallel.tp × parallel.pp))", parallel.dp);
+
+  if (parallel.tp > model.heads)
+    input_error("parallel.tp = {} exceeds model.heads = {} (tensor parallelism splits attention heads: each tp "
+                "rank needs at least one)",
+                parallel.tp, model.heads);
+  if (model.heads % parallel.tp != 0)
+    input_error("parallel.tp = {} does not divide model.heads = {} (tensor parallelism splits attention heads): "
+                "choose parallel.tp among {}",
+                parallel.tp, model.heads, divisors(model.heads));
+  if (parallel.pp > model.layers)
+    input_error("parallel.pp = {} exceeds model.layers = {} (each pipeline stage needs at least one layer)",
+                parallel.pp, model.layers);
+
+  const std::int64_t model_ranks = std::int64_t{parallel.tp} * parallel.pp;
+  Layout layout{parallel.dp, parallel.tp, parallel.pp};
+  if (parallel.dp == 0) {
+    if (world % model_ranks != 0)
+      input_error("parallel.tp {} × parallel.pp {} = {} does not divide world size {} (mpiexec -n {}), so "
+                  "parallel.dp = 0 (world size / (tp × pp)) has no answer: choose tp × pp among {}",
+                  parallel.tp, parallel.pp, model_ranks, world, world, divisors(world));
+    layout.dp = static_cast<int>(world / model_ranks);
+  } else if (model_ranks * parallel.dp != world) {
+    input_error("parallel.dp {} × parallel.tp {} × parallel.pp {} = {} ≠ world size {} (mpiexec -n {}): choose "
+                "degrees whose product is {}",
+                parallel.dp, parallel.tp, parallel.pp, model_ranks * parallel.dp, world, world, world);
+  }
+  return layout;
+}
+
+int Topology::global_rank(const Layout& layout, const GridPosition& position) {
+  check_layout(layout);
+  if (position.tp_rank < 0 || position.tp_rank >= layout.tp || position.dp_rank < 0 ||
+      position.dp_rank >= layout.dp || position.pp_rank < 0 || position.pp_rank >= layout.pp)
+    throw std::out_of_range(fmt::format("grid position (dp {}, tp {}, pp {}) is outside layout dp {} × tp {} × pp {}",
+                                        position.dp_rank, position.tp_rank, position.pp_rank, layout.dp,
+                                        layout.tp, layout.pp));
+  return position.tp_rank + layout.tp * (position.dp_rank + layout.dp * position.pp_rank);
+}
+
+GridPosition Topology::position(const Layout& layout, int global_rank) {
+  check_layout(layout);
+  if (global_rank < 0 || global_rank >= layout.world())
+    throw std::out_of_range(fmt::format("rank {} is outside layout dp {} × tp {} × pp {} = {} ranks", global_rank,
+                                        layout.dp, layout.tp, layout.pp, layout.world()));
+  GridPosition position;
+  position.tp_rank = global_rank % layout.tp;
+  position.dp_rank = (global_rank / layout.tp) % layout.dp;
+  position.pp_rank = global_rank / (layout.tp * layout.dp);
+  return position;
+}
+
+Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
+  check_layout(layout);
+  int size = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(world, &size), "is the communicator given to Topology valid?");
+  if (size != layout.world())
+    throw std::invalid_argument(fmt::format("layout dp {} × tp {} × pp {} = {} ≠ communicator size {} "
+                                            "(Topology::resolve checks a layout against the world size)",
+                                            layout.dp, layout.tp, layout.pp, layout.world(), size));
+
+  // Built in owners first, so that a failure halfway frees what was already made.
+  mpi::OwnedComm own_world, tp, dp, pp, model;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_dup(world, own_world.out()),
+                      "MPI_Comm_dup is collective: does every rank construct the Topology?");
+  // Failures in the group communicators (which inherit this handler) come back as mpi::Error with
+  // a hint, instead of MPI aborting the job with its own message only.
+  MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(own_world.get(), MPI_ERRORS_RETURN),
+                      "the MPI library refused MPI_ERRORS_RETURN on a duplicated communicator");
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(own_world.get(), &rank_), "is the duplicated world communicator valid?");
+  position_ = position(layout, rank_);
+  const auto [d, t, p] = position_;
+
+  // Colors number the groups in the order of dp_groups/tp_groups/pp_groups; keys keep the natural
+  // order, so a rank's rank in each group communicator is its coordinate along that group.
+  split(own_world.get(), d + layout.dp * p, t, tp);
+  split(own_world.get(), t + layout.tp * p, d, dp);
+  split(own_world.get(), t + layout.tp * d, p, pp);
+  split(own_world.get(), d, t + layout.tp * p, model);
+
+  world_ = own_world.release();
+  tp_ = tp.release();
+  dp_ = dp.release();
+  pp_ = pp.release();
+  model_ = model.release();
+}
+
+Topology::~Topology() {
+  mpi::OwnedComm::free_comm(model_);
+  mpi::OwnedComm::free_comm(pp_);
+  mpi::OwnedComm::free_comm(dp_);
+  mpi::OwnedComm::free_comm(tp_);
+  mpi::OwnedComm::free_comm(world_);
+}
+
+std::string Topology::describe() const {
+  // Rank 0 gathers every rank's host name and returns the text; the other ranks return "".
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Get_processor_name(name, &length), "the MPI library could not name this host");
+  const int world = layout_.world();
+  std::vector<char> names(rank_ == 0 ? static_cast<std::size_t>(world) * MPI_MAX_PROCESSOR_NAME : 0);
+  MESHTRAIN_MPI_CHECK(MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                                 MPI_CHAR, 0, world_),
+                      "Topology::describe() is collective: does every rank call it?");
+  if (rank_ != 0) return {};
+  std::vector<std::string> hosts;
+  hosts.reserve(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const char* begin = names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    hosts.emplace_back(begin, std::find(begin, begin + MPI_MAX_PROCESSOR_NAME, '\0'));
+  }
+  return describe_grid(layout_, hosts);
+}
+
+Groups tp_groups(const Layout& layout) {
+  Groups groups;
+  for (int p = 0; p < layout.pp; ++p)
+    for (int d = 0; d < layout.dp; ++d) {
+      auto& group = groups.emplace_back();
+      for (int t = 0; t < layout.tp; ++t) group.push_back(Topology::global_rank(layout, {d, t, p}));
+    }
+  return groups;
+}
+
+Groups dp_groups(const Layout& layout) {
+  Groups groups;
+  for (int p = 0; p < layout.pp; ++p)
+    for (int t = 0; t < layout.tp; ++t) {
+      auto& group = groups.emplace_back();
+      for (int d = 0; d < layout.dp; ++d) group.push_back(Topology::global_rank(layout, {d, t, p}));
+    }
+  return groups;
+}
+
+Groups pp_groups(const Layout& layout) {
+  Groups groups;
+  for (int d = 0; d < layout.dp; ++d)
+    for (int t = 0; t < layout.tp; ++t) {
+      auto& group = groups.emplace_back();
+      for (int p = 0; p < layout.pp; ++p) group.push_back(Topology::global_rank(layout, {d, t, p}));
+    }
+  return groups;
+}
+
+std::string describe_grid(const Layout& layout, const std::vector<std::string>& hosts) {
+  check_layout(layout);
+  const int world = layout.world();
+  if (hosts.size() != static_cast<std::size_t>(world))
+    throw std::invalid_argument(
+        fmt::format("describe_grid: {} host names for dp {} × tp {} × pp {} = {} ranks", hosts.size(), layout.dp,
+                    layout.tp, layout.pp, world));
+
+  // Hosts in the order of their first rank, each with its ranks.
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;
+  std::unordered_map<std::string, std::size_t> host_index;
+  for (int r = 0; r < world; ++r) {
+    const auto& host = hosts[static_cast<std::size_t>(r)];
+    const auto [it, added] = host_index.try_emplace(host, by_host.size());
+    if (added) by_host.emplace_back(host, std::vector<int>{});
+    by_host[it->second].second.push_back(r);
+  }
+
+  const bool compact = world > full_listing_max_ranks;
+  const Groups tp = tp_groups(layout);
+  std::string out = fmt::format("layout: dp {} × tp {} × pp {} = {} rank{} on {} host{}\n", layout.dp, layout.tp,
+                                layout.pp, world, plural(static_cast<std::size_t>(world)), by_host.size(),
+                                plural(by_host.size()));
+  out += groups_line("tp", tp, compact) + "\n";
+  out += groups_line("dp", dp_groups(layout), compact) + "\n";
+  out += groups_line("pp", pp_groups(layout), compact) + "\n";
+
+  const bool elide_hosts = by_host.size() > max_listed_hosts;
+  const std::size_t shown_hosts = elide_hosts ? head_hosts : by_host.size();
+  const auto host_line = [](const auto& entry) {
+    return fmt::format("host {}: {}\n", entry.first, rank_ranges(entry.second));
+  };
+  for (std::size_t h = 0; h < shown_hosts; ++h) out += host_line(by_host[h]);
+  if (elide_hosts) {
+    out += fmt::format("… {} more hosts …\n", by_host.size() - head_hosts - 1);
+    out += host_line(by_host.back());
+  }
+
+  // Tensor-parallel collectives run inside every layer, forward and backward: they belong on one
+  // node's fast links.
+  std::size_t spanning = 0;
+  for (const auto& group : tp) {
+    std::vector<std::string> group_hosts;
+    for (const int r : group) {
+      const auto& host = hosts[static_cast<std::size_t>(r)];
+      if (std::find(group_hosts.begin(), group_hosts.end(), host) == group_hosts.end()) group_hosts.push_back(host);
+    }
+    if (group_hosts.size() == 1) continue;
+    if (++spanning > max_listed_warnings) continue;
+    std::string names;
+    for (std::size_t h = 0; h < std::min(group_hosts.size(), max_listed_hosts_in_warning); ++h)
+      names += fmt::format("{}{}", h == 0 ? "" : ", ", group_hosts[h]);
+    if (group_hosts.size() > max_listed_hosts_in_warning)
+      names += fmt::format(" … ({} hosts)", group_hosts.size());
+    out += fmt::format("warning: tp group {} spans hosts {}: tensor-parallel traffic will cross the network\n",
+                       bracket(group, compact), names);
+  }
+  if (spanning > max_listed_warnings)
+    out += fmt::format("warning: {} more tp group{} spanning hosts ({} of {} tp groups in all)\n",
+                       spanning - max_listed_warnings, plural(spanning - max_listed_warnings), spanning, tp.size());
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,76 @@
+// The process grid (architecture keystone 1): world = dp × tp × pp, global ranks ordered tp
+// fastest, then dp, then pp (Megatron's default: tensor-parallel peers are neighbours, so they
+// share a node's fast links), and the MPI sub-communicators of every group. Built once and passed
+// explicitly; there are no global communicators.
+#pragma once
+
+#include "core/config.hpp"
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int world() const { return dp * tp * pp; }
+};
+
+struct GridPosition {
+  int dp_rank = 0, tp_rank = 0, pp_rank = 0;
+};
+
+class Topology {
+ public:
+  // The layout asked for by `parallel` on `world` ranks (dp = 0: world / (tp × pp)); InputError
+  // naming every number when it does not fit (`dp 3 × tp 2 × pp 1 = 6 ≠ world 8`), or when tp
+  // exceeds heads or does not divide them, or pp exceeds layers.
+  static Layout resolve(const ParallelConfig& parallel, const ModelConfig& model, int world);
+
+  // Pure rank arithmetic, no MPI.
+  static int global_rank(const Layout& layout, const GridPosition& position);
+  static GridPosition position(const Layout& layout, int global_rank);
+
+  // Collective over `world`: splits it into the groups (the communicators are owned and freed).
+  Topology(MPI_Comm world, const Layout& layout);
+  ~Topology();
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+
+  const Layout& layout() const { return layout_; }
+  const GridPosition& position() const { return position_; }
+  int rank() const { return rank_; }
+  MPI_Comm world() const { return world_; }
+  MPI_Comm dp_comm() const { return dp_; }        // same tp and pp rank
+  MPI_Comm tp_comm() const { return tp_; }        // same dp and pp rank
+  MPI_Comm pp_comm() const { return pp_; }        // same dp and tp rank
+  MPI_Comm model_comm() const { return model_; }  // same dp rank: all of one model replica (tp × pp)
+  bool first_stage() const { return position_.pp_rank == 0; }
+  bool last_stage() const { return position_.pp_rank == layout_.pp - 1; }
+
+  // The grid as rank 0 prints it at start: every group's global ranks and each rank's host, one
+  // line per group kind, compacted for large worlds. Collective (gathers host names).
+  std::string describe() const;
+
+ private:
+  Layout layout_;
+  GridPosition position_;
+  int rank_ = 0;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  MPI_Comm dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL, model_ = MPI_COMM_NULL;
+};
+
+// The groups of each kind as lists of global ranks, in group order (for describe() and tests):
+// e.g. tp groups of dp2·tp2·pp2 are {0,1} {2,3} {4,5} {6,7}.
+std::vector<std::vector<int>> dp_groups(const Layout& layout);
+std::vector<std::vector<int>> tp_groups(const Layout& layout);
+std::vector<std::vector<int>> pp_groups(const Layout& layout);
+
+// describe()'s text for a given placement, without MPI: hosts[r] is global rank r's host name
+// (hosts.size() == layout.world()). What describe() returns on rank 0; tests use it for multi-host
+// and large-world placements that a single machine cannot produce.
+std::string describe_grid(const Layout& layout, const std::vector<std::string>& hosts);
+
+}  // namespace meshtrain

@@ -1,0 +1,740 @@
+// The collectives of Comm against closed forms, on every rank, over the world and over
+// sub-communicators: even/odd world ranks (a group that is not the world), and the world in reverse
+// order (a group whose rank order is not the world's, which allgather and reduce_scatter must follow).
+//
+// Every rank fills its buffers from its world rank w and the element index i; the expected results
+// are sums, maxima and placements over the group's world ranks, computed arithmetically here from
+// the group's shape, never through MPI. Values are small integers (or doubles exact to the last
+// bit), so every comparison is exact. The MPI backend runs with the default chunk and with tiny
+// chunks (1, 3, 1000 elements), which splits every message the way a >2^31-element buffer is split.
+// The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
+// rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
+#include "parallel/comm.hpp"
+#include "parallel/mpi_check.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#if defined(MESHTRAIN_HAVE_NCCL)
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <limits>
+#include <stdexcept>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+// The MPI profiling interface: this test defines the MPI calls the backend makes, records each
+// call's element count while the log is on, and forwards to the library's PMPI_ entry points. So
+// the chunk tests see how many MPI calls a buffer took and how long each was.
+namespace {
+struct CallLog {
+  bool on = false;
+  std::vector<std::pair<std::string, int>> calls;
+};
+CallLog call_log;
+void record(const char* call, int count) {
+  if (call_log.on) call_log.calls.emplace_back(call, count);
+}
+}  // namespace
+
+extern "C" {
+int MPI_Allreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  record("MPI_Allreduce", count);
+  return PMPI_Allreduce(send, recv, count, type, op, comm);
+}
+int MPI_Iallreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* request) {
+  record("MPI_Iallreduce", count);
+  return PMPI_Iallreduce(send, recv, count, type, op, comm, request);
+}
+int MPI_Reduce_scatter_block(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  record("MPI_Reduce_scatter_block", count);
+  return PMPI_Reduce_scatter_block(send, recv, count, type, op, comm);
+}
+int MPI_Allgather(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count,
+                  MPI_Datatype recv_type, MPI_Comm comm) {
+  record("MPI_Allgather", send_count);
+  return PMPI_Allgather(send, send_count, send_type, recv, recv_count, recv_type, comm);
+}
+int MPI_Bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  record("MPI_Bcast", count);
+  return PMPI_Bcast(data, count, type, root, comm);
+}
+int MPI_Send(const void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm) {
+  record("MPI_Send", count);
+  return PMPI_Send(data, count, type, peer, tag, comm);
+}
+int MPI_Recv(void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, MPI_Status* status) {
+  record("MPI_Recv", count);
+  return PMPI_Recv(data, count, type, peer, tag, comm, status);
+}
+int MPI_Isend(const void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+              MPI_Request* request) {
+  record("MPI_Isend", count);
+  return PMPI_Isend(data, count, type, peer, tag, comm, request);
+}
+int MPI_Irecv(void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, MPI_Request* request) {
+  record("MPI_Irecv", count);
+  return PMPI_Irecv(data, count, type, peer, tag, comm, request);
+}
+}
+
+namespace meshtrain {
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups and their closed forms
+
+enum class Kind { world, parity, reversed };
+
+// One group this rank belongs to, with its shape derived from the world size alone.
+struct Group {
+  Kind kind;
+  std::string name;
+  mpi::OwnedComm comm;
+  int n = 1;  // world size
+  int c = 0;  // parity: this rank's colour (world rank mod 2)
+
+  // Group size and this rank's group rank, from the world rank alone.
+  int size() const {
+    if (kind == Kind::parity) return c == 0 ? (n + 1) / 2 : n / 2;
+    return n;
+  }
+  int rank() const {
+    const int w = world_rank();
+    if (kind == Kind::parity) return w / 2;
+    if (kind == Kind::reversed) return n - 1 - w;
+    return w;
+  }
+  // World rank of group rank g.
+  long world_of(int g) const {
+    if (kind == Kind::parity) return 2L * g + c;
+    if (kind == Kind::reversed) return n - 1L - g;
+    return g;
+  }
+  // Σ over the group's world ranks, max and min of them: arithmetic series.
+  long sum_world() const {
+    const long m = size();
+    if (kind == Kind::parity) return m * (m - 1) + c * m;  // Σ (2g + c), g < m
+    return m * (m - 1) / 2;
+  }
+  long max_world() const { return kind == Kind::parity ? 2L * (size() - 1) + c : n - 1L; }
+  long min_world() const { return kind == Kind::parity ? c : 0L; }
+};
+
+std::vector<Group> make_groups() {
+  const int w = world_rank(), n = world_size();
+  std::vector<Group> groups;
+  groups.push_back({Kind::world, "world", mpi::OwnedComm(), n, 0});
+  MPI_Comm_dup(MPI_COMM_WORLD, groups.back().comm.out());
+  groups.push_back({Kind::parity, w % 2 == 0 ? "even ranks" : "odd ranks", mpi::OwnedComm(), n, w % 2});
+  MPI_Comm_split(MPI_COMM_WORLD, w % 2, w, groups.back().comm.out());
+  groups.push_back({Kind::reversed, "world reversed", mpi::OwnedComm(), n, 0});
+  MPI_Comm_split(MPI_COMM_WORLD, 0, n - 1 - w, groups.back().comm.out());
+  return groups;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffers where the backend wants them: host memory for MPI, device memory for NCCL.
+
+enum class Space { host, device };
+
+template <class T>
+class Buffer {
+ public:
+  Buffer(Space space, const std::vector<T>& values) : space_(space), host_(values) {
+#if defined(MESHTRAIN_HAVE_NCCL)
+    if (space_ == Space::device) {
+      EXPECT_EQ(cudaMalloc(&device_, std::max<std::size_t>(1, values.size()) * sizeof(T)), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(device_, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+#endif
+  }
+  ~Buffer() {
+#if defined(MESHTRAIN_HAVE_NCCL)
+    if (device_ != nullptr) cudaFree(device_);
+#endif
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* data() { return space_ == Space::device ? device_ : host_.data(); }
+  std::vector<T> read() {
+#if defined(MESHTRAIN_HAVE_NCCL)
+    if (space_ == Space::device) {
+      EXPECT_EQ(cudaMemcpy(host_.data(), device_, host_.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+#endif
+    return host_;
+  }
+
+ private:
+  Space space_;
+  std::vector<T> host_;
+  T* device_ = nullptr;
+};
+
+template <class T, class Fn>
+std::vector<T> fill(std::size_t count, Fn&& fn) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<T>(fn(i));
+  return v;
+}
+
+// Exact comparison of every element; reports the first mismatch and how many there are (other
+// ranks also on stderr, since only rank 0 prints GoogleTest's results).
+template <class T, class Fn>
+void expect_all(const std::vector<T>& got, Fn&& want, const std::string& what) {
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != static_cast<T>(want(i))) {
+      if (wrong++ == 0) first = i;
+    }
+  }
+  if (wrong == 0) return;
+  const std::string message =
+      "rank " + std::to_string(world_rank()) + ": " + what + ": " + std::to_string(wrong) + " of " +
+      std::to_string(got.size()) + " elements wrong; first at " + std::to_string(first) + ": got " +
+      std::to_string(got[first]) + ", want " + std::to_string(static_cast<T>(want(first)));
+  if (world_rank() != 0) std::fprintf(stderr, "%s\n", message.c_str());
+  ADD_FAILURE() << message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks. Each one is a fixed sequence of collectives that every rank of the group runs, so
+// they use EXPECT (never ASSERT): a rank that left early would leave the others waiting.
+
+struct Case {
+  Comm& comm;
+  const Group& group;
+  Space space;
+  std::string label;  // backend, group, chunk and count, for failure messages
+};
+
+void check_shape(const Case& t) {
+  EXPECT_EQ(t.comm.size(), t.group.size()) << t.label;
+  EXPECT_EQ(t.comm.rank(), t.group.rank()) << t.label;
+}
+
+// x_w[i] = 1000 w + i mod 997  →  Σ = 1000 Σw + m (i mod 997).
+void check_allreduce_sum(const Case& t, std::size_t count) {
+  const long w = world_rank(), m = t.group.size(), s = t.group.sum_world();
+  Buffer<float> x(t.space, fill<float>(count, [&](std::size_t i) { return 1000 * w + long(i % 997); }));
+  t.comm.allreduce_sum(x.data(), count);
+  expect_all(x.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " allreduce_sum");
+}
+
+// Even i: 10 w + i mod 7 − 500, odd i: −10 w + i mod 7 − 500; the maximum sits on the group's
+// largest world rank for even i and its smallest for odd i, and every value is negative.
+void check_allreduce_max(const Case& t, std::size_t count) {
+  const long w = world_rank();
+  auto value = [](long rank, std::size_t i) { return (i % 2 == 0 ? 10 * rank : -10 * rank) + long(i % 7) - 500; };
+  Buffer<float> x(t.space, fill<float>(count, [&](std::size_t i) { return value(w, i); }));
+  t.comm.allreduce_max(x.data(), count);
+  expect_all(
+      x.read(),
+      [&](std::size_t i) { return value(i % 2 == 0 ? t.group.max_world() : t.group.min_world(), i); },
+      t.label + " allreduce_max");
+}
+
+// x_w[i] = (w + 1)(1 + i·2^-40): exact in double (i < 2^20), lost in float.
+void check_allreduce_double(const Case& t, std::size_t count) {
+  const double w = world_rank(), m = t.group.size(), s = double(t.group.sum_world());
+  const double ulp = std::ldexp(1.0, -40);
+  Buffer<double> x(t.space, fill<double>(count, [&](std::size_t i) { return (w + 1) * (1 + double(i) * ulp); }));
+  t.comm.allreduce_sum(x.data(), count);
+  expect_all(x.read(), [&](std::size_t i) { return (s + m) * (1 + double(i) * ulp); },
+             t.label + " allreduce_sum(double)");
+}
+
+// An iallreduce in flight while a blocking allreduce and host work go on; then buckets of one
+// buffer started together and waited in reverse order.
+void check_iallreduce(const Case& t, std::size_t count) {
+  const long w = world_rank(), m = t.group.size(), s = t.group.sum_world();
+  Buffer<float> a(t.space, fill<float>(count, [&](std::size_t i) { return 1000 * w + long(i % 997); }));
+  Buffer<float> b(t.space, fill<float>(count, [&](std::size_t i) { return 7 * w - long(i % 13); }));
+  Request request = t.comm.iallreduce_sum(a.data(), count);
+  EXPECT_EQ(request.pending(), count > 0) << t.label;
+  t.comm.allreduce_sum(b.data(), count);
+  double work = 0;
+  for (int k = 1; k < 100000; ++k) work += 1.0 / k;
+  request.wait();
+  EXPECT_FALSE(request.pending()) << t.label;
+  request.wait();  // a second wait returns at once
+  EXPECT_GT(work, 1.0);
+  expect_all(a.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " iallreduce_sum");
+  expect_all(b.read(), [&](std::size_t i) { return 7 * s - m * long(i % 13); }, t.label + " allreduce during it");
+
+  // Three buckets [0, q), [q, 2q + 1), [2q + 1, count), started in order, waited in reverse.
+  Buffer<float> c(t.space, fill<float>(count, [&](std::size_t i) { return 3 * w + long(i % 101); }));
+  const std::size_t q = count / 3, cut1 = std::min(count, q), cut2 = std::min(count, 2 * q + 1);
+  std::vector<Request> buckets;
+  buckets.push_back(t.comm.iallreduce_sum(c.data(), cut1));
+  buckets.push_back(t.comm.iallreduce_sum(c.data() + cut1, cut2 - cut1));
+  buckets.push_back(t.comm.iallreduce_sum(c.data() + cut2, count - cut2));
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) it->wait();
+  expect_all(c.read(), [&](std::size_t i) { return 3 * s + m * long(i % 101); }, t.label + " iallreduce buckets");
+}
+
+// send_w[b·n + i] = 1000 w + 100 b + i mod 97  →  group rank g gets 1000 Σw + m (100 g + i mod 97).
+void check_reduce_scatter(const Case& t, std::size_t count) {
+  const long w = world_rank(), m = t.group.size(), s = t.group.sum_world(), g = t.group.rank();
+  Buffer<float> send(t.space, fill<float>(count * std::size_t(m), [&](std::size_t j) {
+                       return 1000 * w + 100 * long(j / count) + long(j % count % 97);
+                     }));
+  Buffer<float> recv(t.space, std::vector<float>(count, -1.0f));
+  t.comm.reduce_scatter_sum(send.data(), recv.data(), count);
+  expect_all(recv.read(), [&](std::size_t i) { return 1000 * s + m * (100 * g + long(i % 97)); },
+             t.label + " reduce_scatter_sum");
+}
+
+// send_w[i] = 1000 w + i mod 991  →  recv[g·n + i] = 1000 world_of(g) + i mod 991, in group order.
+void check_allgather(const Case& t, std::size_t count) {
+  const long w = world_rank(), m = t.group.size();
+  Buffer<float> send(t.space, fill<float>(count, [&](std::size_t i) { return 1000 * w + long(i % 991); }));
+  Buffer<float> recv(t.space, std::vector<float>(count * std::size_t(m), -1.0f));
+  t.comm.allgather(send.data(), recv.data(), count);
+  expect_all(
+      recv.read(),
+      [&](std::size_t j) { return 1000 * t.group.world_of(int(j / count)) + long(j % count % 991); },
+      t.label + " allgather");
+}
+
+// From the last rank and the middle one (both non-zero when the group has more than one rank).
+void check_broadcast(const Case& t, std::size_t count) {
+  const long w = world_rank(), m = t.group.size();
+  for (int root : {int(m - 1), int(m / 2)}) {
+    Buffer<float> x(t.space, fill<float>(count, [&](std::size_t i) {
+                      return t.group.rank() == root ? 1000 * w + long(i % 89) : -1;
+                    }));
+    t.comm.broadcast(x.data(), count, root);
+    expect_all(x.read(), [&](std::size_t i) { return 1000 * t.group.world_of(root) + long(i % 89); },
+               t.label + " broadcast from " + std::to_string(root));
+  }
+}
+
+// Messages around the ring g → g + 1; each carries its sender's world rank and a marker.
+void check_ring(const Case& t, std::size_t count, bool tags_match) {
+  const int m = t.group.size(), g = t.group.rank();
+  const int right = (g + 1) % m, left = (g + m - 1) % m;
+  const long w = world_rank(), from_left = t.group.world_of(left), from_right = t.group.world_of(right);
+  auto message = [&](long sender, long marker) {
+    return fill<float>(count, [&](std::size_t i) { return 1000 * sender + 100 * marker + long(i % 83); });
+  };
+  auto want = [&](long sender, long marker) {
+    return [=](std::size_t i) { return 1000 * sender + 100 * marker + long(i % 83); };
+  };
+
+  // Blocking both ways: even group ranks send first, odd ones receive first.
+  if (m >= 2) {
+    Buffer<float> out(t.space, message(w, 1)), in(t.space, std::vector<float>(count, -1.0f));
+    if (g % 2 == 0) {
+      t.comm.send(out.data(), count, right, 11);
+      t.comm.recv(in.data(), count, left, 11);
+    } else {
+      t.comm.recv(in.data(), count, left, 11);
+      t.comm.send(out.data(), count, right, 11);
+    }
+    expect_all(in.read(), want(from_left, 1), t.label + " send/recv ring");
+  }
+  // Blocking send against a posted irecv; isend against a blocking recv.
+  {
+    Buffer<float> out(t.space, message(w, 2)), in(t.space, std::vector<float>(count, -1.0f));
+    Request r = t.comm.irecv(in.data(), count, left, 12);
+    t.comm.send(out.data(), count, right, 12);
+    r.wait();
+    expect_all(in.read(), want(from_left, 2), t.label + " irecv + send");
+  }
+  {
+    Buffer<float> out(t.space, message(w, 3)), in(t.space, std::vector<float>(count, -1.0f));
+    Request r = t.comm.isend(out.data(), count, right, 13);
+    t.comm.recv(in.data(), count, left, 13);
+    r.wait();
+    expect_all(in.read(), want(from_left, 3), t.label + " isend + recv");
+  }
+  // Both directions at once, every call non-blocking, told apart by tag (NCCL: by order).
+  {
+    Buffer<float> to_right(t.space, message(w, 4)), to_left(t.space, message(w, 5));
+    Buffer<float> in_left(t.space, std::vector<float>(count, -1.0f)), in_right(t.space, std::vector<float>(count, -1.0f));
+    std::vector<Request> requests;
+    requests.push_back(t.comm.isend(to_right.data(), count, right, 21));
+    requests.push_back(t.comm.isend(to_left.data(), count, left, 22));
+    requests.push_back(t.comm.irecv(in_left.data(), count, left, 21));
+    requests.push_back(t.comm.irecv(in_right.data(), count, right, 22));
+    for (auto& r : requests) r.wait();
+    expect_all(in_left.read(), want(from_left, 4), t.label + " isend/irecv rightwards");
+    expect_all(in_right.read(), want(from_right, 5), t.label + " isend/irecv leftwards");
+  }
+  // Two messages to one peer, received in the opposite order: only tags can tell them apart.
+  if (tags_match) {
+    Buffer<float> first(t.space, message(w, 6)), second(t.space, message(w, 7));
+    Buffer<float> in_first(t.space, std::vector<float>(count, -1.0f)), in_second(t.space, std::vector<float>(count, -1.0f));
+    Request a = t.comm.isend(first.data(), count, right, 31);
+    Request b = t.comm.isend(second.data(), count, right, 32);
+    t.comm.recv(in_second.data(), count, left, 32);
+    t.comm.recv(in_first.data(), count, left, 31);
+    a.wait();
+    b.wait();
+    expect_all(in_first.read(), want(from_left, 6), t.label + " tag 31");
+    expect_all(in_second.read(), want(from_left, 7), t.label + " tag 32");
+  }
+}
+
+// Group rank g enters 30·g ms late; nobody may leave before the last one has entered. Ranks of one
+// node share the steady clock, which is where ctest runs them.
+void check_barrier(const Case& t) {
+  using clock = std::chrono::steady_clock;
+  const int g = t.group.rank(), m = t.group.size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30 * g));
+  const double entered = std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+  t.comm.barrier();
+  const double left = std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+  std::vector<double> entries(std::size_t(m), 0.0);
+  MPI_Allgather(&entered, 1, MPI_DOUBLE, entries.data(), 1, MPI_DOUBLE, t.group.comm.get());
+  const double last = *std::max_element(entries.begin(), entries.end());
+  EXPECT_GE(left, last) << t.label << ": group rank " << g << " left the barrier " << (last - left)
+                        << " s before the last rank entered it";
+}
+
+void check_everything(Comm& comm, const Group& group, Space space, const std::string& label,
+                      const std::vector<std::size_t>& counts, bool tags_match) {
+  Case base{comm, group, space, label};
+  check_shape(base);
+  for (std::size_t count : counts) {
+    const Case t{comm, group, space, label + " count " + std::to_string(count)};
+    check_allreduce_sum(t, count);
+    check_allreduce_max(t, count);
+    check_allreduce_double(t, count);
+    check_iallreduce(t, count);
+    check_reduce_scatter(t, count);
+    check_allgather(t, count);
+    check_broadcast(t, count);
+    check_ring(t, count, tags_match);
+  }
+  check_barrier(base);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MPI backend
+
+TEST(MpiComm, BackendNameAndShape) {
+  for (const Group& group : make_groups()) {
+    auto comm = make_mpi_comm(group.comm.get());
+    EXPECT_EQ(comm->backend(), "mpi");
+    check_shape({*comm, group, Space::host, group.name});
+  }
+}
+
+TEST(MpiComm, CollectivesAndMessagesMatchClosedForms) {
+  for (const Group& group : make_groups()) {
+    auto comm = make_mpi_comm(group.comm.get());
+    check_everything(*comm, group, Space::host, "mpi " + group.name, {1, 7, 1000003}, true);
+  }
+}
+
+// Chunks of 1000, 3 and 1 element: every count around a chunk boundary, counts that need many
+// chunks, and (reduce_scatter) staging rounds smaller than a chunk, as a buffer of more than 2^31
+// elements is split with the default chunk.
+TEST(MpiComm, SplitsMessagesIntoChunks) {
+  struct Chunking {
+    std::size_t max_chunk;
+    std::vector<std::size_t> counts;
+  };
+  const std::vector<Chunking> chunkings = {
+      {1000, {999, 1000, 1001, 4321}}, {3, {1, 2, 3, 4, 10}}, {1, {1, 7}}};
+  for (const Group& group : make_groups()) {
+    for (const Chunking& c : chunkings) {
+      auto comm = make_mpi_comm(group.comm.get(), c.max_chunk);
+      check_everything(*comm, group, Space::host,
+                       "mpi " + group.name + " max_chunk " + std::to_string(c.max_chunk), c.counts, true);
+    }
+  }
+}
+
+// The MPI calls one operation makes, as (call, count) in order, with the log on.
+template <class Fn>
+std::vector<std::pair<std::string, int>> calls_of(Fn&& fn) {
+  call_log.calls.clear();
+  call_log.on = true;
+  fn();
+  call_log.on = false;
+  return call_log.calls;
+}
+
+// `count` elements in pieces of at most `piece`, as `call`.
+std::vector<std::pair<std::string, int>> pieces(const std::string& call, std::size_t count, std::size_t piece) {
+  std::vector<std::pair<std::string, int>> out;
+  for (std::size_t offset = 0; offset < count; offset += piece) out.emplace_back(call, int(std::min(piece, count - offset)));
+  return out;
+}
+
+template <class T>
+std::vector<T> concat(std::vector<T> a, const std::vector<T>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Each operation goes out in consecutive pieces of at most max_chunk elements, the last one the
+// remainder; reduce_scatter in rounds of max_chunk / size elements of every block; a buffer within
+// one chunk in one call.
+TEST(MpiComm, MakesOneMpiCallPerChunk) {
+  const std::size_t chunk = 1000, count = 4321;
+  auto comm = make_mpi_comm(MPI_COMM_WORLD, chunk);
+  const int me = comm->rank();
+  const std::size_t m = std::size_t(comm->size()), round = std::max<std::size_t>(1, chunk / m);
+  std::vector<float> a(count * m, 1.0f), b(count * m, 0.0f);
+  std::vector<double> d(count, 1.0);
+
+  EXPECT_EQ(calls_of([&] { comm->allreduce_sum(a.data(), count); }), pieces("MPI_Allreduce", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->allreduce_max(a.data(), count); }), pieces("MPI_Allreduce", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->allreduce_sum(d.data(), count); }), pieces("MPI_Allreduce", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->iallreduce_sum(a.data(), count).wait(); }), pieces("MPI_Iallreduce", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->reduce_scatter_sum(a.data(), b.data(), count); }),
+            pieces("MPI_Reduce_scatter_block", count, round));
+  EXPECT_EQ(calls_of([&] { comm->allgather(a.data(), b.data(), count); }), pieces("MPI_Allgather", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->broadcast(a.data(), count, 0); }), pieces("MPI_Bcast", count, chunk));
+  EXPECT_EQ(calls_of([&] {
+              Request r = comm->irecv(b.data(), count, me, 4);
+              comm->send(a.data(), count, me, 4);
+              r.wait();
+            }),
+            concat(pieces("MPI_Irecv", count, chunk), pieces("MPI_Send", count, chunk)));
+  EXPECT_EQ(calls_of([&] {
+              Request r = comm->isend(a.data(), count, me, 5);
+              comm->recv(b.data(), count, me, 5);
+              r.wait();
+            }),
+            concat(pieces("MPI_Isend", count, chunk), pieces("MPI_Recv", count, chunk)));
+
+  auto whole = make_mpi_comm(MPI_COMM_WORLD);
+  EXPECT_EQ(calls_of([&] { whole->allreduce_sum(a.data(), count); }), pieces("MPI_Allreduce", count, count));
+  EXPECT_EQ(calls_of([&] { whole->reduce_scatter_sum(a.data(), b.data(), count); }),
+            pieces("MPI_Reduce_scatter_block", count, count));
+  EXPECT_EQ(calls_of([&] { whole->allgather(a.data(), b.data(), count); }), pieces("MPI_Allgather", count, count));
+}
+
+TEST(MpiComm, ZeroCountsAreNoOps) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  float x = 5.0f;
+  double d = 6.0;
+  comm->allreduce_sum(&x, 0);
+  comm->allreduce_max(&x, 0);
+  comm->allreduce_sum(&d, 0);
+  comm->reduce_scatter_sum(&x, &x, 0);
+  comm->allgather(&x, &x, 0);
+  comm->broadcast(&x, 0, 0);
+  Request r = comm->iallreduce_sum(&x, 0);
+  EXPECT_FALSE(r.pending());
+  EXPECT_FALSE(comm->isend(&x, 0, comm->rank(), 0).pending());
+  EXPECT_FALSE(comm->irecv(&x, 0, comm->rank(), 0).pending());
+  EXPECT_EQ(x, 5.0f);
+  EXPECT_EQ(d, 6.0);
+}
+
+TEST(MpiComm, DefaultRequestIsNotPending) {
+  Request r;
+  EXPECT_FALSE(r.pending());
+  r.wait();
+  EXPECT_FALSE(r.pending());
+}
+
+// The Comm talks on its own duplicate: a receive posted on the caller's communicator, with the
+// same peer and tag, must not catch the Comm's message.
+TEST(MpiComm, MessagesStayOnItsOwnCommunicator) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  const int me = comm->rank();
+  float outside = -1.0f, inside = -1.0f, sent = 42.0f;
+  MPI_Request stray;
+  MPI_Irecv(&outside, 1, MPI_FLOAT, world_rank(), 5, MPI_COMM_WORLD, &stray);
+  Request r = comm->isend(&sent, 1, me, 5);
+  comm->recv(&inside, 1, me, 5);
+  r.wait();
+  int caught = 1;
+  MPI_Test(&stray, &caught, MPI_STATUS_IGNORE);
+  EXPECT_EQ(inside, 42.0f);
+  EXPECT_FALSE(caught) << "the caller's receive caught the Comm's message";
+  if (!caught) {
+    MPI_Cancel(&stray);
+    MPI_Wait(&stray, MPI_STATUS_IGNORE);
+  }
+  EXPECT_EQ(outside, -1.0f);
+}
+
+template <class Exception, class Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no exception";
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(MpiComm, RejectsBadArgumentsWithTheNumbers) {
+  const int n = world_size();
+  EXPECT_TRUE(contains(message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_WORLD, 0); }), "max_chunk 0"));
+  EXPECT_TRUE(contains(
+      message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_WORLD, std::size_t(INT_MAX) + 1); }),
+      "max_chunk 2147483648"));
+  EXPECT_TRUE(contains(message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_NULL); }), "MPI_COMM_NULL"));
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  float x = 0;
+  const std::string ranks = "ranks 0.." + std::to_string(n - 1);
+  const std::string peer = message_of<std::invalid_argument>([&] { comm->send(&x, 1, n, 0); });
+  EXPECT_TRUE(contains(peer, "peer " + std::to_string(n)) && contains(peer, ranks)) << peer;
+  EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->irecv(&x, 1, -1, 0); }), "peer -1"));
+  EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->isend(&x, 1, 0, -3); }), "tag -3"));
+  const std::string root = message_of<std::invalid_argument>([&] { comm->broadcast(&x, 1, n + 2); });
+  EXPECT_TRUE(contains(root, "root " + std::to_string(n + 2)) && contains(root, ranks)) << root;
+  // Beyond INT_MAX a count is split into chunks; only a total that no memory can hold is refused.
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+  EXPECT_TRUE(contains(message_of<std::length_error>([&] { comm->allgather(&x, &x, huge); }), "do not fit"));
+  EXPECT_TRUE(contains(message_of<std::length_error>([&] { comm->reduce_scatter_sum(&x, &x, huge); }),
+                       std::to_string(huge)));
+}
+
+// A request dropped without wait() completes before its destructor returns: the receive below is
+// complete once its scope closes, also on the even ranks, whose (odd) left peer sends 100 ms late.
+TEST(MpiComm, DroppedRequestCompletesItsOperation) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  const int m = comm->size(), g = comm->rank(), left = (g + m - 1) % m, right = (g + 1) % m;
+  std::vector<float> in(1000, -1.0f), out(1000, float(world_rank()));
+  {
+    Request dropped = comm->irecv(in.data(), in.size(), left, 8);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * (g % 2)));  // odd ranks send late
+    comm->isend(out.data(), out.size(), right, 8).wait();
+  }
+  EXPECT_EQ(in, std::vector<float>(1000, float(left)));
+}
+
+// A receive that gets fewer elements than it asked for, or more, fails with the numbers and a HINT
+// (each rank talks to itself, so no other rank is involved).
+TEST(MpiComm, MismatchedMessagesFailWithAHint) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  const int me = comm->rank();
+  std::vector<float> out(7, 1.0f), in(7, 0.0f);
+
+  Request short_send = comm->isend(out.data(), 5, me, 1);
+  const std::string shorter = message_of<mpi::Error>([&] { comm->recv(in.data(), 7, me, 1); });
+  short_send.wait();
+  EXPECT_TRUE(contains(shorter, "brought 5 elements where 7 were expected") && contains(shorter, "HINT:")) << shorter;
+
+  Request async_send = comm->isend(out.data(), 5, me, 2);
+  Request async_recv = comm->irecv(in.data(), 7, me, 2);
+  const std::string async = message_of<mpi::Error>([&] { async_recv.wait(); });
+  async_send.wait();
+  EXPECT_TRUE(contains(async, "brought 5 elements where 7 were expected") && contains(async, "irecv")) << async;
+
+  Request long_send = comm->isend(out.data(), 7, me, 3);
+  const std::string longer = message_of<mpi::Error>([&] { comm->recv(in.data(), 5, me, 3); });
+  long_send.wait();
+  EXPECT_TRUE(contains(longer, "MPI_Recv") && contains(longer, "HINT:")) << longer;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The NCCL backend
+
+#if defined(MESHTRAIN_HAVE_NCCL)
+
+bool gpu_present() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+TEST(NcclComm, FailsWithCudasErrorAndAHintWithoutAGpu) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present; the NCCL collective tests cover this build";
+  const std::string message = message_of<std::runtime_error>([] { make_nccl_comm(MPI_COMM_WORLD, nullptr); });
+  EXPECT_TRUE(contains(message, "CUDA call")) << message;
+  EXPECT_TRUE(contains(message, "HINT:")) << message;
+  EXPECT_TRUE(contains(message, "make_nccl_comm")) << message;
+}
+
+// One GPU per rank (NCCL refuses two ranks of a group on one GPU), agreed by every rank; returns
+// the reason to skip, or "" with this rank's device selected.
+std::string select_gpu() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  int short_of_gpus = local_size > devices ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &short_of_gpus, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (short_of_gpus) {
+    return devices == 0 ? "no GPU on this machine"
+                        : std::to_string(local_size) + " ranks share " + std::to_string(devices) +
+                              " GPU(s) on a node; NCCL needs one GPU per rank";
+  }
+  EXPECT_EQ(cudaSetDevice(local_rank), cudaSuccess);
+  return "";
+}
+
+class Stream {
+ public:
+  Stream() { EXPECT_EQ(cudaStreamCreate(&stream_), cudaSuccess); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void* get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST(NcclComm, CollectivesAndMessagesMatchClosedForms) {
+  if (const std::string reason = select_gpu(); !reason.empty()) GTEST_SKIP() << reason;
+  Stream stream;
+  for (const Group& group : make_groups()) {
+    auto comm = make_nccl_comm(group.comm.get(), stream.get());
+    EXPECT_EQ(comm->backend(), "nccl");
+    // NCCL matches messages between two ranks in issue order and has no tags: the out-of-order
+    // tag check does not apply.
+    check_everything(*comm, group, Space::device, "nccl " + group.name, {1, 7, 1000003}, false);
+  }
+}
+
+TEST(NcclComm, RejectsBadArgumentsWithTheNumbers) {
+  if (const std::string reason = select_gpu(); !reason.empty()) GTEST_SKIP() << reason;
+  Stream stream;
+  auto comm = make_nccl_comm(MPI_COMM_WORLD, stream.get());
+  const int n = comm->size();
+  Buffer<float> x(Space::device, std::vector<float>(1, 0.0f));
+  EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->send(x.data(), 1, n, 0); }),
+                       "peer " + std::to_string(n)));
+  EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->broadcast(x.data(), 1, -1); }), "root -1"));
+}
+
+#else
+
+TEST(NcclComm, CollectivesAndMessagesMatchClosedForms) {
+  GTEST_SKIP() << "built without NCCL (configure with -DMESHTRAIN_ENABLE_NCCL=ON)";
+}
+
+#endif
+
+}  // namespace
+}  // namespace meshtrain
