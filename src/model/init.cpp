@@ -56,7 +56,10 @@ void initialize_parameters(Vec<float> weights, const ParameterLayout& layout, st
   for (const TensorInfo& t : layout.tensors()) {
     const std::uint64_t hash = name_hash(t.name);
     for (std::size_t i = 0; i < t.numel; ++i) {
-      host(t.offset + i) = float(element_value(seed, hash, t, i, layers));
+      // The value depends on the element's global index, so every layout draws the same tensor;
+      // padding (vocabulary rows past V) starts at zero and, unseen by data and loss, stays there.
+      const std::int64_t g = t.global_index(i);
+      host(t.offset + i) = g < 0 ? 0.0f : float(element_value(seed, hash, t, std::uint64_t(g), layers));
     }
   }
   Kokkos::deep_copy(weights, host);

@@ -5,40 +5,114 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace meshtrain {
 
-ParameterLayout::ParameterLayout(const ModelConfig& model) : model_(model) {
-  const std::uint64_t C = model.d_model;
-  add("wte.weight", {std::uint64_t(model.vocab), C}, InitKind::normal);
-  add("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
-  for (int l = 0; l < model.layers; ++l) {
-    const std::string h = fmt::format("h.{}.", l);
-    add(h + "ln_1.weight", {C}, InitKind::ones);
-    add(h + "ln_1.bias", {C}, InitKind::zeros);
-    add(h + "attn.c_attn.weight", {C, 3 * C}, InitKind::normal);
-    add(h + "attn.c_attn.bias", {3 * C}, InitKind::zeros);
-    add(h + "attn.c_proj.weight", {C, C}, InitKind::normal_residual);
-    add(h + "attn.c_proj.bias", {C}, InitKind::zeros);
-    add(h + "ln_2.weight", {C}, InitKind::ones);
-    add(h + "ln_2.bias", {C}, InitKind::zeros);
-    add(h + "mlp.c_fc.weight", {C, 4 * C}, InitKind::normal);
-    add(h + "mlp.c_fc.bias", {4 * C}, InitKind::zeros);
-    add(h + "mlp.c_proj.weight", {4 * C, C}, InitKind::normal_residual);
-    add(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
-  }
-  add("ln_f.weight", {C}, InitKind::ones);
-  add("ln_f.bias", {C}, InitKind::zeros);
+std::uint64_t Piece::elements() const {
+  std::uint64_t n = 1;
+  for (std::size_t d = 0; d < block.size(); ++d) n *= count[d] * block[d];
+  return n;
 }
 
-void ParameterLayout::add(std::string name, std::vector<std::uint64_t> shape, InitKind init) {
+std::int64_t TensorInfo::global_index(std::uint64_t local) const {
+  // Unravel in the local array, map each coordinate through the piece, ravel in the global shape.
+  std::int64_t global = 0;
+  std::uint64_t rest = local;
+  std::vector<std::uint64_t> coordinate(local_shape.size());
+  for (std::size_t d = local_shape.size(); d-- > 0;) {
+    coordinate[d] = rest % local_shape[d];
+    rest /= local_shape[d];
+  }
+  for (std::size_t d = 0; d < coordinate.size(); ++d) {
+    if (piece.block[d] == 0) return -1;
+    const std::uint64_t k = coordinate[d] / piece.block[d];
+    if (k >= piece.count[d]) return -1;  // padding past the piece
+    const std::uint64_t g = piece.offset[d] + k * piece.stride[d] + coordinate[d] % piece.block[d];
+    global = global * std::int64_t(shape[d]) + std::int64_t(g);
+  }
+  return global;
+}
+
+namespace {
+
+Piece whole(const std::vector<std::uint64_t>& shape) {
+  return {std::vector<std::uint64_t>(shape.size(), 0), std::vector<std::uint64_t>(shape.size(), 1), shape, shape};
+}
+
+// Dimension `dim` cut into `parts` equal blocks; this rank holds block `part` of each of `groups`
+// equal groups along that dimension (groups = 3 for c_attn's q|k|v, 1 otherwise).
+Piece split(const std::vector<std::uint64_t>& shape, std::size_t dim, std::uint64_t groups, int parts, int part) {
+  Piece p = whole(shape);
+  const std::uint64_t group = shape[dim] / groups, block = group / parts;
+  p.offset[dim] = block * part;
+  p.count[dim] = groups;
+  p.stride[dim] = group;
+  p.block[dim] = block;
+  return p;
+}
+
+std::vector<std::uint64_t> local_of(const Piece& p) {
+  std::vector<std::uint64_t> shape(p.block.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) shape[d] = p.count[d] * p.block[d];
+  return shape;
+}
+
+}  // namespace
+
+ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank)
+    : model_(model), tp_(tp), tp_rank_(tp_rank), padded_vocab_((model.vocab + tp - 1) / tp * tp) {
+  const std::uint64_t C = model.d_model, V = model.vocab;
+  // Vocabulary-parallel wte: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary; only the real
+  // rows belong to the tensor (and the checkpoint), the rest of the local array is padding.
+  const std::uint64_t rows = padded_vocab_ / tp, first = rows * tp_rank;
+  Piece vocab = whole({V, C});
+  vocab.offset[0] = std::min(first, V);
+  vocab.block[0] = first < V ? std::min(rows, V - first) : 0;
+  add("wte.weight", {V, C}, {rows, C}, vocab, InitKind::normal, tp == 1);
+  add_replicated("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
+  for (int l = 0; l < model.layers; ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    auto sharded = [&](const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,
+                       std::uint64_t groups, InitKind init) {
+      Piece p = split(shape, dim, groups, tp, tp_rank);
+      add(h + name, shape, local_of(p), p, init, tp == 1);
+    };
+    add_replicated(h + "ln_1.weight", {C}, InitKind::ones);
+    add_replicated(h + "ln_1.bias", {C}, InitKind::zeros);
+    sharded("attn.c_attn.weight", {C, 3 * C}, 1, 3, InitKind::normal);  // column-parallel, by heads
+    sharded("attn.c_attn.bias", {3 * C}, 0, 3, InitKind::zeros);
+    sharded("attn.c_proj.weight", {C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
+    add_replicated(h + "attn.c_proj.bias", {C}, InitKind::zeros);
+    add_replicated(h + "ln_2.weight", {C}, InitKind::ones);
+    add_replicated(h + "ln_2.bias", {C}, InitKind::zeros);
+    sharded("mlp.c_fc.weight", {C, 4 * C}, 1, 1, InitKind::normal);  // column-parallel
+    sharded("mlp.c_fc.bias", {4 * C}, 0, 1, InitKind::zeros);
+    sharded("mlp.c_proj.weight", {4 * C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
+    add_replicated(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
+  }
+  add_replicated("ln_f.weight", {C}, InitKind::ones);
+  add_replicated("ln_f.bias", {C}, InitKind::zeros);
+}
+
+void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init) {
+  Piece p = whole(shape);
+  add(std::move(name), shape, shape, p, init, true);
+}
+
+void ParameterLayout::add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape,
+                          Piece piece, InitKind init, bool replicated) {
   TensorInfo t;
   t.name = std::move(name);
   t.numel = 1;
-  for (auto d : shape) t.numel *= d;
+  for (auto d : local_shape) t.numel *= d;
+  t.decays = shape.size() >= 2;
   t.shape = std::move(shape);
+  t.local_shape = std::move(local_shape);
+  t.piece = std::move(piece);
+  t.replicated = replicated;
   t.offset = total_;
   t.init = init;
-  t.decays = t.shape.size() >= 2;
   total_ += t.numel;
   tensors_.push_back(std::move(t));
 }
@@ -93,8 +167,15 @@ template struct ParameterTensors<float>;
 template struct ParameterTensors<double>;
 
 double flops_per_token(const ParameterLayout& layout) {
+  // The whole model's count, whatever piece this rank holds.
   const auto& m = layout.model();
-  return 6.0 * double(layout.total()) + 6.0 * m.layers * double(m.d_model) * m.seq_len;
+  double parameters = 0;
+  for (const TensorInfo& t : layout.tensors()) {
+    double n = 1;
+    for (auto d : t.shape) n *= double(d);
+    parameters += n;
+  }
+  return 6.0 * parameters + 6.0 * m.layers * double(m.d_model) * m.seq_len;
 }
 
 }  // namespace meshtrain

@@ -25,28 +25,56 @@ enum class InitKind {
   ones,             // LayerNorm weight
 };
 
-struct TensorInfo {
-  std::string name;                  // "h.3.attn.c_attn.weight"
-  std::vector<std::uint64_t> shape;  // global shape, row-major
-  std::size_t offset = 0;            // first element in the flat buffer
-  std::size_t numel = 0;
-  InitKind init = InitKind::zeros;
-  bool decays = false;  // AdamW weight decay applies (tensors of two or more dimensions)
+// The part of a global tensor one rank holds (architecture keystone 2), in HDF5 hyperslab terms:
+// per dimension, `count` blocks of `block` elements starting at offset + k·stride. The rank stores
+// the selected elements row-major, in the order HDF5 iterates them. A tensor-parallel c_attn
+// weight [C, 3C] on tp rank r of t: offset (0, r·C/t), count (1, 3), stride (1, C), block (C, C/t):
+// its q, k and v columns of heads r·NH/t … side by side.
+struct Piece {
+  std::vector<std::uint64_t> offset, count, stride, block;
+  std::uint64_t elements() const;
 };
 
+struct TensorInfo {
+  std::string name;                        // "h.3.attn.c_attn.weight"
+  std::vector<std::uint64_t> shape;        // global shape, row-major
+  std::vector<std::uint64_t> local_shape;  // the rank's array (wte: padded vocab rows / tp)
+  Piece piece;                             // which global elements the rank's array holds
+  bool replicated = true;                  // every tensor-parallel rank holds the same whole tensor
+  std::size_t offset = 0;                  // first element in the flat buffer
+  std::size_t numel = 0;                   // elements of local_shape
+  InitKind init = InitKind::zeros;
+  bool decays = false;  // AdamW weight decay applies (tensors of two or more dimensions)
+
+  // The global row-major index of local element `local`, or -1 for padding (vocab rows past V).
+  std::int64_t global_index(std::uint64_t local) const;
+};
+
+// Tensor parallelism (Megatron): c_attn and c_fc split by columns (c_attn by heads, q|k|v of a
+// head together), both c_proj by rows, wte by vocabulary rows (padded so that tp divides it);
+// LayerNorms, wpe and the c_proj biases replicated.
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& model);
+  explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
   const TensorInfo& find(const std::string& name) const;
   const ModelConfig& model() const { return model_; }
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  // Vocabulary rows of wte across all tp ranks: V rounded up to a multiple of tp.
+  int padded_vocab() const { return padded_vocab_; }
 
  private:
-  void add(std::string name, std::vector<std::uint64_t> shape, InitKind init);
+  void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,
+           InitKind init, bool replicated);
+  void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init);
 
   ModelConfig model_;
+  int tp_ = 1;
+  int tp_rank_ = 0;
+  int padded_vocab_ = 0;
   std::vector<TensorInfo> tensors_;
   std::size_t total_ = 0;
 };

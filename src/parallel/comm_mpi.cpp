@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+
 namespace meshtrain {
 namespace {
 
@@ -116,10 +117,10 @@ class MpiRequest final : public Request::Impl {
     MPI_Get_count(&status, MPI_FLOAT, &got);
     if (got == expected_[chunk]) return;
     cancel_receives_from(chunk + 1);
-    throw mpi::Error(fmt::format(
-        "{}:{}: {}: chunk {} brought {} elements where {} were expected\nHINT: the sender sent a shorter "
-        "message: send and recv must name the same count (and be made with the same max_chunk)",
-        __FILE__, __LINE__, what_, chunk, got, expected_[chunk]));
+    throw mpi::Error(
+        fmt::format("{}:{}: {}: chunk {} brought {} elements where {} were expected\nHINT: the sender sent a shorter "
+                    "message: send and recv must name the same count (and be made with the same max_chunk)",
+                    __FILE__, __LINE__, what_, chunk, got, expected_[chunk]));
   }
   // After a failed chunk the later ones of a receive may never be matched: cancel them.
   void cancel_receives_from(std::size_t first) {
@@ -181,9 +182,9 @@ class MpiComm final : public Comm {
     check_total(recv_count, "reduce_scatter_sum");
     if (recv_count <= max_chunk_) {
       if (recv_count == 0) return;
-      MESHTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), MPI_FLOAT, MPI_SUM,
-                                                   comm_.get()),
-                          collective_hint);
+      MESHTRAIN_MPI_CHECK(
+          MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), MPI_FLOAT, MPI_SUM, comm_.get()),
+          collective_hint);
       return;
     }
     // Rounds of `round` elements of every rank's block, gathered contiguously for the reduction.
@@ -194,9 +195,9 @@ class MpiComm final : public Comm {
       for (std::size_t block = 0; block < static_cast<std::size_t>(size_); ++block) {
         std::memcpy(staging.data() + block * n, send + block * recv_count + offset, n * sizeof(float));
       }
-      MESHTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(staging.data(), recv + offset, static_cast<int>(n), MPI_FLOAT,
-                                                   MPI_SUM, comm_.get()),
-                          collective_hint);
+      MESHTRAIN_MPI_CHECK(
+          MPI_Reduce_scatter_block(staging.data(), recv + offset, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.get()),
+          collective_hint);
     }
   }
 
@@ -216,9 +217,8 @@ class MpiComm final : public Comm {
           MPI_Type_create_resized(piece.get(), 0, static_cast<MPI_Aint>(send_count * sizeof(float)), strided.out()),
           "is MPI initialised?");
       MESHTRAIN_MPI_CHECK(MPI_Type_commit(strided.out()), "is MPI initialised?");
-      MESHTRAIN_MPI_CHECK(
-          MPI_Allgather(send + offset, n, MPI_FLOAT, recv + offset, 1, strided.get(), comm_.get()),
-          collective_hint);
+      MESHTRAIN_MPI_CHECK(MPI_Allgather(send + offset, n, MPI_FLOAT, recv + offset, 1, strided.get(), comm_.get()),
+                          collective_hint);
     });
   }
 
@@ -260,8 +260,7 @@ class MpiComm final : public Comm {
     std::vector<MPI_Request> requests;
     for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
       requests.push_back(MPI_REQUEST_NULL);
-      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()),
-                          p2p_hint);
+      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()), p2p_hint);
     });
     return pending(std::move(requests), {}, fmt::format("isend of {} floats to peer {} tag {}", count, peer, tag));
   }
@@ -273,8 +272,7 @@ class MpiComm final : public Comm {
     for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
       requests.push_back(MPI_REQUEST_NULL);
       expected.push_back(n);
-      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()),
-                          p2p_hint);
+      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()), p2p_hint);
     });
     return pending(std::move(requests), std::move(expected),
                    fmt::format("irecv of {} floats from peer {} tag {}", count, peer, tag));

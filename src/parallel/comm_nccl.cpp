@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+
 namespace meshtrain {
 namespace {
 
@@ -267,8 +268,8 @@ class NcclComm final : public Comm {
     MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm(), stream_), comm());
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream_));
     completion->recorded = true;
-    return Request(std::make_unique<NcclRequest>(comm_, std::move(completion),
-                                                 fmt::format("iallreduce_sum of {} floats", count)));
+    return Request(
+        std::make_unique<NcclRequest>(comm_, std::move(completion), fmt::format("iallreduce_sum of {} floats", count)));
   }
 
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
@@ -435,9 +436,8 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream) {
 
   // 3. Every rank joins.
   ncclComm_t handle = nullptr;
-  const std::string init_error = error_of([&] {
-    MESHTRAIN_NCCL_CHECK(ncclCommInitRank(&handle, size, bootstrap.id, rank), nullptr);
-  });
+  const std::string init_error =
+      error_of([&] { MESHTRAIN_NCCL_CHECK(ncclCommInitRank(&handle, size, bootstrap.id, rank), nullptr); });
   if (!init_error.empty()) handle = nullptr;
   try {
     agree(comm, rank, size, init_error);

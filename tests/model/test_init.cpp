@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 namespace meshtrain {
 namespace {
@@ -75,6 +76,64 @@ TEST(Init, ElementFunctionAgreesAndSeedsDiffer) {
   const TensorInfo& a = layout.find("h.0.attn.c_proj.weight");
   const TensorInfo& b = layout.find("h.1.attn.c_proj.weight");
   EXPECT_NE(w1[a.offset], w1[b.offset]);
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+namespace meshtrain {
+namespace {
+
+// Under tensor parallelism every rank's piece holds exactly the single-rank values of the global
+// elements it covers, and the ranks' pieces together cover every element of a split tensor once.
+TEST(Init, TensorParallelPiecesEqualTheSingleRankTensor) {
+  const ModelConfig m{2, 6, 24, 53, 8};  // vocab 53: padded for tp 2 and 4
+  const ParameterLayout single(m);
+  const auto whole = initial_weights(m, 17);
+  for (int tp : {2, 3, 6}) {
+    std::map<std::string, std::vector<int>> covered;
+    for (int r = 0; r < tp; ++r) {
+      const ParameterLayout layout(m, tp, r);
+      Buffer<float> weights("weights", layout.total());
+      initialize_parameters(slice(weights, 0, layout.total()), layout, 17);
+      auto local = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
+      for (const TensorInfo& t : layout.tensors()) {
+        const TensorInfo& g = single.find(t.name);
+        auto& seen = covered[t.name];
+        seen.resize(g.numel, 0);
+        for (std::size_t i = 0; i < t.numel; ++i) {
+          const std::int64_t index = t.global_index(i);
+          if (index < 0) {
+            ASSERT_EQ(local(t.offset + i), 0.0f) << t.name << ": padding must start at zero";
+            continue;
+          }
+          ASSERT_EQ(local(t.offset + i), whole[g.offset + index]) << "tp " << tp << " rank " << r << " " << t.name;
+          seen[index] += 1;
+        }
+      }
+    }
+    for (const auto& [name, seen] : covered) {
+      const bool replicated = ParameterLayout(m, tp, 0).find(name).replicated;
+      for (std::size_t i = 0; i < seen.size(); ++i) {
+        ASSERT_EQ(seen[i], replicated ? tp : 1) << "tp " << tp << " " << name << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Init, ColumnParallelQkvHoldsWholeHeads) {
+  // tp 3 of C 24 (6 heads of 4): rank 1 holds heads 2 and 3, i.e. q columns 8..15, k 32..39, v 56..63.
+  const ParameterLayout rank1(ModelConfig{1, 6, 24, 10, 4}, 3, 1), rank2(ModelConfig{1, 6, 24, 10, 4}, 3, 2);
+  const TensorInfo& t = rank1.find("h.0.attn.c_attn.weight");
+  ASSERT_EQ(t.local_shape, (std::vector<std::uint64_t>{24, 24}));
+  EXPECT_EQ(t.global_index(0), 8);                       // row 0, first q column
+  EXPECT_EQ(t.global_index(8), 32);                      // row 0, first k column
+  EXPECT_EQ(t.global_index(23), 63);                     // row 0, last v column
+  EXPECT_EQ(t.global_index(24), 72 + 8);                 // row 1
+  const TensorInfo& w = rank2.find("wte.weight");
+  EXPECT_EQ(w.local_shape[0], 4u);                       // padded vocab 12 / 3
+  EXPECT_EQ(w.global_index(1 * 24), 9 * 24);             // row 8 + 1
+  EXPECT_EQ(w.global_index(2 * 24), -1);                 // row 10: padding
 }
 
 }  // namespace

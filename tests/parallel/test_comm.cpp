@@ -22,10 +22,10 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <limits>
-#include <stdexcept>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -76,8 +76,7 @@ int MPI_Recv(void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Co
   record("MPI_Recv", count);
   return PMPI_Recv(data, count, type, peer, tag, comm, status);
 }
-int MPI_Isend(const void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
-              MPI_Request* request) {
+int MPI_Isend(const void* data, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, MPI_Request* request) {
   record("MPI_Isend", count);
   return PMPI_Isend(data, count, type, peer, tag, comm, request);
 }
@@ -211,10 +210,10 @@ void expect_all(const std::vector<T>& got, Fn&& want, const std::string& what) {
     }
   }
   if (wrong == 0) return;
-  const std::string message =
-      "rank " + std::to_string(world_rank()) + ": " + what + ": " + std::to_string(wrong) + " of " +
-      std::to_string(got.size()) + " elements wrong; first at " + std::to_string(first) + ": got " +
-      std::to_string(got[first]) + ", want " + std::to_string(static_cast<T>(want(first)));
+  const std::string message = "rank " + std::to_string(world_rank()) + ": " + what + ": " + std::to_string(wrong) +
+                              " of " + std::to_string(got.size()) + " elements wrong; first at " +
+                              std::to_string(first) + ": got " + std::to_string(got[first]) + ", want " +
+                              std::to_string(static_cast<T>(want(first)));
   if (world_rank() != 0) std::fprintf(stderr, "%s\n", message.c_str());
   ADD_FAILURE() << message;
 }
@@ -240,7 +239,8 @@ void check_allreduce_sum(const Case& t, std::size_t count) {
   const long w = world_rank(), m = t.group.size(), s = t.group.sum_world();
   Buffer<float> x(t.space, fill<float>(count, [&](std::size_t i) { return 1000 * w + long(i % 997); }));
   t.comm.allreduce_sum(x.data(), count);
-  expect_all(x.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " allreduce_sum");
+  expect_all(
+      x.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " allreduce_sum");
 }
 
 // Even i: 10 w + i mod 7 − 500, odd i: −10 w + i mod 7 − 500; the maximum sits on the group's
@@ -251,8 +251,7 @@ void check_allreduce_max(const Case& t, std::size_t count) {
   Buffer<float> x(t.space, fill<float>(count, [&](std::size_t i) { return value(w, i); }));
   t.comm.allreduce_max(x.data(), count);
   expect_all(
-      x.read(),
-      [&](std::size_t i) { return value(i % 2 == 0 ? t.group.max_world() : t.group.min_world(), i); },
+      x.read(), [&](std::size_t i) { return value(i % 2 == 0 ? t.group.max_world() : t.group.min_world(), i); },
       t.label + " allreduce_max");
 }
 
@@ -262,8 +261,8 @@ void check_allreduce_double(const Case& t, std::size_t count) {
   const double ulp = std::ldexp(1.0, -40);
   Buffer<double> x(t.space, fill<double>(count, [&](std::size_t i) { return (w + 1) * (1 + double(i) * ulp); }));
   t.comm.allreduce_sum(x.data(), count);
-  expect_all(x.read(), [&](std::size_t i) { return (s + m) * (1 + double(i) * ulp); },
-             t.label + " allreduce_sum(double)");
+  expect_all(
+      x.read(), [&](std::size_t i) { return (s + m) * (1 + double(i) * ulp); }, t.label + " allreduce_sum(double)");
 }
 
 // An iallreduce in flight while a blocking allreduce and host work go on; then buckets of one
@@ -281,8 +280,10 @@ void check_iallreduce(const Case& t, std::size_t count) {
   EXPECT_FALSE(request.pending()) << t.label;
   request.wait();  // a second wait returns at once
   EXPECT_GT(work, 1.0);
-  expect_all(a.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " iallreduce_sum");
-  expect_all(b.read(), [&](std::size_t i) { return 7 * s - m * long(i % 13); }, t.label + " allreduce during it");
+  expect_all(
+      a.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " iallreduce_sum");
+  expect_all(
+      b.read(), [&](std::size_t i) { return 7 * s - m * long(i % 13); }, t.label + " allreduce during it");
 
   // Three buckets [0, q), [q, 2q + 1), [2q + 1, count), started in order, waited in reverse.
   Buffer<float> c(t.space, fill<float>(count, [&](std::size_t i) { return 3 * w + long(i % 101); }));
@@ -292,7 +293,8 @@ void check_iallreduce(const Case& t, std::size_t count) {
   buckets.push_back(t.comm.iallreduce_sum(c.data() + cut1, cut2 - cut1));
   buckets.push_back(t.comm.iallreduce_sum(c.data() + cut2, count - cut2));
   for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) it->wait();
-  expect_all(c.read(), [&](std::size_t i) { return 3 * s + m * long(i % 101); }, t.label + " iallreduce buckets");
+  expect_all(
+      c.read(), [&](std::size_t i) { return 3 * s + m * long(i % 101); }, t.label + " iallreduce buckets");
 }
 
 // send_w[b·n + i] = 1000 w + 100 b + i mod 97  →  group rank g gets 1000 Σw + m (100 g + i mod 97).
@@ -303,8 +305,9 @@ void check_reduce_scatter(const Case& t, std::size_t count) {
                      }));
   Buffer<float> recv(t.space, std::vector<float>(count, -1.0f));
   t.comm.reduce_scatter_sum(send.data(), recv.data(), count);
-  expect_all(recv.read(), [&](std::size_t i) { return 1000 * s + m * (100 * g + long(i % 97)); },
-             t.label + " reduce_scatter_sum");
+  expect_all(
+      recv.read(), [&](std::size_t i) { return 1000 * s + m * (100 * g + long(i % 97)); },
+      t.label + " reduce_scatter_sum");
 }
 
 // send_w[i] = 1000 w + i mod 991  →  recv[g·n + i] = 1000 world_of(g) + i mod 991, in group order.
@@ -314,8 +317,7 @@ void check_allgather(const Case& t, std::size_t count) {
   Buffer<float> recv(t.space, std::vector<float>(count * std::size_t(m), -1.0f));
   t.comm.allgather(send.data(), recv.data(), count);
   expect_all(
-      recv.read(),
-      [&](std::size_t j) { return 1000 * t.group.world_of(int(j / count)) + long(j % count % 991); },
+      recv.read(), [&](std::size_t j) { return 1000 * t.group.world_of(int(j / count)) + long(j % count % 991); },
       t.label + " allgather");
 }
 
@@ -327,8 +329,9 @@ void check_broadcast(const Case& t, std::size_t count) {
                       return t.group.rank() == root ? 1000 * w + long(i % 89) : -1;
                     }));
     t.comm.broadcast(x.data(), count, root);
-    expect_all(x.read(), [&](std::size_t i) { return 1000 * t.group.world_of(root) + long(i % 89); },
-               t.label + " broadcast from " + std::to_string(root));
+    expect_all(
+        x.read(), [&](std::size_t i) { return 1000 * t.group.world_of(root) + long(i % 89); },
+        t.label + " broadcast from " + std::to_string(root));
   }
 }
 
@@ -374,7 +377,8 @@ void check_ring(const Case& t, std::size_t count, bool tags_match) {
   // Both directions at once, every call non-blocking, told apart by tag (NCCL: by order).
   {
     Buffer<float> to_right(t.space, message(w, 4)), to_left(t.space, message(w, 5));
-    Buffer<float> in_left(t.space, std::vector<float>(count, -1.0f)), in_right(t.space, std::vector<float>(count, -1.0f));
+    Buffer<float> in_left(t.space, std::vector<float>(count, -1.0f)),
+        in_right(t.space, std::vector<float>(count, -1.0f));
     std::vector<Request> requests;
     requests.push_back(t.comm.isend(to_right.data(), count, right, 21));
     requests.push_back(t.comm.isend(to_left.data(), count, left, 22));
@@ -387,7 +391,8 @@ void check_ring(const Case& t, std::size_t count, bool tags_match) {
   // Two messages to one peer, received in the opposite order: only tags can tell them apart.
   if (tags_match) {
     Buffer<float> first(t.space, message(w, 6)), second(t.space, message(w, 7));
-    Buffer<float> in_first(t.space, std::vector<float>(count, -1.0f)), in_second(t.space, std::vector<float>(count, -1.0f));
+    Buffer<float> in_first(t.space, std::vector<float>(count, -1.0f)),
+        in_second(t.space, std::vector<float>(count, -1.0f));
     Request a = t.comm.isend(first.data(), count, right, 31);
     Request b = t.comm.isend(second.data(), count, right, 32);
     t.comm.recv(in_second.data(), count, left, 32);
@@ -459,13 +464,12 @@ TEST(MpiComm, SplitsMessagesIntoChunks) {
     std::size_t max_chunk;
     std::vector<std::size_t> counts;
   };
-  const std::vector<Chunking> chunkings = {
-      {1000, {999, 1000, 1001, 4321}}, {3, {1, 2, 3, 4, 10}}, {1, {1, 7}}};
+  const std::vector<Chunking> chunkings = {{1000, {999, 1000, 1001, 4321}}, {3, {1, 2, 3, 4, 10}}, {1, {1, 7}}};
   for (const Group& group : make_groups()) {
     for (const Chunking& c : chunkings) {
       auto comm = make_mpi_comm(group.comm.get(), c.max_chunk);
-      check_everything(*comm, group, Space::host,
-                       "mpi " + group.name + " max_chunk " + std::to_string(c.max_chunk), c.counts, true);
+      check_everything(*comm, group, Space::host, "mpi " + group.name + " max_chunk " + std::to_string(c.max_chunk),
+                       c.counts, true);
     }
   }
 }
@@ -483,7 +487,8 @@ std::vector<std::pair<std::string, int>> calls_of(Fn&& fn) {
 // `count` elements in pieces of at most `piece`, as `call`.
 std::vector<std::pair<std::string, int>> pieces(const std::string& call, std::size_t count, std::size_t piece) {
   std::vector<std::pair<std::string, int>> out;
-  for (std::size_t offset = 0; offset < count; offset += piece) out.emplace_back(call, int(std::min(piece, count - offset)));
+  for (std::size_t offset = 0; offset < count; offset += piece)
+    out.emplace_back(call, int(std::min(piece, count - offset)));
   return out;
 }
 
@@ -595,9 +600,9 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 TEST(MpiComm, RejectsBadArgumentsWithTheNumbers) {
   const int n = world_size();
   EXPECT_TRUE(contains(message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_WORLD, 0); }), "max_chunk 0"));
-  EXPECT_TRUE(contains(
-      message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_WORLD, std::size_t(INT_MAX) + 1); }),
-      "max_chunk 2147483648"));
+  EXPECT_TRUE(
+      contains(message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_WORLD, std::size_t(INT_MAX) + 1); }),
+               "max_chunk 2147483648"));
   EXPECT_TRUE(contains(message_of<std::invalid_argument>([] { make_mpi_comm(MPI_COMM_NULL); }), "MPI_COMM_NULL"));
   auto comm = make_mpi_comm(MPI_COMM_WORLD);
   float x = 0;
@@ -611,8 +616,8 @@ TEST(MpiComm, RejectsBadArgumentsWithTheNumbers) {
   // Beyond INT_MAX a count is split into chunks; only a total that no memory can hold is refused.
   const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
   EXPECT_TRUE(contains(message_of<std::length_error>([&] { comm->allgather(&x, &x, huge); }), "do not fit"));
-  EXPECT_TRUE(contains(message_of<std::length_error>([&] { comm->reduce_scatter_sum(&x, &x, huge); }),
-                       std::to_string(huge)));
+  EXPECT_TRUE(
+      contains(message_of<std::length_error>([&] { comm->reduce_scatter_sum(&x, &x, huge); }), std::to_string(huge)));
 }
 
 // A request dropped without wait() completes before its destructor returns: the receive below is
@@ -723,8 +728,8 @@ TEST(NcclComm, RejectsBadArgumentsWithTheNumbers) {
   auto comm = make_nccl_comm(MPI_COMM_WORLD, stream.get());
   const int n = comm->size();
   Buffer<float> x(Space::device, std::vector<float>(1, 0.0f));
-  EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->send(x.data(), 1, n, 0); }),
-                       "peer " + std::to_string(n)));
+  EXPECT_TRUE(
+      contains(message_of<std::invalid_argument>([&] { comm->send(x.data(), 1, n, 0); }), "peer " + std::to_string(n)));
   EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->broadcast(x.data(), 1, -1); }), "root -1"));
 }
 
