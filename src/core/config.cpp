@@ -183,10 +183,7 @@ void validate(const Config& c) {
   require_non_negative("optim.grad_clip", c.optim.grad_clip);
 
   if (c.parallel.dp < 0) input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
-  if (c.parallel.tp != 1) {
-    input_error("parallel.tp = {} is invalid: this version trains with tp = 1 only (tensor parallelism is not available yet)",
-                c.parallel.tp);
-  }
+  if (c.parallel.tp < 1) input_error("parallel.tp = {} is invalid: it must be >= 1", c.parallel.tp);
   if (c.parallel.pp != 1) {
     input_error("parallel.pp = {} is invalid: this version trains with pp = 1 only (pipeline parallelism is not available yet)",
                 c.parallel.pp);

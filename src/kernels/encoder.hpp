@@ -16,13 +16,22 @@
 
 namespace meshtrain {
 
+// The rows of wte this rank holds: tokens first … first + rows − 1 (vocabulary-parallel embedding
+// under tensor parallelism; the defaults are the whole table). Other tokens contribute zero, and the
+// tensor-parallel sum of the ranks' outputs completes the lookup, so only one rank adds wpe.
+struct VocabRange {
+  int first = 0;
+  int rows = 2147483647;
+  bool with_positions = true;
+};
+
 // Channels per team in the backward sweeps: every row contributes one contiguous run of this many.
 inline constexpr int kEncoderColumnBlock = 64;
 
 template <class Real>
 void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> tokens,
                      CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe,
-                     int B, int T, int C) {
+                     int B, int T, int C, VocabRange range = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
                 reachable_v<CVec<std::int32_t>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -32,10 +41,13 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
         const int n = team.league_rank();
         const int t = n % T;
         const long o = static_cast<long>(n) * C;
-        const long e = static_cast<long>(tokens(n)) * C;
+        const int row = tokens(n) - range.first;
+        const bool held = row >= 0 && row < range.rows;
+        const long e = static_cast<long>(held ? row : 0) * C;
         const long p = static_cast<long>(t) * C;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                             [&](int c) { out(o + c) = wte(e + c) + wpe(p + c); });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+          out(o + c) = (held ? wte(e + c) : Real(0)) + (range.with_positions ? wpe(p + c) : Real(0));
+        });
       });
 }
 
@@ -43,7 +55,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
 template <class Real>
 void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
                       CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B,
-                      int T, int C, int V) {
+                      int T, int C, int V, VocabRange range = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
                 reachable_v<CVec<std::int32_t>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -57,8 +69,10 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
         const int c0 = team.league_rank() * kEncoderColumnBlock;
         const int c1 = c0 + kEncoderColumnBlock < C ? c0 + kEncoderColumnBlock : C;
         for (int n = 0; n < N; ++n) {
+          const int row = tokens(n) - range.first;
+          if (row < 0 || row >= range.rows) continue;  // another rank's vocabulary rows
           const long o = static_cast<long>(n) * C;
-          const long e = static_cast<long>(tokens(n)) * C;
+          const long e = static_cast<long>(row) * C;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1),
                                [&](int c) { dwte(e + c) += dout(o + c); });
         }

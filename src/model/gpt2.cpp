@@ -8,6 +8,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/residual.hpp"
+#include "kernels/vocab_parallel_cross_entropy.hpp"
 
 #include "core/errors.hpp"
 
@@ -40,9 +41,22 @@ class Carver {
   std::size_t used_ = 0;
 };
 
+// Sizes of this rank's activations: C, T and B whole; heads, MLP columns and vocabulary rows its share.
+struct LocalDims {
+  std::size_t B, T, C, NH, N, Vl;  // NH: local heads; Vl: local (padded) vocabulary rows
+  std::size_t Cl() const { return C / tp; }  // channels of the local heads
+  std::size_t tp;
+};
+
+LocalDims local_dims(const ModelConfig& m, int batch, int tp) {
+  const std::size_t padded = (std::size_t(m.vocab) + tp - 1) / tp * tp;
+  return {std::size_t(batch), std::size_t(m.seq_len), std::size_t(m.d_model), std::size_t(m.heads / tp),
+          std::size_t(batch) * m.seq_len, padded / tp, std::size_t(tp)};
+}
+
 template <class Real>
-ActivationTensors<Real> carve_activations(Carver<Real>& c, const ModelConfig& m, std::size_t B) {
-  const std::size_t T = m.seq_len, C = m.d_model, NH = m.heads, V = m.vocab, N = B * T;
+ActivationTensors<Real> carve_activations(Carver<Real>& c, const ModelConfig& m, const LocalDims& d) {
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, V = d.Vl, N = d.N;
   ActivationTensors<Real> a;
   a.encoded = c.take(N * C);
   a.blocks.resize(m.layers);
@@ -50,15 +64,15 @@ ActivationTensors<Real> carve_activations(Carver<Real>& c, const ModelConfig& m,
     b.ln1 = c.take(N * C);
     b.ln1_mean = c.take(N);
     b.ln1_rstd = c.take(N);
-    b.qkv = c.take(N * 3 * C);
-    b.atty = c.take(N * C);
+    b.qkv = c.take(N * 3 * Cl);
+    b.atty = c.take(N * Cl);
     b.att = c.take(B * NH * T * T);
     b.residual2 = c.take(N * C);
     b.ln2 = c.take(N * C);
     b.ln2_mean = c.take(N);
     b.ln2_rstd = c.take(N);
-    b.fch = c.take(N * 4 * C);
-    b.fch_gelu = c.take(N * 4 * C);
+    b.fch = c.take(N * 4 * Cl);
+    b.fch_gelu = c.take(N * 4 * Cl);
     b.residual3 = c.take(N * C);
   }
   a.lnf = c.take(N * C);
@@ -67,19 +81,21 @@ ActivationTensors<Real> carve_activations(Carver<Real>& c, const ModelConfig& m,
   a.logits = c.take(N * V);
   a.losses = c.take(N);
   a.proj = c.take(N * C);
+  a.row_max = c.take(N);
+  a.partials = c.take(2 * N);
   return a;
 }
 
 template <class Real>
-BackwardScratch<Real> carve_scratch(Carver<Real>& c, const ModelConfig& m, std::size_t B) {
-  const std::size_t T = m.seq_len, C = m.d_model, NH = m.heads, N = B * T;
+BackwardScratch<Real> carve_scratch(Carver<Real>& c, const LocalDims& d) {
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
   BackwardScratch<Real> s;
   s.dresidual = c.take(N * C);
   s.dln = c.take(N * C);
-  s.datty = c.take(N * C);
-  s.dqkv = c.take(N * 3 * C);
+  s.datty = c.take(N * Cl);
+  s.dqkv = c.take(N * 3 * Cl);
   s.datt = c.take(B * NH * T * T);
-  s.dfch = c.take(N * 4 * C);
+  s.dfch = c.take(N * 4 * Cl);
   return s;
 }
 
@@ -105,8 +121,9 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
                 origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
   }
   Carver<float> activations(nullptr), scratch(nullptr);
-  carve_activations(activations, m, batch);
-  carve_scratch(scratch, m, batch);
+  const LocalDims dims = local_dims(m, batch, 1);
+  carve_activations(activations, m, dims);
+  carve_scratch(scratch, dims);
   const double parameters = double(ParameterLayout(m).total());
   const double bytes =
       sizeof(float) * (parameters * (1 + state_buffers) + double(activations.used()) + double(scratch.used()));
@@ -122,9 +139,10 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
 }
 
 template <class Real>
-Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch)
+Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp)
     : space_(space),
-      layout_(model),
+      tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
+      layout_(model, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0),
       batch_(batch),
       weights_("meshtrain::gpt2::weights", layout_.total()),
       grads_("meshtrain::gpt2::grads", layout_.total()) {
@@ -134,47 +152,81 @@ Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch)
   dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
   acts_ = allocate_and_carve<Real, ActivationTensors<Real>>(
       activation_buffer_, "meshtrain::gpt2::activations",
-      [&](Carver<Real>& c) { return carve_activations(c, model, batch); });
+      [&](Carver<Real>& c) { return carve_activations(c, model, local_dims(model, batch, layout_.tp())); });
   scratch_ = allocate_and_carve<Real, BackwardScratch<Real>>(
       scratch_buffer_, "meshtrain::gpt2::backward_scratch",
-      [&](Carver<Real>& c) { return carve_scratch(c, model, batch); });
+      [&](Carver<Real>& c) { return carve_scratch(c, local_dims(model, batch, layout_.tp())); });
+}
+
+template <class Real>
+void Gpt2<Real>::tp_sum(Vec<Real> x) {
+  if (tp_ == nullptr) return;
+  space_.fence();  // the kernels that produced x must be done before the collective reads it
+  tp_->allreduce_sum(x.data(), x.extent(0));
 }
 
 template <class Real>
 void Gpt2<Real>::forward_blocks(CVec<int> inputs) {
   const auto& m = model();
-  const int B = batch_, T = m.seq_len, C = m.d_model, NH = m.heads, N = B * T;
+  const int B = batch_, T = m.seq_len, C = m.d_model, N = B * T;
+  const int tp = layout_.tp(), Cl = C / tp, NH = m.heads / tp, Vl = layout_.padded_vocab() / tp;
   auto& a = acts_;
   const auto& p = params_;
+  const TensorInfo& wte = layout_.find("wte.weight");
+  const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), layout_.tp_rank() == 0};
 
-  encoder_forward(space_, a.encoded, inputs, p.wte, p.wpe, B, T, C);
+  encoder_forward(space_, a.encoded, inputs, p.wte, p.wpe, B, T, C, vocab);
+  tp_sum(a.encoded);
   CVec<Real> x = a.encoded;
+  const CVec<Real> no_bias;
   for (int l = 0; l < m.layers; ++l) {
     const auto& w = p.blocks[l];
     const auto& s = a.blocks[l];
     layernorm_forward(space_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
-    matmul_forward<Real>(space_, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
-    attention_forward(space_, s.atty, s.att, s.qkv, B, T, C, NH);
-    matmul_forward<Real>(space_, a.proj, s.atty, w.attproj_w, w.attproj_b, N, C, C);
+    matmul_forward<Real>(space_, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+    attention_forward(space_, s.atty, s.att, s.qkv, B, T, Cl, NH);
+    matmul_forward<Real>(space_, a.proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
+    tp_sum(a.proj);
+    add_bias(space_, a.proj, w.attproj_b, N, C);
     residual_forward(space_, s.residual2, x, a.proj, N * C);
     layernorm_forward(space_, s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2_w, w.ln2_b, N, C);
-    matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
-    gelu_forward(space_, s.fch_gelu, s.fch, N * 4 * C);
-    matmul_forward<Real>(space_, a.proj, s.fch_gelu, w.fcproj_w, w.fcproj_b, N, 4 * C, C);
+    matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
+    gelu_forward(space_, s.fch_gelu, s.fch, N * 4 * Cl);
+    matmul_forward<Real>(space_, a.proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
+    tp_sum(a.proj);
+    add_bias(space_, a.proj, w.fcproj_b, N, C);
     residual_forward(space_, s.residual3, s.residual2, a.proj, N * C);
     x = s.residual3;
   }
   layernorm_forward(space_, a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnf_w, p.lnf_b, N, C);
-  // Tied output head: logits = lnf · wteᵀ.
-  gemm<Real>(space_, Trans::no, Trans::yes, {N, m.vocab, C}, Real(1), a.lnf.data(), C, p.wte.data(), C, Real(0),
-             a.logits.data(), m.vocab);
+  // Tied output head: logits = lnf · wteᵀ, this rank's vocabulary columns.
+  gemm<Real>(space_, Trans::no, Trans::yes, {N, Vl, C}, Real(1), a.lnf.data(), C, p.wte.data(), C, Real(0),
+             a.logits.data(), Vl);
+}
+
+template <class Real>
+void Gpt2<Real>::cross_entropy(CVec<int> targets, Real grad_scale) {
+  const int N = batch_ * model().seq_len;
+  auto& a = acts_;
+  if (tp_ == nullptr) {
+    softmax_cross_entropy(space_, a.losses, a.logits, a.logits, targets, N, model().vocab, grad_scale);
+    return;
+  }
+  const TensorInfo& wte = layout_.find("wte.weight");
+  const VocabColumns cols{layout_.padded_vocab() / layout_.tp(), int(wte.piece.block[0]), int(wte.piece.offset[0])};
+  vocab_parallel_row_max(space_, a.row_max, a.logits, N, cols);
+  space_.fence();
+  tp_->allreduce_max(a.row_max.data(), N);
+  vocab_parallel_row_partials(space_, a.partials, a.logits, a.row_max, targets, N, cols);
+  tp_sum(a.partials);
+  vocab_parallel_finish(space_, a.losses, a.logits, a.logits, a.row_max, a.partials, targets, N, cols, grad_scale);
 }
 
 template <class Real>
 Real Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Real grad_scale) {
   const int N = batch_ * model().seq_len;
   forward_blocks(inputs);
-  softmax_cross_entropy(space_, acts_.losses, acts_.logits, acts_.logits, targets, N, model().vocab, grad_scale);
+  cross_entropy(targets, grad_scale);
   return sum_reduce<Real>(space_, acts_.losses, N) / Real(N);
 }
 
@@ -191,16 +243,21 @@ void Gpt2<Real>::backward(CVec<int> inputs, const ReadyFrom& ready_from) {
     if (ready_from) ready_from(offset);
   };
   const auto& m = model();
-  const int B = batch_, T = m.seq_len, C = m.d_model, NH = m.heads, V = m.vocab, N = B * T;
+  const int B = batch_, T = m.seq_len, C = m.d_model, V = m.vocab, N = B * T;
+  const int tp = layout_.tp(), Cl = C / tp, NH = m.heads / tp, Vl = layout_.padded_vocab() / tp;
   const auto& a = acts_;
   const auto& p = params_;
   const auto& g = dparams_;
   const auto& d = scratch_;
+  const TensorInfo& wte = layout_.find("wte.weight");
+  const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), true};
+  const Vec<Real> no_bias;
 
-  // Output head (tied): dlnf = dlogits · wte, dwte += dlogitsᵀ · lnf.
-  gemm<Real>(space_, Trans::no, Trans::no, {N, C, V}, Real(1), a.logits.data(), V, p.wte.data(), C, Real(0),
+  // Output head (tied): dlnf = dlogits · wte (summed over the vocabulary shards), dwte += dlogitsᵀ · lnf.
+  gemm<Real>(space_, Trans::no, Trans::no, {N, C, Vl}, Real(1), a.logits.data(), Vl, p.wte.data(), C, Real(0),
              d.dln.data(), C);
-  gemm<Real>(space_, Trans::yes, Trans::no, {V, C, N}, Real(1), a.logits.data(), V, a.lnf.data(), C, Real(1),
+  tp_sum(d.dln);
+  gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
              g.wte.data(), C);
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
   CVec<Real> x_last = m.layers > 0 ? a.blocks.back().residual3 : a.encoded;
@@ -213,20 +270,24 @@ void Gpt2<Real>::backward(CVec<int> inputs, const ReadyFrom& ready_from) {
     const auto& s = a.blocks[l];
     CVec<Real> x = l == 0 ? a.encoded : a.blocks[l - 1].residual3;
     // MLP branch; d.dresidual holds dL/d residual3 and becomes dL/d residual2.
-    matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, dw.fcproj_b, d.dresidual, s.fch_gelu, w.fcproj_w, N, 4 * C, C);
-    gelu_backward(space_, d.dfch, s.fch, d.dfch, N * 4 * C);
-    matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.dfch, s.ln2, w.fc_w, N, C, 4 * C);
+    matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.dresidual, s.fch_gelu, w.fcproj_w, N, 4 * Cl, C);
+    bias_backward(space_, dw.fcproj_b, d.dresidual, N, C);
+    gelu_backward(space_, d.dfch, s.fch, d.dfch, N * 4 * Cl);
+    matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
+    tp_sum(d.dln);
     layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.dln, s.residual2, w.ln2_w, s.ln2_mean, s.ln2_rstd,
                        N, C);
     // Attention branch; d.dresidual becomes dL/d x.
-    matmul_backward<Real>(space_, d.datty, dw.attproj_w, dw.attproj_b, d.dresidual, s.atty, w.attproj_w, N, C, C);
-    attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, C, NH);
-    matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * C);
+    matmul_backward<Real>(space_, d.datty, dw.attproj_w, no_bias, d.dresidual, s.atty, w.attproj_w, N, Cl, C);
+    bias_backward(space_, dw.attproj_b, d.dresidual, N, C);
+    attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
+    matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
+    tp_sum(d.dln);
     layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.dln, x, w.ln1_w, s.ln1_mean, s.ln1_rstd, N, C);
     report(block_offsets_[l]);
   }
   // wte has the head's gradient too, so the embeddings are final only now.
-  encoder_backward(space_, g.wte, g.wpe, d.dresidual, inputs, B, T, C, V);
+  encoder_backward(space_, g.wte, g.wpe, d.dresidual, inputs, B, T, C, V, vocab);
   report(0);
 }
 

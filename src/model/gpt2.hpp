@@ -1,4 +1,9 @@
-// GPT-2 forward and backward on one rank (interface section 5), over a fixed micro-batch shape.
+// GPT-2 forward and backward (interface section 5) over a fixed micro-batch shape, on one rank or
+// as one rank of a tensor-parallel group (Megatron): c_attn and c_fc column-parallel (c_attn by
+// heads), both c_proj row-parallel followed by a sum over the group, the embedding and the
+// cross-entropy vocabulary-parallel. The group's collectives sit in the mirror places of forward
+// and backward: after a row-parallel product in forward, after a column-parallel product's input
+// gradient in backward.
 //
 // All buffers are allocated in the constructor; forward() and backward() allocate nothing.
 // forward() and backward() read as one kernel call per line, in mirror order.
@@ -7,6 +12,7 @@
 #pragma once
 
 #include "model/parameters.hpp"
+#include "parallel/comm.hpp"
 
 #include <functional>
 
@@ -40,6 +46,8 @@ struct ActivationTensors {
   Vec<Real> logits;    // (N, V); after a training forward it holds dlogits
   Vec<Real> losses;    // (N)
   Vec<Real> proj;      // (N, C)   c_proj outputs before the residual add
+  Vec<Real> row_max;   // (N)      vocabulary-parallel cross-entropy: row maxima
+  Vec<Real> partials;  // (2N)     … and Σ exp, target logit
 };
 
 // Gradients of activations, reused by every block on the way back.
@@ -56,7 +64,8 @@ struct BackwardScratch {
 template <class Real>
 class Gpt2 {
  public:
-  Gpt2(const ExecSpace& space, const ModelConfig& model, int batch);
+  // `tp` is the tensor-parallel group (none: the whole model on this rank).
+  Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr);
 
   const ParameterLayout& layout() const { return layout_; }
   const ModelConfig& model() const { return layout_.model(); }
@@ -80,8 +89,12 @@ class Gpt2 {
 
  private:
   void forward_blocks(CVec<int> inputs);
+  void cross_entropy(CVec<int> targets, Real grad_scale);
+  // Σ over the tensor-parallel group, in place (nothing without one).
+  void tp_sum(Vec<Real> x);
 
   ExecSpace space_;
+  Comm* tp_;
   ParameterLayout layout_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
   std::size_t lnf_offset_ = 0;

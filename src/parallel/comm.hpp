@@ -45,6 +45,7 @@ class Comm {
   virtual void allreduce_sum(float* data, std::size_t count) = 0;
   virtual Request iallreduce_sum(float* data, std::size_t count) = 0;
   virtual void allreduce_max(float* data, std::size_t count) = 0;
+  virtual void allreduce_max(double* data, std::size_t count) = 0;
   virtual void allreduce_sum(double* data, std::size_t count) = 0;
   // recv (recv_count) ← this rank's block of Σ send (size · recv_count), blocks in rank order.
   virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;

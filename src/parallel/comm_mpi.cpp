@@ -165,6 +165,7 @@ class MpiComm final : public Comm {
 
   void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, MPI_SUM); }
   void allreduce_max(float* data, std::size_t count) override { allreduce(data, count, MPI_MAX); }
+  void allreduce_max(double* data, std::size_t count) override { allreduce(data, count, MPI_MAX); }
   void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, MPI_SUM); }
 
   Request iallreduce_sum(float* data, std::size_t count) override {

@@ -259,6 +259,7 @@ class NcclComm final : public Comm {
 
   void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, ncclFloat, ncclSum); }
   void allreduce_max(float* data, std::size_t count) override { allreduce(data, count, ncclFloat, ncclMax); }
+  void allreduce_max(double* data, std::size_t count) override { allreduce(data, count, ncclDouble, ncclMax); }
   void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, ncclDouble, ncclSum); }
 
   Request iallreduce_sum(float* data, std::size_t count) override {

@@ -13,10 +13,16 @@
 namespace meshtrain {
 namespace {
 
-// This rank's piece of a tensor: the whole of it, or nothing for a replica that does not write.
-// Tensor- and pipeline-parallel layouts will describe their pieces here and nothing else changes.
+// This rank's piece of a tensor as the layout describes it (model/parameters.hpp), or nothing for a
+// replica that leaves the writing to another rank.
 io::TensorSlab tensor_piece(const std::string& group, const TensorInfo& t, bool holds) {
-  io::TensorSlab slab = io::TensorSlab::whole(group + "/" + t.name, t.shape);
+  io::TensorSlab slab;
+  slab.name = group + "/" + t.name;
+  slab.global_shape = t.shape;
+  slab.offset = t.piece.offset;
+  slab.count = t.piece.count;
+  slab.stride = t.piece.stride;
+  slab.extent = t.piece.block;
   if (!holds) slab.extent.assign(t.shape.size(), 0);
   return slab;
 }
@@ -25,7 +31,10 @@ io::TensorSlab whole_tensor(const std::string& group, const TensorInfo& t) { ret
 
 void write_group(io::CheckpointWriter& writer, const std::string& group, const ParameterLayout& layout,
                  const float* host, bool holds) {
-  for (const TensorInfo& t : layout.tensors()) writer.write(tensor_piece(group, t, holds), host + t.offset);
+  // A replicated tensor is written by tensor-parallel rank 0 alone.
+  for (const TensorInfo& t : layout.tensors()) {
+    writer.write(tensor_piece(group, t, holds && (!t.replicated || layout.tp_rank() == 0)), host + t.offset);
+  }
 }
 
 void read_group(const io::CheckpointReader& reader, const std::string& group, const ParameterLayout& layout,

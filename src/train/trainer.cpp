@@ -69,6 +69,20 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
   return {};
 }
 
+// The L2 norm of the whole model's gradient, every parameter counted once: a tensor split over the
+// tensor-parallel group adds each rank's piece, a replicated one (LayerNorms, wpe, c_proj biases,
+// identical on every rank) is counted on tp rank 0 only. Data-parallel replicas hold the same
+// reduced gradients and need no sum.
+double global_grad_norm(const ExecSpace& space, Vec<float> grads, const ParameterLayout& layout, Comm& tp) {
+  double sum = 0;
+  for (const TensorInfo& t : layout.tensors()) {
+    if (t.replicated && tp.rank() != 0) continue;
+    sum += squared_norm<float>(space, slice(grads, t.offset, t.numel), t.numel);
+  }
+  tp.allreduce_sum(&sum, 1);
+  return std::sqrt(sum);
+}
+
 // NCCL serves tensors in GPU memory; it needs a CUDA build that has it.
 #if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
 constexpr bool nccl_usable = true;
@@ -128,8 +142,9 @@ int train(const Config& cfg, MPI_Comm comm) {
   const int dp = grid.dp, dp_rank = topology.position().dp_rank;
   ExecSpace space;
   const std::unique_ptr<Comm> dp_comm = open_group(cfg.parallel.backend, topology.dp_comm(), space);
+  const std::unique_ptr<Comm> tp_comm = open_group(cfg.parallel.backend, topology.tp_comm(), space);
 
-  Gpt2<float> model(space, cfg.model, B);
+  Gpt2<float> model(space, cfg.model, B, tp_comm.get());
   const ParameterLayout& layout = model.layout();
   Buffer<float> exp_avg("meshtrain::adamw::exp_avg", layout.total());
   Buffer<float> exp_avg_sq("meshtrain::adamw::exp_avg_sq", layout.total());
@@ -139,7 +154,7 @@ int train(const Config& cfg, MPI_Comm comm) {
   BatchLoader loader(stream, order, B, T, dp_rank * accum);
   GradientReducer reducer(*dp_comm, model.grads(), std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
 
-  // Every rank holds the whole model; data-parallel rank 0 writes it.
+  // Data-parallel rank 0 of each tensor-parallel group writes its pieces; the replicas write nothing.
   Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
   const TrainingProgress start = agree_on_input(comm, [&] {
     TrainingProgress progress;
@@ -201,7 +216,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     dp_comm->allreduce_sum(&loss, 1);
     loss /= double(accum) * dp;
 
-    const double grad_norm = std::sqrt(squared_norm<float>(space, model.grads(), layout.total()));
+    const double grad_norm = global_grad_norm(space, model.grads(), layout, *tp_comm);
     const double lr = learning_rate(cfg.optim, cfg.train.steps, i);
     const double clip = clip_scale(grad_norm, cfg.optim.grad_clip);
     for (const TensorInfo& t : layout.tensors()) {

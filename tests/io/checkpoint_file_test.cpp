@@ -1,18 +1,23 @@
 // Parallel HDF5 checkpoints, run at 1, 2 and 4 ranks: each rank writes its own block (one holds
 // nothing), every rank reads the tensors back whole and in another partition, and the values are
 // compared with a closed form computed here. h5py writes files we read and reads files we write.
+// Tensor-parallel pieces of several blocks (q|k|v columns of c_attn) are written, read back whole,
+// read as another rank's piece, and read from a file h5py wrote.
 #include "io/checkpoint_file.hpp"
 
 #include "io_test_util.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef MESHTRAIN_PYTHON
@@ -396,6 +401,287 @@ TEST(CheckpointFile, H5pyReadsWhatWeWrote) {
   if (world_rank() == 0) {
     EXPECT_EQ(read_text(dir / "read.log"), "OK\n");
   }
+}
+
+// --- Pieces of several blocks: tensor parallelism ---------------------------------------------
+
+constexpr std::uint64_t QC = 8;  // c_attn of a model of width QC: weight [QC, 3QC], bias [3QC]
+
+// Tensor-parallel rank r of tp holds columns [r·QC/tp, (r+1)·QC/tp) of each of q, k and v.
+TensorSlab qkv_weight(const std::string& name, int tp, int r) {
+  const std::uint64_t w = QC / static_cast<std::uint64_t>(tp), at = static_cast<std::uint64_t>(r) * w;
+  return TensorSlab{name, {QC, 3 * QC}, {0, at}, {QC, w}, {1, 3}, {1, QC}};
+}
+TensorSlab qkv_bias(const std::string& name, int tp, int r) {
+  const std::uint64_t w = QC / static_cast<std::uint64_t>(tp), at = static_cast<std::uint64_t>(r) * w;
+  return TensorSlab{name, {3 * QC}, {at}, {w}, {3}, {QC}};
+}
+
+// The local layout tensor parallelism wants, written out by hand: a row-major [QC, 3QC/tp] array
+// whose row i holds row i's q columns of rank r, then its k columns, then its v columns.
+std::vector<float> qkv_weight_local(int tp, int r) {
+  const std::uint64_t w = QC / static_cast<std::uint64_t>(tp), at = static_cast<std::uint64_t>(r) * w;
+  std::vector<float> v;
+  for (std::uint64_t i = 0; i < QC; ++i) {
+    for (std::uint64_t j = 0; j < 3; ++j) {
+      for (std::uint64_t c = 0; c < w; ++c) v.push_back(value2(i, at + j * QC + c));
+    }
+  }
+  return v;
+}
+std::vector<float> qkv_bias_local(int tp, int r) {
+  const std::uint64_t w = QC / static_cast<std::uint64_t>(tp), at = static_cast<std::uint64_t>(r) * w;
+  std::vector<float> v;
+  for (std::uint64_t j = 0; j < 3; ++j) {
+    for (std::uint64_t c = 0; c < w; ++c) v.push_back(value1(at + j * QC + c));
+  }
+  return v;
+}
+
+// The closed-form values of any piece of a 1-, 2- or 3-D tensor, found without hyperslab
+// arithmetic: walk every element of the global tensor in row-major order and keep those that lie
+// in one of the piece's blocks.
+std::vector<float> piece_values(const TensorSlab& s) {
+  const std::size_t rank = s.global_shape.size();
+  std::vector<float> v;
+  if (std::find(s.global_shape.begin(), s.global_shape.end(), 0u) != s.global_shape.end()) return v;
+  Shape at(rank, 0);
+  while (true) {
+    bool inside = true;
+    for (std::size_t d = 0; d < rank && inside; ++d) {
+      const std::uint64_t count = s.count.empty() ? 1 : s.count[d];
+      const std::uint64_t stride = s.stride.empty() ? 1 : s.stride[d];
+      if (at[d] < s.offset[d]) {
+        inside = false;
+        continue;
+      }
+      const std::uint64_t from = at[d] - s.offset[d];
+      const std::uint64_t block = count > 1 ? from / stride : 0;  // the block this coordinate could be in
+      inside = block < count && from - block * stride < s.extent[d];
+    }
+    if (inside) {
+      v.push_back(rank == 1 ? value1(at[0]) : rank == 2 ? value2(at[0], at[1]) : value3(at[0], at[1], at[2]));
+    }
+    std::size_t d = rank;
+    while (d > 0 && ++at[d - 1] == s.global_shape[d - 1]) at[--d] = 0;
+    if (d == 0) return v;
+  }
+}
+
+// A [QC, 3QC] c_attn split into uneven q|k|v column pieces among all ranks but the last, which
+// (with several ranks) holds nothing.
+TensorSlab uneven_qkv(const std::string& name, int rank, int size) {
+  const int holders = std::max(1, size - 1);
+  if (rank >= holders) return TensorSlab{name, {QC, 3 * QC}, {0, 0}, {QC, 0}, {1, 3}, {1, QC}};
+  const auto [begin, end] = split(QC, holders, rank);
+  return TensorSlab{name, {QC, 3 * QC}, {0, begin}, {QC, end - begin}, {1, 3}, {1, QC}};
+}
+
+// [A, B, D] dealt out cyclically over a p1 × p2 grid of ranks (p2 = 2 from two ranks on): rank
+// (r1, r2) holds the elements b ≡ r1 (mod p1) of dimension 1 and d ≡ r2 (mod p2) of dimension 2 —
+// at 4 ranks, several blocks in two dimensions at once — and a stride, unused, where the count is 1.
+TensorSlab cyclic_x(const std::string& name, int rank, int size) {
+  const std::uint64_t p2 = size >= 2 ? 2 : 1, p1 = static_cast<std::uint64_t>(size) / p2;
+  const std::uint64_t r1 = static_cast<std::uint64_t>(rank) / p2, r2 = static_cast<std::uint64_t>(rank) % p2;
+  return TensorSlab{name, {A, B, D}, {0, r1, r2}, {A, 1, 1}, {1, B / p1, D / p2}, {7, p1, p2}};
+}
+
+TEST(CheckpointFile, TensorParallelPiecesOfSeveralBlocksRoundTrip) {
+  const int rank = world_rank(), size = world_size();
+  ASSERT_EQ(QC % static_cast<std::uint64_t>(size), 0u);
+  ASSERT_EQ(B % static_cast<std::uint64_t>(size), 0u);
+  EXPECT_EQ(qkv_weight("w", size, rank).elements(), QC * 3 * QC / static_cast<std::uint64_t>(size));
+  EXPECT_EQ(qkv_bias("b", size, rank).elements(), 3 * QC / static_cast<std::uint64_t>(size));
+
+  SharedDir dir;
+  const std::string path = dir / "tp.h5";
+  const std::string wname = "/model/h.0.attn.c_attn.weight", bname = "/model/h.0.attn.c_attn.bias";
+  {
+    CheckpointWriter writer(path, MPI_COMM_WORLD);
+    const auto wdata = qkv_weight_local(size, rank);
+    writer.write(qkv_weight(wname, size, rank), wdata.data());
+    const auto bdata = qkv_bias_local(size, rank);
+    writer.write(qkv_bias(bname, size, rank), bdata.data());
+    const TensorSlab uneven = uneven_qkv("/model/uneven", rank, size);
+    const auto udata = piece_values(uneven);
+    EXPECT_EQ(udata.size(), uneven.elements());
+    writer.write(uneven, udata.empty() ? nullptr : udata.data());
+    const TensorSlab x = cyclic_x("/model/x", rank, size);
+    const auto xdata = piece_values(x);
+    EXPECT_EQ(xdata.size(), x.elements());
+    writer.write(x, xdata.data());
+    writer.commit();
+  }
+
+  CheckpointReader reader(path, MPI_COMM_WORLD);
+  // Whole tensors, on every rank: every element was written, in the right place.
+  const TensorSlab w_all = TensorSlab::whole(wname, {QC, 3 * QC});
+  std::vector<float> w(QC * 3 * QC, NAN);
+  reader.read(w_all, w.data());
+  EXPECT_EQ(w, block2(w_all));
+  std::vector<float> u(QC * 3 * QC, NAN);
+  reader.read(TensorSlab::whole("/model/uneven", {QC, 3 * QC}), u.data());
+  EXPECT_EQ(u, block2(w_all));
+  std::vector<float> b(3 * QC, NAN);
+  reader.read(TensorSlab::whole(bname, {3 * QC}), b.data());
+  for (std::uint64_t i = 0; i < 3 * QC; ++i) EXPECT_EQ(b[i], value1(i)) << "bias[" << i << "]";
+  const TensorSlab x_all = TensorSlab::whole("/model/x", {A, B, D});
+  std::vector<float> x(A * B * D, NAN);
+  reader.read(x_all, x.data());
+  EXPECT_EQ(x, block3(x_all));
+
+  // The piece another rank wrote, in that rank's local layout.
+  const int other = (rank + 1) % size;
+  std::vector<float> theirs(qkv_weight(wname, size, other).elements(), NAN);
+  reader.read(qkv_weight(wname, size, other), theirs.data());
+  EXPECT_EQ(theirs, qkv_weight_local(size, other));
+  std::vector<float> their_bias(qkv_bias(bname, size, other).elements(), NAN);
+  reader.read(qkv_bias(bname, size, other), their_bias.data());
+  EXPECT_EQ(their_bias, qkv_bias_local(size, other));
+  const TensorSlab their_uneven = uneven_qkv("/model/uneven", other, size);
+  std::vector<float> uneven(their_uneven.elements(), NAN);
+  reader.read(their_uneven, uneven.empty() ? nullptr : uneven.data());
+  EXPECT_EQ(uneven, piece_values(their_uneven));
+  const TensorSlab their_x = cyclic_x("/model/x", other, size);
+  std::vector<float> xs(their_x.elements(), NAN);
+  reader.read(their_x, xs.data());
+  EXPECT_EQ(xs, piece_values(their_x));
+
+  // Any tensor-parallel degree reads what this one wrote.
+  for (int tp : {1, 2, 4, 8}) {
+    for (int r = 0; r < tp; ++r) {
+      std::vector<float> piece(QC * 3 * QC / static_cast<std::uint64_t>(tp), NAN);
+      reader.read(qkv_weight(wname, tp, r), piece.data());
+      EXPECT_EQ(piece, qkv_weight_local(tp, r)) << "tp " << tp << " rank " << r;
+      std::vector<float> bias_piece(3 * QC / static_cast<std::uint64_t>(tp), NAN);
+      reader.read(qkv_bias(bname, tp, r), bias_piece.data());
+      EXPECT_EQ(bias_piece, qkv_bias_local(tp, r)) << "tp " << tp << " rank " << r;
+    }
+  }
+}
+
+constexpr const char* h5py_qkv_writer = R"(import sys
+import h5py
+import numpy as np
+c = int(sys.argv[2])
+with h5py.File(sys.argv[1], "w") as f:
+    i, j = np.meshgrid(np.arange(c), np.arange(3 * c), indexing="ij")
+    f["model/c_attn.weight"] = i * 100.0 + j * 0.5 + 0.25
+    f["model/c_attn.bias"] = (-3.0 + np.arange(3 * c) * 0.75).astype(np.float32)
+    a, b, d = np.meshgrid(np.arange(3), np.arange(8), np.arange(4), indexing="ij")
+    f["model/x"] = a * 1000.0 + b * 10.0 + d + 0.125
+)";
+
+TEST(CheckpointFile, ReadsPiecesOfSeveralBlocksFromWhatH5pyWrote) {
+  SharedDir dir;
+  const std::string path = dir / "qkv_from_h5py.h5";
+  const int rc = run_python(dir / "write_qkv.py", h5py_qkv_writer, path + " " + std::to_string(QC),
+                            dir / "write_qkv.log");
+  ASSERT_EQ(rc, 0) << "python failed:\n" << (world_rank() == 0 ? read_text(dir / "write_qkv.log") : "");
+
+  CheckpointReader reader(path, MPI_COMM_WORLD);
+  for (int tp : {1, 2, 4, 8}) {
+    for (int r = 0; r < tp; ++r) {
+      std::vector<float> piece(QC * 3 * QC / static_cast<std::uint64_t>(tp), NAN);
+      reader.read(qkv_weight("/model/c_attn.weight", tp, r), piece.data());  // float64, converted
+      EXPECT_EQ(piece, qkv_weight_local(tp, r)) << "tp " << tp << " rank " << r;
+      std::vector<float> bias_piece(3 * QC / static_cast<std::uint64_t>(tp), NAN);
+      reader.read(qkv_bias("model/c_attn.bias", tp, r), bias_piece.data());
+      EXPECT_EQ(bias_piece, qkv_bias_local(tp, r)) << "tp " << tp << " rank " << r;
+    }
+  }
+  for (int size : {1, 2, 4, 8}) {
+    for (int r = 0; r < size; ++r) {
+      const TensorSlab piece = cyclic_x("/model/x", r, size);
+      std::vector<float> values(piece.elements(), NAN);
+      reader.read(piece, values.data());
+      EXPECT_EQ(values, piece_values(piece)) << "cyclic over " << size << ", rank " << r;
+    }
+  }
+  // Blocks in every dimension at once, abutting in dimension 0 (stride = extent).
+  const TensorSlab corners{"/model/x", {A, B, D}, {0, 1, 0}, {1, 2, 1}, {3, 2, 2}, {1, 5, 3}};
+  std::vector<float> values(corners.elements(), NAN);
+  ASSERT_EQ(values.size(), 24u);
+  reader.read(corners, values.data());
+  EXPECT_EQ(values, piece_values(corners));
+  EXPECT_EQ(values[0], value3(0, 1, 0));
+  EXPECT_EQ(values[1], value3(0, 1, 3));
+  EXPECT_EQ(values[2], value3(0, 2, 0));
+  EXPECT_EQ(values[4], value3(0, 6, 0));
+  EXPECT_EQ(values[8], value3(1, 1, 0));
+  EXPECT_EQ(values[23], value3(2, 7, 3));
+}
+
+TEST(CheckpointFile, InvalidPiecesOfSeveralBlocksAreRejected) {
+  SharedDir dir;
+  const std::string path = dir / "pieces.h5";
+  write_test_checkpoint(path);  // "/model/w" is [R, C] = [9, 5]
+  CheckpointReader reader(path, MPI_COMM_WORLD);
+  std::vector<float> sink(R * C, NAN);
+  const auto rejected = [&](const TensorSlab& s, const std::string& why) {
+    try {
+      reader.read(s, sink.data());
+      ADD_FAILURE() << "accepted a slab with " << why;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "a slab with " << why << " threw something other than std::invalid_argument: " << e.what();
+    }
+  };
+  constexpr std::uint64_t huge = std::numeric_limits<std::uint64_t>::max();
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {R, 2}, {1, 2}, {1, 1}}, "overlapping blocks in dimension 1");
+  // An empty stride is all ones: blocks of 2 rows one row apart overlap.
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {2, 1}, {2, 1}, {}}, "overlapping blocks in dimension 0");
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 1}, {R, 2}, {1, 2}, {1, 3}}, "outside the global shape");  // to column 6
+  // A count of 2^63 blocks of 2 rows: 2^64 elements, which is 0 in 64 bits, but not an empty piece.
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {2, 1}, {std::uint64_t{1} << 63, 1}, {2, 1}},
+           "outside the global shape");
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 4}, {R, 1}, {1, 2}, {1, 1}}, "outside the global shape");
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {R, 1}, {1, 2}, {1, huge}}, "outside the global shape");
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {R, 1}, {1, huge}, {1, 1}}, "outside the global shape");
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {R, 1}, {2}, {1, 1}}, "count [2] and stride [1,1]");
+  rejected(TensorSlab{"/model/w", {R, C}, {0, 0}, {R, 1}, {}, {1, 1, 1}}, "count [] and stride [1,1,1]");
+  // A null buffer for a piece with elements in it.
+  EXPECT_THROW(reader.read(TensorSlab{"/model/w", {R, C}, {0, 0}, {R, 1}, {1, 2}, {1, 2}}, nullptr),
+               std::invalid_argument);
+
+  // Edge cases that are valid: the last block ending at the edge, abutting blocks, any stride
+  // (even 0) where the count is 1, and a count of 0 (nothing, so no buffer is needed).
+  const TensorSlab to_edge{"/model/w", {R, C}, {1, 0}, {R - 1, 2}, {1, 2}, {1, 3}};
+  std::vector<float> v(to_edge.elements(), NAN);
+  EXPECT_NO_THROW(reader.read(to_edge, v.data()));
+  EXPECT_EQ(v, piece_values(to_edge));
+  const TensorSlab abutting{"/model/w", {R, C}, {0, 0}, {R, 1}, {1, C}, {0, 1}};
+  v.assign(abutting.elements(), NAN);
+  EXPECT_NO_THROW(reader.read(abutting, v.data()));
+  EXPECT_EQ(v, block2(TensorSlab::whole("/model/w", {R, C})));
+  const TensorSlab unused_stride{"/model/w", {R, C}, {2, 1}, {3, 2}, {1, 1}, {0, huge}};
+  v.assign(unused_stride.elements(), NAN);
+  EXPECT_NO_THROW(reader.read(unused_stride, v.data()));
+  EXPECT_EQ(v, block2(unused_stride));
+  const TensorSlab none{"/model/w", {R, C}, {0, 0}, {R, C}, {1, 0}, {1, 1}};
+  EXPECT_EQ(none.elements(), 0u);
+  EXPECT_NO_THROW(reader.read(none, nullptr));
+
+  // The writer rejects them too, on every rank, even when only the last rank's piece is bad.
+  const std::string bad = dir / "bad.h5";
+  {
+    CheckpointWriter writer(bad, MPI_COMM_WORLD);
+    const bool last = world_rank() == world_size() - 1;
+    std::vector<float> data(R * C, 1.0f);
+    const TensorSlab overlapping{"/model/w", {R, C}, {0, 0}, {R, 2}, {1, 2}, {1, last ? 1u : 2u}};
+    try {
+      writer.write(overlapping, data.data());
+      ADD_FAILURE() << "the writer accepted overlapping blocks";
+    } catch (const std::logic_error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(last ? "overlapping blocks" : "another rank"), std::string::npos) << message;
+    }
+    const TensorSlab outside{"/model/v", {C}, {0}, {2}, {2}, {last ? 4u : 3u}};
+    EXPECT_THROW(writer.write(outside, data.data()), std::logic_error);
+  }
+  EXPECT_FALSE(fs::exists(bad));
+  EXPECT_FALSE(fs::exists(bad + ".tmp"));
 }
 
 }  // namespace

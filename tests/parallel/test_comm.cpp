@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -243,16 +244,21 @@ void check_allreduce_sum(const Case& t, std::size_t count) {
       x.read(), [&](std::size_t i) { return 1000 * s + m * long(i % 997); }, t.label + " allreduce_sum");
 }
 
-// Even i: 10 w + i mod 7 − 500, odd i: −10 w + i mod 7 − 500; the maximum sits on the group's
-// largest world rank for even i and its smallest for odd i, and every value is negative.
+// Even i: 10 w + i mod 7 − 500, odd i: −10 w + i mod 7 − 500 (doubles: plus i·2^-40, exact in
+// double, lost in float); the maximum sits on the group's largest world rank for even i and its
+// smallest for odd i, and every value is negative.
+template <class T>
 void check_allreduce_max(const Case& t, std::size_t count) {
   const long w = world_rank();
-  auto value = [](long rank, std::size_t i) { return (i % 2 == 0 ? 10 * rank : -10 * rank) + long(i % 7) - 500; };
-  Buffer<float> x(t.space, fill<float>(count, [&](std::size_t i) { return value(w, i); }));
+  const double fraction = std::is_same_v<T, double> ? std::ldexp(1.0, -40) : 0.0;
+  auto value = [=](long rank, std::size_t i) {
+    return double((i % 2 == 0 ? 10 * rank : -10 * rank) + long(i % 7) - 500) + double(i) * fraction;
+  };
+  Buffer<T> x(t.space, fill<T>(count, [&](std::size_t i) { return value(w, i); }));
   t.comm.allreduce_max(x.data(), count);
   expect_all(
       x.read(), [&](std::size_t i) { return value(i % 2 == 0 ? t.group.max_world() : t.group.min_world(), i); },
-      t.label + " allreduce_max");
+      t.label + (std::is_same_v<T, double> ? " allreduce_max(double)" : " allreduce_max"));
 }
 
 // x_w[i] = (w + 1)(1 + i·2^-40): exact in double (i < 2^20), lost in float.
@@ -427,7 +433,8 @@ void check_everything(Comm& comm, const Group& group, Space space, const std::st
   for (std::size_t count : counts) {
     const Case t{comm, group, space, label + " count " + std::to_string(count)};
     check_allreduce_sum(t, count);
-    check_allreduce_max(t, count);
+    check_allreduce_max<float>(t, count);
+    check_allreduce_max<double>(t, count);
     check_allreduce_double(t, count);
     check_iallreduce(t, count);
     check_reduce_scatter(t, count);
@@ -512,6 +519,7 @@ TEST(MpiComm, MakesOneMpiCallPerChunk) {
   EXPECT_EQ(calls_of([&] { comm->allreduce_sum(a.data(), count); }), pieces("MPI_Allreduce", count, chunk));
   EXPECT_EQ(calls_of([&] { comm->allreduce_max(a.data(), count); }), pieces("MPI_Allreduce", count, chunk));
   EXPECT_EQ(calls_of([&] { comm->allreduce_sum(d.data(), count); }), pieces("MPI_Allreduce", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->allreduce_max(d.data(), count); }), pieces("MPI_Allreduce", count, chunk));
   EXPECT_EQ(calls_of([&] { comm->iallreduce_sum(a.data(), count).wait(); }), pieces("MPI_Iallreduce", count, chunk));
   EXPECT_EQ(calls_of([&] { comm->reduce_scatter_sum(a.data(), b.data(), count); }),
             pieces("MPI_Reduce_scatter_block", count, round));
@@ -543,6 +551,7 @@ TEST(MpiComm, ZeroCountsAreNoOps) {
   double d = 6.0;
   comm->allreduce_sum(&x, 0);
   comm->allreduce_max(&x, 0);
+  comm->allreduce_max(&d, 0);
   comm->allreduce_sum(&d, 0);
   comm->reduce_scatter_sum(&x, &x, 0);
   comm->allgather(&x, &x, 0);

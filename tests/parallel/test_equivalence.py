@@ -90,7 +90,9 @@ def main():
     ap.add_argument("--layout", action="append", required=True, help="e.g. dp=2 or dp=2,tp=2,pp=2")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--rtol", type=float, default=1e-5)
-    ap.add_argument("--wtol", type=float, default=1e-5)
+    # 1 % of one step of lr 3e-3: AdamW divides by sqrt(v), so elements with tiny gradients move a
+    # whole step on rounding-level differences of the gradient; the bulk agrees to ~1e-6.
+    ap.add_argument("--wtol", type=float, default=3e-5)
     args = ap.parse_args()
 
     cfg = {section: dict(keys) for section, keys in BASE.items()}

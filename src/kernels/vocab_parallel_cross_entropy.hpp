@@ -1,0 +1,97 @@
+// Cross-entropy over logits split by vocabulary across tensor-parallel ranks (Megatron's
+// vocab-parallel cross-entropy): the full logits are never gathered.
+//
+// Sizes: N rows, Vl local columns (this rank's vocabulary rows of wte, padded), of which the first
+// `valid` are real tokens first … first + valid − 1; padding columns take no part.
+//   1. row_max:        m_n = max_v logit[n,v]              → all-reduce max over tp
+//   2. row_partials:   s_n = Σ_v exp(logit − m_n), z_n = logit[n, target] if held here, else 0
+//                                                            → all-reduce sum over tp (s and z)
+//   3. finish:         loss_n = log s_n + m_n − z_n,  dlogit = (exp(logit − m_n)/s_n − [v = target])·scale
+// With one rank this is softmax_cross_entropy in three passes.
+#pragma once
+
+#include "core/exec.hpp"
+#include "kernels/fast_math.hpp"
+
+#include <cstdint>
+#include <type_traits>
+
+namespace meshtrain {
+
+struct VocabColumns {
+  int local;  // Vl: columns in the local logits
+  int valid;  // real vocabulary columns among them (the rest is padding)
+  int first;  // global token of column 0
+};
+
+template <class Real>
+void vocab_parallel_row_max(const ExecSpace& space, Vec<Real> maxes, CVec<std::type_identity_t<Real>> logits, int N,
+                            VocabColumns cols) {
+  static_assert(reachable_v<Vec<Real>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "meshtrain::vocab_parallel_cross_entropy::row_max", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * cols.local;
+        Real m;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, cols.valid),
+            [&](int v, Real& acc) {
+              if (logits(row + v) > acc) acc = logits(row + v);
+            },
+            Kokkos::Max<Real>(m));
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { maxes(n) = m; });
+      });
+}
+
+// partials holds s (N values) then z (N values), so one all-reduce carries both.
+template <class Real>
+void vocab_parallel_row_partials(const ExecSpace& space, Vec<Real> partials, CVec<std::type_identity_t<Real>> logits,
+                                 CVec<std::type_identity_t<Real>> maxes, CVec<std::int32_t> targets, int N,
+                                 VocabColumns cols) {
+  static_assert(reachable_v<Vec<Real>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "meshtrain::vocab_parallel_cross_entropy::row_partials", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * cols.local;
+        const Real m = maxes(n);
+        Real sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, cols.valid),
+            [&](int v, Real& acc) { acc += fast_exp(logits(row + v) - m); }, sum);
+        const int t = targets(n) - cols.first;
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          partials(n) = sum;
+          partials(N + n) = (t >= 0 && t < cols.valid) ? logits(row + t) : Real(0);
+        });
+      });
+}
+
+// dlogits may be the same memory as logits.
+template <class Real>
+void vocab_parallel_finish(const ExecSpace& space, Vec<Real> losses, Vec<Real> dlogits,
+                           CVec<std::type_identity_t<Real>> logits, CVec<std::type_identity_t<Real>> maxes,
+                           CVec<std::type_identity_t<Real>> partials, CVec<std::int32_t> targets, int N,
+                           VocabColumns cols, std::type_identity_t<Real> grad_scale) {
+  static_assert(reachable_v<Vec<Real>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "meshtrain::vocab_parallel_cross_entropy::finish", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * cols.local;
+        const Real m = maxes(n), inv = Real(1) / partials(n);
+        const int t = targets(n) - cols.first;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols.local), [&](int v) {
+          const Real p = v < cols.valid ? fast_exp(logits(row + v) - m) * inv : Real(0);
+          dlogits(row + v) = (v == t ? p - Real(1) : p) * grad_scale;
+        });
+        Kokkos::single(Kokkos::PerTeam(team),
+                       [&]() { losses(n) = kmath::log(partials(n)) + m - partials(N + n); });
+      });
+}
+
+}  // namespace meshtrain
