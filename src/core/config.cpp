@@ -78,6 +78,7 @@ class KeyTable {
     add("log.metrics", cfg.log.metrics, "JSON-lines metrics file, one object per step");
     add("log.every", cfg.log.every, "steps between progress lines");
     add("log.peak_tflops", cfg.log.peak_tflops, "peak TFLOP/s per rank for MFU (0: not shown)");
+    add("log.timing_every", cfg.log.timing_every, "steps between per-rank timing tables (0: only at the end)");
   }
 
   const po::options_description& options() const { return options_; }
@@ -205,6 +206,7 @@ void validate(const Config& c) {
   }
   require_positive("log.every", c.log.every);
   require_non_negative("log.peak_tflops", c.log.peak_tflops);
+  if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);
 }
 
 // Boost's messages name the option as "--model.layers"; ours say the key.

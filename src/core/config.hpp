@@ -66,6 +66,7 @@ struct LogConfig {
   std::string metrics;     // JSON-lines file (empty: none)
   std::int64_t every = 1;  // steps between progress lines on stdout
   double peak_tflops = 0;  // per-rank peak for MFU (0: MFU not shown)
+  std::int64_t timing_every = 100;  // steps between per-rank timing tables (0: only at the end)
 };
 
 struct Config {

@@ -12,12 +12,14 @@
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/timed_comm.hpp"
 #include "parallel/topology.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
 #include "train/gradient_reducer.hpp"
 #include "train/progress.hpp"
+#include "train/rank_timing.hpp"
 #include "train/stop_signals.hpp"
 
 #include <fmt/format.h>
@@ -141,8 +143,12 @@ int train(const Config& cfg, MPI_Comm comm) {
   const Topology topology(comm, grid);
   const int dp = grid.dp, dp_rank = topology.position().dp_rank;
   ExecSpace space;
-  const std::unique_ptr<Comm> dp_comm = open_group(cfg.parallel.backend, topology.dp_comm(), space);
-  const std::unique_ptr<Comm> tp_comm = open_group(cfg.parallel.backend, topology.tp_comm(), space);
+  double comm_seconds = 0;  // time inside collectives, all groups together
+  const std::unique_ptr<Comm> dp_comm =
+      make_timed_comm(open_group(cfg.parallel.backend, topology.dp_comm(), space), comm_seconds);
+  const std::unique_ptr<Comm> tp_comm =
+      make_timed_comm(open_group(cfg.parallel.backend, topology.tp_comm(), space), comm_seconds);
+  RankTiming timing;
 
   Gpt2<float> model(space, cfg.model, B, tp_comm.get());
   const ParameterLayout& layout = model.layout();
@@ -202,6 +208,7 @@ int train(const Config& cfg, MPI_Comm comm) {
   std::string leave_reason;
   while (progress.step < cfg.train.steps) {
     const auto step_start = Clock::now();
+    const double comm_before = comm_seconds;
     const std::int64_t i = progress.step;  // 0-based index of this update
 
     model.zero_grads();
@@ -233,6 +240,7 @@ int train(const Config& cfg, MPI_Comm comm) {
 
     const double step_s = seconds_since(step_start);
     longest_step_s = std::max(longest_step_s, step_s);
+    timing.add_step(step_s, comm_seconds - comm_before);
     const double elapsed = seconds_since(job_start);
     StepReport report{};
     report.step = progress.step;
@@ -261,6 +269,10 @@ int train(const Config& cfg, MPI_Comm comm) {
     }
 
     const bool finished = progress.step == cfg.train.steps;
+    if (finished || (cfg.log.timing_every > 0 && progress.step % cfg.log.timing_every == 0)) {
+      const std::string table = timing.report(comm, progress.step);
+      if (leader) fmt::print("{}", table);
+    }
     leave_reason = finished ? std::string()
                             : agree_to_leave(comm, reason_to_leave(cfg, steps_this_job, elapsed, longest_step_s,
                                                                    last_save_s));

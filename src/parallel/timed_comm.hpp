@@ -1,0 +1,14 @@
+// A Comm that counts the wall time spent in communication: every blocking call and every wait on a
+// request adds its duration to a counter the caller owns (several groups may share one). Waiting
+// for a slower peer inside a collective counts too: at this level it cannot be told from transfer.
+#pragma once
+
+#include "parallel/comm.hpp"
+
+#include <memory>
+
+namespace meshtrain {
+
+std::unique_ptr<Comm> make_timed_comm(std::unique_ptr<Comm> inner, double& seconds);
+
+}  // namespace meshtrain

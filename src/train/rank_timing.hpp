@@ -1,0 +1,26 @@
+// Where each rank's step time goes: compute, communication and (with pipelines) idle, per step,
+// summarised over ranks as min / median / max with the slowest rank named, as a user reads it to
+// find the straggler or the collective that dominates.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+namespace meshtrain {
+
+class RankTiming {
+ public:
+  // Adds one step: its wall time and the part spent in communication.
+  void add_step(double step_seconds, double comm_seconds, double idle_seconds = 0);
+  // Collective over `comm`: the table of the steps added since the last call (first_step … last),
+  // as rank 0 prints it ("" on other ranks and when no step was added). Resets the totals.
+  std::string report(MPI_Comm comm, std::int64_t last_step);
+
+ private:
+  double compute_ = 0, comm_ = 0, idle_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace meshtrain
