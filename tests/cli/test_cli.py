@@ -314,11 +314,13 @@ class BadInput(CliCase):
             f.write("x\n")
         self.rejects({"checkpoint.dir": "notadir"}, needles=["notadir"])
 
-    def test_more_than_one_rank(self):
+    def test_layout_that_does_not_fit_the_ranks(self):
         if not MPIEXEC:
             self.skipTest("no mpiexec")
-        # MPI_Abort may turn the exit code into something else than 2; it must not be 0.
-        self.rejects(needles=["ranks"], launcher=[MPIEXEC, "-n", "2"])
+        # tp 2 cannot divide 3 ranks: every rank agrees on the error, one prints it, all exit 2.
+        p = self.rejects({"parallel.tp": "2"}, needles=["parallel.tp", "world size 3"], launcher=[MPIEXEC, "-n", "3"])
+        self.assertEqual(p.returncode, 2, describe(p))
+        self.assertEqual(p.stderr.count("error:"), 1, "the message is printed once\n" + describe(p))
 
     # --- token shards
 
