@@ -59,15 +59,6 @@ def write_ini(path, cfg):
             f.write("\n")
 
 
-def parse_value(text):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -84,12 +75,10 @@ def main():
     args = ap.parse_args()
 
     cfg = make_config(args.case)
-    for item in args.set:
-        key, _, value = item.partition("=")
-        section, _, name = key.partition(".")
-        if not value or not name:
-            ap.error(f"--set {item!r}: expected SECTION.KEY=VALUE")
-        cfg.setdefault(section, {})[name] = parse_value(value)
+    try:
+        gpt2_torch.apply_sets(cfg, args.set)
+    except ValueError as e:
+        ap.error(str(e))
     m, t = cfg["model"], cfg["train"]
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)

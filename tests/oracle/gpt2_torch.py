@@ -77,6 +77,17 @@ def parse_overrides(argv):
     return out
 
 
+def apply_sets(cfg, items):
+    """Applies ['model.vocab=101', ...] (the test drivers' --set) to cfg in place, typed by the defaults."""
+    for item in items:
+        key, eq, text = item.partition("=")
+        section, _, name = key.partition(".")
+        if not eq or not name:
+            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        cfg.setdefault(section, {})[name] = _typed(section, name, text)
+    return cfg
+
+
 def lr_at(i, cfg):
     """Learning rate of update i (0-based), interface section 5."""
     o, steps = cfg["optim"], cfg["train"]["steps"]

@@ -31,15 +31,6 @@ BASE = {
 }
 
 
-def parse_value(text):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def write_ini(path, cfg):
     with open(path, "w") as f:
         for section, keys in cfg.items():
@@ -96,10 +87,7 @@ def main():
     args = ap.parse_args()
 
     cfg = {section: dict(keys) for section, keys in BASE.items()}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        section, _, name = key.partition(".")
-        cfg.setdefault(section, {})[name] = parse_value(value)
+    gpt2_torch.apply_sets(cfg, args.set)
 
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
