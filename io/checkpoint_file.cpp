@@ -74,6 +74,26 @@ std::string shape_string(const std::vector<std::uint64_t>& shape) { return fmt::
 
 std::vector<hsize_t> to_hsize(const std::vector<std::uint64_t>& v) { return {v.begin(), v.end()}; }
 
+// count[d] and stride[d] of a slab, empty vectors meaning all ones.
+std::uint64_t count_at(const TensorSlab& slab, std::size_t d) { return slab.count.empty() ? 1 : slab.count[d]; }
+std::uint64_t stride_at(const TensorSlab& slab, std::size_t d) { return slab.stride.empty() ? 1 : slab.stride[d]; }
+
+// Whether a slab holds nothing: a zero in extent or count (not elements() == 0, which a product
+// that overflows 64 bits could also give).
+bool holds_nothing(const TensorSlab& slab) {
+  const auto zero = [](const std::vector<std::uint64_t>& v) { return std::find(v.begin(), v.end(), 0u) != v.end(); };
+  return zero(slab.extent) || zero(slab.count);
+}
+
+// "block at offset [..] of extent [..]", with the count and stride of a piece of several blocks.
+std::string slab_text(const TensorSlab& slab) {
+  if (slab.count.empty() && slab.stride.empty()) {
+    return fmt::format("block at offset {} of extent {}", shape_string(slab.offset), shape_string(slab.extent));
+  }
+  return fmt::format("piece at offset {} of extent {}, count {} and stride {}", shape_string(slab.offset),
+                     shape_string(slab.extent), shape_string(slab.count), shape_string(slab.stride));
+}
+
 // What is wrong with a slab (empty if nothing).
 std::string slab_problem(const TensorSlab& slab, bool has_data) {
   const std::size_t rank = slab.global_shape.size();
@@ -84,14 +104,32 @@ std::string slab_problem(const TensorSlab& slab, bool has_data) {
                        shape_string(slab.global_shape), rank, shape_string(slab.offset), shape_string(slab.extent),
                        slab.offset.size(), slab.extent.size());
   }
-  if (slab.elements() == 0) return {};
+  if ((!slab.count.empty() && slab.count.size() != rank) || (!slab.stride.empty() && slab.stride.size() != rank)) {
+    return fmt::format("{}: global shape {} has {} dimensions but count {} and stride {} have {} and {} (empty means "
+                       "all ones)",
+                       slab.name, shape_string(slab.global_shape), rank, shape_string(slab.count),
+                       shape_string(slab.stride), slab.count.size(), slab.stride.size());
+  }
+  if (holds_nothing(slab)) return {};
   for (std::size_t d = 0; d < rank; ++d) {
-    if (slab.offset[d] > slab.global_shape[d] || slab.extent[d] > slab.global_shape[d] - slab.offset[d]) {
-      return fmt::format("{}: block at offset {} of extent {} lies outside the global shape {}", slab.name,
-                         shape_string(slab.offset), shape_string(slab.extent), shape_string(slab.global_shape));
+    const std::uint64_t count = count_at(slab, d), stride = stride_at(slab, d);
+    if (count > 1 && stride < slab.extent[d]) {
+      return fmt::format("{}: {} has overlapping blocks in dimension {} (stride {} < extent {}); where the count "
+                         "exceeds 1 the stride must be at least the extent",
+                         slab.name, slab_text(slab), d, stride, slab.extent[d]);
+    }
+    // offset + (count - 1) * stride + extent <= global_shape, without overflowing (stride >= 1 here).
+    const std::uint64_t size = slab.global_shape[d];
+    if (slab.offset[d] > size || slab.extent[d] > size - slab.offset[d] ||
+        (count > 1 && count - 1 > (size - slab.offset[d] - slab.extent[d]) / stride)) {
+      return fmt::format("{}: {} lies outside the global shape {}", slab.name, slab_text(slab),
+                         shape_string(slab.global_shape));
     }
   }
-  if (!has_data) return fmt::format("{}: a block of {} elements with a null data pointer", slab.name, slab.elements());
+  if (!has_data) {
+    return fmt::format("{}: a {} of {} elements with a null data pointer", slab.name, slab_text(slab),
+                       slab.elements());
+  }
   return {};
 }
 
@@ -107,7 +145,8 @@ std::uint64_t fingerprint(const std::string& name, const std::vector<std::uint64
   return h;
 }
 
-// The file-space and memory-space selections for a block; none selected when it is empty.
+// The file-space selection of a slab's piece (a regular hyperslab) and the contiguous 1-D memory
+// space of its elements; none selected when it is empty.
 struct Selection {
   h5::Dataspace file;
   h5::Dataspace memory;
@@ -115,7 +154,7 @@ struct Selection {
 
 Selection select_block(hid_t file_space, const TensorSlab& slab) {
   Selection s{h5::Dataspace{MESHTRAIN_H5_CHECK(H5Scopy(file_space), "out of memory?")}, {}};
-  const std::uint64_t n = slab.elements();
+  const std::uint64_t n = holds_nothing(slab) ? 0 : slab.elements();
   const hsize_t memory_dims[1] = {std::max<hsize_t>(n, 1)};
   s.memory = h5::Dataspace{MESHTRAIN_H5_CHECK(H5Screate_simple(1, memory_dims, nullptr), "out of memory?")};
   if (n == 0) {
@@ -123,10 +162,19 @@ Selection select_block(hid_t file_space, const TensorSlab& slab) {
     MESHTRAIN_H5_CHECK(H5Sselect_none(s.memory.get()), "internal: selecting nothing in the memory space");
     return s;
   }
-  const auto offset = to_hsize(slab.offset);
-  const auto extent = to_hsize(slab.extent);
-  MESHTRAIN_H5_CHECK(H5Sselect_hyperslab(s.file.get(), H5S_SELECT_SET, offset.data(), nullptr, extent.data(), nullptr),
-                     "the block must lie inside the dataset's shape");
+  // HDF5's start, stride, count and block. Where the count is 1 the stride is unused (any value is
+  // accepted) and HDF5 is given 1, as it rejects a zero stride.
+  const std::size_t rank = slab.extent.size();
+  std::vector<hsize_t> start(rank), stride(rank), count(rank), block(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    start[d] = slab.offset[d];
+    count[d] = count_at(slab, d);
+    stride[d] = count[d] > 1 ? stride_at(slab, d) : 1;
+    block[d] = slab.extent[d];
+  }
+  MESHTRAIN_H5_CHECK(
+      H5Sselect_hyperslab(s.file.get(), H5S_SELECT_SET, start.data(), stride.data(), count.data(), block.data()),
+      "the blocks must lie inside the dataset's shape and must not overlap");
   return s;
 }
 
@@ -202,7 +250,8 @@ void with_context(const std::string& context, F&& f) {
 // --- TensorSlab --------------------------------------------------------------------------------
 
 std::uint64_t TensorSlab::elements() const {
-  return std::accumulate(extent.begin(), extent.end(), std::uint64_t{1}, std::multiplies<>());
+  const std::uint64_t per_block = std::accumulate(extent.begin(), extent.end(), std::uint64_t{1}, std::multiplies<>());
+  return std::accumulate(count.begin(), count.end(), per_block, std::multiplies<>());
 }
 
 TensorSlab TensorSlab::whole(std::string name, std::vector<std::uint64_t> global_shape) {
@@ -458,8 +507,10 @@ void CheckpointReader::read(const TensorSlab& slab, float* out) const {
   if (!slab.global_shape.empty()) {
     const std::string problem = slab_problem(slab, out != nullptr);
     if (!problem.empty()) throw std::invalid_argument("CheckpointReader::read: " + problem);
-  } else if (!slab.offset.empty() || !slab.extent.empty() || out == nullptr) {
-    throw std::invalid_argument("CheckpointReader::read(" + name + "): a scalar has no offset or extent");
+  } else if (!slab.offset.empty() || !slab.extent.empty() || !slab.count.empty() || !slab.stride.empty() ||
+             out == nullptr) {
+    throw std::invalid_argument("CheckpointReader::read(" + name +
+                                "): a scalar has no offset, extent, count or stride");
   }
   if (!has(name)) {
     input_error("{}: has no dataset {}; expected a floating-point tensor of shape {}", path_, name,
@@ -481,7 +532,7 @@ void CheckpointReader::read(const TensorSlab& slab, float* out) const {
     if (shape != slab.global_shape) {
       input_error("{}: {} has shape {}, expected {}", path_, name, shape_string(shape), shape_string(slab.global_shape));
     }
-    if (slab.elements() == 0) return;
+    if (holds_nothing(slab)) return;
     if (shape.empty()) {
       MESHTRAIN_H5_CHECK(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
                          "is the file complete?");

@@ -1,8 +1,9 @@
 // Parallel HDF5 files of named global tensors: the storage under checkpoints (interface section 3).
 //
 // io/ knows nothing of models: a tensor is a name ("/model/wte.weight"), its global shape, and the
-// hyperslab (offset, extent) a rank holds. Every tensor is stored once, float32, in its global
-// shape, so any layout can read what any other wrote, and so can h5py and h5dump.
+// hyperslab (offset, extent, and for pieces of several blocks count and stride) a rank holds.
+// Every tensor is stored once, float32, in its global shape, so any layout can read what any other
+// wrote, and so can h5py and h5dump.
 //
 // Collectivity: the CheckpointWriter is fully collective over its communicator — constructor,
 // write(), every set_attribute(), commit() and the destructor must be called by every rank, in
@@ -26,18 +27,35 @@
 
 namespace meshtrain::io {
 
-// The part of a global tensor one rank holds: the block [offset, offset + extent) of a row-major
-// array of global_shape, stored contiguously (row-major) in the rank's buffer. A rank holding
-// nothing has an extent with a zero in it (and may pass a null pointer).
+// The part of a global tensor one rank holds, stored contiguously (row-major) in the rank's buffer.
+//
+// In the simple case (count and stride empty) it is the block [offset, offset + extent) of a
+// row-major array of global_shape. In general it is the union, over every multi-index k with
+// k[d] < count[d], of the blocks [offset + k·stride, offset + k·stride + extent) — HDF5's regular
+// hyperslab with start = offset, stride = stride, count = count, block = extent — and the buffer
+// holds its elements in row-major order of their global coordinates. An empty count means all
+// ones; an empty stride means all ones (HDF5's default), which suits dimensions whose count or
+// extent is 1. Where count[d] is 1, stride[d] is not used and may be anything.
+//
+// Example, tensor parallelism over tp ranks: c_attn.weight, global [C, 3C] with columns q|k|v,
+// where tp rank r holds columns [r·C/tp, (r+1)·C/tp) of each of q, k and v as a local [C, 3C/tp]
+// array (each row: its q columns, then its k columns, then its v columns):
+//   TensorSlab{name, {C, 3 * C}, {0, r * C / tp}, {C, C / tp}, /*count=*/{1, 3}, /*stride=*/{1, C}}
+//
+// A valid slab has offset and extent (and count and stride, unless empty) of global_shape's rank,
+// stride[d] >= extent[d] wherever count[d] > 1 (blocks never overlap), and every block inside
+// global_shape. A rank holding nothing has a zero in extent or count (and may pass a null pointer).
 struct TensorSlab {
   std::string name;
   std::vector<std::uint64_t> global_shape;
   std::vector<std::uint64_t> offset;
   std::vector<std::uint64_t> extent;
+  std::vector<std::uint64_t> count = {};   // blocks per dimension; empty: one block
+  std::vector<std::uint64_t> stride = {};  // distance between block starts; empty: all ones
 
-  // Number of elements in the block (product of extent).
+  // Number of elements in the piece (product of count·extent).
   std::uint64_t elements() const;
-  // The whole tensor: offset 0, extent = global_shape.
+  // The whole tensor: offset 0, extent = global_shape, one block.
   static TensorSlab whole(std::string name, std::vector<std::uint64_t> global_shape);
 };
 
@@ -54,7 +72,8 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Creates dataset slab.name (and any missing groups on its path), float32 of slab.global_shape,
-  // and writes each rank's block from data collectively. data holds slab.elements() floats.
+  // and writes each rank's piece from data collectively. data holds slab.elements() floats.
+  // An invalid slab on any rank throws std::logic_error on every rank.
   void write(const TensorSlab& slab, const float* data);
 
   // Root attributes (replacing one of the same name). Strings are variable-length UTF-8 (h5py
@@ -100,11 +119,13 @@ class CheckpointReader {
   // The dataset's shape; InputError if there is no such dataset.
   std::vector<std::uint64_t> shape(const std::string& dataset) const;
 
-  // Reads this rank's block of slab.name into out (slab.elements() floats, row-major), converting
-  // from whatever floating-point type the file holds. InputError if the dataset is missing, is not
-  // floating point, or its shape differs from slab.global_shape:
+  // Reads the piece of slab.name that slab describes into out (slab.elements() floats, in the
+  // order TensorSlab gives), converting from whatever floating-point type the file holds.
+  // InputError if the dataset is missing, is not floating point, or its shape differs from
+  // slab.global_shape:
   //   "<file>: /model/h.0.attn.c_attn.weight has shape [768,2304], expected [768,768]".
-  // A block outside global_shape is a programming error (std::invalid_argument).
+  // An invalid slab (a block outside global_shape, overlapping blocks, sizes that disagree) is a
+  // programming error (std::invalid_argument).
   void read(const TensorSlab& slab, float* out) const;
 
   // Root attributes; nothing if absent. InputError if present with an incompatible type
