@@ -30,8 +30,8 @@ std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step) {
   MPI_Gather(mine.data(), 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, comm);
   if (rank != 0 || steps == 0) return {};
 
-  std::string out = fmt::format("per-rank time per step, steps {}–{} ({} ranks): min / median / max, slowest rank\n",
-                                last_step - steps + 1, last_step, world);
+  std::string out = fmt::format("per-rank time per step, steps {}–{} ({} rank{}): min / median / max, slowest rank\n",
+                                last_step - steps + 1, last_step, world, world == 1 ? "" : "s");
   const char* names[] = {"compute", "communication", "idle"};
   for (int k = 0; k < 3; ++k) {
     std::vector<int> order(world);
