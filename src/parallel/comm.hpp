@@ -64,6 +64,10 @@ class Comm {
 // elements per rank (2^27: 512 MiB of floats, 1 GiB of doubles, inside every transport's limits).
 inline constexpr std::size_t mpi_default_max_chunk = std::size_t(1) << 27;
 
+// Shared argument check of the backends: `rank` (a peer or a root, named by `role`) must be a rank
+// of a group of `size`; std::invalid_argument naming the operation and the numbers otherwise.
+void require_group_rank(int rank, int size, const char* op, const char* role);
+
 // A group over `comm` (which the Comm duplicates and owns) with the MPI backend.
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm);
 // The same with chunks of at most `max_chunk` elements (1 ≤ max_chunk ≤ INT_MAX; the same on every

@@ -301,12 +301,7 @@ class MpiComm final : public Comm {
       throw std::length_error(fmt::format("{}: {} ranks × {} floats do not fit in memory", op, size_, count));
     }
   }
-  void check_rank(int rank, const char* op, const char* role) const {
-    if (rank < 0 || rank >= size_) {
-      throw std::invalid_argument(
-          fmt::format("{}: {} {} is not a rank of this group (ranks 0..{})", op, role, rank, size_ - 1));
-    }
-  }
+  void check_rank(int rank, const char* op, const char* role) const { require_group_rank(rank, size_, op, role); }
   void check_peer(int peer, int tag, const char* op) const {
     check_rank(peer, op, "peer");
     if (tag < 0 || tag > tag_ub_) {

@@ -359,12 +359,7 @@ class NcclComm final : public Comm {
     return Request(std::make_unique<NcclRequest>(comm_, std::move(completion), std::move(what)));
   }
 
-  void check_rank(int rank, const char* op, const char* role) const {
-    if (rank < 0 || rank >= size_) {
-      throw std::invalid_argument(
-          fmt::format("{}: {} {} is not a rank of this group (ranks 0..{})", op, role, rank, size_ - 1));
-    }
-  }
+  void check_rank(int rank, const char* op, const char* role) const { require_group_rank(rank, size_, op, role); }
   void check_peer(int peer, int tag, const char* op) const {
     check_rank(peer, op, "peer");
     if (tag < 0) throw std::invalid_argument(fmt::format("{}: tag {} is negative", op, tag));
