@@ -185,10 +185,7 @@ void validate(const Config& c) {
 
   if (c.parallel.dp < 0) input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
   if (c.parallel.tp < 1) input_error("parallel.tp = {} is invalid: it must be >= 1", c.parallel.tp);
-  if (c.parallel.pp != 1) {
-    input_error("parallel.pp = {} is invalid: this version trains with pp = 1 only (pipeline parallelism is not available yet)",
-                c.parallel.pp);
-  }
+  if (c.parallel.pp < 1) input_error("parallel.pp = {} is invalid: it must be >= 1", c.parallel.pp);
   if (c.parallel.zero != 0) {
     input_error("parallel.zero = {} is invalid: this version supports zero = 0 only (ZeRO sharding is not available yet)",
                 c.parallel.zero);

@@ -46,20 +46,21 @@ struct LocalDims {
   std::size_t B, T, C, NH, N, Vl;  // NH: local heads; Vl: local (padded) vocabulary rows
   std::size_t Cl() const { return C / tp; }  // channels of the local heads
   std::size_t tp;
+  int layers;  // blocks of this pipeline stage
 };
 
-LocalDims local_dims(const ModelConfig& m, int batch, int tp) {
+LocalDims local_dims(const ModelConfig& m, int batch, int tp, int layers) {
   const std::size_t padded = (std::size_t(m.vocab) + tp - 1) / tp * tp;
   return {std::size_t(batch), std::size_t(m.seq_len), std::size_t(m.d_model), std::size_t(m.heads / tp),
-          std::size_t(batch) * m.seq_len, padded / tp, std::size_t(tp)};
+          std::size_t(batch) * m.seq_len, padded / tp, std::size_t(tp), layers};
 }
 
 template <class Real>
-ActivationTensors<Real> carve_activations(Carver<Real>& c, const ModelConfig& m, const LocalDims& d) {
+ActivationTensors<Real> carve_activations(Carver<Real>& c, const LocalDims& d) {
   const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, V = d.Vl, N = d.N;
   ActivationTensors<Real> a;
   a.encoded = c.take(N * C);
-  a.blocks.resize(m.layers);
+  a.blocks.resize(d.layers);
   for (auto& b : a.blocks) {
     b.ln1 = c.take(N * C);
     b.ln1_mean = c.take(N);
@@ -121,8 +122,8 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
                 origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
   }
   Carver<float> activations(nullptr), scratch(nullptr);
-  const LocalDims dims = local_dims(m, batch, 1);
-  carve_activations(activations, m, dims);
+  const LocalDims dims = local_dims(m, batch, 1, m.layers);
+  carve_activations(activations, dims);
   carve_scratch(scratch, dims);
   const double parameters = double(ParameterLayout(m).total());
   const double bytes =
@@ -139,23 +140,28 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
 }
 
 template <class Real>
-Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp)
+Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots)
     : space_(space),
       tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
-      layout_(model, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0),
+      layout_(model, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0, place),
       batch_(batch),
       weights_("meshtrain::gpt2::weights", layout_.total()),
       grads_("meshtrain::gpt2::grads", layout_.total()) {
-  for (int l = 0; l < model.layers; ++l) block_offsets_.push_back(layout_.find(fmt::format("h.{}.ln_1.weight", l)).offset);
-  lnf_offset_ = layout_.find("ln_f.weight").offset;
+  for (int l = 0; l < layout_.stage_layers(); ++l) {
+    block_offsets_.push_back(layout_.find(fmt::format("h.{}.ln_1.weight", layout_.first_layer() + l)).offset);
+  }
+  if (place.last()) lnf_offset_ = layout_.find("ln_f.weight").offset;
   params_ = ParameterTensors<Real>::bind(weights(), layout_);
   dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
-  acts_ = allocate_and_carve<Real, ActivationTensors<Real>>(
-      activation_buffer_, "meshtrain::gpt2::activations",
-      [&](Carver<Real>& c) { return carve_activations(c, model, local_dims(model, batch, layout_.tp())); });
+  const LocalDims dims = local_dims(model, batch, layout_.tp(), layout_.stage_layers());
+  slots_ = allocate_and_carve<Real, std::vector<ActivationTensors<Real>>>(
+      activation_buffer_, "meshtrain::gpt2::activations", [&](Carver<Real>& c) {
+        std::vector<ActivationTensors<Real>> sets;
+        for (int k = 0; k < slots; ++k) sets.push_back(carve_activations(c, dims));
+        return sets;
+      });
   scratch_ = allocate_and_carve<Real, BackwardScratch<Real>>(
-      scratch_buffer_, "meshtrain::gpt2::backward_scratch",
-      [&](Carver<Real>& c) { return carve_scratch(c, local_dims(model, batch, layout_.tp())); });
+      scratch_buffer_, "meshtrain::gpt2::backward_scratch", [&](Carver<Real>& c) { return carve_scratch(c, dims); });
 }
 
 template <class Real>
@@ -166,20 +172,28 @@ void Gpt2<Real>::tp_sum(Vec<Real> x) {
 }
 
 template <class Real>
-void Gpt2<Real>::forward_blocks(CVec<int> inputs) {
+CVec<Real> Gpt2<Real>::stage_output(int slot) const {
+  const auto& a = slots_[slot];
+  return a.blocks.empty() ? CVec<Real>(a.encoded) : CVec<Real>(a.blocks.back().residual3);
+}
+
+template <class Real>
+void Gpt2<Real>::stage_forward(int slot, CVec<int> inputs) {
   const auto& m = model();
+  const StagePlace& place = layout_.place();
   const int B = batch_, T = m.seq_len, C = m.d_model, N = B * T;
   const int tp = layout_.tp(), Cl = C / tp, NH = m.heads / tp, Vl = layout_.padded_vocab() / tp;
-  auto& a = acts_;
+  auto& a = slots_[slot];
   const auto& p = params_;
-  const TensorInfo& wte = layout_.find("wte.weight");
-  const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), layout_.tp_rank() == 0};
-
-  encoder_forward(space_, a.encoded, inputs, p.wte, p.wpe, B, T, C, vocab);
-  tp_sum(a.encoded);
+  if (place.first()) {
+    const TensorInfo& wte = layout_.find("wte.weight");
+    const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), layout_.tp_rank() == 0};
+    encoder_forward(space_, a.encoded, inputs, p.wte, p.wpe, B, T, C, vocab);
+    tp_sum(a.encoded);
+  }
   CVec<Real> x = a.encoded;
   const CVec<Real> no_bias;
-  for (int l = 0; l < m.layers; ++l) {
+  for (int l = 0; l < layout_.stage_layers(); ++l) {
     const auto& w = p.blocks[l];
     const auto& s = a.blocks[l];
     layernorm_forward(space_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
@@ -198,6 +212,7 @@ void Gpt2<Real>::forward_blocks(CVec<int> inputs) {
     residual_forward(space_, s.residual3, s.residual2, a.proj, N * C);
     x = s.residual3;
   }
+  if (!place.last()) return;
   layernorm_forward(space_, a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnf_w, p.lnf_b, N, C);
   // Tied output head: logits = lnf · wteᵀ, this rank's vocabulary columns.
   gemm<Real>(space_, Trans::no, Trans::yes, {N, Vl, C}, Real(1), a.lnf.data(), C, p.wte.data(), C, Real(0),
@@ -205,9 +220,8 @@ void Gpt2<Real>::forward_blocks(CVec<int> inputs) {
 }
 
 template <class Real>
-void Gpt2<Real>::cross_entropy(CVec<int> targets, Real grad_scale) {
+void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale) {
   const int N = batch_ * model().seq_len;
-  auto& a = acts_;
   if (tp_ == nullptr) {
     softmax_cross_entropy(space_, a.losses, a.logits, a.logits, targets, N, model().vocab, grad_scale);
     return;
@@ -223,48 +237,59 @@ void Gpt2<Real>::cross_entropy(CVec<int> targets, Real grad_scale) {
 }
 
 template <class Real>
-Real Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Real grad_scale) {
+Real Gpt2<Real>::stage_loss(int slot, CVec<int> targets, Real grad_scale) {
   const int N = batch_ * model().seq_len;
-  forward_blocks(inputs);
-  cross_entropy(targets, grad_scale);
-  return sum_reduce<Real>(space_, acts_.losses, N) / Real(N);
+  cross_entropy(slots_[slot], targets, grad_scale);
+  return sum_reduce<Real>(space_, slots_[slot].losses, N) / Real(N);
+}
+
+template <class Real>
+Real Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Real grad_scale) {
+  stage_forward(0, inputs);
+  return stage_loss(0, targets, grad_scale);
 }
 
 template <class Real>
 CVec<Real> Gpt2<Real>::forward_logits(CVec<int> inputs) {
-  forward_blocks(inputs);
+  stage_forward(0, inputs);
   space_.fence();
-  return acts_.logits;
+  return slots_[0].logits;
 }
 
 template <class Real>
 void Gpt2<Real>::backward(CVec<int> inputs, const ReadyFrom& ready_from) {
+  stage_backward(0, inputs, ready_from);
+}
+
+template <class Real>
+void Gpt2<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
   auto report = [&](std::size_t offset) {
     if (ready_from) ready_from(offset);
   };
   const auto& m = model();
   const int B = batch_, T = m.seq_len, C = m.d_model, V = m.vocab, N = B * T;
   const int tp = layout_.tp(), Cl = C / tp, NH = m.heads / tp, Vl = layout_.padded_vocab() / tp;
-  const auto& a = acts_;
+  const auto& a = slots_[slot];
   const auto& p = params_;
   const auto& g = dparams_;
   const auto& d = scratch_;
-  const TensorInfo& wte = layout_.find("wte.weight");
-  const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), true};
+  const StagePlace& place = layout_.place();
   const Vec<Real> no_bias;
 
-  // Output head (tied): dlnf = dlogits · wte (summed over the vocabulary shards), dwte += dlogitsᵀ · lnf.
-  gemm<Real>(space_, Trans::no, Trans::no, {N, C, Vl}, Real(1), a.logits.data(), Vl, p.wte.data(), C, Real(0),
-             d.dln.data(), C);
-  tp_sum(d.dln);
-  gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
-             g.wte.data(), C);
-  Kokkos::deep_copy(space_, d.dresidual, Real(0));
-  CVec<Real> x_last = m.layers > 0 ? a.blocks.back().residual3 : a.encoded;
-  layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, x_last, p.lnf_w, a.lnf_mean, a.lnf_rstd, N, C);
-  report(lnf_offset_);
+  if (place.last()) {
+    // Output head (tied): dlnf = dlogits · wte (summed over the vocabulary shards), dwte += dlogitsᵀ · lnf.
+    gemm<Real>(space_, Trans::no, Trans::no, {N, C, Vl}, Real(1), a.logits.data(), Vl, p.wte.data(), C, Real(0),
+               d.dln.data(), C);
+    tp_sum(d.dln);
+    gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
+               g.wte.data(), C);
+    Kokkos::deep_copy(space_, d.dresidual, Real(0));
+    layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, stage_output(slot), p.lnf_w, a.lnf_mean,
+                       a.lnf_rstd, N, C);
+    report(lnf_offset_);
+  }  // else d.dresidual holds the next stage's gradient, received by the caller
 
-  for (int l = m.layers - 1; l >= 0; --l) {
+  for (int l = layout_.stage_layers() - 1; l >= 0; --l) {
     const auto& w = p.blocks[l];
     const auto& dw = g.blocks[l];
     const auto& s = a.blocks[l];
@@ -286,8 +311,12 @@ void Gpt2<Real>::backward(CVec<int> inputs, const ReadyFrom& ready_from) {
     layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.dln, x, w.ln1_w, s.ln1_mean, s.ln1_rstd, N, C);
     report(block_offsets_[l]);
   }
-  // wte has the head's gradient too, so the embeddings are final only now.
-  encoder_backward(space_, g.wte, g.wpe, d.dresidual, inputs, B, T, C, V, vocab);
+  if (place.first()) {
+    // wte has the head's gradient too, so the embeddings are final only now.
+    const TensorInfo& wte = layout_.find("wte.weight");
+    const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), true};
+    encoder_backward(space_, g.wte, g.wpe, d.dresidual, inputs, B, T, C, V, vocab);
+  }  // else d.dresidual is now the gradient of the stage's input, for the previous stage
   report(0);
 }
 

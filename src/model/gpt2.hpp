@@ -64,15 +64,17 @@ struct BackwardScratch {
 template <class Real>
 class Gpt2 {
  public:
-  // `tp` is the tensor-parallel group (none: the whole model on this rank).
-  Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr);
+  // `tp` is the tensor-parallel group (none: the whole model on this rank); `place` the pipeline
+  // stage this rank computes; `slots` how many micro-batches' activations it keeps at once.
+  Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
+       int slots = 1);
 
   const ParameterLayout& layout() const { return layout_; }
   const ModelConfig& model() const { return layout_.model(); }
   int batch() const { return batch_; }
   Vec<Real> weights() const { return slice(weights_, 0, weights_.extent(0)); }
   Vec<Real> grads() const { return slice(grads_, 0, grads_.extent(0)); }
-  const ActivationTensors<Real>& activations() const { return acts_; }
+  const ActivationTensors<Real>& activations(int slot = 0) const { return slots_[slot]; }
 
   // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
   // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.
@@ -87,9 +89,21 @@ class Gpt2 {
   // Inference: logits (N, V) for `inputs`, no loss.
   CVec<Real> forward_logits(CVec<int> inputs);
 
+  // One pipeline stage's part, for micro-batch activations kept in `slot` (forward and backward
+  // above are these on a single stage). A stage that is not first reads its input from
+  // stage_input(slot), where the previous stage's activation is received; one that is not last
+  // starts backward from output_gradient(), where the next stage's gradient is received, and
+  // leaves the gradient of its input in input_gradient() for the previous stage.
+  void stage_forward(int slot, CVec<int> inputs);
+  Real stage_loss(int slot, CVec<int> targets, Real grad_scale);  // last stage
+  void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {});
+  Vec<Real> stage_input(int slot) const { return slots_[slot].encoded; }  // (N, C)
+  CVec<Real> stage_output(int slot) const;                                 // (N, C)
+  Vec<Real> output_gradient() const { return scratch_.dresidual; }         // (N, C)
+  CVec<Real> input_gradient() const { return scratch_.dresidual; }         // (N, C)
+
  private:
-  void forward_blocks(CVec<int> inputs);
-  void cross_entropy(CVec<int> targets, Real grad_scale);
+  void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale);
   // Σ over the tensor-parallel group, in place (nothing without one).
   void tp_sum(Vec<Real> x);
 
@@ -105,7 +119,7 @@ class Gpt2 {
   Buffer<Real> scratch_buffer_;
   ParameterTensors<Real> params_;
   ParameterTensors<Real> dparams_;
-  ActivationTensors<Real> acts_;
+  std::vector<ActivationTensors<Real>> slots_;
   BackwardScratch<Real> scratch_;
 };
 

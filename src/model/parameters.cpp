@@ -60,8 +60,14 @@ std::vector<std::uint64_t> local_of(const Piece& p) {
 
 }  // namespace
 
-ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank)
-    : model_(model), tp_(tp), tp_rank_(tp_rank), padded_vocab_((model.vocab + tp - 1) / tp * tp) {
+ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, StagePlace place)
+    : model_(model),
+      tp_(tp),
+      tp_rank_(tp_rank),
+      padded_vocab_((model.vocab + tp - 1) / tp * tp),
+      place_(place),
+      first_layer_(place.stage * model.layers / place.stages),
+      end_layer_((place.stage + 1) * model.layers / place.stages) {
   const std::uint64_t C = model.d_model, V = model.vocab;
   // Vocabulary-parallel wte: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary; only the real
   // rows belong to the tensor (and the checkpoint), the rest of the local array is padding.
@@ -69,9 +75,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank)
   Piece vocab = whole({V, C});
   vocab.offset[0] = std::min(first, V);
   vocab.block[0] = first < V ? std::min(rows, V - first) : 0;
-  add("wte.weight", {V, C}, {rows, C}, vocab, InitKind::normal, tp == 1);
-  add_replicated("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
-  for (int l = 0; l < model.layers; ++l) {
+  // The first stage embeds, the last stage's head reuses wte: both hold it (tied, gradients summed).
+  if (place.first() || place.last()) add("wte.weight", {V, C}, {rows, C}, vocab, InitKind::normal, tp == 1);
+  if (place.first()) add_replicated("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
+  for (int l = first_layer_; l < end_layer_; ++l) {
     const std::string h = fmt::format("h.{}.", l);
     auto sharded = [&](const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,
                        std::uint64_t groups, InitKind init) {
@@ -91,8 +98,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank)
     sharded("mlp.c_proj.weight", {4 * C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
     add_replicated(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
   }
-  add_replicated("ln_f.weight", {C}, InitKind::ones);
-  add_replicated("ln_f.bias", {C}, InitKind::zeros);
+  if (place.last()) {
+    add_replicated("ln_f.weight", {C}, InitKind::ones);
+    add_replicated("ln_f.bias", {C}, InitKind::zeros);
+  }
 }
 
 void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init) {
@@ -117,10 +126,15 @@ void ParameterLayout::add(std::string name, std::vector<std::uint64_t> shape, st
   tensors_.push_back(std::move(t));
 }
 
-const TensorInfo& ParameterLayout::find(const std::string& name) const {
+const TensorInfo* ParameterLayout::find_if_held(const std::string& name) const {
   for (const auto& t : tensors_) {
-    if (t.name == name) return t;
+    if (t.name == name) return &t;
   }
+  return nullptr;
+}
+
+const TensorInfo& ParameterLayout::find(const std::string& name) const {
+  if (const TensorInfo* t = find_if_held(name)) return *t;
   throw std::out_of_range("no parameter named " + name);
 }
 
@@ -130,36 +144,32 @@ ParameterTensors<Real> ParameterTensors<Real>::bind(Vec<Real> flat, const Parame
     throw std::logic_error(fmt::format("flat buffer of {} elements cannot hold {} parameters", flat.extent(0),
                                        layout.total()));
   }
-  // The layout lists tensors in the order the fields are declared; walk it once.
-  const auto& ts = layout.tensors();
-  std::size_t next = 0;
-  auto take = [&](const char* expected_suffix) {
-    const TensorInfo& t = ts.at(next++);
-    if (t.name.find(expected_suffix) == std::string::npos) {
-      throw std::logic_error("parameter layout out of order at " + t.name);
-    }
-    return slice(flat, t.offset, t.numel);
+  auto view = [&](const std::string& name) {
+    const TensorInfo* t = layout.find_if_held(name);
+    return t == nullptr ? Vec<Real>() : slice(flat, t->offset, t->numel);
   };
   ParameterTensors p;
-  p.wte = take("wte.weight");
-  p.wpe = take("wpe.weight");
-  p.blocks.resize(layout.model().layers);
-  for (auto& b : p.blocks) {
-    b.ln1_w = take("ln_1.weight");
-    b.ln1_b = take("ln_1.bias");
-    b.qkv_w = take("c_attn.weight");
-    b.qkv_b = take("c_attn.bias");
-    b.attproj_w = take("attn.c_proj.weight");
-    b.attproj_b = take("attn.c_proj.bias");
-    b.ln2_w = take("ln_2.weight");
-    b.ln2_b = take("ln_2.bias");
-    b.fc_w = take("c_fc.weight");
-    b.fc_b = take("c_fc.bias");
-    b.fcproj_w = take("mlp.c_proj.weight");
-    b.fcproj_b = take("mlp.c_proj.bias");
+  p.wte = view("wte.weight");
+  p.wpe = view("wpe.weight");
+  for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    BlockTensors<Real> b;
+    b.ln1_w = view(h + "ln_1.weight");
+    b.ln1_b = view(h + "ln_1.bias");
+    b.qkv_w = view(h + "attn.c_attn.weight");
+    b.qkv_b = view(h + "attn.c_attn.bias");
+    b.attproj_w = view(h + "attn.c_proj.weight");
+    b.attproj_b = view(h + "attn.c_proj.bias");
+    b.ln2_w = view(h + "ln_2.weight");
+    b.ln2_b = view(h + "ln_2.bias");
+    b.fc_w = view(h + "mlp.c_fc.weight");
+    b.fc_b = view(h + "mlp.c_fc.bias");
+    b.fcproj_w = view(h + "mlp.c_proj.weight");
+    b.fcproj_b = view(h + "mlp.c_proj.bias");
+    p.blocks.push_back(b);
   }
-  p.lnf_w = take("ln_f.weight");
-  p.lnf_b = take("ln_f.bias");
+  p.lnf_w = view("ln_f.weight");
+  p.lnf_b = view("ln_f.bias");
   return p;
 }
 
@@ -170,7 +180,8 @@ double flops_per_token(const ParameterLayout& layout) {
   // The whole model's count, whatever piece this rank holds.
   const auto& m = layout.model();
   double parameters = 0;
-  for (const TensorInfo& t : layout.tensors()) {
+  const ParameterLayout whole_model(m);
+  for (const TensorInfo& t : whole_model.tensors()) {
     double n = 1;
     for (auto d : t.shape) n *= double(d);
     parameters += n;

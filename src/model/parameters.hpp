@@ -53,18 +53,30 @@ struct TensorInfo {
 // Tensor parallelism (Megatron): c_attn and c_fc split by columns (c_attn by heads, q|k|v of a
 // head together), both c_proj by rows, wte by vocabulary rows (padded so that tp divides it);
 // LayerNorms, wpe and the c_proj biases replicated.
+// Pipeline parallelism: stage s of pp holds blocks [s·L/pp, (s+1)·L/pp); the first stage also wte
+// and wpe, the last ln_f and wte again for the tied head.
+struct StagePlace {
+  int stage = 0, stages = 1;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+};
+
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0);
+  explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0, StagePlace place = {});
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
   const TensorInfo& find(const std::string& name) const;
+  const TensorInfo* find_if_held(const std::string& name) const;
   const ModelConfig& model() const { return model_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
   // Vocabulary rows of wte across all tp ranks: V rounded up to a multiple of tp.
   int padded_vocab() const { return padded_vocab_; }
+  const StagePlace& place() const { return place_; }
+  int first_layer() const { return first_layer_; }  // global index of this stage's first block
+  int stage_layers() const { return end_layer_ - first_layer_; }
 
  private:
   void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,
@@ -75,11 +87,13 @@ class ParameterLayout {
   int tp_ = 1;
   int tp_rank_ = 0;
   int padded_vocab_ = 0;
+  StagePlace place_;
+  int first_layer_ = 0, end_layer_ = 0;
   std::vector<TensorInfo> tensors_;
   std::size_t total_ = 0;
 };
 
-// Tensors of one transformer block.
+// Tensors of one transformer block (the blocks of this rank's pipeline stage, in order).
 template <class Real>
 struct BlockTensors {
   Vec<Real> ln1_w;       // (C)
@@ -96,7 +110,8 @@ struct BlockTensors {
   Vec<Real> fcproj_b;    // (C)
 };
 
-// Named views of a whole model's worth of values (weights, gradients or a moment).
+// Named views of a whole model's worth of values (weights, gradients or a moment). Tensors the
+// rank does not hold (another stage's) are empty views.
 template <class Real>
 struct ParameterTensors {
   Vec<Real> wte;  // (V, C), also the output head

@@ -29,11 +29,17 @@ io::TensorSlab tensor_piece(const std::string& group, const TensorInfo& t, bool 
 
 io::TensorSlab whole_tensor(const std::string& group, const TensorInfo& t) { return tensor_piece(group, t, true); }
 
+// Every rank writes every tensor of the model (the writes are collective), its own piece where it
+// holds one and writes it, nothing otherwise: replicas over dp leave it to dp rank 0, replicated
+// tensors to tp rank 0, the tied wte to the first pipeline stage, other stages' tensors to them.
 void write_group(io::CheckpointWriter& writer, const std::string& group, const ParameterLayout& layout,
                  const float* host, bool holds) {
-  // A replicated tensor is written by tensor-parallel rank 0 alone.
-  for (const TensorInfo& t : layout.tensors()) {
-    writer.write(tensor_piece(group, t, holds && (!t.replicated || layout.tp_rank() == 0)), host + t.offset);
+  const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank());
+  for (const TensorInfo& t : all_stages.tensors()) {
+    const TensorInfo* mine = layout.find_if_held(t.name);
+    const bool writes = holds && mine != nullptr && (!t.replicated || layout.tp_rank() == 0) &&
+                        (t.name != "wte.weight" || layout.place().first());
+    writer.write(tensor_piece(group, t, writes), writes ? host + mine->offset : nullptr);
   }
 }
 

@@ -15,10 +15,7 @@ GradientReducer::GradientReducer(Comm& dp, Vec<float> grads, std::size_t bucket_
   }
 }
 
-void GradientReducer::arm() {
-  armed_ = true;
-  for (auto& b : buckets_) b.started = false;
-}
+void GradientReducer::arm() { armed_ = true; }
 
 void GradientReducer::start(Bucket& bucket) {
   // The gradients come from kernels on `space_`; they must be complete before MPI reads them.
@@ -42,7 +39,10 @@ void GradientReducer::finish() {
   for (auto& b : buckets_) {
     if (!b.started) start(b);
   }
-  for (auto& b : buckets_) b.request.wait();
+  for (auto& b : buckets_) {
+    b.request.wait();
+    b.started = false;  // ready for the next step, armed or not
+  }
 }
 
 }  // namespace meshtrain

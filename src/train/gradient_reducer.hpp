@@ -20,7 +20,8 @@ class GradientReducer {
  public:
   GradientReducer(Comm& dp, Vec<float> grads, std::size_t bucket_bytes);
 
-  // Call at the start of the step's last backward pass: buckets may start from now on.
+  // Call at the start of the step's last backward pass: buckets may start from now on. Without
+  // it (pipeline schedules interleave micro-batches) everything is reduced in finish().
   void arm();
   // Every gradient at flat offset ≥ `offset` is final (called by the backward pass).
   void ready_from(std::size_t offset);

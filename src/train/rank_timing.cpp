@@ -17,7 +17,7 @@ void RankTiming::add_step(double step_seconds, double comm_seconds, double idle_
   ++steps_;
 }
 
-std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step) {
+std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step, double ideal_idle) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
@@ -41,6 +41,15 @@ std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step) {
     const double median = world % 2 ? all[3 * order[world / 2] + k]
                                     : 0.5 * (all[3 * order[world / 2 - 1] + k] + all[3 * order[world / 2] + k]);
     out += fmt::format("  {:<14} {:8.4f} / {:8.4f} / {:8.4f} s   rank {}\n", names[k], lo, median, hi, order.back());
+  }
+  if (ideal_idle >= 0) {
+    double idle = 0, total = 0;
+    for (int r = 0; r < world; ++r) {
+      idle += all[3 * r + 2];
+      total += all[3 * r] + all[3 * r + 1] + all[3 * r + 2];
+    }
+    out += fmt::format("  pipeline idle: {:.1f} % of rank time, schedule bubble (p − 1)/(m + p − 1) = {:.1f} %\n",
+                       100.0 * idle / std::max(total, 1e-12), 100.0 * ideal_idle);
   }
   return out;
 }

@@ -15,8 +15,10 @@ class RankTiming {
   // Adds one step: its wall time and the part spent in communication.
   void add_step(double step_seconds, double comm_seconds, double idle_seconds = 0);
   // Collective over `comm`: the table of the steps added since the last call (first_step … last),
-  // as rank 0 prints it ("" on other ranks and when no step was added). Resets the totals.
-  std::string report(MPI_Comm comm, std::int64_t last_step);
+  // as rank 0 prints it ("" on other ranks and when no step was added). Resets the totals. With a
+  // pipeline, `ideal_idle` is the schedule's bubble (p − 1)/(m + p − 1), printed beside the
+  // measured idle fraction (negative: no pipeline).
+  std::string report(MPI_Comm comm, std::int64_t last_step, double ideal_idle = -1);
 
  private:
   double compute_ = 0, comm_ = 0, idle_ = 0;

@@ -12,12 +12,14 @@
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/schedule.hpp"
 #include "parallel/timed_comm.hpp"
 #include "parallel/topology.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
 #include "train/gradient_reducer.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
 #include "train/stop_signals.hpp"
@@ -73,16 +75,26 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
 
 // The L2 norm of the whole model's gradient, every parameter counted once: a tensor split over the
 // tensor-parallel group adds each rank's piece, a replicated one (LayerNorms, wpe, c_proj biases,
-// identical on every rank) is counted on tp rank 0 only. Data-parallel replicas hold the same
-// reduced gradients and need no sum.
-double global_grad_norm(const ExecSpace& space, Vec<float> grads, const ParameterLayout& layout, Comm& tp) {
+// identical on every rank) is counted on tp rank 0 only, the tied wte on the first stage only;
+// the sum runs over the model replica (tp × pp). Data-parallel replicas hold the same reduced
+// gradients and need no sum.
+double global_grad_norm(const ExecSpace& space, Vec<float> grads, const ParameterLayout& layout, Comm& replica) {
   double sum = 0;
   for (const TensorInfo& t : layout.tensors()) {
-    if (t.replicated && tp.rank() != 0) continue;
+    if (t.replicated && layout.tp_rank() != 0) continue;
+    if (t.name == "wte.weight" && !layout.place().first()) continue;
     sum += squared_norm<float>(space, slice(grads, t.offset, t.numel), t.numel);
   }
-  tp.allreduce_sum(&sum, 1);
+  replica.allreduce_sum(&sum, 1);
   return std::sqrt(sum);
+}
+
+// The first and the last stage of one pipeline (same dp and tp rank): they share the tied wte.
+MPI_Comm tied_embedding_comm(const Topology& topology) {
+  const int stage = topology.position().pp_rank, last = topology.layout().pp - 1;
+  MPI_Comm tied = MPI_COMM_NULL;
+  MPI_Comm_split(topology.pp_comm(), stage == 0 || stage == last ? 0 : MPI_UNDEFINED, stage, &tied);
+  return tied;
 }
 
 // NCCL serves tensors in GPU memory; it needs a CUDA build that has it.
@@ -148,9 +160,27 @@ int train(const Config& cfg, MPI_Comm comm) {
       make_timed_comm(open_group(cfg.parallel.backend, topology.dp_comm(), space), comm_seconds);
   const std::unique_ptr<Comm> tp_comm =
       make_timed_comm(open_group(cfg.parallel.backend, topology.tp_comm(), space), comm_seconds);
+  double idle_seconds = 0;  // time a pipeline stage waits for its neighbours
+  const std::unique_ptr<Comm> pp_comm =
+      make_timed_comm(open_group(cfg.parallel.backend, topology.pp_comm(), space), idle_seconds);
+  const std::unique_ptr<Comm> model_comm =
+      make_timed_comm(open_group(cfg.parallel.backend, topology.model_comm(), space), comm_seconds);
+  const StagePlace place{topology.position().pp_rank, grid.pp};
+  // The first and last stage both hold the tied wte; their gradients are summed between them.
+  std::unique_ptr<Comm> tied_comm;
+  if (grid.pp > 1) {
+    MPI_Comm tied = tied_embedding_comm(topology);  // collective over the pipeline group
+    if (tied != MPI_COMM_NULL) {
+      tied_comm = make_timed_comm(open_group(cfg.parallel.backend, tied, space), comm_seconds);
+      MPI_Comm_free(&tied);  // the Comm keeps a duplicate
+    }
+  }
+  const std::vector<Action> schedule =
+      grid.pp > 1 ? pipeline_schedule(cfg.parallel.schedule, grid.pp, place.stage, accum) : std::vector<Action>();
   RankTiming timing;
 
-  Gpt2<float> model(space, cfg.model, B, tp_comm.get());
+  Gpt2<float> model(space, cfg.model, B, tp_comm.get(), place,
+                    grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1);
   const ParameterLayout& layout = model.layout();
   Buffer<float> exp_avg("meshtrain::adamw::exp_avg", layout.total());
   Buffer<float> exp_avg_sq("meshtrain::adamw::exp_avg_sq", layout.total());
@@ -159,6 +189,7 @@ int train(const Config& cfg, MPI_Comm comm) {
   // This rank's micro-batches are samples dp_rank·(accum·B) … of each step (interface section 4).
   BatchLoader loader(stream, order, B, T, dp_rank * accum);
   GradientReducer reducer(*dp_comm, model.grads(), std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
+  PipelineExecutor pipeline(schedule, model, loader, *pp_comm);
 
   // Data-parallel rank 0 of each tensor-parallel group writes its pieces; the replicas write nothing.
   Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
@@ -184,7 +215,7 @@ int train(const Config& cfg, MPI_Comm comm) {
   if (leader) {
     fmt::print("{}\n", grid_table);
     fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg.model.layers,
-               cfg.model.heads, cfg.model.d_model, cfg.model.vocab, T, layout.total() / 1e6);
+               cfg.model.heads, cfg.model.d_model, cfg.model.vocab, T, ParameterLayout(cfg.model).total() / 1e6);
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", stream.size(), stream.paths().size(),
                order.windows(), cfg.data.order);
     fmt::print("{}\n", effective_batch_line(B, dp, accum, T));
@@ -208,22 +239,32 @@ int train(const Config& cfg, MPI_Comm comm) {
   std::string leave_reason;
   while (progress.step < cfg.train.steps) {
     const auto step_start = Clock::now();
-    const double comm_before = comm_seconds;
+    const double comm_before = comm_seconds, idle_before = idle_seconds;
     const std::int64_t i = progress.step;  // 0-based index of this update
 
     model.zero_grads();
     double loss = 0;
-    for (int micro = 0; micro < accum; ++micro) {
-      loader.load(i, micro);
-      loss += model.forward(loader.inputs(), loader.targets(), grad_scale);
-      if (micro == accum - 1) reducer.arm();  // the last pass finishes the gradients
-      model.backward(loader.inputs(), [&](std::size_t offset) { reducer.ready_from(offset); });
+    if (grid.pp == 1) {
+      for (int micro = 0; micro < accum; ++micro) {
+        loader.load(i, micro);
+        loss += model.forward(loader.inputs(), loader.targets(), grad_scale);
+        if (micro == accum - 1) reducer.arm();  // the last pass finishes the gradients
+        model.backward(loader.inputs(), [&](std::size_t offset) { reducer.ready_from(offset); });
+      }
+    } else {
+      loss = pipeline.run(i, grad_scale);  // the last stage's; the others add zero below
+      if (tied_comm) {
+        const TensorInfo& wte = layout.find("wte.weight");
+        space.fence();
+        tied_comm->allreduce_sum(model.grads().data() + wte.offset, wte.numel);
+      }
+      pp_comm->allreduce_sum(&loss, 1);
     }
     reducer.finish();
     dp_comm->allreduce_sum(&loss, 1);
     loss /= double(accum) * dp;
 
-    const double grad_norm = global_grad_norm(space, model.grads(), layout, *tp_comm);
+    const double grad_norm = global_grad_norm(space, model.grads(), layout, *model_comm);
     const double lr = learning_rate(cfg.optim, cfg.train.steps, i);
     const double clip = clip_scale(grad_norm, cfg.optim.grad_clip);
     for (const TensorInfo& t : layout.tensors()) {
@@ -240,7 +281,7 @@ int train(const Config& cfg, MPI_Comm comm) {
 
     const double step_s = seconds_since(step_start);
     longest_step_s = std::max(longest_step_s, step_s);
-    timing.add_step(step_s, comm_seconds - comm_before);
+    timing.add_step(step_s, comm_seconds - comm_before, idle_seconds - idle_before);
     const double elapsed = seconds_since(job_start);
     StepReport report{};
     report.step = progress.step;
@@ -270,7 +311,8 @@ int train(const Config& cfg, MPI_Comm comm) {
 
     const bool finished = progress.step == cfg.train.steps;
     if (finished || (cfg.log.timing_every > 0 && progress.step % cfg.log.timing_every == 0)) {
-      const std::string table = timing.report(comm, progress.step);
+      const std::string table =
+          timing.report(comm, progress.step, grid.pp > 1 ? ideal_bubble_fraction(grid.pp, accum) : -1.0);
       if (leader) fmt::print("{}", table);
     }
     leave_reason = finished ? std::string()

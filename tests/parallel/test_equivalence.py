@@ -57,11 +57,12 @@ def run(cmd, cwd, expect=0):
 
 
 def launch(args, layout):
-    """mpiexec -n <dp·tp·pp> meshtrain train --parallel.dp … for a layout like 'dp=2,tp=2'."""
+    """mpiexec -n <dp·tp·pp> meshtrain train --parallel.dp … for a layout like 'dp=2,tp=2,schedule=gpipe'."""
     world, flags = 1, []
     for item in filter(None, layout.split(",")):
         key, _, value = item.partition("=")
-        world *= int(value)
+        if key in ("dp", "tp", "pp"):
+            world *= int(value)
         flags += [f"--parallel.{key}", value]
     return args.mpiexec.split() + ["-n", str(world), args.meshtrain, "train"], flags
 

@@ -1,0 +1,69 @@
+// The pipeline schedule executor.
+#include "train/pipeline_executor.hpp"
+
+#include <stdexcept>
+
+namespace meshtrain {
+
+PipelineExecutor::PipelineExecutor(std::vector<Action> actions, Gpt2<float>& model, BatchLoader& loader,
+                                   Comm& pipeline)
+    : actions_(std::move(actions)), model_(model), loader_(loader), pipeline_(pipeline) {}
+
+int PipelineExecutor::take_slot(int micro) {
+  if (slot_of_[micro] >= 0) return slot_of_[micro];
+  if (free_slots_.empty()) throw std::logic_error("pipeline schedule keeps more micro-batches alive than its slots");
+  slot_of_[micro] = free_slots_.back();
+  free_slots_.pop_back();
+  return slot_of_[micro];
+}
+
+double PipelineExecutor::run(std::int64_t step, float grad_scale) {
+  const int micros = [&] {
+    int most = 0;
+    for (const Action& a : actions_) most = std::max(most, a.micro + 1);
+    return most;
+  }();
+  slot_of_.assign(micros, -1);
+  free_slots_.clear();
+  for (int k = slots_needed(actions_) - 1; k >= 0; --k) free_slots_.push_back(k);
+
+  const StagePlace& place = model_.layout().place();
+  const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
+  const int previous = place.stage - 1, next = place.stage + 1;
+  ExecSpace space;
+  double loss = 0;
+  for (const Action& a : actions_) {
+    switch (a.kind) {
+      case ActionKind::recv_activation:
+        pipeline_.recv(model_.stage_input(take_slot(a.micro)).data(), activation, previous, a.micro);
+        break;
+      case ActionKind::forward: {
+        const int slot = take_slot(a.micro);
+        loader_.load(step, a.micro);
+        model_.stage_forward(slot, loader_.inputs());
+        if (place.last()) loss += model_.stage_loss(slot, loader_.targets(), grad_scale);
+        break;
+      }
+      case ActionKind::send_activation:
+        space.fence();
+        pipeline_.send(model_.stage_output(slot_of_[a.micro]).data(), activation, next, a.micro);
+        break;
+      case ActionKind::recv_gradient:
+        pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro);
+        break;
+      case ActionKind::backward:
+        loader_.load(step, a.micro);  // the first stage's embedding backward reads the tokens again
+        model_.stage_backward(slot_of_[a.micro], loader_.inputs());
+        free_slots_.push_back(slot_of_[a.micro]);
+        break;
+      case ActionKind::send_gradient:
+        space.fence();
+        pipeline_.send(model_.input_gradient().data(), activation, previous, a.micro);
+        break;
+    }
+  }
+  space.fence();
+  return loss;
+}
+
+}  // namespace meshtrain
