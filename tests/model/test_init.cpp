@@ -121,6 +121,39 @@ TEST(Init, TensorParallelPiecesEqualTheSingleRankTensor) {
   }
 }
 
+// Pipeline stages draw the same values for the tensors they hold, and together hold every block once.
+TEST(Init, PipelineStagesEqualTheSingleRankTensors) {
+  const ModelConfig m{5, 2, 16, 29, 8};
+  const ParameterLayout single(m);
+  const auto whole = initial_weights(m, 23);
+  for (int tp : {1, 2}) {
+    for (int pp : {2, 3, 5}) {
+      std::map<std::string, int> holders;
+      for (int stage = 0; stage < pp; ++stage) {
+        for (int r = 0; r < tp; ++r) {
+          const ParameterLayout layout(m, tp, r, StagePlace{stage, pp});
+          Buffer<float> weights("weights", layout.total());
+          initialize_parameters(slice(weights, 0, layout.total()), layout, 23);
+          auto local = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
+          for (const TensorInfo& t : layout.tensors()) {
+            if (r == 0) holders[t.name] += 1;
+            for (std::size_t i = 0; i < t.numel; ++i) {
+              const std::int64_t index = t.global_index(i);
+              if (index >= 0) {
+                ASSERT_EQ(local(t.offset + i), whole[single.find(t.name).offset + index]) << t.name;
+              }
+            }
+          }
+        }
+      }
+      for (const TensorInfo& t : single.tensors()) {
+        // wte lives on the first and the last stage (tied); everything else on exactly one.
+        EXPECT_EQ(holders[t.name], t.name == "wte.weight" ? 2 : 1) << "pp " << pp << " " << t.name;
+      }
+    }
+  }
+}
+
 TEST(Init, ColumnParallelQkvHoldsWholeHeads) {
   // tp 3 of C 24 (6 heads of 4): rank 1 holds heads 2 and 3, i.e. q columns 8..15, k 32..39, v 56..63.
   const ParameterLayout rank1(ModelConfig{1, 6, 24, 10, 4}, 3, 1), rank2(ModelConfig{1, 6, 24, 10, 4}, 3, 2);
