@@ -8,8 +8,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 namespace meshtrain {
 
 int train_command(const Args& args, MPI_Comm comm) {

@@ -78,8 +78,6 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
 
-  // Gradient accumulation steps: global_batch / (micro_batch × dp).
-  int accum(int dp) const { return train.global_batch / (train.micro_batch * dp); }
   // The full resolved configuration as INI text (every key, sorted by section).
   std::string to_ini() const;
 };

@@ -18,7 +18,6 @@ using MESHTRAIN_KOKKOS_MATH::fabs;
 using MESHTRAIN_KOKKOS_MATH::log;
 using MESHTRAIN_KOKKOS_MATH::sqrt;
 using MESHTRAIN_KOKKOS_MATH::tanh;
-using MESHTRAIN_KOKKOS_MATH::cosh;
 
 }  // namespace meshtrain::kmath
 

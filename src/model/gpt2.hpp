@@ -74,7 +74,6 @@ class Gpt2 {
   int batch() const { return batch_; }
   Vec<Real> weights() const { return slice(weights_, 0, weights_.extent(0)); }
   Vec<Real> grads() const { return slice(grads_, 0, grads_.extent(0)); }
-  const ActivationTensors<Real>& activations(int slot = 0) const { return slots_[slot]; }
 
   // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
   // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.

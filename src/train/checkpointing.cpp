@@ -27,7 +27,6 @@ io::TensorSlab tensor_piece(const std::string& group, const TensorInfo& t, bool 
   return slab;
 }
 
-io::TensorSlab whole_tensor(const std::string& group, const TensorInfo& t) { return tensor_piece(group, t, true); }
 
 // Every rank writes every tensor of the model (the writes are collective), its own piece where it
 // holds one and writes it, nothing otherwise: replicas over dp leave it to dp rank 0, replicated
@@ -45,7 +44,7 @@ void write_group(io::CheckpointWriter& writer, const std::string& group, const P
 
 void read_group(const io::CheckpointReader& reader, const std::string& group, const ParameterLayout& layout,
                 float* host) {
-  for (const TensorInfo& t : layout.tensors()) reader.read(whole_tensor(group, t), host + t.offset);
+  for (const TensorInfo& t : layout.tensors()) reader.read(tensor_piece(group, t, true), host + t.offset);
 }
 
 // The HDF5 group of each flat buffer a checkpoint holds.
