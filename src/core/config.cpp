@@ -64,7 +64,7 @@ class KeyTable {
     add("parallel.dp", cfg.parallel.dp, "data-parallel degree (0: world / (tp x pp))");
     add("parallel.tp", cfg.parallel.tp, "tensor-parallel degree");
     add("parallel.pp", cfg.parallel.pp, "pipeline-parallel degree");
-    add("parallel.zero", cfg.parallel.zero, "ZeRO stage 0..3");
+    add("parallel.zero", cfg.parallel.zero, "ZeRO stage: 0 none, 1 optimizer state sharded over dp, 2 + gradients, 3 + parameters");
     add("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: gpipe | 1f1b");
     add("parallel.backend", cfg.parallel.backend, "collectives: mpi | nccl | auto");
     add("parallel.bucket_mb", cfg.parallel.bucket_mb, "data-parallel gradient bucket size in MiB (reduced while backward runs)");
@@ -186,8 +186,9 @@ void validate(const Config& c) {
   if (c.parallel.dp < 0) input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
   if (c.parallel.tp < 1) input_error("parallel.tp = {} is invalid: it must be >= 1", c.parallel.tp);
   if (c.parallel.pp < 1) input_error("parallel.pp = {} is invalid: it must be >= 1", c.parallel.pp);
-  if (c.parallel.zero != 0) {
-    input_error("parallel.zero = {} is invalid: this version supports zero = 0 only (ZeRO sharding is not available yet)",
+  if (c.parallel.zero < 0 || c.parallel.zero > 3) {
+    input_error("parallel.zero = {} is invalid: valid stages are 0 (none), 1 (optimizer state sharded over dp), "
+                "2 (+ gradients), 3 (+ parameters)",
                 c.parallel.zero);
   }
   require_one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});

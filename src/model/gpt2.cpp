@@ -140,19 +140,26 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
 }
 
 template <class Real>
-Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots)
+Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,
+                 ParameterStore<Real>* store)
     : space_(space),
       tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
-      layout_(model, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0, place),
+      store_(store),
+      layout_(store ? store->layout() : ParameterLayout(model, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0, place)),
       batch_(batch),
-      weights_("meshtrain::gpt2::weights", layout_.total()),
-      grads_("meshtrain::gpt2::grads", layout_.total()) {
+      weights_("meshtrain::gpt2::weights", store ? 0 : layout_.total()),
+      grads_("meshtrain::gpt2::grads", store ? 0 : layout_.total()) {
   for (int l = 0; l < layout_.stage_layers(); ++l) {
     block_offsets_.push_back(layout_.find(fmt::format("h.{}.ln_1.weight", layout_.first_layer() + l)).offset);
   }
   if (place.last()) lnf_offset_ = layout_.find("ln_f.weight").offset;
-  params_ = ParameterTensors<Real>::bind(weights(), layout_);
-  dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
+  if (store) {
+    params_ = ParameterTensors<Real>::bind(layout_, [&](const TensorInfo& t) { return store->weight(t); });
+    dparams_ = ParameterTensors<Real>::bind(layout_, [&](const TensorInfo& t) { return store->grad(t); });
+  } else {
+    params_ = ParameterTensors<Real>::bind(weights(), layout_);
+    dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
+  }
   const LocalDims dims = local_dims(model, batch, layout_.tp(), layout_.stage_layers());
   slots_ = allocate_and_carve<Real, std::vector<ActivationTensors<Real>>>(
       activation_buffer_, "meshtrain::gpt2::activations", [&](Carver<Real>& c) {
@@ -194,6 +201,7 @@ void Gpt2<Real>::stage_forward(int slot, CVec<int> inputs) {
   CVec<Real> x = a.encoded;
   const CVec<Real> no_bias;
   for (int l = 0; l < layout_.stage_layers(); ++l) {
+    need_block(l);
     const auto& w = p.blocks[l];
     const auto& s = a.blocks[l];
     layernorm_forward(space_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
@@ -290,6 +298,7 @@ void Gpt2<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& rea
   }  // else d.dresidual holds the next stage's gradient, received by the caller
 
   for (int l = layout_.stage_layers() - 1; l >= 0; --l) {
+    need_block(l);
     const auto& w = p.blocks[l];
     const auto& dw = g.blocks[l];
     const auto& s = a.blocks[l];

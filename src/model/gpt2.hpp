@@ -11,6 +11,7 @@
 // Size letters: B micro-batch, T context, C channels, NH heads, V vocab, L layers, N = B·T.
 #pragma once
 
+#include "model/parameter_store.hpp"
 #include "model/parameters.hpp"
 #include "parallel/comm.hpp"
 
@@ -66,14 +67,23 @@ class Gpt2 {
  public:
   // `tp` is the tensor-parallel group (none: the whole model on this rank); `place` the pipeline
   // stage this rank computes; `slots` how many micro-batches' activations it keeps at once.
+  // `store`: where weights and gradients live (ZeRO); none: the model owns flat buffers of them,
+  // weights() and grads().
   Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
-       int slots = 1);
+       int slots = 1, ParameterStore<Real>* store = nullptr);
 
   const ParameterLayout& layout() const { return layout_; }
   const ModelConfig& model() const { return layout_.model(); }
   int batch() const { return batch_; }
+  // The flat buffers, when the model owns them (no store); empty otherwise.
   Vec<Real> weights() const { return slice(weights_, 0, weights_.extent(0)); }
   Vec<Real> grads() const { return slice(grads_, 0, grads_.extent(0)); }
+  // Bytes of the buffers the model allocated: weights and gradients (without a store), activations
+  // with backward's scratch.
+  std::size_t weight_bytes() const { return weights_.extent(0) * sizeof(Real); }
+  std::size_t activation_bytes() const {
+    return (activation_buffer_.extent(0) + scratch_buffer_.extent(0)) * sizeof(Real);
+  }
 
   // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
   // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.
@@ -105,9 +115,13 @@ class Gpt2 {
   void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale);
   // Σ over the tensor-parallel group, in place (nothing without one).
   void tp_sum(Vec<Real> x);
+  void need_block(int l) {
+    if (store_ != nullptr) store_->need_block(layout_.first_layer() + l);
+  }
 
   ExecSpace space_;
   Comm* tp_;
+  ParameterStore<Real>* store_;
   ParameterLayout layout_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
   std::size_t lnf_offset_ = 0;

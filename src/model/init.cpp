@@ -1,6 +1,8 @@
 // Counter-based initialisation with Random123's Philox.
 #include "model/init.hpp"
 
+#include <algorithm>
+
 #include <Random123/boxmuller.hpp>
 #include <Random123/philox.h>
 #include <xxhash.h>
@@ -51,18 +53,26 @@ double initial_value(std::uint64_t seed, const TensorInfo& tensor, std::uint64_t
 }
 
 void initialize_parameters(Vec<float> weights, const ParameterLayout& layout, std::uint64_t seed) {
-  auto host = Kokkos::create_mirror_view(weights);
+  initialize_range(weights, layout, seed, 0);
+}
+
+void initialize_range(Vec<float> out, const ParameterLayout& layout, std::uint64_t seed, std::size_t begin) {
+  auto host = Kokkos::create_mirror_view(out);
+  Kokkos::deep_copy(host, 0.0f);
+  const std::size_t end = begin + out.extent(0);
   const int layers = layout.model().layers;
   for (const TensorInfo& t : layout.tensors()) {
+    const std::size_t first = std::max(begin, t.offset), last = std::min(end, t.offset + t.numel);
+    if (first >= last) continue;
     const std::uint64_t hash = name_hash(t.name);
-    for (std::size_t i = 0; i < t.numel; ++i) {
+    for (std::size_t flat = first; flat < last; ++flat) {
       // The value depends on the element's global index, so every layout draws the same tensor;
       // padding (vocabulary rows past V) starts at zero and, unseen by data and loss, stays there.
-      const std::int64_t g = t.global_index(i);
-      host(t.offset + i) = g < 0 ? 0.0f : float(element_value(seed, hash, t, std::uint64_t(g), layers));
+      const std::int64_t g = t.global_index(flat - t.offset);
+      host(flat - begin) = g < 0 ? 0.0f : float(element_value(seed, hash, t, std::uint64_t(g), layers));
     }
   }
-  Kokkos::deep_copy(weights, host);
+  Kokkos::deep_copy(out, host);
 }
 
 }  // namespace meshtrain

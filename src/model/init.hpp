@@ -16,5 +16,8 @@ double initial_value(std::uint64_t seed, const TensorInfo& tensor, std::uint64_t
 
 // Fills all parameters of `layout` in `weights` (device memory; filled through a host mirror).
 void initialize_parameters(Vec<float> weights, const ParameterLayout& layout, std::uint64_t seed);
+// Fills out(i) with flat element begin + i of the layout's initial weights (0 for padding): a ZeRO
+// shard initialises its own slice without the whole model in memory.
+void initialize_range(Vec<float> out, const ParameterLayout& layout, std::uint64_t seed, std::size_t begin);
 
 }  // namespace meshtrain

@@ -60,14 +60,15 @@ std::vector<std::uint64_t> local_of(const Piece& p) {
 
 }  // namespace
 
-ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, StagePlace place)
+ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, StagePlace place, int unit_align)
     : model_(model),
       tp_(tp),
       tp_rank_(tp_rank),
       padded_vocab_((model.vocab + tp - 1) / tp * tp),
       place_(place),
       first_layer_(place.stage * model.layers / place.stages),
-      end_layer_((place.stage + 1) * model.layers / place.stages) {
+      end_layer_((place.stage + 1) * model.layers / place.stages),
+      unit_align_(unit_align) {
   const std::uint64_t C = model.d_model, V = model.vocab;
   // Vocabulary-parallel wte: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary; only the real
   // rows belong to the tensor (and the checkpoint), the rest of the local array is padding.
@@ -76,10 +77,17 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
   vocab.offset[0] = std::min(first, V);
   vocab.block[0] = first < V ? std::min(rows, V - first) : 0;
   // The first stage embeds, the last stage's head reuses wte: both hold it (tied, gradients summed).
-  if (place.first() || place.last()) add("wte.weight", {V, C}, {rows, C}, vocab, InitKind::normal, tp == 1);
-  if (place.first()) add_replicated("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
+  if (place.first() || place.last()) {
+    start_unit("wte", -1);
+    add("wte.weight", {V, C}, {rows, C}, vocab, InitKind::normal, tp == 1);
+  }
+  if (place.first()) {
+    start_unit("wpe", -1);
+    add_replicated("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
+  }
   for (int l = first_layer_; l < end_layer_; ++l) {
     const std::string h = fmt::format("h.{}.", l);
+    start_unit(fmt::format("h.{}", l), l);
     auto sharded = [&](const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,
                        std::uint64_t groups, InitKind init) {
       Piece p = split(shape, dim, groups, tp, tp_rank);
@@ -99,9 +107,31 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
     add_replicated(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
   }
   if (place.last()) {
+    start_unit("ln_f", -1);
     add_replicated("ln_f.weight", {C}, InitKind::ones);
     add_replicated("ln_f.bias", {C}, InitKind::zeros);
   }
+  close_unit();
+}
+
+void ParameterLayout::start_unit(std::string name, int block) {
+  close_unit();
+  units_.push_back({std::move(name), block, total_, total_});
+}
+
+void ParameterLayout::close_unit() {
+  if (units_.empty()) return;
+  ShardUnit& u = units_.back();
+  const std::size_t align = std::size_t(unit_align_);
+  u.end = u.begin + (total_ - u.begin + align - 1) / align * align;
+  total_ = u.end;
+}
+
+std::size_t ParameterLayout::unit_at(std::size_t offset) const {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (offset >= units_[u].begin && offset < units_[u].end) return u;
+  }
+  throw std::out_of_range(fmt::format("flat offset {} lies in no shard unit", offset));
 }
 
 void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init) {
@@ -144,9 +174,14 @@ ParameterTensors<Real> ParameterTensors<Real>::bind(Vec<Real> flat, const Parame
     throw std::logic_error(fmt::format("flat buffer of {} elements cannot hold {} parameters", flat.extent(0),
                                        layout.total()));
   }
+  return bind(layout, [&](const TensorInfo& t) { return flat.data() + t.offset; });
+}
+
+template <class Real>
+ParameterTensors<Real> ParameterTensors<Real>::bind(const ParameterLayout& layout, const Where& where) {
   auto view = [&](const std::string& name) {
     const TensorInfo* t = layout.find_if_held(name);
-    return t == nullptr ? Vec<Real>() : slice(flat, t->offset, t->numel);
+    return t == nullptr ? Vec<Real>() : Vec<Real>(where(*t), t->numel);
   };
   ParameterTensors p;
   p.wte = view("wte.weight");

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,12 +62,30 @@ struct StagePlace {
   bool last() const { return stage == stages - 1; }
 };
 
+// A run of contiguous tensors that ZeRO shards and gathers as one (FSDP's unit): wte alone (the first
+// and last stage shard it alike, so their tied gradients add shard by shard), wpe, each block, ln_f.
+// Its length is padded to a multiple of the layout's unit_align (the data-parallel degree under
+// ZeRO), so that every rank's shard is an equal, contiguous slice [begin + r·shard, … + shard).
+struct ShardUnit {
+  std::string name;   // "wte", "wpe", "h.3", "ln_f"
+  int block = -1;     // global block index, or -1
+  std::size_t begin = 0, end = 0;  // flat range, padding included
+  std::size_t size() const { return end - begin; }
+  std::size_t shard(int parts) const { return size() / std::size_t(parts); }
+};
+
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0, StagePlace place = {});
+  // unit_align: every shard unit's length is padded to a multiple of it (1: no padding).
+  explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0, StagePlace place = {},
+                           int unit_align = 1);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  std::size_t total() const { return total_; }
+  std::size_t total() const { return total_; }  // padding of the units included
+  const std::vector<ShardUnit>& units() const { return units_; }
+  int unit_align() const { return unit_align_; }
+  // Index of the unit holding flat offset `offset`.
+  std::size_t unit_at(std::size_t offset) const;
   const TensorInfo& find(const std::string& name) const;
   const TensorInfo* find_if_held(const std::string& name) const;
   const ModelConfig& model() const { return model_; }
@@ -82,6 +101,8 @@ class ParameterLayout {
   void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,
            InitKind init, bool replicated);
   void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init);
+  void start_unit(std::string name, int block);
+  void close_unit();
 
   ModelConfig model_;
   int tp_ = 1;
@@ -89,7 +110,9 @@ class ParameterLayout {
   int padded_vocab_ = 0;
   StagePlace place_;
   int first_layer_ = 0, end_layer_ = 0;
+  int unit_align_ = 1;
   std::vector<TensorInfo> tensors_;
+  std::vector<ShardUnit> units_;
   std::size_t total_ = 0;
 };
 
@@ -122,6 +145,9 @@ struct ParameterTensors {
 
   // Points every view into `flat`, which must hold layout.total() elements.
   static ParameterTensors bind(Vec<Real> flat, const ParameterLayout& layout);
+  // Points the view of each held tensor t at where(t) (ZeRO keeps units in separate buffers).
+  using Where = std::function<Real*(const TensorInfo&)>;
+  static ParameterTensors bind(const ParameterLayout& layout, const Where& where);
 };
 
 // FLOPs of one token's forward and backward pass, as llm.c counts them: 6·N + 6·L·C·T.

@@ -49,7 +49,8 @@ class Comm {
   virtual void allreduce_sum(double* data, std::size_t count) = 0;
   // recv (recv_count) ← this rank's block of Σ send (size · recv_count), blocks in rank order.
   virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;
-  // recv (size · send_count) ← every rank's send, in rank order.
+  // recv (size · send_count) ← every rank's send, in rank order. In place when send is
+  // recv + rank · send_count.
   virtual void allgather(const float* send, float* recv, std::size_t send_count) = 0;
   virtual void broadcast(float* data, std::size_t count, int root) = 0;
   // Point-to-point within the group (peers are group ranks); tags tell concurrent messages apart.

@@ -204,10 +204,14 @@ class MpiComm final : public Comm {
 
   void allgather(const float* send, float* recv, std::size_t send_count) override {
     check_total(send_count, "allgather");
+    // In place when this rank's block already sits at its place in recv (MPI forbids the aliasing otherwise).
+    const bool in_place = send == recv + static_cast<std::size_t>(rank()) * send_count;
     if (send_count <= max_chunk_) {
       if (send_count == 0) return;
       const int n = static_cast<int>(send_count);
-      MESHTRAIN_MPI_CHECK(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_.get()), collective_hint);
+      MESHTRAIN_MPI_CHECK(
+          MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_.get()),
+          collective_hint);
       return;
     }
     // Piece [offset, offset + n) of every block: one element of a type n floats long, one block apart.
@@ -218,7 +222,8 @@ class MpiComm final : public Comm {
           MPI_Type_create_resized(piece.get(), 0, static_cast<MPI_Aint>(send_count * sizeof(float)), strided.out()),
           "is MPI initialised?");
       MESHTRAIN_MPI_CHECK(MPI_Type_commit(strided.out()), "is MPI initialised?");
-      MESHTRAIN_MPI_CHECK(MPI_Allgather(send + offset, n, MPI_FLOAT, recv + offset, 1, strided.get(), comm_.get()),
+      MESHTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send + offset, n, MPI_FLOAT, recv + offset, 1, strided.get(),
+                                        comm_.get()),
                           collective_hint);
     });
   }

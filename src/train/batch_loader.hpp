@@ -22,6 +22,13 @@ class BatchLoader {
 
   CVec<int> inputs() const { return CVec<int>(inputs_.data(), inputs_.extent(0)); }
   CVec<int> targets() const { return CVec<int>(targets_.data(), targets_.extent(0)); }
+  // Bytes of its buffers (host mirrors count only where they are separate allocations).
+  std::size_t bytes() const { return bytes_for(micro_batch_, seq_len_); }
+  static std::size_t bytes_for(int micro_batch, int seq_len) {
+    constexpr bool mirrored = !Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    const std::size_t tokens = std::size_t(micro_batch) * std::size_t(seq_len);
+    return sizeof(int) * (std::size_t(seq_len) + 1 + 2 * tokens * (mirrored ? 2 : 1));
+  }
 
  private:
   const io::TokenStream& stream_;

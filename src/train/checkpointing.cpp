@@ -31,25 +31,31 @@ io::TensorSlab tensor_piece(const std::string& group, const TensorInfo& t, bool 
 // Every rank writes every tensor of the model (the writes are collective), its own piece where it
 // holds one and writes it, nothing otherwise: replicas over dp leave it to dp rank 0, replicated
 // tensors to tp rank 0, the tied wte to the first pipeline stage, other stages' tensors to them.
+// Every rank asks its source for each tensor it holds, writer or not: a sharded source gathers
+// the tensor over the data-parallel group.
 void write_group(io::CheckpointWriter& writer, const std::string& group, const ParameterLayout& layout,
-                 const float* host, bool holds) {
+                 StateSource& source, bool holds) {
   const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank());
   for (const TensorInfo& t : all_stages.tensors()) {
     const TensorInfo* mine = layout.find_if_held(t.name);
+    const float* data = mine != nullptr ? source.read_tensor(*mine) : nullptr;
     const bool writes = holds && mine != nullptr && (!t.replicated || layout.tp_rank() == 0) &&
                         (t.name != "wte.weight" || layout.place().first());
-    writer.write(tensor_piece(group, t, writes), writes ? host + mine->offset : nullptr);
+    writer.write(tensor_piece(group, t, writes), writes ? data : nullptr);
   }
 }
 
 void read_group(const io::CheckpointReader& reader, const std::string& group, const ParameterLayout& layout,
-                float* host) {
-  for (const TensorInfo& t : layout.tensors()) reader.read(tensor_piece(group, t, true), host + t.offset);
+                StateSource& target) {
+  for (const TensorInfo& t : layout.tensors()) {
+    reader.read(tensor_piece(group, t, true), target.tensor_target(t));
+    target.commit_tensor(t);
+  }
 }
 
-// The HDF5 group of each flat buffer a checkpoint holds.
-std::array<std::pair<const char*, Vec<float>>, 3> state_groups(const TrainingTensors& state) {
-  return {{{"/model", state.weights}, {"/optim/exp_avg", state.exp_avg}, {"/optim/exp_avg_sq", state.exp_avg_sq}}};
+// The HDF5 group of each flat state a checkpoint holds.
+std::array<std::pair<const char*, StateSource*>, 3> state_groups(const TrainingTensors& state) {
+  return {{{"/model", &state.weights}, {"/optim/exp_avg", &state.exp_avg}, {"/optim/exp_avg_sq", &state.exp_avg_sq}}};
 }
 
 std::string layout_description(MPI_Comm comm, const ParallelConfig& parallel) {
@@ -79,7 +85,7 @@ void require_same_model(const Config& stored, const Config& wanted, const std::s
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm, bool writes_data)
-    : config_(config), layout_(layout), comm_(comm), writes_data_(writes_data), host_("meshtrain::checkpoint::staging", layout.total()) {}
+    : config_(config), layout_(layout), comm_(comm), writes_data_(writes_data) {}
 
 std::string Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress) {
   int rank = 0;
@@ -99,10 +105,7 @@ std::string Checkpointer::save(const TrainingTensors& state, const TrainingProgr
     writer.set_attribute("seed", std::int64_t(config_.train.seed));
     writer.set_attribute("data_order", config_.data.order);
     writer.set_attribute("samples_seen", progress.step * std::int64_t(config_.train.global_batch));
-    for (const auto& [group, device] : state_groups(state)) {
-      Kokkos::deep_copy(host_, device);
-      write_group(writer, group, layout_, host_.data(), writes_data_);
-    }
+    for (const auto& [group, source] : state_groups(state)) write_group(writer, group, layout_, *source, writes_data_);
     writer.commit();
   }
   if (rank == 0) {
@@ -141,20 +144,21 @@ TrainingProgress Checkpointer::load(const std::string& path, const TrainingTenso
                 path);
   }
   require_same_model(config_from_ini(*config_text, fmt::format("config stored in '{}'", path)), config_, path);
-  for (const auto& [group, device] : state_groups(state)) {
-    read_group(reader, group, layout_, host_.data());
-    Kokkos::deep_copy(device, host_);
-  }
+  for (const auto& [group, target] : state_groups(state)) read_group(reader, group, layout_, *target);
   return {*step, *tokens};
 }
 
-void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
+void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   if (!std::filesystem::exists(path)) {
     input_error("checkpoint.init_weights = '{}': no such file (it must be an HDF5 file with a /model group)", path);
   }
   io::CheckpointReader reader(path, comm_);
-  read_group(reader, "/model", layout_, host_.data());
-  Kokkos::deep_copy(weights, host_);
+  read_group(reader, "/model", layout_, weights);
+}
+
+void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
+  FlatSource source(weights, layout_);
+  load_weights(path, source);
 }
 
 Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {

@@ -7,6 +7,7 @@
 
 #include "core/config.hpp"
 #include "model/parameters.hpp"
+#include "train/state_source.hpp"
 
 #include <mpi.h>
 
@@ -24,11 +25,11 @@ struct TrainingProgress {
   std::int64_t tokens = 0;  // tokens consumed so far
 };
 
-// Device views of the state a checkpoint holds.
+// The flat states a checkpoint holds, as sources that know how each is stored (whole or sharded).
 struct TrainingTensors {
-  Vec<float> weights;
-  Vec<float> exp_avg;
-  Vec<float> exp_avg_sq;
+  StateSource& weights;
+  StateSource& exp_avg;
+  StateSource& exp_avg_sq;
 };
 
 class Checkpointer {
@@ -46,6 +47,7 @@ class Checkpointer {
   // Restores weights, moments and progress from `path`; the model shape must match the config.
   TrainingProgress load(const std::string& path, const TrainingTensors& state);
   // Loads only /model from `path` (checkpoint.init_weights, or any checkpoint).
+  void load_weights(const std::string& path, StateSource& weights);
   void load_weights(const std::string& path, Vec<float> weights);
 
  private:
@@ -53,7 +55,6 @@ class Checkpointer {
   const ParameterLayout& layout_;
   MPI_Comm comm_;
   bool writes_data_;
-  Kokkos::View<float*, HostSpace> host_;  // staging for one flat buffer
 };
 
 // Reads the resolved config stored in a checkpoint (for sample and inspect).

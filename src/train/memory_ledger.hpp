@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -30,6 +31,12 @@ struct MemoryBytes {
   std::int64_t operator[](MemoryCategory c) const { return bytes[static_cast<int>(c)]; }
   std::int64_t total() const;
   MemoryBytes& operator+=(const MemoryBytes& other);
+  friend MemoryBytes operator+(MemoryBytes a, const MemoryBytes& b) { return a += b; }
+  static MemoryBytes of(MemoryCategory c, std::size_t bytes) {
+    MemoryBytes m;
+    m[c] = static_cast<std::int64_t>(bytes);
+    return m;
+  }
 };
 
 // The process's peak resident set size so far (VmHWM), in bytes; 0 where the OS does not say.

@@ -6,8 +6,12 @@
 namespace meshtrain {
 
 PipelineExecutor::PipelineExecutor(std::vector<Action> actions, Gpt2<float>& model, BatchLoader& loader,
-                                   Comm& pipeline)
-    : actions_(std::move(actions)), model_(model), loader_(loader), pipeline_(pipeline) {}
+                                   Comm& pipeline, Gpt2<float>::ReadyFrom ready_from)
+    : actions_(std::move(actions)),
+      model_(model),
+      loader_(loader),
+      pipeline_(pipeline),
+      ready_from_(std::move(ready_from)) {}
 
 int PipelineExecutor::take_slot(int micro) {
   if (slot_of_[micro] >= 0) return slot_of_[micro];
@@ -53,7 +57,7 @@ double PipelineExecutor::run(std::int64_t step, float grad_scale) {
         break;
       case ActionKind::backward:
         loader_.load(step, a.micro);  // the first stage's embedding backward reads the tokens again
-        model_.stage_backward(slot_of_[a.micro], loader_.inputs());
+        model_.stage_backward(slot_of_[a.micro], loader_.inputs(), ready_from_);
         free_slots_.push_back(slot_of_[a.micro]);
         break;
       case ActionKind::send_gradient:

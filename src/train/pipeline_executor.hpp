@@ -18,7 +18,9 @@ namespace meshtrain {
 
 class PipelineExecutor {
  public:
-  PipelineExecutor(std::vector<Action> actions, Gpt2<float>& model, BatchLoader& loader, Comm& pipeline);
+  // `ready_from` receives backward's progress reports (ZeRO-2/3 reduce each unit as it finishes).
+  PipelineExecutor(std::vector<Action> actions, Gpt2<float>& model, BatchLoader& loader, Comm& pipeline,
+                   Gpt2<float>::ReadyFrom ready_from = {});
 
   // Activation slots the schedule needs at most.
   static int slots_needed(const std::vector<Action>& actions) { return peak_live_activations(actions); }
@@ -33,6 +35,7 @@ class PipelineExecutor {
   Gpt2<float>& model_;
   BatchLoader& loader_;
   Comm& pipeline_;
+  Gpt2<float>::ReadyFrom ready_from_;
   std::vector<int> slot_of_;
   std::vector<int> free_slots_;
 };

@@ -18,7 +18,7 @@
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
-#include "train/gradient_reducer.hpp"
+#include "train/model_state.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
@@ -71,22 +71,6 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
     return fmt::format("train.time_limit = {} min would be exceeded by another step", cfg.train.time_limit);
   }
   return {};
-}
-
-// The L2 norm of the whole model's gradient, every parameter counted once: a tensor split over the
-// tensor-parallel group adds each rank's piece, a replicated one (LayerNorms, wpe, c_proj biases,
-// identical on every rank) is counted on tp rank 0 only, the tied wte on the first stage only;
-// the sum runs over the model replica (tp × pp). Data-parallel replicas hold the same reduced
-// gradients and need no sum.
-double global_grad_norm(const ExecSpace& space, Vec<float> grads, const ParameterLayout& layout, Comm& replica) {
-  double sum = 0;
-  for (const TensorInfo& t : layout.tensors()) {
-    if (t.replicated && layout.tp_rank() != 0) continue;
-    if (t.name == "wte.weight" && !layout.place().first()) continue;
-    sum += squared_norm<float>(space, slice(grads, t.offset, t.numel), t.numel);
-  }
-  replica.allreduce_sum(&sum, 1);
-  return std::sqrt(sum);
 }
 
 // The first and the last stage of one pipeline (same dp and tp rank): they share the tied wte.
@@ -179,37 +163,40 @@ int train(const Config& cfg, MPI_Comm comm) {
       grid.pp > 1 ? pipeline_schedule(cfg.parallel.schedule, grid.pp, place.stage, accum) : std::vector<Action>();
   RankTiming timing;
 
-  Gpt2<float> model(space, cfg.model, B, tp_comm.get(), place,
-                    grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1);
+  ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), tied_comm.get(), comm}, place,
+                   grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1);
+  Gpt2<float>& model = state.model();
   const ParameterLayout& layout = model.layout();
-  Buffer<float> exp_avg("meshtrain::adamw::exp_avg", layout.total());
-  Buffer<float> exp_avg_sq("meshtrain::adamw::exp_avg_sq", layout.total());
-  const TrainingTensors state{model.weights(), slice(exp_avg, 0, layout.total()),
-                              slice(exp_avg_sq, 0, layout.total())};
   // This rank's micro-batches are samples dp_rank·(accum·B) … of each step (interface section 4).
   BatchLoader loader(stream, order, B, T, dp_rank * accum);
-  GradientReducer reducer(*dp_comm, model.grads(), std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
-  PipelineExecutor pipeline(schedule, model, loader, *pp_comm);
+  PipelineExecutor pipeline(schedule, model, loader, *pp_comm, state.ready_from());
 
   // Data-parallel rank 0 of each tensor-parallel group writes its pieces; the replicas write nothing.
   Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
+  bool fresh = true;  // neither resumed nor given initial weights
   const TrainingProgress start = agree_on_input(comm, [&] {
     TrainingProgress progress;
     const std::string resume = checkpointer.resume_path();
+    fresh = resume.empty() && cfg.checkpoint.init_weights.empty();
     if (!resume.empty()) {
-      progress = checkpointer.load(resume, state);
+      progress = checkpointer.load(resume, state.checkpoint_tensors());
       if (leader) fmt::print("resumed from {} at step {}\n", resume, progress.step);
     } else if (!cfg.checkpoint.init_weights.empty()) {
-      checkpointer.load_weights(cfg.checkpoint.init_weights, model.weights());
+      checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);
       if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
-    } else {
-      initialize_parameters(model.weights(), layout, cfg.train.seed);
     }
     // The checkpoint directory must be usable before any work is done that would need saving.
     if (leader) io::ensure_directory(cfg.checkpoint.dir);
     return progress;
   });
+  // Collective under ZeRO (gathers), so outside the agreement above, which may leave early on one rank's error.
+  if (fresh) {
+    state.initialize(cfg.train.seed);
+  } else {
+    state.loaded();
+  }
   TrainingProgress progress = start;
+  const MemoryBytes memory = state.memory() + MemoryBytes::of(MemoryCategory::workspace, loader.bytes());
 
   const std::string grid_table = topology.describe();
   if (leader) {
@@ -242,38 +229,27 @@ int train(const Config& cfg, MPI_Comm comm) {
     const double comm_before = comm_seconds, idle_before = idle_seconds;
     const std::int64_t i = progress.step;  // 0-based index of this update
 
-    model.zero_grads();
+    state.zero_grads();
     double loss = 0;
     if (grid.pp == 1) {
       for (int micro = 0; micro < accum; ++micro) {
         loader.load(i, micro);
         loss += model.forward(loader.inputs(), loader.targets(), grad_scale);
-        if (micro == accum - 1) reducer.arm();  // the last pass finishes the gradients
-        model.backward(loader.inputs(), [&](std::size_t offset) { reducer.ready_from(offset); });
+        if (micro == accum - 1) state.arm();  // the last pass finishes the gradients
+        model.backward(loader.inputs(), state.ready_from());
       }
     } else {
       loss = pipeline.run(i, grad_scale);  // the last stage's; the others add zero below
-      if (tied_comm) {
-        const TensorInfo& wte = layout.find("wte.weight");
-        space.fence();
-        tied_comm->allreduce_sum(model.grads().data() + wte.offset, wte.numel);
-      }
       pp_comm->allreduce_sum(&loss, 1);
     }
-    reducer.finish();
+    state.finish_gradients();
     dp_comm->allreduce_sum(&loss, 1);
     loss /= double(accum) * dp;
 
-    const double grad_norm = global_grad_norm(space, model.grads(), layout, *model_comm);
+    const double grad_norm = state.grad_norm();
     const double lr = learning_rate(cfg.optim, cfg.train.steps, i);
     const double clip = clip_scale(grad_norm, cfg.optim.grad_clip);
-    for (const TensorInfo& t : layout.tensors()) {
-      const AdamWStep update{lr, t.decays ? cfg.optim.weight_decay : 0.0, cfg.optim.beta1, cfg.optim.beta2,
-                             cfg.optim.eps, i + 1, clip};
-      adamw_update<float>(space, slice(model.weights(), t.offset, t.numel), slice(state.exp_avg, t.offset, t.numel),
-                          slice(state.exp_avg_sq, t.offset, t.numel), slice(model.grads(), t.offset, t.numel),
-                          t.numel, update);
-    }
+    state.update(cfg.optim, lr, clip, i);
     space.fence();
     ++progress.step;
     ++steps_this_job;
@@ -321,7 +297,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     const bool periodic = cfg.checkpoint.every > 0 && progress.step % cfg.checkpoint.every == 0;
     if (finished || periodic || !leave_reason.empty()) {
       const auto save_start = Clock::now();
-      const std::string path = checkpointer.save(state, progress);
+      const std::string path = checkpointer.save(state.checkpoint_tensors(), progress);
       last_save_s = seconds_since(save_start);
       if (leader) fmt::print("saved {} ({:.2f}s)\n", path, last_save_s);
     }

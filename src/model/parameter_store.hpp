@@ -1,0 +1,24 @@
+// Where a Gpt2's weights and gradients live when the model does not own them: ZeRO keeps them in
+// shards and per-unit buffers (train/zero_state.hpp) and gathers a block's weights only when the
+// block is about to be computed.
+#pragma once
+
+#include "model/parameters.hpp"
+
+namespace meshtrain {
+
+template <class Real>
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  // The layout the store holds (its shard units padded for the data-parallel group).
+  virtual const ParameterLayout& layout() const = 0;
+  // Where the model reads tensor t's weights and accumulates its gradient; fixed for the store's life.
+  virtual Real* weight(const TensorInfo& t) = 0;
+  virtual Real* grad(const TensorInfo& t) = 0;
+  // Block `block` (global index) is about to be computed, forward or backward: its weights must be
+  // in place at weight() when this returns.
+  virtual void need_block(int block) = 0;
+};
+
+}  // namespace meshtrain

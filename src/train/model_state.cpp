@@ -1,0 +1,159 @@
+// A rank's model states for ZeRO stages 0–3.
+#include "train/model_state.hpp"
+
+#include "kernels/cross_entropy.hpp"
+#include "model/init.hpp"
+
+#include <cmath>
+
+namespace meshtrain {
+namespace {
+
+int group_size(const Comm* c) { return c == nullptr ? 1 : c->size(); }
+int group_rank(const Comm* c) { return c == nullptr ? 0 : c->rank(); }
+
+// The layout of this rank's piece of the model; under ZeRO its units are padded to a multiple of dp.
+ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace place) {
+  const int tp = group_size(g.tp);
+  return ParameterLayout(cfg.model, tp, tp > 1 ? group_rank(g.tp) : 0, place,
+                         cfg.parallel.zero > 0 ? group_size(g.dp) : 1);
+}
+
+std::unique_ptr<ZeroState> sharded_state(const ExecSpace& space, const Config& cfg, const StateGroups& g,
+                                         StagePlace place) {
+  if (cfg.parallel.zero == 0) return nullptr;
+  return std::make_unique<ZeroState>(space, state_layout(cfg, g, place), cfg.parallel.zero, *g.dp);
+}
+
+// Every parameter counted once in the gradient norm: a tensor split over the tensor-parallel group
+// adds each rank's piece, a replicated one (LayerNorms, wpe, c_proj biases, identical on every tp
+// rank) is counted on tp rank 0 only, the tied wte on the first stage only.
+bool counted_once(const TensorInfo& t, const ParameterLayout& layout) {
+  if (t.replicated && layout.tp_rank() != 0) return false;
+  return t.name != "wte.weight" || layout.place().first();
+}
+
+AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, double clip, std::int64_t i) {
+  return {lr, t.decays ? o.weight_decay : 0.0, o.beta1, o.beta2, o.eps, i + 1, clip};
+}
+
+}  // namespace
+
+ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place,
+                       int slots)
+    : space_(space),
+      groups_(groups),
+      zero_(cfg.parallel.zero),
+      sharded_(sharded_state(space, cfg, groups, place)),
+      model_(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots, sharded_.get()) {
+  if (sharded_) return;
+  const std::size_t n = model_.layout().total();
+  exp_avg_ = Buffer<float>("meshtrain::adamw::exp_avg", n);
+  exp_avg_sq_ = Buffer<float>("meshtrain::adamw::exp_avg_sq", n);
+  reducer_.emplace(*groups.dp, model_.grads(), std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
+  sources_[0] = std::make_unique<FlatSource>(model_.weights(), model_.layout());
+  sources_[1] = std::make_unique<FlatSource>(slice(exp_avg_, 0, n), model_.layout());
+  sources_[2] = std::make_unique<FlatSource>(slice(exp_avg_sq_, 0, n), model_.layout());
+}
+
+MemoryBytes ModelState::memory() const {
+  MemoryBytes m;
+  if (sharded_) {
+    m = sharded_->memory();
+  } else {
+    m[MemoryCategory::weights] = std::int64_t(model_.weight_bytes());
+    m[MemoryCategory::grads] = std::int64_t(model_.weight_bytes());
+    m[MemoryCategory::optimizer] = std::int64_t((exp_avg_.extent(0) + exp_avg_sq_.extent(0)) * sizeof(float));
+    for (const auto& s : sources_) m[MemoryCategory::workspace] += std::int64_t(s->staging_bytes());
+  }
+  m[MemoryCategory::activations] += std::int64_t(model_.activation_bytes());
+  return m;
+}
+
+void ModelState::initialize(std::uint64_t seed) {
+  if (sharded_) {
+    sharded_->initialize(seed);
+  } else {
+    initialize_parameters(model_.weights(), model_.layout(), seed);
+  }
+}
+
+TrainingTensors ModelState::checkpoint_tensors() {
+  if (sharded_) return {sharded_->weights_source(), sharded_->exp_avg_source(), sharded_->exp_avg_sq_source()};
+  return {*sources_[0], *sources_[1], *sources_[2]};
+}
+
+void ModelState::loaded() {
+  if (sharded_) sharded_->gather_weights();
+}
+
+void ModelState::zero_grads() {
+  if (sharded_) {
+    sharded_->zero_grads();
+  } else {
+    model_.zero_grads();
+  }
+}
+
+void ModelState::arm() {
+  if (sharded_) {
+    sharded_->arm();
+  } else {
+    reducer_->arm();
+  }
+}
+
+Gpt2<float>::ReadyFrom ModelState::ready_from() {
+  if (sharded_) return [this](std::size_t offset) { sharded_->ready_from(offset); };
+  return [this](std::size_t offset) { reducer_->ready_from(offset); };
+}
+
+void ModelState::finish_gradients() {
+  const ParameterLayout& layout = model_.layout();
+  if (sharded_) {
+    sharded_->finish();
+    // The tied wte: its unit is sharded alike on the first and the last stage, so the two add slice by slice.
+    if (groups_.tied != nullptr) {
+      const Vec<float> wte = sharded_->grad_shard(layout.unit_at(layout.find("wte.weight").offset));
+      groups_.tied->allreduce_sum(wte.data(), wte.extent(0));
+    }
+    return;
+  }
+  if (groups_.tied != nullptr) {
+    const TensorInfo& wte = layout.find("wte.weight");
+    space_.fence();
+    groups_.tied->allreduce_sum(model_.grads().data() + wte.offset, wte.numel);
+  }
+  reducer_->finish();
+}
+
+double ModelState::grad_norm() {
+  const ParameterLayout& layout = model_.layout();
+  double sum = 0;
+  if (sharded_) {
+    sum = sharded_->grad_squared_norm([&](const TensorInfo& t) { return counted_once(t, layout); });
+  } else if (group_rank(groups_.dp) == 0) {
+    // Data-parallel replicas hold the same reduced gradients: one of them counts.
+    for (const TensorInfo& t : layout.tensors()) {
+      if (counted_once(t, layout)) sum += squared_norm<float>(space_, slice(model_.grads(), t.offset, t.numel), t.numel);
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world);
+  return std::sqrt(sum);
+}
+
+void ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i) {
+  if (sharded_) {
+    sharded_->update([&](const TensorInfo& t) { return adamw_step(optim, t, lr, clip, i); });
+  } else {
+    const Vec<float> w = model_.weights(), g = model_.grads();
+    for (const TensorInfo& t : model_.layout().tensors()) {
+      adamw_update<float>(space_, slice(w, t.offset, t.numel), slice(exp_avg_, t.offset, t.numel),
+                          slice(exp_avg_sq_, t.offset, t.numel), slice(g, t.offset, t.numel), t.numel,
+                          adamw_step(optim, t, lr, clip, i));
+    }
+  }
+  space_.fence();
+}
+
+}  // namespace meshtrain

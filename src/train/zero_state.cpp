@@ -1,0 +1,321 @@
+// ZeRO stages 1–3 over the data-parallel group.
+#include "train/zero_state.hpp"
+
+#include "kernels/cross_entropy.hpp"
+#include "model/init.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace meshtrain {
+namespace {
+
+constexpr bool host_reachable = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+bool is_block(const ShardUnit& u) { return u.block >= 0; }
+
+// Elements of the non-block units (wte, wpe, ln_f) end to end, and the size of one block unit.
+struct Resident {
+  std::size_t non_block = 0, block = 0, largest = 0, shards = 0;
+};
+
+Resident resident_sizes(const ParameterLayout& layout, int dp) {
+  Resident r;
+  for (const ShardUnit& u : layout.units()) {
+    if (is_block(u)) {
+      r.block = std::max(r.block, u.size());
+    } else {
+      r.non_block += u.size();
+    }
+    r.largest = std::max(r.largest, u.size());
+    r.shards += u.shard(dp);
+  }
+  return r;
+}
+
+void accumulate(const ExecSpace& space, Vec<float> into, CVec<float> add, std::size_t n) {
+  Kokkos::parallel_for(
+      "meshtrain::zero::accumulate", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(std::size_t i) { into(i) += add(i); });
+}
+
+}  // namespace
+
+MemoryBytes ZeroSizes::bytes() const {
+  MemoryBytes m;
+  m[MemoryCategory::weights] = std::int64_t(weights * sizeof(float));
+  m[MemoryCategory::grads] = std::int64_t(grads * sizeof(float));
+  m[MemoryCategory::optimizer] = std::int64_t(2 * moments * sizeof(float));
+  m[MemoryCategory::comm_buffers] = std::int64_t(reduce_buffer * sizeof(float));
+  m[MemoryCategory::workspace] = std::int64_t(staging * sizeof(float));
+  return m;
+}
+
+ZeroSizes zero_sizes(const ParameterLayout& layout, int dp, int stage) {
+  if (stage < 1 || stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3");
+  const Resident r = resident_sizes(layout, dp);
+  std::size_t largest_shard = 0;
+  for (const ShardUnit& u : layout.units()) largest_shard = std::max(largest_shard, u.shard(dp));
+  ZeroSizes z;
+  const std::size_t working = r.non_block + r.block;
+  z.weights = stage < 3 ? layout.total() : r.shards + working;
+  z.grads = stage < 2 ? layout.total() : r.shards + working;
+  z.moments = r.shards;
+  z.reduce_buffer = largest_shard;
+  z.staging = r.largest;
+  return z;
+}
+
+// A flat state of the ZeroState as a checkpoint sees it: each unit gathered over the group into the
+// shared staging buffer when its first tensor is asked for; loading stores the owned slices.
+class ZeroState::ShardSource final : public StateSource {
+ public:
+  enum class Kind { weights, exp_avg, exp_avg_sq };
+  ShardSource(ZeroState& state, Kind kind, Buffer<float>& staging, Kokkos::View<float*, HostSpace>& host)
+      : state_(state), kind_(kind), staging_(staging), host_(host) {}
+
+  const float* read_tensor(const TensorInfo& t) override {
+    if (whole_weights()) {
+      if constexpr (host_reachable) {
+        state_.space_.fence();
+        return state_.weights_.data() + t.offset;
+      }
+    }
+    const std::size_t u = state_.layout_.unit_at(t.offset);
+    const ShardUnit& unit = state_.layout_.units()[u];
+    if (t.offset == unit.begin || staged_unit_ != u) {
+      state_.space_.fence();
+      state_.dp_.allgather(shard(u), staging_.data(), state_.shard_size(u));
+      if constexpr (!host_reachable) Kokkos::deep_copy(host_, staging_);
+      staged_unit_ = u;
+    }
+    return host_data() + (t.offset - unit.begin);
+  }
+
+  float* tensor_target(const TensorInfo& t) override {
+    const ShardUnit& unit = state_.layout_.units()[state_.layout_.unit_at(t.offset)];
+    return host_data() + (t.offset - unit.begin);
+  }
+
+  void commit_tensor(const TensorInfo& t) override {
+    const std::size_t u = state_.layout_.unit_at(t.offset);
+    const ShardUnit& unit = state_.layout_.units()[u];
+    // The tensor's elements that fall in the owned slice (all of them for whole weights).
+    const std::size_t own = state_.owned_begin(u), own_end = own + state_.shard_size(u);
+    const std::size_t first = whole_weights() ? t.offset : std::max(own, t.offset);
+    const std::size_t last = whole_weights() ? t.offset + t.numel : std::min(own_end, t.offset + t.numel);
+    if (first >= last) return;
+    float* to = whole_weights() ? state_.weights_.data() + first : shard(u) + (first - own);
+    const float* from = host_data() + (first - unit.begin);
+    Kokkos::deep_copy(Vec<float>(to, last - first),
+                      Kokkos::View<const float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(from, last - first));
+  }
+
+  std::size_t staging_bytes() const override { return 0; }  // the ZeroState's, counted there
+
+ private:
+  // Under stages 1–2 every rank holds all weights: nothing to gather, loads store whole tensors.
+  bool whole_weights() const { return kind_ == Kind::weights && state_.stage_ < 3; }
+  float* shard(std::size_t u) const {
+    switch (kind_) {
+      case Kind::weights:
+        return state_.weight_shard(u);
+      case Kind::exp_avg:
+        return state_.exp_avg_.data() + state_.shard_offset_[u];
+      case Kind::exp_avg_sq:
+        return state_.exp_avg_sq_.data() + state_.shard_offset_[u];
+    }
+    return nullptr;
+  }
+  float* host_data() const {
+    if constexpr (host_reachable) return staging_.data();
+    return host_.data();
+  }
+
+  ZeroState& state_;
+  Kind kind_;
+  Buffer<float>& staging_;
+  Kokkos::View<float*, HostSpace>& host_;
+  std::size_t staged_unit_ = std::size_t(-1);
+};
+
+ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int stage, Comm& dp)
+    : space_(space), layout_(layout), stage_(stage), dp_(dp), rank_(std::size_t(dp.rank())) {
+  if (layout.unit_align() % dp.size() != 0) {
+    throw std::logic_error("ZeroState needs a layout whose units are padded to a multiple of dp");
+  }
+  const ZeroSizes sizes = zero_sizes(layout, dp.size(), stage);
+  const Resident r = resident_sizes(layout, dp.size());
+  std::size_t shard = 0, resident = 0;
+  for (const ShardUnit& u : layout.units()) {
+    shard_offset_.push_back(shard);
+    shard += u.shard(dp.size());
+    resident_offset_.push_back(is_block(u) ? r.non_block : resident);
+    if (!is_block(u)) resident += u.size();
+  }
+  block_unit_size_ = r.block;
+  const std::size_t shards = stage == 3 ? shard : 0;
+  weights_ = Buffer<float>("meshtrain::zero::weights", sizes.weights - shards);
+  weight_shard_ = Buffer<float>("meshtrain::zero::weight_shard", shards);
+  const std::size_t grad_shards = stage >= 2 ? shard : 0;
+  grads_ = Buffer<float>("meshtrain::zero::grads", sizes.grads - grad_shards);
+  grad_shard_ = Buffer<float>("meshtrain::zero::grad_shard", grad_shards);
+  exp_avg_ = Buffer<float>("meshtrain::zero::exp_avg", sizes.moments);
+  exp_avg_sq_ = Buffer<float>("meshtrain::zero::exp_avg_sq", sizes.moments);
+  reduce_buffer_ = Buffer<float>("meshtrain::zero::reduce_buffer", sizes.reduce_buffer);
+  staging_ = Buffer<float>("meshtrain::zero::checkpoint_staging", sizes.staging);
+  if constexpr (!host_reachable) host_staging_ = Kokkos::View<float*, HostSpace>("meshtrain::zero::host_staging", sizes.staging);
+  next_unit_ = layout_.units().size();
+  using Kind = ShardSource::Kind;
+  for (Kind kind : {Kind::weights, Kind::exp_avg, Kind::exp_avg_sq}) {
+    sources_.push_back(std::make_unique<ShardSource>(*this, kind, staging_, host_staging_));
+  }
+}
+
+ZeroState::~ZeroState() = default;
+
+MemoryBytes ZeroState::memory() const {
+  ZeroSizes actual;
+  actual.weights = weights_.extent(0) + weight_shard_.extent(0);
+  actual.grads = grads_.extent(0) + grad_shard_.extent(0);
+  actual.moments = exp_avg_.extent(0);
+  actual.reduce_buffer = reduce_buffer_.extent(0);
+  actual.staging = staging_.extent(0) + host_staging_.extent(0);
+  MemoryBytes m = actual.bytes();
+  m[MemoryCategory::optimizer] = std::int64_t((exp_avg_.extent(0) + exp_avg_sq_.extent(0)) * sizeof(float));
+  return m;
+}
+
+float* ZeroState::unit_weights(std::size_t u) const {
+  if (stage_ < 3) return weights_.data() + layout_.units()[u].begin;
+  return weights_.data() + resident_offset_[u];
+}
+
+float* ZeroState::unit_grads(std::size_t u) const {
+  if (stage_ < 2) return grads_.data() + layout_.units()[u].begin;
+  return grads_.data() + resident_offset_[u];
+}
+
+float* ZeroState::weight_shard(std::size_t u) const {
+  if (stage_ < 3) return weights_.data() + owned_begin(u);
+  return weight_shard_.data() + shard_offset_[u];
+}
+
+float* ZeroState::grad_shard_data(std::size_t u) const {
+  if (stage_ < 2) return grads_.data() + owned_begin(u);
+  return grad_shard_.data() + shard_offset_[u];
+}
+
+Vec<float> ZeroState::grad_shard(std::size_t u) const { return Vec<float>(grad_shard_data(u), shard_size(u)); }
+
+float* ZeroState::weight(const TensorInfo& t) {
+  const std::size_t u = layout_.unit_at(t.offset);
+  return unit_weights(u) + (t.offset - layout_.units()[u].begin);
+}
+
+float* ZeroState::grad(const TensorInfo& t) {
+  const std::size_t u = layout_.unit_at(t.offset);
+  return unit_grads(u) + (t.offset - layout_.units()[u].begin);
+}
+
+void ZeroState::gather_unit(std::size_t u, float* into) {
+  space_.fence();  // the kernels that wrote the shard must be done before the collective reads it
+  dp_.allgather(weight_shard(u), into, shard_size(u));
+}
+
+void ZeroState::need_block(int block) {
+  if (stage_ < 3 || gathered_block_ == block) return;
+  const auto& units = layout_.units();
+  const auto it = std::find_if(units.begin(), units.end(), [&](const ShardUnit& u) { return u.block == block; });
+  if (it == units.end()) throw std::out_of_range("need_block: this stage holds no such block");
+  const std::size_t u = std::size_t(it - units.begin());
+  gather_unit(u, unit_weights(u));
+  gathered_block_ = block;
+}
+
+void ZeroState::gather_weights() {
+  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+    if (stage_ == 3 && is_block(layout_.units()[u])) continue;  // gathered on demand
+    gather_unit(u, unit_weights(u));
+  }
+  gathered_block_ = -1;
+}
+
+void ZeroState::initialize(std::uint64_t seed) {
+  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+    initialize_range(Vec<float>(weight_shard(u), shard_size(u)), layout_, seed, owned_begin(u));
+  }
+  gather_weights();
+}
+
+void ZeroState::zero_grads() {
+  Kokkos::deep_copy(space_, stage_ < 2 ? grads_ : grad_shard_, 0.0f);
+  pending_ = true;
+  next_unit_ = layout_.units().size();
+}
+
+void ZeroState::reduce_unit(std::size_t u) {
+  const std::size_t n = shard_size(u);
+  space_.fence();
+  dp_.reduce_scatter_sum(unit_grads(u), reduce_buffer_.data(), n);
+  const Vec<float> shard(grad_shard_data(u), n);
+  const CVec<float> reduced(reduce_buffer_.data(), n);
+  if (stage_ < 2) {
+    Kokkos::deep_copy(space_, shard, reduced);
+  } else {
+    // Sharded gradients accumulate over micro-batches; the unit's working gradients start again at 0.
+    accumulate(space_, shard, reduced, n);
+    Kokkos::deep_copy(space_, Vec<float>(unit_grads(u), layout_.units()[u].size()), 0.0f);
+  }
+}
+
+void ZeroState::ready_from(std::size_t offset) {
+  if (stage_ < 2 && !armed_) return;
+  const auto& units = layout_.units();
+  while (next_unit_ > 0 && units[next_unit_ - 1].begin >= offset) reduce_unit(--next_unit_);
+  if (next_unit_ > 0) return;
+  next_unit_ = units.size();  // the pass is complete
+  if (stage_ < 2) pending_ = false;
+}
+
+void ZeroState::finish() {
+  armed_ = false;
+  if (stage_ < 2 && pending_) {
+    while (next_unit_ > 0) reduce_unit(--next_unit_);
+    next_unit_ = layout_.units().size();
+  }
+  pending_ = false;
+  space_.fence();
+}
+
+double ZeroState::grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const {
+  double sum = 0;
+  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+    const std::size_t own = owned_begin(u), own_end = own + shard_size(u);
+    for (const TensorInfo& t : layout_.tensors()) {
+      const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.numel);
+      if (first >= last || !counted(t)) continue;
+      sum += squared_norm<float>(space_, Vec<float>(grad_shard_data(u) + (first - own), last - first), last - first);
+    }
+  }
+  return sum;
+}
+
+void ZeroState::update(const std::function<AdamWStep(const TensorInfo&)>& update_for) {
+  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+    const std::size_t own = owned_begin(u), own_end = own + shard_size(u);
+    for (const TensorInfo& t : layout_.tensors()) {
+      const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.numel);
+      if (first >= last) continue;
+      const std::size_t k = first - own, n = last - first;
+      const std::size_t moment = shard_offset_[u] + k;
+      adamw_update<float>(space_, Vec<float>(weight_shard(u) + k, n), Vec<float>(exp_avg_.data() + moment, n),
+                          Vec<float>(exp_avg_sq_.data() + moment, n), CVec<float>(grad_shard_data(u) + k, n), n,
+                          update_for(t));
+    }
+  }
+  gather_weights();
+}
+
+}  // namespace meshtrain
