@@ -112,6 +112,15 @@ Tensors allocate_and_carve(Buffer<Real>& buffer, const char* label, CarveFn carv
 
 }  // namespace
 
+std::size_t activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots) {
+  const ParameterLayout layout(model, tp, 0, place);
+  const LocalDims dims = local_dims(model, batch, tp, layout.stage_layers());
+  Carver<float> counter(nullptr);
+  for (int k = 0; k < slots; ++k) carve_activations(counter, dims);
+  carve_scratch(counter, dims);
+  return counter.used();
+}
+
 void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin) {
   const double B = batch, T = m.seq_len, C = m.d_model, V = m.vocab, NH = m.heads;
   // The largest single tensors the kernels index with int.

@@ -142,6 +142,10 @@ class Gpt2 {
 // memory than the machine has.
 void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin);
 
+// Elements of the activations (`slots` sets) and backward scratch a Gpt2 of this shape allocates:
+// what activation_bytes() will report, for the planner.
+std::size_t activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots);
+
 extern template class Gpt2<float>;
 extern template class Gpt2<double>;
 

@@ -1,18 +1,37 @@
-// Planned memory of one rank. PROVISIONAL: model states of stage 0 only, replaced by the ZeRO
-// state's own sizing in the ZeRO commit.
+// Planned memory of one rank: the sizes the trainer's objects will allocate, asked of the same
+// functions they size themselves with.
 #include "train/memory_plan.hpp"
 
-#include "model/parameters.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/schedule.hpp"
+#include "train/batch_loader.hpp"
+#include "train/progress.hpp"
+#include "train/state_source.hpp"
+#include "train/zero_state.hpp"
 
 namespace meshtrain {
 
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
-  const ParameterLayout layout(cfg.model, grid.tp, position.tp_rank, StagePlace{position.pp_rank, grid.pp});
-  const auto n = static_cast<std::int64_t>(layout.total());
+  const StagePlace place{position.pp_rank, grid.pp};
+  const int zero = cfg.parallel.zero;
+  const ParameterLayout layout(cfg.model, grid.tp, position.tp_rank, place, zero > 0 ? grid.dp : 1);
   MemoryBytes m;
-  m[MemoryCategory::weights] = 4 * n;
-  m[MemoryCategory::grads] = 4 * n;
-  m[MemoryCategory::optimizer] = 8 * n;
+  if (zero > 0) {
+    m = zero_sizes(layout, grid.dp, zero).bytes();
+  } else {
+    const auto n = std::int64_t(layout.total() * sizeof(float));
+    m[MemoryCategory::weights] = n;
+    m[MemoryCategory::grads] = n;
+    m[MemoryCategory::optimizer] = 2 * n;
+    m[MemoryCategory::workspace] = 3 * std::int64_t(FlatSource::staging_bytes_for(layout));
+  }
+  const int accum = accumulation_steps(cfg, grid.dp);
+  const int slots = grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp,
+                                                                          position.pp_rank, accum))
+                                : 1;
+  m[MemoryCategory::activations] +=
+      std::int64_t(sizeof(float) * activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place, slots));
+  m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
   return m;
 }
 

@@ -17,7 +17,11 @@ std::size_t largest_tensor(const ParameterLayout& layout) {
 }  // namespace
 
 FlatSource::FlatSource(Vec<float> flat, const ParameterLayout& layout)
-    : flat_(flat), staging_("meshtrain::checkpoint::staging", host_reachable ? 0 : largest_tensor(layout)) {}
+    : flat_(flat), staging_("meshtrain::checkpoint::staging", staging_bytes_for(layout) / sizeof(float)) {}
+
+std::size_t FlatSource::staging_bytes_for(const ParameterLayout& layout) {
+  return host_reachable ? 0 : largest_tensor(layout) * sizeof(float);
+}
 
 const float* FlatSource::read_tensor(const TensorInfo& t) {
   if constexpr (host_reachable) {

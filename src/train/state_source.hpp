@@ -34,6 +34,8 @@ class FlatSource final : public StateSource {
   float* tensor_target(const TensorInfo& t) override;
   void commit_tensor(const TensorInfo& t) override;
   std::size_t staging_bytes() const override { return staging_.extent(0) * sizeof(float); }
+  // What staging_bytes() will be for a layout.
+  static std::size_t staging_bytes_for(const ParameterLayout& layout);
 
  private:
   Vec<float> flat_;

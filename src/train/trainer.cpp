@@ -18,6 +18,7 @@
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
+#include "train/memory_report.hpp"
 #include "train/model_state.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/progress.hpp"
@@ -38,16 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Gradient accumulation steps: global_batch / (micro_batch × dp), which must be whole.
-int accumulation_steps(const Config& cfg, int dp) {
-  const int per_pass = cfg.train.micro_batch * dp;
-  if (cfg.train.global_batch % per_pass != 0) {
-    input_error("train.global_batch = {} is not divisible by train.micro_batch {} × dp {} = {}: choose a multiple of {}",
-                cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
-  }
-  return cfg.train.global_batch / per_pass;
 }
 
 io::TokenStream open_training_data(const Config& cfg) {
@@ -206,6 +197,10 @@ int train(const Config& cfg, MPI_Comm comm) {
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", stream.size(), stream.paths().size(),
                order.windows(), cfg.data.order);
     fmt::print("{}\n", effective_batch_line(B, dp, accum, T));
+  }
+  const std::string memory_start = memory_table(comm, grid, memory, "at start");
+  if (leader) {
+    fmt::print("{}", memory_start);
     std::fflush(stdout);
   }
   if (progress.step >= cfg.train.steps) {
@@ -272,6 +267,8 @@ int train(const Config& cfg, MPI_Comm comm) {
     report.mfu = cfg.log.peak_tflops > 0 ? report.model_flops_per_s / (cfg.log.peak_tflops * 1e12 * world) : 0;
     report.elapsed_s = elapsed;
     report.eta_s = elapsed / steps_this_job * double(cfg.train.steps - progress.step);
+    report.memory = &memory;
+    report.peak_rss = peak_rss_bytes();
     if (leader) {
       metrics.write(metrics_record(report));
       if (progress.step % cfg.log.every == 0 || progress.step == cfg.train.steps || progress.step == 1) {
@@ -302,14 +299,20 @@ int train(const Config& cfg, MPI_Comm comm) {
       if (leader) fmt::print("saved {} ({:.2f}s)\n", path, last_save_s);
     }
     if (!leave_reason.empty()) {
+      const std::string memory_end = memory_table(comm, grid, memory, "at the end");
       if (leader) {
+        fmt::print("{}", memory_end);
         fmt::print("leaving at step {} of {}: {}; resume with checkpoint.resume = auto (exit code {})\n", progress.step,
                    cfg.train.steps, leave_reason, exit_code::requeue);
       }
       return exit_code::requeue;
     }
   }
-  if (leader) fmt::print("finished {} steps in {}\n", cfg.train.steps, format_duration(seconds_since(job_start)));
+  const std::string memory_end = memory_table(comm, grid, memory, "at the end");
+  if (leader) {
+    fmt::print("{}", memory_end);
+    fmt::print("finished {} steps in {}\n", cfg.train.steps, format_duration(seconds_since(job_start)));
+  }
   return exit_code::finished;
 }
 

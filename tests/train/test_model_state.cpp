@@ -1,0 +1,122 @@
+// A rank's model states under ZeRO 0–3, run under mpiexec at 1, 2 and 4 ranks.
+//
+// For every layout of the world and every stage: the bytes the trainer's objects allocate equal,
+// category by category, what the planner computes (train/memory_plan.hpp); and each stage shrinks
+// what it promises, against counts worked out here from the tensor shapes alone: the moments are
+// Σ ⌈unit / dp⌉ per rank from stage 1, the gradients too (plus the working units) from stage 2, the
+// weights from stage 3.
+#include "train/model_state.hpp"
+
+#include "parallel/comm.hpp"
+#include "parallel/schedule.hpp"
+#include "parallel/topology.hpp"
+#include "train/batch_loader.hpp"
+#include "train/memory_plan.hpp"
+#include "train/pipeline_executor.hpp"
+#include "train/progress.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <map>
+#include <string>
+
+namespace meshtrain {
+namespace {
+
+Config small_config(int zero) {
+  Config cfg;
+  cfg.model.layers = 4;
+  cfg.model.heads = 4;
+  cfg.model.d_model = 24;
+  cfg.model.vocab = 53;
+  cfg.model.seq_len = 8;
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 8;
+  cfg.parallel.zero = zero;
+  return cfg;
+}
+
+// Elements of each shard unit (wte, wpe, h.l, ln_f) of a rank's piece, unpadded, by tensor name.
+std::map<std::string, std::size_t> unit_elements(const ParameterLayout& layout) {
+  std::map<std::string, std::size_t> units;
+  for (const TensorInfo& t : layout.tensors()) {
+    const std::string& n = t.name;
+    const std::string unit = n.rfind("h.", 0) == 0 ? n.substr(0, n.find('.', 2)) : n.substr(0, n.find('.'));
+    units[unit] += t.numel;
+  }
+  return units;
+}
+
+struct Expected {
+  std::size_t shards = 0, non_block = 0, block = 0;
+};
+
+Expected expected_counts(const ParameterLayout& layout, int dp) {
+  Expected e;
+  for (const auto& [name, n] : unit_elements(layout)) {
+    const std::size_t padded = (n + dp - 1) / dp * dp;
+    e.shards += padded / dp;
+    if (name.rfind("h.", 0) == 0) {
+      e.block = std::max(e.block, padded);
+    } else {
+      e.non_block += padded;
+    }
+  }
+  return e;
+}
+
+TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  ExecSpace space;
+  for (int tp = 1; tp <= world; tp *= 2) {
+    for (int pp = 1; tp * pp <= world; pp *= 2) {
+      const Layout grid{world / (tp * pp), tp, pp};
+      const Topology topology(MPI_COMM_WORLD, grid);
+      const auto dp_comm = make_mpi_comm(topology.dp_comm());
+      const auto tp_comm = make_mpi_comm(topology.tp_comm());
+      const GridPosition pos = topology.position();
+      const StagePlace place{pos.pp_rank, pp};
+      std::map<int, MemoryBytes> by_stage;
+      for (int zero = 0; zero <= 3; ++zero) {
+        SCOPED_TRACE(testing::Message() << "dp " << grid.dp << " tp " << tp << " pp " << pp << " zero " << zero);
+        const Config cfg = small_config(zero);
+        const int accum = accumulation_steps(cfg, grid.dp);
+        const int slots = pp > 1 ? PipelineExecutor::slots_needed(pipeline_schedule("1f1b", pp, pos.pp_rank, accum)) : 1;
+        ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
+        const MemoryBytes actual =
+            state.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
+        const MemoryBytes planned = planned_rank_memory(cfg, grid, pos);
+        for (int c = 0; c < memory_categories; ++c) {
+          EXPECT_EQ(actual.bytes[c], planned.bytes[c]) << category_name(MemoryCategory(c));
+        }
+        by_stage[zero] = actual;
+      }
+      const ParameterLayout piece(small_config(0).model, tp, pos.tp_rank, place);
+      const Expected e = expected_counts(piece, grid.dp);
+      const auto f = std::int64_t(sizeof(float));
+      const auto whole = std::int64_t(piece.total());
+      EXPECT_EQ(by_stage[0][MemoryCategory::optimizer], 2 * f * whole);
+      for (int zero = 1; zero <= 3; ++zero) {
+        SCOPED_TRACE(testing::Message() << "zero " << zero);
+        const MemoryBytes& m = by_stage[zero];
+        EXPECT_EQ(m[MemoryCategory::optimizer], 2 * f * std::int64_t(e.shards));
+        // Whole (padded) buffers below the stage that shards them; shard + working units from it.
+        const std::int64_t padded_whole = f * std::int64_t(e.shards) * grid.dp;
+        const std::int64_t sharded = f * std::int64_t(e.shards + e.non_block + e.block);
+        EXPECT_EQ(m[MemoryCategory::grads], zero >= 2 ? sharded : padded_whole);
+        EXPECT_EQ(m[MemoryCategory::weights], zero >= 3 ? sharded : padded_whole);
+        EXPECT_EQ(m[MemoryCategory::activations], by_stage[0][MemoryCategory::activations]);
+      }
+      if (grid.dp == 4) {
+        // Four ways: a quarter of stage 0's optimizer bytes, up to the padding of each unit.
+        const double ratio = double(by_stage[1][MemoryCategory::optimizer]) / double(by_stage[0][MemoryCategory::optimizer]);
+        EXPECT_NEAR(ratio, 0.25, 0.002);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain
