@@ -146,7 +146,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     }
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);
-    require_model_fits(cfg.model, B, 3, "the config");
+    require_model_fits(cfg.model, B, 3, "the config", parse_recompute(cfg.train.recompute));
     return open_training_data(cfg);
   });
   DataOrder order = agree_on_input(comm, [&] {
@@ -180,7 +180,7 @@ int train(const Config& cfg, MPI_Comm comm) {
   RankTiming timing;
 
   Gpt2<float> model(space, cfg.model, B, tp_comm.get(), place,
-                    grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1);
+                    grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1, parse_recompute(cfg.train.recompute));
   const ParameterLayout& layout = model.layout();
   Buffer<float> exp_avg("meshtrain::adamw::exp_avg", layout.total());
   Buffer<float> exp_avg_sq("meshtrain::adamw::exp_avg_sq", layout.total());
