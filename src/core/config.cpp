@@ -51,7 +51,8 @@ class KeyTable {
     add("train.time_limit", cfg.train.time_limit, "minutes this job may run; saves and leaves in time (0: none)");
     add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
     add("train.precision", cfg.train.precision, "fp32 | bf16 | fp16 (this build: fp32)");
-    add("train.recompute", cfg.train.recompute, "none | selective | full (this build: none)");
+    add("train.recompute", cfg.train.recompute,
+        "activation recomputation: none | selective (attention probabilities) | full (whole blocks)");
     add("optim.lr", cfg.optim.lr, "peak learning rate");
     add("optim.min_lr", cfg.optim.min_lr, "final learning rate of the cosine decay");
     add("optim.warmup_steps", cfg.optim.warmup_steps, "linear warm-up steps");
@@ -161,8 +162,7 @@ void validate(const Config& c) {
   if (c.train.seed < 0) input_error("train.seed = {} is invalid: it must be an integer >= 0", c.train.seed);
   require_one_of("train.precision", c.train.precision, {"fp32"},
                  " (bf16 and fp16 mixed precision are not available in this version)");
-  require_one_of("train.recompute", c.train.recompute, {"none"},
-                 " (activation recomputation is not available in this version)");
+  require_one_of("train.recompute", c.train.recompute, {"none", "selective", "full"});
 
   require_positive_real("optim.lr", c.optim.lr);
   require_non_negative("optim.min_lr", c.optim.min_lr);

@@ -84,10 +84,11 @@ void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> 
 
 }  // namespace detail
 
-// out [B*T*C] and att [B*NH*T*T] are written. qkv is [B*T*3C].
+// att [B*NH*T*T] ← P_h = causal_softmax(scale · Q_h K_hᵀ), the first half of attention_forward; on
+// its own it recomputes the probabilities for backward (selective recomputation), bit for bit.
 template <class Real>
-void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att,
-                       CVec<std::type_identity_t<Real>> qkv, int B, int T, int C, int NH) {
+void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv,
+                             int B, int T, int C, int NH) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   const int hs = C / NH;
   const int C3 = 3 * C;
@@ -103,6 +104,20 @@ void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att,
                                q + C, C3, hs, Real(0), att.data() + b * seq_att, T, tt, NH);
   }
   detail::causal_softmax_forward<Real>(space, att, B * NH * T, T);
+}
+
+// out [B*T*C] and att [B*NH*T*T] are written. qkv is [B*T*3C].
+template <class Real>
+void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att,
+                       CVec<std::type_identity_t<Real>> qkv, int B, int T, int C, int NH) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const long seq_qkv = static_cast<long>(T) * C3;
+  const long seq_att = static_cast<long>(NH) * T * T;
+  const long tt = static_cast<long>(T) * T;
+
+  attention_probabilities<Real>(space, att, qkv, B, T, C, NH);
   // O_h = P_h V_h, written into the head's columns of out.
   for (int b = 0; b < B; ++b) {
     const Real* v = qkv.data() + b * seq_qkv + 2 * C;

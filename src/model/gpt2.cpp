@@ -47,41 +47,65 @@ struct LocalDims {
   std::size_t Cl() const { return C / tp; }  // channels of the local heads
   std::size_t tp;
   int layers;  // blocks of this pipeline stage
+  bool head;   // the stage ends in ln_f, the output head and the loss (the last stage)
 };
 
-LocalDims local_dims(const ModelConfig& m, int batch, int tp, int layers) {
+LocalDims local_dims(const ModelConfig& m, int batch, int tp, int layers, bool head) {
   const std::size_t padded = (std::size_t(m.vocab) + tp - 1) / tp * tp;
   return {std::size_t(batch), std::size_t(m.seq_len), std::size_t(m.d_model), std::size_t(m.heads / tp),
-          std::size_t(batch) * m.seq_len, padded / tp, std::size_t(tp), layers};
+          std::size_t(batch) * m.seq_len, padded / tp, std::size_t(tp), layers, head};
 }
 
+// Which fields of a block's activations a carve takes from the buffer; the others are views of
+// another set (or empty).
+struct BlockFields {
+  bool att;     // the attention probabilities
+  bool rest;    // everything else backward reads
+  bool output;  // residual3: the next block's input, or the stage's output
+};
+
+// What each micro-batch keeps of a block under `recompute`, and what the one shared set holds.
+BlockFields kept_fields(Recompute r) { return {r == Recompute::none, r != Recompute::full, true}; }
+BlockFields shared_fields(Recompute r) { return {r != Recompute::none, r == Recompute::full, false}; }
+
+// One block's activations: the fields `take` names from `c`, the others the views of `other`.
 template <class Real>
-ActivationTensors<Real> carve_activations(Carver<Real>& c, const LocalDims& d) {
-  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, V = d.Vl, N = d.N;
+BlockActivations<Real> carve_block(Carver<Real>& c, const LocalDims& d, BlockFields take,
+                                   const BlockActivations<Real>& other = {}) {
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
+  auto pick = [&](bool taken, std::size_t count, const Vec<Real>& view) { return taken ? c.take(count) : view; };
+  BlockActivations<Real> b;
+  b.ln1 = pick(take.rest, N * C, other.ln1);
+  b.ln1_mean = pick(take.rest, N, other.ln1_mean);
+  b.ln1_rstd = pick(take.rest, N, other.ln1_rstd);
+  b.qkv = pick(take.rest, N * 3 * Cl, other.qkv);
+  b.atty = pick(take.rest, N * Cl, other.atty);
+  b.att = pick(take.att, B * NH * T * T, other.att);
+  b.residual2 = pick(take.rest, N * C, other.residual2);
+  b.ln2 = pick(take.rest, N * C, other.ln2);
+  b.ln2_mean = pick(take.rest, N, other.ln2_mean);
+  b.ln2_rstd = pick(take.rest, N, other.ln2_rstd);
+  b.fch = pick(take.rest, N * 4 * Cl, other.fch);
+  b.fch_gelu = pick(take.rest, N * 4 * Cl, other.fch_gelu);
+  b.residual3 = pick(take.output, N * C, other.residual3);
+  return b;
+}
+
+// One micro-batch's activations; its blocks keep what `recompute` says and share the rest.
+template <class Real>
+ActivationTensors<Real> carve_activations(Carver<Real>& c, const LocalDims& d, Recompute recompute,
+                                          const BlockActivations<Real>& shared) {
+  const std::size_t C = d.C, V = d.Vl, N = d.N;
   ActivationTensors<Real> a;
   a.encoded = c.take(N * C);
-  a.blocks.resize(d.layers);
-  for (auto& b : a.blocks) {
-    b.ln1 = c.take(N * C);
-    b.ln1_mean = c.take(N);
-    b.ln1_rstd = c.take(N);
-    b.qkv = c.take(N * 3 * Cl);
-    b.atty = c.take(N * Cl);
-    b.att = c.take(B * NH * T * T);
-    b.residual2 = c.take(N * C);
-    b.ln2 = c.take(N * C);
-    b.ln2_mean = c.take(N);
-    b.ln2_rstd = c.take(N);
-    b.fch = c.take(N * 4 * Cl);
-    b.fch_gelu = c.take(N * 4 * Cl);
-    b.residual3 = c.take(N * C);
-  }
+  for (int l = 0; l < d.layers; ++l) a.blocks.push_back(carve_block(c, d, kept_fields(recompute), shared));
+  a.proj = c.take(N * C);
+  if (!d.head) return a;
   a.lnf = c.take(N * C);
   a.lnf_mean = c.take(N);
   a.lnf_rstd = c.take(N);
   a.logits = c.take(N * V);
   a.losses = c.take(N);
-  a.proj = c.take(N * C);
   a.row_max = c.take(N);
   a.partials = c.take(2 * N);
   return a;
@@ -100,6 +124,28 @@ BackwardScratch<Real> carve_scratch(Carver<Real>& c, const LocalDims& d) {
   return s;
 }
 
+// What a rank holds once, whatever its slots: backward's scratch and the shared block set.
+template <class Real>
+struct RankScratch {
+  BackwardScratch<Real> backward;
+  BlockActivations<Real> shared;  // empty under Recompute::none
+};
+
+template <class Real>
+RankScratch<Real> carve_rank_scratch(Carver<Real>& c, const LocalDims& d, Recompute recompute) {
+  RankScratch<Real> s{carve_scratch(c, d), {}};
+  if (recompute != Recompute::none) s.shared = carve_block(c, d, shared_fields(recompute));
+  return s;
+}
+
+template <class Real>
+std::vector<ActivationTensors<Real>> carve_slots(Carver<Real>& c, const LocalDims& d, int slots, Recompute recompute,
+                                                 const BlockActivations<Real>& shared) {
+  std::vector<ActivationTensors<Real>> sets;
+  for (int k = 0; k < slots; ++k) sets.push_back(carve_activations(c, d, recompute, shared));
+  return sets;
+}
+
 // Allocates a buffer exactly as large as `carve` needs and carves it.
 template <class Real, class Tensors, class CarveFn>
 Tensors allocate_and_carve(Buffer<Real>& buffer, const char* label, CarveFn carve) {
@@ -112,16 +158,25 @@ Tensors allocate_and_carve(Buffer<Real>& buffer, const char* label, CarveFn carv
 
 }  // namespace
 
-std::size_t activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots) {
-  const ParameterLayout layout(model, tp, 0, place);
-  const LocalDims dims = local_dims(model, batch, tp, layout.stage_layers());
-  Carver<float> counter(nullptr);
-  for (int k = 0; k < slots; ++k) carve_activations(counter, dims);
-  carve_scratch(counter, dims);
-  return counter.used();
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  input_error("train.recompute = '{}' is invalid: valid values are none, selective, full", name);
 }
 
-void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin) {
+ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
+                                         Recompute recompute) {
+  const int layers = ParameterLayout(model, tp, 0, place).stage_layers();
+  const LocalDims dims = local_dims(model, batch, tp, layers, place.last());
+  Carver<float> kept(nullptr), scratch(nullptr);
+  const BlockActivations<float> shared = carve_rank_scratch(scratch, dims, recompute).shared;
+  carve_slots(kept, dims, slots, recompute, shared);
+  return {kept.used(), scratch.used()};
+}
+
+void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin,
+                        Recompute recompute) {
   const double B = batch, T = m.seq_len, C = m.d_model, V = m.vocab, NH = m.heads;
   // The largest single tensors the kernels index with int.
   const double largest = std::max({B * T * V, B * NH * T * T, B * T * 4 * C, V * C, 4 * C * C});
@@ -130,13 +185,9 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
                 "elements, more than the 2^31 − 1 one tensor may hold: make it smaller",
                 origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
   }
-  Carver<float> activations(nullptr), scratch(nullptr);
-  const LocalDims dims = local_dims(m, batch, 1, m.layers);
-  carve_activations(activations, dims);
-  carve_scratch(scratch, dims);
+  const ActivationSizes activations = gpt2_activation_elements(m, batch, 1, {}, 1, recompute);
   const double parameters = double(ParameterLayout(m).total());
-  const double bytes =
-      sizeof(float) * (parameters * (1 + state_buffers) + double(activations.used()) + double(scratch.used()));
+  const double bytes = sizeof(float) * (parameters * (1 + state_buffers) + double(activations.total()));
   if constexpr (std::is_same_v<MemSpace, HostSpace>) {
     const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (bytes > physical) {
@@ -150,12 +201,13 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
 
 template <class Real>
 Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,
-                 ParameterStore<Real>* store)
+                 Recompute recompute, ParameterStore<Real>* store)
     : space_(space),
       tp_(tp != nullptr && tp->size() > 1 ? tp : nullptr),
       store_(store),
       layout_(store ? store->layout() : ParameterLayout(model, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0, place)),
       batch_(batch),
+      recompute_(recompute),
       weights_("meshtrain::gpt2::weights", store ? 0 : layout_.total()),
       grads_("meshtrain::gpt2::grads", store ? 0 : layout_.total()) {
   for (int l = 0; l < layout_.stage_layers(); ++l) {
@@ -169,15 +221,14 @@ Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Co
     params_ = ParameterTensors<Real>::bind(weights(), layout_);
     dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
   }
-  const LocalDims dims = local_dims(model, batch, layout_.tp(), layout_.stage_layers());
+  const LocalDims dims = local_dims(model, batch, layout_.tp(), layout_.stage_layers(), place.last());
+  const RankScratch<Real> rank = allocate_and_carve<Real, RankScratch<Real>>(
+      scratch_buffer_, "meshtrain::gpt2::backward_scratch",
+      [&](Carver<Real>& c) { return carve_rank_scratch(c, dims, recompute); });
+  scratch_ = rank.backward;
   slots_ = allocate_and_carve<Real, std::vector<ActivationTensors<Real>>>(
-      activation_buffer_, "meshtrain::gpt2::activations", [&](Carver<Real>& c) {
-        std::vector<ActivationTensors<Real>> sets;
-        for (int k = 0; k < slots; ++k) sets.push_back(carve_activations(c, dims));
-        return sets;
-      });
-  scratch_ = allocate_and_carve<Real, BackwardScratch<Real>>(
-      scratch_buffer_, "meshtrain::gpt2::backward_scratch", [&](Carver<Real>& c) { return carve_scratch(c, dims); });
+      activation_buffer_, "meshtrain::gpt2::activations",
+      [&](Carver<Real>& c) { return carve_slots(c, dims, slots, recompute, rank.shared); });
 }
 
 template <class Real>
@@ -198,7 +249,7 @@ void Gpt2<Real>::stage_forward(int slot, CVec<int> inputs) {
   const auto& m = model();
   const StagePlace& place = layout_.place();
   const int B = batch_, T = m.seq_len, C = m.d_model, N = B * T;
-  const int tp = layout_.tp(), Cl = C / tp, NH = m.heads / tp, Vl = layout_.padded_vocab() / tp;
+  const int Vl = layout_.padded_vocab() / layout_.tp();
   auto& a = slots_[slot];
   const auto& p = params_;
   if (place.first()) {
@@ -208,32 +259,55 @@ void Gpt2<Real>::stage_forward(int slot, CVec<int> inputs) {
     tp_sum(a.encoded);
   }
   CVec<Real> x = a.encoded;
-  const CVec<Real> no_bias;
   for (int l = 0; l < layout_.stage_layers(); ++l) {
     need_block(l);
-    const auto& w = p.blocks[l];
-    const auto& s = a.blocks[l];
-    layernorm_forward(space_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
-    matmul_forward<Real>(space_, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
-    attention_forward(space_, s.atty, s.att, s.qkv, B, T, Cl, NH);
-    matmul_forward<Real>(space_, a.proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
-    tp_sum(a.proj);
-    add_bias(space_, a.proj, w.attproj_b, N, C);
-    residual_forward(space_, s.residual2, x, a.proj, N * C);
-    layernorm_forward(space_, s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2_w, w.ln2_b, N, C);
-    matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
-    gelu_forward(space_, s.fch_gelu, s.fch, N * 4 * Cl);
-    matmul_forward<Real>(space_, a.proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
-    tp_sum(a.proj);
-    add_bias(space_, a.proj, w.fcproj_b, N, C);
-    residual_forward(space_, s.residual3, s.residual2, a.proj, N * C);
-    x = s.residual3;
+    block_forward(l, x, a.blocks[l], a.proj, true);
+    x = a.blocks[l].residual3;
   }
+  resident_ = {slot, layout_.stage_layers() - 1};
   if (!place.last()) return;
   layernorm_forward(space_, a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnf_w, p.lnf_b, N, C);
   // Tied output head: logits = lnf · wteᵀ, this rank's vocabulary columns.
   gemm<Real>(space_, Trans::no, Trans::yes, {N, Vl, C}, Real(1), a.lnf.data(), C, p.wte.data(), C, Real(0),
              a.logits.data(), Vl);
+}
+
+template <class Real>
+void Gpt2<Real>::block_forward(int l, CVec<Real> x, const BlockActivations<Real>& s, Vec<Real> proj, bool to_output) {
+  const auto& m = model();
+  const int B = batch_, T = m.seq_len, C = m.d_model, N = B * T;
+  const int Cl = C / layout_.tp(), NH = m.heads / layout_.tp();
+  const auto& w = params_.blocks[l];
+  const CVec<Real> no_bias;
+  layernorm_forward(space_, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
+  matmul_forward<Real>(space_, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+  attention_forward(space_, s.atty, s.att, s.qkv, B, T, Cl, NH);
+  matmul_forward<Real>(space_, proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
+  tp_sum(proj);
+  add_bias(space_, proj, w.attproj_b, N, C);
+  residual_forward(space_, s.residual2, x, proj, N * C);
+  layernorm_forward(space_, s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2_w, w.ln2_b, N, C);
+  matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
+  gelu_forward(space_, s.fch_gelu, s.fch, N * 4 * Cl);
+  if (!to_output) return;
+  matmul_forward<Real>(space_, proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
+  tp_sum(proj);
+  add_bias(space_, proj, w.fcproj_b, N, C);
+  residual_forward(space_, s.residual3, s.residual2, proj, N * C);
+}
+
+template <class Real>
+void Gpt2<Real>::recompute_block(int slot, int l) {
+  if (recompute_ == Recompute::none || resident_ == std::pair{slot, l}) return;
+  const auto& m = model();
+  const auto& a = slots_[slot];
+  const auto& s = a.blocks[l];
+  if (recompute_ == Recompute::selective) {
+    attention_probabilities(space_, s.att, s.qkv, batch_, m.seq_len, m.d_model / layout_.tp(), m.heads / layout_.tp());
+  } else {
+    block_forward(l, l == 0 ? a.encoded : a.blocks[l - 1].residual3, s, a.proj, false);
+  }
+  resident_ = {slot, l};
 }
 
 template <class Real>
@@ -312,6 +386,7 @@ void Gpt2<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& rea
     const auto& dw = g.blocks[l];
     const auto& s = a.blocks[l];
     CVec<Real> x = l == 0 ? a.encoded : a.blocks[l - 1].residual3;
+    recompute_block(slot, l);
     // MLP branch; d.dresidual holds dL/d residual3 and becomes dL/d residual2.
     matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.dresidual, s.fch_gelu, w.fcproj_w, N, 4 * Cl, C);
     bias_backward(space_, dw.fcproj_b, d.dresidual, N, C);

@@ -16,10 +16,32 @@
 #include "parallel/comm.hpp"
 
 #include <functional>
+#include <string>
+#include <utility>
 
 namespace meshtrain {
 
-// Activations one block keeps for its backward pass.
+// Activation recomputation (train.recompute): what each block keeps, per micro-batch, between its
+// forward and its backward. Gradients are bitwise those of `none` in every mode: a recomputation
+// runs the same kernels on the same inputs.
+//   none       every activation backward reads.
+//   selective  all but the attention probabilities att (B·NH·T·T, the largest for long contexts):
+//              forward leaves them in one buffer shared by all blocks, and backward recomputes them
+//              from the kept qkv (Megatron's selective recomputation; costs two attention GEMMs and a
+//              softmax per block).
+//   full       only the block's input (N·C; the previous block's output): every other activation
+//              lives in one block set per rank, into which backward re-runs the block's forward
+//              (all but the MLP's c_proj, whose output backward does not read; with tensor
+//              parallelism that includes the attention's sum over the group).
+// Backward skips the recomputation of the block whose activations are still in the shared set
+// (the last block right after its forward).
+enum class Recompute { none, selective, full };
+
+// "none", "selective", "full"; anything else is an InputError naming train.recompute.
+Recompute parse_recompute(const std::string& name);
+
+// Activations one block keeps for its backward pass. Under recomputation the fields a block does not
+// keep are views of the shared set (see Recompute).
 template <class Real>
 struct BlockActivations {
   Vec<Real> ln1;        // (N, C)
@@ -62,19 +84,33 @@ struct BackwardScratch {
   Vec<Real> dfch;       // (N, 4C)
 };
 
+// Elements of one rank's activation buffers: `kept`, the activations of all pipeline slots, and
+// `scratch`, backward's scratch plus the block set shared under recomputation (once per rank).
+struct ActivationSizes {
+  std::size_t kept = 0;
+  std::size_t scratch = 0;
+  std::size_t total() const { return kept + scratch; }
+};
+
+// What Gpt2 allocates for these arguments (the same carving code, without allocating).
+ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
+                                         Recompute recompute);
+
 template <class Real>
 class Gpt2 {
  public:
   // `tp` is the tensor-parallel group (none: the whole model on this rank); `place` the pipeline
-  // stage this rank computes; `slots` how many micro-batches' activations it keeps at once.
-  // `store`: where weights and gradients live (ZeRO); none: the model owns flat buffers of them,
-  // weights() and grads().
+  // stage this rank computes; `slots` how many micro-batches' activations it keeps at once;
+  // `recompute` which of them backward recomputes instead. `store`: where weights and gradients
+  // live (ZeRO); none: the model owns flat buffers of them, weights() and grads().
   Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
-       int slots = 1, ParameterStore<Real>* store = nullptr);
+       int slots = 1, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr);
 
   const ParameterLayout& layout() const { return layout_; }
   const ModelConfig& model() const { return layout_.model(); }
   int batch() const { return batch_; }
+  Recompute recompute() const { return recompute_; }
+  ActivationSizes activation_elements() const { return {activation_buffer_.extent(0), scratch_buffer_.extent(0)}; }
   // The flat buffers, when the model owns them (no store); empty otherwise.
   Vec<Real> weights() const { return slice(weights_, 0, weights_.extent(0)); }
   Vec<Real> grads() const { return slice(grads_, 0, grads_.extent(0)); }
@@ -113,6 +149,11 @@ class Gpt2 {
 
  private:
   void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale);
+  // Block l (of this stage) from its input x into s, using `proj` as c_proj's output. Without
+  // `to_output` it stops once s holds what backward reads (before the MLP's c_proj).
+  void block_forward(int l, CVec<Real> x, const BlockActivations<Real>& s, Vec<Real> proj, bool to_output);
+  // Makes the shared set hold what block l's backward reads for `slot` (see Recompute).
+  void recompute_block(int slot, int l);
   // Σ over the tensor-parallel group, in place (nothing without one).
   void tp_sum(Vec<Real> x);
   void need_block(int l) {
@@ -126,6 +167,8 @@ class Gpt2 {
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
   std::size_t lnf_offset_ = 0;
   int batch_;
+  Recompute recompute_;
+  std::pair<int, int> resident_{-1, -1};  // (slot, block) whose activations the shared set holds
   Buffer<Real> weights_;
   Buffer<Real> grads_;
   Buffer<Real> activation_buffer_;
@@ -138,13 +181,10 @@ class Gpt2 {
 
 // Throws InputError, naming `origin` (e.g. "the config" or a checkpoint path), when the model cannot
 // be built: a tensor too large for the kernels' 32-bit sizes, or weights, `state_buffers` more flat
-// parameter-sized buffers (gradients, moments) and the activations of `batch` sequences that need more
-// memory than the machine has.
-void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin);
-
-// Elements of the activations (`slots` sets) and backward scratch a Gpt2 of this shape allocates:
-// what activation_bytes() will report, for the planner.
-std::size_t activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots);
+// parameter-sized buffers (gradients, moments) and the activations of `batch` sequences (kept as
+// `recompute` says) that need more memory than the machine has.
+void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin,
+                        Recompute recompute = Recompute::none);
 
 extern template class Gpt2<float>;
 extern template class Gpt2<double>;

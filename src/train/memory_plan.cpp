@@ -29,8 +29,9 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const int slots = grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp,
                                                                           position.pp_rank, accum))
                                 : 1;
-  m[MemoryCategory::activations] +=
-      std::int64_t(sizeof(float) * activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place, slots));
+  const ActivationSizes activations = gpt2_activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place, slots,
+                                                               parse_recompute(cfg.train.recompute));
+  m[MemoryCategory::activations] += std::int64_t(sizeof(float) * activations.total());
   m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
   return m;
 }

@@ -45,7 +45,8 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       groups_(groups),
       zero_(cfg.parallel.zero),
       sharded_(sharded_state(space, cfg, groups, place)),
-      model_(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots, sharded_.get()) {
+      model_(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots, parse_recompute(cfg.train.recompute),
+             sharded_.get()) {
   if (sharded_) return;
   const std::size_t n = model_.layout().total();
   exp_avg_ = Buffer<float>("meshtrain::adamw::exp_avg", n);

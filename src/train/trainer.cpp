@@ -121,7 +121,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     }
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);
-    require_model_fits(cfg.model, B, 3, "the config");
+    require_model_fits(cfg.model, B, 3, "the config", parse_recompute(cfg.train.recompute));
     return open_training_data(cfg);
   });
   DataOrder order = agree_on_input(comm, [&] {

@@ -299,6 +299,10 @@ class BadInput(CliCase):
         p = self.rejects({"train.precision": "bf16"}, needles=["train.precision", "bf16"])
         self.assertRegex(p.stderr, r"not (yet )?(available|supported|implemented)", "must say bf16 is not available")
 
+    def test_recompute_unknown_mode(self):
+        self.rejects({"train.recompute": "partial"},
+                     needles=["train.recompute", "partial", "none", "selective", "full"])
+
     def test_tensor_parallel(self):
         self.rejects({"parallel.tp": 2}, needles=["parallel.tp"])
 

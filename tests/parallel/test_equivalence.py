@@ -8,9 +8,15 @@ weights agree to --wtol.
 
 A layout written A/B trains the first steps under A, leaves (train.stop_after, exit 3) and resumes
 from A's checkpoint under B to the end: checkpoints are layout-free, so the run is the same.
+An item SECTION.KEY=VALUE of a layout sets that key for it (e.g. tp=2,train.recompute=full).
+
+With --reference LAYOUT the runs are compared with that layout's instead of one rank's; with
+--exact every loss, grad norm and final weight must be bitwise equal (for runs that compute the
+same sums in the same order, such as activation recomputation against none).
 
 usage: test_equivalence.py --meshtrain BIN --mpiexec MPIEXEC --workdir DIR --layout dp=2 [--layout dp=2,tp=2 ...]
        [--layout tp=2/dp=2 ...] [--set SECTION.KEY=VALUE ...] [--rtol 1e-5] [--wtol 3e-5]
+       [--reference LAYOUT] [--exact]
 """
 import argparse
 import json
@@ -63,7 +69,7 @@ def launch(args, layout):
         key, _, value = item.partition("=")
         if key in ("dp", "tp", "pp"):
             world *= int(value)
-        flags += [f"--parallel.{key}", value]
+        flags += [f"--{key}" if "." in key else f"--parallel.{key}", value]
     return args.mpiexec.split() + ["-n", str(world), args.meshtrain, "train"], flags
 
 
@@ -100,7 +106,11 @@ def main():
     # 1 % of one step of lr 3e-3: AdamW divides by sqrt(v), so elements with tiny gradients move a
     # whole step on rounding-level differences of the gradient; the bulk agrees to ~1e-6.
     ap.add_argument("--wtol", type=float, default=3e-5)
+    ap.add_argument("--reference", default="", help="the layout to compare with (default: one rank)")
+    ap.add_argument("--exact", action="store_true", help="require bitwise equality")
     args = ap.parse_args()
+    if args.exact:
+        args.rtol = args.wtol = 0.0
 
     cfg = {section: dict(keys) for section, keys in BASE.items()}
     gpt2_torch.apply_sets(cfg, args.set)
@@ -119,7 +129,7 @@ def main():
     common = ["--config", ini, "--data.train", shard, "--checkpoint.init_weights", init,
               "--checkpoint.resume", "never"]
 
-    ref_metrics, ref_weights, _ = train(args, work, "single", "", common)
+    ref_metrics, ref_weights, _ = train(args, work, "reference", args.reference, common)
     failures = []
     for layout in args.layout:
         name = layout.replace(",", "_").replace("=", "").replace("/", "_then_")
@@ -130,21 +140,31 @@ def main():
             rel_norm = abs(q["grad_norm"] - r["grad_norm"]) / abs(r["grad_norm"])
             print(f"  step {r['step']}: loss {r['loss']:.8f} vs {q['loss']:.8f} ({rel_loss:.1e}), "
                   f"grad norm {r['grad_norm']:.6f} vs {q['grad_norm']:.6f} ({rel_norm:.1e})")
-            if rel_loss > args.rtol or rel_norm > 10 * args.rtol:
+            if rel_loss > args.rtol or rel_norm > 10 * args.rtol:  # both 0 under --exact
                 failures.append(f"{layout} step {r['step']}: loss {q['loss']} vs {r['loss']}, "
                                 f"grad norm {q['grad_norm']} vs {r['grad_norm']}")
         if len(metrics) != len(ref_metrics):
-            failures.append(f"{layout}: {len(metrics)} steps, single rank {len(ref_metrics)}")
+            failures.append(f"{layout}: {len(metrics)} steps, the reference {len(ref_metrics)}")
         C = m["d_model"]
+        if set(weights) != set(ref_weights):
+            failures.append(f"{layout}: tensors {sorted(set(weights) ^ set(ref_weights))} are not in both")
+            continue
+        if args.exact:
+            differ = [k for k in ref_weights if weights[k].tobytes() != ref_weights[k].tobytes()]
+            print(f"  final weights: {len(differ)} of {len(ref_weights)} tensors differ")
+            if differ:
+                failures.append(f"{layout}: final weights of {', '.join(differ[:5])} … are not bitwise equal")
+            continue
         worst = max(float(np.max(np.abs(comparable(k, weights[k], C) - comparable(k, ref_weights[k], C))))
                     for k in ref_weights)
         print(f"  final weights: max |difference| {worst:.2e}")
-        if worst > args.wtol or set(weights) != set(ref_weights):
+        if worst > args.wtol:
             failures.append(f"{layout}: final weights differ by {worst:.2e}")
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"OK: {', '.join(args.layout)} train as one rank does")
+    print(f"OK: {', '.join(args.layout)} train as {args.reference or 'one rank'} does"
+          f"{' (bitwise)' if args.exact else ''}")
     return 0
 
 

@@ -92,6 +92,17 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           EXPECT_EQ(actual.bytes[c], planned.bytes[c]) << category_name(MemoryCategory(c));
         }
         by_stage[zero] = actual;
+        // Recomputation changes the activations only, and the planner follows.
+        for (const char* mode : {"selective", "full"}) {
+          Config recomputing = cfg;
+          recomputing.train.recompute = mode;
+          ModelState other(space, recomputing, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place,
+                           slots);
+          const MemoryBytes a = other.memory(), p = planned_rank_memory(recomputing, grid, pos);
+          EXPECT_EQ(a[MemoryCategory::activations], p[MemoryCategory::activations]) << mode;
+          EXPECT_LT(a[MemoryCategory::activations], actual[MemoryCategory::activations]) << mode;
+          EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << mode;
+        }
       }
       const ParameterLayout piece(small_config(0).model, tp, pos.tp_rank, place);
       const Expected e = expected_counts(piece, grid.dp);

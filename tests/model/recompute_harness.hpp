@@ -1,0 +1,159 @@
+// Shared by the recomputation tests: drives one Gpt2 the way the pipeline executor does (several
+// micro-batches' forwards in their slots, then their backwards in another order) and records
+// everything a caller can observe — losses, stage outputs, input gradients, parameter gradients — so
+// that the runs of two recomputation modes can be compared bit for bit.
+#pragma once
+
+#include "model/gpt2.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace meshtrain::test {
+
+// A value in [-1, 1) from (tensor name, global element index): the same on every tensor-parallel rank
+// that holds the element, whatever the layout.
+inline double hashed_unit(const std::string& name, std::int64_t index) {
+  std::uint64_t z = std::hash<std::string>{}(name) ^ (std::uint64_t(index) * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) / double(1ull << 52) - 1.0;
+}
+
+// Weights with non-trivial LayerNorm and bias values, so every gradient path carries signal.
+template <class Real>
+void fill_weights(Gpt2<Real>& model) {
+  auto w = Kokkos::create_mirror_view(model.weights());
+  for (const TensorInfo& t : model.layout().tensors()) {
+    const double base = t.init == InitKind::ones ? 1.0 : 0.0;
+    const double scale = t.shape.size() >= 2 ? 0.3 : 0.1;
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      const std::int64_t g = t.global_index(i);
+      w(t.offset + i) = g < 0 ? Real(0) : Real(base + scale * hashed_unit(t.name, g));
+    }
+  }
+  Kokkos::deep_copy(model.weights(), w);
+}
+
+template <class Real>
+std::vector<Real> to_host(CVec<Real> v) {
+  std::vector<Real> out(v.extent(0));
+  using Host = Kokkos::View<Real*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Kokkos::deep_copy(Host(out.data(), out.size()), v);
+  return out;
+}
+
+template <class Real>
+void from_host(Vec<Real> v, const std::vector<Real>& values) {
+  Kokkos::deep_copy(v, Kokkos::View<const Real*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                           values.data(), values.size()));
+}
+
+template <class Real>
+struct Observed {
+  std::vector<Real> losses;                    // last stage: each micro-batch's loss
+  std::vector<std::vector<Real>> outputs;      // not last: each micro-batch's stage output
+  std::vector<std::vector<Real>> input_grads;  // not first: each micro-batch's input gradient
+  std::vector<Real> grads;                     // the parameter gradients, accumulated over all
+  ActivationSizes sizes;                       // what the model allocated
+};
+
+// Two rounds over `slots` micro-batches: forwards 0, 1, …, then backwards in reverse (the 1F1B/GPipe
+// cool-down order), then again with backwards in forward order. Stage inputs and output gradients
+// (what a pipeline neighbour would send) and tokens are drawn from fixed seeds, so they are the
+// same for every mode and on every tensor-parallel rank.
+template <class Real>
+Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace place, int slots, Recompute recompute,
+                                 Comm* tp = nullptr) {
+  ExecSpace space;
+  Gpt2<Real> model(space, m, batch, tp, place, slots, recompute);
+  fill_weights(model);
+  model.zero_grads();
+  const int N = batch * m.seq_len;
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<int> token(0, m.vocab - 1);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto draw = [&](std::size_t n, double scale) {
+    std::vector<Real> v(n);
+    for (auto& x : v) x = Real(scale * normal(rng));
+    return v;
+  };
+  std::vector<Buffer<int>> inputs, targets;
+  for (int k = 0; k < slots; ++k) {
+    inputs.emplace_back("inputs", N);
+    targets.emplace_back("targets", N);
+    std::vector<int> in(N), tg(N);
+    for (int i = 0; i < N; ++i) {
+      in[i] = token(rng);
+      tg[i] = token(rng);
+    }
+    Kokkos::deep_copy(inputs.back(), Kokkos::View<const int*, Kokkos::HostSpace>(in.data(), N));
+    Kokkos::deep_copy(targets.back(), Kokkos::View<const int*, Kokkos::HostSpace>(tg.data(), N));
+  }
+  const std::size_t NC = std::size_t(N) * m.d_model;
+  Observed<Real> seen;
+  for (int round = 0; round < 2; ++round) {
+    for (int k = 0; k < slots; ++k) {
+      if (!place.first()) from_host(model.stage_input(k), draw(NC, 1.0));
+      model.stage_forward(k, CVec<int>(inputs[k].data(), N));
+      if (place.last()) {
+        seen.losses.push_back(model.stage_loss(k, CVec<int>(targets[k].data(), N), Real(1) / Real(N * slots)));
+      } else {
+        space.fence();
+        seen.outputs.push_back(to_host(model.stage_output(k)));
+      }
+    }
+    for (int j = 0; j < slots; ++j) {
+      const int k = round == 0 ? slots - 1 - j : j;
+      if (!place.last()) from_host(model.output_gradient(), draw(NC, 1e-2));
+      model.stage_backward(k, CVec<int>(inputs[k].data(), N));
+      space.fence();
+      if (!place.first()) seen.input_grads.push_back(to_host(model.input_gradient()));
+    }
+  }
+  space.fence();
+  seen.grads = to_host(CVec<Real>(model.grads()));
+  seen.sizes = model.activation_elements();
+  return seen;
+}
+
+// Bitwise equality, reporting the first element that differs and by how much.
+template <class Real>
+void expect_identical(const std::vector<Real>& expected, const std::vector<Real>& actual, const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  ASSERT_FALSE(expected.empty()) << what << ": nothing was compared";
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (std::memcmp(&expected[i], &actual[i], sizeof(Real)) != 0) {
+      FAIL() << what << "[" << i << "]: " << actual[i] << " instead of " << expected[i] << " (difference "
+             << actual[i] - expected[i] << ")";
+    }
+  }
+}
+
+template <class Real>
+void expect_same_run(const Observed<Real>& none, const Observed<Real>& other, StagePlace place,
+                     const std::string& mode) {
+  if (place.last()) {
+    expect_identical(none.losses, other.losses, mode + " losses");
+  } else {
+    for (std::size_t k = 0; k < none.outputs.size(); ++k) {
+      expect_identical(none.outputs[k], other.outputs[k], mode + " stage output " + std::to_string(k));
+    }
+  }
+  if (!place.first()) {
+    for (std::size_t k = 0; k < none.input_grads.size(); ++k) {
+      expect_identical(none.input_grads[k], other.input_grads[k], mode + " input gradient " + std::to_string(k));
+    }
+  }
+  expect_identical(none.grads, other.grads, mode + " gradients");
+}
+
+}  // namespace meshtrain::test

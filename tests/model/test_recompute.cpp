@@ -1,0 +1,147 @@
+// Activation recomputation on one rank: selective and full give bitwise the losses, stage outputs,
+// input gradients and parameter gradients of none, for whole models and for first, middle and last
+// pipeline stages with several micro-batches in flight; and they allocate what the formulas below,
+// written out independently of the carving code, say.
+#include "recompute_harness.hpp"
+
+#include "core/errors.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace meshtrain {
+namespace {
+
+struct Case {
+  ModelConfig model;  // L H C V T
+  int batch;
+  StagePlace place;
+  int slots;
+};
+
+std::string describe(const Case& c) {
+  const ModelConfig& m = c.model;
+  return fmt::format("L{} H{} C{} V{} T{} B{} stage {}/{} slots {}", m.layers, m.heads, m.d_model, m.vocab, m.seq_len,
+                     c.batch, c.place.stage, c.place.stages, c.slots);
+}
+
+const Case cases[] = {
+    {{3, 2, 8, 11, 5}, 2, {0, 1}, 1},   // the whole model, one micro-batch
+    {{3, 2, 8, 11, 5}, 2, {0, 1}, 2},   // … two in flight
+    {{2, 3, 12, 7, 4}, 3, {0, 1}, 3},   // head size 4, odd vocabulary
+    {{1, 1, 6, 5, 16}, 1, {0, 1}, 2},   // one block, one head, longer context
+    {{5, 2, 8, 13, 6}, 2, {0, 3}, 2},   // first stage (blocks 0, 1)
+    {{5, 2, 8, 13, 6}, 2, {1, 3}, 3},   // middle stage (blocks 1..3 of 5: 2 blocks)
+    {{5, 2, 8, 13, 6}, 2, {2, 3}, 2},   // last stage
+    {{4, 4, 16, 9, 7}, 1, {1, 4}, 2},   // a middle stage of one block
+};
+
+template <class Real>
+void expect_modes_agree(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  const auto none = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, Recompute::none);
+  std::size_t nonzero = 0;
+  for (Real g : none.grads) nonzero += g != Real(0);
+  ASSERT_GT(nonzero, none.grads.size() / 2) << "the gradients are mostly zero: the comparison would prove nothing";
+  for (Recompute mode : {Recompute::selective, Recompute::full}) {
+    const std::string name = mode == Recompute::selective ? "selective" : "full";
+    const auto other = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, mode);
+    test::expect_same_run(none, other, c.place, name);
+    EXPECT_LT(other.sizes.total(), none.sizes.total()) << name << " must allocate less than none";
+  }
+}
+
+TEST(Recompute, FloatIdenticalToNone) {
+  for (const Case& c : cases) expect_modes_agree<float>(c);
+}
+
+TEST(Recompute, DoubleIdenticalToNone) {
+  for (const Case& c : cases) expect_modes_agree<double>(c);
+}
+
+TEST(Recompute, ParsesTheConfigValues) {
+  EXPECT_EQ(parse_recompute("none"), Recompute::none);
+  EXPECT_EQ(parse_recompute("selective"), Recompute::selective);
+  EXPECT_EQ(parse_recompute("full"), Recompute::full);
+  try {
+    parse_recompute("Full");
+    FAIL() << "an unknown mode must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.recompute"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("selective"), std::string::npos) << e.what();
+  }
+}
+
+// The element counts, written out per tensor from gpt2.hpp's shape comments.
+ActivationSizes expected_sizes(const ModelConfig& m, int batch, int tp, StagePlace place, int slots, Recompute r) {
+  const std::size_t B = batch, T = m.seq_len, C = m.d_model, N = B * T, Cl = C / tp, NH = m.heads / tp;
+  const std::size_t Vl = (std::size_t(m.vocab) + tp - 1) / tp;  // padded vocabulary rows per rank
+  const std::size_t L = (place.stage + 1) * m.layers / place.stages - place.stage * m.layers / place.stages;
+  const std::size_t att = B * NH * T * T;
+  // ln1, residual2, ln2, residual3 (N·C); four means/rstds (N); qkv, atty, fch, fch_gelu (N·Cl: 3+1+4+4).
+  const std::size_t block = 4 * N * C + 4 * N + 12 * N * Cl + att;
+  // ln_f output, mean and rstd, logits, losses, row maxima, partials: the last stage only.
+  const std::size_t head = place.last() ? N * C + 2 * N + N * Vl + N + N + 2 * N : 0;
+  const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
+  const std::size_t backward = 2 * N * C + 8 * N * Cl + att;  // dresidual, dln, datty, dqkv, dfch, datt
+  switch (r) {
+    case Recompute::none:
+      return {slots * (L * block + slot_rest), backward};
+    case Recompute::selective:  // each block drops att; one att shared
+      return {slots * (L * (block - att) + slot_rest), backward + att};
+    case Recompute::full:  // each block keeps its output (the next one's input); one block set shared
+      return {slots * (L * N * C + slot_rest), backward + block - N * C};
+  }
+  return {};
+}
+
+TEST(Recompute, ActivationElementsFollowTheFormulas) {
+  struct Sizing {
+    ModelConfig model;
+    int batch, tp;
+    StagePlace place;
+    int slots;
+  };
+  const Sizing sizings[] = {
+      {{3, 2, 8, 11, 5}, 2, 1, {0, 1}, 1},   {{12, 12, 768, 50257, 1024}, 4, 1, {0, 1}, 1},
+      {{12, 12, 768, 50257, 1024}, 4, 4, {1, 4}, 4}, {{5, 2, 8, 13, 6}, 2, 2, {2, 3}, 3},
+      {{5, 4, 16, 13, 6}, 3, 4, {0, 2}, 2},
+  };
+  for (const Sizing& s : sizings) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const ActivationSizes want = expected_sizes(s.model, s.batch, s.tp, s.place, s.slots, r);
+      const ActivationSizes got = gpt2_activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r);
+      EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
+                                     << " mode " << int(r);
+      EXPECT_EQ(got.scratch, want.scratch) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
+                                           << " mode " << int(r);
+    }
+  }
+  // GPT-2 small, micro-batch 4, T 1024, one rank: per block the probabilities are 4·12·1024² = 50.3M
+  // elements of the 79.2M a block keeps; full keeps 3.1M per block.
+  const ModelConfig small{12, 12, 768, 50257, 1024};
+  const auto none = gpt2_activation_elements(small, 4, 1, {}, 1, Recompute::none);
+  const auto selective = gpt2_activation_elements(small, 4, 1, {}, 1, Recompute::selective);
+  const auto full = gpt2_activation_elements(small, 4, 1, {}, 1, Recompute::full);
+  EXPECT_EQ(none.kept - selective.kept, 12u * 4 * 12 * 1024 * 1024);
+  EXPECT_EQ(selective.scratch - none.scratch, 4u * 12 * 1024 * 1024);
+  EXPECT_LT(full.total(), selective.total());
+}
+
+TEST(Recompute, ModelAllocatesWhatTheSizingSays) {
+  ExecSpace space;
+  const ModelConfig m{5, 2, 8, 13, 6};
+  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const Gpt2<float> model(space, m, 3, nullptr, place, 2, r);
+      const ActivationSizes want = gpt2_activation_elements(m, 3, 1, place, 2, r);
+      EXPECT_EQ(model.activation_elements().kept, want.kept);
+      EXPECT_EQ(model.activation_elements().scratch, want.scratch);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain

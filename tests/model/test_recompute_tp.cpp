@@ -1,0 +1,57 @@
+// Activation recomputation under tensor parallelism (the world is the group: run with 2 and 4
+// ranks): selective and full give each rank bitwise the losses, stage outputs, input gradients and
+// gradient shards of none, for the whole model and for first, middle and last pipeline stages with
+// several micro-batches in flight. Full recomputation re-runs the attention's sum over the group
+// inside backward; a rank that skipped or added one would hang or differ here.
+#include "recompute_harness.hpp"
+
+#include "parallel/comm.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+namespace meshtrain {
+namespace {
+
+struct Case {
+  ModelConfig model;  // L H C V T; heads divisible by 4
+  int batch;
+  StagePlace place;
+  int slots;
+};
+
+template <class Real>
+void expect_modes_agree(const Case& c, Comm& tp) {
+  SCOPED_TRACE("stage " + std::to_string(c.place.stage) + "/" + std::to_string(c.place.stages) + " slots " +
+               std::to_string(c.slots) + " tp " + std::to_string(tp.size()));
+  const auto none = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, Recompute::none, &tp);
+  for (Recompute mode : {Recompute::selective, Recompute::full}) {
+    const auto other = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, mode, &tp);
+    test::expect_same_run(none, other, c.place, mode == Recompute::selective ? "selective" : "full");
+    const ActivationSizes want = gpt2_activation_elements(c.model, c.batch, tp.size(), c.place, c.slots, mode);
+    EXPECT_EQ(other.sizes.kept, want.kept);
+    EXPECT_EQ(other.sizes.scratch, want.scratch);
+  }
+}
+
+const Case cases[] = {
+    {{3, 4, 16, 13, 5}, 2, {0, 1}, 2},  // the whole model; vocabulary 13 padded over the ranks
+    {{4, 4, 16, 13, 6}, 2, {0, 3}, 2},  // first stage
+    {{4, 4, 16, 13, 6}, 1, {1, 3}, 3},  // middle stage
+    {{4, 4, 16, 13, 6}, 2, {2, 3}, 2},  // last stage
+};
+
+TEST(RecomputeTensorParallel, IdenticalToNone) {
+  const std::unique_ptr<Comm> tp = make_mpi_comm(MPI_COMM_WORLD);
+  ASSERT_GT(tp->size(), 1) << "run under mpiexec with 2 or 4 ranks";
+  for (const Case& c : cases) {
+    expect_modes_agree<float>(c, *tp);
+    expect_modes_agree<double>(c, *tp);
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain
