@@ -15,6 +15,7 @@
 #include "parallel/schedule.hpp"
 #include "parallel/timed_comm.hpp"
 #include "parallel/topology.hpp"
+#include "train/accumulation.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
@@ -38,16 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Gradient accumulation steps: global_batch / (micro_batch × dp), which must be whole.
-int accumulation_steps(const Config& cfg, int dp) {
-  const int per_pass = cfg.train.micro_batch * dp;
-  if (cfg.train.global_batch % per_pass != 0) {
-    input_error("train.global_batch = {} is not divisible by train.micro_batch {} × dp {} = {}: choose a multiple of {}",
-                cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
-  }
-  return cfg.train.global_batch / per_pass;
 }
 
 io::TokenStream open_training_data(const Config& cfg) {
