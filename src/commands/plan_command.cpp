@@ -151,7 +151,17 @@ PlanRequest parse_plan(const Args& args) {
   if (o.inter_bw_gbs) c.inter.bandwidth_Bps = *o.inter_bw_gbs * 1e9;
   if (o.inter_latency_us) c.inter.latency_s = *o.inter_latency_us * 1e-6;
 
-  req.cfg = parse_config(rest);
+  try {
+    req.cfg = parse_config(rest);
+  } catch (const InputError& e) {
+    // The train keys' messages point at `meshtrain train --help`; plan's help lists them too.
+    std::string what = e.what();
+    const std::string train_help = "`meshtrain train --help`";
+    if (const auto at = what.find(train_help); at != std::string::npos) {
+      what.replace(at, train_help.size(), "`meshtrain plan --help`");
+    }
+    throw InputError(what);
+  }
   return req;
 }
 
