@@ -12,7 +12,7 @@
 
 namespace meshtrain {
 
-Plan make_plan(const Config& cfg, int world, const Cluster& cluster) {
+Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage) {
   Plan plan;
   plan.cfg = cfg;
   plan.cluster = cluster;
@@ -21,12 +21,22 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster) {
   plan.accum = accumulation_steps(cfg, grid.dp);
 
   const std::int64_t data = token_data_bytes(cfg.data.train);
+  // Under RankCoverage::ends, data-parallel ranks 2 … dp−2 take the figures of dp rank 1.
+  std::map<std::pair<int, int>, MemoryBytes> middle;  // (tp_rank, pp_rank) → dp rank 1's memory
+  auto memory_of = [&](const GridPosition& at) {
+    const bool is_middle = at.dp_rank >= 1 && at.dp_rank <= grid.dp - 2;
+    if (coverage == RankCoverage::every || !is_middle) return planned_rank_memory(cfg, grid, at);
+    const auto key = std::pair{at.tp_rank, at.pp_rank};
+    auto it = middle.find(key);
+    if (it == middle.end()) it = middle.emplace(key, planned_rank_memory(cfg, grid, at)).first;
+    return it->second;
+  };
   plan.ranks.reserve(world);
   for (int r = 0; r < world; ++r) {
     RankPlan rp;
     rp.rank = r;
     rp.position = Topology::position(grid, r);
-    rp.memory = planned_rank_memory(cfg, grid, rp.position);
+    rp.memory = memory_of(rp.position);
     rp.runtime_bytes = runtime_overhead_bytes(cluster.ranks_on_node(r, world), world);
     rp.data_bytes = data;
     if (cluster.host_only) {
@@ -100,7 +110,7 @@ std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int 
     c.parallel.dp = layout.dp;
     c.parallel.tp = layout.tp;
     c.parallel.pp = layout.pp;
-    plans.push_back(make_plan(c, world, cluster));
+    plans.push_back(make_plan(c, world, cluster, RankCoverage::ends));
   }
   std::stable_sort(plans.begin(), plans.end(),
                    [](const Plan& a, const Plan& b) { return a.step.total_s() < b.step.total_s(); });

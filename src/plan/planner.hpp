@@ -50,13 +50,19 @@ struct Plan {
   bool fits = false;
 };
 
+// Which ranks' memory is computed by planned_rank_memory: every one, or — for searches over large
+// worlds — data-parallel ranks 0, 1 and dp−1 of each (tp, pp) position, the others taking dp rank
+// 1's figures (ranks of one position differ only where a ZeRO partition leaves a remainder, which
+// falls to the first or last shard).
+enum class RankCoverage { every, ends };
+
 // The plan of the layout cfg.parallel asks for on `world` ranks. InputError when that layout does
 // not fit the model or the world (Topology::resolve), or when global_batch is not a whole number of
 // micro_batch × dp.
-Plan make_plan(const Config& cfg, int world, const Cluster& cluster);
+Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage = RankCoverage::every);
 
 // Every (dp, tp, pp) with dp·tp·pp = world that Topology::resolve accepts and whose accumulation is
-// whole, ranked by predicted step time (fastest first).
+// whole, ranked by predicted step time (fastest first); memory with RankCoverage::ends.
 std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world);
 
 // The (dp, tp, pp) candidates search_layouts considers, before ranking, in (tp, pp) order.
