@@ -25,6 +25,8 @@ constexpr const char* usage =
     "  train    [--config FILE.ini] [--section.key VALUE ...]   train a GPT-2 model\n"
     "  prepare  --text FILE... --out SHARD.bin                  byte-level token shard\n"
     "  sample   --checkpoint FILE --prompt TEXT --tokens N      generate text\n"
+    "  plan     --world N [train keys] [--cluster PRESET] [--json] [--search]\n"
+    "                                                           per-rank memory and step time of a layout\n"
     "  inspect  FILE                                            describe a checkpoint\n"
     "\n"
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
@@ -50,7 +52,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
-      {"train", train_command}, {"prepare", prepare_command}, {"sample", sample_command}, {"inspect", inspect_command}};
+      {"train", train_command}, {"prepare", prepare_command}, {"sample", sample_command}, {"inspect", inspect_command},
+      {"plan", plan_command}};
 
   int code = exit_code::finished;
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

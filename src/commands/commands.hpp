@@ -15,5 +15,6 @@ int train_command(const Args& args, MPI_Comm comm);
 int prepare_command(const Args& args, MPI_Comm comm);
 int sample_command(const Args& args, MPI_Comm comm);
 int inspect_command(const Args& args, MPI_Comm comm);
+int plan_command(const Args& args, MPI_Comm comm);
 
 }  // namespace meshtrain

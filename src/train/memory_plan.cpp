@@ -5,7 +5,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/schedule.hpp"
 #include "train/batch_loader.hpp"
-#include "train/progress.hpp"
+#include "train/accumulation.hpp"
 #include "train/state_source.hpp"
 #include "train/zero_state.hpp"
 

@@ -1,7 +1,6 @@
 // Formatting of progress lines and metrics records.
 #include "train/progress.hpp"
 
-#include "core/errors.hpp"
 #include "train/memory_report.hpp"
 
 #include <fmt/format.h>
@@ -24,15 +23,6 @@ std::string si(double v) {
 }
 
 }  // namespace
-
-int accumulation_steps(const Config& cfg, int dp) {
-  const int per_pass = cfg.train.micro_batch * dp;
-  if (cfg.train.global_batch % per_pass != 0) {
-    input_error("train.global_batch = {} is not divisible by train.micro_batch {} × dp {} = {}: choose a multiple of {}",
-                cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
-  }
-  return cfg.train.global_batch / per_pass;
-}
 
 std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len) {
   const long sequences = long(micro_batch) * dp * accum;

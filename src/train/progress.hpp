@@ -1,7 +1,6 @@
 // What a user watches: the effective-batch line, one progress line per step, and the metrics record.
 #pragma once
 
-#include "core/config.hpp"
 #include "train/memory_ledger.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -27,9 +26,6 @@ struct StepReport {
   const MemoryBytes* memory = nullptr;  // the rank's allocations by category, if reported
   std::int64_t peak_rss = 0;            // the process's peak resident memory so far
 };
-
-// Gradient accumulation steps: global_batch / (micro_batch × dp); InputError unless it is whole.
-int accumulation_steps(const Config& cfg, int dp);
 
 // `effective batch = micro_batch 4 × dp 2 × accum 4 = 32 sequences (32768 tokens)`
 std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len);

@@ -15,6 +15,7 @@
 #include "parallel/schedule.hpp"
 #include "parallel/timed_comm.hpp"
 #include "parallel/topology.hpp"
+#include "train/accumulation.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"

@@ -13,7 +13,7 @@
 #include "train/batch_loader.hpp"
 #include "train/memory_plan.hpp"
 #include "train/pipeline_executor.hpp"
-#include "train/progress.hpp"
+#include "train/accumulation.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>

@@ -1,0 +1,263 @@
+// Tables and JSON of `meshtrain plan`.
+#include "plan/plan_report.hpp"
+
+#include "model/parameters.hpp"
+#include "train/progress.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace meshtrain {
+namespace {
+
+constexpr double MiB = 1024.0 * 1024.0;
+constexpr double GiB = 1024.0 * MiB;
+
+std::string bytes_text(double bytes) {
+  if (bytes >= GiB) return fmt::format("{:.2f} GiB", bytes / GiB);
+  return fmt::format("{:.1f} MiB", bytes / MiB);
+}
+
+std::string seconds_text(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.3f} µs", s * 1e6);
+}
+
+std::string rate_text(double per_s, const char* unit) {
+  if (per_s >= 1e12) return fmt::format("{:.1f} T{}", per_s / 1e12, unit);
+  if (per_s >= 1e9) return fmt::format("{:.1f} G{}", per_s / 1e9, unit);
+  if (per_s >= 1e6) return fmt::format("{:.1f} M{}", per_s / 1e6, unit);
+  if (per_s >= 1e3) return fmt::format("{:.1f} k{}", per_s / 1e3, unit);
+  return fmt::format("{:.1f} {}", per_s, unit);
+}
+
+// "0", "0 2", "0 2 4 6 … (16 ranks)".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(ranks.size(), 4);
+  for (std::size_t i = 0; i < shown; ++i) out += fmt::format("{}{}", i ? " " : "", ranks[i]);
+  if (ranks.size() > shown) out += fmt::format(" … ({} ranks)", ranks.size());
+  return out;
+}
+
+int node_count(const Plan& plan) {
+  return plan.cluster.node_of(plan.layout.world() - 1) + 1;
+}
+
+std::string cluster_line(const Plan& plan) {
+  const Cluster& c = plan.cluster;
+  const int nodes = node_count(plan);
+  const std::string placement =
+      c.ranks_per_node > 0 ? fmt::format("{} node{} of {} ranks", nodes, nodes == 1 ? "" : "s", c.ranks_per_node)
+                           : "all ranks on one node";
+  const double peak = c.peak_flops(plan.cfg.train.precision);
+  return fmt::format("cluster: {} ({}); {} {} per {}, efficiency {:.2f}; {} per {}\n"
+                     "         links: intra-node {}/s, {}; inter-node {}/s, {}",
+                     c.preset, placement, rate_text(peak, "FLOP/s"), plan.cfg.train.precision,
+                     c.host_only ? "node (shared by its ranks)" : "GPU", c.efficiency,
+                     bytes_text(c.device_memory_bytes), c.host_only ? "node (RAM)" : "GPU",
+                     rate_text(c.intra.bandwidth_Bps, "B"), seconds_text(c.intra.latency_s),
+                     rate_text(c.inter.bandwidth_Bps, "B"), seconds_text(c.inter.latency_s));
+}
+
+std::string layout_text(const Layout& l) {
+  return fmt::format("dp {} × tp {} × pp {} = {} rank{}", l.dp, l.tp, l.pp, l.world(), l.world() == 1 ? "" : "s");
+}
+
+nlohmann::json link_json(const Link& link) {
+  return {{"bandwidth_Bps", link.bandwidth_Bps}, {"latency_s", link.latency_s}};
+}
+
+nlohmann::json step_json(const StepTime& st) {
+  return {{"stage", st.stage},         {"compute_s", st.compute_s}, {"tp_comm_s", st.tp_comm_s},
+          {"pp_comm_s", st.pp_comm_s}, {"dp_comm_s", st.dp_comm_s}, {"bubble_s", st.bubble_s},
+          {"total_s", st.total_s()}};
+}
+
+nlohmann::json memory_json(const MemoryBytes& m) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int c = 0; c < memory_categories; ++c) out[category_name(MemoryCategory(c))] = m.bytes[c];
+  return out;
+}
+
+// Everything of plan_json but per_rank.
+nlohmann::json summary_json(const Plan& plan) {
+  const Config& cfg = plan.cfg;
+  const Layout& l = plan.layout;
+  const long sequences = long(cfg.train.micro_batch) * l.dp * plan.accum;
+  std::int64_t max_rss = 0, max_device = 0;
+  for (const RankPlan& r : plan.ranks) {
+    max_rss = std::max(max_rss, r.peak_rss);
+    max_device = std::max(max_device, r.device_bytes);
+  }
+  const Cluster& c = plan.cluster;
+  return {
+      {"layout",
+       {{"world", l.world()},
+        {"dp", l.dp},
+        {"tp", l.tp},
+        {"pp", l.pp},
+        {"zero", cfg.parallel.zero},
+        {"schedule", cfg.parallel.schedule},
+        {"precision", cfg.train.precision},
+        {"recompute", cfg.train.recompute}}},
+      {"effective_batch",
+       {{"micro_batch", cfg.train.micro_batch},
+        {"dp", l.dp},
+        {"accum", plan.accum},
+        {"sequences", sequences},
+        {"tokens", sequences * cfg.model.seq_len},
+        {"line", effective_batch_line(cfg.train.micro_batch, l.dp, plan.accum, cfg.model.seq_len)}}},
+      {"cluster",
+       {{"preset", c.preset},
+        {"ranks_per_node", c.ranks_per_node},
+        {"nodes", node_count(plan)},
+        {"host_only", c.host_only},
+        {"device_memory_bytes", c.device_memory_bytes},
+        {"peak_flops", c.peak_flops(cfg.train.precision)},
+        {"efficiency", c.efficiency},
+        {"intra", link_json(c.intra)},
+        {"inter", link_json(c.inter)}}},
+      {"step_time", step_json(plan.step)},
+      {"tokens_per_step", plan.tokens_per_step},
+      {"tokens_per_s", plan.tokens_per_s},
+      {"model_flops_per_s", plan.model_flops_per_s},
+      {"max_peak_rss", max_rss},
+      {"max_device_bytes", max_device},
+      {"needed_bytes", plan.needed_bytes},
+      {"capacity_bytes", plan.capacity_bytes},
+      {"limiting_rank", plan.limiting_rank},
+      {"fits", plan.fits},
+  };
+}
+
+}  // namespace
+
+std::string plan_table(const Plan& plan) {
+  const Config& cfg = plan.cfg;
+  const ModelConfig& m = cfg.model;
+  const double parameters = double(ParameterLayout(m).total());
+  std::string out;
+  out += fmt::format("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters, {} FLOP per token\n",
+                     m.layers, m.heads, m.d_model, m.vocab, m.seq_len, parameters / 1e6,
+                     rate_text(flops_per_token(ParameterLayout(m)), "").c_str());
+  out += fmt::format("training: {}, recompute {}, zero {}, schedule {}\n", cfg.train.precision, cfg.train.recompute,
+                     cfg.parallel.zero, cfg.parallel.schedule);
+  out += cluster_line(plan) + "\n";
+  out += fmt::format("layout: {}\n", layout_text(plan.layout));
+  out += effective_batch_line(cfg.train.micro_batch, plan.layout.dp, plan.accum, m.seq_len) + "\n\n";
+
+  // Rows: ranks of one (pp, tp) position with equal figures.
+  using Key = std::tuple<int, int, std::array<std::int64_t, memory_categories>, std::int64_t, std::int64_t,
+                         std::int64_t, std::int64_t>;
+  std::map<Key, std::vector<int>> kinds;
+  for (const RankPlan& r : plan.ranks) {
+    kinds[Key{r.position.pp_rank, r.position.tp_rank, r.memory.bytes, r.runtime_bytes, r.data_bytes, r.peak_rss,
+              r.device_bytes}]
+        .push_back(r.rank);
+  }
+  std::int64_t largest = 0;
+  for (const RankPlan& r : plan.ranks) largest = std::max({largest, r.peak_rss, r.device_bytes});
+  const bool gib = largest >= 10 * GiB;
+  const double unit = gib ? GiB : MiB;
+  out += fmt::format("memory per rank ({}; runtime: MPI, BLAS, Kokkos, HDF5, measured; data: mapped token shards)\n",
+                     gib ? "GiB" : "MiB");
+  std::string header = fmt::format("  {:<8} {:<8}", "pp tp", "ranks");
+  for (int c = 0; c < memory_categories; ++c) header += fmt::format(" {:>11}", category_name(MemoryCategory(c)));
+  header += fmt::format(" {:>9} {:>9} {:>9}", "runtime", "data", "peak_rss");
+  if (!plan.cluster.host_only) header += fmt::format(" {:>9}", "device");
+  out += header + "\n";
+  for (const auto& [key, ranks] : kinds) {
+    const RankPlan& r = plan.ranks[ranks.front()];
+    std::string row = fmt::format("  {:<8} {:<8}", fmt::format("{} {}", r.position.pp_rank, r.position.tp_rank),
+                                  rank_list(ranks));
+    for (int c = 0; c < memory_categories; ++c) row += fmt::format(" {:>11.1f}", double(r.memory.bytes[c]) / unit);
+    row += fmt::format(" {:>9.1f} {:>9.1f} {:>9.1f}", r.runtime_bytes / unit, r.data_bytes / unit, r.peak_rss / unit);
+    if (!plan.cluster.host_only) row += fmt::format(" {:>9.1f}", r.device_bytes / unit);
+    out += row + "\n";
+  }
+
+  const StepTime& st = plan.step;
+  out += fmt::format("\nstep time (pipeline stage {} of {}, the slowest; alpha-beta model, nothing overlapped)\n",
+                     st.stage, plan.layout.pp);
+  const double total = st.total_s();
+  for (auto [name, s] : {std::pair{"compute", st.compute_s}, std::pair{"tp comm", st.tp_comm_s},
+                         std::pair{"pp comm", st.pp_comm_s}, std::pair{"dp comm", st.dp_comm_s},
+                         std::pair{"bubble", st.bubble_s}}) {
+    out += fmt::format("  {:<9} {:>12} {:>6.1f} %\n", name, seconds_text(s), total > 0 ? 100 * s / total : 0);
+  }
+  out += fmt::format("  {:<9} {:>12}   {}/s, {} model\n", "total", seconds_text(total),
+                     rate_text(plan.tokens_per_s, "tok"), rate_text(plan.model_flops_per_s, "FLOP/s"));
+
+  const Cluster& c = plan.cluster;
+  std::string where;
+  if (c.host_only) {
+    const int first = plan.limiting_rank;
+    const int count = c.ranks_on_node(first, plan.layout.world());
+    where = fmt::format("node {} (ranks {}-{}, token pages counted once)", c.node_of(first), first, first + count - 1);
+  } else {
+    where = fmt::format("rank {}", plan.limiting_rank);
+  }
+  out += fmt::format("\nfits: {} — {} needs {} of {}\n", plan.fits ? "yes" : "no", where,
+                     bytes_text(double(plan.needed_bytes)), bytes_text(double(plan.capacity_bytes)));
+  return out;
+}
+
+nlohmann::json plan_json(const Plan& plan) {
+  nlohmann::json out = summary_json(plan);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankPlan& r : plan.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"dp_rank", r.position.dp_rank},
+                     {"tp_rank", r.position.tp_rank},
+                     {"pp_rank", r.position.pp_rank},
+                     {"memory", memory_json(r.memory)},
+                     {"runtime_bytes", r.runtime_bytes},
+                     {"data_bytes", r.data_bytes},
+                     {"peak_rss", r.peak_rss},
+                     {"device_bytes", r.device_bytes}});
+  }
+  out["per_rank"] = std::move(ranks);
+  return out;
+}
+
+std::string search_table(const std::vector<Plan>& plans, int world) {
+  std::string out;
+  if (plans.empty()) {
+    return fmt::format("no layout of {} ranks fits the model and the batch (tp must divide heads, pp at most layers, "
+                       "global_batch a multiple of micro_batch × dp)\n",
+                       world);
+  }
+  const Plan& first = plans.front();
+  out += cluster_line(first) + "\n";
+  out += fmt::format("{} layout{} of {} rank{}, fastest first (step time: alpha-beta model; memory: the largest need "
+                     "against one {})\n",
+                     plans.size(), plans.size() == 1 ? "" : "s", world, world == 1 ? "" : "s",
+                     first.cluster.host_only ? "node" : "GPU");
+  out += fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
+                     "#", "dp", "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm", "bubble",
+                     "tok/s", "needs", "fits");
+  int i = 0;
+  for (const Plan& p : plans) {
+    const StepTime& st = p.step;
+    out += fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
+                       ++i, p.layout.dp, p.layout.tp, p.layout.pp, p.accum, seconds_text(st.total_s()),
+                       seconds_text(st.compute_s), seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s),
+                       seconds_text(st.dp_comm_s), seconds_text(st.bubble_s), rate_text(p.tokens_per_s, ""),
+                       bytes_text(double(p.needed_bytes)), p.fits ? "yes" : "no");
+  }
+  return out;
+}
+
+nlohmann::json search_json(const std::vector<Plan>& plans) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Plan& p : plans) out.push_back(summary_json(p));
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,71 @@
+// A plan (`meshtrain plan`): for a config, a layout and a cluster, every rank's memory by category
+// and its predicted peak resident memory, the step time and whether the job fits; and the search
+// over every layout of a world size.
+//
+// Memory comes from planned_rank_memory (train/memory_plan.hpp), the sizing code of the trainer's
+// own allocations, plus the measured runtime overhead (plan/runtime_overhead.hpp) and the token
+// shards every rank maps; the step time from plan/step_time.hpp.
+#pragma once
+
+#include "core/config.hpp"
+#include "parallel/topology.hpp"
+#include "plan/cluster.hpp"
+#include "plan/step_time.hpp"
+#include "train/memory_ledger.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+struct RankPlan {
+  int rank = 0;
+  GridPosition position;
+  MemoryBytes memory;               // the trainer's allocations, by category
+  std::int64_t runtime_bytes = 0;   // MPI, BLAS, Kokkos, HDF5, the binary (measured model)
+  std::int64_t data_bytes = 0;      // the mapped token shards
+  // Predicted peak resident set of the process: on a host-only cluster everything above; on a GPU
+  // cluster the runtime and the data (the categories live on the device).
+  std::int64_t peak_rss = 0;
+  // What the rank needs of its device: the categories plus the GPU reserve (host-only: peak_rss).
+  std::int64_t device_bytes = 0;
+};
+
+struct Plan {
+  Config cfg;
+  Cluster cluster;
+  Layout layout;
+  int accum = 1;
+  std::vector<RankPlan> ranks;  // every global rank, in rank order
+  StepTime step;                // the slowest stage's
+  double tokens_per_step = 0;
+  double tokens_per_s = 0;
+  double model_flops_per_s = 0;  // (6N + 6LCT) · tokens/s, over the whole job
+  // Memory against capacity: per device (GPU) or per node (host-only: the node's ranks together,
+  // the shared token pages once).
+  std::int64_t needed_bytes = 0;    // the largest need
+  std::int64_t capacity_bytes = 0;  // what one device or node has
+  int limiting_rank = 0;            // the rank (GPU) or the first rank of the node (host) that needs the most
+  bool fits = false;
+};
+
+// Which ranks' memory is computed by planned_rank_memory: every one, or — for searches over large
+// worlds — data-parallel ranks 0, 1 and dp−1 of each (tp, pp) position, the others taking dp rank
+// 1's figures (ranks of one position differ only where a ZeRO partition leaves a remainder, which
+// falls to the first or last shard).
+enum class RankCoverage { every, ends };
+
+// The plan of the layout cfg.parallel asks for on `world` ranks. InputError when that layout does
+// not fit the model or the world (Topology::resolve), or when global_batch is not a whole number of
+// micro_batch × dp.
+Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage = RankCoverage::every);
+
+// Every (dp, tp, pp) with dp·tp·pp = world that Topology::resolve accepts and whose accumulation is
+// whole, ranked by predicted step time (fastest first); memory with RankCoverage::ends.
+std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world);
+
+// The (dp, tp, pp) candidates search_layouts considers, before ranking, in (tp, pp) order.
+std::vector<Layout> valid_layouts(const Config& cfg, int world);
+
+}  // namespace meshtrain

@@ -1,0 +1,48 @@
+// Predicted time of one optimizer step (`meshtrain plan`): compute from the model's FLOPs and the
+// cluster's rate, communication from an alpha-beta model of each collective, and the pipeline's
+// bubble. Every assumption is stated where it is made (step_time.cpp) and in share/docs/usage.md.
+//
+// Size letters: b micro-batch, T seq_len, C d_model, m micro-batches per step (accum), p stages,
+// t tensor-parallel degree, d data-parallel degree, α latency, β bandwidth.
+#pragma once
+
+#include "core/config.hpp"
+#include "parallel/topology.hpp"
+#include "plan/cluster.hpp"
+
+#include <vector>
+
+namespace meshtrain {
+
+struct StepTime {
+  int stage = 0;         // the pipeline stage these figures are for
+  double compute_s = 0;  // forward and backward (and recomputation) FLOPs of m micro-batches
+  double tp_comm_s = 0;  // tensor-parallel all-reduces
+  double pp_comm_s = 0;  // activations and gradients between stages, and the tied wte gradient
+  double dp_comm_s = 0;  // gradient reduction over dp (and ZeRO's gathers)
+  double bubble_s = 0;   // pipeline fill and drain
+  double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + bubble_s; }
+};
+
+// Ring collectives over `ranks` ranks on `link`, for a buffer of `bytes` (the whole buffer, not a
+// rank's share): all-reduce 2(p−1)/p · bytes/β + 2(p−1)·α; reduce-scatter and all-gather
+// (p−1)/p · bytes/β + (p−1)·α; point-to-point α + bytes/β. 0 for one rank.
+double ring_allreduce_s(double bytes, int ranks, const Link& link);
+double ring_reduce_scatter_s(double bytes, int ranks, const Link& link);
+double ring_allgather_s(double bytes, int ranks, const Link& link);
+double point_to_point_s(double bytes, const Link& link);
+
+// The link a group's traffic crosses: the inter-node link when any group of the kind has ranks on
+// two nodes, else the intra-node one.
+Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster);
+
+// Model FLOPs per token of pipeline stage `stage` (llm.c's count, 6·N + 6·L·C·T, split by stage:
+// each stage's blocks; wpe on the first stage, the tied wte — the output head's GEMM — on the last).
+// The stages sum to flops_per_token(). Without recomputation.
+double stage_flops_per_token(const ModelConfig& model, int stage, int stages);
+
+// The step time of every pipeline stage, and the slowest one (what the step takes).
+std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, const Cluster& cluster);
+StepTime predict_step_time(const Config& cfg, const Layout& layout, const Cluster& cluster);
+
+}  // namespace meshtrain

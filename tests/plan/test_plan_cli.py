@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `meshtrain plan` (interface sections 1 and 6): bad input exits 2 naming the
+option or key and writes nothing; --json and --search --json carry what scripts rely on; the table
+shows the effective batch exactly as the trainer prints it.
+
+usage: test_plan_cli.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [-k PATTERN] [-v]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+MESHTRAIN = None
+MPIEXEC = None
+WORKDIR = None
+
+CATEGORIES = ["weights", "master", "grads", "optimizer", "activations", "comm_buffers", "workspace"]
+SMALL = ["--model.layers", "4", "--model.heads", "4", "--model.d_model", "64", "--model.seq_len", "32",
+         "--train.micro_batch", "2", "--train.global_batch", "16"]
+CRASH_MARKERS = ["terminate called", "what():", "Segmentation fault", "Aborted", "failure on rank", "std::"]
+
+
+class PlanCli(unittest.TestCase):
+    def setUp(self):
+        self.dir = os.path.join(WORKDIR, self._testMethodName)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+
+    def plan(self, *args, launcher=()):
+        p = subprocess.run(list(launcher) + [MESHTRAIN, "plan", *map(str, args)], cwd=self.dir, capture_output=True,
+                           text=True, timeout=120)
+        for marker in CRASH_MARKERS:
+            self.assertNotIn(marker, p.stderr, p.stderr)
+        return p
+
+    def assert_bad_input(self, args, *needles, launcher=()):
+        p = self.plan(*args, launcher=launcher)
+        self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+        self.assertEqual(p.stdout, "", "bad input must print no plan")
+        for n in needles:
+            self.assertIn(n, p.stderr)
+        self.assertEqual(os.listdir(self.dir), [], "bad input must write nothing")
+        return p
+
+    def test_bad_input(self):
+        self.assert_bad_input(SMALL, "--world is missing")
+        self.assert_bad_input(SMALL + ["--world", "0"], "--world = 0")
+        self.assert_bad_input(SMALL + ["--world", "x"], "world")
+        self.assert_bad_input(SMALL + ["--world", "6", "--parallel.tp", "3"], "parallel.tp = 3", "1, 2, 4")
+        self.assert_bad_input(SMALL + ["--world", "8", "--parallel.pp", "8"], "parallel.pp = 8", "model.layers = 4")
+        self.assert_bad_input(SMALL + ["--world", "3"], "train.global_batch = 16", "micro_batch 2 × dp 3")
+        self.assert_bad_input(SMALL + ["--world", "2", "--cluster", "tpu-v9"], "tpu-v9", "h100-sxm-8", "local")
+        self.assert_bad_input(SMALL + ["--world", "2", "--efficiency", "1.5"], "--efficiency = 1.5", "(0, 1]")
+        self.assert_bad_input(SMALL + ["--world", "2", "--intra-bw-gbs", "-1"], "--intra-bw-gbs")
+        self.assert_bad_input(SMALL + ["--world", "2", "--ranks-per-node", "-2"], "--ranks-per-node")
+        self.assert_bad_input(SMALL + ["--world", "2", "--model.layers", "many"], "model.layers", "an integer")
+        self.assert_bad_input(SMALL + ["--world", "2", "--bogus", "1"], "bogus")
+        self.assert_bad_input(SMALL + ["--world", "2", "--config", "missing.ini"], "missing.ini")
+
+    def test_bad_input_under_mpiexec_is_reported_once(self):
+        if MPIEXEC is None:
+            self.skipTest("no mpiexec")
+        p = self.assert_bad_input(SMALL + ["--world", "3"], "train.global_batch", launcher=[MPIEXEC, "-n", "2"])
+        self.assertEqual(p.stderr.count("error:"), 1, p.stderr)
+
+    def test_help(self):
+        p = self.plan("--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for option in ["--world", "--cluster", "--json", "--search", "--ranks-per-node", "--peak-tflops",
+                       "--intra-bw-gbs", "--inter-latency-us", "model.layers", "parallel.zero", "h200-sxm-8"]:
+            self.assertIn(option, p.stdout)
+
+    def test_table(self):
+        p = self.plan(*SMALL, "--world", "4", "--parallel.tp", "2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("effective batch = micro_batch 2 × dp 2 × accum 4 = 16 sequences (512 tokens)\n", p.stdout)
+        self.assertIn("layout: dp 2 × tp 2 × pp 1 = 4 ranks", p.stdout)
+        for word in CATEGORIES + ["peak_rss", "compute", "tp comm", "pp comm", "dp comm", "bubble", "total", "fits: "]:
+            self.assertIn(word, p.stdout)
+
+    def test_json(self):
+        p = self.plan(*SMALL, "--world", "8", "--parallel.tp", "2", "--parallel.pp", "2", "--json",
+                      "--cluster", "h100-sxm-8", "--ranks-per-node", "4")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        plan = json.loads(p.stdout)
+        self.assertEqual({k: plan["layout"][k] for k in ("world", "dp", "tp", "pp", "zero")},
+                         {"world": 8, "dp": 2, "tp": 2, "pp": 2, "zero": 0})
+        eb = plan["effective_batch"]
+        self.assertEqual((eb["micro_batch"], eb["dp"], eb["accum"], eb["sequences"], eb["tokens"]), (2, 2, 4, 16, 512))
+        self.assertEqual(plan["cluster"]["ranks_per_node"], 4)
+        self.assertEqual(plan["cluster"]["nodes"], 2)
+        ranks = plan["per_rank"]
+        self.assertEqual([r["rank"] for r in ranks], list(range(8)))
+        for r in ranks:
+            # tp fastest, then dp, then pp
+            self.assertEqual(r["rank"], r["tp_rank"] + 2 * (r["dp_rank"] + 2 * r["pp_rank"]))
+            self.assertEqual(sorted(r["memory"]), sorted(CATEGORIES))
+            self.assertGreater(r["peak_rss"], 0)
+            self.assertEqual(r["device_bytes"], sum(r["memory"].values()) + 2**30)
+        st = plan["step_time"]
+        parts = ["compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s"]
+        self.assertAlmostEqual(sum(st[k] for k in parts), st["total_s"], delta=1e-12 * st["total_s"])
+        self.assertGreater(st["tp_comm_s"], 0)
+        self.assertGreater(st["bubble_s"], 0)
+        self.assertAlmostEqual(plan["tokens_per_s"], 512 / st["total_s"], delta=1e-9 * plan["tokens_per_s"])
+        self.assertIs(plan["fits"], True)
+
+        tight = json.loads(self.plan(*SMALL, "--world", "8", "--parallel.tp", "2", "--json", "--cluster",
+                                     "h100-sxm-8", "--device-memory-gib", "0.5").stdout)
+        self.assertIs(tight["fits"], False)
+
+    def test_search(self):
+        p = self.plan(*SMALL, "--world", "8", "--search", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        plans = json.loads(p.stdout)
+        self.assertIsInstance(plans, list)
+        # heads 4 → tp ∈ {1, 2, 4}; pp ≤ 4; 16 % (2·dp) == 0 → dp ∈ {1, 2, 4, 8}
+        expected = {(dp, tp, pp) for dp in (1, 2, 4, 8) for tp in (1, 2, 4) for pp in (1, 2, 4) if dp * tp * pp == 8}
+        self.assertEqual({(x["layout"]["dp"], x["layout"]["tp"], x["layout"]["pp"]) for x in plans}, expected)
+        totals = [x["step_time"]["total_s"] for x in plans]
+        self.assertEqual(totals, sorted(totals))
+        table = self.plan(*SMALL, "--world", "8", "--search")
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertEqual(sum(1 for line in table.stdout.splitlines() if line.rstrip().endswith(("yes", "no"))),
+                         len(expected))
+
+
+def main():
+    global MESHTRAIN, MPIEXEC, WORKDIR
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--meshtrain", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
+    ap.add_argument("-k", dest="pattern")
+    ap.add_argument("-v", action="store_true")
+    opts = ap.parse_args()
+    MESHTRAIN, MPIEXEC, WORKDIR = os.path.abspath(opts.meshtrain), opts.mpiexec, os.path.abspath(opts.workdir)
+    loader = unittest.TestLoader()
+    if opts.pattern:
+        loader.testNamePatterns = [f"*{opts.pattern}*"]
+    suite = loader.loadTestsFromTestCase(PlanCli)
+    result = unittest.TextTestRunner(verbosity=2 if opts.v else 1).run(suite)
+    return 0 if result.wasSuccessful() and result.testsRun > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""`meshtrain plan --json` predicts rank 0's peak resident memory within 15 % (the issue's done-when)
+for a model whose states dominate memory, across layouts and ZeRO stages.
+
+Each case trains the model for 2 steps under mpiexec and reads `memory.peak_rss` from the last
+metrics record (rank 0's VmHWM, written by the trainer), then compares it with `per_rank[0].peak_rss`
+of `meshtrain plan --json` on the same keys. A metrics file without `memory.peak_rss` fails the test:
+the trainer must report it.
+
+usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+# L4 H8 C512: 12.8M parameters, 16 bytes each = 195 MiB of model state against ~35 MiB of runtime
+# and a few MiB of activations at micro_batch 1, T 64.
+MODEL = ["--model.layers", "4", "--model.heads", "8", "--model.d_model", "512", "--model.seq_len", "64",
+         "--train.micro_batch", "1", "--train.global_batch", "2", "--train.steps", "2"]
+# (name, ranks, keys)
+CASES = [
+    ("single", 1, []),
+    ("dp2_zero2", 2, ["--parallel.zero", "2"]),
+    ("tp2", 2, ["--parallel.tp", "2"]),
+    ("pp2_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
+]
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (20240520, 1, tokens)
+    data = np.random.default_rng(0).integers(0, 256, size=tokens).astype("<u2")
+    with open(path, "wb") as f:
+        f.write(header.tobytes() + data.tobytes())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--meshtrain", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    opts = ap.parse_args()
+    shutil.rmtree(opts.workdir, ignore_errors=True)
+    os.makedirs(opts.workdir)
+    shard = os.path.join(opts.workdir, "shard.bin")
+    write_shard(shard, 100_000)
+    failures = []
+    print(f"{'case':<12} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
+    for name, ranks, extra in CASES:
+        work = os.path.join(opts.workdir, name)
+        os.makedirs(work)
+        metrics = os.path.join(work, "metrics.jsonl")
+        keys = MODEL + extra + ["--data.train", shard, "--checkpoint.dir", os.path.join(work, "ck"),
+                                "--checkpoint.resume", "never", "--log.metrics", metrics]
+        plan = subprocess.run([opts.meshtrain, "plan", "--world", str(ranks), "--json"] + keys, capture_output=True,
+                              text=True)
+        if plan.returncode != 0:
+            failures.append(f"{name}: plan exited {plan.returncode}: {plan.stderr.strip()}")
+            continue
+        predicted = json.loads(plan.stdout)["per_rank"][0]["peak_rss"]
+        train = subprocess.run([opts.mpiexec, "-n", str(ranks), opts.meshtrain, "train"] + keys, capture_output=True,
+                               text=True, stdin=subprocess.DEVNULL, timeout=300)
+        if train.returncode != 0:
+            failures.append(f"{name}: train exited {train.returncode}: {train.stderr.strip()[-500:]}")
+            continue
+        with open(metrics) as f:
+            last = [json.loads(line) for line in f if line.strip()][-1]
+        measured = last.get("memory", {}).get("peak_rss")
+        if not measured:
+            failures.append(f"{name}: the metrics record has no memory.peak_rss (the trainer must write rank 0's "
+                            f"peak RSS there); record: {json.dumps(last)}")
+            continue
+        error = (predicted - measured) / measured
+        print(f"{name:<12} {predicted / 2**20:>14.1f} {measured / 2**20:>13.1f} {error:>+7.1%}")
+        if abs(error) > opts.tolerance:
+            failures.append(f"{name}: predicted peak_rss {predicted} B, measured {measured} B: {error:+.1%}, "
+                            f"beyond ±{opts.tolerance:.0%}")
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+// The planner's assembly: layouts searched against a brute-force enumeration, memory per rank as
+// the sum of its parts, and the fit against devices and nodes.
+#include "core/errors.hpp"
+#include "plan/planner.hpp"
+#include "plan/runtime_overhead.hpp"
+#include "train/memory_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace meshtrain {
+namespace {
+
+Config config_of(int layers, int heads, int micro, int global) {
+  Config cfg;
+  cfg.model = {layers, heads, 48, 256, 32};
+  cfg.train.micro_batch = micro;
+  cfg.train.global_batch = global;
+  return cfg;
+}
+
+Cluster gpu_cluster(double memory_bytes) {
+  Cluster c = cluster_preset("h100-sxm-8");
+  c.ranks_per_node = 4;
+  c.device_memory_bytes = memory_bytes;
+  return c;
+}
+
+// Every (dp, tp, pp) with dp·tp·pp = world, tp dividing heads, pp at most layers, and
+// global_batch a multiple of micro_batch·dp: by brute force over all triples.
+std::set<std::tuple<int, int, int>> brute_force(int world, int layers, int heads, int micro, int global) {
+  std::set<std::tuple<int, int, int>> out;
+  for (int dp = 1; dp <= world; ++dp)
+    for (int tp = 1; tp <= world; ++tp)
+      for (int pp = 1; pp <= world; ++pp)
+        if (dp * tp * pp == world && heads % tp == 0 && pp <= layers && global % (micro * dp) == 0)
+          out.insert({dp, tp, pp});
+  return out;
+}
+
+TEST(Search, EnumeratesExactlyTheValidLayouts) {
+  for (auto [world, layers, heads, micro, global] :
+       {std::tuple{1, 2, 2, 1, 1}, std::tuple{8, 4, 4, 1, 8}, std::tuple{12, 6, 6, 2, 24}, std::tuple{16, 3, 8, 1, 4},
+        std::tuple{24, 12, 12, 1, 48}, std::tuple{7, 7, 1, 1, 7}, std::tuple{6, 2, 3, 4, 4}}) {
+    const Config cfg = config_of(layers, heads, micro, global);
+    std::set<std::tuple<int, int, int>> found;
+    for (const Layout& l : valid_layouts(cfg, world)) found.insert({l.dp, l.tp, l.pp});
+    EXPECT_EQ(found, brute_force(world, layers, heads, micro, global)) << "world " << world;
+    const std::vector<Plan> plans = search_layouts(cfg, gpu_cluster(1e12), world);
+    EXPECT_EQ(plans.size(), found.size());
+    EXPECT_TRUE(std::is_sorted(plans.begin(), plans.end(),
+                               [](const Plan& a, const Plan& b) { return a.step.total_s() < b.step.total_s(); }));
+    for (const Plan& p : plans) {  // the search's shortcut over middle dp ranks changes no figure
+      const Plan full = make_plan(p.cfg, world, p.cluster, RankCoverage::every);
+      EXPECT_EQ(p.needed_bytes, full.needed_bytes);
+      EXPECT_EQ(p.limiting_rank, full.limiting_rank);
+    }
+  }
+}
+
+TEST(Plan, RejectsLayoutsTheTrainerRejects) {
+  Config cfg = config_of(4, 4, 2, 8);
+  cfg.parallel.tp = 3;
+  EXPECT_THROW(make_plan(cfg, 6, gpu_cluster(1e12)), InputError);  // tp does not divide heads
+  cfg.parallel.tp = 1;
+  cfg.parallel.dp = 3;
+  EXPECT_THROW(make_plan(cfg, 3, gpu_cluster(1e12)), InputError);  // 8 sequences over micro 2 × dp 3
+}
+
+TEST(Plan, HostMemoryIsCategoriesPlusRuntimePlusData) {
+  Config cfg = config_of(4, 4, 2, 8);
+  cfg.parallel.tp = 2;
+  cfg.parallel.pp = 2;
+  Cluster c = cluster_preset("local");
+  c.ranks_per_node = 0;
+  const Plan plan = make_plan(cfg, 8, c);  // dp 2
+  ASSERT_EQ(plan.ranks.size(), 8u);
+  std::int64_t node = 0;
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(r.position.tp_rank, r.rank % 2);
+    const MemoryBytes expected = planned_rank_memory(cfg, plan.layout, r.position);
+    EXPECT_EQ(r.memory.bytes, expected.bytes);
+    EXPECT_EQ(r.runtime_bytes, runtime_overhead_bytes(8, 8));
+    EXPECT_EQ(r.peak_rss, expected.total() + r.runtime_bytes + r.data_bytes);
+    node += r.peak_rss;
+  }
+  EXPECT_EQ(plan.needed_bytes, node);
+  EXPECT_EQ(plan.fits, node <= plan.capacity_bytes);
+}
+
+TEST(Plan, GpuFitIsPerDeviceAndNamesTheLargestRank) {
+  Config cfg = config_of(4, 4, 2, 8);
+  cfg.parallel.pp = 2;
+  const Plan roomy = make_plan(cfg, 2, gpu_cluster(1e12));
+  EXPECT_TRUE(roomy.fits);
+  std::int64_t largest = 0;
+  int largest_rank = 0;
+  for (const RankPlan& r : roomy.ranks) {
+    EXPECT_EQ(r.device_bytes, r.memory.total() + std::int64_t(roomy.cluster.device_reserve_bytes));
+    if (r.device_bytes > largest) largest = r.device_bytes, largest_rank = r.rank;
+  }
+  EXPECT_EQ(roomy.needed_bytes, largest);
+  EXPECT_EQ(roomy.limiting_rank, largest_rank);
+  const Plan tight = make_plan(cfg, 2, gpu_cluster(double(largest - 1)));
+  EXPECT_FALSE(tight.fits);
+}
+
+TEST(Cluster, PresetsAndPlacement) {
+  for (const auto& name : cluster_preset_names()) EXPECT_EQ(cluster_preset(name).preset, name);
+  EXPECT_THROW(cluster_preset("tpu"), InputError);
+  const Cluster h100 = cluster_preset("h100-sxm-8");
+  EXPECT_EQ(h100.peak_flops("bf16"), 989e12);
+  EXPECT_EQ(h100.peak_flops("fp32"), 67e12);
+  EXPECT_EQ(h100.ranks_on_node(0, 12), 8);
+  EXPECT_EQ(h100.ranks_on_node(9, 12), 4);
+  EXPECT_EQ(h100.node_of(15), 1);
+}
+
+}  // namespace
+}  // namespace meshtrain
