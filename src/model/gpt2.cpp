@@ -34,6 +34,15 @@ class Carver {
     used_ += count;
     return view;
   }
+  // A view of another element type T (per-row statistics in accum_t<Real>), aligned for T.
+  template <class T>
+  Vec<T> take_as(std::size_t count) {
+    static_assert(sizeof(T) % sizeof(Real) == 0);
+    constexpr std::size_t ratio = sizeof(T) / sizeof(Real);
+    used_ = (used_ + ratio - 1) / ratio * ratio;
+    Vec<Real> raw = take(count * ratio);
+    return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.extent(0) / ratio);
+  }
   std::size_t used() const { return used_; }
 
  private:
@@ -63,27 +72,27 @@ ActivationTensors<Real> carve_activations(Carver<Real>& c, const LocalDims& d) {
   a.blocks.resize(d.layers);
   for (auto& b : a.blocks) {
     b.ln1 = c.take(N * C);
-    b.ln1_mean = c.take(N);
-    b.ln1_rstd = c.take(N);
+    b.ln1_mean = c.template take_as<accum_t<Real>>(N);
+    b.ln1_rstd = c.template take_as<accum_t<Real>>(N);
     b.qkv = c.take(N * 3 * Cl);
     b.atty = c.take(N * Cl);
     b.att = c.take(B * NH * T * T);
     b.residual2 = c.take(N * C);
     b.ln2 = c.take(N * C);
-    b.ln2_mean = c.take(N);
-    b.ln2_rstd = c.take(N);
+    b.ln2_mean = c.template take_as<accum_t<Real>>(N);
+    b.ln2_rstd = c.template take_as<accum_t<Real>>(N);
     b.fch = c.take(N * 4 * Cl);
     b.fch_gelu = c.take(N * 4 * Cl);
     b.residual3 = c.take(N * C);
   }
   a.lnf = c.take(N * C);
-  a.lnf_mean = c.take(N);
-  a.lnf_rstd = c.take(N);
+  a.lnf_mean = c.template take_as<accum_t<Real>>(N);
+  a.lnf_rstd = c.template take_as<accum_t<Real>>(N);
   a.logits = c.take(N * V);
-  a.losses = c.take(N);
+  a.losses = c.template take_as<accum_t<Real>>(N);
   a.proj = c.take(N * C);
-  a.row_max = c.take(N);
-  a.partials = c.take(2 * N);
+  a.row_max = c.template take_as<accum_t<Real>>(N);
+  a.partials = c.template take_as<accum_t<Real>>(2 * N);
   return a;
 }
 
@@ -165,10 +174,16 @@ Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Co
 }
 
 template <class Real>
-void Gpt2<Real>::tp_sum(Vec<Real> x) {
+template <class T>
+void Gpt2<Real>::tp_sum(Vec<T> x) {
   if (tp_ == nullptr) return;
-  space_.fence();  // the kernels that produced x must be done before the collective reads it
-  tp_->allreduce_sum(x.data(), x.extent(0));
+  if constexpr (is_low_precision_v<T>) {
+    throw std::logic_error(fmt::format("tensor parallelism under {} needs 16-bit collectives, which Comm lacks yet",
+                                       precision_name<T>()));
+  } else {
+    space_.fence();  // the kernels that produced x must be done before the collective reads it
+    tp_->allreduce_sum(x.data(), x.extent(0));
+  }
 }
 
 template <class Real>
@@ -220,7 +235,7 @@ void Gpt2<Real>::stage_forward(int slot, CVec<int> inputs) {
 }
 
 template <class Real>
-void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale) {
+void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Accum grad_scale) {
   const int N = batch_ * model().seq_len;
   if (tp_ == nullptr) {
     softmax_cross_entropy(space_, a.losses, a.logits, a.logits, targets, N, model().vocab, grad_scale);
@@ -237,14 +252,14 @@ void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Re
 }
 
 template <class Real>
-Real Gpt2<Real>::stage_loss(int slot, CVec<int> targets, Real grad_scale) {
+typename Gpt2<Real>::Accum Gpt2<Real>::stage_loss(int slot, CVec<int> targets, Accum grad_scale) {
   const int N = batch_ * model().seq_len;
   cross_entropy(slots_[slot], targets, grad_scale);
-  return sum_reduce<Real>(space_, slots_[slot].losses, N) / Real(N);
+  return sum_reduce(space_, slots_[slot].losses, N) / Accum(N);
 }
 
 template <class Real>
-Real Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Real grad_scale) {
+typename Gpt2<Real>::Accum Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
   stage_forward(0, inputs);
   return stage_loss(0, targets, grad_scale);
 }
@@ -327,5 +342,7 @@ void Gpt2<Real>::zero_grads() {
 
 template class Gpt2<float>;
 template class Gpt2<double>;
+template class Gpt2<bf16>;
+template class Gpt2<fp16>;
 
 }  // namespace meshtrain
