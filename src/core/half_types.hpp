@@ -9,9 +9,9 @@
 // is narrowed back (explicitly, rounded to nearest, ties to even) to store:
 //   out(i) = Real(accum_t<Real>(a(i)) + accum_t<Real>(b(i)));
 // Narrowing keeps NaN a NaN (quietened, sign kept) and ±Inf; fp16 overflows to ±Inf and rounds
-// into its subnormals exactly. The conversions are integer bit manipulation (plus exact float
-// arithmetic on normal numbers), so they give the same bits on the host and in CUDA device code,
-// flush-to-zero or not.
+// into its subnormals exactly. The conversions are integer bit manipulation plus two float
+// operations whose results are normal numbers, so they give the same bits on the host and in CUDA
+// device code, flush-to-zero or not.
 //
 // Kokkos-free on purpose: the cuBLAS wrapper (kernels/cublas_gemm.hpp) names these types too.
 #pragma once
@@ -60,51 +60,56 @@ MESHTRAIN_HOST_DEVICE float round_to_odd_float(double d) {
   return float_of(u | 1u);
 }
 
+// The conversions below compute every case and select one (no early returns), so that host
+// compilers vectorise the loops that call them.
+
 // float → bf16 bits, round to nearest even: add half an ulp (minus one when the kept part is even,
 // so that exact ties go down to the even value); a carry into the exponent is the correct rounding
-// up, up to +Inf above the largest bf16.
+// up, up to +Inf above the largest bf16. NaN: quietened, sign and top payload bits kept.
 MESHTRAIN_HOST_DEVICE std::uint16_t bf16_bits_from_float(float f) {
   const std::uint32_t u = bits_of(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t nan = (u >> 16) | 0x0040u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 MESHTRAIN_HOST_DEVICE float float_from_bf16_bits(std::uint16_t h) { return float_of(std::uint32_t(h) << 16); }
 
-// float → fp16 bits, round to nearest even, in three ranges of |f|.
+// float → fp16 bits, round to nearest even, by ranges of |f|:
+//   normal in fp16 (2^-14 ≤ |f| < 65520): rebias the exponent by 127 − 15 = 112 and round the 13
+//     bits dropped from the mantissa as bf16 does its 16;
+//   below 2^-14 (fp16 subnormal or 0): |f| + 0.5 in float, whose ulp is 2^-24, rounds |f| to a
+//     multiple k·2^-24 with ties to even k (0.5 is an even multiple); k ≤ 0x400 is the fp16
+//     pattern (0x400 the smallest normal). Float subnormals flushed to 0 would give k = 0, their
+//     correct rounding anyway, so flush-to-zero modes do not change the result;
+//   ≥ 65520 = 65504 + half an ulp: the tie goes to the even neighbour 65536, i.e. +Inf;
+//   Inf stays Inf; NaN stays NaN, quietened, top payload bits kept.
 MESHTRAIN_HOST_DEVICE std::uint16_t fp16_bits_from_float(float f) {
   const std::uint32_t u = bits_of(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) {  // Inf stays Inf; NaN stays NaN, quietened, top payload bits kept
-    return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : 0x7c00u));
-  }
-  // ≥ 65520 = 65504 + half an ulp: the tie rounds to the even neighbour 65536, which is +Inf.
-  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
-  if (a >= 0x38800000u) {  // normal in fp16 (≥ 2^-14): rebias the exponent by 127 − 15 = 112
-    const std::uint32_t rebiased = a - (112u << 23);
-    return static_cast<std::uint16_t>(sign | ((rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13));
-  }
-  // Subnormal in fp16: the result is round(|f| / 2^-24). |f| = m · 2^(e−150) with the 24-bit
-  // significand m, so the result is m >> (126 − e), rounded on the bits shifted out.
-  const std::uint32_t e = a >> 23;
-  if (e < 102) return static_cast<std::uint16_t>(sign);  // |f| < 2^-25: rounds to ±0
-  const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  const std::uint32_t shift = 126 - e;  // 14 … 24
-  std::uint32_t r = m >> shift;
-  const std::uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (r & 1u))) ++r;  // r = 0x400 is the smallest normal: correct
+  const std::uint32_t rebiased = a - (112u << 23);  // wraps for small a; not selected then
+  const std::uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;
+  const std::uint32_t subnormal = bits_of(float_of(a) + 0.5f) - 0x3f000000u;
+  std::uint32_t r = a >= 0x38800000u ? normal : subnormal;
+  r = a >= 0x477ff000u ? 0x7c00u : r;
+  r = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : r;
   return static_cast<std::uint16_t>(sign | r);
 }
 
+// fp16 bits → float, exactly: normal values rebias the exponent; subnormals are m · 2^-24, computed
+// as float(m) · 2^-24 from normal floats to a normal float (exact, and untouched by flush-to-zero).
 MESHTRAIN_HOST_DEVICE float float_from_fp16_bits(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // Inf, NaN
-  if (exponent != 0) return float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-  // Subnormal (or zero): mantissa · 2^-24, exact in float.
-  const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-  return float_of(sign | bits_of(magnitude));
+  const std::uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
+  const std::uint32_t special = 0x7f800000u | (mantissa << 13);  // Inf, NaN
+  const std::uint32_t subnormal = bits_of(static_cast<float>(mantissa) * 5.9604644775390625e-8f);
+  // Blended with masks rather than ?:, which GCC turns back into a branch around the float multiply.
+  const std::uint32_t is_subnormal = 0u - std::uint32_t(exponent == 0);
+  const std::uint32_t is_special = 0u - std::uint32_t(exponent == 0x1f);
+  const std::uint32_t r = (normal & ~(is_subnormal | is_special)) | (special & is_special) | (subnormal & is_subnormal);
+  return float_of(sign | r);
 }
 
 }  // namespace half_detail

@@ -15,6 +15,10 @@
 #include <random>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 namespace meshtrain {
 namespace {
 
@@ -157,6 +161,30 @@ TYPED_TEST(HalfTypes, DoublesRoundOnceAsTheReference) {
   EXPECT_TRUE(std::isinf(float(H(1e300))) && std::isinf(float(H(-1e300))));
   EXPECT_TRUE(std::isnan(float(H(std::numeric_limits<double>::quiet_NaN()))));
 }
+
+#if defined(__SSE2__)
+// GPUs built with fast math, and hosts with FTZ/DAZ set, flush subnormal floats to zero. The
+// conversions must give the same bits there: expected bits are computed first in the default mode,
+// then the conversions run with MXCSR's flush-to-zero and denormals-are-zero bits set.
+TYPED_TEST(HalfTypes, SameBitsWithFlushToZero) {
+  using H = TypeParam;
+  std::vector<float> xs;
+  for_rounding_cases([&](float x) { xs.push_back(x); });
+  std::vector<std::uint16_t> narrow(xs.size());
+  std::vector<std::uint32_t> widen(65536);
+  for (std::size_t i = 0; i < xs.size(); ++i) narrow[i] = H(xs[i]).bits;
+  for (std::uint32_t b = 0; b < 65536; ++b) widen[b] = std::bit_cast<std::uint32_t>(float(H::from_bits(std::uint16_t(b))));
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
+  std::vector<std::uint16_t> narrow_ftz(xs.size());
+  std::vector<std::uint32_t> widen_ftz(65536);
+  for (std::size_t i = 0; i < xs.size(); ++i) narrow_ftz[i] = H(xs[i]).bits;
+  for (std::uint32_t b = 0; b < 65536; ++b) widen_ftz[b] = std::bit_cast<std::uint32_t>(float(H::from_bits(std::uint16_t(b))));
+  _mm_setcsr(saved);
+  for (std::size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(narrow_ftz[i], narrow[i]) << "x bits " << std::hex << std::bit_cast<std::uint32_t>(xs[i]);
+  EXPECT_EQ(widen_ftz, widen);
+}
+#endif
 
 TEST(HalfTypes, Fp16EdgesOfTheRange) {
   EXPECT_EQ(fp16(65504.0f).bits, 0x7bff);
