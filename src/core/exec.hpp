@@ -4,6 +4,7 @@
 // into that buffer, so kernels receive (pointer, extent) pairs that cost nothing to capture.
 #pragma once
 
+#include "core/half_types.hpp"
 #include "core/kokkos_compat.hpp"
 
 #include <cstddef>

@@ -11,6 +11,8 @@
 //   dP_h)),
 //             dQ_h = scale · dS_h K_h,  dK_h = scale · dS_hᵀ Q_h
 //
+// 16-bit Real: the GEMMs accumulate in float (kernels/gemm.hpp) and P, dS are stored rounded.
+//
 // Each product runs as one strided-batched GEMM per sequence, batched over heads (a head's
 // matrices sit hs columns after the previous head's), so no permutation copies are made. The
 // GEMMs compute the full T×T scores; the softmax kernels apply the causal mask.
@@ -28,9 +30,12 @@ namespace meshtrain {
 namespace detail {
 
 // Softmax over row t of every T×T score matrix, in place: columns j ≤ t, the rest set to 0.
-// rows = B*NH*T, one team per row.
+// rows = B*NH*T, one team per row. In float and double the exponentials are kept in att between
+// the sum and the normalisation; a 16-bit att would round them twice, so there they are
+// recomputed (the same float values) and rounded once, normalised.
 template <class Real>
 void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int T) {
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::attention::softmax_forward",
@@ -38,26 +43,31 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
-        Real row_max;
+        A row_max;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, t + 1),
-            [&](int j, Real& m) {
-              if (att(row + j) > m) m = att(row + j);
+            [&](int j, A& m) {
+              if (A(att(row + j)) > m) m = att(row + j);
             },
-            Kokkos::Max<Real>(row_max));
-        Real sum = 0;
+            Kokkos::Max<A>(row_max));
+        A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, t + 1),
-            [&](int j, Real& acc) {
-              const Real e = fast_exp(att(row + j) - row_max);
-              att(row + j) = e;
+            [&](int j, A& acc) {
+              const A e = fast_exp(A(att(row + j)) - row_max);
+              if constexpr (!is_low_precision_v<Real>) att(row + j) = e;
               acc += e;
             },
             sum);
         team.team_barrier();
-        const Real inv = Real(1) / sum;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T),
-                             [&](int j) { att(row + j) = j <= t ? att(row + j) * inv : Real(0); });
+        const A inv = A(1) / sum;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
+          if constexpr (is_low_precision_v<Real>) {
+            att(row + j) = Real(j <= t ? fast_exp(A(att(row + j)) - row_max) * inv : A(0));
+          } else {
+            att(row + j) = j <= t ? att(row + j) * inv : Real(0);
+          }
+        });
       });
 }
 
@@ -65,6 +75,7 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
 template <class Real>
 void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> att, int rows,
                              int T) {
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::attention::softmax_backward",
@@ -72,12 +83,12 @@ void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> 
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
-        Real dot = 0;
+        A dot = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, t + 1),
-            [&](int j, Real& acc) { acc += att(row + j) * datt(row + j); }, dot);
+            [&](int j, A& acc) { acc += A(att(row + j)) * A(datt(row + j)); }, dot);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
-          datt(row + j) = j <= t ? att(row + j) * (datt(row + j) - dot) : Real(0);
+          datt(row + j) = Real(j <= t ? A(att(row + j)) * (A(datt(row + j)) - dot) : A(0));
         });
       });
 }
@@ -92,7 +103,7 @@ void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::ty
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   const int hs = C / NH;
   const int C3 = 3 * C;
-  const Real scale = Real(1.0 / std::sqrt(static_cast<double>(hs)));
+  const accum_t<Real> scale = accum_t<Real>(1.0 / std::sqrt(static_cast<double>(hs)));
   const long seq_qkv = static_cast<long>(T) * C3;
   const long seq_att = static_cast<long>(NH) * T * T;
   const long tt = static_cast<long>(T) * T;
@@ -101,7 +112,7 @@ void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::ty
   for (int b = 0; b < B; ++b) {
     const Real* q = qkv.data() + b * seq_qkv;
     gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, q, C3, hs,
-                               q + C, C3, hs, Real(0), att.data() + b * seq_att, T, tt, NH);
+                               q + C, C3, hs, accum_t<Real>(0), att.data() + b * seq_att, T, tt, NH);
   }
   detail::causal_softmax_forward<Real>(space, att, B * NH * T, T);
 }
@@ -121,8 +132,8 @@ void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att,
   // O_h = P_h V_h, written into the head's columns of out.
   for (int b = 0; b < B; ++b) {
     const Real* v = qkv.data() + b * seq_qkv + 2 * C;
-    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, Real(1),
-                               att.data() + b * seq_att, T, tt, v, C3, hs, Real(0),
+    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1),
+                               att.data() + b * seq_att, T, tt, v, C3, hs, accum_t<Real>(0),
                                out.data() + static_cast<long>(b) * T * C, C, hs, NH);
   }
 }
@@ -136,7 +147,7 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   const int hs = C / NH;
   const int C3 = 3 * C;
-  const Real scale = Real(1.0 / std::sqrt(static_cast<double>(hs)));
+  const accum_t<Real> scale = accum_t<Real>(1.0 / std::sqrt(static_cast<double>(hs)));
   const long seq_qkv = static_cast<long>(T) * C3;
   const long seq_out = static_cast<long>(T) * C;
   const long seq_att = static_cast<long>(NH) * T * T;
@@ -147,11 +158,11 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
     const Real* dout_b = dout.data() + b * seq_out;
     const Real* att_b = att.data() + b * seq_att;
     // dP_h = dO_h V_hᵀ
-    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, Real(1), dout_b,
-                               C, hs, v, C3, hs, Real(0), datt.data() + b * seq_att, T, tt, NH);
+    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, accum_t<Real>(1), dout_b,
+                               C, hs, v, C3, hs, accum_t<Real>(0), datt.data() + b * seq_att, T, tt, NH);
     // dV_h = P_hᵀ dO_h
-    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, Real(1), att_b, T,
-                               tt, dout_b, C, hs, Real(0), dqkv.data() + b * seq_qkv + 2 * C, C3,
+    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1), att_b, T,
+                               tt, dout_b, C, hs, accum_t<Real>(0), dqkv.data() + b * seq_qkv + 2 * C, C3,
                                hs, NH);
   }
   detail::causal_softmax_backward<Real>(space, datt, att, B * NH * T, T);
@@ -161,10 +172,10 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
     Real* dq = dqkv.data() + b * seq_qkv;
     // dQ_h = scale · dS_h K_h
     gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt,
-                               q + C, C3, hs, Real(0), dq, C3, hs, NH);
+                               q + C, C3, hs, accum_t<Real>(0), dq, C3, hs, NH);
     // dK_h = scale · dS_hᵀ Q_h
     gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt,
-                               q, C3, hs, Real(0), dq + C, C3, hs, NH);
+                               q, C3, hs, accum_t<Real>(0), dq + C, C3, hs, NH);
   }
 }
 

@@ -20,12 +20,17 @@ inline constexpr long kReduceChunk = 4096;
 
 // dlogits may be the same memory as logits: each row is read in full before it is overwritten.
 // losses and dlogits are written (=). grad_scale is typically 1 / (number of target tokens).
+// Computed in accum_t<Real>; the per-row losses are stored in it. In float and double the
+// exponentials wait in dlogits between the sum and the normalisation; a 16-bit dlogits would round
+// them twice, so there they are recomputed from the logits (read and overwritten by the same
+// thread, so in place still holds) and rounded once.
 template <class Real>
-void softmax_cross_entropy(const ExecSpace& space, Vec<Real> losses, Vec<Real> dlogits,
+void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Vec<Real> dlogits,
                            CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets,
-                           int N, int V, std::type_identity_t<Real> grad_scale) {
+                           int N, int V, accum_t<Real> grad_scale) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
                 reachable_v<CVec<std::int32_t>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::cross_entropy::forward_backward",
@@ -33,30 +38,35 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<Real> losses, Vec<Real> d
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * V;
         const int target = targets(n);
-        Real row_max;
+        A row_max;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, V),
-            [&](int v, Real& m) {
-              if (logits(row + v) > m) m = logits(row + v);
+            [&](int v, A& m) {
+              if (A(logits(row + v)) > m) m = logits(row + v);
             },
-            Kokkos::Max<Real>(row_max));
+            Kokkos::Max<A>(row_max));
         // Every thread reads the target logit before any thread overwrites the row.
-        const Real target_logit = logits(row + target);
+        const A target_logit = logits(row + target);
         team.team_barrier();
-        Real sum = 0;
+        A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, V),
-            [&](int v, Real& acc) {
-              const Real e = fast_exp(logits(row + v) - row_max);
-              dlogits(row + v) = e;
+            [&](int v, A& acc) {
+              const A e = fast_exp(A(logits(row + v)) - row_max);
+              if constexpr (!is_low_precision_v<Real>) dlogits(row + v) = e;
               acc += e;
             },
             sum);
         team.team_barrier();
-        const Real inv = Real(1) / sum;
+        const A inv = A(1) / sum;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int v) {
-          const Real p = dlogits(row + v) * inv;
-          dlogits(row + v) = (v == target ? p - Real(1) : p) * grad_scale;
+          A p;
+          if constexpr (is_low_precision_v<Real>) {
+            p = fast_exp(A(logits(row + v)) - row_max) * inv;
+          } else {
+            p = dlogits(row + v) * inv;
+          }
+          dlogits(row + v) = Real((v == target ? p - A(1) : p) * grad_scale);
         });
         Kokkos::single(Kokkos::PerTeam(team),
                        [&]() { losses(n) = kmath::log(sum) - (target_logit - row_max); });
@@ -84,7 +94,7 @@ double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long
       KOKKOS_LAMBDA(long k, double& acc) {
         const long end = (k + 1) * kReduceChunk < n ? (k + 1) * kReduceChunk : n;
         double s = 0;
-        for (long i = k * kReduceChunk; i < end; ++i) s += term(static_cast<double>(x(i)));
+        for (long i = k * kReduceChunk; i < end; ++i) s += term(static_cast<double>(accum_t<Real>(x(i))));
         acc += s;
       },
       total);
@@ -93,10 +103,11 @@ double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long
 
 }  // namespace detail
 
-// Σ_i x[i], in double, in a fixed order (deterministic on every backend).
+// Σ_i x[i], in double, in a fixed order (deterministic on every backend), returned in
+// accum_t<Real> (float for 16-bit x).
 template <class Real>
-Real sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {
-  return static_cast<Real>(detail::chunked_sum(space, "meshtrain::reduce::sum", x, n, detail::Identity{}));
+accum_t<Real> sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {
+  return static_cast<accum_t<Real>>(detail::chunked_sum(space, "meshtrain::reduce::sum", x, n, detail::Identity{}));
 }
 
 // Σ_i x[i]², in double, in the same fixed order as sum_reduce.
@@ -107,7 +118,7 @@ double squared_norm(const ExecSpace& space, CVec<Real> x, long n) {
 
 // The same for a writable view, so that callers holding a Vec need not name Real.
 template <class Real>
-Real sum_reduce(const ExecSpace& space, Vec<Real> x, long n) {
+accum_t<Real> sum_reduce(const ExecSpace& space, Vec<Real> x, long n) {
   return sum_reduce<Real>(space, CVec<Real>(x), n);
 }
 template <class Real>

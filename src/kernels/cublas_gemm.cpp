@@ -2,7 +2,8 @@
 //
 // cuBLAS is column-major: a row-major M×N matrix is its column-major N×M transpose. So row-major
 // C = op(A)·op(B) is computed as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, i.e. cuBLAS is called with the
-// operands swapped, m and n swapped, and the same leading dimensions.
+// operands swapped, m and n swapped, and the same leading dimensions. bf16 and fp16 go through the
+// Ex entry points: 16-bit A, B and C, float alpha and beta, float accumulation.
 #include "kernels/cublas_gemm.hpp"
 
 #include <cublas_v2.h>
@@ -43,40 +44,59 @@ cublasHandle_t handle_for(void* stream) {
 
 }  // namespace
 
+// The cuBLAS type of a 16-bit storage type.
 template <class Real>
-void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape s, Real alpha, const Real* a, int lda, const Real* b,
-          int ldb, Real beta, Real* c, int ldc) {
+constexpr cudaDataType_t data_type() {
+  static_assert(is_low_precision_v<Real>);
+  return std::is_same_v<Real, bf16> ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+template <class Real>
+void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape s, accum_t<Real> alpha, const Real* a, int lda,
+          const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc) {
   cublasHandle_t h = handle_for(stream);
   if constexpr (std::is_same_v<Real, float>) {
     MESHTRAIN_CUBLAS_CHECK(
         cublasSgemm(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, ldc));
-  } else {
+  } else if constexpr (std::is_same_v<Real, double>) {
     MESHTRAIN_CUBLAS_CHECK(
         cublasDgemm(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+  } else {
+    const cudaDataType_t t = data_type<Real>();
+    MESHTRAIN_CUBLAS_CHECK(cublasGemmEx(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, t, ldb, a, t, lda,
+                                        &beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
 template <class Real>
-void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape s, Real alpha, const Real* a, int lda,
-                          long stride_a, const Real* b, int ldb, long stride_b, Real beta, Real* c, int ldc,
-                          long stride_c, int batch) {
+void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape s, accum_t<Real> alpha, const Real* a,
+                          int lda, long stride_a, const Real* b, int ldb, long stride_b, accum_t<Real> beta, Real* c,
+                          int ldc, long stride_c, int batch) {
   cublasHandle_t h = handle_for(stream);
   if constexpr (std::is_same_v<Real, float>) {
     MESHTRAIN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, ldb,
                                                      stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, batch));
-  } else {
+  } else if constexpr (std::is_same_v<Real, double>) {
     MESHTRAIN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, ldb,
                                                      stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, batch));
+  } else {
+    const cudaDataType_t t = data_type<Real>();
+    MESHTRAIN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, t, ldb,
+                                                      stride_b, a, t, lda, stride_a, &beta, c, t, ldc, stride_c, batch,
+                                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
-template void gemm<float>(void*, Trans, Trans, GemmShape, float, const float*, int, const float*, int, float, float*,
-                          int);
-template void gemm<double>(void*, Trans, Trans, GemmShape, double, const double*, int, const double*, int, double,
-                           double*, int);
-template void gemm_strided_batched<float>(void*, Trans, Trans, GemmShape, float, const float*, int, long,
-                                          const float*, int, long, float, float*, int, long, int);
-template void gemm_strided_batched<double>(void*, Trans, Trans, GemmShape, double, const double*, int, long,
-                                           const double*, int, long, double, double*, int, long, int);
+#define MESHTRAIN_INSTANTIATE_CUBLAS(Real)                                                                      \
+  template void gemm<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, const Real*, int,  \
+                           accum_t<Real>, Real*, int);                                                           \
+  template void gemm_strided_batched<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, long, \
+                                           const Real*, int, long, accum_t<Real>, Real*, int, long, int);
+
+MESHTRAIN_INSTANTIATE_CUBLAS(float)
+MESHTRAIN_INSTANTIATE_CUBLAS(double)
+MESHTRAIN_INSTANTIATE_CUBLAS(bf16)
+MESHTRAIN_INSTANTIATE_CUBLAS(fp16)
+#undef MESHTRAIN_INSTANTIATE_CUBLAS
 
 }  // namespace meshtrain::cublas

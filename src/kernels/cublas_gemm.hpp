@@ -4,19 +4,22 @@
 // CUDA-backend dispatch (gemm_device.cpp) hands it the execution space's stream.
 #pragma once
 
+#include "core/half_types.hpp"
 #include "kernels/gemm_types.hpp"
 
 namespace meshtrain::cublas {
 
-// Row-major products as in kernels/gemm.hpp, run on `stream` (a cudaStream_t). Failures throw
-// std::runtime_error with the cuBLAS status, file, line and a HINT.
+// Row-major products as in kernels/gemm.hpp, run on `stream` (a cudaStream_t). Real is float,
+// double, bf16 or fp16; 16-bit products go through cublasGemmEx with float accumulation
+// (CUBLAS_COMPUTE_32F) and float alpha, beta. Failures throw std::runtime_error with the cuBLAS
+// status, file, line and a HINT.
 template <class Real>
-void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha, const Real* a, int lda,
-          const Real* b, int ldb, Real beta, Real* c, int ldc);
+void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha, const Real* a, int lda,
+          const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc);
 
 template <class Real>
-void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha, const Real* a,
-                          int lda, long stride_a, const Real* b, int ldb, long stride_b, Real beta, Real* c, int ldc,
-                          long stride_c, int batch);
+void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
+                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
 
 }  // namespace meshtrain::cublas

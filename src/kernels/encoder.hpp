@@ -7,6 +7,10 @@
 // The backward scatters many rows into one (a token may repeat), so it is written without atomics:
 // teams own blocks of channels and walk the rows in order, which makes every sum run in the same
 // order on every backend and every run.
+//
+// 16-bit Real: values are added in float; dwpe is summed in float and rounded once, but dwte is
+// rounded after every occurrence of a token (its destination row changes from row to row), so a
+// token seen k times carries up to k roundings of its gradient row.
 #pragma once
 
 #include "core/exec.hpp"
@@ -34,6 +38,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
                      int B, int T, int C, VocabRange range = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
                 reachable_v<CVec<std::int32_t>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::encoder::forward", Kokkos::TeamPolicy<ExecSpace>(space, B * T, Kokkos::AUTO),
@@ -46,7 +51,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
         const long e = static_cast<long>(held ? row : 0) * C;
         const long p = static_cast<long>(t) * C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-          out(o + c) = (held ? wte(e + c) : Real(0)) + (range.with_positions ? wpe(p + c) : Real(0));
+          out(o + c) = Real((held ? A(wte(e + c)) : A(0)) + (range.with_positions ? A(wpe(p + c)) : A(0)));
         });
       });
 }
@@ -58,6 +63,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
                       int T, int C, int V, VocabRange range = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
                 reachable_v<CVec<std::int32_t>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int N = B * T;
   const int blocks = (C + kEncoderColumnBlock - 1) / kEncoderColumnBlock;
@@ -74,20 +80,21 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
           const long o = static_cast<long>(n) * C;
           const long e = static_cast<long>(row) * C;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1),
-                               [&](int c) { dwte(e + c) += dout(o + c); });
+                               [&](int c) { dwte(e + c) = Real(A(dwte(e + c)) + A(dout(o + c))); });
         }
       });
-  // dwpe[t,c]: one team per position, summing the batch in order.
+  // dwpe[t,c]: one team per position, summing the batch in order into one accumulator per channel
+  // (rounded to Real once, not once per sequence).
   Kokkos::parallel_for(
       "meshtrain::encoder::backward_wpe", Kokkos::TeamPolicy<ExecSpace>(space, T, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const int t = team.league_rank();
         const long p = static_cast<long>(t) * C;
-        for (int b = 0; b < B; ++b) {
-          const long o = (static_cast<long>(b) * T + t) * C;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                               [&](int c) { dwpe(p + c) += dout(o + c); });
-        }
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+          A acc = dwpe(p + c);
+          for (int b = 0; b < B; ++b) acc += A(dout((static_cast<long>(b) * T + t) * C + c));
+          dwpe(p + c) = Real(acc);
+        });
       });
 }
 

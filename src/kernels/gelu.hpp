@@ -25,12 +25,13 @@ template <class Real>
 void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> inp,
                   long n) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;  // computed in float for 16-bit Real: one rounding, at the store
   Kokkos::parallel_for(
       "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(long i) {
-        const Real x = inp(i);
-        const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x * x * x);
-        out(i) = x / (Real(1) + fast_exp(Real(-2) * u));
+        const A x = inp(i);
+        const A u = A(kGeluScale) * (x + A(kGeluCubic) * x * x * x);
+        out(i) = Real(x / (A(1) + fast_exp(A(-2) * u)));
       });
 }
 
@@ -39,16 +40,17 @@ template <class Real>
 void gelu_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identity_t<Real>> inp,
                    CVec<std::type_identity_t<Real>> dout, long n) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;  // computed in float for 16-bit Real: one rounding, at the store
   Kokkos::parallel_for(
       "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(long i) {
-        const Real x = inp(i);
-        const Real x2 = x * x;
-        const Real u = Real(kGeluScale) * (x + Real(kGeluCubic) * x2 * x);
-        const Real du = Real(kGeluScale) * (Real(1) + Real(3 * kGeluCubic) * x2);
-        const Real sig = Real(1) / (Real(1) + fast_exp(Real(-2) * u));
-        const Real grad = sig + Real(2) * x * sig * (Real(1) - sig) * du;
-        dinp(i) = grad * dout(i);  // dout(i) is read before dinp(i) is written: in place is safe
+        const A x = inp(i);
+        const A x2 = x * x;
+        const A u = A(kGeluScale) * (x + A(kGeluCubic) * x2 * x);
+        const A du = A(kGeluScale) * (A(1) + A(3 * kGeluCubic) * x2);
+        const A sig = A(1) / (A(1) + fast_exp(A(-2) * u));
+        const A grad = sig + A(2) * x * sig * (A(1) - sig) * du;
+        dinp(i) = Real(grad * A(dout(i)));  // dout(i) is read before dinp(i) is written: in place is safe
       });
 }
 

@@ -4,21 +4,45 @@
 //   C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C[m,n]
 // where op(X) is X or Xᵀ, and lda/ldb/ldc are row strides (elements between consecutive rows).
 // Host builds call CBLAS (OpenBLAS, threaded); CUDA builds call cuBLAS on the execution space's stream.
+//
+// Real is float, double, bf16 or fp16. alpha and beta are accum_t<Real>. 16-bit products accumulate
+// in float and round C once: on CUDA through cublasGemmEx (16-bit operands, CUBLAS_COMPUTE_32F); on
+// the host by converting op(A), op(B) and, when beta ≠ 0, C to a float workspace, cblas_sgemm there,
+// and rounding the float result back into C. When beta = 0, C is not read (it may hold NaN).
 #pragma once
 
 #include "core/exec.hpp"
 #include "kernels/gemm_types.hpp"
 
+#include <cstddef>
+
 namespace meshtrain {
 
 template <class Real>
-void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha,
-          const Real* a, int lda, const Real* b, int ldb, Real beta, Real* c, int ldc);
+void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+          const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc);
 
 // `batch` independent products; matrix i starts at a + i*stride_a (likewise b, c).
 template <class Real>
 void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape,
-                          Real alpha, const Real* a, int lda, long stride_a, const Real* b, int ldb,
-                          long stride_b, Real beta, Real* c, int ldc, long stride_c, int batch);
+                          accum_t<Real> alpha, const Real* a, int lda, long stride_a, const Real* b, int ldb,
+                          long stride_b, accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
+
+// The host's 16-bit products share one float workspace (memory category `workspace`): allocated on
+// first need, grown when a larger product needs more, never shrunk, reused by every product after.
+// A product is done in row panels of C, so its workspace is bounded by op(B) (k·n floats) plus a
+// panel of op(A) and of C, not by the whole m·n result.
+//
+// Bytes that products of this shape (each matrix of a batch in turn) need: 0 for float and double,
+// and on CUDA builds (cuBLAS needs none).
+template <class Real>
+std::size_t gemm_workspace_bytes_for(GemmShape shape);
+// Grows the workspace to at least `bytes` now, so that a known largest product allocates nothing
+// later and the memory is counted from the start. No-op on CUDA builds.
+void reserve_gemm_workspace(std::size_t bytes);
+// Bytes the workspace holds now.
+std::size_t gemm_workspace_bytes();
+// Frees the workspace (the next 16-bit product allocates again).
+void release_gemm_workspace();
 
 }  // namespace meshtrain

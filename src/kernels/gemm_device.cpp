@@ -1,5 +1,6 @@
 // GEMM dispatch for the Kokkos CUDA backend: every product goes to cuBLAS on the space's stream,
-// so it is ordered with the Kokkos kernels launched on the same space.
+// so it is ordered with the Kokkos kernels launched on the same space. 16-bit products run in
+// cuBLAS on their own storage (no workspace here).
 #include "kernels/gemm.hpp"
 
 #include "kernels/cublas_gemm.hpp"
@@ -9,27 +10,39 @@
 namespace meshtrain {
 
 template <class Real>
-void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha, const Real* a, int lda,
-          const Real* b, int ldb, Real beta, Real* c, int ldc) {
+void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha, const Real* a,
+          int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc) {
   cublas::gemm<Real>(space.cuda_stream(), trans_a, trans_b, shape, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class Real>
-void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, Real alpha,
-                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b, Real beta,
-                          Real* c, int ldc, long stride_c, int batch) {
+void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
+                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch) {
   cublas::gemm_strided_batched<Real>(space.cuda_stream(), trans_a, trans_b, shape, alpha, a, lda, stride_a, b, ldb,
                                      stride_b, beta, c, ldc, stride_c, batch);
 }
 
-template void gemm<float>(const ExecSpace&, Trans, Trans, GemmShape, float, const float*, int, const float*, int,
-                          float, float*, int);
-template void gemm<double>(const ExecSpace&, Trans, Trans, GemmShape, double, const double*, int, const double*, int,
-                           double, double*, int);
-template void gemm_strided_batched<float>(const ExecSpace&, Trans, Trans, GemmShape, float, const float*, int, long,
-                                          const float*, int, long, float, float*, int, long, int);
-template void gemm_strided_batched<double>(const ExecSpace&, Trans, Trans, GemmShape, double, const double*, int,
-                                           long, const double*, int, long, double, double*, int, long, int);
+template <class Real>
+std::size_t gemm_workspace_bytes_for(GemmShape) {
+  return 0;
+}
+void reserve_gemm_workspace(std::size_t) {}
+std::size_t gemm_workspace_bytes() { return 0; }
+void release_gemm_workspace() {}
+
+#define MESHTRAIN_INSTANTIATE_GEMM(Real)                                                                         \
+  template void gemm<Real>(const ExecSpace&, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int,          \
+                           const Real*, int, accum_t<Real>, Real*, int);                                          \
+  template void gemm_strided_batched<Real>(const ExecSpace&, Trans, Trans, GemmShape, accum_t<Real>, const Real*, \
+                                           int, long, const Real*, int, long, accum_t<Real>, Real*, int, long, int); \
+  template std::size_t gemm_workspace_bytes_for<Real>(GemmShape);
+
+MESHTRAIN_INSTANTIATE_GEMM(float)
+MESHTRAIN_INSTANTIATE_GEMM(double)
+MESHTRAIN_INSTANTIATE_GEMM(bf16)
+MESHTRAIN_INSTANTIATE_GEMM(fp16)
+#undef MESHTRAIN_INSTANTIATE_GEMM
 
 }  // namespace meshtrain
 

@@ -9,6 +9,10 @@
 //
 // Row statistics are team reductions, one team per row. The parameter gradients sum over rows, so
 // teams own blocks of channels and walk the rows in order: no atomics, the same order every run.
+// Those sums run in team scratch, in accum_t<Real>, and are rounded to Real once at the end.
+//
+// Everything is computed in accum_t<Real> (float for bf16/fp16); mean and rstd are stored in it too,
+// since the backward needs them to more digits than a 16-bit type holds.
 #pragma once
 
 #include "core/exec.hpp"
@@ -22,32 +26,33 @@ inline constexpr double kLayerNormEps = 1e-5;
 inline constexpr int kLayerNormColumnBlock = 64;
 
 template <class Real>
-void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> mean, Vec<Real> rstd,
-                       CVec<std::type_identity_t<Real>> inp,
+void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> mean,
+                       Vec<accum_t<Real>> rstd, CVec<std::type_identity_t<Real>> inp,
                        CVec<std::type_identity_t<Real>> weight,
                        CVec<std::type_identity_t<Real>> bias, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::layernorm::forward", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
-        Real sum = 0;
+        A sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C), [&](int c, Real& acc) { acc += inp(row + c); }, sum);
-        const Real m = sum / C;
-        Real sq = 0;
+            Kokkos::TeamThreadRange(team, C), [&](int c, A& acc) { acc += A(inp(row + c)); }, sum);
+        const A m = sum / C;
+        A sq = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, C),
-            [&](int c, Real& acc) {
-              const Real d = inp(row + c) - m;
+            [&](int c, A& acc) {
+              const A d = A(inp(row + c)) - m;
               acc += d * d;
             },
             sq);
-        const Real s = Real(1) / kmath::sqrt(sq / C + Real(kLayerNormEps));
+        const A s = A(1) / kmath::sqrt(sq / C + A(kLayerNormEps));
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-          out(row + c) = (inp(row + c) - m) * s * weight(c) + bias(c);
+          out(row + c) = Real((A(inp(row + c)) - m) * s * A(weight(c)) + A(bias(c)));
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           mean(n) = m;
@@ -61,50 +66,68 @@ template <class Real>
 void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                         CVec<std::type_identity_t<Real>> dout, CVec<std::type_identity_t<Real>> inp,
                         CVec<std::type_identity_t<Real>> weight,
-                        CVec<std::type_identity_t<Real>> mean,
-                        CVec<std::type_identity_t<Real>> rstd, int N, int C) {
+                        CVec<accum_t<std::type_identity_t<Real>>> mean,
+                        CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::layernorm::backward_input", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
-        const Real m = mean(n);
-        const Real s = rstd(n);
-        Real g_sum = 0;
+        const A m = mean(n);
+        const A s = rstd(n);
+        A g_sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, C),
-            [&](int c, Real& acc) { acc += dout(row + c) * weight(c); }, g_sum);
-        Real gx_sum = 0;
+            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
+        A gx_sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, C),
-            [&](int c, Real& acc) { acc += dout(row + c) * weight(c) * (inp(row + c) - m) * s; },
+            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * (A(inp(row + c)) - m) * s; },
             gx_sum);
-        const Real g_mean = g_sum / C;
-        const Real gx_mean = gx_sum / C;
+        const A g_mean = g_sum / C;
+        const A gx_mean = gx_sum / C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-          const Real xhat = (inp(row + c) - m) * s;
-          dinp(row + c) += s * (dout(row + c) * weight(c) - g_mean - xhat * gx_mean);
+          const A xhat = (A(inp(row + c)) - m) * s;
+          dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
         });
       });
 
+  // Each team sums its block of dweight and dbias in scratch, starting from their current values.
+  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   const int blocks = (C + kLayerNormColumnBlock - 1) / kLayerNormColumnBlock;
+  const std::size_t scratch_bytes = 2 * Scratch::shmem_size(kLayerNormColumnBlock);
   Kokkos::parallel_for(
       "meshtrain::layernorm::backward_params",
-      Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+      Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO)
+          .set_scratch_size(0, Kokkos::PerTeam(scratch_bytes)),
+      KOKKOS_LAMBDA(const Team& team) {
         const int c0 = team.league_rank() * kLayerNormColumnBlock;
         const int c1 = c0 + kLayerNormColumnBlock < C ? c0 + kLayerNormColumnBlock : C;
+        Scratch dw(team.team_scratch(0), kLayerNormColumnBlock);
+        Scratch db(team.team_scratch(0), kLayerNormColumnBlock);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
+          dw(c - c0) = dweight(c);
+          db(c - c0) = dbias(c);
+        });
+        team.team_barrier();
         for (int n = 0; n < N; ++n) {
           const long row = static_cast<long>(n) * C;
-          const Real m = mean(n);
-          const Real s = rstd(n);
+          const A m = mean(n);
+          const A s = rstd(n);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
-            const Real d = dout(row + c);
-            dweight(c) += d * (inp(row + c) - m) * s;
-            dbias(c) += d;
+            const A d = dout(row + c);
+            dw(c - c0) += d * (A(inp(row + c)) - m) * s;
+            db(c - c0) += d;
           });
         }
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
+          dweight(c) = Real(dw(c - c0));
+          dbias(c) = Real(db(c - c0));
+        });
       });
 }
 

@@ -17,7 +17,7 @@ void residual_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_iden
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   Kokkos::parallel_for(
       "meshtrain::residual::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(long i) { out(i) = a(i) + b(i); });
+      KOKKOS_LAMBDA(long i) { out(i) = Real(accum_t<Real>(a(i)) + accum_t<Real>(b(i))); });
 }
 
 }  // namespace meshtrain

@@ -24,70 +24,85 @@ struct VocabColumns {
   int first;  // global token of column 0
 };
 
+// maxes, partials and losses are per-row statistics, kept in accum_t<Real> (float for 16-bit logits).
 template <class Real>
-void vocab_parallel_row_max(const ExecSpace& space, Vec<Real> maxes, CVec<std::type_identity_t<Real>> logits, int N,
+void vocab_parallel_row_max(const ExecSpace& space, Vec<accum_t<Real>> maxes, CVec<Real> logits, int N,
                             VocabColumns cols) {
-  static_assert(reachable_v<Vec<Real>>);
+  static_assert(reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::vocab_parallel_cross_entropy::row_max", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
-        Real m;
+        A m;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, cols.valid),
-            [&](int v, Real& acc) {
-              if (logits(row + v) > acc) acc = logits(row + v);
+            [&](int v, A& acc) {
+              if (A(logits(row + v)) > acc) acc = logits(row + v);
             },
-            Kokkos::Max<Real>(m));
+            Kokkos::Max<A>(m));
         Kokkos::single(Kokkos::PerTeam(team), [&]() { maxes(n) = m; });
       });
 }
 
 // partials holds s (N values) then z (N values), so one all-reduce carries both.
 template <class Real>
-void vocab_parallel_row_partials(const ExecSpace& space, Vec<Real> partials, CVec<std::type_identity_t<Real>> logits,
-                                 CVec<std::type_identity_t<Real>> maxes, CVec<std::int32_t> targets, int N,
-                                 VocabColumns cols) {
-  static_assert(reachable_v<Vec<Real>>);
+void vocab_parallel_row_partials(const ExecSpace& space, Vec<accum_t<Real>> partials, CVec<Real> logits,
+                                 CVec<accum_t<Real>> maxes, CVec<std::int32_t> targets, int N, VocabColumns cols) {
+  static_assert(reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::vocab_parallel_cross_entropy::row_partials", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
-        const Real m = maxes(n);
-        Real sum = 0;
+        const A m = maxes(n);
+        A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, cols.valid),
-            [&](int v, Real& acc) { acc += fast_exp(logits(row + v) - m); }, sum);
+            [&](int v, A& acc) { acc += fast_exp(A(logits(row + v)) - m); }, sum);
         const int t = targets(n) - cols.first;
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           partials(n) = sum;
-          partials(N + n) = (t >= 0 && t < cols.valid) ? logits(row + t) : Real(0);
+          partials(N + n) = (t >= 0 && t < cols.valid) ? A(logits(row + t)) : A(0);
         });
       });
 }
 
+// The same taking writable logits, which is what callers hold (Real is deduced from the logits).
+template <class Real>
+void vocab_parallel_row_max(const ExecSpace& space, Vec<accum_t<Real>> maxes, Vec<Real> logits, int N,
+                            VocabColumns cols) {
+  vocab_parallel_row_max<Real>(space, maxes, CVec<Real>(logits), N, cols);
+}
+template <class Real>
+void vocab_parallel_row_partials(const ExecSpace& space, Vec<accum_t<Real>> partials, Vec<Real> logits,
+                                 CVec<accum_t<Real>> maxes, CVec<std::int32_t> targets, int N, VocabColumns cols) {
+  vocab_parallel_row_partials<Real>(space, partials, CVec<Real>(logits), maxes, targets, N, cols);
+}
+
 // dlogits may be the same memory as logits.
 template <class Real>
-void vocab_parallel_finish(const ExecSpace& space, Vec<Real> losses, Vec<Real> dlogits,
-                           CVec<std::type_identity_t<Real>> logits, CVec<std::type_identity_t<Real>> maxes,
-                           CVec<std::type_identity_t<Real>> partials, CVec<std::int32_t> targets, int N,
-                           VocabColumns cols, std::type_identity_t<Real> grad_scale) {
+void vocab_parallel_finish(const ExecSpace& space, Vec<accum_t<Real>> losses, Vec<Real> dlogits,
+                           CVec<std::type_identity_t<Real>> logits, CVec<accum_t<Real>> maxes,
+                           CVec<accum_t<Real>> partials, CVec<std::int32_t> targets, int N, VocabColumns cols,
+                           accum_t<Real> grad_scale) {
   static_assert(reachable_v<Vec<Real>>);
+  using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::vocab_parallel_cross_entropy::finish", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
-        const Real m = maxes(n), inv = Real(1) / partials(n);
+        const A m = maxes(n), inv = A(1) / partials(n);
         const int t = targets(n) - cols.first;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols.local), [&](int v) {
-          const Real p = v < cols.valid ? fast_exp(logits(row + v) - m) * inv : Real(0);
-          dlogits(row + v) = (v == t ? p - Real(1) : p) * grad_scale;
+          const A p = v < cols.valid ? fast_exp(A(logits(row + v)) - m) * inv : A(0);
+          dlogits(row + v) = Real((v == t ? p - A(1) : p) * grad_scale);
         });
         Kokkos::single(Kokkos::PerTeam(team),
                        [&]() { losses(n) = kmath::log(partials(n)) + m - partials(N + n); });

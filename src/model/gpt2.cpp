@@ -34,6 +34,15 @@ class Carver {
     used_ += count;
     return view;
   }
+  // A view of another element type T (per-row statistics in accum_t<Real>), aligned for T.
+  template <class T>
+  Vec<T> take_as(std::size_t count) {
+    static_assert(sizeof(T) % sizeof(Real) == 0);
+    constexpr std::size_t ratio = sizeof(T) / sizeof(Real);
+    used_ = (used_ + ratio - 1) / ratio * ratio;
+    Vec<Real> raw = take(count * ratio);
+    return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.extent(0) / ratio);
+  }
   std::size_t used() const { return used_; }
 
  private:
@@ -74,17 +83,21 @@ BlockActivations<Real> carve_block(Carver<Real>& c, const LocalDims& d, BlockFie
                                    const BlockActivations<Real>& other = {}) {
   const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
   auto pick = [&](bool taken, std::size_t count, const Vec<Real>& view) { return taken ? c.take(count) : view; };
+  // Per-row statistics are kept in the accumulation type (fp32 for 16-bit models).
+  auto pick_stat = [&](bool taken, std::size_t count, const Vec<accum_t<Real>>& view) {
+    return taken ? c.template take_as<accum_t<Real>>(count) : view;
+  };
   BlockActivations<Real> b;
   b.ln1 = pick(take.rest, N * C, other.ln1);
-  b.ln1_mean = pick(take.rest, N, other.ln1_mean);
-  b.ln1_rstd = pick(take.rest, N, other.ln1_rstd);
+  b.ln1_mean = pick_stat(take.rest, N, other.ln1_mean);
+  b.ln1_rstd = pick_stat(take.rest, N, other.ln1_rstd);
   b.qkv = pick(take.rest, N * 3 * Cl, other.qkv);
   b.atty = pick(take.rest, N * Cl, other.atty);
   b.att = pick(take.att, B * NH * T * T, other.att);
   b.residual2 = pick(take.rest, N * C, other.residual2);
   b.ln2 = pick(take.rest, N * C, other.ln2);
-  b.ln2_mean = pick(take.rest, N, other.ln2_mean);
-  b.ln2_rstd = pick(take.rest, N, other.ln2_rstd);
+  b.ln2_mean = pick_stat(take.rest, N, other.ln2_mean);
+  b.ln2_rstd = pick_stat(take.rest, N, other.ln2_rstd);
   b.fch = pick(take.rest, N * 4 * Cl, other.fch);
   b.fch_gelu = pick(take.rest, N * 4 * Cl, other.fch_gelu);
   b.residual3 = pick(take.output, N * C, other.residual3);
@@ -102,12 +115,12 @@ ActivationTensors<Real> carve_activations(Carver<Real>& c, const LocalDims& d, R
   a.proj = c.take(N * C);
   if (!d.head) return a;
   a.lnf = c.take(N * C);
-  a.lnf_mean = c.take(N);
-  a.lnf_rstd = c.take(N);
+  a.lnf_mean = c.template take_as<accum_t<Real>>(N);
+  a.lnf_rstd = c.template take_as<accum_t<Real>>(N);
   a.logits = c.take(N * V);
-  a.losses = c.take(N);
-  a.row_max = c.take(N);
-  a.partials = c.take(2 * N);
+  a.losses = c.template take_as<accum_t<Real>>(N);
+  a.row_max = c.template take_as<accum_t<Real>>(N);
+  a.partials = c.template take_as<accum_t<Real>>(2 * N);
   return a;
 }
 
@@ -232,10 +245,16 @@ Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Co
 }
 
 template <class Real>
-void Gpt2<Real>::tp_sum(Vec<Real> x) {
+template <class T>
+void Gpt2<Real>::tp_sum(Vec<T> x) {
   if (tp_ == nullptr) return;
-  space_.fence();  // the kernels that produced x must be done before the collective reads it
-  tp_->allreduce_sum(x.data(), x.extent(0));
+  if constexpr (is_low_precision_v<T>) {
+    throw std::logic_error(fmt::format("tensor parallelism under {} needs 16-bit collectives, which Comm lacks yet",
+                                       precision_name<T>()));
+  } else {
+    space_.fence();  // the kernels that produced x must be done before the collective reads it
+    tp_->allreduce_sum(x.data(), x.extent(0));
+  }
 }
 
 template <class Real>
@@ -311,7 +330,7 @@ void Gpt2<Real>::recompute_block(int slot, int l) {
 }
 
 template <class Real>
-void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale) {
+void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Accum grad_scale) {
   const int N = batch_ * model().seq_len;
   if (tp_ == nullptr) {
     softmax_cross_entropy(space_, a.losses, a.logits, a.logits, targets, N, model().vocab, grad_scale);
@@ -328,14 +347,14 @@ void Gpt2<Real>::cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Re
 }
 
 template <class Real>
-Real Gpt2<Real>::stage_loss(int slot, CVec<int> targets, Real grad_scale) {
+typename Gpt2<Real>::Accum Gpt2<Real>::stage_loss(int slot, CVec<int> targets, Accum grad_scale) {
   const int N = batch_ * model().seq_len;
   cross_entropy(slots_[slot], targets, grad_scale);
-  return sum_reduce<Real>(space_, slots_[slot].losses, N) / Real(N);
+  return sum_reduce(space_, slots_[slot].losses, N) / Accum(N);
 }
 
 template <class Real>
-Real Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Real grad_scale) {
+typename Gpt2<Real>::Accum Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
   stage_forward(0, inputs);
   return stage_loss(0, targets, grad_scale);
 }
@@ -420,5 +439,7 @@ void Gpt2<Real>::zero_grads() {
 
 template class Gpt2<float>;
 template class Gpt2<double>;
+template class Gpt2<bf16>;
+template class Gpt2<fp16>;
 
 }  // namespace meshtrain

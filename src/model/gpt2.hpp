@@ -45,15 +45,15 @@ Recompute parse_recompute(const std::string& name);
 template <class Real>
 struct BlockActivations {
   Vec<Real> ln1;        // (N, C)
-  Vec<Real> ln1_mean;   // (N)
-  Vec<Real> ln1_rstd;   // (N)
+  Vec<accum_t<Real>> ln1_mean;   // (N)
+  Vec<accum_t<Real>> ln1_rstd;   // (N)
   Vec<Real> qkv;        // (N, 3C)
   Vec<Real> atty;       // (N, C)   attention output before c_proj
   Vec<Real> att;        // (B, NH, T, T) softmax probabilities
   Vec<Real> residual2;  // (N, C)   x + attn(ln_1(x))
   Vec<Real> ln2;        // (N, C)
-  Vec<Real> ln2_mean;   // (N)
-  Vec<Real> ln2_rstd;   // (N)
+  Vec<accum_t<Real>> ln2_mean;   // (N)
+  Vec<accum_t<Real>> ln2_rstd;   // (N)
   Vec<Real> fch;        // (N, 4C)  c_fc output
   Vec<Real> fch_gelu;   // (N, 4C)
   Vec<Real> residual3;  // (N, C)   block output
@@ -64,13 +64,13 @@ struct ActivationTensors {
   Vec<Real> encoded;  // (N, C)
   std::vector<BlockActivations<Real>> blocks;
   Vec<Real> lnf;       // (N, C)
-  Vec<Real> lnf_mean;  // (N)
-  Vec<Real> lnf_rstd;  // (N)
+  Vec<accum_t<Real>> lnf_mean;  // (N)
+  Vec<accum_t<Real>> lnf_rstd;  // (N)
   Vec<Real> logits;    // (N, V); after a training forward it holds dlogits
-  Vec<Real> losses;    // (N)
+  Vec<accum_t<Real>> losses;    // (N)
   Vec<Real> proj;      // (N, C)   c_proj outputs before the residual add
-  Vec<Real> row_max;   // (N)      vocabulary-parallel cross-entropy: row maxima
-  Vec<Real> partials;  // (2N)     … and Σ exp, target logit
+  Vec<accum_t<Real>> row_max;   // (N)      vocabulary-parallel cross-entropy: row maxima
+  Vec<accum_t<Real>> partials;  // (2N)     … and Σ exp, target logit
 };
 
 // Gradients of activations, reused by every block on the way back.
@@ -99,6 +99,8 @@ ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, in
 template <class Real>
 class Gpt2 {
  public:
+  using Accum = accum_t<Real>;  // loss and per-row statistics: float for bf16/fp16, else Real
+
   // `tp` is the tensor-parallel group (none: the whole model on this rank); `place` the pipeline
   // stage this rank computes; `slots` how many micro-batches' activations it keeps at once;
   // `recompute` which of them backward recomputes instead. `store`: where weights and gradients
@@ -123,7 +125,7 @@ class Gpt2 {
 
   // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
   // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.
-  Real forward(CVec<int> inputs, CVec<int> targets, Real grad_scale);
+  Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale);
   // Accumulates this micro-batch's gradients into grads() (call forward() first). As it goes it
   // calls ready_from(offset), meaning every gradient at flat offset ≥ offset is now final for this
   // pass, so data-parallel reduction of that range can start (see train/gradient_reducer.hpp).
@@ -140,7 +142,7 @@ class Gpt2 {
   // starts backward from output_gradient(), where the next stage's gradient is received, and
   // leaves the gradient of its input in input_gradient() for the previous stage.
   void stage_forward(int slot, CVec<int> inputs);
-  Real stage_loss(int slot, CVec<int> targets, Real grad_scale);  // last stage
+  Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale);  // last stage
   void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {});
   Vec<Real> stage_input(int slot) const { return slots_[slot].encoded; }  // (N, C)
   CVec<Real> stage_output(int slot) const;                                 // (N, C)
@@ -148,14 +150,15 @@ class Gpt2 {
   CVec<Real> input_gradient() const { return scratch_.dresidual; }         // (N, C)
 
  private:
-  void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Real grad_scale);
+  void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Accum grad_scale);
   // Block l (of this stage) from its input x into s, using `proj` as c_proj's output. Without
   // `to_output` it stops once s holds what backward reads (before the MLP's c_proj).
   void block_forward(int l, CVec<Real> x, const BlockActivations<Real>& s, Vec<Real> proj, bool to_output);
   // Makes the shared set hold what block l's backward reads for `slot` (see Recompute).
   void recompute_block(int slot, int l);
   // Σ over the tensor-parallel group, in place (nothing without one).
-  void tp_sum(Vec<Real> x);
+  template <class T>
+  void tp_sum(Vec<T> x);
   void need_block(int l) {
     if (store_ != nullptr) store_->need_block(layout_.first_layer() + l);
   }
@@ -188,5 +191,7 @@ void require_model_fits(const ModelConfig& model, int batch, int state_buffers, 
 
 extern template class Gpt2<float>;
 extern template class Gpt2<double>;
+extern template class Gpt2<bf16>;
+extern template class Gpt2<fp16>;
 
 }  // namespace meshtrain

@@ -210,6 +210,8 @@ ParameterTensors<Real> ParameterTensors<Real>::bind(const ParameterLayout& layou
 
 template struct ParameterTensors<float>;
 template struct ParameterTensors<double>;
+template struct ParameterTensors<bf16>;
+template struct ParameterTensors<fp16>;
 
 double flops_per_token(const ParameterLayout& layout) {
   // The whole model's count, whatever piece this rank holds.

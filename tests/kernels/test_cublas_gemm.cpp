@@ -1,6 +1,7 @@
 // The cuBLAS path of the GEMM dispatch. With a GPU: its row-major products (every transpose pair,
 // leading dimensions wider than the matrices, strided batches) against a naive host loop. Without
-// one (CI): a call fails with cuBLAS's status and a HINT instead of crashing.
+// one (CI): a call fails with cuBLAS's status and a HINT instead of crashing. The same for bf16 and
+// fp16 storage with float accumulation.
 #include "kernels/cublas_gemm.hpp"
 
 #include <cuda_runtime.h>
@@ -82,6 +83,70 @@ TEST(CublasGemm, RowMajorProductsMatchNaiveLoops) {
       cudaFree(dc);
     }
   }
+}
+
+// 16-bit operands through cublasGemm(StridedBatched)Ex with float accumulation: against the naive
+// loop on the same (rounded) values, within one rounding of C (u relative) plus the float
+// accumulation error (k·2^-24 relative to Σ|a·b|, far below). Tensor cores may keep fewer bits in
+// products (fp16 products are exact in float; bf16 too), so the bound is u·|C| + 1e-5·Σ|a·b|.
+template <class H>
+void check_low_precision_products() {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const double unit = unit_roundoff<H>();
+  const GemmShape s{6, 9, 4};
+  for (Trans ta : {Trans::no, Trans::yes}) {
+    for (Trans tb : {Trans::no, Trans::yes}) {
+      const int lda = (ta == Trans::no ? s.k : s.m) + 1, ldb = (tb == Trans::no ? s.n : s.k) + 2;
+      const int rows_a = ta == Trans::no ? s.m : s.k, rows_b = tb == Trans::no ? s.k : s.n;
+      const int batch = 2;
+      const long stride_a = long(rows_a) * lda, stride_b = long(rows_b) * ldb, stride_c = long(s.m) * s.n;
+      std::vector<H> a(stride_a * batch), b(stride_b * batch), c(stride_c * batch);
+      std::vector<double> ad(a.size()), bd(b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) ad[i] = float(a[i] = H(u(rng)));
+      for (std::size_t i = 0; i < b.size(); ++i) bd[i] = float(b[i] = H(u(rng)));
+      H *da, *db, *dc;
+      ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&db, b.size() * 2), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dc, c.size() * 2), cudaSuccess);
+      cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
+      cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+      cublas::gemm_strided_batched<H>(nullptr, ta, tb, s, 1.0f, da, lda, stride_a, db, ldb, stride_b, 0.0f, dc, s.n,
+                                      stride_c, batch);
+      cudaMemcpy(c.data(), dc, c.size() * 2, cudaMemcpyDeviceToHost);
+      for (int i = 0; i < batch; ++i) {
+        const std::vector<double> ai(ad.begin() + i * stride_a, ad.begin() + (i + 1) * stride_a);
+        const std::vector<double> bi(bd.begin() + i * stride_b, bd.begin() + (i + 1) * stride_b);
+        const auto want = naive(ta, tb, s, ai, lda, bi, ldb);
+        for (std::size_t e = 0; e < want.size(); ++e) {
+          ASSERT_NEAR(float(c[i * stride_c + e]), want[e], unit * std::fabs(want[e]) + 1e-5 * s.k)
+              << precision_name<H>() << " batch " << i << " element " << e;
+        }
+      }
+      cublas::gemm<H>(nullptr, ta, tb, s, 1.0f, da, lda, db, ldb, 0.0f, dc, s.n);
+      cudaMemcpy(c.data(), dc, stride_c * 2, cudaMemcpyDeviceToHost);
+      const auto want = naive(ta, tb, s, ad, lda, bd, ldb);
+      for (std::size_t e = 0; e < want.size(); ++e) {
+        ASSERT_NEAR(float(c[e]), want[e], unit * std::fabs(want[e]) + 1e-5 * s.k) << precision_name<H>();
+      }
+      cudaFree(da);
+      cudaFree(db);
+      cudaFree(dc);
+    }
+  }
+}
+
+TEST(CublasGemm, Bf16AndFp16ProductsAccumulateInFloat) {
+  if (!gpu_present()) GTEST_SKIP() << "no GPU on this machine";
+  check_low_precision_products<bf16>();
+  check_low_precision_products<fp16>();
+}
+
+TEST(CublasGemm, Bf16FailsWithAHintWithoutAGpu) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present; the product tests cover this build";
+  bf16 c{};
+  EXPECT_THROW(cublas::gemm<bf16>(nullptr, Trans::no, Trans::no, {1, 1, 1}, 1.0f, &c, 1, &c, 1, 0.0f, &c, 1),
+               std::runtime_error);
 }
 
 }  // namespace

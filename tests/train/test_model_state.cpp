@@ -100,7 +100,12 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
                            slots);
           const MemoryBytes a = other.memory(), p = planned_rank_memory(recomputing, grid, pos);
           EXPECT_EQ(a[MemoryCategory::activations], p[MemoryCategory::activations]) << mode;
-          EXPECT_LT(a[MemoryCategory::activations], actual[MemoryCategory::activations]) << mode;
+          // A stage of one block keeps one set either way; with more, sharing saves.
+          if (state.layout().stage_layers() > 1) {
+            EXPECT_LT(a[MemoryCategory::activations], actual[MemoryCategory::activations]) << mode;
+          } else {
+            EXPECT_LE(a[MemoryCategory::activations], actual[MemoryCategory::activations]) << mode;
+          }
           EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << mode;
         }
       }

@@ -1,0 +1,75 @@
+// Elementwise precision conversions for the mixed-precision trainer (train.precision bf16 | fp16):
+// fp32 master weights → 16-bit working weights, 16-bit gradients → fp32, and the overflow check of
+// dynamic loss scaling.
+//
+// Sizes: n elements.
+//   convert:          out[i] = To(in[i])                  (rounded to nearest even when narrowing)
+//   accumulate_into:  acc[i] += scale · in[i]             (in accum precision, rounded once into acc)
+//   count_nonfinite:  #{i : in[i] is ±Inf or NaN}
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <type_traits>
+
+namespace meshtrain {
+
+// out and in may not overlap (unless To and From are the same type and they are the same memory).
+template <class To, class From>
+void convert(const ExecSpace& space, Vec<To> out, CVec<std::type_identity_t<From>> in, long n) {
+  static_assert(reachable_v<Vec<To>> && reachable_v<CVec<From>>);
+  Kokkos::parallel_for(
+      "meshtrain::convert", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
+        if constexpr (std::is_same_v<To, From> || !is_low_precision_v<To>) {
+          out(i) = static_cast<To>(in(i));  // same type, or widening: exact (double → float rounds)
+        } else {
+          // Narrowing to 16 bits: from float or double directly; from the other 16-bit type through
+          // its exact float value.
+          if constexpr (is_low_precision_v<From>) {
+            out(i) = To(float(in(i)));
+          } else {
+            out(i) = To(in(i));
+          }
+        }
+      });
+}
+
+// acc += scale · in, e.g. fp32 gradients += (1 / loss_scale) · fp16 gradients, so that
+// micro-batches accumulate in fp32 and the 16-bit gradient buffer can be zeroed for the next one.
+// The product and sum are computed in Acc (float or double), rounded once.
+template <class Acc, class From>
+void accumulate_into(const ExecSpace& space, Vec<Acc> acc, CVec<std::type_identity_t<From>> in,
+                     std::type_identity_t<Acc> scale, long n) {
+  static_assert(reachable_v<Vec<Acc>> && reachable_v<CVec<From>> && !is_low_precision_v<Acc>);
+  Kokkos::parallel_for(
+      "meshtrain::accumulate_into", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(long i) { acc(i) += scale * static_cast<Acc>(accum_t<From>(in(i))); });
+}
+
+// How many elements are ±Inf or NaN (a 16-bit overflow under loss scaling shows here). Tested on
+// the exponent bits of the widened value (16-bit types widen exactly, Inf to Inf, NaN to NaN), so
+// no compiler flag can fold the test away.
+template <class Real>
+long count_nonfinite(const ExecSpace& space, CVec<Real> x, long n) {
+  static_assert(reachable_v<CVec<Real>>);
+  long count = 0;
+  Kokkos::parallel_reduce(
+      "meshtrain::count_nonfinite", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(long i, long& acc) {
+        const accum_t<Real> v = x(i);
+        if constexpr (std::is_same_v<accum_t<Real>, float>) {
+          if ((half_detail::bits_of(v) & 0x7f800000u) == 0x7f800000u) ++acc;
+        } else {
+          if ((half_detail::bits_of(v) & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) ++acc;
+        }
+      },
+      count);
+  return count;
+}
+
+template <class Real>
+long count_nonfinite(const ExecSpace& space, Vec<Real> x, long n) {
+  return count_nonfinite<Real>(space, CVec<Real>(x), n);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,36 @@
+// The float workspace that the host's 16-bit GEMMs (kernels/gemm.hpp) need for one GPT-2 rank, so
+// that the trainer can reserve it before the first step and count it as memory category `workspace`:
+//   reserve_gemm_workspace(gpt2_gemm_workspace_bytes<bf16>(model, micro_batch, tp));
+// 0 for float and double, and on CUDA builds.
+#pragma once
+
+#include "kernels/gemm.hpp"
+#include "model/parameters.hpp"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace meshtrain {
+
+// The largest workspace over every product Gpt2<Real>(model, batch, tp) runs: exact for a model on
+// one stage, an upper bound for a pipeline stage (the output head's products are counted whether
+// or not the stage holds the head). tests/model/test_gpt2_low_precision.cpp holds it to what a
+// forward and backward really allocate.
+template <class Real>
+std::size_t gpt2_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 1) {
+  const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, Cl = C / tp, hs = C / m.heads;
+  const int Vl = (m.vocab + tp - 1) / tp;  // this rank's (padded) vocabulary rows
+  const GemmShape products[] = {
+      {N, Vl, C},      {N, C, Vl},      {Vl, C, N},       // tied output head: logits, dlnf, dwte
+      {N, 3 * Cl, C},  {N, C, 3 * Cl},  {C, 3 * Cl, N},   // c_attn: forward, input and weight gradients
+      {N, C, Cl},      {N, Cl, C},      {Cl, C, N},       // attn c_proj
+      {N, 4 * Cl, C},  {N, C, 4 * Cl},  {C, 4 * Cl, N},   // c_fc
+      {N, C, 4 * Cl},  {N, 4 * Cl, C},  {4 * Cl, C, N},   // mlp c_proj
+      {T, T, hs},      {T, hs, T},                        // attention, per sequence and head
+  };
+  std::size_t bytes = 0;
+  for (const GemmShape& s : products) bytes = std::max(bytes, gemm_workspace_bytes_for<Real>(s));
+  return bytes;
+}
+
+}  // namespace meshtrain
