@@ -50,7 +50,10 @@ class KeyTable {
     add("train.stop_after", cfg.train.stop_after, "leave after this many steps in this job, saving (0: run to the end)");
     add("train.time_limit", cfg.train.time_limit, "minutes this job may run; saves and leaves in time (0: none)");
     add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
-    add("train.precision", cfg.train.precision, "fp32 | bf16 | fp16 (this build: fp32)");
+    add("train.precision", cfg.train.precision,
+        "fp32 | bf16 | fp16: weights and activations in compute (fp32 master weights and moments always)");
+    add("train.loss_scale", cfg.train.loss_scale, "fp16: initial dynamic loss scale (halved on overflow)");
+    add("train.loss_scale_window", cfg.train.loss_scale_window, "fp16: clean steps before the loss scale doubles");
     add("train.recompute", cfg.train.recompute,
         "activation recomputation: none | selective (attention probabilities) | full (whole blocks)");
     add("optim.lr", cfg.optim.lr, "peak learning rate");
@@ -160,8 +163,12 @@ void validate(const Config& c) {
   if (c.train.stop_after < 0) input_error("train.stop_after = {} is invalid: it must be >= 0", c.train.stop_after);
   require_non_negative("train.time_limit", c.train.time_limit);
   if (c.train.seed < 0) input_error("train.seed = {} is invalid: it must be an integer >= 0", c.train.seed);
-  require_one_of("train.precision", c.train.precision, {"fp32"},
-                 " (bf16 and fp16 mixed precision are not available in this version)");
+  require_one_of("train.precision", c.train.precision, {"fp32", "bf16", "fp16"});
+  if (!(c.train.loss_scale >= 1)) {
+    input_error("train.loss_scale = {} is invalid: it must be >= 1 (fp16's initial loss scale, e.g. 65536)",
+                c.train.loss_scale);
+  }
+  require_positive("train.loss_scale_window", c.train.loss_scale_window);
   require_one_of("train.recompute", c.train.recompute, {"none", "selective", "full"});
 
   require_positive_real("optim.lr", c.optim.lr);

@@ -25,6 +25,8 @@ struct TrainConfig {
   std::int64_t seed = 1337;
   std::string precision = "fp32";
   std::string recompute = "none";
+  double loss_scale = 65536;             // fp16: initial dynamic loss scale
+  std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
 };
 
 struct OptimConfig {

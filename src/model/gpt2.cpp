@@ -178,15 +178,20 @@ Recompute parse_recompute(const std::string& name) {
   input_error("train.recompute = '{}' is invalid: valid values are none, selective, full", name);
 }
 
+template <class Real>
 ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                          Recompute recompute) {
   const int layers = ParameterLayout(model, tp, 0, place).stage_layers();
   const LocalDims dims = local_dims(model, batch, tp, layers, place.last());
-  Carver<float> kept(nullptr), scratch(nullptr);
-  const BlockActivations<float> shared = carve_rank_scratch(scratch, dims, recompute).shared;
+  Carver<Real> kept(nullptr), scratch(nullptr);
+  const BlockActivations<Real> shared = carve_rank_scratch(scratch, dims, recompute).shared;
   carve_slots(kept, dims, slots, recompute, shared);
   return {kept.used(), scratch.used()};
 }
+template ActivationSizes gpt2_activation_elements<float>(const ModelConfig&, int, int, StagePlace, int, Recompute);
+template ActivationSizes gpt2_activation_elements<double>(const ModelConfig&, int, int, StagePlace, int, Recompute);
+template ActivationSizes gpt2_activation_elements<bf16>(const ModelConfig&, int, int, StagePlace, int, Recompute);
+template ActivationSizes gpt2_activation_elements<fp16>(const ModelConfig&, int, int, StagePlace, int, Recompute);
 
 void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin,
                         Recompute recompute) {

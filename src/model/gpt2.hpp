@@ -92,7 +92,9 @@ struct ActivationSizes {
   std::size_t total() const { return kept + scratch; }
 };
 
-// What Gpt2 allocates for these arguments (the same carving code, without allocating).
+// What Gpt2<Real> allocates for these arguments (the same carving code, without allocating), in
+// elements of Real.
+template <class Real = float>
 ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                          Recompute recompute);
 

@@ -5,6 +5,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/schedule.hpp"
 #include "train/batch_loader.hpp"
+#include "train/low_precision_copy.hpp"
 #include "train/accumulation.hpp"
 #include "train/state_source.hpp"
 #include "train/zero_state.hpp"
@@ -29,9 +30,16 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const int slots = grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp,
                                                                           position.pp_rank, accum))
                                 : 1;
-  const ActivationSizes activations = gpt2_activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place, slots,
-                                                               parse_recompute(cfg.train.recompute));
-  m[MemoryCategory::activations] += std::int64_t(sizeof(float) * activations.total());
+  if (cfg.train.precision == "fp32") {
+    const ActivationSizes activations = gpt2_activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place,
+                                                                 slots, parse_recompute(cfg.train.recompute));
+    m[MemoryCategory::activations] += std::int64_t(sizeof(float) * activations.total());
+  } else {
+    // The fp32 weights are the master copy; the 16-bit copy brings its weights, gradients, activations.
+    m[MemoryCategory::master] = m[MemoryCategory::weights];
+    m[MemoryCategory::weights] = 0;
+    m += LowPrecisionCopy::planned(cfg, layout, grid.tp, place, slots);
+  }
   m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
   return m;
 }

@@ -45,16 +45,50 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       groups_(groups),
       zero_(cfg.parallel.zero),
       sharded_(sharded_state(space, cfg, groups, place)),
-      model_(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots, parse_recompute(cfg.train.recompute),
-             sharded_.get()) {
-  if (sharded_) return;
-  const std::size_t n = model_.layout().total();
-  exp_avg_ = Buffer<float>("meshtrain::adamw::exp_avg", n);
-  exp_avg_sq_ = Buffer<float>("meshtrain::adamw::exp_avg_sq", n);
-  reducer_.emplace(*groups.dp, model_.grads(), std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
-  sources_[0] = std::make_unique<FlatSource>(model_.weights(), model_.layout());
-  sources_[1] = std::make_unique<FlatSource>(slice(exp_avg_, 0, n), model_.layout());
-  sources_[2] = std::make_unique<FlatSource>(slice(exp_avg_sq_, 0, n), model_.layout());
+      layout_(sharded_ ? sharded_->layout() : state_layout(cfg, groups, place)),
+      scaler_(cfg.train.precision == "fp16", cfg.train.loss_scale, cfg.train.loss_scale_window) {
+  const bool fp32 = cfg.train.precision == "fp32";
+  if (fp32) {
+    model_ = std::make_unique<Gpt2<float>>(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots,
+                                           parse_recompute(cfg.train.recompute), sharded_.get());
+  }
+  if (!sharded_) {
+    const std::size_t n = layout_.total();
+    if (!fp32) {
+      master_ = Buffer<float>("meshtrain::master_weights", n);
+      grads32_ = Buffer<float>("meshtrain::fp32_grads", n);
+    }
+    const Vec<float> weights = fp32 ? model_->weights() : slice(master_, 0, n);
+    const Vec<float> grads = fp32 ? model_->grads() : slice(grads32_, 0, n);
+    exp_avg_ = Buffer<float>("meshtrain::adamw::exp_avg", n);
+    exp_avg_sq_ = Buffer<float>("meshtrain::adamw::exp_avg_sq", n);
+    reducer_.emplace(*groups.dp, grads, std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
+    sources_[0] = std::make_unique<FlatSource>(weights, layout_);
+    sources_[1] = std::make_unique<FlatSource>(slice(exp_avg_, 0, n), layout_);
+    sources_[2] = std::make_unique<FlatSource>(slice(exp_avg_sq_, 0, n), layout_);
+  }
+  if (!fp32) {
+    low_ = LowPrecisionCopy::make(space, cfg, layout_, groups.tp, place, slots,
+                                  [this](const TensorInfo& t) { return master(t); },
+                                  [this](const TensorInfo& t) { return fp32_grad(t); });
+  }
+}
+
+ModelState::~ModelState() = default;
+
+Gpt2<float>& ModelState::model() {
+  if (!model_) throw std::logic_error("ModelState::model(): the fp32 model exists under train.precision = fp32 only");
+  return *model_;
+}
+
+float* ModelState::master(const TensorInfo& t) {
+  if (sharded_) return sharded_->weight(t);
+  return (model_ ? model_->weights().data() : master_.data()) + t.offset;
+}
+
+float* ModelState::fp32_grad(const TensorInfo& t) {
+  if (sharded_) return sharded_->grad(t);
+  return (model_ ? model_->grads().data() : grads32_.data()) + t.offset;
 }
 
 MemoryBytes ModelState::memory() const {
@@ -62,12 +96,20 @@ MemoryBytes ModelState::memory() const {
   if (sharded_) {
     m = sharded_->memory();
   } else {
-    m[MemoryCategory::weights] = std::int64_t(model_.weight_bytes());
-    m[MemoryCategory::grads] = std::int64_t(model_.weight_bytes());
+    const auto whole = std::int64_t(layout_.total() * sizeof(float));
+    m[MemoryCategory::weights] = whole;
+    m[MemoryCategory::grads] = whole;
     m[MemoryCategory::optimizer] = std::int64_t((exp_avg_.extent(0) + exp_avg_sq_.extent(0)) * sizeof(float));
     for (const auto& s : sources_) m[MemoryCategory::workspace] += std::int64_t(s->staging_bytes());
   }
-  m[MemoryCategory::activations] += std::int64_t(model_.activation_bytes());
+  if (model_) {
+    m[MemoryCategory::activations] += std::int64_t(model_->activation_bytes());
+  } else {
+    // The fp32 weights are the master copy; the model's own are the 16-bit ones.
+    m[MemoryCategory::master] = m[MemoryCategory::weights];
+    m[MemoryCategory::weights] = 0;
+    m += low_->memory();
+  }
   return m;
 }
 
@@ -75,8 +117,9 @@ void ModelState::initialize(std::uint64_t seed) {
   if (sharded_) {
     sharded_->initialize(seed);
   } else {
-    initialize_parameters(model_.weights(), model_.layout(), seed);
+    initialize_parameters(model_ ? model_->weights() : slice(master_, 0, layout_.total()), layout_, seed);
   }
+  if (low_) low_->copy_master();
 }
 
 TrainingTensors ModelState::checkpoint_tensors() {
@@ -86,16 +129,30 @@ TrainingTensors ModelState::checkpoint_tensors() {
 
 void ModelState::loaded() {
   if (sharded_) sharded_->gather_weights();
+  if (low_) low_->copy_master();
+}
+
+double ModelState::forward(CVec<int> inputs, CVec<int> targets, double grad_scale) {
+  if (low_) return low_->forward(inputs, targets, grad_scale, scaler_.scale());
+  return double(model_->forward(inputs, targets, float(grad_scale)));
+}
+
+void ModelState::backward(CVec<int> inputs) {
+  if (low_) {
+    low_->backward(inputs, scaler_.scale(), ready_from());
+  } else {
+    model_->backward(inputs, ready_from());
+  }
 }
 
 void ModelState::zero_grads() {
   if (sharded_) {
     sharded_->zero_grads();
   } else {
-    model_.zero_grads();
+    const Vec<float> grads(model_ ? model_->grads().data() : grads32_.data(), layout_.total());
+    Kokkos::deep_copy(space_, grads, 0.0f);
   }
 }
-
 void ModelState::arm() {
   if (sharded_) {
     sharded_->arm();
@@ -110,7 +167,7 @@ Gpt2<float>::ReadyFrom ModelState::ready_from() {
 }
 
 void ModelState::finish_gradients() {
-  const ParameterLayout& layout = model_.layout();
+  const ParameterLayout& layout = layout_;
   if (sharded_) {
     sharded_->finish();
     // The tied wte: its unit is sharded alike on the first and the last stage, so the two add slice by slice.
@@ -123,38 +180,41 @@ void ModelState::finish_gradients() {
   if (groups_.tied != nullptr) {
     const TensorInfo& wte = layout.find("wte.weight");
     space_.fence();
-    groups_.tied->allreduce_sum(model_.grads().data() + wte.offset, wte.numel);
+    groups_.tied->allreduce_sum(fp32_grad(wte), wte.numel);
   }
   reducer_->finish();
 }
 
 double ModelState::grad_norm() {
-  const ParameterLayout& layout = model_.layout();
+  const ParameterLayout& layout = layout_;
   double sum = 0;
   if (sharded_) {
     sum = sharded_->grad_squared_norm([&](const TensorInfo& t) { return counted_once(t, layout); });
   } else if (group_rank(groups_.dp) == 0) {
     // Data-parallel replicas hold the same reduced gradients: one of them counts.
     for (const TensorInfo& t : layout.tensors()) {
-      if (counted_once(t, layout)) sum += squared_norm<float>(space_, slice(model_.grads(), t.offset, t.numel), t.numel);
+      if (counted_once(t, layout)) sum += squared_norm<float>(space_, Vec<float>(fp32_grad(t), t.numel), t.numel);
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world);
   return std::sqrt(sum);
 }
 
-void ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i) {
+bool ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i, double grad_norm) {
+  // Every rank sees the same global norm, so all skip or all update.
+  if (!scaler_.update(std::isfinite(grad_norm))) return false;
   if (sharded_) {
     sharded_->update([&](const TensorInfo& t) { return adamw_step(optim, t, lr, clip, i); });
   } else {
-    const Vec<float> w = model_.weights(), g = model_.grads();
-    for (const TensorInfo& t : model_.layout().tensors()) {
-      adamw_update<float>(space_, slice(w, t.offset, t.numel), slice(exp_avg_, t.offset, t.numel),
-                          slice(exp_avg_sq_, t.offset, t.numel), slice(g, t.offset, t.numel), t.numel,
+    for (const TensorInfo& t : layout_.tensors()) {
+      adamw_update<float>(space_, Vec<float>(master(t), t.numel), slice(exp_avg_, t.offset, t.numel),
+                          slice(exp_avg_sq_, t.offset, t.numel), Vec<float>(fp32_grad(t), t.numel), t.numel,
                           adamw_step(optim, t, lr, clip, i));
     }
   }
+  if (low_) low_->copy_master();
   space_.fence();
+  return true;
 }
 
 }  // namespace meshtrain

@@ -1,8 +1,9 @@
 // The model states of one rank — weights, gradients, AdamW moments — and the model that computes
-// with them, for any ZeRO stage. The training loop talks to this one object; whether the states
-// are whole (stage 0: the model owns flat buffers, gradients are all-reduced in buckets that overlap
-// backward) or sharded over the data-parallel group (stages 1–3, train/zero_state.hpp) is decided
-// here once.
+// with them, for any ZeRO stage and precision. The training loop talks to this one object; whether
+// the states are whole (stage 0: flat buffers, gradients all-reduced in buckets that overlap
+// backward) or sharded over the data-parallel group (stages 1–3, train/zero_state.hpp), and whether
+// the model computes on them (fp32) or on a 16-bit copy of them (bf16/fp16,
+// train/low_precision_copy.hpp), is decided here once.
 #pragma once
 
 #include "core/config.hpp"
@@ -11,6 +12,8 @@
 #include "parallel/comm.hpp"
 #include "train/checkpointing.hpp"
 #include "train/gradient_reducer.hpp"
+#include "train/loss_scaler.hpp"
+#include "train/low_precision_copy.hpp"
 #include "train/memory_ledger.hpp"
 #include "train/state_source.hpp"
 #include "train/zero_state.hpp"
@@ -32,15 +35,21 @@ class ModelState {
  public:
   // `slots`: activation sets the pipeline schedule keeps alive (1 without pipeline).
   ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place, int slots);
+  ~ModelState();
 
-  Gpt2<float>& model() { return model_; }
-  const ParameterLayout& layout() const { return model_.layout(); }
+  // The fp32 model (pipeline schedules drive it directly); only under train.precision = fp32.
+  Gpt2<float>& model();
+  const ParameterLayout& layout() const { return layout_; }
   MemoryBytes memory() const;
 
   void initialize(std::uint64_t seed);
-  // The states as checkpoints read and write them; after a load, call loaded().
+  // The states as checkpoints read and write them (fp32 master weights); after a load, call loaded().
   TrainingTensors checkpoint_tensors();
   void loaded();
+
+  // One micro-batch through the model (without pipeline): mean loss; gradients scaled by grad_scale.
+  double forward(CVec<int> inputs, CVec<int> targets, double grad_scale);
+  void backward(CVec<int> inputs);
 
   // One step's gradients: zero_grads(); arm() before the last backward pass of the step (pipeline
   // schedules, which interleave micro-batches, never arm); backward reports to ready_from();
@@ -52,19 +61,30 @@ class ModelState {
 
   // Global L2 norm of the gradient, every parameter counted once. Collective over the world.
   double grad_norm();
-  // AdamW step `i` (0-based) at rate `lr`, gradients scaled by `clip`.
-  void update(const OptimConfig& optim, double lr, double clip, std::int64_t i);
+  // AdamW step `i` (0-based) at rate `lr`, gradients scaled by `clip`, unless the gradients
+  // overflowed (grad_norm not finite) under fp16 loss scaling: then the step is skipped, the scale
+  // backs off, and update() returns false.
+  bool update(const OptimConfig& optim, double lr, double clip, std::int64_t i, double grad_norm);
+  double loss_scale() const { return scaler_.scale(); }
 
  private:
+  float* master(const TensorInfo& t);
+  float* fp32_grad(const TensorInfo& t);
+
   ExecSpace space_;
   StateGroups groups_;
   int zero_;
   std::unique_ptr<ZeroState> sharded_;  // stages 1–3
-  Gpt2<float> model_;
-  // Stage 0 only: the whole moments, the bucketed reducer and the checkpoint sources.
+  ParameterLayout layout_;
+  std::unique_ptr<Gpt2<float>> model_;  // fp32: computes on the states
+  // Stage 0 only: whole buffers (fp32: the model's weights and gradients; else master weights and
+  // fp32 gradients here), the moments, the bucketed reducer and the checkpoint sources.
+  Buffer<float> master_, grads32_;
   Buffer<float> exp_avg_, exp_avg_sq_;
   std::optional<GradientReducer> reducer_;
   std::unique_ptr<FlatSource> sources_[3];
+  std::unique_ptr<LowPrecisionCopy> low_;  // bf16/fp16: the model computes on this copy
+  LossScaler scaler_;
 };
 
 }  // namespace meshtrain

@@ -59,6 +59,8 @@ nlohmann::json metrics_record(const StepReport& r) {
   j["model_flops_per_s"] = r.model_flops_per_s;
   if (r.mfu > 0) j["mfu"] = r.mfu;
   if (r.memory != nullptr) j["memory"] = memory_json(*r.memory, r.peak_rss);
+  if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
+  if (r.skipped) j["skipped"] = true;
   return j;
 }
 

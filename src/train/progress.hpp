@@ -25,6 +25,8 @@ struct StepReport {
   double eta_s;              // for the remaining steps at the recent pace
   const MemoryBytes* memory = nullptr;  // the rank's allocations by category, if reported
   std::int64_t peak_rss = 0;            // the process's peak resident memory so far
+  double loss_scale = 0;                // fp16: the dynamic loss scale after this step (else 0)
+  bool skipped = false;                 // fp16: the update was skipped (gradients overflowed)
 };
 
 // `effective batch = micro_batch 4 × dp 2 × accum 4 = 32 sequences (32768 tokens)`

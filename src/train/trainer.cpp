@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 namespace meshtrain {
 namespace {
@@ -63,6 +64,19 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
     return fmt::format("train.time_limit = {} min would be exceeded by another step", cfg.train.time_limit);
   }
   return {};
+}
+
+// 16-bit runs compute on a whole 16-bit copy of the rank's model and move activations only inside
+// it: tensor- and pipeline-parallel collectives and ZeRO-3's per-block gathers of 16-bit tensors
+// are not there yet, so those combinations are refused up front.
+void require_precision_supported(const Config& cfg, const Layout& grid) {
+  if (cfg.train.precision == "fp32") return;
+  if (grid.tp > 1 || grid.pp > 1 || cfg.parallel.zero == 3) {
+    input_error("train.precision = {} runs with data parallelism and parallel.zero 0-2 in this version; this config "
+                "has tp {}, pp {}, zero {} (valid: train.precision = fp32 for tensor/pipeline parallelism or zero 3, "
+                "or tp = pp = 1 and zero <= 2 for {})",
+                cfg.train.precision, grid.tp, grid.pp, cfg.parallel.zero, cfg.train.precision);
+  }
 }
 
 // The first and the last stage of one pipeline (same dp and tp rank): they share the tied wte.
@@ -122,6 +136,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     }
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);
+    require_precision_supported(cfg, grid);
     require_model_fits(cfg.model, B, 3, "the config", parse_recompute(cfg.train.recompute));
     return open_training_data(cfg);
   });
@@ -157,11 +172,11 @@ int train(const Config& cfg, MPI_Comm comm) {
 
   ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), tied_comm.get(), comm}, place,
                    grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1);
-  Gpt2<float>& model = state.model();
-  const ParameterLayout& layout = model.layout();
+  const ParameterLayout& layout = state.layout();
   // This rank's micro-batches are samples dp_rank·(accum·B) … of each step (interface section 4).
   BatchLoader loader(stream, order, B, T, dp_rank * accum);
-  PipelineExecutor pipeline(schedule, model, loader, *pp_comm, state.ready_from());
+  std::optional<PipelineExecutor> pipeline;
+  if (grid.pp > 1) pipeline.emplace(schedule, state.model(), loader, *pp_comm, state.ready_from());
 
   // Data-parallel rank 0 of each tensor-parallel group writes its pieces; the replicas write nothing.
   Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
@@ -230,12 +245,12 @@ int train(const Config& cfg, MPI_Comm comm) {
     if (grid.pp == 1) {
       for (int micro = 0; micro < accum; ++micro) {
         loader.load(i, micro);
-        loss += model.forward(loader.inputs(), loader.targets(), grad_scale);
+        loss += state.forward(loader.inputs(), loader.targets(), grad_scale);
         if (micro == accum - 1) state.arm();  // the last pass finishes the gradients
-        model.backward(loader.inputs(), state.ready_from());
+        state.backward(loader.inputs());
       }
     } else {
-      loss = pipeline.run(i, grad_scale);  // the last stage's; the others add zero below
+      loss = pipeline->run(i, grad_scale);  // the last stage's; the others add zero below
       pp_comm->allreduce_sum(&loss, 1);
     }
     state.finish_gradients();
@@ -245,7 +260,11 @@ int train(const Config& cfg, MPI_Comm comm) {
     const double grad_norm = state.grad_norm();
     const double lr = learning_rate(cfg.optim, cfg.train.steps, i);
     const double clip = clip_scale(grad_norm, cfg.optim.grad_clip);
-    state.update(cfg.optim, lr, clip, i);
+    const bool applied = state.update(cfg.optim, lr, clip, i, grad_norm);
+    if (!applied && leader) {
+      fmt::print("step {}: fp16 gradients overflowed: update skipped, loss scale backs off to {:g}\n", i + 1,
+                  state.loss_scale());
+    }
     space.fence();
     ++progress.step;
     ++steps_this_job;
@@ -269,6 +288,8 @@ int train(const Config& cfg, MPI_Comm comm) {
     report.elapsed_s = elapsed;
     report.eta_s = elapsed / steps_this_job * double(cfg.train.steps - progress.step);
     report.memory = &memory;
+    report.loss_scale = cfg.train.precision == "fp16" ? state.loss_scale() : 0.0;
+    report.skipped = !applied;
     report.peak_rss = peak_rss_bytes();
     if (leader) {
       metrics.write(metrics_record(report));

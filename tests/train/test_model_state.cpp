@@ -108,6 +108,23 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           }
           EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << mode;
         }
+        // 16-bit runs (data parallel, ZeRO 0–2): planned = allocated, the model's weights half the
+        // fp32 master's, which is what fp32 runs call weights.
+        if (tp == 1 && pp == 1 && zero <= 2) {
+          for (const char* precision : {"bf16", "fp16"}) {
+            Config low = cfg;
+            low.train.precision = precision;
+            ModelState other(space, low, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
+            const MemoryBytes a = other.memory(), p = planned_rank_memory(low, grid, pos);
+            for (int c = 0; c < memory_categories; ++c) {
+              if (MemoryCategory(c) == MemoryCategory::workspace) continue;  // the planner adds the token buffers
+              EXPECT_EQ(a.bytes[c], p.bytes[c]) << precision << " " << category_name(MemoryCategory(c));
+            }
+            EXPECT_EQ(a[MemoryCategory::master], actual[MemoryCategory::weights]) << precision;
+            EXPECT_EQ(2 * a[MemoryCategory::weights], std::int64_t(sizeof(float) * other.layout().total())) << precision;
+            EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << precision;
+          }
+        }
       }
       const ParameterLayout piece(small_config(0).model, tp, pos.tp_rank, place);
       const Expected e = expected_counts(piece, grid.dp);
