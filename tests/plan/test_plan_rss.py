@@ -28,6 +28,8 @@ CASES = [
     ("dp2_zero2", 2, ["--parallel.zero", "2"]),
     ("tp2", 2, ["--parallel.tp", "2"]),
     ("pp2_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
+    ("dp2_zero3", 2, ["--parallel.zero", "3"]),
+    ("dp2_zero1_bf16", 2, ["--parallel.zero", "1", "--train.precision", "bf16"]),
 ]
 
 
@@ -63,7 +65,8 @@ def main():
         if plan.returncode != 0:
             failures.append(f"{name}: plan exited {plan.returncode}: {plan.stderr.strip()}")
             continue
-        predicted = json.loads(plan.stdout)["per_rank"][0]["peak_rss"]
+        planned_rank = json.loads(plan.stdout)["per_rank"][0]
+        predicted = planned_rank["peak_rss"]
         train = subprocess.run([opts.mpiexec, "-n", str(ranks), opts.meshtrain, "train"] + keys, capture_output=True,
                                text=True, stdin=subprocess.DEVNULL, timeout=300)
         if train.returncode != 0:
@@ -76,6 +79,10 @@ def main():
             failures.append(f"{name}: the metrics record has no memory.peak_rss (the trainer must write rank 0's "
                             f"peak RSS there); record: {json.dumps(last)}")
             continue
+        # Every category is sized by the code that allocates it: they must agree to the byte.
+        for category, planned_bytes in planned_rank["memory"].items():
+            if category in last["memory"] and last["memory"][category] != planned_bytes:
+                failures.append(f"{name}: {category} planned {planned_bytes} B, allocated {last['memory'][category]} B")
         error = (predicted - measured) / measured
         print(f"{name:<12} {predicted / 2**20:>14.1f} {measured / 2**20:>13.1f} {error:>+7.1%}")
         if abs(error) > opts.tolerance:
