@@ -21,17 +21,17 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'oracle'))
+import gpt2_torch  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_LAYOUTS = ["1,1,1,8", "2,1,1,4", "2,2,1,8", "2,1,2,2"]
 
 
 def write_shard(path, tokens, vocab=256):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = (20240520, 1, tokens)
-    data = np.random.default_rng(0).integers(0, vocab, size=tokens).astype("<u2")
-    with open(path, "wb") as f:
-        f.write(header.tobytes() + data.tobytes())
+    """A shard of `tokens` random tokens (the format is gpt2_torch's, tests/oracle)."""
+    gpt2_torch.write_shard(path, np.random.default_rng(0).integers(0, vocab, size=tokens))
 
 
 def run_layout(binary, config, world, tp, pp, micro, steps, warmup, work, extra):

@@ -186,18 +186,7 @@ void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, 
   }
 }
 
-#define MESHTRAIN_INSTANTIATE_GEMM(Real)                                                                         \
-  template void gemm<Real>(const ExecSpace&, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int,          \
-                           const Real*, int, accum_t<Real>, Real*, int);                                          \
-  template void gemm_strided_batched<Real>(const ExecSpace&, Trans, Trans, GemmShape, accum_t<Real>, const Real*, \
-                                           int, long, const Real*, int, long, accum_t<Real>, Real*, int, long, int); \
-  template std::size_t gemm_workspace_bytes_for<Real>(GemmShape);
-
-MESHTRAIN_INSTANTIATE_GEMM(float)
-MESHTRAIN_INSTANTIATE_GEMM(double)
-MESHTRAIN_INSTANTIATE_GEMM(bf16)
-MESHTRAIN_INSTANTIATE_GEMM(fp16)
-#undef MESHTRAIN_INSTANTIATE_GEMM
+#include "kernels/gemm_instantiations.inc"
 
 #endif
 

@@ -18,6 +18,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'oracle'))
+import gpt2_torch  # noqa: E402
+
 # L4 H8 C512: 12.8M parameters, 16 bytes each = 195 MiB of model state against ~35 MiB of runtime
 # and a few MiB of activations at micro_batch 1, T 64.
 MODEL = ["--model.layers", "4", "--model.heads", "8", "--model.d_model", "512", "--model.seq_len", "64",
@@ -34,11 +37,8 @@ CASES = [
 
 
 def write_shard(path, tokens):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = (20240520, 1, tokens)
-    data = np.random.default_rng(0).integers(0, 256, size=tokens).astype("<u2")
-    with open(path, "wb") as f:
-        f.write(header.tobytes() + data.tobytes())
+    """A shard of `tokens` random tokens (the format is gpt2_torch's, tests/oracle)."""
+    gpt2_torch.write_shard(path, np.random.default_rng(0).integers(0, 256, size=tokens))
 
 
 def main():
