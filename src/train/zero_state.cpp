@@ -13,27 +13,6 @@ namespace {
 
 constexpr bool host_reachable = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 
-bool is_block(const ShardUnit& u) { return u.block >= 0; }
-
-// Elements of the non-block units (wte, wpe, ln_f) end to end, and the size of one block unit.
-struct Resident {
-  std::size_t non_block = 0, block = 0, largest = 0, shards = 0;
-};
-
-Resident resident_sizes(const ParameterLayout& layout, int dp) {
-  Resident r;
-  for (const ShardUnit& u : layout.units()) {
-    if (is_block(u)) {
-      r.block = std::max(r.block, u.size());
-    } else {
-      r.non_block += u.size();
-    }
-    r.largest = std::max(r.largest, u.size());
-    r.shards += u.shard(dp);
-  }
-  return r;
-}
-
 void accumulate(const ExecSpace& space, Vec<float> into, CVec<float> add, std::size_t n) {
   Kokkos::parallel_for(
       "meshtrain::zero::accumulate", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
@@ -52,18 +31,15 @@ MemoryBytes ZeroSizes::bytes() const {
   return m;
 }
 
-ZeroSizes zero_sizes(const ParameterLayout& layout, int dp, int stage) {
+ZeroSizes zero_sizes(const ParameterLayout& layout, int dp, int stage, bool master_only) {
   if (stage < 1 || stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3");
-  const Resident r = resident_sizes(layout, dp);
-  std::size_t largest_shard = 0;
-  for (const ShardUnit& u : layout.units()) largest_shard = std::max(largest_shard, u.shard(dp));
+  const ShardMap map(layout, dp, 0);
   ZeroSizes z;
-  const std::size_t working = r.non_block + r.block;
-  z.weights = stage < 3 ? layout.total() : r.shards + working;
-  z.grads = stage < 2 ? layout.total() : r.shards + working;
-  z.moments = r.shards;
-  z.reduce_buffer = largest_shard;
-  z.staging = r.largest;
+  z.weights = master_only ? map.shard_total() : stage < 3 ? layout.total() : map.shard_total() + map.working_total();
+  z.grads = stage < 2 ? layout.total() : map.shard_total() + map.working_total();
+  z.moments = map.shard_total();
+  z.reduce_buffer = map.largest_shard();
+  z.staging = map.largest_unit();
   return z;
 }
 
@@ -116,15 +92,15 @@ class ZeroState::ShardSource final : public StateSource {
 
  private:
   // Under stages 1–2 every rank holds all weights: nothing to gather, loads store whole tensors.
-  bool whole_weights() const { return kind_ == Kind::weights && state_.stage_ < 3; }
+  bool whole_weights() const { return kind_ == Kind::weights && !state_.sharded_weights(); }
   float* shard(std::size_t u) const {
     switch (kind_) {
       case Kind::weights:
         return state_.weight_shard(u);
       case Kind::exp_avg:
-        return state_.exp_avg_.data() + state_.shard_offset_[u];
+        return state_.exp_avg_.data() + state_.map_.shard_offset(u);
       case Kind::exp_avg_sq:
-        return state_.exp_avg_sq_.data() + state_.shard_offset_[u];
+        return state_.exp_avg_sq_.data() + state_.map_.shard_offset(u);
     }
     return nullptr;
   }
@@ -140,25 +116,18 @@ class ZeroState::ShardSource final : public StateSource {
   std::size_t staged_unit_ = std::size_t(-1);
 };
 
-ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int stage, Comm& dp)
-    : space_(space), layout_(layout), stage_(stage), dp_(dp), rank_(std::size_t(dp.rank())) {
-  if (layout.unit_align() % dp.size() != 0) {
-    throw std::logic_error("ZeroState needs a layout whose units are padded to a multiple of dp");
-  }
-  const ZeroSizes sizes = zero_sizes(layout, dp.size(), stage);
-  const Resident r = resident_sizes(layout, dp.size());
-  std::size_t shard = 0, resident = 0;
-  for (const ShardUnit& u : layout.units()) {
-    shard_offset_.push_back(shard);
-    shard += u.shard(dp.size());
-    resident_offset_.push_back(is_block(u) ? r.non_block : resident);
-    if (!is_block(u)) resident += u.size();
-  }
-  block_unit_size_ = r.block;
-  const std::size_t shards = stage == 3 ? shard : 0;
-  weights_ = Buffer<float>("meshtrain::zero::weights", sizes.weights - shards);
-  weight_shard_ = Buffer<float>("meshtrain::zero::weight_shard", shards);
-  const std::size_t grad_shards = stage >= 2 ? shard : 0;
+ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int stage, Comm& dp, bool master_only)
+    : space_(space),
+      layout_(layout),
+      map_(layout, dp.size(), dp.rank()),
+      stage_(stage),
+      master_only_(master_only),
+      dp_(dp) {
+  const ZeroSizes sizes = zero_sizes(layout, dp.size(), stage, master_only);
+  const std::size_t weight_shards = sharded_weights() ? map_.shard_total() : 0;
+  weights_ = Buffer<float>("meshtrain::zero::weights", sizes.weights - weight_shards);
+  weight_shard_ = Buffer<float>("meshtrain::zero::weight_shard", weight_shards);
+  const std::size_t grad_shards = stage >= 2 ? map_.shard_total() : 0;
   grads_ = Buffer<float>("meshtrain::zero::grads", sizes.grads - grad_shards);
   grad_shard_ = Buffer<float>("meshtrain::zero::grad_shard", grad_shards);
   exp_avg_ = Buffer<float>("meshtrain::zero::exp_avg", sizes.moments);
@@ -166,7 +135,7 @@ ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int 
   reduce_buffer_ = Buffer<float>("meshtrain::zero::reduce_buffer", sizes.reduce_buffer);
   staging_ = Buffer<float>("meshtrain::zero::checkpoint_staging", sizes.staging);
   if constexpr (!host_reachable) host_staging_ = Kokkos::View<float*, HostSpace>("meshtrain::zero::host_staging", sizes.staging);
-  next_unit_ = layout_.units().size();
+  next_unit_ = map_.units();
   using Kind = ShardSource::Kind;
   for (Kind kind : {Kind::weights, Kind::exp_avg, Kind::exp_avg_sq}) {
     sources_.push_back(std::make_unique<ShardSource>(*this, kind, staging_, host_staging_));
@@ -188,23 +157,24 @@ MemoryBytes ZeroState::memory() const {
 }
 
 float* ZeroState::unit_weights(std::size_t u) const {
-  if (stage_ < 3) return weights_.data() + layout_.units()[u].begin;
-  return weights_.data() + resident_offset_[u];
+  if (master_only_) throw std::logic_error("ZeroState: a master-only state holds no working weights");
+  if (stage_ < 3) return weights_.data() + map_.unit(u).begin;
+  return weights_.data() + map_.working_offset(u);
 }
 
 float* ZeroState::unit_grads(std::size_t u) const {
-  if (stage_ < 2) return grads_.data() + layout_.units()[u].begin;
-  return grads_.data() + resident_offset_[u];
+  if (stage_ < 2) return grads_.data() + map_.unit(u).begin;
+  return grads_.data() + map_.working_offset(u);
 }
 
 float* ZeroState::weight_shard(std::size_t u) const {
-  if (stage_ < 3) return weights_.data() + owned_begin(u);
-  return weight_shard_.data() + shard_offset_[u];
+  if (!sharded_weights()) return weights_.data() + owned_begin(u);
+  return weight_shard_.data() + map_.shard_offset(u);
 }
 
 float* ZeroState::grad_shard_data(std::size_t u) const {
   if (stage_ < 2) return grads_.data() + owned_begin(u);
-  return grad_shard_.data() + shard_offset_[u];
+  return grad_shard_.data() + map_.shard_offset(u);
 }
 
 Vec<float> ZeroState::grad_shard(std::size_t u) const { return Vec<float>(grad_shard_data(u), shard_size(u)); }
@@ -225,18 +195,16 @@ void ZeroState::gather_unit(std::size_t u, float* into) {
 }
 
 void ZeroState::need_block(int block) {
-  if (stage_ < 3 || gathered_block_ == block) return;
-  const auto& units = layout_.units();
-  const auto it = std::find_if(units.begin(), units.end(), [&](const ShardUnit& u) { return u.block == block; });
-  if (it == units.end()) throw std::out_of_range("need_block: this stage holds no such block");
-  const std::size_t u = std::size_t(it - units.begin());
+  if (stage_ < 3 || master_only_ || gathered_block_ == block) return;
+  const std::size_t u = map_.block_unit(block);
   gather_unit(u, unit_weights(u));
   gathered_block_ = block;
 }
 
 void ZeroState::gather_weights() {
-  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
-    if (stage_ == 3 && is_block(layout_.units()[u])) continue;  // gathered on demand
+  if (master_only_) return;  // the 16-bit copy gathers its own
+  for (std::size_t u = 0; u < map_.units(); ++u) {
+    if (stage_ == 3 && map_.is_block(u)) continue;  // gathered on demand
     gather_unit(u, unit_weights(u));
   }
   gathered_block_ = -1;
@@ -309,7 +277,7 @@ void ZeroState::update(const std::function<AdamWStep(const TensorInfo&)>& update
       const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.numel);
       if (first >= last) continue;
       const std::size_t k = first - own, n = last - first;
-      const std::size_t moment = shard_offset_[u] + k;
+      const std::size_t moment = map_.shard_offset(u) + k;
       adamw_update<float>(space_, Vec<float>(weight_shard(u) + k, n), Vec<float>(exp_avg_.data() + moment, n),
                           Vec<float>(exp_avg_sq_.data() + moment, n), CVec<float>(grad_shard_data(u) + k, n), n,
                           update_for(t));

@@ -19,6 +19,10 @@
 //            non-block units are gathered once per step after the update.
 //
 // Every stage computes what stage 0 computes: the same sums (in another order), the same AdamW.
+//
+// Under bf16/fp16 the model computes on a 16-bit copy (train/low_precision_copy.hpp) and this
+// object is the fp32 optimizer side only (`master_only`): the owned slices of the fp32 master
+// weights, the fp32 gradients and the moments; the copy gathers its own 16-bit weights.
 #pragma once
 
 #include "core/config.hpp"
@@ -26,6 +30,7 @@
 #include "optim/adamw.hpp"
 #include "parallel/comm.hpp"
 #include "train/memory_ledger.hpp"
+#include "train/shard_map.hpp"
 #include "train/state_source.hpp"
 
 #include <cstddef>
@@ -37,7 +42,8 @@ namespace meshtrain {
 
 // Elements of every buffer a ZeroState allocates (also what the planner counts).
 struct ZeroSizes {
-  std::size_t weights = 0;       // whole flat buffer (stages 1–2); shard + non-block units + one block (stage 3)
+  std::size_t weights = 0;       // whole flat buffer (stages 1–2); shard + non-block units + one block (stage 3);
+                                 // the shard only (master_only)
   std::size_t grads = 0;         // whole flat buffer (stage 1); shard + non-block units + one block (stages 2–3)
   std::size_t moments = 0;       // each of exp_avg and exp_avg_sq: the shard
   std::size_t reduce_buffer = 0;  // receive buffer of one unit's reduce-scatter
@@ -45,12 +51,12 @@ struct ZeroSizes {
   MemoryBytes bytes() const;
 };
 
-ZeroSizes zero_sizes(const ParameterLayout& padded, int dp, int stage);
+ZeroSizes zero_sizes(const ParameterLayout& padded, int dp, int stage, bool master_only = false);
 
 class ZeroState final : public ParameterStore<float> {
  public:
   // `layout` must be padded for dp (unit_align = dp). `stage` 1, 2 or 3.
-  ZeroState(const ExecSpace& space, const ParameterLayout& layout, int stage, Comm& dp);
+  ZeroState(const ExecSpace& space, const ParameterLayout& layout, int stage, Comm& dp, bool master_only = false);
   ~ZeroState() override;
 
   // ParameterStore: where the model computes.
@@ -60,7 +66,10 @@ class ZeroState final : public ParameterStore<float> {
   void need_block(int block) override;
 
   int stage() const { return stage_; }
+  const ShardMap& map() const { return map_; }
   MemoryBytes memory() const;
+  // The owned slice of unit u's fp32 (master) weights.
+  Vec<float> weight_shard_view(std::size_t u) const { return Vec<float>(weight_shard(u), map_.shard(u)); }
 
   // Fresh weights (each rank draws its own slices, then gathers).
   void initialize(std::uint64_t seed);
@@ -90,8 +99,9 @@ class ZeroState final : public ParameterStore<float> {
 
  private:
   class ShardSource;
-  std::size_t shard_size(std::size_t u) const { return layout_.units()[u].shard(dp_.size()); }
-  std::size_t owned_begin(std::size_t u) const { return layout_.units()[u].begin + rank_ * shard_size(u); }
+  std::size_t shard_size(std::size_t u) const { return map_.shard(u); }
+  std::size_t owned_begin(std::size_t u) const { return map_.owned_begin(u); }
+  bool sharded_weights() const { return stage_ == 3 || master_only_; }
   float* unit_weights(std::size_t u) const;  // where the model reads unit u
   float* unit_grads(std::size_t u) const;    // where backward accumulates unit u
   float* weight_shard(std::size_t u) const;  // the owned slice of unit u's weights
@@ -101,14 +111,12 @@ class ZeroState final : public ParameterStore<float> {
 
   ExecSpace space_;
   ParameterLayout layout_;
+  ShardMap map_;
   int stage_;
+  bool master_only_;
   Comm& dp_;
-  std::size_t rank_;
-  std::vector<std::size_t> shard_offset_;     // of each unit in the shard buffers
-  std::vector<std::size_t> resident_offset_;  // of each non-block unit in the resident buffers (stages 2–3)
-  std::size_t block_unit_size_ = 0;
   Buffer<float> weights_, grads_;    // whole (stages 1–2 / stage 1) or resident non-block units + one block
-  Buffer<float> weight_shard_;       // stage 3
+  Buffer<float> weight_shard_;       // stage 3, master_only
   Buffer<float> grad_shard_;         // stages 2–3
   Buffer<float> exp_avg_, exp_avg_sq_;
   Buffer<float> reduce_buffer_;
