@@ -253,13 +253,10 @@ template <class Real>
 template <class T>
 void Gpt2<Real>::tp_sum(Vec<T> x) {
   if (tp_ == nullptr) return;
-  if constexpr (is_low_precision_v<T>) {
-    throw std::logic_error(fmt::format("tensor parallelism under {} needs 16-bit collectives, which Comm lacks yet",
-                                       precision_name<T>()));
-  } else {
-    space_.fence();  // the kernels that produced x must be done before the collective reads it
-    tp_->allreduce_sum(x.data(), x.extent(0));
-  }
+  space_.fence();  // the kernels that produced x must be done before the collective reads it
+  // 16-bit activations and gradients are summed in fp32 and rounded once (MPI backend; NCCL rounds
+  // its partials, see parallel/comm.hpp).
+  tp_->allreduce_sum(x.data(), x.extent(0));
 }
 
 template <class Real>

@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include "core/half_types.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -59,6 +61,27 @@ class Comm {
   virtual Request isend(const float* data, std::size_t count, int peer, int tag) = 0;
   virtual Request irecv(float* data, std::size_t count, int peer, int tag) = 0;
   virtual void barrier() = 0;
+
+  // The 16-bit storage types (bf16, fp16): values travel as their 16 bits.
+  //
+  // allreduce_sum accumulates in fp32 and rounds once: data ← T(Σ_g float(data_g)) on the MPI
+  // backend, the sum taken in group-rank order, so every rank gets the same bits. (A reduction
+  // operator on the 16-bit type would round after every pairwise add, P − 1 times.) The NCCL
+  // backend uses NCCL's own 16-bit reduction, which rounds at every step of its ring or tree: up to
+  // (P − 1)/2 ulp from the once-rounded sum.
+  virtual void allreduce_sum(bf16* data, std::size_t count) = 0;
+  virtual void allreduce_sum(fp16* data, std::size_t count) = 0;
+  // As for float: recv (size · send_count) ← every rank's send in rank order; in place allowed.
+  virtual void allgather(const bf16* send, bf16* recv, std::size_t send_count) = 0;
+  virtual void allgather(const fp16* send, fp16* recv, std::size_t send_count) = 0;
+  virtual void send(const bf16* data, std::size_t count, int peer, int tag) = 0;
+  virtual void send(const fp16* data, std::size_t count, int peer, int tag) = 0;
+  virtual void recv(bf16* data, std::size_t count, int peer, int tag) = 0;
+  virtual void recv(fp16* data, std::size_t count, int peer, int tag) = 0;
+  virtual Request isend(const bf16* data, std::size_t count, int peer, int tag) = 0;
+  virtual Request isend(const fp16* data, std::size_t count, int peer, int tag) = 0;
+  virtual Request irecv(bf16* data, std::size_t count, int peer, int tag) = 0;
+  virtual Request irecv(fp16* data, std::size_t count, int peer, int tag) = 0;
 };
 
 // MPI counts are int, buffers are not: the MPI backend moves a buffer in calls of at most this many

@@ -8,12 +8,22 @@
 //              is a whole block, so each rank's piece lands at its place in the receive buffer;
 //   reduce_scatter: predefined reductions are only defined on predefined datatypes, so blocks
 //              longer than max_chunk go through a staging buffer of at most max(max_chunk, size)
-//              elements: rounds of max_chunk / size elements of every rank's block.
+//              elements: rounds of max_chunk / size elements of every rank's block;
+//   16-bit allreduce_sum: consecutive pieces, each reduced as below.
 // A message is received in the same chunks as it was sent (both sides use the same max_chunk), and
 // chunks with the same peer and tag cannot overtake each other, so the pieces arrive in order.
 //
 // The Comm owns a duplicate of the caller's communicator (its messages never match the caller's)
 // whose error handler returns errors, so every failing call throws mpi::Error with a HINT.
+//
+// bf16 and fp16 travel as MPI_UINT16_T (their bits). Their allreduce_sum accumulates in fp32 and
+// rounds once, which no reduction operator on a 16-bit datatype can do: MPI combines partial
+// results pairwise, and each partial would be rounded back to 16 bits (P − 1 roundings; 1 plus
+// three quarter-ulps from three ranks would stay 1). Instead each piece of n elements is cut into
+// `size` blocks; MPI_Alltoallv brings every rank's copy of block r to rank r, which sums them in
+// float in group-rank order and rounds once; MPI_Allgatherv (in place) hands the rounded blocks to
+// everyone. The wire carries 16-bit values only, 2 (P − 1)/P · n of them per rank, as a ring
+// allreduce would, and every rank ends with the same bits.
 #include "parallel/comm.hpp"
 #include "parallel/mpi_check.hpp"
 
@@ -26,6 +36,7 @@
 #include <exception>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,6 +60,21 @@ MPI_Datatype mpi_type<float>() {
 template <>
 MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
+}
+template <>
+MPI_Datatype mpi_type<bf16>() {
+  return MPI_UINT16_T;
+}
+template <>
+MPI_Datatype mpi_type<fp16>() {
+  return MPI_UINT16_T;
+}
+
+// The elements' name in messages: "floats", "bf16 values".
+template <class T>
+constexpr const char* elements() {
+  if constexpr (std::is_same_v<T, float>) return "floats";
+  else return std::is_same_v<T, bf16> ? "bf16 values" : "fp16 values";
 }
 
 // Calls fn(offset, n) for consecutive pieces [offset, offset + n) of [0, count), n ≤ max_chunk.
@@ -82,9 +108,10 @@ class OwnedType {
 // waiting could hang on a peer that never comes).
 class MpiRequest final : public Request::Impl {
  public:
-  MpiRequest(std::vector<MPI_Request> requests, std::vector<int> expected, std::string what)
+  MpiRequest(std::vector<MPI_Request> requests, std::vector<int> expected, MPI_Datatype type, std::string what)
       : requests_(std::move(requests)),
         expected_(std::move(expected)),
+        type_(type),
         what_(std::move(what)),
         unwinding_at_start_(std::uncaught_exceptions()) {}
 
@@ -114,7 +141,7 @@ class MpiRequest final : public Request::Impl {
  private:
   void check_received(const MPI_Status& status, std::size_t chunk) {
     int got = 0;
-    MPI_Get_count(&status, MPI_FLOAT, &got);
+    MPI_Get_count(&status, type_, &got);
     if (got == expected_[chunk]) return;
     cancel_receives_from(chunk + 1);
     throw mpi::Error(
@@ -133,6 +160,7 @@ class MpiRequest final : public Request::Impl {
 
   std::vector<MPI_Request> requests_;
   std::vector<int> expected_;  // receives: the count each chunk must bring; empty otherwise
+  MPI_Datatype type_;          // of the elements counted
   std::string what_;
   int unwinding_at_start_;
   bool waited_ = false;
@@ -176,7 +204,7 @@ class MpiComm final : public Comm {
           MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_.get(), &requests.back()),
           collective_hint);
     });
-    return pending(std::move(requests), {}, fmt::format("iallreduce_sum of {} floats", count));
+    return pending(std::move(requests), {}, MPI_FLOAT, fmt::format("iallreduce_sum of {} floats", count));
   }
 
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
@@ -203,29 +231,7 @@ class MpiComm final : public Comm {
   }
 
   void allgather(const float* send, float* recv, std::size_t send_count) override {
-    check_total(send_count, "allgather");
-    // In place when this rank's block already sits at its place in recv (MPI forbids the aliasing otherwise).
-    const bool in_place = send == recv + static_cast<std::size_t>(rank()) * send_count;
-    if (send_count <= max_chunk_) {
-      if (send_count == 0) return;
-      const int n = static_cast<int>(send_count);
-      MESHTRAIN_MPI_CHECK(
-          MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_.get()),
-          collective_hint);
-      return;
-    }
-    // Piece [offset, offset + n) of every block: one element of a type n floats long, one block apart.
-    for_each_chunk(send_count, max_chunk_, [&](std::size_t offset, int n) {
-      OwnedType piece, strided;
-      MESHTRAIN_MPI_CHECK(MPI_Type_contiguous(n, MPI_FLOAT, piece.out()), "is MPI initialised?");
-      MESHTRAIN_MPI_CHECK(
-          MPI_Type_create_resized(piece.get(), 0, static_cast<MPI_Aint>(send_count * sizeof(float)), strided.out()),
-          "is MPI initialised?");
-      MESHTRAIN_MPI_CHECK(MPI_Type_commit(strided.out()), "is MPI initialised?");
-      MESHTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send + offset, n, MPI_FLOAT, recv + offset, 1, strided.get(),
-                                        comm_.get()),
-                          collective_hint);
-    });
+    gather_all(send, recv, send_count);
   }
 
   void broadcast(float* data, std::size_t count, int root) override {
@@ -235,56 +241,41 @@ class MpiComm final : public Comm {
     });
   }
 
-  void send(const float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "send");
-    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
-      MESHTRAIN_MPI_CHECK(MPI_Send(data + offset, n, MPI_FLOAT, peer, tag, comm_.get()), p2p_hint);
-    });
-  }
-
-  void recv(float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "recv");
-    std::size_t chunk = 0;
-    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
-      MPI_Status status;
-      MESHTRAIN_MPI_CHECK(MPI_Recv(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &status), p2p_hint);
-      int got = 0;
-      MPI_Get_count(&status, MPI_FLOAT, &got);
-      if (got != n) {
-        throw mpi::Error(fmt::format(
-            "{}:{}: recv of {} floats from peer {} tag {}: chunk {} brought {} elements where {} were expected\n"
-            "HINT: the sender sent a shorter message: send and recv must name the same count (and be made with "
-            "the same max_chunk)",
-            __FILE__, __LINE__, count, peer, tag, chunk, got, n));
-      }
-      ++chunk;
-    });
-  }
-
+  void send(const float* data, std::size_t count, int peer, int tag) override { send_to(data, count, peer, tag); }
+  void recv(float* data, std::size_t count, int peer, int tag) override { recv_from(data, count, peer, tag); }
   Request isend(const float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "isend");
-    std::vector<MPI_Request> requests;
-    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
-      requests.push_back(MPI_REQUEST_NULL);
-      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()), p2p_hint);
-    });
-    return pending(std::move(requests), {}, fmt::format("isend of {} floats to peer {} tag {}", count, peer, tag));
+    return isend_to(data, count, peer, tag);
   }
-
   Request irecv(float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "irecv");
-    std::vector<MPI_Request> requests;
-    std::vector<int> expected;
-    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
-      requests.push_back(MPI_REQUEST_NULL);
-      expected.push_back(n);
-      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, MPI_FLOAT, peer, tag, comm_.get(), &requests.back()), p2p_hint);
-    });
-    return pending(std::move(requests), std::move(expected),
-                   fmt::format("irecv of {} floats from peer {} tag {}", count, peer, tag));
+    return irecv_from(data, count, peer, tag);
   }
 
   void barrier() override { MESHTRAIN_MPI_CHECK(MPI_Barrier(comm_.get()), collective_hint); }
+
+  void allreduce_sum(bf16* data, std::size_t count) override { allreduce_sum_16(data, count); }
+  void allreduce_sum(fp16* data, std::size_t count) override { allreduce_sum_16(data, count); }
+  void allgather(const bf16* send, bf16* recv, std::size_t send_count) override {
+    gather_all(send, recv, send_count);
+  }
+  void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
+    gather_all(send, recv, send_count);
+  }
+  void send(const bf16* data, std::size_t count, int peer, int tag) override { send_to(data, count, peer, tag); }
+  void send(const fp16* data, std::size_t count, int peer, int tag) override { send_to(data, count, peer, tag); }
+  void recv(bf16* data, std::size_t count, int peer, int tag) override { recv_from(data, count, peer, tag); }
+  void recv(fp16* data, std::size_t count, int peer, int tag) override { recv_from(data, count, peer, tag); }
+  Request isend(const bf16* data, std::size_t count, int peer, int tag) override {
+    return isend_to(data, count, peer, tag);
+  }
+  Request isend(const fp16* data, std::size_t count, int peer, int tag) override {
+    return isend_to(data, count, peer, tag);
+  }
+  Request irecv(bf16* data, std::size_t count, int peer, int tag) override {
+    return irecv_from(data, count, peer, tag);
+  }
+  Request irecv(fp16* data, std::size_t count, int peer, int tag) override {
+    return irecv_from(data, count, peer, tag);
+  }
 
  private:
   template <class T>
@@ -295,9 +286,128 @@ class MpiComm final : public Comm {
     });
   }
 
-  static Request pending(std::vector<MPI_Request> requests, std::vector<int> expected, std::string what) {
+  // fp32 accumulation, one rounding, 16-bit traffic (see the file comment). Piece [offset, offset + n)
+  // is cut into blocks of n / size elements, the first n mod size of them one longer.
+  template <class T>
+  void allreduce_sum_16(T* data, std::size_t count) {
+    const std::size_t p = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+    std::vector<int> lengths(p), starts(p), gathered_lengths(p), gathered_starts(p);
+    std::vector<T> gathered;  // block `me` of every rank, in group-rank order
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      const int base = n / size_, longer = n % size_;
+      for (int r = 0; r < size_; ++r) {
+        lengths[r] = base + (r < longer ? 1 : 0);
+        starts[r] = r * base + std::min(r, longer);
+      }
+      const int mine = lengths[me];
+      for (int r = 0; r < size_; ++r) {
+        gathered_lengths[r] = mine;
+        gathered_starts[r] = r * mine;
+      }
+      gathered.resize(p * static_cast<std::size_t>(mine));
+      T* piece = data + offset;
+      MESHTRAIN_MPI_CHECK(MPI_Alltoallv(piece, lengths.data(), starts.data(), mpi_type<T>(), gathered.data(),
+                                        gathered_lengths.data(), gathered_starts.data(), mpi_type<T>(), comm_.get()),
+                          collective_hint);
+      T* block = piece + starts[me];
+      for (int i = 0; i < mine; ++i) {
+        float sum = gathered[i];
+        for (int r = 1; r < size_; ++r) sum += gathered[static_cast<std::size_t>(r) * mine + i];
+        block[i] = T(sum);
+      }
+      MESHTRAIN_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, piece, lengths.data(), starts.data(),
+                                         mpi_type<T>(), comm_.get()),
+                          collective_hint);
+    });
+  }
+
+  template <class T>
+  void gather_all(const T* send, T* recv, std::size_t send_count) {
+    check_total(send_count, "allgather");
+    const MPI_Datatype type = mpi_type<T>();
+    // In place when this rank's block already sits at its place in recv (MPI forbids the aliasing otherwise).
+    const bool in_place = send == recv + static_cast<std::size_t>(rank()) * send_count;
+    if (send_count <= max_chunk_) {
+      if (send_count == 0) return;
+      const int n = static_cast<int>(send_count);
+      MESHTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_.get()),
+                          collective_hint);
+      return;
+    }
+    // Piece [offset, offset + n) of every block: one element of a type n elements long, one block apart.
+    for_each_chunk(send_count, max_chunk_, [&](std::size_t offset, int n) {
+      OwnedType piece, strided;
+      MESHTRAIN_MPI_CHECK(MPI_Type_contiguous(n, type, piece.out()), "is MPI initialised?");
+      MESHTRAIN_MPI_CHECK(
+          MPI_Type_create_resized(piece.get(), 0, static_cast<MPI_Aint>(send_count * sizeof(T)), strided.out()),
+          "is MPI initialised?");
+      MESHTRAIN_MPI_CHECK(MPI_Type_commit(strided.out()), "is MPI initialised?");
+      MESHTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send + offset, n, type, recv + offset, 1,
+                                        strided.get(), comm_.get()),
+                          collective_hint);
+    });
+  }
+
+  template <class T>
+  void send_to(const T* data, std::size_t count, int peer, int tag) {
+    check_peer(peer, tag, "send");
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      MESHTRAIN_MPI_CHECK(MPI_Send(data + offset, n, mpi_type<T>(), peer, tag, comm_.get()), p2p_hint);
+    });
+  }
+
+  template <class T>
+  void recv_from(T* data, std::size_t count, int peer, int tag) {
+    check_peer(peer, tag, "recv");
+    std::size_t chunk = 0;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      MPI_Status status;
+      MESHTRAIN_MPI_CHECK(MPI_Recv(data + offset, n, mpi_type<T>(), peer, tag, comm_.get(), &status), p2p_hint);
+      int got = 0;
+      MPI_Get_count(&status, mpi_type<T>(), &got);
+      if (got != n) {
+        throw mpi::Error(fmt::format(
+            "{}:{}: recv of {} {} from peer {} tag {}: chunk {} brought {} elements where {} were expected\n"
+            "HINT: the sender sent a shorter message: send and recv must name the same count (and be made with "
+            "the same max_chunk)",
+            __FILE__, __LINE__, count, elements<T>(), peer, tag, chunk, got, n));
+      }
+      ++chunk;
+    });
+  }
+
+  template <class T>
+  Request isend_to(const T* data, std::size_t count, int peer, int tag) {
+    check_peer(peer, tag, "isend");
+    std::vector<MPI_Request> requests;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
+      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, mpi_type<T>(), peer, tag, comm_.get(), &requests.back()),
+                          p2p_hint);
+    });
+    return pending(std::move(requests), {}, mpi_type<T>(),
+                   fmt::format("isend of {} {} to peer {} tag {}", count, elements<T>(), peer, tag));
+  }
+
+  template <class T>
+  Request irecv_from(T* data, std::size_t count, int peer, int tag) {
+    check_peer(peer, tag, "irecv");
+    std::vector<MPI_Request> requests;
+    std::vector<int> expected;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
+      expected.push_back(n);
+      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, mpi_type<T>(), peer, tag, comm_.get(), &requests.back()),
+                          p2p_hint);
+    });
+    return pending(std::move(requests), std::move(expected), mpi_type<T>(),
+                   fmt::format("irecv of {} {} from peer {} tag {}", count, elements<T>(), peer, tag));
+  }
+
+  static Request pending(std::vector<MPI_Request> requests, std::vector<int> expected, MPI_Datatype type,
+                         std::string what) {
     if (requests.empty()) return Request();
-    return Request(std::make_unique<MpiRequest>(std::move(requests), std::move(expected), std::move(what)));
+    return Request(std::make_unique<MpiRequest>(std::move(requests), std::move(expected), type, std::move(what)));
   }
 
   // size × count elements must be addressable.

@@ -17,6 +17,12 @@
 // collective, whichever comes first. Hence "irecv; send; wait" and "isend ×2; irecv ×2; wait" work
 // as they do with MPI. NCCL has no tags: messages between two ranks match in issue order, so tags
 // are checked for range but ignored, and both sides must issue their messages in the same order.
+//
+// bf16 and fp16 use ncclBfloat16 and ncclFloat16. NCCL sums them its own way: each step of its
+// ring or tree adds two 16-bit values (in float or in half arithmetic, by GPU and version) and
+// stores the partial as 16 bits again, so a sum over P ranks is rounded up to P − 1 times, where
+// the MPI backend accumulates in fp32 and rounds once. Results can differ from the MPI backend's by
+// a few ulp of the 16-bit type, and between NCCL algorithms and versions.
 #include "parallel/comm.hpp"
 #include "parallel/mpi_check.hpp"
 
@@ -281,10 +287,7 @@ class NcclComm final : public Comm {
   }
 
   void allgather(const float* send, float* recv, std::size_t send_count) override {
-    if (send_count == 0) return;
-    launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, ncclFloat, comm(), stream_), comm());
-    complete("allgather");
+    gather_all(send, recv, send_count, ncclFloat);
   }
 
   void broadcast(float* data, std::size_t count, int root) override {
@@ -295,39 +298,17 @@ class NcclComm final : public Comm {
     complete("broadcast");
   }
 
-  // A blocking send or recv launches the open group with itself in it and waits for all of it.
   void send(const float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "send");
-    if (count == 0) return;
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, ncclFloat, peer, comm(), stream_), comm());
-    launch_group();
-    complete("send");
+    send_to(data, count, ncclFloat, peer, tag);
   }
-
   void recv(float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "recv");
-    if (count == 0) return;
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, ncclFloat, peer, comm(), stream_), comm());
-    launch_group();
-    complete("recv");
+    recv_from(data, count, ncclFloat, peer, tag);
   }
-
   Request isend(const float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "isend");
-    if (count == 0) return Request();
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, ncclFloat, peer, comm(), stream_), comm());
-    return in_group(fmt::format("isend of {} floats to peer {}", count, peer));
+    return isend_to(data, count, ncclFloat, "floats", peer, tag);
   }
-
   Request irecv(float* data, std::size_t count, int peer, int tag) override {
-    check_peer(peer, tag, "irecv");
-    if (count == 0) return Request();
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, ncclFloat, peer, comm(), stream_), comm());
-    return in_group(fmt::format("irecv of {} floats from peer {}", count, peer));
+    return irecv_from(data, count, ncclFloat, "floats", peer, tag);
   }
 
   // An allreduce of one element completes only when every rank has entered it.
@@ -335,6 +316,39 @@ class NcclComm final : public Comm {
     launch_group();
     MESHTRAIN_NCCL_CHECK(ncclAllReduce(token_.get(), token_.get(), 1, ncclFloat, ncclSum, comm(), stream_), comm());
     complete("barrier");
+  }
+
+  void allreduce_sum(bf16* data, std::size_t count) override { allreduce(data, count, ncclBfloat16, ncclSum); }
+  void allreduce_sum(fp16* data, std::size_t count) override { allreduce(data, count, ncclFloat16, ncclSum); }
+  void allgather(const bf16* send, bf16* recv, std::size_t send_count) override {
+    gather_all(send, recv, send_count, ncclBfloat16);
+  }
+  void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
+    gather_all(send, recv, send_count, ncclFloat16);
+  }
+  void send(const bf16* data, std::size_t count, int peer, int tag) override {
+    send_to(data, count, ncclBfloat16, peer, tag);
+  }
+  void send(const fp16* data, std::size_t count, int peer, int tag) override {
+    send_to(data, count, ncclFloat16, peer, tag);
+  }
+  void recv(bf16* data, std::size_t count, int peer, int tag) override {
+    recv_from(data, count, ncclBfloat16, peer, tag);
+  }
+  void recv(fp16* data, std::size_t count, int peer, int tag) override {
+    recv_from(data, count, ncclFloat16, peer, tag);
+  }
+  Request isend(const bf16* data, std::size_t count, int peer, int tag) override {
+    return isend_to(data, count, ncclBfloat16, "bf16 values", peer, tag);
+  }
+  Request isend(const fp16* data, std::size_t count, int peer, int tag) override {
+    return isend_to(data, count, ncclFloat16, "fp16 values", peer, tag);
+  }
+  Request irecv(bf16* data, std::size_t count, int peer, int tag) override {
+    return irecv_from(data, count, ncclBfloat16, "bf16 values", peer, tag);
+  }
+  Request irecv(fp16* data, std::size_t count, int peer, int tag) override {
+    return irecv_from(data, count, ncclFloat16, "fp16 values", peer, tag);
   }
 
  private:
@@ -345,6 +359,48 @@ class NcclComm final : public Comm {
     launch_group();
     MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, type, op, comm(), stream_), comm());
     complete("allreduce");
+  }
+
+  void gather_all(const void* send, void* recv, std::size_t send_count, ncclDataType_t type) {
+    if (send_count == 0) return;
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, type, comm(), stream_), comm());
+    complete("allgather");
+  }
+
+  // A blocking send or recv launches the open group with itself in it and waits for all of it.
+  void send_to(const void* data, std::size_t count, ncclDataType_t type, int peer, int tag) {
+    check_peer(peer, tag, "send");
+    if (count == 0) return;
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, type, peer, comm(), stream_), comm());
+    launch_group();
+    complete("send");
+  }
+
+  void recv_from(void* data, std::size_t count, ncclDataType_t type, int peer, int tag) {
+    check_peer(peer, tag, "recv");
+    if (count == 0) return;
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, type, peer, comm(), stream_), comm());
+    launch_group();
+    complete("recv");
+  }
+
+  Request isend_to(const void* data, std::size_t count, ncclDataType_t type, const char* elements, int peer, int tag) {
+    check_peer(peer, tag, "isend");
+    if (count == 0) return Request();
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, type, peer, comm(), stream_), comm());
+    return in_group(fmt::format("isend of {} {} to peer {}", count, elements, peer));
+  }
+
+  Request irecv_from(void* data, std::size_t count, ncclDataType_t type, const char* elements, int peer, int tag) {
+    check_peer(peer, tag, "irecv");
+    if (count == 0) return Request();
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, type, peer, comm(), stream_), comm());
+    return in_group(fmt::format("irecv of {} {} from peer {}", count, elements, peer));
   }
 
   // Waits for everything enqueued on the stream so far.

@@ -69,6 +69,39 @@ class TimedComm final : public Comm {
   }
   void barrier() override { timed([&] { inner_->barrier(); }); }
 
+  void allreduce_sum(bf16* data, std::size_t count) override { timed([&] { inner_->allreduce_sum(data, count); }); }
+  void allreduce_sum(fp16* data, std::size_t count) override { timed([&] { inner_->allreduce_sum(data, count); }); }
+  void allgather(const bf16* send, bf16* recv, std::size_t send_count) override {
+    timed([&] { inner_->allgather(send, recv, send_count); });
+  }
+  void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
+    timed([&] { inner_->allgather(send, recv, send_count); });
+  }
+  void send(const bf16* data, std::size_t count, int peer, int tag) override {
+    timed([&] { inner_->send(data, count, peer, tag); });
+  }
+  void send(const fp16* data, std::size_t count, int peer, int tag) override {
+    timed([&] { inner_->send(data, count, peer, tag); });
+  }
+  void recv(bf16* data, std::size_t count, int peer, int tag) override {
+    timed([&] { inner_->recv(data, count, peer, tag); });
+  }
+  void recv(fp16* data, std::size_t count, int peer, int tag) override {
+    timed([&] { inner_->recv(data, count, peer, tag); });
+  }
+  Request isend(const bf16* data, std::size_t count, int peer, int tag) override {
+    return wrap(timed([&] { return inner_->isend(data, count, peer, tag); }));
+  }
+  Request isend(const fp16* data, std::size_t count, int peer, int tag) override {
+    return wrap(timed([&] { return inner_->isend(data, count, peer, tag); }));
+  }
+  Request irecv(bf16* data, std::size_t count, int peer, int tag) override {
+    return wrap(timed([&] { return inner_->irecv(data, count, peer, tag); }));
+  }
+  Request irecv(fp16* data, std::size_t count, int peer, int tag) override {
+    return wrap(timed([&] { return inner_->irecv(data, count, peer, tag); }));
+  }
+
  private:
   template <class Fn>
   auto timed(Fn&& fn) -> decltype(fn()) {

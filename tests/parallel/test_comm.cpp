@@ -5,13 +5,15 @@
 // Every rank fills its buffers from its world rank w and the element index i; the expected results
 // are sums, maxima and placements over the group's world ranks, computed arithmetically here from
 // the group's shape, never through MPI. Values are small integers (or doubles exact to the last
-// bit), so every comparison is exact. The MPI backend runs with the default chunk and with tiny
+// bit), so every comparison is exact. bf16 and fp16 sums are held to the sum in double of the same
+// inputs, rounded once. The MPI backend runs with the default chunk and with tiny
 // chunks (1, 3, 1000 elements), which splits every message the way a >2^31-element buffer is split.
 // The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
 // rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
 #include "parallel/comm.hpp"
 #include "parallel/mpi_check.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -23,6 +25,8 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -64,6 +68,22 @@ int MPI_Allgather(const void* send, int send_count, MPI_Datatype send_type, void
                   MPI_Datatype recv_type, MPI_Comm comm) {
   record("MPI_Allgather", send_count);
   return PMPI_Allgather(send, send_count, send_type, recv, recv_count, recv_type, comm);
+}
+int MPI_Alltoallv(const void* send, const int* send_counts, const int* send_starts, MPI_Datatype send_type, void* recv,
+                  const int* recv_counts, const int* recv_starts, MPI_Datatype recv_type, MPI_Comm comm) {
+  int size = 1, total = 0;
+  PMPI_Comm_size(comm, &size);
+  for (int r = 0; r < size; ++r) total += send_counts[r];
+  record("MPI_Alltoallv", total);
+  return PMPI_Alltoallv(send, send_counts, send_starts, send_type, recv, recv_counts, recv_starts, recv_type, comm);
+}
+int MPI_Allgatherv(const void* send, int send_count, MPI_Datatype send_type, void* recv, const int* recv_counts,
+                   const int* recv_starts, MPI_Datatype recv_type, MPI_Comm comm) {
+  int size = 1, total = 0;
+  PMPI_Comm_size(comm, &size);
+  for (int r = 0; r < size; ++r) total += recv_counts[r];
+  record("MPI_Allgatherv", total);
+  return PMPI_Allgatherv(send, send_count, send_type, recv, recv_counts, recv_starts, recv_type, comm);
 }
 int MPI_Bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm) {
   record("MPI_Bcast", count);
@@ -119,8 +139,9 @@ struct Group {
     if (kind == Kind::parity) return c == 0 ? (n + 1) / 2 : n / 2;
     return n;
   }
-  int rank() const {
-    const int w = world_rank();
+  int rank() const { return int(rank_of(world_rank())); }
+  // Group rank of world rank w (a member of this group).
+  long rank_of(long w) const {
     if (kind == Kind::parity) return w / 2;
     if (kind == Kind::reversed) return n - 1 - w;
     return w;
@@ -426,6 +447,161 @@ void check_barrier(const Case& t) {
                         << " s before the last rank entered it";
 }
 
+// ---------------------------------------------------------------------------------------------
+// The 16-bit types. The reference sum of a group is taken in double over the same rounded inputs
+// (every rank rebuilds each group member's inputs from its world rank) and rounded once to T.
+
+// Distance in units in the last place of T between two finite values (±0 are one value).
+template <class T>
+long ulps_apart(T a, T b) {
+  auto ordered = [](T x) { return (x.bits & 0x8000u) ? -long(x.bits & 0x7fffu) : long(x.bits & 0x7fffu); };
+  return std::labs(ordered(a) - ordered(b));
+}
+
+template <class T>
+std::string show(T x) {
+  return std::to_string(float(x)) + " (bits 0x" + fmt::format("{:04x}", x.bits) + ")";
+}
+
+// got[i] within `tolerance(i)` of want(i) (in T's ulps, or absolute for NCCL's sums); the first
+// miss reported as in expect_all.
+template <class T, class Want, class Fits>
+void expect_all_16(const std::vector<T>& got, Want&& want, Fits&& fits, const std::string& what) {
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!fits(got[i], want(i), i) && wrong++ == 0) first = i;
+  }
+  if (wrong == 0) return;
+  const std::string message = "rank " + std::to_string(world_rank()) + ": " + what + ": " + std::to_string(wrong) +
+                              " of " + std::to_string(got.size()) + " elements wrong; first at " +
+                              std::to_string(first) + ": got " + show(got[first]) + ", want " + show(want(first));
+  if (world_rank() != 0) std::fprintf(stderr, "%s\n", message.c_str());
+  ADD_FAILURE() << message;
+}
+
+// The rounded sum in double of f(world rank of g, i) over the group's ranks g.
+template <class T, class Fn>
+T once_rounded_sum(const Group& group, std::size_t i, Fn&& f) {
+  double sum = 0;
+  for (int g = 0; g < group.size(); ++g) sum += double(float(f(group.world_of(g), i)));
+  return T(sum);
+}
+
+template <class T>
+void check_allreduce_16(const Case& t, std::size_t count) {
+  const long w = world_rank(), m = t.group.size();
+  const std::string type = precision_name<T>();
+  const bool nccl = t.space == Space::device;
+
+  // Small integers: every partial sum is exact in T (|Σ| ≤ 10 · 6), so the sum must be too.
+  auto small = [](long rank, std::size_t i) { return T((rank + 1) * (long(i % 13) - 6)); };
+  Buffer<T> a(t.space, fill<T>(count, [&](std::size_t i) { return small(w, i); }));
+  t.comm.allreduce_sum(a.data(), count);
+  expect_all_16(
+      a.read(), [&](std::size_t i) { return once_rounded_sum<T>(t.group, i, small); },
+      [](T got, T want, std::size_t) { return got.bits == want.bits; },
+      t.label + " allreduce_sum(" + type + ") integers");
+
+  // Values of magnitudes 2^-12 … 8 that differ between ranks, one sign per element (so no
+  // cancellation): the fp32 sum may round (relative error below (P − 1)·2^-24), then the result
+  // once more, so within 1 ulp of the once-rounded sum (NCCL: within its P − 1 roundings of
+  // partials, each at most u · Σ|x|).
+  auto mixed = [](long rank, std::size_t i) {
+    const double magnitude = 1 + std::fabs(std::sin(0.37 * double(i) + 1.3 * double(rank)));
+    return T((i % 2 == 0 ? 1 : -1) * std::ldexp(magnitude, 2 - int((i + 3 * std::size_t(rank)) % 15)));
+  };
+  Buffer<T> b(t.space, fill<T>(count, [&](std::size_t i) { return mixed(w, i); }));
+  t.comm.allreduce_sum(b.data(), count);
+  expect_all_16(
+      b.read(), [&](std::size_t i) { return once_rounded_sum<T>(t.group, i, mixed); },
+      [&](T got, T want, std::size_t i) {
+        if (!nccl) return ulps_apart(got, want) <= 1;
+        double magnitude = 0;
+        for (int g = 0; g < m; ++g) magnitude += std::fabs(float(mixed(t.group.world_of(g), i)));
+        return std::fabs(double(float(got)) - double(float(want))) <= double(m) * unit_roundoff<T>() * magnitude;
+      },
+      t.label + " allreduce_sum(" + type + ") mixed values");
+
+  // fp32 accumulation: one rank adds 1, every other rank 3/8 of an ulp of 1. Rounded once, the sum
+  // is 1 + ulp for 3 or more ranks; a 16-bit partial 1 + 3/8 ulp would round back to 1 and stay
+  // there. The 1 sits on group rank i mod m, so every position in the reduction order is tried.
+  // (NCCL's 16-bit partials may lose the small terms: only the MPI backend is held to this.)
+  if (!nccl) {
+    const double ulp = std::ldexp(1.0, std::is_same_v<T, bf16> ? -7 : -10);
+    auto one_and_tiny = [&](long rank, std::size_t i) {
+      return T(long(i % std::size_t(m)) == t.group.rank_of(rank) ? 1.0 : 0.375 * ulp);
+    };
+    const T want = once_rounded_sum<T>(t.group, 0, one_and_tiny);
+    // The test can fail: rounding after every add in rank order, starting at the 1, gives 1.
+    if (m >= 3) {
+      T naive = T(1.0);
+      for (long k = 1; k < m; ++k) naive = T(float(naive) + float(T(0.375 * ulp)));
+      EXPECT_EQ(naive.bits, T(1.0).bits) << t.label;
+      EXPECT_EQ(want.bits, T(1.0 + ulp).bits) << t.label;
+    }
+    Buffer<T> c(t.space, fill<T>(count, [&](std::size_t i) { return one_and_tiny(w, i); }));
+    t.comm.allreduce_sum(c.data(), count);
+    expect_all_16(
+        c.read(), [&](std::size_t) { return want; },
+        [](T got, T want_i, std::size_t) { return got.bits == want_i.bits; },
+        t.label + " allreduce_sum(" + type + ") 1 + tiny terms, fp32 accumulation");
+  }
+}
+
+// Bit patterns, not values: every one of the 2^16 (NaNs included) must travel unchanged.
+template <class T>
+T pattern(long sender, long marker, std::size_t i) {
+  return T::from_bits(static_cast<std::uint16_t>((sender * 7919 + marker * 104729 + long(i) * 40503) & 0xffff));
+}
+
+template <class T>
+void check_moves_16(const Case& t, std::size_t count) {
+  const int m = t.group.size(), g = t.group.rank();
+  const long w = world_rank();
+  const std::string type = precision_name<T>();
+  auto same_bits = [](T got, T want, std::size_t) { return got.bits == want.bits; };
+
+  // allgather, out of place and in place.
+  Buffer<T> send(t.space, fill<T>(count, [&](std::size_t i) { return pattern<T>(w, 1, i); }));
+  Buffer<T> recv(t.space, std::vector<T>(count * std::size_t(m), T::from_bits(0xdead)));
+  t.comm.allgather(send.data(), recv.data(), count);
+  auto gathered = [&](long marker) {
+    return [&t, marker, count](std::size_t j) {
+      return pattern<T>(t.group.world_of(int(j / count)), marker, j % count);
+    };
+  };
+  expect_all_16(recv.read(), gathered(1), same_bits, t.label + " allgather(" + type + ")");
+  Buffer<T> inplace(t.space, fill<T>(count * std::size_t(m), [&](std::size_t j) {
+                      return j / count == std::size_t(g) ? pattern<T>(w, 2, j % count) : T::from_bits(0xdead);
+                    }));
+  t.comm.allgather(inplace.data() + std::size_t(g) * count, inplace.data(), count);
+  expect_all_16(inplace.read(), gathered(2), same_bits, t.label + " allgather(" + type + ") in place");
+
+  // Around the ring: irecv + blocking send, then isend + blocking recv.
+  const int right = (g + 1) % m, left = (g + m - 1) % m;
+  const long from_left = t.group.world_of(left);
+  {
+    Buffer<T> out(t.space, fill<T>(count, [&](std::size_t i) { return pattern<T>(w, 3, i); }));
+    Buffer<T> in(t.space, std::vector<T>(count, T::from_bits(0xdead)));
+    Request r = t.comm.irecv(in.data(), count, left, 41);
+    t.comm.send(out.data(), count, right, 41);
+    r.wait();
+    expect_all_16(
+        in.read(), [&](std::size_t i) { return pattern<T>(from_left, 3, i); }, same_bits,
+        t.label + " irecv + send(" + type + ")");
+  }
+  {
+    Buffer<T> out(t.space, fill<T>(count, [&](std::size_t i) { return pattern<T>(w, 4, i); }));
+    Buffer<T> in(t.space, std::vector<T>(count, T::from_bits(0xdead)));
+    Request r = t.comm.isend(out.data(), count, right, 42);
+    t.comm.recv(in.data(), count, left, 42);
+    r.wait();
+    expect_all_16(
+        in.read(), [&](std::size_t i) { return pattern<T>(from_left, 4, i); }, same_bits,
+        t.label + " isend + recv(" + type + ")");
+  }
+}
+
 void check_everything(Comm& comm, const Group& group, Space space, const std::string& label,
                       const std::vector<std::size_t>& counts, bool tags_match) {
   Case base{comm, group, space, label};
@@ -441,6 +617,10 @@ void check_everything(Comm& comm, const Group& group, Space space, const std::st
     check_allgather(t, count);
     check_broadcast(t, count);
     check_ring(t, count, tags_match);
+    check_allreduce_16<bf16>(t, count);
+    check_allreduce_16<fp16>(t, count);
+    check_moves_16<bf16>(t, count);
+    check_moves_16<fp16>(t, count);
   }
   check_barrier(base);
 }
@@ -525,6 +705,21 @@ TEST(MpiComm, MakesOneMpiCallPerChunk) {
             pieces("MPI_Reduce_scatter_block", count, round));
   EXPECT_EQ(calls_of([&] { comm->allgather(a.data(), b.data(), count); }), pieces("MPI_Allgather", count, chunk));
   EXPECT_EQ(calls_of([&] { comm->broadcast(a.data(), count, 0); }), pieces("MPI_Bcast", count, chunk));
+  // 16-bit: each piece of the sum is one all-to-all and one allgather of the piece's blocks.
+  std::vector<bf16> h(count * m, bf16(1.0f)), k(count * m);
+  std::vector<std::pair<std::string, int>> sum16;
+  for (const auto& piece : pieces("", count, chunk)) {
+    sum16.emplace_back("MPI_Alltoallv", piece.second);
+    sum16.emplace_back("MPI_Allgatherv", piece.second);
+  }
+  EXPECT_EQ(calls_of([&] { comm->allreduce_sum(h.data(), count); }), sum16);
+  EXPECT_EQ(calls_of([&] { comm->allgather(h.data(), k.data(), count); }), pieces("MPI_Allgather", count, chunk));
+  EXPECT_EQ(calls_of([&] {
+              Request r = comm->irecv(k.data(), count, me, 6);
+              comm->send(h.data(), count, me, 6);
+              r.wait();
+            }),
+            concat(pieces("MPI_Irecv", count, chunk), pieces("MPI_Send", count, chunk)));
   EXPECT_EQ(calls_of([&] {
               Request r = comm->irecv(b.data(), count, me, 4);
               comm->send(a.data(), count, me, 4);
@@ -556,6 +751,14 @@ TEST(MpiComm, ZeroCountsAreNoOps) {
   comm->reduce_scatter_sum(&x, &x, 0);
   comm->allgather(&x, &x, 0);
   comm->broadcast(&x, 0, 0);
+  bf16 h = bf16(5.0f);
+  fp16 f = fp16(5.0f);
+  comm->allreduce_sum(&h, 0);
+  comm->allreduce_sum(&f, 0);
+  comm->allgather(&h, &h, 0);
+  EXPECT_FALSE(comm->isend(&f, 0, comm->rank(), 0).pending());
+  EXPECT_EQ(float(h), 5.0f);
+  EXPECT_EQ(float(f), 5.0f);
   Request r = comm->iallreduce_sum(&x, 0);
   EXPECT_FALSE(r.pending());
   EXPECT_FALSE(comm->isend(&x, 0, comm->rank(), 0).pending());
