@@ -6,6 +6,7 @@
 #include "parallel/schedule.hpp"
 #include "train/batch_loader.hpp"
 #include "train/low_precision_copy.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/accumulation.hpp"
 #include "train/state_source.hpp"
 #include "train/zero_state.hpp"
@@ -18,7 +19,7 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const ParameterLayout layout(cfg.model, grid.tp, position.tp_rank, place, zero > 0 ? grid.dp : 1);
   MemoryBytes m;
   if (zero > 0) {
-    m = zero_sizes(layout, grid.dp, zero).bytes();
+    m = zero_sizes(layout, grid.dp, zero, cfg.train.precision != "fp32").bytes();
   } else {
     const auto n = std::int64_t(layout.total() * sizeof(float));
     m[MemoryCategory::weights] = n;
@@ -27,9 +28,8 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
     m[MemoryCategory::workspace] = 3 * std::int64_t(FlatSource::staging_bytes_for(layout));
   }
   const int accum = accumulation_steps(cfg, grid.dp);
-  const int slots = grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp,
-                                                                          position.pp_rank, accum))
-                                : 1;
+  const int slots =
+      grid.pp > 1 ? pipeline_slots(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum)) : 1;
   if (cfg.train.precision == "fp32") {
     const ActivationSizes activations = gpt2_activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place,
                                                                  slots, parse_recompute(cfg.train.recompute));
@@ -38,7 +38,7 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
     // The fp32 weights are the master copy; the 16-bit copy brings its weights, gradients, activations.
     m[MemoryCategory::master] = m[MemoryCategory::weights];
     m[MemoryCategory::weights] = 0;
-    m += LowPrecisionCopy::planned(cfg, layout, grid.tp, place, slots);
+    m += LowPrecisionCopy::planned(cfg, layout, grid.tp, grid.dp, place, slots);
   }
   m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
   return m;

@@ -22,7 +22,9 @@ ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace
 std::unique_ptr<ZeroState> sharded_state(const ExecSpace& space, const Config& cfg, const StateGroups& g,
                                          StagePlace place) {
   if (cfg.parallel.zero == 0) return nullptr;
-  return std::make_unique<ZeroState>(space, state_layout(cfg, g, place), cfg.parallel.zero, *g.dp);
+  // Under 16-bit precision the copy computes; the ZeroState keeps the fp32 optimizer side only.
+  return std::make_unique<ZeroState>(space, state_layout(cfg, g, place), cfg.parallel.zero, *g.dp,
+                                     cfg.train.precision != "fp32");
 }
 
 // Every parameter counted once in the gradient norm: a tensor split over the tensor-parallel group
@@ -40,7 +42,7 @@ AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, doubl
 }  // namespace
 
 ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place,
-                       int slots)
+                       const PipelineParts& pipeline)
     : space_(space),
       groups_(groups),
       zero_(cfg.parallel.zero),
@@ -48,9 +50,13 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       layout_(sharded_ ? sharded_->layout() : state_layout(cfg, groups, place)),
       scaler_(cfg.train.precision == "fp16", cfg.train.loss_scale, cfg.train.loss_scale_window) {
   const bool fp32 = cfg.train.precision == "fp32";
+  const int slots = pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule);
   if (fp32) {
     model_ = std::make_unique<Gpt2<float>>(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots,
                                            parse_recompute(cfg.train.recompute), sharded_.get());
+    if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
+      executor_.emplace(pipeline.schedule, *model_, *pipeline.loader, *pipeline.pp, ready_from());
+    }
   }
   if (!sharded_) {
     const std::size_t n = layout_.total();
@@ -68,17 +74,20 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
     sources_[2] = std::make_unique<FlatSource>(slice(exp_avg_sq_, 0, n), layout_);
   }
   if (!fp32) {
-    low_ = LowPrecisionCopy::make(space, cfg, layout_, groups.tp, place, slots,
-                                  [this](const TensorInfo& t) { return master(t); },
-                                  [this](const TensorInfo& t) { return fp32_grad(t); });
+    Fp32Side side;
+    side.grad = [this](const TensorInfo& t) { return fp32_grad(t); };
+    side.master = [this](const TensorInfo& t) { return master(t); };
+    side.master_shard = [this](std::size_t u) { return sharded_->weight_shard_view(u); };
+    low_ = LowPrecisionCopy::make(space, cfg, layout_, groups.tp, groups.dp, place, pipeline, std::move(side));
   }
 }
 
 ModelState::~ModelState() = default;
 
-Gpt2<float>& ModelState::model() {
-  if (!model_) throw std::logic_error("ModelState::model(): the fp32 model exists under train.precision = fp32 only");
-  return *model_;
+double ModelState::run_pipeline(std::int64_t step, double grad_scale) {
+  if (low_) return low_->run_pipeline(step, grad_scale, scaler_.scale(), ready_from());
+  if (!executor_) throw std::logic_error("ModelState::run_pipeline without a pipeline schedule");
+  return executor_->run(step, float(grad_scale));
 }
 
 float* ModelState::master(const TensorInfo& t) {

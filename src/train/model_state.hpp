@@ -14,6 +14,7 @@
 #include "train/gradient_reducer.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/low_precision_copy.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/memory_ledger.hpp"
 #include "train/state_source.hpp"
 #include "train/zero_state.hpp"
@@ -33,12 +34,11 @@ struct StateGroups {
 
 class ModelState {
  public:
-  // `slots`: activation sets the pipeline schedule keeps alive (1 without pipeline).
-  ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place, int slots);
+  // `pipeline`: the stage's schedule (its activation slots), loader and group; empty without pipeline.
+  ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place,
+             const PipelineParts& pipeline = {});
   ~ModelState();
 
-  // The fp32 model (pipeline schedules drive it directly); only under train.precision = fp32.
-  Gpt2<float>& model();
   const ParameterLayout& layout() const { return layout_; }
   MemoryBytes memory() const;
 
@@ -50,6 +50,8 @@ class ModelState {
   // One micro-batch through the model (without pipeline): mean loss; gradients scaled by grad_scale.
   double forward(CVec<int> inputs, CVec<int> targets, double grad_scale);
   void backward(CVec<int> inputs);
+  // One step of the pipeline schedule: Σ of the micro-batches' mean losses (last stage; 0 elsewhere).
+  double run_pipeline(std::int64_t step, double grad_scale);
 
   // One step's gradients: zero_grads(); arm() before the last backward pass of the step (pipeline
   // schedules, which interleave micro-batches, never arm); backward reports to ready_from();
@@ -77,6 +79,7 @@ class ModelState {
   std::unique_ptr<ZeroState> sharded_;  // stages 1–3
   ParameterLayout layout_;
   std::unique_ptr<Gpt2<float>> model_;  // fp32: computes on the states
+  std::optional<PipelineExecutor<float>> executor_;
   // Stage 0 only: whole buffers (fp32: the model's weights and gradients; else master weights and
   // fp32 gradients here), the moments, the bucketed reducer and the checkpoint sources.
   Buffer<float> master_, grads32_;

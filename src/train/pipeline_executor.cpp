@@ -5,15 +5,17 @@
 
 namespace meshtrain {
 
-PipelineExecutor::PipelineExecutor(std::vector<Action> actions, Gpt2<float>& model, BatchLoader& loader,
-                                   Comm& pipeline, Gpt2<float>::ReadyFrom ready_from)
+template <class Real>
+PipelineExecutor<Real>::PipelineExecutor(std::vector<Action> actions, Gpt2<Real>& model, BatchLoader& loader,
+                                         Comm& pipeline, typename Gpt2<Real>::ReadyFrom ready_from)
     : actions_(std::move(actions)),
       model_(model),
       loader_(loader),
       pipeline_(pipeline),
       ready_from_(std::move(ready_from)) {}
 
-int PipelineExecutor::take_slot(int micro) {
+template <class Real>
+int PipelineExecutor<Real>::take_slot(int micro) {
   if (slot_of_[micro] >= 0) return slot_of_[micro];
   if (free_slots_.empty()) throw std::logic_error("pipeline schedule keeps more micro-batches alive than its slots");
   slot_of_[micro] = free_slots_.back();
@@ -21,7 +23,8 @@ int PipelineExecutor::take_slot(int micro) {
   return slot_of_[micro];
 }
 
-double PipelineExecutor::run(std::int64_t step, float grad_scale) {
+template <class Real>
+double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) {
   const int micros = [&] {
     int most = 0;
     for (const Action& a : actions_) most = std::max(most, a.micro + 1);
@@ -29,7 +32,7 @@ double PipelineExecutor::run(std::int64_t step, float grad_scale) {
   }();
   slot_of_.assign(micros, -1);
   free_slots_.clear();
-  for (int k = slots_needed(actions_) - 1; k >= 0; --k) free_slots_.push_back(k);
+  for (int k = pipeline_slots(actions_) - 1; k >= 0; --k) free_slots_.push_back(k);
 
   const StagePlace& place = model_.layout().place();
   const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
@@ -69,5 +72,9 @@ double PipelineExecutor::run(std::int64_t step, float grad_scale) {
   space.fence();
   return loss;
 }
+
+template class PipelineExecutor<float>;
+template class PipelineExecutor<bf16>;
+template class PipelineExecutor<fp16>;
 
 }  // namespace meshtrain

@@ -16,28 +16,34 @@
 
 namespace meshtrain {
 
+// Over a Gpt2<Real> of any precision: activations and gradients travel in Real.
+template <class Real>
 class PipelineExecutor {
  public:
   // `ready_from` receives backward's progress reports (ZeRO-2/3 reduce each unit as it finishes).
-  PipelineExecutor(std::vector<Action> actions, Gpt2<float>& model, BatchLoader& loader, Comm& pipeline,
-                   Gpt2<float>::ReadyFrom ready_from = {});
-
-  // Activation slots the schedule needs at most.
-  static int slots_needed(const std::vector<Action>& actions) { return peak_live_activations(actions); }
+  PipelineExecutor(std::vector<Action> actions, Gpt2<Real>& model, BatchLoader& loader, Comm& pipeline,
+                   typename Gpt2<Real>::ReadyFrom ready_from = {});
 
   // Runs the step's schedule; returns Σ over micro-batches of their mean loss (last stage; 0 elsewhere).
-  double run(std::int64_t step, float grad_scale);
+  double run(std::int64_t step, accum_t<Real> grad_scale);
 
  private:
   int take_slot(int micro);
 
   std::vector<Action> actions_;
-  Gpt2<float>& model_;
+  Gpt2<Real>& model_;
   BatchLoader& loader_;
   Comm& pipeline_;
-  Gpt2<float>::ReadyFrom ready_from_;
+  typename Gpt2<Real>::ReadyFrom ready_from_;
   std::vector<int> slot_of_;
   std::vector<int> free_slots_;
 };
+
+// Activation slots a schedule needs at most.
+inline int pipeline_slots(const std::vector<Action>& actions) { return peak_live_activations(actions); }
+
+extern template class PipelineExecutor<float>;
+extern template class PipelineExecutor<bf16>;
+extern template class PipelineExecutor<fp16>;
 
 }  // namespace meshtrain

@@ -66,19 +66,6 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
   return {};
 }
 
-// 16-bit runs compute on a whole 16-bit copy of the rank's model and move activations only inside
-// it: tensor- and pipeline-parallel collectives and ZeRO-3's per-block gathers of 16-bit tensors
-// are not there yet, so those combinations are refused up front.
-void require_precision_supported(const Config& cfg, const Layout& grid) {
-  if (cfg.train.precision == "fp32") return;
-  if (grid.tp > 1 || grid.pp > 1 || cfg.parallel.zero == 3) {
-    input_error("train.precision = {} runs with data parallelism and parallel.zero 0-2 in this version; this config "
-                "has tp {}, pp {}, zero {} (valid: train.precision = fp32 for tensor/pipeline parallelism or zero 3, "
-                "or tp = pp = 1 and zero <= 2 for {})",
-                cfg.train.precision, grid.tp, grid.pp, cfg.parallel.zero, cfg.train.precision);
-  }
-}
-
 // The first and the last stage of one pipeline (same dp and tp rank): they share the tied wte.
 MPI_Comm tied_embedding_comm(const Topology& topology) {
   const int stage = topology.position().pp_rank, last = topology.layout().pp - 1;
@@ -136,7 +123,6 @@ int train(const Config& cfg, MPI_Comm comm) {
     }
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);
-    require_precision_supported(cfg, grid);
     require_model_fits(cfg.model, B, 3, "the config", parse_recompute(cfg.train.recompute));
     return open_training_data(cfg);
   });
@@ -170,13 +156,11 @@ int train(const Config& cfg, MPI_Comm comm) {
       grid.pp > 1 ? pipeline_schedule(cfg.parallel.schedule, grid.pp, place.stage, accum) : std::vector<Action>();
   RankTiming timing;
 
-  ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), tied_comm.get(), comm}, place,
-                   grid.pp > 1 ? PipelineExecutor::slots_needed(schedule) : 1);
-  const ParameterLayout& layout = state.layout();
   // This rank's micro-batches are samples dp_rank·(accum·B) … of each step (interface section 4).
   BatchLoader loader(stream, order, B, T, dp_rank * accum);
-  std::optional<PipelineExecutor> pipeline;
-  if (grid.pp > 1) pipeline.emplace(schedule, state.model(), loader, *pp_comm, state.ready_from());
+  ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), tied_comm.get(), comm}, place,
+                   PipelineParts{schedule, &loader, pp_comm.get()});
+  const ParameterLayout& layout = state.layout();
 
   // Data-parallel rank 0 of each tensor-parallel group writes its pieces; the replicas write nothing.
   Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
@@ -250,7 +234,7 @@ int train(const Config& cfg, MPI_Comm comm) {
         state.backward(loader.inputs());
       }
     } else {
-      loss = pipeline->run(i, grad_scale);  // the last stage's; the others add zero below
+      loss = state.run_pipeline(i, grad_scale);  // the last stage's; the others add zero below
       pp_comm->allreduce_sum(&loss, 1);
     }
     state.finish_gradients();

@@ -83,7 +83,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         SCOPED_TRACE(testing::Message() << "dp " << grid.dp << " tp " << tp << " pp " << pp << " zero " << zero);
         const Config cfg = small_config(zero);
         const int accum = accumulation_steps(cfg, grid.dp);
-        const int slots = pp > 1 ? PipelineExecutor::slots_needed(pipeline_schedule("1f1b", pp, pos.pp_rank, accum)) : 1;
+        // The stage's schedule sizes its activation slots (no loader: nothing runs here).
+        const PipelineParts slots{pp > 1 ? pipeline_schedule("1f1b", pp, pos.pp_rank, accum) : std::vector<Action>()};
         ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
         const MemoryBytes actual =
             state.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
@@ -108,22 +109,24 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           }
           EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << mode;
         }
-        // 16-bit runs (data parallel, ZeRO 0–2): planned = allocated, the model's weights half the
-        // fp32 master's, which is what fp32 runs call weights.
-        if (tp == 1 && pp == 1 && zero <= 2) {
-          for (const char* precision : {"bf16", "fp16"}) {
-            Config low = cfg;
-            low.train.precision = precision;
-            ModelState other(space, low, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
-            const MemoryBytes a = other.memory(), p = planned_rank_memory(low, grid, pos);
-            for (int c = 0; c < memory_categories; ++c) {
-              if (MemoryCategory(c) == MemoryCategory::workspace) continue;  // the planner adds the token buffers
-              EXPECT_EQ(a.bytes[c], p.bytes[c]) << precision << " " << category_name(MemoryCategory(c));
-            }
-            EXPECT_EQ(a[MemoryCategory::master], actual[MemoryCategory::weights]) << precision;
-            EXPECT_EQ(2 * a[MemoryCategory::weights], std::int64_t(sizeof(float) * other.layout().total())) << precision;
-            EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << precision;
+        // 16-bit runs: planned = allocated; the fp32 master is whole at stage 0 and the owned slices
+        // from stage 1 on; the model's 16-bit weights are whole below stage 3 (half the bytes of an
+        // fp32 run's) and a shard plus the working units at stage 3.
+        for (const char* precision : {"bf16", "fp16"}) {
+          Config low = cfg;
+          low.train.precision = precision;
+          ModelState other(space, low, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
+          const MemoryBytes a = other.memory(), p = planned_rank_memory(low, grid, pos);
+          for (int c = 0; c < memory_categories; ++c) {
+            if (MemoryCategory(c) == MemoryCategory::workspace) continue;  // the planner adds the token buffers
+            EXPECT_EQ(a.bytes[c], p.bytes[c]) << precision << " " << category_name(MemoryCategory(c));
           }
+          const Expected e = expected_counts(other.layout(), grid.dp);
+          const std::int64_t whole = std::int64_t(other.layout().total());
+          EXPECT_EQ(a[MemoryCategory::master], 4 * (zero == 0 ? whole : std::int64_t(e.shards))) << precision;
+          EXPECT_EQ(a[MemoryCategory::weights],
+                    2 * (zero < 3 ? whole : std::int64_t(e.shards + e.non_block + e.block))) << precision;
+          EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << precision;
         }
       }
       const ParameterLayout piece(small_config(0).model, tp, pos.tp_rank, place);
