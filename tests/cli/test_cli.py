@@ -295,9 +295,11 @@ class BadInput(CliCase):
     def test_beta1_one(self):
         self.rejects({"optim.beta1": 1}, needles=["optim.beta1"])
 
-    def test_precision_bf16_not_available(self):
-        p = self.rejects({"train.precision": "bf16"}, needles=["train.precision", "bf16"])
-        self.assertRegex(p.stderr, r"not (yet )?(available|supported|implemented)", "must say bf16 is not available")
+    def test_precision_unknown(self):
+        self.rejects({"train.precision": "fp8"}, needles=["train.precision", "fp8", "fp32", "bf16", "fp16"])
+
+    def test_loss_scale_below_one(self):
+        self.rejects({"train.precision": "fp16", "train.loss_scale": 0.5}, needles=["train.loss_scale", "0.5"])
 
     def test_recompute_unknown_mode(self):
         self.rejects({"train.recompute": "partial"},
