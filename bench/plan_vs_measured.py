@@ -8,7 +8,8 @@ usage: bench/plan_vs_measured.py [--build build/release] [--config jobs/bench/gp
 Each --layout trains the config with those degrees and micro-batch (dp = world / (tp · pp)) on a
 random shard under mpiexec, and plans the same keys with `meshtrain plan --json` (local preset).
 With --repeats, each layout runs that many times and the fastest median counts (the machine is
-shared: other work only ever slows a run down).
+shared: other work only ever slows a run down); --quiet waits before each run, up to two minutes,
+for the CPUs to be at most 25 % busy.
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -32,6 +34,24 @@ DEFAULT_LAYOUTS = ["1,1,1,8", "2,1,1,4", "2,2,1,8", "2,1,2,2"]
 def write_shard(path, tokens, vocab=256):
     """A shard of `tokens` random tokens (the format is gpt2_torch's, tests/oracle)."""
     gpt2_torch.write_shard(path, np.random.default_rng(0).integers(0, vocab, size=tokens))
+
+
+def cpu_busy(seconds=3.0):
+    """Fraction of all CPUs busy over the next `seconds` (from /proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_for_quiet(limit_s=120, busy=0.25):
+    start = time.time()
+    while time.time() - start < limit_s and cpu_busy() > busy:
+        pass
 
 
 def run_layout(binary, config, world, tp, pp, micro, steps, warmup, work, extra):
@@ -80,6 +100,7 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--quiet", action="store_true", help="wait for idle CPUs before each run")
     ap.add_argument("--layout", action="append", help="WORLD,TP,PP,MICRO (repeatable)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     ap.add_argument("extra", nargs="*", help="more train keys, after --")
@@ -90,8 +111,12 @@ def main():
         write_shard(os.path.join(work, "shard.bin"), 1_000_000)
         for spec in args.layout or DEFAULT_LAYOUTS:
             world, tp, pp, micro = map(int, spec.split(","))
-            runs = [run_layout(binary, os.path.abspath(args.config), world, tp, pp, micro, args.steps, args.warmup,
-                               work, args.extra) for _ in range(args.repeats)]
+            runs = []
+            for _ in range(args.repeats):
+                if args.quiet:
+                    wait_for_quiet()
+                runs.append(run_layout(binary, os.path.abspath(args.config), world, tp, pp, micro, args.steps,
+                                       args.warmup, work, args.extra))
             best = min(runs, key=lambda r: r["measured_step_s"])
             best["measured_step_s_runs"] = [r["measured_step_s"] for r in runs]
             results.append(best)

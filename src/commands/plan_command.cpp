@@ -136,7 +136,8 @@ PlanRequest parse_plan(const Args& args) {
   if (o.efficiency && (!std::isfinite(*o.efficiency) || *o.efficiency <= 0 || *o.efficiency > 1)) {
     input_error("--efficiency = {} is invalid: it must lie in (0, 1]", *o.efficiency);
   }
-  for (auto [name, v] : {std::pair{"intra-latency-us", o.intra_latency_us}, std::pair{"inter-latency-us", o.inter_latency_us}}) {
+  for (auto [name, v] :
+       {std::pair{"intra-latency-us", o.intra_latency_us}, std::pair{"inter-latency-us", o.inter_latency_us}}) {
     if (v && (!std::isfinite(*v) || *v < 0)) input_error("--{} = {} is invalid: it must be a number >= 0", name, *v);
   }
 

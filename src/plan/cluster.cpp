@@ -20,13 +20,19 @@ double physical_memory_bytes() {
 }
 
 // This machine: 2 cores of an AMD EPYC (AVX-512), Debian 12, OpenBLAS 0.3.21, MPICH 4.0.2 ch4:ucx.
-// Measured 2026-11-29 on a release build:
+// Measured 2026-11-29 on a release build, on a machine shared with other builds: each figure is
+// the fastest of 3-4 runs at different moments (others' work only ever slows a run down), with
+// bench/plan_vs_measured.py on jobs/bench/gpt2_l6_c384.ini (140.5 GFLOP per 2048-token step):
 //  - peak: 233 GFLOP/s, the sgemm rate on the benchmark model's own GEMM shapes
 //    (`bench_sgemm --model-shapes`, share/docs/benchmark.md);
-//  - efficiency: one rank training jobs/bench/gpt2_l6_c384.ini reaches 0.77 of it (0.78 s per
-//    2048-token step of 68.6 MFLOP per token, median of steps 3-6);
+//  - efficiency: with both cores busy (dp 2: 0.711 s per step, 0.015 s of it communication) the
+//    node's ranks together reach 0.85 of it;
+//  - serial fraction: one rank alone takes 0.753 s, 1.07× longer, its single-threaded Kokkos
+//    kernels leaving the second core idle: 1 + s·(cores/ranks − 1) = 1.07;
 //  - links: `mpiexec -n 2 bench_mpi_links`: 0.5 µs for an 8-byte message, 1.9 GB/s all-reduce bus
 //    bandwidth for 16 MiB (the ping-pong moves 4.5 GB/s; collectives, which also add, are used);
+//    at 4 and 8 ranks on the 2 cores an 8-byte ping-pong takes 4 and 8 ms one way (the 250 Hz
+//    scheduler's tick): 2 ms × ranks / cores;
 //  - memory: the machine's RAM, read at run time.
 // The ranks share the node: N ranks on the 2 cores each get 1/N of its compute.
 Cluster local_preset() {
@@ -37,9 +43,12 @@ Cluster local_preset() {
   c.device_memory_bytes = physical_memory_bytes();
   c.peak_flops_fp32 = 233e9;
   c.peak_flops_16bit = 233e9;  // the host kernels compute in fp32 whatever the storage type
-  c.efficiency = 0.77;
+  c.efficiency = 0.85;
   c.intra = {1.9 * GB, 0.5 * us};
   c.inter = c.intra;
+  c.cores_per_node = 2;
+  c.serial_fraction = 0.07;
+  c.oversubscribed_latency_s = 2e-3;
   return c;
 }
 
@@ -76,6 +85,22 @@ int Cluster::ranks_on_node(int rank, int world) const {
   if (ranks_per_node <= 0) return world;
   const int first = node_of(rank) * ranks_per_node;
   return std::min(ranks_per_node, world - first);
+}
+
+double Cluster::rank_flops(const std::string& precision, int ranks) const {
+  const double device = peak_flops(precision) * efficiency;
+  if (!host_only) return device;
+  double slowdown = 1;
+  if (cores_per_node > 0 && ranks < cores_per_node) slowdown += serial_fraction * (double(cores_per_node) / ranks - 1);
+  return device / ranks / slowdown;
+}
+
+Link Cluster::intra_link(int ranks) const {
+  Link link = intra;
+  if (host_only && cores_per_node > 0 && ranks > cores_per_node) {
+    link.latency_s = std::max(link.latency_s, oversubscribed_latency_s * ranks / cores_per_node);
+  }
+  return link;
 }
 
 std::vector<std::string> cluster_preset_names() { return {"local", "h100-sxm-8", "h200-sxm-8", "a100-80gb-8"}; }

@@ -36,12 +36,25 @@ struct Cluster {
   // the trainer's categories (assumed, not measured).
   double device_reserve_bytes = 0;
 
+  // Host-only clusters: CPU cores per node (0: not modelled). With fewer ranks than cores, the
+  // part of the compute that runs on one thread per rank (`serial_fraction`: the Kokkos Serial
+  // kernels; BLAS uses every core) leaves cores idle. With more ranks than cores, a message waits
+  // for its receiver to be scheduled: the latency becomes `oversubscribed_latency_s` × ranks /
+  // cores (a scheduler tick per message).
+  int cores_per_node = 0;
+  double serial_fraction = 0;
+  double oversubscribed_latency_s = 0;
+
   // The peak for a train.precision ("fp32" or a 16-bit type).
   double peak_flops(const std::string& precision) const;
   // Node index of a global rank: ranks are placed in blocks of ranks_per_node.
   int node_of(int rank) const { return ranks_per_node > 0 ? rank / ranks_per_node : 0; }
   // Ranks that share the node of `rank` in a world of `world` ranks.
   int ranks_on_node(int rank, int world) const;
+  // Model FLOP/s of one rank on a node shared by `ranks` ranks, in `precision`.
+  double rank_flops(const std::string& precision, int ranks) const;
+  // The link between ranks of one node holding `ranks` ranks (slower when they oversubscribe it).
+  Link intra_link(int ranks) const;
 };
 
 // The preset called `name`; InputError naming the valid presets otherwise.

@@ -143,7 +143,8 @@ std::string plan_table(const Plan& plan) {
   const ModelConfig& m = cfg.model;
   const double parameters = double(ParameterLayout(m).total());
   std::string out;
-  out += fmt::format("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters, {} FLOP per token\n",
+  out += fmt::format("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters, "
+                     "{} FLOP per token\n",
                      m.layers, m.heads, m.d_model, m.vocab, m.seq_len, parameters / 1e6,
                      rate_text(flops_per_token(ParameterLayout(m)), "").c_str());
   out += fmt::format("training: {}, recompute {}, zero {}, schedule {}\n", cfg.train.precision, cfg.train.recompute,

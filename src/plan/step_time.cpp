@@ -6,7 +6,8 @@
 //              F_stage: the stage's model FLOPs per token (6·N + 6·L·C·T split by stage), r the
 //              recomputation factor (full: the forward runs twice, 8/6; selective: the attention
 //              scores' forward again, + 2·L·C·T), R the rank's FLOP/s = peak · efficiency, divided
-//              by the node's ranks on a host-only cluster (they share its cores).
+//              by the node's ranks on a host-only cluster (they share its cores), and slower by
+//              1 + serial_fraction · (cores/ranks − 1) when fewer ranks than cores leave some idle.
 //   tp comm  = m · n_ar · allreduce(b·T·C·e, t)
 //              n_ar per micro-batch: 2 per block in forward (attention and MLP output rows), 2 in
 //              backward (their inputs' gradients), 2 more with full recomputation; +1 for the
@@ -26,7 +27,8 @@
 //
 // e = 4 bytes under fp32, 2 under bf16/fp16 (weights, activations and gradients travel in the
 // compute type). A group's traffic crosses the slowest link any group of its kind spans (ranks are
-// placed tp fastest, then dp, then pp, in blocks of ranks_per_node). Nothing overlaps: the total is
+// placed tp fastest, then dp, then pp, in blocks of ranks_per_node); on a host-only node with more
+// ranks than cores every message waits about a scheduler tick (Cluster::intra_link). Nothing overlaps: the total is
 // the sum (on CPU ranks sharing cores, communication cannot hide behind compute anyway). Not
 // modelled: the optimizer update, the gradient-norm all-reduce, data loading, checkpoints.
 #include "plan/step_time.hpp"
@@ -66,13 +68,15 @@ double ring_allgather_s(double bytes, int ranks, const Link& link) { return ring
 
 double point_to_point_s(double bytes, const Link& link) { return link.latency_s + bytes / link.bandwidth_Bps; }
 
-Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster) {
+Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster, int world) {
+  int crowded = 1;  // the most ranks on a node any group uses
   for (const auto& group : groups) {
     for (int r : group) {
       if (cluster.node_of(r) != cluster.node_of(group.front())) return cluster.inter;
     }
+    crowded = std::max(crowded, cluster.ranks_on_node(group.front(), world));
   }
-  return cluster.intra;
+  return cluster.intra_link(crowded);
 }
 
 double stage_flops_per_token(const ModelConfig& model, int stage, int stages) {
@@ -94,9 +98,9 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
   const double e = element_bytes(cfg.train.precision);
   const double activation_bytes = b * T * C * e;
   const int world = layout.world();
-  const Link tp_link = group_link(tp_groups(layout), cluster);
-  const Link pp_link = group_link(pp_groups(layout), cluster);
-  const Link dp_link = group_link(dp_groups(layout), cluster);
+  const Link tp_link = group_link(tp_groups(layout), cluster, world);
+  const Link pp_link = group_link(pp_groups(layout), cluster, world);
+  const Link dp_link = group_link(dp_groups(layout), cluster, world);
   const double bucket_bytes = cfg.parallel.bucket_mb * 1024.0 * 1024.0;
 
   std::vector<StepTime> stages;
@@ -111,8 +115,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     if (cfg.train.recompute == "full") flops *= 8.0 / 6.0;
     if (cfg.train.recompute == "selective") flops += 2.0 * L * C * T;
     const int rank = Topology::global_rank(layout, GridPosition{0, 0, s});
-    double rate = cluster.peak_flops(cfg.train.precision) * cluster.efficiency;
-    if (cluster.host_only) rate /= cluster.ranks_on_node(rank, world);
+    const double rate = cluster.rank_flops(cfg.train.precision, cluster.ranks_on_node(rank, world));
     st.compute_s = m * b * T * flops / t / rate;
 
     if (t > 1) {

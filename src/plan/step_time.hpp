@@ -32,9 +32,9 @@ double ring_reduce_scatter_s(double bytes, int ranks, const Link& link);
 double ring_allgather_s(double bytes, int ranks, const Link& link);
 double point_to_point_s(double bytes, const Link& link);
 
-// The link a group's traffic crosses: the inter-node link when any group of the kind has ranks on
-// two nodes, else the intra-node one.
-Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster);
+// The link a group's traffic crosses in a world of `world` ranks: the inter-node link when any
+// group of the kind has ranks on two nodes, else the intra-node one (Cluster::intra_link).
+Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster, int world);
 
 // Model FLOPs per token of pipeline stage `stage` (llm.c's count, 6·N + 6·L·C·T, split by stage:
 // each stage's blocks; wpe on the first stage, the tied wte — the output head's GEMM — on the last).

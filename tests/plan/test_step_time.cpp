@@ -34,7 +34,9 @@ Config small_config() {
 }
 
 // GPT-2 parameters, by hand: wte V·C, wpe T·C, per block 12C² + 13C, ln_f 2C.
-double gpt2_parameters(double L, double C, double V, double T) { return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C; }
+double gpt2_parameters(double L, double C, double V, double T) {
+  return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
 
 TEST(RingCollectives, ClosedForms) {
   const Link link{1e9, 1e-6};
@@ -48,12 +50,12 @@ TEST(RingCollectives, ClosedForms) {
 TEST(GroupLink, InterNodeWhenAGroupSpansNodes) {
   Cluster c = test_cluster();
   c.ranks_per_node = 4;
-  EXPECT_EQ(group_link(tp_groups(Layout{2, 4, 1}), c).bandwidth_Bps, c.intra.bandwidth_Bps);  // [0-3] [4-7]
-  EXPECT_EQ(group_link(tp_groups(Layout{1, 8, 1}), c).bandwidth_Bps, c.inter.bandwidth_Bps);
-  EXPECT_EQ(group_link(dp_groups(Layout{2, 4, 1}), c).bandwidth_Bps, c.inter.bandwidth_Bps);  // [0 4]
-  EXPECT_EQ(group_link(dp_groups(Layout{2, 2, 1}), c).bandwidth_Bps, c.intra.bandwidth_Bps);  // [0 2] [1 3]
+  EXPECT_EQ(group_link(tp_groups(Layout{2, 4, 1}), c, 64).bandwidth_Bps, c.intra.bandwidth_Bps);  // [0-3] [4-7]
+  EXPECT_EQ(group_link(tp_groups(Layout{1, 8, 1}), c, 64).bandwidth_Bps, c.inter.bandwidth_Bps);
+  EXPECT_EQ(group_link(dp_groups(Layout{2, 4, 1}), c, 64).bandwidth_Bps, c.inter.bandwidth_Bps);  // [0 4]
+  EXPECT_EQ(group_link(dp_groups(Layout{2, 2, 1}), c, 64).bandwidth_Bps, c.intra.bandwidth_Bps);  // [0 2] [1 3]
   c.ranks_per_node = 0;  // one node
-  EXPECT_EQ(group_link(pp_groups(Layout{1, 1, 64}), c).bandwidth_Bps, c.intra.bandwidth_Bps);
+  EXPECT_EQ(group_link(pp_groups(Layout{1, 1, 64}), c, 64).bandwidth_Bps, c.intra.bandwidth_Bps);
 }
 
 TEST(StageFlops, StagesSumToTheWholeModel) {
@@ -171,6 +173,34 @@ TEST(StepTime, HostRanksShareTheNode) {
   EXPECT_NEAR(predict_step_time(cfg, Layout{2, 1, 1}, c).compute_s, one, 1e-15);
   c.ranks_per_node = 1;  // one rank per node: the whole node's rate each
   EXPECT_NEAR(predict_step_time(cfg, Layout{2, 1, 1}, c).compute_s, one / 2, 1e-15);
+
+  // 4 cores: 1 rank leaves 3 idle during its serial fraction s, 2 ranks 1 each, 4 or more none.
+  c.ranks_per_node = 0;
+  c.cores_per_node = 4;
+  c.serial_fraction = 0.2;
+  Config single = cfg;
+  single.train.micro_batch = 1;  // 16 sequences over dp 1 … 8
+  const double full = predict_step_time(single, Layout{4, 1, 1}, c).compute_s;
+  EXPECT_NEAR(predict_step_time(single, Layout{1, 1, 1}, c).compute_s, full * (1 + 0.2 * 3), 1e-15);
+  EXPECT_NEAR(predict_step_time(single, Layout{2, 1, 1}, c).compute_s, full * (1 + 0.2 * 1), 1e-15);
+  EXPECT_NEAR(predict_step_time(single, Layout{8, 1, 1}, c).compute_s, full, 1e-15);
+}
+
+TEST(StepTime, OversubscribedHostWaitsATickPerMessage) {
+  Config cfg = small_config();
+  cfg.train.global_batch = 32;
+  Cluster c = test_cluster();
+  c.host_only = true;
+  c.ranks_per_node = 0;
+  c.cores_per_node = 2;
+  c.oversubscribed_latency_s = 2e-3;
+  EXPECT_EQ(c.intra_link(2).latency_s, c.intra.latency_s);
+  EXPECT_EQ(c.intra_link(4).latency_s, 4e-3);
+  EXPECT_EQ(c.intra_link(8).latency_s, 8e-3);
+  // dp 4 on 2 cores: the all-reduce's 2(p − 1) messages each wait 4 ms.
+  const StepTime st = predict_step_time(cfg, Layout{4, 1, 1}, c);
+  const double psi = 4 * (256 * 64 + 64 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64);
+  EXPECT_NEAR(st.dp_comm_s, 2.0 * 3 / 4 * psi / 1e10 + 2 * 3 * 4e-3, 1e-15);
 }
 
 }  // namespace
