@@ -12,6 +12,11 @@ namespace meshtrain {
 // (itself included) in a world of `world` ranks.
 std::int64_t runtime_overhead_bytes(int ranks_on_node, int world);
 
+// Scratch the MPI library holds while the data-parallel gradient all-reduce runs (stage 0 with
+// dp > 1): MPICH's non-blocking all-reduce keeps a temporary as large as the bucket it reduces.
+// Measured: one bucket of parallel.bucket_mb (at most the gradients' size) at peak.
+std::int64_t collective_scratch_bytes(int dp, int zero, double bucket_mb, std::int64_t grad_bytes);
+
 // Resident bytes of the token data on every rank: the size of every shard `data_train` names
 // (a path or a glob). Each rank maps the shards whole and reads every token once at start (the
 // vocabulary check), so all of their pages count in its resident set; the pages are the page

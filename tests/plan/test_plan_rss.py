@@ -28,6 +28,7 @@ MODEL = ["--model.layers", "4", "--model.heads", "8", "--model.d_model", "512", 
 # (name, ranks, keys)
 CASES = [
     ("single", 1, []),
+    ("dp2", 2, []),
     ("dp2_zero2", 2, ["--parallel.zero", "2"]),
     ("tp2", 2, ["--parallel.tp", "2"]),
     ("pp2_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
