@@ -105,6 +105,10 @@ std::string Checkpointer::save(const TrainingTensors& state, const TrainingProgr
     writer.set_attribute("seed", std::int64_t(config_.train.seed));
     writer.set_attribute("data_order", config_.data.order);
     writer.set_attribute("samples_seen", progress.step * std::int64_t(config_.train.global_batch));
+    if (progress.loss_scale > 0) {
+      writer.set_attribute("loss_scale", progress.loss_scale);
+      writer.set_attribute("loss_scale_clean_steps", progress.loss_scale_clean_steps);
+    }
     for (const auto& [group, source] : state_groups(state)) write_group(writer, group, layout_, *source, writes_data_);
     writer.commit();
   }
@@ -145,7 +149,19 @@ TrainingProgress Checkpointer::load(const std::string& path, const TrainingTenso
   }
   require_same_model(config_from_ini(*config_text, fmt::format("config stored in '{}'", path)), config_, path);
   for (const auto& [group, target] : state_groups(state)) read_group(reader, group, layout_, *target);
-  return {*step, *tokens};
+  TrainingProgress progress{*step, *tokens};
+  const auto scale = reader.double_attribute("loss_scale");
+  const auto clean = reader.int_attribute("loss_scale_clean_steps");
+  if (scale && clean) {
+    if (!(*scale >= 1) || *clean < 0) {
+      input_error("checkpoint '{}': loss_scale = {} or loss_scale_clean_steps = {} is invalid (a scale >= 1 and a "
+                  "count >= 0 are valid)",
+                  path, *scale, *clean);
+    }
+    progress.loss_scale = *scale;
+    progress.loss_scale_clean_steps = *clean;
+  }
+  return progress;
 }
 
 void Checkpointer::load_weights(const std::string& path, StateSource& weights) {

@@ -23,6 +23,9 @@ inline constexpr std::int64_t checkpoint_version = 1;
 struct TrainingProgress {
   std::int64_t step = 0;    // completed optimizer steps
   std::int64_t tokens = 0;  // tokens consumed so far
+  // fp16's dynamic loss scale and its count of clean steps (0: none stored, start afresh).
+  double loss_scale = 0;
+  std::int64_t loss_scale_clean_steps = 0;
 };
 
 // The flat states a checkpoint holds, as sources that know how each is stored (whole or sharded).

@@ -8,6 +8,12 @@ namespace meshtrain {
 LossScaler::LossScaler(bool enabled, double initial_scale, std::int64_t window)
     : enabled_(enabled), scale_(enabled ? initial_scale : 1.0), window_(window) {}
 
+void LossScaler::restore(double scale, std::int64_t clean_steps) {
+  if (!enabled_) return;
+  scale_ = scale;
+  clean_steps_ = clean_steps;
+}
+
 bool LossScaler::update(bool finite) {
   if (!enabled_) return true;
   if (!finite) {

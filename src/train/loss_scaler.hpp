@@ -17,6 +17,9 @@ class LossScaler {
   // Records whether this step's gradients were finite; returns whether the update may be applied.
   bool update(bool finite);
   std::int64_t skipped() const { return skipped_; }
+  std::int64_t clean_steps() const { return clean_steps_; }
+  // Continues from a checkpoint's state (fp16 only; ignored otherwise).
+  void restore(double scale, std::int64_t clean_steps);
 
  private:
   bool enabled_;

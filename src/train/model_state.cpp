@@ -48,7 +48,8 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       zero_(cfg.parallel.zero),
       sharded_(sharded_state(space, cfg, groups, place)),
       layout_(sharded_ ? sharded_->layout() : state_layout(cfg, groups, place)),
-      scaler_(cfg.train.precision == "fp16", cfg.train.loss_scale, cfg.train.loss_scale_window) {
+      fp16_(cfg.train.precision == "fp16"),
+      scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window) {
   const bool fp32 = cfg.train.precision == "fp32";
   const int slots = pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule);
   if (fp32) {
@@ -207,6 +208,15 @@ double ModelState::grad_norm() {
   }
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world);
   return std::sqrt(sum);
+}
+
+void ModelState::save_scaler(TrainingProgress& progress) const {
+  progress.loss_scale = fp16_ ? scaler_.scale() : 0.0;
+  progress.loss_scale_clean_steps = fp16_ ? scaler_.clean_steps() : 0;
+}
+
+void ModelState::restore_scaler(const TrainingProgress& progress) {
+  if (progress.loss_scale > 0) scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps);
 }
 
 bool ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i, double grad_norm) {

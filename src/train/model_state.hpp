@@ -68,6 +68,9 @@ class ModelState {
   // backs off, and update() returns false.
   bool update(const OptimConfig& optim, double lr, double clip, std::int64_t i, double grad_norm);
   double loss_scale() const { return scaler_.scale(); }
+  // The loss scaler's state for a checkpoint (progress.loss_scale 0 under fp32/bf16), and back.
+  void save_scaler(TrainingProgress& progress) const;
+  void restore_scaler(const TrainingProgress& progress);
 
  private:
   float* master(const TensorInfo& t);
@@ -87,6 +90,7 @@ class ModelState {
   std::optional<GradientReducer> reducer_;
   std::unique_ptr<FlatSource> sources_[3];
   std::unique_ptr<LowPrecisionCopy> low_;  // bf16/fp16: the model computes on this copy
+  bool fp16_;
   LossScaler scaler_;
 };
 

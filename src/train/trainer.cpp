@@ -187,6 +187,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     state.loaded();
   }
   TrainingProgress progress = start;
+  state.restore_scaler(start);
   const MemoryBytes memory = state.memory() + MemoryBytes::of(MemoryCategory::workspace, loader.bytes());
 
   const std::string grid_table = topology.describe();
@@ -300,6 +301,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     const bool periodic = cfg.checkpoint.every > 0 && progress.step % cfg.checkpoint.every == 0;
     if (finished || periodic || !leave_reason.empty()) {
       const auto save_start = Clock::now();
+      state.save_scaler(progress);
       const std::string path = checkpointer.save(state.checkpoint_tensors(), progress);
       last_save_s = seconds_since(save_start);
       if (leader) fmt::print("saved {} ({:.2f}s)\n", path, last_save_s);

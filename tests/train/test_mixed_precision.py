@@ -11,6 +11,9 @@ Cases (each can fail on its own):
               is skipped and halves the scale, so the saved weights equal the initial ones and the
               AdamW moments stay zero; then a run that starts at 1e9 backs off step by step and
               trains on once the scale fits.
+  resume      fp16 with a loss scale that backs off and grows (window 2): a run that leaves after 4
+              of 10 steps and resumes reproduces the uninterrupted run's losses and scales exactly
+              (the scaler's state travels in the checkpoint).
   layouts     bf16 and fp16 under data parallelism with ZeRO 1–3, tensor and pipeline parallelism,
               against one rank of the same precision: the same losses up to the order of the sums
               (rtol 1e-4 where only fp32 sums reorder; 2e-3, half a bf16 unit roundoff, where tensor
@@ -109,6 +112,27 @@ def case_overflow(args, work):
     return failures
 
 
+def case_resume(args, work):
+    common = ["--train.steps", "10", "--train.micro_batch", "2", "--train.global_batch", "4", "--train.precision",
+              "fp16", "--train.loss_scale", "1e6", "--train.loss_scale_window", "2"]
+    straight, _ = train(args, work, "fp16_straight", common)
+    out = os.path.join(work, "fp16_resumed")
+    files = ["--data.train", args.shard, "--checkpoint.dir", os.path.join(out, "ckpt"), "--log.metrics",
+             os.path.join(out, "metrics.jsonl")]
+    os.makedirs(out)
+    run([args.meshtrain, "train"] + MODEL + common + files + ["--checkpoint.resume", "never", "--train.stop_after", "4"],
+        expect=3)
+    run([args.meshtrain, "train"] + MODEL + common + files + ["--checkpoint.resume", "auto"])
+    resumed = metrics(os.path.join(out, "metrics.jsonl"))
+    pairs = [(a["loss"], a["loss_scale"], b["loss"], b["loss_scale"]) for a, b in zip(straight, resumed)]
+    print(f"  scales {[p[1] for p in pairs]}")
+    if len(resumed) != len(straight) or any(p[0] != p[2] or p[1] != p[3] for p in pairs):
+        return [f"fp16 resume differs from the straight run: {pairs}"]
+    if len({p[1] for p in pairs}) < 2:
+        return ["the loss scale never changed: the case would not test the scaler's state"]
+    return []
+
+
 def case_layouts(args, work):
     common = ["--train.steps", "6", "--train.micro_batch", "2", "--train.global_batch", "8", "--train.seed", "5"]
     # (precision, ranks, keys, rtol)
@@ -137,7 +161,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--corpus", default="/usr/share/games/fortunes", help="a folder of text files")
-    ap.add_argument("--case", action="append", choices=["real_text", "overflow", "layouts"])
+    ap.add_argument("--case", action="append", choices=["real_text", "overflow", "resume", "layouts"])
     args = ap.parse_args()
     work = os.path.abspath(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
@@ -150,7 +174,7 @@ def main():
     args.shard = os.path.join(work, "docs.bin")
     run([args.meshtrain, "prepare", "--text"] + texts + ["--out", args.shard])
     failures = []
-    for name in args.case or ["real_text", "overflow", "layouts"]:
+    for name in args.case or ["real_text", "overflow", "resume", "layouts"]:
         print(f"{name}:")
         failures += globals()[f"case_{name}"](args, work)
     if failures:
