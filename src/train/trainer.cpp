@@ -1,4 +1,4 @@
-// The single-rank training loop.
+// The training loop: set-up, the step (forward, backward, reduction, update), metrics, leaving.
 #include "train/trainer.hpp"
 
 #include "core/agreement.hpp"
@@ -6,10 +6,7 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/token_shard.hpp"
-#include "kernels/cross_entropy.hpp"
 #include "model/gpt2.hpp"
-#include "model/init.hpp"
-#include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/schedule.hpp"
@@ -32,7 +29,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
 
 namespace meshtrain {
 namespace {
