@@ -28,6 +28,7 @@ constexpr const char* usage =
     "  plan     --world N [train keys] [--cluster PRESET] [--json] [--search]\n"
     "                                                           per-rank memory and step time of a layout\n"
     "  inspect  FILE                                            describe a checkpoint\n"
+    "  export   FILE --format safetensors --out OUT             the model for other tools\n"
     "\n"
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job).\n";
@@ -52,7 +53,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
-      {"train", train_command}, {"prepare", prepare_command}, {"sample", sample_command}, {"inspect", inspect_command},
+      {"train", train_command},     {"prepare", prepare_command}, {"sample", sample_command},
+      {"inspect", inspect_command}, {"export", export_command},
       {"plan", plan_command}};
 
   int code = exit_code::finished;

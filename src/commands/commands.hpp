@@ -16,5 +16,6 @@ int prepare_command(const Args& args, MPI_Comm comm);
 int sample_command(const Args& args, MPI_Comm comm);
 int inspect_command(const Args& args, MPI_Comm comm);
 int plan_command(const Args& args, MPI_Comm comm);
+int export_command(const Args& args, MPI_Comm comm);
 
 }  // namespace meshtrain

@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""`meshtrain export --format safetensors` against the checkpoint it reads and an independent reader.
+
+A small model trains under tensor parallelism (tp 2, so the file was written in pieces) and its
+final checkpoint is exported. The file is then parsed here by hand from the format's definition
+(8-byte little-endian header length, JSON header, tensors back to back, 8-byte aligned), every
+tensor must equal the checkpoint's /model dataset bit for bit, and the tensors must load strictly
+(every name and shape, nothing missing or extra) into the PyTorch GPT-2 of tests/oracle, whose
+parameters carry Hugging Face's GPT-2 names. Bad input exits 2 and writes nothing.
+
+usage: test_export.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+import gpt2_torch  # noqa: E402
+
+MODEL = {"layers": 2, "heads": 4, "d_model": 32, "vocab": 67, "seq_len": 16}
+
+
+def run(cmd, expect=0):
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != expect:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {done.returncode}, expected {expect}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def read_safetensors(path):
+    """name -> numpy array, read from the format's definition alone."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (length,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + length])
+    assert (8 + length) % 8 == 0, f"header of {length} bytes leaves the data unaligned"
+    data = blob[8 + length:]
+    tensors, end = {}, 0
+    for name, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                             key=lambda kv: kv[1]["data_offsets"][0]):
+        begin, stop = info["data_offsets"]
+        assert info["dtype"] == "F32" and begin == end, f"{name}: {info} (expected F32 starting at {end})"
+        tensors[name] = np.frombuffer(data[begin:stop], dtype="<f4").reshape(info["shape"])
+        end = stop
+    assert end == len(data), f"{len(data) - end} bytes after the last tensor"
+    return tensors, header.get("__metadata__", {})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--meshtrain", required=True)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    work = os.path.abspath(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    shard = os.path.join(work, "shard.bin")
+    gpt2_torch.write_shard(shard, np.random.default_rng(1).integers(0, MODEL["vocab"], size=4000))
+    keys = [x for k, v in MODEL.items() for x in (f"--model.{k}", str(v))]
+    run(args.mpiexec.split() + ["-n", "2", args.meshtrain, "train"] + keys +
+        ["--parallel.tp", "2", "--train.steps", "3", "--data.train", shard, "--checkpoint.dir", os.path.join(work, "ck"),
+         "--checkpoint.resume", "never"])
+    ckpt = os.path.join(work, "ck", open(os.path.join(work, "ck", "latest")).read().strip())
+    out = os.path.join(work, "model.safetensors")
+    run([args.meshtrain, "export", ckpt, "--format", "safetensors", "--out", out])
+
+    failures = []
+    tensors, metadata = read_safetensors(out)
+    with h5py.File(ckpt, "r") as f:
+        stored = {name: f["model"][name][...] for name in f["model"]}
+    if set(tensors) != set(stored):
+        failures.append(f"names differ: {sorted(set(tensors) ^ set(stored))}")
+    for name in stored:
+        if name in tensors and not np.array_equal(tensors[name], stored[name]):
+            failures.append(f"{name} differs from the checkpoint's /model/{name}")
+    if metadata.get("step") != "3":
+        failures.append(f"metadata {metadata} should name step 3")
+    model = gpt2_torch.build_model({"model": MODEL}, dtype=torch.float32)
+    try:
+        model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in tensors.items()}, strict=True)
+    except RuntimeError as e:
+        failures.append(f"the PyTorch GPT-2 (Hugging Face names) refuses the file: {e}")
+    print(f"exported {len(tensors)} tensors; strict load into the PyTorch GPT-2 "
+          f"{'failed' if failures else 'succeeded'}")
+
+    # Bad input: exit 2, nothing written.
+    bad = os.path.join(work, "bad.safetensors")
+    for cmd, needle in [
+        ([ckpt, "--format", "onnx", "--out", bad], "--format"),
+        ([ckpt, "--format", "safetensors", "--out", os.path.join(work, "no", "dir", "x.safetensors")], "does not exist"),
+        ([os.path.join(work, "missing.h5"), "--format", "safetensors", "--out", bad], "no such file"),
+        ([shard, "--format", "safetensors", "--out", bad], shard),
+        ([ckpt, "--format", "safetensors"], "--out"),
+    ]:
+        done = run([args.meshtrain, "export"] + cmd, expect=2)
+        if needle not in done.stderr or os.path.exists(bad) or os.path.exists(bad + ".tmp"):
+            failures.append(f"export {' '.join(cmd)}: expected exit 2 naming '{needle}' and nothing written; "
+                            f"stderr: {done.stderr.strip()}")
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
