@@ -121,6 +121,7 @@ class Gpt2 {
   // Bytes of the buffers the model allocated: weights and gradients (without a store), activations
   // with backward's scratch.
   std::size_t weight_bytes() const { return weights_.extent(0) * sizeof(Real); }
+  std::size_t grad_bytes() const { return grads_.extent(0) * sizeof(Real); }
   std::size_t activation_bytes() const {
     return (activation_buffer_.extent(0) + scratch_buffer_.extent(0)) * sizeof(Real);
   }

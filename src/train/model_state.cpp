@@ -106,9 +106,11 @@ MemoryBytes ModelState::memory() const {
   if (sharded_) {
     m = sharded_->memory();
   } else {
-    const auto whole = std::int64_t(layout_.total() * sizeof(float));
-    m[MemoryCategory::weights] = whole;
-    m[MemoryCategory::grads] = whole;
+    // The whole buffers: the fp32 model's own, or the master weights and fp32 gradients here.
+    const std::size_t weights = model_ ? model_->weight_bytes() : master_.extent(0) * sizeof(float);
+    const std::size_t grads = model_ ? model_->grad_bytes() : grads32_.extent(0) * sizeof(float);
+    m[MemoryCategory::weights] = std::int64_t(weights);
+    m[MemoryCategory::grads] = std::int64_t(grads);
     m[MemoryCategory::optimizer] = std::int64_t((exp_avg_.extent(0) + exp_avg_sq_.extent(0)) * sizeof(float));
     for (const auto& s : sources_) m[MemoryCategory::workspace] += std::int64_t(s->staging_bytes());
   }

@@ -1,6 +1,7 @@
 // ZeRO stages 1–3 over the data-parallel group.
 #include "train/zero_state.hpp"
 
+#include "kernels/convert.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "model/init.hpp"
 
@@ -12,12 +13,6 @@ namespace meshtrain {
 namespace {
 
 constexpr bool host_reachable = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
-
-void accumulate(const ExecSpace& space, Vec<float> into, CVec<float> add, std::size_t n) {
-  Kokkos::parallel_for(
-      "meshtrain::zero::accumulate", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(std::size_t i) { into(i) += add(i); });
-}
 
 }  // namespace
 
@@ -145,14 +140,13 @@ ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int 
 ZeroState::~ZeroState() = default;
 
 MemoryBytes ZeroState::memory() const {
-  ZeroSizes actual;
-  actual.weights = weights_.extent(0) + weight_shard_.extent(0);
-  actual.grads = grads_.extent(0) + grad_shard_.extent(0);
-  actual.moments = exp_avg_.extent(0);
-  actual.reduce_buffer = reduce_buffer_.extent(0);
-  actual.staging = staging_.extent(0) + host_staging_.extent(0);
-  MemoryBytes m = actual.bytes();
-  m[MemoryCategory::optimizer] = std::int64_t((exp_avg_.extent(0) + exp_avg_sq_.extent(0)) * sizeof(float));
+  auto bytes = [](std::size_t elements) { return std::int64_t(elements * sizeof(float)); };
+  MemoryBytes m;
+  m[MemoryCategory::weights] = bytes(weights_.extent(0) + weight_shard_.extent(0));
+  m[MemoryCategory::grads] = bytes(grads_.extent(0) + grad_shard_.extent(0));
+  m[MemoryCategory::optimizer] = bytes(exp_avg_.extent(0) + exp_avg_sq_.extent(0));
+  m[MemoryCategory::comm_buffers] = bytes(reduce_buffer_.extent(0));
+  m[MemoryCategory::workspace] = bytes(staging_.extent(0) + host_staging_.extent(0));
   return m;
 }
 
@@ -233,7 +227,7 @@ void ZeroState::reduce_unit(std::size_t u) {
     Kokkos::deep_copy(space_, shard, reduced);
   } else {
     // Sharded gradients accumulate over micro-batches; the unit's working gradients start again at 0.
-    accumulate(space_, shard, reduced, n);
+    accumulate_into<float, float>(space_, shard, reduced, 1.0f, long(n));
     Kokkos::deep_copy(space_, Vec<float>(unit_grads(u), layout_.units()[u].size()), 0.0f);
   }
 }
