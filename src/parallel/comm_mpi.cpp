@@ -291,8 +291,13 @@ class MpiComm final : public Comm {
   template <class T>
   void allreduce_sum_16(T* data, std::size_t count) {
     const std::size_t p = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
-    std::vector<int> lengths(p), starts(p), gathered_lengths(p), gathered_starts(p);
-    std::vector<T> gathered;  // block `me` of every rank, in group-rank order
+    // Grow-only scratch kept by the Comm: tensor-parallel sums call this every layer of every step.
+    std::vector<int>& lengths = scratch16_.lengths;
+    std::vector<int>& starts = scratch16_.starts;
+    std::vector<int>& gathered_lengths = scratch16_.gathered_lengths;
+    std::vector<int>& gathered_starts = scratch16_.gathered_starts;
+    for (auto* v : {&lengths, &starts, &gathered_lengths, &gathered_starts}) v->resize(p);
+    std::vector<T>& gathered = scratch16_.gathered<T>();  // block `me` of every rank, in group-rank order
     for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
       const int base = n / size_, longer = n % size_;
       for (int r = 0; r < size_; ++r) {
@@ -427,6 +432,19 @@ class MpiComm final : public Comm {
   mpi::OwnedComm comm_;
   std::size_t max_chunk_;
   int rank_ = 0, size_ = 1, tag_ub_ = 32767;
+  struct Scratch16 {
+    std::vector<int> lengths, starts, gathered_lengths, gathered_starts;
+    std::vector<bf16> gathered_bf16;
+    std::vector<fp16> gathered_fp16;
+    template <class T>
+    std::vector<T>& gathered() {
+      if constexpr (std::is_same_v<T, bf16>) {
+        return gathered_bf16;
+      } else {
+        return gathered_fp16;
+      }
+    }
+  } scratch16_;
 };
 
 }  // namespace
