@@ -4,6 +4,7 @@
 
 #include "core/errors.hpp"
 #include "io/hdf5_handles.hpp"
+#include "io/tensor_checksum.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -152,9 +153,20 @@ struct Selection {
   h5::Dataspace memory;
 };
 
-Selection select_block(hid_t file_space, const TensorSlab& slab) {
-  Selection s{h5::Dataspace{MESHTRAIN_H5_CHECK(H5Scopy(file_space), "out of memory?")}, {}};
+// What is wrong with a run of a slab's elements (empty if nothing).
+std::string range_problem(const TensorSlab& slab, ElementRange range) {
   const std::uint64_t n = holds_nothing(slab) ? 0 : slab.elements();
+  if (range.first <= n && range.count <= n - range.first) return {};
+  return fmt::format("{}: elements [{}, {}) of a {} of {} elements", slab.name, range.first, range.first + range.count,
+                     slab_text(slab), n);
+}
+
+// The file-space selection of a run of a slab's piece and the contiguous 1-D memory space of its
+// elements; none selected when it is empty. The whole piece is one regular hyperslab; a part of it
+// (a ZeRO shard's run) is the union of a few boxes, which HDF5 still walks in row-major order.
+Selection select_piece(hid_t file_space, const TensorSlab& slab, ElementRange range) {
+  Selection s{h5::Dataspace{MESHTRAIN_H5_CHECK(H5Scopy(file_space), "out of memory?")}, {}};
+  const std::uint64_t n = holds_nothing(slab) ? 0 : range.count;
   const hsize_t memory_dims[1] = {std::max<hsize_t>(n, 1)};
   s.memory = h5::Dataspace{MESHTRAIN_H5_CHECK(H5Screate_simple(1, memory_dims, nullptr), "out of memory?")};
   if (n == 0) {
@@ -162,19 +174,30 @@ Selection select_block(hid_t file_space, const TensorSlab& slab) {
     MESHTRAIN_H5_CHECK(H5Sselect_none(s.memory.get()), "internal: selecting nothing in the memory space");
     return s;
   }
-  // HDF5's start, stride, count and block. Where the count is 1 the stride is unused (any value is
-  // accepted) and HDF5 is given 1, as it rejects a zero stride.
   const std::size_t rank = slab.extent.size();
-  std::vector<hsize_t> start(rank), stride(rank), count(rank), block(rank);
-  for (std::size_t d = 0; d < rank; ++d) {
-    start[d] = slab.offset[d];
-    count[d] = count_at(slab, d);
-    stride[d] = count[d] > 1 ? stride_at(slab, d) : 1;
-    block[d] = slab.extent[d];
+  if (range.first == 0 && range.count == slab.elements()) {
+    // HDF5's start, stride, count and block. Where the count is 1 the stride is unused (any value
+    // is accepted) and HDF5 is given 1, as it rejects a zero stride.
+    std::vector<hsize_t> start(rank), stride(rank), count(rank), block(rank);
+    for (std::size_t d = 0; d < rank; ++d) {
+      start[d] = slab.offset[d];
+      count[d] = count_at(slab, d);
+      stride[d] = count[d] > 1 ? stride_at(slab, d) : 1;
+      block[d] = slab.extent[d];
+    }
+    MESHTRAIN_H5_CHECK(
+        H5Sselect_hyperslab(s.file.get(), H5S_SELECT_SET, start.data(), stride.data(), count.data(), block.data()),
+        "the blocks must lie inside the dataset's shape and must not overlap");
+    return s;
   }
-  MESHTRAIN_H5_CHECK(
-      H5Sselect_hyperslab(s.file.get(), H5S_SELECT_SET, start.data(), stride.data(), count.data(), block.data()),
-      "the blocks must lie inside the dataset's shape and must not overlap");
+  const std::vector<hsize_t> ones(rank, 1);
+  H5S_seloper_t op = H5S_SELECT_SET;
+  for (const GlobalBox& box : range_boxes(slab, range)) {
+    const auto start = to_hsize(box.start), block = to_hsize(box.extent);
+    MESHTRAIN_H5_CHECK(H5Sselect_hyperslab(s.file.get(), op, start.data(), ones.data(), ones.data(), block.data()),
+                       "the blocks must lie inside the dataset's shape");
+    op = H5S_SELECT_OR;
+  }
   return s;
 }
 
@@ -285,6 +308,7 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
                 tmp_path_, h5::last_error_message());
   }
   impl_->file = h5::File{file};
+  set_attribute("checksum_algorithm", std::string(checksum_algorithm));
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -297,20 +321,27 @@ CheckpointWriter::~CheckpointWriter() {
   MPI_Barrier(impl_->comm.get());  // nobody returns while the .tmp is still there
 }
 
-void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
+void CheckpointWriter::write(const TensorSlab& slab, ElementRange range, const float* data) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::write after commit()");
   const std::string name = normalize(slab.name);
   // Everything rank-local happens first, and all ranks learn whether it worked on all of them,
   // so a local failure throws everywhere instead of leaving the others in a collective call.
-  std::string problem = slab_problem(slab, data != nullptr);
+  std::string problem = slab_problem(slab, true);
+  if (problem.empty()) problem = range_problem(slab, range);
+  const bool writes = problem.empty() && !holds_nothing(slab) && range.count > 0;
+  if (problem.empty() && writes && data == nullptr) {
+    problem = fmt::format("{}: {} elements to write from a null data pointer", name, range.count);
+  }
   h5::Dataspace space;
   std::optional<Selection> selection;
+  std::uint64_t checksum = 0;
   if (problem.empty()) {
     try {
       const auto dims = to_hsize(slab.global_shape);
       space = h5::Dataspace{MESHTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                                                "a global shape must have at most 32 dimensions")};
-      selection = select_block(space.get(), slab);
+      selection = select_piece(space.get(), slab, range);
+      if (writes) checksum = partial_checksum(slab, range, data);
     } catch (const h5::Error& e) {
       problem = fmt::format("{}: {}", name, e.what());
     }
@@ -329,6 +360,8 @@ void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
                                        "shape; every rank must write the same tensors in the same order",
                                        name, shape_string(slab.global_shape)));
   }
+  // The ranks' pieces are disjoint, so their partial sums add up to the tensor's checksum.
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, &checksum, 1, MPI_UINT64_T, MPI_SUM, impl_->comm.get()), "MPI_Allreduce");
 
   with_context(fmt::format("writing {} to {}", name, tmp_path_), [&] {
     const hid_t file = impl_->file.get();
@@ -346,8 +379,12 @@ void CheckpointWriter::write(const TensorSlab& slab, const float* data) {
     const float nothing = 0.0f;
     MESHTRAIN_H5_CHECK(
         H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, selection->memory.get(), selection->file.get(), dxpl.get(),
-                 data ? data : &nothing),
+                 writes ? data : &nothing),
         "did every rank call write() for this tensor? Is there space on the file system?");
+    h5::Dataspace scalar{MESHTRAIN_H5_CHECK(H5Screate(H5S_SCALAR), "out of memory?")};
+    h5::Attribute attr{MESHTRAIN_H5_CHECK(
+        H5Acreate2(dset.get(), "checksum", H5T_STD_U64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT), "internal")};
+    MESHTRAIN_H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_UINT64, &checksum), "internal: writing the checksum");
   });
 }
 
@@ -402,9 +439,18 @@ void CheckpointWriter::set_attribute(const std::string& name, double value) {
 
 void CheckpointWriter::commit() {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::commit called twice");
-  impl_->file.close("is there space on the file system? Did every rank reach commit()?");  // collective
-  mpi_check(MPI_Barrier(impl_->comm.get()), "MPI_Barrier");
+  // Every rank flushes what it wrote (MPI_File_sync) and closes; all confirm before the rename.
   std::string error;
+  if (H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL) < 0) {
+    error = fmt::format("cannot flush checkpoint {}: {}", tmp_path_, h5::last_error_message());
+  }
+  impl_->file.close("is there space on the file system? Did every rank reach commit()?");  // collective
+  int confirmed = error.empty() ? 1 : 0;
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, &confirmed, 1, MPI_INT, MPI_MIN, impl_->comm.get()), "MPI_Allreduce");
+  if (!confirmed) {
+    throw std::runtime_error(error.empty() ? fmt::format("another rank could not flush checkpoint {}", tmp_path_)
+                                           : error);  // the destructor removes the .tmp
+  }
   if (impl_->comm.rank() == 0) {
     // MPI-IO's close need not reach the disk: fsync the file, rename, then fsync the directory.
     const int fd = ::open(tmp_path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -502,13 +548,36 @@ std::vector<std::uint64_t> CheckpointReader::shape(const std::string& dataset) c
   });
 }
 
-void CheckpointReader::read(const TensorSlab& slab, float* out) const {
+std::optional<std::uint64_t> CheckpointReader::checksum(const std::string& dataset) const {
+  const std::string name = normalize(dataset);
+  if (!has(name)) input_error("{}: has no dataset {}", path_, name);
+  return impl_->guarded(path_, [&]() -> std::optional<std::uint64_t> {
+    h5::Dataset dset{MESHTRAIN_H5_CHECK(H5Dopen2(impl_->file.get(), name.c_str(), H5P_DEFAULT), "damaged file?")};
+    if (MESHTRAIN_H5_CHECK(H5Aexists(dset.get(), "checksum"), "damaged file?") <= 0) return std::nullopt;
+    h5::Attribute attr{MESHTRAIN_H5_CHECK(H5Aopen(dset.get(), "checksum", H5P_DEFAULT), "damaged file?")};
+    h5::Datatype type{MESHTRAIN_H5_CHECK(H5Aget_type(attr.get()), "damaged file?")};
+    h5::Dataspace space{MESHTRAIN_H5_CHECK(H5Aget_space(attr.get()), "damaged file?")};
+    if (H5Tget_class(type.get()) != H5T_INTEGER ||
+        MESHTRAIN_H5_CHECK(H5Sget_simple_extent_npoints(space.get()), "damaged file?") != 1) {
+      input_error("{}: {} has a checksum attribute that is not one integer", path_, name);
+    }
+    std::uint64_t value = 0;
+    MESHTRAIN_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_UINT64, &value), "damaged file?");
+    return value;
+  });
+}
+
+void CheckpointReader::read(const TensorSlab& slab, ElementRange range, float* out) const {
   const std::string name = normalize(slab.name);
   if (!slab.global_shape.empty()) {
-    const std::string problem = slab_problem(slab, out != nullptr);
+    std::string problem = slab_problem(slab, true);
+    if (problem.empty()) problem = range_problem(slab, range);
+    if (problem.empty() && range.count > 0 && !holds_nothing(slab) && out == nullptr) {
+      problem = fmt::format("{}: {} elements to read into a null pointer", name, range.count);
+    }
     if (!problem.empty()) throw std::invalid_argument("CheckpointReader::read: " + problem);
   } else if (!slab.offset.empty() || !slab.extent.empty() || !slab.count.empty() || !slab.stride.empty() ||
-             out == nullptr) {
+             out == nullptr || range.first != 0 || range.count != 1) {
     throw std::invalid_argument("CheckpointReader::read(" + name +
                                 "): a scalar has no offset, extent, count or stride");
   }
@@ -532,13 +601,13 @@ void CheckpointReader::read(const TensorSlab& slab, float* out) const {
     if (shape != slab.global_shape) {
       input_error("{}: {} has shape {}, expected {}", path_, name, shape_string(shape), shape_string(slab.global_shape));
     }
-    if (holds_nothing(slab)) return;
+    if (holds_nothing(slab) || range.count == 0) return;
     if (shape.empty()) {
       MESHTRAIN_H5_CHECK(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
                          "is the file complete?");
       return;
     }
-    const Selection sel = select_block(space.get(), slab);
+    const Selection sel = select_piece(space.get(), slab, range);
     MESHTRAIN_H5_CHECK(H5Dread(dset.get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(), H5P_DEFAULT, out),
                        "is the file complete and undamaged? (h5dump -H FILE shows what HDF5 can read)");
   });

@@ -16,6 +16,8 @@
 // leading '/' is taken from the root.
 #pragma once
 
+#include "io/slab_range.hpp"
+
 #include <mpi.h>
 
 #include <concepts>
@@ -74,7 +76,12 @@ class CheckpointWriter {
   // Creates dataset slab.name (and any missing groups on its path), float32 of slab.global_shape,
   // and writes each rank's piece from data collectively. data holds slab.elements() floats.
   // An invalid slab on any rank throws std::logic_error on every rank.
-  void write(const TensorSlab& slab, const float* data);
+  // The dataset's attribute `checksum` (uint64, io/tensor_checksum.hpp) is the sum of the ranks'
+  // partial checksums, so the pieces must not overlap (replicas write nothing).
+  void write(const TensorSlab& slab, const float* data) { write(slab, ElementRange{0, slab.elements()}, data); }
+  // The same for a contiguous run of the piece's elements (a ZeRO shard's part of the tensor);
+  // data holds range.count floats.
+  void write(const TensorSlab& slab, ElementRange range, const float* data);
 
   // Root attributes (replacing one of the same name). Strings are variable-length UTF-8 (h5py
   // reads them as str), integers int64, reals float64.
@@ -88,7 +95,8 @@ class CheckpointWriter {
     set_attribute(name, static_cast<std::int64_t>(value));
   }
 
-  // Closes the file, flushes it to disk and (rank 0) renames .tmp to the final path; returns on
+  // Flushes the file to storage on every rank (MPI_File_sync), closes it, and once every rank has
+  // confirmed, rank 0 fsyncs it, renames .tmp to the final path and fsyncs the directory; returns on
   // every rank only once the final file is in place. No other call is allowed afterwards.
   void commit();
 
@@ -126,7 +134,13 @@ class CheckpointReader {
   //   "<file>: /model/h.0.attn.c_attn.weight has shape [768,2304], expected [768,768]".
   // An invalid slab (a block outside global_shape, overlapping blocks, sizes that disagree) is a
   // programming error (std::invalid_argument).
-  void read(const TensorSlab& slab, float* out) const;
+  void read(const TensorSlab& slab, float* out) const { read(slab, ElementRange{0, slab.elements()}, out); }
+  // The same for a contiguous run of the piece's elements; out holds range.count floats.
+  void read(const TensorSlab& slab, ElementRange range, float* out) const;
+
+  // The dataset's stored `checksum` attribute (io/tensor_checksum.hpp), or nothing if it has none.
+  // InputError if the dataset is missing or the attribute is not an integer.
+  std::optional<std::uint64_t> checksum(const std::string& dataset) const;
 
   // Root attributes; nothing if absent. InputError if present with an incompatible type
   // (int_attribute needs an integer; double_attribute takes an integer or a real).

@@ -2,9 +2,11 @@
 // nothing), every rank reads the tensors back whole and in another partition, and the values are
 // compared with a closed form computed here. h5py writes files we read and reads files we write.
 // Tensor-parallel pieces of several blocks (q|k|v columns of c_attn) are written, read back whole,
-// read as another rank's piece, and read from a file h5py wrote.
+// read as another rank's piece, and read from a file h5py wrote. Runs of pieces (what ZeRO shards
+// own) are written and read at uneven cuts, and the checksums of every layout agree.
 #include "io/checkpoint_file.hpp"
 
+#include "io/tensor_checksum.hpp"
 #include "io_test_util.hpp"
 
 #include <gtest/gtest.h>
@@ -197,7 +199,7 @@ TEST(CheckpointFile, AttributesRoundTrip) {
   EXPECT_FALSE(reader.string_attribute("missing"));
   EXPECT_FALSE(reader.int_attribute("missing"));
   EXPECT_FALSE(reader.double_attribute("missing"));
-  EXPECT_EQ(reader.attribute_names(), (std::vector<std::string>{"config", "empty", "step", "third", "tiny", "tokens"}));
+  EXPECT_EQ(reader.attribute_names(), (std::vector<std::string>{"checksum_algorithm", "config", "empty", "step", "third", "tiny", "tokens"}));
   expect_input_error([&] { reader.int_attribute("config"); }, {path, "config", "expected an integer"});
   expect_input_error([&] { reader.int_attribute("third"); }, {path, "third"});
   expect_input_error([&] { reader.string_attribute("step"); }, {path, "step", "expected a string"});
@@ -682,6 +684,118 @@ TEST(CheckpointFile, InvalidPiecesOfSeveralBlocksAreRejected) {
   }
   EXPECT_FALSE(fs::exists(bad));
   EXPECT_FALSE(fs::exists(bad + ".tmp"));
+}
+
+
+// --- Runs of pieces (ZeRO shards) and checksums ----------------------------------------------
+
+// Cut n elements into `parts` runs at uneven places (part 0 the shortest), the way ZeRO's padded
+// units cut tensors anywhere, mid-row and mid-block.
+std::pair<std::uint64_t, std::uint64_t> uneven_run(std::uint64_t n, int parts, int index) {
+  const auto at = [&](int k) { return k == 0 ? 0 : k == parts ? n : std::min(n, n * std::uint64_t(k) / std::uint64_t(parts) + 3); };
+  return {at(index), at(index + 1)};
+}
+
+// The same pieces as piece_values, but as global row-major indices (for checksums by hand).
+std::vector<float> whole_values(const Shape& shape) { return piece_values(TensorSlab::whole("x", shape)); }
+
+TEST(CheckpointFile, ChecksumIsMurmurFinalizerSummedOverIndexAndBits) {
+  // Worked by hand (python, wrapping uint64): fmix64(1) and the term of 1.5f at index 3.
+  EXPECT_EQ(fmix64(1), 0x108e18f069e3e6caull);
+  EXPECT_EQ(element_hash(3, 1.5f), 0x16a01627b7da23b9ull);
+  const std::vector<float> v = {0.5f, -2.0f, 1.5f, 7.0f};
+  std::uint64_t sum = 0;
+  for (std::uint64_t i = 0; i < v.size(); ++i) sum += element_hash(i, v[i]);
+  EXPECT_EQ(tensor_checksum(v.data(), v.size()), sum);
+  std::vector<float> swapped = {-2.0f, 0.5f, 1.5f, 7.0f};  // same values, other places
+  EXPECT_NE(tensor_checksum(swapped.data(), swapped.size()), sum);
+  std::vector<float> one_bit_off = {0.5f, -2.0f, 1.5f, 7.0f};
+  one_bit_off[1] = std::nextafter(-2.0f, 0.0f);  // one bit of one element
+  EXPECT_NE(tensor_checksum(one_bit_off.data(), one_bit_off.size()), sum);
+}
+
+TEST(CheckpointFile, RunsOfPiecesMapToTheirGlobalElements) {
+  // Every run of every piece, against the piece's elements found by walking the whole tensor.
+  const std::vector<TensorSlab> pieces = {qkv_weight("w", 2, 1), qkv_bias("b", 4, 3), cyclic_x("x", 3, 4),
+                                          TensorSlab::whole("v", {N}), TensorSlab{"r", {R, C}, {1, 1}, {3, 4}}};
+  for (const TensorSlab& piece : pieces) {
+    const std::vector<float> values = piece_values(piece);
+    const std::vector<float> whole = whole_values(piece.global_shape);
+    ASSERT_EQ(values.size(), piece.elements());
+    for (std::uint64_t first = 0; first < values.size(); first += 5) {
+      for (std::uint64_t count : {std::uint64_t{1}, std::uint64_t{7}, values.size() - first}) {
+        count = std::min(count, values.size() - first);
+        const ElementRange range{first, count};
+        // Runs: consecutive global indices whose closed-form values are the run's.
+        std::uint64_t covered = 0;
+        for_each_global_run(piece, range, [&](std::uint64_t index, std::uint64_t position, std::uint64_t length) {
+          EXPECT_EQ(position, covered) << piece.name;
+          for (std::uint64_t k = 0; k < length; ++k) EXPECT_EQ(whole[index + k], values[first + position + k]) << piece.name;
+          covered += length;
+        });
+        EXPECT_EQ(covered, count) << piece.name;
+        // Boxes: together they hold exactly the run's elements.
+        std::uint64_t in_boxes = 0;
+        for (const GlobalBox& box : range_boxes(piece, range)) {
+          std::uint64_t n = 1;
+          for (std::size_t d = 0; d < box.extent.size(); ++d) {
+            n *= box.extent[d];
+            EXPECT_LE(box.start[d] + box.extent[d], piece.global_shape[d]) << piece.name;
+          }
+          in_boxes += n;
+        }
+        EXPECT_EQ(in_boxes, count) << piece.name << " first " << first << " count " << count;
+      }
+    }
+  }
+}
+
+TEST(CheckpointFile, RanksWriteUnevenRunsOfOnePieceAndEveryLayoutAgreesOnTheChecksum) {
+  const int rank = world_rank(), size = world_size();
+  SharedDir dir;
+  const std::string path = dir / "runs.h5";
+  // Every rank holds the same tensor-parallel piece (replicas over dp) and writes an uneven run of
+  // it, as ZeRO owners do; the 3-D cyclic piece and a whole vector likewise.
+  const TensorSlab w = qkv_weight("/model/w", 2, 1), x = cyclic_x("/model/x", 0, 1), v = TensorSlab::whole("/model/v", {N});
+  {
+    CheckpointWriter writer(path, MPI_COMM_WORLD);
+    for (const TensorSlab& piece : {w, x, v}) {
+      const std::vector<float> values = piece_values(piece);
+      const auto [first, last] = uneven_run(values.size(), size, rank);
+      writer.write(piece, ElementRange{first, last - first}, values.data() + first);
+    }
+    writer.commit();
+  }
+  CheckpointReader reader(path, MPI_COMM_WORLD);
+  // Whole tensor x is the cyclic piece of one rank: the whole [A, B, D].
+  for (const TensorSlab& piece : {w, x, v}) {
+    const std::vector<float> values = piece_values(piece);
+    // The piece back, whole and as another rank's run.
+    std::vector<float> back(values.size(), NAN);
+    reader.read(piece, back.data());
+    EXPECT_EQ(back, values) << piece.name;
+    const auto [first, last] = uneven_run(values.size(), size, (rank + 1) % size);
+    std::vector<float> run(last - first, NAN);
+    reader.read(piece, ElementRange{first, last - first}, run.empty() ? nullptr : run.data());
+    EXPECT_EQ(run, std::vector<float>(values.begin() + first, values.begin() + last)) << piece.name;
+    // The stored checksum is the sum of the ranks' runs; computed here from the piece whole, and
+    // from runs cut another way, it is the same.
+    const std::optional<std::uint64_t> stored = reader.checksum(piece.name);
+    ASSERT_TRUE(stored.has_value()) << piece.name;
+    EXPECT_EQ(*stored, partial_checksum(piece, ElementRange{0, values.size()}, values.data())) << piece.name;
+    std::uint64_t by_halves = 0;
+    const std::uint64_t half = values.size() / 2 + 1;
+    by_halves += partial_checksum(piece, ElementRange{0, half}, values.data());
+    by_halves += partial_checksum(piece, ElementRange{half, values.size() - half}, values.data() + half);
+    EXPECT_EQ(*stored, by_halves) << piece.name;
+  }
+  // The whole of x is the cyclic piece written above; its checksum is that of the whole tensor.
+  std::vector<float> all(A * B * D);
+  reader.read(TensorSlab::whole("/model/x", {A, B, D}), all.data());
+  EXPECT_EQ(reader.checksum("/model/x"), tensor_checksum(all.data(), all.size()));
+  all[17] += 1.0f;
+  EXPECT_NE(reader.checksum("/model/x"), tensor_checksum(all.data(), all.size()));
+  EXPECT_EQ(reader.string_attribute("checksum_algorithm"), std::string(checksum_algorithm));
 }
 
 }  // namespace
