@@ -134,7 +134,30 @@ void write_latest(const std::string& dir, const std::string& checkpoint_file) {
   sync_directory(dir);
 }
 
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    if (const auto step = checkpoint_step(entry.path().string())) found.emplace_back(*step, entry.path());
+  }
+  if (ec) throw std::runtime_error(fmt::format("cannot list checkpoint directory {}: {}", dir, ec.message()));
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+  std::vector<std::string> paths;
+  for (const auto& [step, path] : found) paths.push_back(path.string());
+  return paths;
+}
+
 void prune_checkpoints(const std::string& dir, int keep) {
+  std::error_code ec;
+  // Temporary files of saves that never committed (a killed job): never a checkpoint, only space.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".tmp") && checkpoint_step(name.substr(0, name.size() - 4))) fs::remove(entry.path(), ec);
+  }
   if (keep <= 0) return;
   std::optional<std::string> protect;
   try {
@@ -142,18 +165,9 @@ void prune_checkpoints(const std::string& dir, int keep) {
   } catch (const InputError&) {
     // An unreadable `latest` protects nothing more; pruning still keeps the newest files.
   }
-  std::vector<std::pair<std::int64_t, fs::path>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file(ec)) continue;
-    if (const auto step = checkpoint_step(entry.path().string())) found.emplace_back(*step, entry.path());
-  }
-  if (ec) throw std::runtime_error(fmt::format("cannot list checkpoint directory {}: {}", dir, ec.message()));
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second > b.second;  // newest first
-  });
+  const std::vector<std::string> found = checkpoints_newest_first(dir);
   for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) {
-    const fs::path& path = found[i].second;
+    const fs::path path = found[i];
     if (protect && path.filename() == *protect) continue;
     if (!fs::remove(path, ec) && ec) {
       throw std::runtime_error(fmt::format("cannot delete old checkpoint {}: {}", path.string(), ec.message()));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace meshtrain::io {
 
@@ -30,8 +31,12 @@ std::optional<std::string> read_latest(const std::string& dir);
 // as a path or a file name; only its file name is stored.
 void write_latest(const std::string& dir, const std::string& checkpoint_file);
 
+// The step_*.h5 files of dir (full paths), newest step first; empty if there is no such directory.
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
+
 // Deletes all but the newest `keep` step_*.h5 files in dir (keep <= 0 keeps all), ordered by
-// step; the file `latest` names is never deleted, whatever its age. Other files are untouched.
+// step; the file `latest` names is never deleted, whatever its age. Also deletes step_*.h5.tmp
+// files that a killed job left behind (call it when no save is in flight). Other files are untouched.
 void prune_checkpoints(const std::string& dir, int keep);
 
 // Creates dir (and its parents) if needed. Throws InputError if the path exists but is not a

@@ -286,19 +286,22 @@ TensorSlab TensorSlab::whole(std::string name, std::vector<std::uint64_t> global
 // --- CheckpointWriter --------------------------------------------------------------------------
 
 struct CheckpointWriter::Impl {
-  explicit Impl(MPI_Comm c) : comm(c) {}
+  Impl(MPI_Comm c, Transfer t) : comm(c), transfer(t) {}
   DupComm comm;
+  Transfer transfer;
   h5::File file;
   bool committed = false;
 };
 
-CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
-    : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm)) {
+CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer)
+    : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm, transfer)) {
   h5::quiet_errors();
   h5::PropList fapl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "out of memory?")};
   MESHTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl.get(), impl_->comm.get(), MPI_INFO_NULL),
                      "meshtrain needs parallel HDF5 (Debian: libhdf5-mpich-dev)");
-  MESHTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(fapl.get(), 1), "needs HDF5 >= 1.10 built with MPI");
+  if (transfer == Transfer::collective) {
+    MESHTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(fapl.get(), 1), "needs HDF5 >= 1.10 built with MPI");
+  }
   MESHTRAIN_H5_CHECK(H5Pset_coll_metadata_write(fapl.get(), 1), "needs HDF5 >= 1.10 built with MPI");
   MESHTRAIN_H5_CHECK(H5Pset_alignment(fapl.get(), alignment_bytes, alignment_bytes), "internal: bad alignment");
   const hid_t file = H5Fcreate(tmp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
@@ -375,7 +378,7 @@ void CheckpointWriter::write(const TensorSlab& slab, ElementRange range, const f
         "is the tensor name unique in this checkpoint, and is there space on the file system?")};
 
     h5::PropList dxpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER), "out of memory?")};
-    MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "meshtrain needs parallel HDF5");
+    MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), impl_->transfer == Transfer::collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT), "meshtrain needs parallel HDF5");
     const float nothing = 0.0f;
     MESHTRAIN_H5_CHECK(
         H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, selection->memory.get(), selection->file.get(), dxpl.get(),

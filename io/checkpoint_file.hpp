@@ -61,6 +61,16 @@ struct TensorSlab {
   static TensorSlab whole(std::string name, std::vector<std::uint64_t> global_shape);
 };
 
+// How tensor data travels to the file. Metadata is written collectively either way, and objects of
+// 1 MiB or more start on 1 MiB boundaries (whole stripes on parallel file systems).
+//   collective   MPI-IO collective buffering: aggregator ranks gather the pieces and write large
+//                contiguous blocks; metadata reads are collective too. The HDF Group's advice for
+//                many small or strided pieces on a parallel file system.
+//   independent  every rank writes its own pieces directly. Each piece of a ZeRO shard or a
+//                replica's split is one contiguous run, so nothing is gained by gathering, and no
+//                rank waits for another per tensor (bench/bench_checkpoint_io.py measures both).
+enum class Transfer { collective, independent };
+
 // Writes <final_path>.tmp collectively and renames it to final_path on commit(), so the final name
 // only ever holds a complete file. An uncommitted writer (an exception, an early return) removes
 // the .tmp when destroyed. HDF5 failures throw io::h5::Error (std::runtime_error) with a HINT.
@@ -68,7 +78,7 @@ class CheckpointWriter {
  public:
   // Creates <final_path>.tmp (truncating a stale one). Throws InputError naming the file if it
   // cannot be created (for example a missing or read-only directory).
-  CheckpointWriter(const std::string& final_path, MPI_Comm comm);
+  CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer = Transfer::collective);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;

@@ -47,7 +47,9 @@ int finish(int code, int world, bool agreed) {
 
 int main(int argc, char** argv) {
   using namespace meshtrain;
-  MPI_Init(&argc, &argv);
+  // Threads: background checkpoint saves (checkpoint.async) run collectives on a thread of their own.
+  int threads = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads);
   int world = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

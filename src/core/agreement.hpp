@@ -3,8 +3,8 @@
 //
 //   auto setup = agree_on_input(comm, [&] { return open_everything(config); });
 //
-// Every rank runs the function; if any rank throws InputError, every rank throws AgreedInputError:
-// the lowest failing rank carries its own message and reports it, the others stay silent. All ranks
+// Every rank runs the function; if any rank throws InputError, every rank throws AgreedInputError
+// with the lowest failing rank's message; that rank reports it, the others stay silent. All ranks
 // then leave through MPI_Finalize with exit code 2, and the message is printed once.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -30,15 +31,21 @@ class AgreedInputError : public InputError {
 
 namespace detail {
 
-// Throws on every rank when any rank failed: the lowest failing rank rethrows its own error.
+// Throws on every rank when any rank failed, each with the lowest failing rank's message (so that
+// an agreement nested in another keeps it); that rank is the one that reports it.
 inline void settle(MPI_Comm comm, const std::optional<InputError>& mine) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   int first_failing = mine ? rank : world;
   MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, comm);
-  if (first_failing == rank) throw AgreedInputError(mine->what(), true);
-  if (first_failing < world) throw AgreedInputError(fmt::format("rank {} rejected the input", first_failing), false);
+  if (first_failing == world) return;
+  std::string message = first_failing == rank ? std::string(mine->what()) : std::string();
+  unsigned long long length = message.size();
+  MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, first_failing, comm);
+  message.resize(length);
+  MPI_Bcast(message.data(), int(length), MPI_CHAR, first_failing, comm);
+  throw AgreedInputError(message, first_failing == rank);
 }
 
 }  // namespace detail

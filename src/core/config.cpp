@@ -79,6 +79,8 @@ class KeyTable {
     add("checkpoint.keep", cfg.checkpoint.keep, "newest checkpoints kept (0: all)");
     add("checkpoint.init_weights", cfg.checkpoint.init_weights, "HDF5 file with a /model group to start from");
     add("checkpoint.resume", cfg.checkpoint.resume, "auto | never | a checkpoint file");
+    add("checkpoint.async", cfg.checkpoint.async, "snapshot to host memory and write while training goes on");
+    add("checkpoint.io", cfg.checkpoint.io, "independent | collective: how ranks write tensor data (MPI-IO)");
     add("log.metrics", cfg.log.metrics, "JSON-lines metrics file, one object per step");
     add("log.every", cfg.log.every, "steps between progress lines");
     add("log.peak_tflops", cfg.log.peak_tflops, "peak TFLOP/s per rank for MFU (0: not shown)");
@@ -113,7 +115,10 @@ class KeyTable {
   template <class T>
   void add(const char* key, T& field, const char* help) {
     options_.add_options()(key, po::value<T>(&field)->default_value(field, show(field)), help);
-    const char* kind = std::is_integral_v<T> ? "an integer" : std::is_floating_point_v<T> ? "a number" : "text";
+    const char* kind = std::is_same_v<T, bool>        ? "true or false"
+                       : std::is_integral_v<T>       ? "an integer"
+                       : std::is_floating_point_v<T> ? "a number"
+                                                     : "text";
     printers_.push_back({key, [&field] { return show(field); }, kind});
   }
 
@@ -206,6 +211,7 @@ void validate(const Config& c) {
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   if (c.checkpoint.every < 0) input_error("checkpoint.every = {} is invalid: it must be >= 0", c.checkpoint.every);
   if (c.checkpoint.keep < 0) input_error("checkpoint.keep = {} is invalid: it must be >= 0 (0 keeps all)", c.checkpoint.keep);
+  require_one_of("checkpoint.io", c.checkpoint.io, {"independent", "collective"});
   if (c.checkpoint.resume.empty()) {
     input_error("checkpoint.resume is empty: valid values are auto, never or a checkpoint file");
   }

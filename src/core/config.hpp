@@ -62,6 +62,8 @@ struct CheckpointConfig {
   int keep = 3;            // newest checkpoints kept (0: all)
   std::string init_weights;
   std::string resume = "auto";
+  bool async = false;  // write checkpoints on a background thread while training goes on
+  std::string io = "independent";  // tensor data to the file: independent | collective (MPI-IO)
 };
 
 struct LogConfig {

@@ -22,7 +22,8 @@ DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, const 
 }
 
 std::uint64_t DataOrder::window(std::int64_t step, int sample) {
-  const std::uint64_t index = std::uint64_t(step) * std::uint64_t(global_batch_) + std::uint64_t(sample);
+  const std::uint64_t index =
+      first_sample_ + std::uint64_t(step - first_step_) * std::uint64_t(global_batch_) + std::uint64_t(sample);
   if (!shuffle_) return index % windows_;
   return permutation(index / windows_)[index % windows_];
 }

@@ -5,6 +5,10 @@
 // (s·G + j)-th sample of the run. `sequential` reads window (s·G + j) mod W; `shuffle` reads the
 // same position of a seeded permutation of the windows, a fresh permutation each epoch. Both depend
 // on the step alone, so a resumed run and any layout read exactly the same data.
+//
+// A job resumed with another global batch continues from the sample count the checkpoint holds
+// (Megatron's consumed samples): from step s0 with S0 samples seen, sample j of step s is the
+// (S0 + (s − s0)·G + j)-th. With an unchanged batch S0 = s0·G and nothing changes.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,11 @@ class DataOrder {
   DataOrder(std::uint64_t tokens, int seq_len, int global_batch, const std::string& order, std::uint64_t seed);
 
   std::uint64_t windows() const { return windows_; }
+  // Steps from `step` on continue after `samples` samples (a checkpoint's position).
+  void continue_from(std::int64_t step, std::uint64_t samples) {
+    first_step_ = step;
+    first_sample_ = samples;
+  }
   // Window read by sample j (0 ≤ j < G) of step s (0-based).
   std::uint64_t window(std::int64_t step, int sample);
 
@@ -28,6 +37,8 @@ class DataOrder {
   int global_batch_;
   bool shuffle_;
   std::uint64_t seed_;
+  std::int64_t first_step_ = 0;
+  std::uint64_t first_sample_ = 0;
   std::uint64_t cached_epoch_ = ~std::uint64_t(0);
   std::vector<std::uint64_t> cached_permutation_;
 };

@@ -70,9 +70,11 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
     exp_avg_ = Buffer<float>("meshtrain::adamw::exp_avg", n);
     exp_avg_sq_ = Buffer<float>("meshtrain::adamw::exp_avg_sq", n);
     reducer_.emplace(*groups.dp, grads, std::size_t(cfg.parallel.bucket_mb * (1 << 20)));
-    sources_[0] = std::make_unique<FlatSource>(weights, layout_);
-    sources_[1] = std::make_unique<FlatSource>(slice(exp_avg_, 0, n), layout_);
-    sources_[2] = std::make_unique<FlatSource>(slice(exp_avg_sq_, 0, n), layout_);
+    // The data-parallel replicas share the writing of every tensor.
+    const int replica = groups.dp->rank(), replicas = groups.dp->size();
+    sources_[0] = std::make_unique<FlatSource>(weights, layout_, replica, replicas);
+    sources_[1] = std::make_unique<FlatSource>(slice(exp_avg_, 0, n), layout_, replica, replicas);
+    sources_[2] = std::make_unique<FlatSource>(slice(exp_avg_sq_, 0, n), layout_, replica, replicas);
   }
   if (!fp32) {
     Fp32Side side;

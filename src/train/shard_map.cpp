@@ -31,4 +31,11 @@ std::size_t ShardMap::block_unit(int block) const {
   throw std::out_of_range("this pipeline stage holds no such block");
 }
 
+io::ElementRange ShardMap::owned_elements(const TensorInfo& t) const {
+  const std::size_t u = layout_.unit_at(t.offset);
+  const std::size_t own = owned_begin(u), own_end = own + shard(u);
+  const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.piece.elements());
+  return first < last ? io::ElementRange{first - t.offset, last - first} : io::ElementRange{};
+}
+
 }  // namespace meshtrain

@@ -6,6 +6,7 @@
 // The fp32 states (train/zero_state.hpp) and the 16-bit copy (train/low_precision_copy.hpp) share it.
 #pragma once
 
+#include "io/slab_range.hpp"
 #include "model/parameters.hpp"
 
 #include <cstddef>
@@ -27,6 +28,9 @@ class ShardMap {
   std::size_t shard(std::size_t u) const { return unit(u).shard(dp_); }
   std::size_t owned_begin(std::size_t u) const { return unit(u).begin + std::size_t(rank_) * shard(u); }
   std::size_t shard_offset(std::size_t u) const { return shard_offset_[u]; }
+  // The elements of tensor t (of the t.piece.elements() that hold global elements) in this rank's
+  // slice of t's unit: what the rank saves of every state under ZeRO.
+  io::ElementRange owned_elements(const TensorInfo& t) const;
   std::size_t shard_total() const { return shard_total_; }
   std::size_t largest_shard() const { return largest_shard_; }
   std::size_t largest_unit() const { return largest_unit_; }

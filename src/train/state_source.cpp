@@ -14,34 +14,41 @@ std::size_t largest_tensor(const ParameterLayout& layout) {
   return n;
 }
 
+using HostSlice = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
 }  // namespace
 
-FlatSource::FlatSource(Vec<float> flat, const ParameterLayout& layout)
-    : flat_(flat), staging_("meshtrain::checkpoint::staging", staging_bytes_for(layout) / sizeof(float)) {}
+FlatSource::FlatSource(Vec<float> flat, const ParameterLayout& layout, int replica, int replicas)
+    : flat_(flat),
+      replica_(replica),
+      replicas_(replicas),
+      staging_("meshtrain::checkpoint::staging", staging_bytes_for(layout) / sizeof(float)) {}
 
 std::size_t FlatSource::staging_bytes_for(const ParameterLayout& layout) {
   return host_reachable ? 0 : largest_tensor(layout) * sizeof(float);
 }
 
-const float* FlatSource::read_tensor(const TensorInfo& t) {
-  if constexpr (host_reachable) {
-    ExecSpace().fence();  // the kernels that last wrote the state must be done
-    return flat_.data() + t.offset;
-  } else {
-    Kokkos::deep_copy(Kokkos::subview(staging_, std::make_pair(std::size_t(0), t.numel)), slice(flat_, t.offset, t.numel));
-    return staging_.data();
-  }
+io::ElementRange FlatSource::replica_range(const TensorInfo& t, int r, int replicas) {
+  const auto cut = [&](int k) { return t.piece.elements() * std::uint64_t(k) / std::uint64_t(replicas); };
+  return {cut(r), cut(r + 1) - cut(r)};
 }
 
-float* FlatSource::tensor_target(const TensorInfo& t) {
+const float* FlatSource::saved_data(const TensorInfo& t) {
+  const io::ElementRange run = save_range(t);
+  ExecSpace().fence();  // the kernels that last wrote the state must be done
+  if constexpr (host_reachable) return flat_.data() + t.offset + run.first;
+  Kokkos::deep_copy(HostSlice(staging_.data(), run.count), slice(flat_, t.offset + run.first, run.count));
+  return staging_.data();
+}
+
+float* FlatSource::load_target(const TensorInfo& t) {
   if constexpr (host_reachable) return flat_.data() + t.offset;
   return staging_.data();
 }
 
 void FlatSource::commit_tensor(const TensorInfo& t) {
-  if constexpr (!host_reachable) {
-    Kokkos::deep_copy(slice(flat_, t.offset, t.numel), Kokkos::subview(staging_, std::make_pair(std::size_t(0), t.numel)));
-  }
+  const std::size_t n = t.piece.elements();
+  if constexpr (!host_reachable) Kokkos::deep_copy(slice(flat_, t.offset, n), HostSlice(staging_.data(), n));
 }
 
 }  // namespace meshtrain

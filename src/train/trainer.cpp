@@ -24,6 +24,7 @@
 #include "train/stop_signals.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -97,6 +98,39 @@ std::string agree_to_leave(MPI_Comm comm, const std::string& mine) {
   return mine.empty() ? std::string("another rank asked to leave") : mine;
 }
 
+// Loads the first candidate that loads and verifies. Under checkpoint.resume = auto a checkpoint
+// that cannot be used (corrupt, truncated, missing) gives way to the next newest, saying so; a named
+// one is used or refused. Collective; a refusal is an AgreedInputError on every rank.
+TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::string>& candidates, const Config& cfg,
+                        const TrainingTensors& tensors, bool leader) {
+  std::vector<std::string> refused;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    try {
+      const TrainingProgress progress = checkpointer.load(candidates[i], tensors);
+      if (leader) {
+        fmt::print("resumed from {} at step {}\n", candidates[i], progress.step);
+        if (progress.samples != progress.step * std::int64_t(cfg.train.global_batch)) {
+          fmt::print("train.global_batch = {} differs from the checkpoint's run: the data continues at sample {} of "
+                     "the data order\n",
+                     cfg.train.global_batch, progress.samples);
+        }
+      }
+      return progress;
+    } catch (const AgreedInputError& e) {
+      if (cfg.checkpoint.resume != "auto") throw;
+      refused.push_back(fmt::format("{}: {}", candidates[i], e.what()));
+      if (leader && i + 1 < candidates.size()) {
+        fmt::print("checkpoint.resume = auto: {} is unusable ({}); falling back to {}\n", candidates[i], e.what(),
+                   candidates[i + 1]);
+        std::fflush(stdout);
+      }
+    }
+  }
+  input_error("checkpoint.resume = auto: no checkpoint in {} can be used:\n  {}\nHINT: move them away to start "
+              "afresh, or name one with checkpoint.resume",
+              cfg.checkpoint.dir, fmt::join(refused, "\n  "));
+}
+
 }  // namespace
 
 int train(const Config& cfg, MPI_Comm comm) {
@@ -158,16 +192,14 @@ int train(const Config& cfg, MPI_Comm comm) {
                    PipelineParts{schedule, &loader, pp_comm.get()});
   const ParameterLayout& layout = state.layout();
 
-  // Data-parallel rank 0 of each tensor-parallel group writes its pieces; the replicas write nothing.
-  Checkpointer checkpointer(cfg, layout, comm, dp_rank == 0);
+  Checkpointer checkpointer(cfg, layout, comm);
   bool fresh = true;  // neither resumed nor given initial weights
   const TrainingProgress start = agree_on_input(comm, [&] {
     TrainingProgress progress;
-    const std::string resume = checkpointer.resume_path();
-    fresh = resume.empty() && cfg.checkpoint.init_weights.empty();
-    if (!resume.empty()) {
-      progress = checkpointer.load(resume, state.checkpoint_tensors());
-      if (leader) fmt::print("resumed from {} at step {}\n", resume, progress.step);
+    const std::vector<std::string> candidates = checkpointer.resume_candidates();
+    fresh = candidates.empty() && cfg.checkpoint.init_weights.empty();
+    if (!candidates.empty()) {
+      progress = resume(checkpointer, candidates, cfg, state.checkpoint_tensors(), leader);
     } else if (!cfg.checkpoint.init_weights.empty()) {
       checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);
       if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
@@ -184,7 +216,15 @@ int train(const Config& cfg, MPI_Comm comm) {
   }
   TrainingProgress progress = start;
   state.restore_scaler(start);
-  const MemoryBytes memory = state.memory() + MemoryBytes::of(MemoryCategory::workspace, loader.bytes());
+  order.continue_from(start.step, std::uint64_t(start.samples));
+  const bool background_saves = cfg.checkpoint.async && checkpointer.background_possible();
+  if (cfg.checkpoint.async && !background_saves && leader) {
+    fmt::print("checkpoint.async: this MPI library does not provide MPI_THREAD_MULTIPLE; saving synchronously\n");
+  }
+  const std::size_t snapshot =
+      background_saves ? checkpoint_snapshot_bytes(layout, dp, dp_rank, cfg.parallel.zero) : 0;
+  const MemoryBytes memory =
+      state.memory() + MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader.bytes() + snapshot));
 
   const std::string grid_table = topology.describe();
   if (leader) {
@@ -250,6 +290,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     ++progress.step;
     ++steps_this_job;
     progress.tokens += tokens_per_step;
+    progress.samples += cfg.train.global_batch;
 
     const double step_s = seconds_since(step_start);
     longest_step_s = std::max(longest_step_s, step_s);
@@ -294,13 +335,25 @@ int train(const Config& cfg, MPI_Comm comm) {
     leave_reason = finished ? std::string()
                             : agree_to_leave(comm, reason_to_leave(cfg, steps_this_job, elapsed, longest_step_s,
                                                                    last_save_s));
+    if (background_saves) {
+      if (const auto done = checkpointer.poll()) {
+        last_save_s = std::max(last_save_s, done->write_s);
+        if (leader) fmt::print("saved {} in the background ({:.2f}s)\n", done->path, done->write_s);
+      }
+    }
     const bool periodic = cfg.checkpoint.every > 0 && progress.step % cfg.checkpoint.every == 0;
     if (finished || periodic || !leave_reason.empty()) {
-      const auto save_start = Clock::now();
+      // The job's last save is synchronous: it must be complete before the job leaves.
+      const bool background = background_saves && !finished && leave_reason.empty();
       state.save_scaler(progress);
-      const std::string path = checkpointer.save(state.checkpoint_tensors(), progress);
-      last_save_s = seconds_since(save_start);
-      if (leader) fmt::print("saved {} ({:.2f}s)\n", path, last_save_s);
+      const std::string path = io::checkpoint_path(cfg.checkpoint.dir, progress.step);
+      const double held_s = checkpointer.save(state.checkpoint_tensors(), progress, background);
+      if (background) {
+        if (leader) fmt::print("saving {} in the background (training held {:.3f}s)\n", path, held_s);
+      } else {
+        last_save_s = held_s;
+        if (leader) fmt::print("saved {} ({:.2f}s)\n", path, held_s);
+      }
     }
     if (!leave_reason.empty()) {
       const std::string memory_end = memory_table(comm, grid, memory, "at the end");

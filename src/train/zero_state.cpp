@@ -34,60 +34,59 @@ ZeroSizes zero_sizes(const ParameterLayout& layout, int dp, int stage, bool mast
   z.grads = stage < 2 ? layout.total() : map.shard_total() + map.working_total();
   z.moments = map.shard_total();
   z.reduce_buffer = map.largest_shard();
-  z.staging = map.largest_unit();
+  // Checkpoints read and write the owned slices in place; device memory goes through the host.
+  z.staging = FlatSource::staging_bytes_for(layout) / sizeof(float);
   return z;
 }
 
-// A flat state of the ZeroState as a checkpoint sees it: each unit gathered over the group into the
-// shared staging buffer when its first tensor is asked for; loading stores the owned slices.
+// A flat state of the ZeroState as a checkpoint sees it: each rank saves the owned slices (of the
+// whole weights under stages 1–2 too, so the group writes them in parallel) and loads them back;
+// under stages 1–2 it loads whole weights, which it holds anyway.
 class ZeroState::ShardSource final : public StateSource {
  public:
   enum class Kind { weights, exp_avg, exp_avg_sq };
-  ShardSource(ZeroState& state, Kind kind, Buffer<float>& staging, Kokkos::View<float*, HostSpace>& host)
-      : state_(state), kind_(kind), staging_(staging), host_(host) {}
+  ShardSource(ZeroState& state, Kind kind, Kokkos::View<float*, HostSpace>& host) : state_(state), kind_(kind), host_(host) {}
 
-  const float* read_tensor(const TensorInfo& t) override {
-    if (whole_weights()) {
-      if constexpr (host_reachable) {
-        state_.space_.fence();
-        return state_.weights_.data() + t.offset;
-      }
-    }
-    const std::size_t u = state_.layout_.unit_at(t.offset);
-    const ShardUnit& unit = state_.layout_.units()[u];
-    if (t.offset == unit.begin || staged_unit_ != u) {
-      state_.space_.fence();
-      state_.dp_.allgather(shard(u), staging_.data(), state_.shard_size(u));
-      if constexpr (!host_reachable) Kokkos::deep_copy(host_, staging_);
-      staged_unit_ = u;
-    }
-    return host_data() + (t.offset - unit.begin);
+  io::ElementRange save_range(const TensorInfo& t) const override { return state_.map_.owned_elements(t); }
+
+  const float* saved_data(const TensorInfo& t) override {
+    const io::ElementRange run = save_range(t);
+    state_.space_.fence();
+    const float* data = local(t, run);
+    if constexpr (host_reachable) return data;
+    Kokkos::deep_copy(HostSlice(host_.data(), run.count), Vec<float>(const_cast<float*>(data), run.count));
+    return host_.data();
   }
 
-  float* tensor_target(const TensorInfo& t) override {
-    const ShardUnit& unit = state_.layout_.units()[state_.layout_.unit_at(t.offset)];
-    return host_data() + (t.offset - unit.begin);
+  io::ElementRange load_range(const TensorInfo& t) const override {
+    return whole_weights() ? io::ElementRange{0, t.piece.elements()} : save_range(t);
+  }
+
+  float* load_target(const TensorInfo& t) override {
+    if constexpr (host_reachable) return local(t, load_range(t));
+    return host_.data();
   }
 
   void commit_tensor(const TensorInfo& t) override {
-    const std::size_t u = state_.layout_.unit_at(t.offset);
-    const ShardUnit& unit = state_.layout_.units()[u];
-    // The tensor's elements that fall in the owned slice (all of them for whole weights).
-    const std::size_t own = state_.owned_begin(u), own_end = own + state_.shard_size(u);
-    const std::size_t first = whole_weights() ? t.offset : std::max(own, t.offset);
-    const std::size_t last = whole_weights() ? t.offset + t.numel : std::min(own_end, t.offset + t.numel);
-    if (first >= last) return;
-    float* to = whole_weights() ? state_.weights_.data() + first : shard(u) + (first - own);
-    const float* from = host_data() + (first - unit.begin);
-    Kokkos::deep_copy(Vec<float>(to, last - first),
-                      Kokkos::View<const float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(from, last - first));
+    if constexpr (!host_reachable) {
+      const io::ElementRange run = load_range(t);
+      Kokkos::deep_copy(Vec<float>(local(t, run), run.count), HostSlice(host_.data(), run.count));
+    }
   }
 
   std::size_t staging_bytes() const override { return 0; }  // the ZeroState's, counted there
 
  private:
-  // Under stages 1–2 every rank holds all weights: nothing to gather, loads store whole tensors.
+  using HostSlice = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  // Under stages 1–2 every rank holds all weights.
   bool whole_weights() const { return kind_ == Kind::weights && !state_.sharded_weights(); }
+  // Where elements `run` of tensor t live: the whole weight buffer, or the owned slice's shard.
+  float* local(const TensorInfo& t, io::ElementRange run) const {
+    const std::size_t at = t.offset + run.first;
+    if (whole_weights()) return state_.weights_.data() + at;
+    const std::size_t u = state_.layout_.unit_at(t.offset);
+    return shard(u) + (at - state_.owned_begin(u));
+  }
   float* shard(std::size_t u) const {
     switch (kind_) {
       case Kind::weights:
@@ -99,16 +98,10 @@ class ZeroState::ShardSource final : public StateSource {
     }
     return nullptr;
   }
-  float* host_data() const {
-    if constexpr (host_reachable) return staging_.data();
-    return host_.data();
-  }
 
   ZeroState& state_;
   Kind kind_;
-  Buffer<float>& staging_;
   Kokkos::View<float*, HostSpace>& host_;
-  std::size_t staged_unit_ = std::size_t(-1);
 };
 
 ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int stage, Comm& dp, bool master_only)
@@ -128,12 +121,11 @@ ZeroState::ZeroState(const ExecSpace& space, const ParameterLayout& layout, int 
   exp_avg_ = Buffer<float>("meshtrain::zero::exp_avg", sizes.moments);
   exp_avg_sq_ = Buffer<float>("meshtrain::zero::exp_avg_sq", sizes.moments);
   reduce_buffer_ = Buffer<float>("meshtrain::zero::reduce_buffer", sizes.reduce_buffer);
-  staging_ = Buffer<float>("meshtrain::zero::checkpoint_staging", sizes.staging);
-  if constexpr (!host_reachable) host_staging_ = Kokkos::View<float*, HostSpace>("meshtrain::zero::host_staging", sizes.staging);
+  host_staging_ = Kokkos::View<float*, HostSpace>("meshtrain::zero::checkpoint_staging", sizes.staging);
   next_unit_ = map_.units();
   using Kind = ShardSource::Kind;
   for (Kind kind : {Kind::weights, Kind::exp_avg, Kind::exp_avg_sq}) {
-    sources_.push_back(std::make_unique<ShardSource>(*this, kind, staging_, host_staging_));
+    sources_.push_back(std::make_unique<ShardSource>(*this, kind, host_staging_));
   }
 }
 
@@ -146,7 +138,7 @@ MemoryBytes ZeroState::memory() const {
   m[MemoryCategory::grads] = bytes(grads_.extent(0) + grad_shard_.extent(0));
   m[MemoryCategory::optimizer] = bytes(exp_avg_.extent(0) + exp_avg_sq_.extent(0));
   m[MemoryCategory::comm_buffers] = bytes(reduce_buffer_.extent(0));
-  m[MemoryCategory::workspace] = bytes(staging_.extent(0) + host_staging_.extent(0));
+  m[MemoryCategory::workspace] = bytes(host_staging_.extent(0));
   return m;
 }
 
@@ -256,7 +248,7 @@ double ZeroState::grad_squared_norm(const std::function<bool(const TensorInfo&)>
   for (std::size_t u = 0; u < layout_.units().size(); ++u) {
     const std::size_t own = owned_begin(u), own_end = own + shard_size(u);
     for (const TensorInfo& t : layout_.tensors()) {
-      const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.numel);
+      const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.piece.elements());
       if (first >= last || !counted(t)) continue;
       sum += squared_norm<float>(space_, Vec<float>(grad_shard_data(u) + (first - own), last - first), last - first);
     }
@@ -268,7 +260,7 @@ void ZeroState::update(const std::function<AdamWStep(const TensorInfo&)>& update
   for (std::size_t u = 0; u < layout_.units().size(); ++u) {
     const std::size_t own = owned_begin(u), own_end = own + shard_size(u);
     for (const TensorInfo& t : layout_.tensors()) {
-      const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.numel);
+      const std::size_t first = std::max(own, t.offset), last = std::min(own_end, t.offset + t.piece.elements());
       if (first >= last) continue;
       const std::size_t k = first - own, n = last - first;
       const std::size_t moment = map_.shard_offset(u) + k;

@@ -47,7 +47,7 @@ struct ZeroSizes {
   std::size_t grads = 0;         // whole flat buffer (stage 1); shard + non-block units + one block (stages 2–3)
   std::size_t moments = 0;       // each of exp_avg and exp_avg_sq: the shard
   std::size_t reduce_buffer = 0;  // receive buffer of one unit's reduce-scatter
-  std::size_t staging = 0;       // checkpoint staging: one unit gathered
+  std::size_t staging = 0;       // checkpoint staging in host memory: one tensor (device builds only)
   MemoryBytes bytes() const;
 };
 
@@ -92,7 +92,7 @@ class ZeroState final : public ParameterStore<float> {
   // updated weights are gathered wherever the model reads them.
   void update(const std::function<AdamWStep(const TensorInfo&)>& update_for);
 
-  // Checkpoint sources of the weights and the two moments: they gather each unit over the group.
+  // Checkpoint sources of the weights and the two moments: each rank saves its owned slices.
   StateSource& weights_source() { return *sources_[0]; }
   StateSource& exp_avg_source() { return *sources_[1]; }
   StateSource& exp_avg_sq_source() { return *sources_[2]; }
@@ -120,8 +120,7 @@ class ZeroState final : public ParameterStore<float> {
   Buffer<float> grad_shard_;         // stages 2–3
   Buffer<float> exp_avg_, exp_avg_sq_;
   Buffer<float> reduce_buffer_;
-  Buffer<float> staging_;                         // one unit gathered, for checkpoints
-  Kokkos::View<float*, HostSpace> host_staging_;  // its host copy where device memory is not host memory
+  Kokkos::View<float*, HostSpace> host_staging_;  // checkpoint tensors, where device memory is not host memory
   int gathered_block_ = -1;  // stage 3: the block whose weights the working block buffer holds
   std::size_t next_unit_;    // units [next_unit_, end) are reduced in this pass
   bool armed_ = false;

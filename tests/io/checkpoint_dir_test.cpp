@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <set>
+#include <vector>
 #include <string>
 
 namespace meshtrain::io::test {
@@ -61,15 +62,22 @@ TEST(CheckpointDir, PruneKeepsTheNewestAndTheLatestNamed) {
   write_text(dir / "notes.txt", "mine");
   write_latest(dir.path(), checkpoint_path(dir.path(), 200));
 
-  prune_checkpoints(dir.path(), 0);  // keep everything
-  EXPECT_EQ(names_in(dir.path()).size(), 9u);
+  EXPECT_EQ(checkpoints_newest_first(dir.path()),
+            (std::vector<std::string>{checkpoint_path(dir.path(), 600), checkpoint_path(dir.path(), 500),
+                                      checkpoint_path(dir.path(), 400), checkpoint_path(dir.path(), 300),
+                                      checkpoint_path(dir.path(), 200), checkpoint_path(dir.path(), 100)}));
 
+  prune_checkpoints(dir.path(), 0);  // keep every checkpoint; a killed save's .tmp is only litter
+  EXPECT_EQ(names_in(dir.path()).size(), 8u);
+  EXPECT_EQ(names_in(dir.path()).count("step_00000050.h5.tmp"), 0u);
+
+  write_text(dir / "notes.h5.tmp", "not ours");
   prune_checkpoints(dir.path(), 2);
   EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"step_00000200.h5", "step_00000500.h5", "step_00000600.h5",
-                                                         "step_00000050.h5.tmp", "notes.txt", "latest"}));
+                                                         "notes.h5.tmp", "notes.txt", "latest"}));
   prune_checkpoints(dir.path(), 1);
-  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"step_00000200.h5", "step_00000600.h5",
-                                                         "step_00000050.h5.tmp", "notes.txt", "latest"}));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"step_00000200.h5", "step_00000600.h5", "notes.h5.tmp",
+                                                         "notes.txt", "latest"}));
 }
 
 TEST(CheckpointDir, PruneOrdersByStepNotByName) {
