@@ -50,15 +50,6 @@ def make_config(case):
     }
 
 
-def write_ini(path, cfg):
-    with open(path, "w") as f:
-        for section, keys in cfg.items():
-            f.write(f"[{section}]\n")
-            for key, value in keys.items():
-                f.write(f"{key} = {value!r}\n" if isinstance(value, float) else f"{key} = {value}\n")
-            f.write("\n")
-
-
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -92,7 +83,7 @@ def main():
     model = gpt2_torch.build_model(cfg)
     gpt2_torch.random_init(model, seed=7, std=0.1)
     gpt2_torch.save_weights(model, init)                      # float32, as a checkpoint holds it
-    write_ini(ini, cfg)
+    gpt2_torch.write_config(ini, cfg)
 
     # (b) meshtrain
     cmd = args.launcher.split() + [args.meshtrain, "train", "--config", ini, "--data.train", shard,

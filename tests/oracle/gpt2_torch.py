@@ -59,6 +59,13 @@ def load_config(path=None, overrides=()):
     return cfg
 
 
+def write_config(path, cfg):
+    """Writes {section: {key: value}} as the INI file both programs read (a float as its round-trip repr)."""
+    with open(path, "w") as f:
+        for section, keys in cfg.items():
+            f.write(f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + "\n")
+
+
 def parse_overrides(argv):
     """['--model.layers', '4', '--optim.decay=constant'] -> [('model', 'layers', '4'), ...]."""
     out, i = [], 0
@@ -221,6 +228,16 @@ def random_init(model, seed, std=0.02, small=0.1):
             else:
                 p.copy_(noise * small)
     return model
+
+
+def comparable(name, values, d_model):
+    """The elements of a trained tensor that training determines: the key bias (the middle third of
+    c_attn.bias) has a true gradient of exactly zero (softmax ignores a shift shared by all keys of
+    a row), so AdamW turns its rounding noise into ±lr steps in any implementation, one rank
+    included, and it is left out."""
+    if name.endswith("attn.c_attn.bias"):
+        return np.concatenate([values[:d_model], values[2 * d_model:]])
+    return values
 
 
 def decay_flags(model):
