@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <utility>
 #include <variant>
 
 namespace meshtrain {
@@ -319,6 +320,7 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
 }
 
 std::optional<FinishedSave> Checkpointer::poll() {
+  if (finished_) return std::exchange(finished_, std::nullopt);  // waited for by a save
   // Ranks finish at different moments: all agree that every one has finished before any reports.
   int done = !in_flight_.valid() || in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, comm_);
@@ -327,8 +329,8 @@ std::optional<FinishedSave> Checkpointer::poll() {
 }
 
 std::optional<FinishedSave> Checkpointer::wait() {
-  if (!in_flight_.valid()) return std::nullopt;
-  return in_flight_.get();
+  if (in_flight_.valid()) finished_ = in_flight_.get();
+  return finished_;
 }
 
 std::vector<std::string> Checkpointer::resume_candidates() const {
@@ -343,14 +345,26 @@ std::vector<std::string> Checkpointer::resume_candidates() const {
   const std::string& dir = config_.checkpoint.dir;
   if (!std::filesystem::is_directory(dir)) return {};
   std::vector<std::string> candidates;
+  std::string broken_latest;
   try {
     if (auto latest = io::read_latest(dir)) candidates.push_back(*latest);
   } catch (const InputError& e) {
     // A damaged `latest` is one more reason to fall back; the files themselves may be fine.
-    fmt::print("checkpoint.resume = auto: {}\n", e.what());
+    broken_latest = e.what();
   }
   for (const std::string& path : io::checkpoints_newest_first(dir)) {
     if (candidates.empty() || !std::filesystem::equivalent(path, candidates.front())) candidates.push_back(path);
+  }
+  if (!broken_latest.empty()) {
+    // A directory that had a `latest` had checkpoints: never start afresh over them unasked.
+    if (candidates.empty()) {
+      input_error("checkpoint.resume = auto: {}; there is no other checkpoint in {} to fall back to\nHINT: delete "
+                  "{}/latest to start afresh",
+                  broken_latest, dir, dir);
+    }
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    if (rank == 0) fmt::print("checkpoint.resume = auto: {}; falling back to {}\n", broken_latest, candidates.front());
   }
   return candidates;
 }

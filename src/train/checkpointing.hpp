@@ -70,9 +70,10 @@ class Checkpointer {
   double save(const TrainingTensors& state, const TrainingProgress& progress, bool background);
   // Whether background saves are possible: MPI must allow threads (MPI_THREAD_MULTIPLE).
   bool background_possible() const { return threads_; }
-  // A background save finished since the last call, or nothing; rethrows its failure. Collective.
+  // A background save finished since the last call (or waited for by save()), or nothing;
+  // rethrows its failure. Collective.
   std::optional<FinishedSave> poll();
-  // Waits for a background save in flight, if any.
+  // Waits for a background save in flight, if any; poll() reports it.
   std::optional<FinishedSave> wait();
 
   // The checkpoints `checkpoint.resume` offers, best first: one named file; for `auto` the one
@@ -95,6 +96,7 @@ class Checkpointer {
   bool threads_ = false;
   std::unique_ptr<Snapshot> snapshot_;
   std::future<FinishedSave> in_flight_;
+  std::optional<FinishedSave> finished_;  // waited for, not yet reported
 };
 
 // Bytes of host memory a background save copies this rank's pieces of the three states into (the

@@ -335,19 +335,25 @@ int train(const Config& cfg, MPI_Comm comm) {
     leave_reason = finished ? std::string()
                             : agree_to_leave(comm, reason_to_leave(cfg, steps_this_job, elapsed, longest_step_s,
                                                                    last_save_s));
-    if (background_saves) {
+    const auto report_background_save = [&] {
+      if (!background_saves) return;
       if (const auto done = checkpointer.poll()) {
         last_save_s = std::max(last_save_s, done->write_s);
         if (leader) fmt::print("saved {} in the background ({:.2f}s)\n", done->path, done->write_s);
       }
-    }
+    };
+    report_background_save();
     const bool periodic = cfg.checkpoint.every > 0 && progress.step % cfg.checkpoint.every == 0;
     if (finished || periodic || !leave_reason.empty()) {
       // The job's last save is synchronous: it must be complete before the job leaves.
       const bool background = background_saves && !finished && leave_reason.empty();
       state.save_scaler(progress);
       const std::string path = io::checkpoint_path(cfg.checkpoint.dir, progress.step);
-      const double held_s = checkpointer.save(state.checkpoint_tensors(), progress, background);
+      const auto save_start = Clock::now();
+      checkpointer.wait();  // the previous background save, reported first
+      report_background_save();
+      checkpointer.save(state.checkpoint_tensors(), progress, background);
+      const double held_s = seconds_since(save_start);
       if (background) {
         if (leader) fmt::print("saving {} in the background (training held {:.3f}s)\n", path, held_s);
       } else {

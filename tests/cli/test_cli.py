@@ -508,6 +508,60 @@ class Resume(CliCase):
         self.assertEqual(tree_digest(self.path("C")), c_before, "resuming from C modified C")
 
 
+    def test_global_batch_changes_between_jobs(self):
+        """A job resumed with a larger global batch continues the data order where the first job left
+        it (samples seen, not step × batch). Oracle: the same checkpoint with samples_seen set to 0
+        by h5py, trained on the shard with the samples already seen cut off, must give the same run
+        bit for bit; a resume that placed the data at step × new batch would not."""
+        import h5py
+        T = int(TINY["model.seq_len"])
+        # 2000 tokens: 124 windows of 16, enough that nothing wraps around.
+        random_shard(self.path("long.bin"), 2000, seed=3)
+        keys = {"data.train": "long.bin", "train.steps": 6, "train.micro_batch": 2, "checkpoint.every": 0,
+                "data.order": "sequential"}
+        p = run(train_args({**keys, "train.global_batch": 4, "train.stop_after": 3, "checkpoint.dir": "A",
+                            "log.metrics": "A.jsonl"}), self.dir)
+        self.assertEqual(p.returncode, 3, describe(p))
+        self.assertEqual(h5_attr(self.path("A", "step_00000003.h5"), "samples_seen"), 12)
+        shutil.copytree(self.path("A"), self.path("B"))
+
+        p = self.run_ok(train_args({**keys, "train.global_batch": 8, "checkpoint.dir": "A", "log.metrics": "A.jsonl"}))
+        self.assertIn("continues at sample 12", p.stdout)
+        resumed = read_metrics(self.path("A.jsonl"))[3:]
+        self.assertEqual([r["step"] for r in resumed], [4, 5, 6])
+        self.assertEqual([r["tokens"] for r in resumed], [(12 + 8 * k) * T for k in (1, 2, 3)])
+        self.assertEqual(h5_attr(self.path("A", "step_00000006.h5"), "samples_seen"), 12 + 3 * 8)
+
+        # The oracle: the first 12 windows cut off the stream, and no samples seen.
+        with open(self.path("long.bin"), "rb") as f:
+            header, tokens = f.read(1024), np.frombuffer(f.read(), dtype="<u2")
+        cut = tokens[12 * T:]
+        write_shard(self.path("cut.bin"), cut)
+        with h5py.File(self.path("B", "step_00000003.h5"), "r+") as f:
+            f.attrs["samples_seen"] = np.int64(0)
+        self.run_ok(train_args({**keys, "data.train": "cut.bin", "train.global_batch": 8, "checkpoint.dir": "B",
+                                "log.metrics": "B.jsonl"}))
+        oracle = read_metrics(self.path("B.jsonl"))
+        self.assert_same_records(resumed, oracle, keys=("step", "loss", "lr", "grad_norm"))
+        self.assert_checkpoints_equal(self.path("A", "step_00000006.h5"), self.path("B", "step_00000006.h5"))
+
+    def test_background_saves_write_what_synchronous_saves_write(self):
+        """checkpoint.async: every checkpoint equals the synchronous run's, tensor for tensor, and the
+        training is the same; a job that leaves early still leaves a complete checkpoint."""
+        keys = {"data.train": "shard.bin", "train.steps": 8, "checkpoint.every": 2, "checkpoint.keep": 0}
+        self.run_ok(train_args({**keys, "checkpoint.dir": "S", "log.metrics": "S.jsonl"}))
+        p = run(train_args({**keys, "checkpoint.dir": "A", "log.metrics": "A.jsonl", "checkpoint.async": "true",
+                            "train.stop_after": 5}), self.dir)
+        self.assertEqual(p.returncode, 3, describe(p))
+        self.assertIn("in the background", p.stdout)
+        self.assertEqual(read_latest(self.path("A")), "step_00000005.h5")
+        self.run_ok(train_args({**keys, "checkpoint.dir": "A", "log.metrics": "A.jsonl", "checkpoint.async": "true"}))
+        self.assert_same_records(read_metrics(self.path("A.jsonl")), read_metrics(self.path("S.jsonl")))
+        for step in (2, 4, 6, 8):
+            name = f"step_{step:08d}.h5"
+            self.assert_checkpoints_equal(self.path("S", name), self.path("A", name))
+
+
 # --- 3. signals ------------------------------------------------------------------------------------
 
 class Signals(CliCase):

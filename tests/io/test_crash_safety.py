@@ -714,9 +714,10 @@ class CrashKill(Case):
             raise RuntimeError("straight run metrics do not cover every step")
 
     @staticmethod
-    def keys_for(metrics):
+    def keys_for(metrics, extra=None):
         return {**MODEL, "data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": KILL_STEPS,
-                "checkpoint.every": 1, "checkpoint.resume": "auto", "log.metrics": metrics, "log.every": 1}
+                "checkpoint.every": 1, "checkpoint.resume": "auto", "log.metrics": metrics, "log.every": 1,
+                **(extra or {})}
 
     def setUp(self):
         super().setUp()
@@ -884,8 +885,10 @@ class CrashKill(Case):
         self.assert_same_records(got, self.straight[first_step - 1: first_step - 1 + len(got)])
         return got
 
-    def kill_and_resume(self, variant):
-        rng = random.Random(f"{SEED}-{variant}")
+    def kill_and_resume(self, variant, extra=None):
+        """extra: keys for every job of the case (checkpoint.async: the kills land while a background
+        thread writes and training goes on)."""
+        rng = random.Random(f"{SEED}-{variant}-{sorted((extra or {}).items())}")
         # One kill in five at a random instant, the others in a checkpoint's commit, every phase of it.
         n_random = max(1, KILLS_PER_VARIANT // 5) if KILLS_PER_VARIANT > 1 else 0
         modes = (["start", "inside", "end", "latest"] * KILLS_PER_VARIANT)[:KILLS_PER_VARIANT - n_random]
@@ -898,7 +901,8 @@ class CrashKill(Case):
             self.assertLess(before, KILL_STEPS - 10, f"kill {i}: the run got too far; raise --steps")
             metrics = self.path(f"m{i:02d}.jsonl")
             stale = self.tmp_versions()  # a .tmp a previous kill left: proof of nothing about this kill
-            job = Job(train_args(self.keys_for(os.path.basename(metrics))), self.dir, self.path(f"job{i:02d}.out"))
+            job = Job(train_args(self.keys_for(os.path.basename(metrics), extra)), self.dir,
+                      self.path(f"job{i:02d}.out"))
             self.jobs.append(job)
             self.assertTrue(job.find_ranks(), f"job {i}: two rank processes never appeared\n{job.output()}")
             note = self.wait_for_instant(job, mode, rng, metrics)
@@ -931,7 +935,7 @@ class CrashKill(Case):
                        f"{got[-1]['step'] if got else before}; .h5.tmp this job left: {tmp_left or 'none'}")
 
         before = self.latest_step()
-        p = run(train_args(self.keys_for("final.jsonl")), self.dir, timeout=300, launcher=self.mpi())
+        p = run(train_args(self.keys_for("final.jsonl", extra)), self.dir, timeout=300, launcher=self.mpi())
         self.assertEqual(p.returncode, 0, describe(p))
         for r in self.check_job_metrics(self.path("final.jsonl"), before + 1, complete=True):
             merged[r["step"]] = r
@@ -954,6 +958,9 @@ class CrashKill(Case):
 
     def test_kill_whole_job(self):
         self.kill_and_resume("whole_job")
+
+    def test_kill_whole_job_saving_in_background(self):
+        self.kill_and_resume("whole_job", {"checkpoint.async": "true"})
 
 
 GROUPS = {"checksum": Checksum, "corruption": Corruption, "crash_kill": CrashKill}
