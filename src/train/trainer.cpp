@@ -106,9 +106,11 @@ TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::strin
   std::vector<std::string> refused;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     try {
+      const auto start = Clock::now();
       const TrainingProgress progress = checkpointer.load(candidates[i], tensors);
       if (leader) {
-        fmt::print("resumed from {} at step {}\n", candidates[i], progress.step);
+        fmt::print("resumed from {} at step {} (read and verified in {:.3f}s)\n", candidates[i], progress.step,
+                   seconds_since(start));
         if (progress.samples != progress.step * std::int64_t(cfg.train.global_batch)) {
           fmt::print("train.global_batch = {} differs from the checkpoint's run: the data continues at sample {} of "
                      "the data order\n",
@@ -339,7 +341,7 @@ int train(const Config& cfg, MPI_Comm comm) {
       if (!background_saves) return;
       if (const auto done = checkpointer.poll()) {
         last_save_s = std::max(last_save_s, done->write_s);
-        if (leader) fmt::print("saved {} in the background ({:.2f}s)\n", done->path, done->write_s);
+        if (leader) fmt::print("saved {} in the background ({:.3f}s)\n", done->path, done->write_s);
       }
     };
     report_background_save();
@@ -358,7 +360,7 @@ int train(const Config& cfg, MPI_Comm comm) {
         if (leader) fmt::print("saving {} in the background (training held {:.3f}s)\n", path, held_s);
       } else {
         last_save_s = held_s;
-        if (leader) fmt::print("saved {} ({:.2f}s)\n", path, held_s);
+        if (leader) fmt::print("saved {} ({:.3f}s)\n", path, held_s);
       }
     }
     if (!leave_reason.empty()) {

@@ -608,7 +608,8 @@ class Signals(CliCase):
         os.close(fd)
         return proc.wait(timeout=max(1, deadline - time.monotonic())), b"".join(chunks).decode("utf-8", "replace")
 
-    def interrupt(self, sig):
+    def interrupt(self, sig, extra=None):
+        """extra: keys of the interrupted job (background saves in flight when the signal lands)."""
         # The straight run to compare with.
         self.run_ok(train_args(self.keys("straight")))
         straight = read_metrics(self.path("straight.jsonl"))
@@ -617,7 +618,7 @@ class Signals(CliCase):
         # The interrupted run writes its progress lines (log.every 1) into a 4 KiB pipe that this test
         # does not read until the signal is sent: it blocks after a few dozen steps, so however fast
         # or loaded the machine, the signal arrives long before the last step.
-        args = train_args(self.keys("ck"))
+        args = train_args({**self.keys("ck"), **(extra or {})})
         r, w = os.pipe()
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
         with open(self.path("stderr1.txt"), "wb") as err:
@@ -641,7 +642,10 @@ class Signals(CliCase):
         self.assertEqual([r["step"] for r in first], list(range(1, k + 1)))
         name = f"step_{k:08d}.h5"
         self.assertEqual(read_latest(self.path("ck")), name, "latest names the step reached")
-        self.assertEqual(sorted(os.listdir(self.path("ck"))), ["latest", name])
+        if extra is None:
+            self.assertEqual(sorted(os.listdir(self.path("ck"))), ["latest", name])
+        else:
+            self.assertNotIn(".tmp", "".join(os.listdir(self.path("ck"))), "a save left half-written")
         self.assertEqual(h5_attr(self.path("ck", name), "step"), k)
         self.assertEqual(h5_attr(self.path("ck", name), "tokens"), first[-1]["tokens"])
 
@@ -659,6 +663,9 @@ class Signals(CliCase):
 
     def test_sigusr1(self):
         self.interrupt(signal.SIGUSR1)
+
+    def test_sigterm_while_saving_in_background(self):
+        self.interrupt(signal.SIGTERM, {"checkpoint.async": "true", "checkpoint.every": 3})
 
     def test_time_limit(self):
         limit_min = 0.05  # 3 s; 10^6 steps would take many minutes
