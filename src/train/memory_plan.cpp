@@ -5,6 +5,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/schedule.hpp"
 #include "train/batch_loader.hpp"
+#include "train/checkpointing.hpp"
 #include "train/low_precision_copy.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/accumulation.hpp"
@@ -41,6 +42,10 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
     m += LowPrecisionCopy::planned(cfg, layout, grid.tp, grid.dp, place, slots);
   }
   m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
+  // Background saves copy the rank's share of the three states to host memory.
+  if (cfg.checkpoint.async) {
+    m[MemoryCategory::workspace] += std::int64_t(checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, zero));
+  }
   return m;
 }
 
