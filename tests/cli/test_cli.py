@@ -790,16 +790,24 @@ def main():
     if not os.access(MESHTRAIN, os.X_OK):
         sys.exit(f"--meshtrain {MESHTRAIN}: not an executable")
 
-    groups = list(GROUPS) if opts.group == "all" else [opts.group]
+    return run_groups(GROUPS, opts, WORKDIR)
+
+
+def run_groups(group_classes, opts, workdir, preamble=None):
+    """Runs the cases of opts.group (or all groups) whose name contains opts.pattern, each group in a
+    fresh workdir/<group>; returns the exit code. Shared with the other command-line test scripts."""
+    groups = list(group_classes) if opts.group == "all" else [opts.group]
     suite = unittest.TestSuite()
     loader = unittest.TestLoader()
     for g in groups:
-        shutil.rmtree(os.path.join(WORKDIR, g), ignore_errors=True)
-        for case in loader.loadTestsFromTestCase(GROUPS[g]):
+        shutil.rmtree(os.path.join(workdir, g), ignore_errors=True)
+        for case in loader.loadTestsFromTestCase(group_classes[g]):
             if opts.pattern is None or opts.pattern in case.id():
                 suite.addTest(case)
     if suite.countTestCases() == 0:
         sys.exit("no test case selected")
+    if preamble:
+        print(preamble, flush=True)
     start = time.monotonic()
     result = unittest.TextTestRunner(verbosity=2 if opts.verbose else 1, stream=sys.stdout).run(suite)
     print(f"{'+'.join(groups)}: {suite.countTestCases()} cases in {time.monotonic() - start:.1f} s")

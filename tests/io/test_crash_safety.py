@@ -52,7 +52,6 @@ import struct
 import subprocess
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
 import test_cli as cli  # noqa: E402  (sets nothing until main() fills in its globals)
@@ -990,21 +989,8 @@ def main():
     if not os.access(cli.MESHTRAIN, os.X_OK):
         sys.exit(f"--meshtrain {cli.MESHTRAIN}: not an executable")
 
-    groups = list(GROUPS) if opts.group == "all" else [opts.group]
-    suite = unittest.TestSuite()
-    for g in groups:
-        shutil.rmtree(os.path.join(WORKDIR, g), ignore_errors=True)
-        for case in unittest.TestLoader().loadTestsFromTestCase(GROUPS[g]):
-            if opts.pattern is None or opts.pattern in case.id():
-                suite.addTest(case)
-    if suite.countTestCases() == 0:
-        sys.exit("no test case selected")
-    print(f"seed {SEED}; checksums {'required' if REQUIRE_CHECKSUMS else 'not required (--no-checksums)'}",
-          flush=True)
-    start = time.monotonic()
-    result = unittest.TextTestRunner(verbosity=2 if opts.verbose else 1, stream=sys.stdout).run(suite)
-    print(f"{'+'.join(groups)}: {suite.countTestCases()} cases in {time.monotonic() - start:.1f} s")
-    return 0 if result.wasSuccessful() else 1
+    preamble = f"seed {SEED}; checksums {'required' if REQUIRE_CHECKSUMS else 'not required (--no-checksums)'}"
+    return cli.run_groups(GROUPS, opts, WORKDIR, preamble)
 
 
 if __name__ == "__main__":

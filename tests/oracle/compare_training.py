@@ -25,7 +25,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -89,14 +88,7 @@ def main():
     cmd = args.launcher.split() + [args.meshtrain, "train", "--config", ini, "--data.train", shard,
            "--checkpoint.init_weights", init, "--checkpoint.dir", os.path.join(work, "ckpt"),
            "--checkpoint.every", "0", "--checkpoint.resume", "never", "--log.metrics", metrics]
-    print("running:", " ".join(cmd), flush=True)
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: could not run meshtrain: {e}")
-        return 1
-    if run.returncode != 0:
-        print(f"FAIL: meshtrain exited with {run.returncode}\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}")
+    if not gpt2_torch.run_meshtrain(cmd):
         return 1
     try:
         rows = [json.loads(line) for line in open(metrics) if line.strip()]

@@ -364,3 +364,20 @@ def train(model, tokens, cfg, steps=None, log=None):
         if log:
             log(f"step {s + 1:4d}  loss {step_loss:.6f}  lr {lr:.3e}  grad_norm {norm:.6f}")
     return hist
+
+
+def run_meshtrain(cmd, expected_code=0):
+    """Runs a meshtrain command line; prints FAIL with its output and returns False unless it exits
+    with expected_code (3: left after train.stop_after with a checkpoint)."""
+    import subprocess
+    print("running:", " ".join(cmd), flush=True)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"FAIL: could not run meshtrain: {e}")
+        return False
+    if run.returncode != expected_code:
+        print(f"FAIL: meshtrain exited with {run.returncode}, expected {expected_code}\n"
+              f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}")
+        return False
+    return True

@@ -47,7 +47,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import h5py
@@ -187,15 +186,7 @@ def main():
         args.meshtrain, "train", "--config", ini, "--data.train", shard, "--checkpoint.init_weights", init,
         "--checkpoint.dir", ckpt, "--checkpoint.every", str(SAVED), "--checkpoint.resume", "never",
         "--train.stop_after", str(CHECKED), "--log.metrics", metrics_path]
-    print("running:", " ".join(cmd), flush=True)
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: could not run meshtrain: {e}")
-        return 1
-    if run.returncode != 3:  # left after train.stop_after steps with a checkpoint
-        print(f"FAIL: meshtrain exited with {run.returncode}, expected 3 (train.stop_after)\n"
-              f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}")
+    if not gpt2_torch.run_meshtrain(cmd, expected_code=3):  # left after train.stop_after with a checkpoint
         return 1
     try:
         metrics = {r["step"]: r for r in (json.loads(line) for line in open(metrics_path) if line.strip())}[CHECKED]
