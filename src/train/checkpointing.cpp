@@ -347,7 +347,13 @@ std::vector<std::string> Checkpointer::resume_candidates() const {
   std::vector<std::string> candidates;
   std::string broken_latest;
   try {
-    if (auto latest = io::read_latest(dir)) candidates.push_back(*latest);
+    if (auto latest = io::read_latest(dir)) {
+      candidates.push_back(*latest);
+    } else if (!io::checkpoints_newest_first(dir).empty()) {
+      // A job killed between its first checkpoint's rename and the first `latest`: that file is
+      // complete (fsynced before the rename), and its checksums are verified as it loads.
+      broken_latest = fmt::format("{}/latest does not exist", dir);
+    }
   } catch (const InputError& e) {
     // A damaged `latest` is one more reason to fall back; the files themselves may be fine.
     broken_latest = e.what();

@@ -747,9 +747,13 @@ class CrashKill(Case):
                 sigkill(pid)
 
     def latest_step(self):
+        """The step `resume auto` continues from: the one `latest` names, or — where a kill came
+        between the first rename and the first `latest` — the newest complete checkpoint (a renamed
+        file is complete: it was fsynced first)."""
         ck = self.path("ck")
         if not os.path.exists(os.path.join(ck, "latest")):
-            return 0
+            steps = [int(CHECKPOINT_NAME.match(n).group(1)) for n in checkpoint_names(ck)]
+            return max(steps, default=0)
         return int(CHECKPOINT_NAME.match(read_latest(ck)).group(1))
 
     def tmp_versions(self):
