@@ -86,8 +86,8 @@ struct Config {
   std::string to_ini() const;
 };
 
-// Parses `--config FILE` and `--section.key value` arguments (the command's arguments only, no program name) and checks every
-// value on its own (types, ranges, names). Throws InputError naming the key on any problem.
+// Parses `--config FILE` and `--section.key value` arguments (the command's arguments only, no
+// program name) and checks every value on its own (types, ranges, names). Throws InputError naming the key on any problem.
 // Checks that depend on the world size (dp, tp, pp) are the Topology's.
 Config parse_config(const std::vector<std::string>& args);
 
