@@ -13,12 +13,13 @@ import argparse
 import configparser
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+import trainer_output
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -73,10 +74,9 @@ def main():
                         "--data.train", shard, "--train.steps", str(args.steps),
                         "--checkpoint.dir", os.path.join(tmp, "ckpt"), "--log.metrics", metrics,
                         "--log.every", str(args.steps)], check=True, stdout=subprocess.DEVNULL)
-        with open(metrics) as f:
-            records = [json.loads(line) for line in f]
-    counted = records[args.warmup:]
-    ours_tps = statistics.median(r["tokens_per_s"] for r in counted)
+        records = trainer_output.read_metrics(metrics)
+    counted = trainer_output.after_warmup(records, args.warmup)
+    ours_tps = trainer_output.median_after_warmup(records, "tokens_per_s", args.warmup)
     flops_per_token = counted[0]["model_flops_per_s"] / counted[0]["tokens_per_s"]
 
     env = dict(os.environ)

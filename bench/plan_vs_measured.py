@@ -14,14 +14,14 @@ for the CPUs to be at most 25 % busy.
 import argparse
 import json
 import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+import trainer_output
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'oracle'))
 import gpt2_torch  # noqa: E402
@@ -59,32 +59,27 @@ def run_layout(binary, config, world, tp, pp, micro, steps, warmup, work, extra)
             "--train.steps", str(steps), "--data.train", os.path.join(work, "shard.bin"),
             "--checkpoint.dir", os.path.join(work, "ck"), "--checkpoint.resume", "never",
             "--log.metrics", os.path.join(work, "metrics.jsonl")] + extra
-    plan = json.loads(subprocess.run([binary, "plan", "--world", str(world), "--json"] + keys, check=True,
-                                     capture_output=True, text=True).stdout)
+    plan = trainer_output.plan(binary, world, keys)
     for f in os.listdir(work):
         if f.startswith("rss.") or f == "metrics.jsonl":
             os.remove(os.path.join(work, f))
     inner = (f"exec /usr/bin/time -f %M -o {work}/rss.$PMI_RANK {binary} train {' '.join(keys)} "
              f"> {work}/out.$PMI_RANK 2>&1")
     subprocess.run(["mpiexec", "-n", str(world), "sh", "-c", inner], check=True, cwd=work, stdin=subprocess.DEVNULL)
-    with open(os.path.join(work, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f if line.strip()]
+    records = trainer_output.read_metrics(os.path.join(work, "metrics.jsonl"))
     rss = []
     for r in range(world):
         with open(os.path.join(work, f"rss.{r}")) as f:
             rss.append(int(f.read().split()[-1]) * 1024)
     with open(os.path.join(work, "out.0")) as f:
         out0 = f.read()
-    timing = {}
-    for kind in ("compute", "communication", "idle"):
-        m = re.search(rf"^\s*{kind}\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+) s", out0, re.M)
-        if m:
-            timing[kind] = float(m.group(2))
+    tables = trainer_output.timing_tables(out0)
+    timing = {kind: tables[0][kind]["median"] for kind in trainer_output.TIMING_KINDS} if tables else {}
     return {
         "layout": f"dp{plan['layout']['dp']} tp{tp} pp{pp} b{micro}",
         "accum": plan["effective_batch"]["accum"],
         "predicted": plan["step_time"],
-        "measured_step_s": statistics.median(r["step_time_s"] for r in records[warmup:]),
+        "measured_step_s": trainer_output.median_after_warmup(records, "step_time_s", warmup),
         "measured_steps_s": [r["step_time_s"] for r in records],
         "measured_median_rank_s": timing,
         "predicted_peak_rss": [r["peak_rss"] for r in plan["per_rank"]],
