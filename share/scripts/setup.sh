@@ -17,6 +17,8 @@ packages=(
   fortunes fortunes-min
   # the tests' independent oracle (PyTorch) and HDF5 reader
   python3-torch python3-h5py python3-numpy
+  # a one-node Slurm for slurm/local_cluster.sh and the slurm tests (slurmctld, slurmd, clients; munge)
+  slurm-wlm munge
 )
 
 missing=()
