@@ -18,7 +18,7 @@ ctest --preset release -j "$jobs" "$@"
 
 cmake --preset debug-asan
 cmake --build --preset debug-asan -j "$jobs"
-ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss" "$@"
+ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" "$@"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake --preset nccl

@@ -15,8 +15,10 @@ packages=(
   libxxhash-dev libgtest-dev
   # the quickstart's default corpus
   fortunes fortunes-min
-  # the tests' independent oracle (PyTorch) and HDF5 reader
-  python3-torch python3-h5py python3-numpy
+  # the tests' independent oracle (PyTorch) and HDF5 reader; the scaling studies' plots
+  python3-torch python3-h5py python3-numpy python3-matplotlib
+  # a one-node Slurm for slurm/local_cluster.sh and the slurm tests (slurmctld, slurmd, clients; munge)
+  slurm-wlm munge
 )
 
 missing=()
