@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, configures, builds and runs the whole suite twice —
 # optimised (the `release` preset), then under AddressSanitizer and UndefinedBehaviorSanitizer
-# (`debug-asan`; the multi-rank equivalence runs, minutes each there, and the peak-RSS check of the
-# planner, whose memory the sanitizers' shadow would falsify, only in the first pass) — and, where
+# (`debug-asan`; the multi-rank equivalence runs, minutes each there, the peak-RSS check of the
+# planner, whose memory the sanitizers' shadow would falsify, and the Slurm and scaling-study runs,
+# which test scripts rather than the binary's memory, only in the first pass) — and, where
 # the CUDA toolkit is installed, compiles the NCCL backend and runs its test (without a GPU: its
 # error path). `.ci/run` calls exactly this. Extra arguments go to the
 # ctest runs (e.g. -L oracle, -R kernels).

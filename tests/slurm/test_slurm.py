@@ -49,6 +49,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 SBATCH_SCRIPT = os.path.join(REPO, "slurm", "train.sbatch")
 CHAIN = os.path.join(REPO, "slurm", "chain.sh")
 CLUSTER = os.path.join(REPO, "slurm", "local_cluster.sh")
+STUDY = os.path.join(REPO, "slurm", "scaling", "study.py")
+sys.path.insert(0, os.path.join(REPO, "tests", "scaling"))  # the scaling study's checks
 
 MPIEXEC = None
 SLURM_ENV = None  # the environment for Slurm commands: SLURM_CONF of the local cluster, no SLURM_* of an outer job
@@ -451,7 +453,77 @@ class Guards(SlurmCase):
         self.assertRegex(p.stdout, r"node: +\S+ (idle|mixed|allocated|completing)")
 
 
-GROUPS = {"requeue": Requeue, "signal": Signals, "chain": Chain, "guards": Guards}
+# --- a scaling campaign through the real Slurm -----------------------------------------------------
+
+class Campaign(SlurmCase):
+    """slurm/scaling/study.py submits a 3-point study (1, 2, 4 ranks) as job arrays to the real Slurm;
+    once they have run, collect writes the CSV and the PNGs, checked against the jobs' own files by
+    the scaling tests' checks (tests/scaling/test_scaling.py)."""
+
+    group = "campaign"
+    SPEC = """[study]
+name = slurm-campaign
+ranks = 1 2 4
+layouts = dp
+scaling = strong
+global_batch = 8
+micro_batch = 2
+steps = 8
+warmup = 3
+out = study
+data = shard.bin
+
+[keys]
+model.layers = 2
+model.heads = 2
+model.d_model = 64
+model.seq_len = 64
+
+[slurm]
+time = 00:05:00
+launcher = {launcher}
+"""
+
+    def test_three_point_study_runs_as_job_arrays(self):
+        import test_scaling as scaling
+        launcher = os.environ.get("MESHTRAIN_TEST_SLURM_LAUNCHER", "srun --mpi=pmi2")
+        with open(self.path("study.ini"), "w") as f:
+            f.write(self.SPEC.format(launcher=launcher))
+        p = subprocess.run([sys.executable, STUDY, "submit", "study.ini", "--meshtrain", cli.MESHTRAIN], cwd=self.dir,
+                           env=self.env(), capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, f"submit: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+        arrays = re.findall(r"^submitted job array (\d+) ", p.stdout, re.M)
+        self.assertEqual(len(arrays), 3, f"one job array per rank count\n{p.stdout}")
+        self.jobs += arrays
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            left = slurm(["squeue", "-h", "-j", ",".join(arrays)], check=False).stdout.strip()
+            if not left:
+                break
+            time.sleep(1)
+        self.assertFalse(left, f"jobs still queued or running after 300 s:\n{left}")
+        out = self.path("study")
+        plot_json = os.path.join(out, "plotted.json")
+        c = subprocess.run([sys.executable, STUDY, "collect", out, "--plot-json", plot_json], cwd=self.dir,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(c.returncode, 0, f"collect: exit {c.returncode}\n{c.stdout}\n{c.stderr}")
+
+        campaign = scaling.Campaign.__new__(scaling.Campaign)  # an already-run study: no --local submit
+        campaign.out, campaign.plot_json = out, plot_json
+        rows = campaign.rows()
+        self.assertEqual(sorted(int(r["ranks"]) for r in rows), [1, 2, 4])
+        for row in rows:
+            with open(os.path.join(campaign.point_dir(row), "exit_code")) as f:
+                self.assertEqual(f.read().strip(), "0", f"point {row['point']} failed")
+        scaling.check_rows_against_jobs(self, campaign, warmup=3)
+        scaling.check_efficiency(self, rows)
+        for name in ("scaling_throughput.png", "scaling_breakdown.png"):
+            scaling.check_png(self, os.path.join(out, name))
+        scaling.check_plotted(self, rows, plot_json)
+        print(f"\n  campaign: {open(os.path.join(out, 'scaling.csv')).read()}", end=" ", flush=True)
+
+
+GROUPS = {"requeue": Requeue, "signal": Signals, "chain": Chain, "guards": Guards, "campaign": Campaign}
 
 
 def main():
