@@ -118,7 +118,7 @@ def plot_breakdown(rows, title, path):
     ax_f.set_xticks(x, labels, fontsize=8)
     ax_f.set_xlabel("ranks, layout")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend and title may reach past the axes
     dump = {"points": [r["point"] for r in order]}
     for column, _, _ in STACK:
         dump[column] = [float(p.get_height()) for p in bars[column].patches]
@@ -138,6 +138,7 @@ def main():
     ap.add_argument("--dump-json", help="write the plotted series, read back from the figures, to this file")
     args = ap.parse_args()
     out = args.out_dir or os.path.dirname(os.path.abspath(args.csv))
+    os.makedirs(out, exist_ok=True)
     rows = read_rows(args.csv)
     if not rows:
         print(f"plot_scaling.py: {args.csv} has no row with status ok: nothing to plot", file=sys.stderr)
