@@ -6,6 +6,7 @@
 #include "core/errors.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/tensor_checksum.hpp"
+#include "train/checkpointing.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -56,8 +57,7 @@ void verify_checksums(const io::CheckpointReader& reader, const std::string& pat
       ++verified;
     }
   }
-  const bool ours = reader.string_attribute("format") == "meshtrain-checkpoint" && reader.int_attribute("version") >= 2;
-  if (without > 0 && ours) {
+  if (without > 0 && requires_checksums(reader)) {
     input_error("'{}' is damaged: {} tensors have lost their checksum attribute", path, without);
   }
   if (without > 0) {

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 // The HDF5 groups of the flat states a checkpoint holds, in the order TrainingTensors lists them.
 constexpr std::array<const char*, 3> state_groups = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
 
-std::array<StateSource*, 3> sources_of(const TrainingTensors& state) {
+std::vector<StateSource*> sources_of(const TrainingTensors& state) {
   return {&state.weights, &state.exp_avg, &state.exp_avg_sq};
 }
 
@@ -58,12 +58,12 @@ struct PlannedPiece {
   const TensorInfo* tensor = nullptr;
 };
 
-std::vector<PlannedPiece> plan_pieces(const ParameterLayout& layout, const TrainingTensors& state) {
-  // Every stage's tensors, in one order on every rank.
+// The datasets of the first sources.size() state groups (all three, or /model alone), each group
+// listing every stage's tensors in one order on every rank.
+std::vector<PlannedPiece> plan_pieces(const ParameterLayout& layout, const std::vector<StateSource*>& sources) {
   const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank());
   std::vector<PlannedPiece> plan;
-  const auto sources = sources_of(state);
-  for (std::size_t g = 0; g < state_groups.size(); ++g) {
+  for (std::size_t g = 0; g < sources.size(); ++g) {
     for (const TensorInfo& t : all_stages.tensors()) {
       const TensorInfo* mine = layout.find_if_held(t.name);
       const bool writes = mine != nullptr && writes_tensor(layout, *mine);
@@ -193,20 +193,21 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
 
 // Reads each tensor this rank holds into its source and adds the checksum of the part the rank
 // would save (the data-parallel group's parts are disjoint and cover the tensor) into sums[k], k
-// the tensor's dataset in `plan`.
+// the tensor's dataset in `plan` (planned for the same targets).
 void read_pieces(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
                  const ParameterLayout& layout, const std::vector<StateSource*>& targets,
                  std::vector<std::uint64_t>& sums) {
-  const std::size_t per_group = plan.size() / state_groups.size();
+  const std::size_t per_group = plan.size() / targets.size();
   for (std::size_t g = 0; g < targets.size(); ++g) {
+    // A stage's tensors come in the order of every stage's (wte first where held), so the dataset
+    // index only moves forward through the group.
+    std::size_t k = g * per_group;
     for (const TensorInfo& t : layout.tensors()) {
       StateSource& target = *targets[g];
       const io::ElementRange load = target.load_range(t);
       const io::TensorSlab slab = tensor_piece(state_groups[g], t, true);
       float* out = target.load_target(t);
       reader.read(slab, load, out);
-      // This tensor's dataset in the plan: the same index within its group on every rank.
-      std::size_t k = g * per_group;
       while (plan[k].slab.name != slab.name) ++k;
       if (writes_tensor(layout, t)) {
         const io::ElementRange saved = target.save_range(t);
@@ -219,11 +220,11 @@ void read_pieces(const io::CheckpointReader& reader, const std::vector<PlannedPi
 
 // Every rank's sums added up and compared with the stored checksums; InputError naming the first
 // dataset that differs (or has none) on every rank.
-void verify_checksums(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan, std::size_t datasets,
+void verify_checksums(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
                       std::vector<std::uint64_t>& sums, MPI_Comm comm, const std::string& path) {
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   agree_on_input(comm, [&] {
-    for (std::size_t k = 0; k < datasets; ++k) {
+    for (std::size_t k = 0; k < plan.size(); ++k) {
       const std::string& name = plan[k].slab.name;
       const std::optional<std::uint64_t> stored = reader.checksum(name);
       if (!stored) {
@@ -285,7 +286,7 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
   if (rank == 0) io::ensure_directory(config_.checkpoint.dir);
   MPI_Barrier(comm_);  // ranks may create the file independently: the directory must exist first
   const std::string path = io::checkpoint_path(config_.checkpoint.dir, progress.step);
-  std::vector<PlannedPiece> plan = plan_pieces(layout_, state);
+  std::vector<PlannedPiece> plan = plan_pieces(layout_, sources_of(state));
   Attributes attributes = root_attributes(config_, comm_, progress);
   if (!background || !threads_) {
     write_checkpoint(config_, comm_, path, attributes, plan,
@@ -378,16 +379,16 @@ std::vector<std::string> Checkpointer::resume_candidates() const {
 TrainingProgress Checkpointer::load(const std::string& path, const TrainingTensors& state) {
   std::optional<io::CheckpointReader> reader;
   agree_on_input(comm_, [&] { reader.emplace(path, comm_); });
-  const std::vector<PlannedPiece> plan = plan_pieces(layout_, state);
+  const std::vector<StateSource*> sources = sources_of(state);
+  const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
   std::vector<std::uint64_t> sums(plan.size(), 0);
   // Reads fail on the ranks that read the bad part; all agree before the next collective.
   const TrainingProgress progress = agree_on_input(comm_, [&] {
     TrainingProgress p = read_progress(*reader, config_, path);
-    const auto sources = sources_of(state);
-    read_pieces(*reader, plan, layout_, {sources.begin(), sources.end()}, sums);
+    read_pieces(*reader, plan, layout_, sources, sums);
     return p;
   });
-  verify_checksums(*reader, plan, plan.size(), sums, comm_, path);
+  verify_checksums(*reader, plan, sums, comm_, path);
   return progress;
 }
 
@@ -397,21 +398,24 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   }
   std::optional<io::CheckpointReader> reader;
   agree_on_input(comm_, [&] { reader.emplace(path, comm_); });
-  // Weights alone: the plan's first group. Files from other tools (h5py) carry no checksums.
-  FlatSource none(Vec<float>(), layout_);
-  const std::vector<PlannedPiece> plan = plan_pieces(layout_, TrainingTensors{weights, none, none});
-  const std::size_t datasets = plan.size() / state_groups.size();
+  // Weights alone. Files from other tools (h5py) carry no checksums.
+  const std::vector<StateSource*> sources = {&weights};
+  const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
   std::vector<std::uint64_t> sums(plan.size(), 0);
   const bool checked = agree_on_input(comm_, [&] {
-    read_pieces(*reader, plan, layout_, {&weights}, sums);
-    return reader->string_attribute("format") == checkpoint_format && reader->int_attribute("version") >= 2;
+    read_pieces(*reader, plan, layout_, sources, sums);
+    return requires_checksums(*reader);
   });
-  if (checked) verify_checksums(*reader, plan, datasets, sums, comm_, path);
+  if (checked) verify_checksums(*reader, plan, sums, comm_, path);
 }
 
 void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
   FlatSource source(weights, layout_);
   load_weights(path, source);
+}
+
+bool requires_checksums(const io::CheckpointReader& reader) {
+  return reader.string_attribute("format") == checkpoint_format && reader.int_attribute("version") >= 2;
 }
 
 Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {

@@ -24,6 +24,9 @@
 #include <vector>
 
 namespace meshtrain {
+namespace io {
+class CheckpointReader;
+}
 
 inline constexpr const char* checkpoint_format = "meshtrain-checkpoint";
 // 2: every dataset carries a checksum, and samples_seen gives the data position.
@@ -102,6 +105,10 @@ class Checkpointer {
 // Bytes of host memory a background save copies this rank's pieces of the three states into (the
 // layout padded for ZeRO when zero > 0; dp_rank this rank's place in its data-parallel group).
 std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, int zero);
+
+// Whether a file must carry a checksum on every tensor: a meshtrain checkpoint of version 2 or
+// later (files from other tools, and older ones, carry none).
+bool requires_checksums(const io::CheckpointReader& reader);
 
 // Reads the resolved config stored in a checkpoint (for sample and inspect).
 Config read_checkpoint_config(const std::string& path, MPI_Comm comm);
