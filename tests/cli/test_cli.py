@@ -534,7 +534,8 @@ class Resume(CliCase):
 
         # The oracle: the first 12 windows cut off the stream, and no samples seen.
         with open(self.path("long.bin"), "rb") as f:
-            header, tokens = f.read(1024), np.frombuffer(f.read(), dtype="<u2")
+            f.seek(1024)  # past the header
+            tokens = np.frombuffer(f.read(), dtype="<u2")
         cut = tokens[12 * T:]
         write_shard(self.path("cut.bin"), cut)
         with h5py.File(self.path("B", "step_00000003.h5"), "r+") as f:
@@ -650,7 +651,7 @@ class Signals(CliCase):
         self.assertEqual(h5_attr(self.path("ck", name), "tokens"), first[-1]["tokens"])
 
         # The same job again resumes and runs the remaining steps.
-        p = self.run_ok(args)
+        self.run_ok(args)
         both = read_metrics(self.path("ck.jsonl"))
         self.assertEqual([r["step"] for r in both], list(range(1, self.STEPS + 1)))
         self.assert_same_records(both, straight)
@@ -797,22 +798,32 @@ GROUPS = {"bad_input": BadInput, "resume": Resume, "signals": Signals, "commands
 
 
 def main():
-    global MESHTRAIN, MPIEXEC, WORKDIR
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    opts = take_common_options(group_parser(__doc__, GROUPS).parse_args())
+    return run_groups(GROUPS, opts, WORKDIR)
+
+
+def group_parser(doc, group_classes):
+    """The options every command-line test script takes: the binary, a scratch directory, the MPI
+    launcher, a group and a name filter (its own options are added by each script)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--meshtrain", required=True, help="the meshtrain binary")
     ap.add_argument("--workdir", required=True, help="scratch directory (under the build tree)")
-    ap.add_argument("--group", default="all", choices=[*GROUPS, "all"])
     ap.add_argument("--mpiexec", default=None, help="MPI launcher (default: mpiexec on PATH)")
+    ap.add_argument("--group", default="all", choices=[*group_classes, "all"])
     ap.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this")
     ap.add_argument("-v", dest="verbose", action="store_true")
-    opts = ap.parse_args()
+    return ap
+
+
+def take_common_options(opts):
+    """Sets this module's MESHTRAIN, WORKDIR and MPIEXEC from group_parser's options."""
+    global MESHTRAIN, MPIEXEC, WORKDIR
     MESHTRAIN = os.path.abspath(opts.meshtrain)
     MPIEXEC = opts.mpiexec or shutil.which("mpiexec")
     WORKDIR = os.path.abspath(opts.workdir)
     if not os.access(MESHTRAIN, os.X_OK):
         sys.exit(f"--meshtrain {MESHTRAIN}: not an executable")
-
-    return run_groups(GROUPS, opts, WORKDIR)
+    return opts
 
 
 def run_groups(group_classes, opts, workdir, preamble=None):

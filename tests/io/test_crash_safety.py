@@ -40,7 +40,6 @@ Each job of a crash_kill case writes its own metrics file (m00.jsonl ...; final.
 killed mid-line would leave a partial line for the next job to append to.
 """
 
-import argparse
 import configparser
 import json
 import os
@@ -971,27 +970,17 @@ GROUPS = {"checksum": Checksum, "corruption": Corruption, "crash_kill": CrashKil
 
 def main():
     global MPIEXEC, REQUIRE_CHECKSUMS, KILLS_PER_VARIANT, KILL_STEPS, SEED
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--meshtrain", required=True, help="the meshtrain binary")
-    ap.add_argument("--workdir", required=True, help="scratch directory (under the build tree)")
-    ap.add_argument("--mpiexec", default=None, help="MPI launcher (default: mpiexec on PATH)")
-    ap.add_argument("--group", default="all", choices=[*GROUPS, "all"])
+    ap = cli.group_parser(__doc__, GROUPS)
     ap.add_argument("--no-checksums", action="store_true",
                     help="verify_checkpoint accepts datasets without a checksum attribute")
     ap.add_argument("--kills", type=int, default=5, help="kills per variant (one rank; whole job)")
     ap.add_argument("--steps", type=int, default=60, help="train.steps of the kill runs")
     ap.add_argument("--seed", default=None, help="seed of the kill schedule (default: random, printed)")
-    ap.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this")
-    ap.add_argument("-v", dest="verbose", action="store_true")
-    opts = ap.parse_args()
-    cli.MESHTRAIN = os.path.abspath(opts.meshtrain)
-    cli.WORKDIR = WORKDIR = os.path.abspath(opts.workdir)
-    MPIEXEC = cli.MPIEXEC = opts.mpiexec or shutil.which("mpiexec")
+    opts = cli.take_common_options(ap.parse_args())
+    WORKDIR, MPIEXEC = cli.WORKDIR, cli.MPIEXEC
     REQUIRE_CHECKSUMS = not opts.no_checksums
     KILLS_PER_VARIANT, KILL_STEPS = max(1, opts.kills), opts.steps
     SEED = opts.seed if opts.seed is not None else str(random.SystemRandom().randrange(10**6))
-    if not os.access(cli.MESHTRAIN, os.X_OK):
-        sys.exit(f"--meshtrain {cli.MESHTRAIN}: not an executable")
 
     preamble = f"seed {SEED}; checksums {'required' if REQUIRE_CHECKSUMS else 'not required (--no-checksums)'}"
     return cli.run_groups(GROUPS, opts, WORKDIR, preamble)

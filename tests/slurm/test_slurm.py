@@ -32,7 +32,6 @@ overruns is cancelled and its output shown. Each case works in <workdir>/<group>
 output is job.out there. Uses test_cli.py's helpers by import.
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -529,19 +528,8 @@ GROUPS = {"requeue": Requeue, "signal": Signals, "chain": Chain, "guards": Guard
 
 def main():
     global MPIEXEC, SLURM_ENV
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--meshtrain", required=True, help="the meshtrain binary")
-    ap.add_argument("--workdir", required=True, help="scratch directory (under the build tree)")
-    ap.add_argument("--mpiexec", default=None, help="MPI launcher of the reference runs (default: mpiexec on PATH)")
-    ap.add_argument("--group", default="all", choices=[*GROUPS, "all"])
-    ap.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this")
-    ap.add_argument("-v", dest="verbose", action="store_true")
-    opts = ap.parse_args()
-    cli.MESHTRAIN = os.path.abspath(opts.meshtrain)
-    cli.WORKDIR = workdir = os.path.abspath(opts.workdir)
-    MPIEXEC = cli.MPIEXEC = opts.mpiexec or shutil.which("mpiexec")
-    if not os.access(cli.MESHTRAIN, os.X_OK):
-        sys.exit(f"--meshtrain {cli.MESHTRAIN}: not an executable")
+    opts = cli.take_common_options(cli.group_parser(__doc__, GROUPS).parse_args())
+    workdir, MPIEXEC = cli.WORKDIR, cli.MPIEXEC
     if os.geteuid() != 0:
         print("test_slurm.py: SKIPPED: needs root to start the local Slurm cluster (munged, slurmctld, slurmd "
               "through slurm/local_cluster.sh); run the tests as root, e.g. tests/run.sh under sudo", flush=True)
