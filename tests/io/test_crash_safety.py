@@ -548,19 +548,19 @@ class Corruption(Case):
         self.inspect_rejects("step_00000004.h5", "optim/exp_avg_sq/h.1.mlp.c_fc.weight", "the dataset")
         self.explicit_resume_rejects("step_00000004.h5", "optim/exp_avg_sq/h.1.mlp.c_fc.weight", "the dataset")
 
-    def test_truncated_file(self):
+    def unreadable_file_is_refused(self, damage):
+        """damage(path) leaves no HDF5 file to read: the error names the file, not a dataset."""
         self.ck(4)
-        truncate_half(self.path("ck", "step_00000004.h5"))
+        damage(self.path("ck", "step_00000004.h5"))
         self.inspect_rejects("step_00000004.h5", "step_00000004.h5", "the file")
         self.explicit_resume_rejects("step_00000004.h5", "step_00000004.h5", "the file")
         self.auto_falls_back_to(3)
 
+    def test_truncated_file(self):
+        self.unreadable_file_is_refused(truncate_half)
+
     def test_text_file_in_place_of_checkpoint(self):
-        self.ck(4)
-        write_text(self.path("ck", "step_00000004.h5"))
-        self.inspect_rejects("step_00000004.h5", "step_00000004.h5", "the file")
-        self.explicit_resume_rejects("step_00000004.h5", "step_00000004.h5", "the file")
-        self.auto_falls_back_to(3)
+        self.unreadable_file_is_refused(write_text)
 
     def test_latest_names_missing_file(self):
         self.ck(4, latest="step_00000009.h5")

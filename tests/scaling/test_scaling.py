@@ -277,15 +277,32 @@ def check_plotted(test, rows, plot_json):
         test.assertEqual(bd["stack_bottom_s"]["idle_s"][i], c + m)
 
 
-class StrongScaling(unittest.TestCase):
+class CampaignOutputs:
+    """The checks every campaign's outputs pass; a TestCase mixing this in sets `campaign` and `warmup`."""
     campaign = None
+    warmup = None
+
+    def setUp(self):
+        self.campaign.check_ran(self)
+
+    def test_csv_matches_jobs(self):
+        check_rows_against_jobs(self, self.campaign, self.warmup)
+
+    def test_efficiency(self):
+        check_efficiency(self, self.campaign.rows())
+
+    def test_pngs_and_plotted_series(self):
+        for name in ("scaling_throughput.png", "scaling_breakdown.png"):
+            check_png(self, os.path.join(self.campaign.out, name))
+        check_plotted(self, self.campaign.rows(), self.campaign.plot_json)
+
+
+class StrongScaling(CampaignOutputs, unittest.TestCase):
+    warmup = STRONG_WARMUP
 
     @classmethod
     def setUpClass(cls):
         cls.campaign = Campaign("strong.ini", STRONG_SPEC, "strong")
-
-    def setUp(self):
-        self.campaign.check_ran(self)
 
     def test_points_run_and_skipped(self):
         study = self.campaign.study()
@@ -313,19 +330,6 @@ class StrongScaling(unittest.TestCase):
         for row in self.campaign.rows():
             self.assertEqual(int(row["global_batch"]), 8)
             self.assertEqual(int(row["micro_batch"]) * int(row["dp"]) * int(row["accum"]), 8)
-
-    def test_csv_matches_jobs(self):
-        check_rows_against_jobs(self, self.campaign, STRONG_WARMUP)
-
-    def test_efficiency(self):
-        check_efficiency(self, self.campaign.rows())
-
-    def test_pngs(self):
-        for name in ("scaling_throughput.png", "scaling_breakdown.png"):
-            check_png(self, os.path.join(self.campaign.out, name))
-
-    def test_plotted_series_are_the_csv(self):
-        check_plotted(self, self.campaign.rows(), self.campaign.plot_json)
 
     def test_failed_points_keep_their_rows(self):
         """Points whose job failed, never ran or was killed still have their rows, and are neither
@@ -388,32 +392,18 @@ class StrongScaling(unittest.TestCase):
             self.assertEqual(sum(line.startswith("sbatch ") for line in f), len(by_ranks))
 
 
-class WeakScaling(unittest.TestCase):
-    campaign = None
+class WeakScaling(CampaignOutputs, unittest.TestCase):
+    warmup = WEAK_WARMUP
 
     @classmethod
     def setUpClass(cls):
         cls.campaign = Campaign("weak.json", json.dumps(WEAK_SPEC), "weak")
-
-    def setUp(self):
-        self.campaign.check_ran(self)
 
     def test_batch_grows_with_dp(self):
         rows = self.campaign.rows()
         self.assertEqual(sorted(int(r["ranks"]) for r in rows), [1, 2])
         for row in rows:
             self.assertEqual(int(row["global_batch"]), 4 * int(row["dp"]))
-
-    def test_csv_matches_jobs(self):
-        check_rows_against_jobs(self, self.campaign, WEAK_WARMUP)
-
-    def test_efficiency(self):
-        check_efficiency(self, self.campaign.rows())
-
-    def test_pngs_and_plotted_series(self):
-        for name in ("scaling_throughput.png", "scaling_breakdown.png"):
-            check_png(self, os.path.join(self.campaign.out, name))
-        check_plotted(self, self.campaign.rows(), self.campaign.plot_json)
 
 
 class BadSpecs(unittest.TestCase):
