@@ -14,24 +14,28 @@
 
 namespace meshtrain {
 
+// One element of `convert`: same type or widening is a cast (double → float rounds); narrowing to
+// 16 bits rounds from float or double directly, and from the other 16-bit type through its exact
+// float value. A function of its own because nvcc refuses a device lambda that first uses a
+// captured view inside `if constexpr`.
+template <class To, class From>
+KOKKOS_INLINE_FUNCTION To converted(From x) {
+  if constexpr (std::is_same_v<To, From> || !is_low_precision_v<To>) {
+    return static_cast<To>(x);
+  } else if constexpr (is_low_precision_v<From>) {
+    return To(float(x));
+  } else {
+    return To(x);
+  }
+}
+
 // out and in may not overlap (unless To and From are the same type and they are the same memory).
 template <class To, class From>
 void convert(const ExecSpace& space, Vec<To> out, CVec<std::type_identity_t<From>> in, long n) {
   static_assert(reachable_v<Vec<To>> && reachable_v<CVec<From>>);
   Kokkos::parallel_for(
-      "meshtrain::convert", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
-        if constexpr (std::is_same_v<To, From> || !is_low_precision_v<To>) {
-          out(i) = static_cast<To>(in(i));  // same type, or widening: exact (double → float rounds)
-        } else {
-          // Narrowing to 16 bits: from float or double directly; from the other 16-bit type through
-          // its exact float value.
-          if constexpr (is_low_precision_v<From>) {
-            out(i) = To(float(in(i)));
-          } else {
-            out(i) = To(in(i));
-          }
-        }
-      });
+      "meshtrain::convert", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(long i) { out(i) = converted<To, From>(in(i)); });
 }
 
 // acc += scale · in, e.g. fp32 gradients += (1 / loss_scale) · fp16 gradients, so that

@@ -32,6 +32,8 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
                 reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  // 16-bit rows recompute the exponentials instead of storing them: dlogits cannot hold them exactly.
+  constexpr bool keep_exponentials = !is_low_precision_v<Real>;
   Kokkos::parallel_for(
       "meshtrain::cross_entropy::forward_backward",
       Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
@@ -53,7 +55,9 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
             Kokkos::TeamThreadRange(team, V),
             [&](int v, A& acc) {
               const A e = fast_exp(A(logits(row + v)) - row_max);
-              if constexpr (!is_low_precision_v<Real>) dlogits(row + v) = e;
+              // A plain if on a constant: nvcc refuses a device lambda whose first use of a
+              // captured view sits inside `if constexpr`.
+              if (keep_exponentials) dlogits(row + v) = Real(e);
               acc += e;
             },
             sum);
