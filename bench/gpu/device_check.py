@@ -278,7 +278,10 @@ class Programs:
         target = os.path.join(self.bin, name)
         argv = [self.loader, "--list", "--library-path", self.library_path, target] if self.loader else ["ldd", target]
         env = {k: v for k, v in self.env.items() if not k.startswith("LD_DEBUG")}
-        listing = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        try:
+            listing = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return [f"(cannot list: {e})"]
         return [line.split()[0] for line in listing.stdout.splitlines() if "not found" in line]
 
 
@@ -820,7 +823,8 @@ class LeaveInTime:
         except (OSError, ValueError, KeyError):
             times = []
         now = time.monotonic()
-        counted = times[WARMUP_STEPS:] or times
+        # The warm-up steps (first allocations, cuBLAS' heuristics) say little about the rest.
+        counted = times[WARMUP_STEPS:]
         finish = now + (self.steps - len(times)) * statistics.median(counted) + 10 if counted else now
         if finish > self.deadline or now > self.deadline:
             proc.send_signal(signal.SIGUSR1)
@@ -856,8 +860,8 @@ def parse_args(argv):
                     help="the folder assemble.sh wrote (default build/gpu-carry)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(REPO, "out", "gpu-check"),
                     help="where device_check.json and logs/ go (default $OUT, else out/gpu-check)")
-    ap.add_argument("--work", help="scratch directory for the unpacked folder, data and checkpoints "
-                                   "(default: a new one under $TMPDIR, removed at the end)")
+    ap.add_argument("--work", help="scratch directory for the unpacked folder, data and checkpoints (default: a "
+                                   "new one under $TMPDIR, or build/ if that has under 16 GiB free; removed at the end)")
     ap.add_argument("--budget-s", type=float, help="seconds for the whole check (default 450 on the GPU, 900 --cpu)")
     ap.add_argument("--throughput-s", type=float,
                     help="seconds the throughput run may take; it saves and leaves early when its remaining steps "
@@ -875,10 +879,20 @@ def parse_args(argv):
     return args
 
 
+def scratch_directory():
+    """A new directory under $TMPDIR, or under build/ when that has too little room for 124M's
+    checkpoints (four of 1.5 GB) and data."""
+    base = tempfile.gettempdir()
+    if shutil.disk_usage(base).free < 16 * 2**30:
+        base = os.path.join(REPO, "build")
+        os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix="meshtrain-gpu-check-", dir=base)
+
+
 def main(argv):
     args = parse_args(argv)
     own_work = args.work is None
-    args.work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="meshtrain-gpu-check-"))
+    args.work = os.path.abspath(args.work or scratch_directory())
     os.makedirs(args.work, exist_ok=True)
     try:
         return DeviceCheck(args).main()
