@@ -233,6 +233,8 @@ int train(const Config& cfg, MPI_Comm comm) {
     fmt::print("{}\n", grid_table);
     fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg.model.layers,
                cfg.model.heads, cfg.model.d_model, cfg.model.vocab, T, ParameterLayout(cfg.model).total() / 1e6);
+    // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
+    fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), dp_comm->backend());
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", stream.size(), stream.paths().size(),
                order.windows(), cfg.data.order);
     fmt::print("{}\n", effective_batch_line(B, dp, accum, T));
