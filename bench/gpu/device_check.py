@@ -25,7 +25,7 @@ Steps, each timed, each passing or failing on its own; a failed step does not st
   audit         (--audit only) every shared object the carried programs loaded came from the folder,
                 but for glibc and the CUDA libraries left to the machine
 Figures go to OUT/device_check.json (OUT: --out, else $OUT, else out/gpu-check), rewritten after
-every step; each command's output to OUT/logs. Every command is bounded by the step's own limit
+every step; each command's output to OUT/logs.tar.gz. Every command is bounded by the step's own limit
 and by --budget-s for the whole check. Exit code: 0 when no step failed.
 
 usage: device_check.py [--cpu] [--carry DIR] [--out DIR] [--work DIR] [--budget-s S] [--throughput-s S]
@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import tarfile
 import signal
 import site
 import statistics
@@ -102,14 +103,17 @@ class Check:
         self.args = args
         self.clock = Clock(args.budget_s)
         self.out = args.out
-        self.logs = os.path.join(self.out, "logs")
+        # The logs are packed into OUT/logs.tar.gz after every step: the device returns at most 8
+        # files from OUT, and the check writes a log per command.
+        self.logs = os.path.join(args.work, "logs")
         os.makedirs(self.logs, exist_ok=True)
+        os.makedirs(self.out, exist_ok=True)
         self.report = {"check": "meshtrain GPU device check (bench/gpu/device_check.py)",
                        "mode": "cpu" if args.cpu else "gpu", "budget_s": args.budget_s,
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "steps": {}}
 
     def run(self, argv, log, timeout_s, env=None, cwd=None, watch=None):
-        """Runs argv with its output in OUT/logs/LOG.log; never longer than timeout_s or the budget.
+        """Runs argv with its output in the scratch logs/LOG.log; never longer than timeout_s or the budget.
         watch(proc), if given, is called about once a second while it runs."""
         timeout_s = max(1.0, min(timeout_s, self.clock.left() - 5))
         path = os.path.join(self.logs, log + ".log")
@@ -164,6 +168,10 @@ class Check:
         with open(path + ".tmp", "w") as f:
             json.dump(self.report, f, indent=1)
         os.replace(path + ".tmp", path)
+        archive = os.path.join(self.out, "logs.tar.gz")
+        with tarfile.open(archive + ".tmp", "w:gz") as tar:
+            tar.add(self.logs, arcname="logs")
+        os.replace(archive + ".tmp", archive)
 
 
 # --------------------------------------------------------------------------------------------
@@ -859,7 +867,7 @@ def parse_args(argv):
     ap.add_argument("--carry", default=os.path.join(REPO, "build", "gpu-carry"),
                     help="the folder assemble.sh wrote (default build/gpu-carry)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(REPO, "out", "gpu-check"),
-                    help="where device_check.json and logs/ go (default $OUT, else out/gpu-check)")
+                    help="where device_check.json and logs.tar.gz go (default $OUT, else out/gpu-check)")
     ap.add_argument("--work", help="scratch directory for the unpacked folder, data and checkpoints (default: a "
                                    "new one under $TMPDIR, or build/ if that has under 16 GiB free; removed at the end)")
     ap.add_argument("--budget-s", type=float, help="seconds for the whole check (default 450 on the GPU, 900 --cpu)")
