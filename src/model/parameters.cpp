@@ -15,23 +15,22 @@ std::uint64_t Piece::elements() const {
   return n;
 }
 
-std::int64_t TensorInfo::global_index(std::uint64_t local) const {
-  // Unravel in the local array, map each coordinate through the piece, ravel in the global shape.
-  std::int64_t global = 0;
-  std::uint64_t rest = local;
-  std::vector<std::uint64_t> coordinate(local_shape.size());
-  for (std::size_t d = local_shape.size(); d-- > 0;) {
-    coordinate[d] = rest % local_shape[d];
-    rest /= local_shape[d];
+PieceIndex TensorInfo::piece_index() const {
+  const std::size_t dims = local_shape.size();
+  if (dims > std::size_t(PieceIndex::max_dims) || shape.size() != dims || piece.block.size() != dims) {
+    throw std::logic_error(fmt::format("tensor {}: {} dimensions do not fit a PieceIndex", name, dims));
   }
-  for (std::size_t d = 0; d < coordinate.size(); ++d) {
-    if (piece.block[d] == 0) return -1;
-    const std::uint64_t k = coordinate[d] / piece.block[d];
-    if (k >= piece.count[d]) return -1;  // padding past the piece
-    const std::uint64_t g = piece.offset[d] + k * piece.stride[d] + coordinate[d] % piece.block[d];
-    global = global * std::int64_t(shape[d]) + std::int64_t(g);
+  PieceIndex p;
+  p.dims = int(dims);
+  for (std::size_t d = 0; d < dims; ++d) {
+    p.shape[d] = shape[d];
+    p.local_shape[d] = local_shape[d];
+    p.offset[d] = piece.offset[d];
+    p.count[d] = piece.count[d];
+    p.stride[d] = piece.stride[d];
+    p.block[d] = piece.block[d];
   }
-  return global;
+  return p;
 }
 
 namespace {

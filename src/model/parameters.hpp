@@ -36,6 +36,36 @@ struct Piece {
   std::uint64_t elements() const;
 };
 
+// Piece::global_index's arithmetic in a fixed-size, trivially copyable form that kernels capture
+// (device code has no std::vector): the global row-major index of element `local` of the rank's
+// array, or -1 for padding (vocabulary rows past V).
+struct PieceIndex {
+  static constexpr int max_dims = 4;
+  int dims = 0;
+  std::uint64_t shape[max_dims] = {};        // global shape
+  std::uint64_t local_shape[max_dims] = {};  // the rank's array
+  std::uint64_t offset[max_dims] = {}, count[max_dims] = {}, stride[max_dims] = {}, block[max_dims] = {};
+
+  KOKKOS_INLINE_FUNCTION std::int64_t global_index(std::uint64_t local) const {
+    // Unravel in the local array, map each coordinate through the piece, ravel in the global shape.
+    std::uint64_t coordinate[max_dims] = {};
+    std::uint64_t rest = local;
+    for (int d = dims - 1; d >= 0; --d) {
+      coordinate[d] = rest % local_shape[d];
+      rest /= local_shape[d];
+    }
+    std::int64_t global = 0;
+    for (int d = 0; d < dims; ++d) {
+      if (block[d] == 0) return -1;
+      const std::uint64_t k = coordinate[d] / block[d];
+      if (k >= count[d]) return -1;  // padding past the piece
+      const std::uint64_t g = offset[d] + k * stride[d] + coordinate[d] % block[d];
+      global = global * std::int64_t(shape[d]) + std::int64_t(g);
+    }
+    return global;
+  }
+};
+
 struct TensorInfo {
   std::string name;                        // "h.3.attn.c_attn.weight"
   std::vector<std::uint64_t> shape;        // global shape, row-major
@@ -48,7 +78,9 @@ struct TensorInfo {
   bool decays = false;  // AdamW weight decay applies (tensors of two or more dimensions)
 
   // The global row-major index of local element `local`, or -1 for padding (vocab rows past V).
-  std::int64_t global_index(std::uint64_t local) const;
+  std::int64_t global_index(std::uint64_t local) const { return piece_index().global_index(local); }
+  // The same map as a value kernels can capture.
+  PieceIndex piece_index() const;
 };
 
 // Tensor parallelism (Megatron): c_attn and c_fc split by columns (c_attn by heads, q|k|v of a

@@ -131,7 +131,7 @@ void ModelState::initialize(std::uint64_t seed) {
   if (sharded_) {
     sharded_->initialize(seed);
   } else {
-    initialize_parameters(model_ ? model_->weights() : slice(master_, 0, layout_.total()), layout_, seed);
+    initialize_parameters(space_, model_ ? model_->weights() : slice(master_, 0, layout_.total()), layout_, seed);
   }
   if (low_) low_->copy_master();
 }

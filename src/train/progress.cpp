@@ -30,6 +30,15 @@ std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len
                      accum, sequences, sequences * seq_len);
 }
 
+std::string startup_line(double since_process_start_s, double allocation_s, double initialization_s) {
+  std::string line = since_process_start_s >= 0
+                         ? fmt::format("start-up {:.2f} s (process start to the first step): ", since_process_start_s)
+                         : std::string("start-up: ");
+  line += fmt::format("state allocated in {:.2f} s", allocation_s);
+  if (initialization_s >= 0) line += fmt::format(", weights initialised in {:.2f} s", initialization_s);
+  return line;
+}
+
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long s = std::lround(seconds);

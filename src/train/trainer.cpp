@@ -19,6 +19,7 @@
 #include "train/memory_report.hpp"
 #include "train/model_state.hpp"
 #include "train/pipeline_executor.hpp"
+#include "train/process_age.hpp"
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
 #include "train/stop_signals.hpp"
@@ -190,9 +191,11 @@ int train(const Config& cfg, MPI_Comm comm) {
 
   // This rank's micro-batches are samples dp_rank·(accum·B) … of each step (interface section 4).
   BatchLoader loader(stream, order, B, T, dp_rank * accum);
+  const auto allocation_start = Clock::now();
   ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), tied_comm.get(), comm}, place,
                    PipelineParts{schedule, &loader, pp_comm.get()});
   const ParameterLayout& layout = state.layout();
+  const double allocation_s = seconds_since(allocation_start);
 
   Checkpointer checkpointer(cfg, layout, comm);
   bool fresh = true;  // neither resumed nor given initial weights
@@ -211,8 +214,11 @@ int train(const Config& cfg, MPI_Comm comm) {
     return progress;
   });
   // Collective under ZeRO (gathers), so outside the agreement above, which may leave early on one rank's error.
+  double initialization_s = -1;
   if (fresh) {
+    const auto initialization_start = Clock::now();
     state.initialize(cfg.train.seed);
+    initialization_s = seconds_since(initialization_start);
   } else {
     state.loaded();
   }
@@ -242,6 +248,7 @@ int train(const Config& cfg, MPI_Comm comm) {
   const std::string memory_start = memory_table(comm, grid, memory, "at start");
   if (leader) {
     fmt::print("{}", memory_start);
+    fmt::print("{}\n", startup_line(process_age_s(), allocation_s, initialization_s));
     std::fflush(stdout);
   }
   if (progress.step >= cfg.train.steps) {

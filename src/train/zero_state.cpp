@@ -198,7 +198,7 @@ void ZeroState::gather_weights() {
 
 void ZeroState::initialize(std::uint64_t seed) {
   for (std::size_t u = 0; u < layout_.units().size(); ++u) {
-    initialize_range(Vec<float>(weight_shard(u), shard_size(u)), layout_, seed, owned_begin(u));
+    initialize_range(space_, Vec<float>(weight_shard(u), shard_size(u)), layout_, seed, owned_begin(u));
   }
   gather_weights();
 }

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
+#include <vector>
 
 namespace meshtrain {
 namespace {
@@ -13,7 +16,7 @@ namespace {
 std::vector<float> initial_weights(const ModelConfig& m, std::uint64_t seed) {
   ParameterLayout layout(m);
   Buffer<float> weights("weights", layout.total());
-  initialize_parameters(slice(weights, 0, layout.total()), layout, seed);
+  initialize_parameters(ExecSpace(), slice(weights, 0, layout.total()), layout, seed);
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
   return std::vector<float>(host.data(), host.data() + host.extent(0));
 }
@@ -95,7 +98,7 @@ TEST(Init, TensorParallelPiecesEqualTheSingleRankTensor) {
     for (int r = 0; r < tp; ++r) {
       const ParameterLayout layout(m, tp, r);
       Buffer<float> weights("weights", layout.total());
-      initialize_parameters(slice(weights, 0, layout.total()), layout, 17);
+      initialize_parameters(ExecSpace(), slice(weights, 0, layout.total()), layout, 17);
       auto local = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
       for (const TensorInfo& t : layout.tensors()) {
         const TensorInfo& g = single.find(t.name);
@@ -133,7 +136,7 @@ TEST(Init, PipelineStagesEqualTheSingleRankTensors) {
         for (int r = 0; r < tp; ++r) {
           const ParameterLayout layout(m, tp, r, StagePlace{stage, pp});
           Buffer<float> weights("weights", layout.total());
-          initialize_parameters(slice(weights, 0, layout.total()), layout, 23);
+          initialize_parameters(ExecSpace(), slice(weights, 0, layout.total()), layout, 23);
           auto local = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
           for (const TensorInfo& t : layout.tensors()) {
             if (r == 0) holders[t.name] += 1;
@@ -167,6 +170,85 @@ TEST(Init, ColumnParallelQkvHoldsWholeHeads) {
   EXPECT_EQ(w.local_shape[0], 4u);                       // padded vocab 12 / 3
   EXPECT_EQ(w.global_index(1 * 24), 9 * 24);             // row 8 + 1
   EXPECT_EQ(w.global_index(2 * 24), -1);                 // row 10: padding
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+namespace meshtrain {
+namespace {
+
+std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
+
+// What flat element `flat` of `layout` must hold, from the host reference one element at a time:
+// initial_value of its tensor's global index, 0 for vocabulary padding and between tensors.
+std::vector<float> reference_weights(const ParameterLayout& layout, std::uint64_t seed) {
+  std::vector<float> want(layout.total(), 0.0f);
+  for (const TensorInfo& t : layout.tensors()) {
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      const std::int64_t g = t.global_index(i);
+      if (g >= 0) want[t.offset + i] = float(initial_value(seed, t, std::uint64_t(g), layout.model().layers));
+    }
+  }
+  return want;
+}
+
+// The initialisation kernel against the host reference, bit for bit, for every element: whole
+// layouts and ranges cut anywhere (ZeRO shards start and end inside tensors), tensor-parallel
+// pieces with a padded vocabulary, pipeline stages, shard units padded to a multiple of dp.
+TEST(Init, KernelEqualsTheHostReferenceForEveryElement) {
+  const ModelConfig m{3, 6, 24, 53, 8};  // vocab 53: padded to 54 rows for tp 2, 3 and 6
+  const std::uint64_t seed = 29;
+  int layouts = 0, checked = 0;
+  for (int tp : {1, 2, 3, 6}) {
+    for (int pp : {1, 2}) {
+      for (int align : {1, 4}) {
+        for (int stage = 0; stage < pp; ++stage) {
+          for (int r = 0; r < tp; r += std::max(1, tp - 1)) {  // first and last tp rank
+            const ParameterLayout layout(m, tp, r, StagePlace{stage, pp}, align);
+            const std::vector<float> want = reference_weights(layout, seed);
+            const std::size_t total = layout.total();
+            Buffer<float> weights("weights", total);
+            Kokkos::deep_copy(weights, -1.0f);  // every element must be written, padding included
+            initialize_parameters(ExecSpace(), slice(weights, 0, total), layout, seed);
+            auto whole = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
+            for (std::size_t i = 0; i < total; ++i) {
+              ASSERT_EQ(bits(whole(i)), bits(want[i])) << "tp " << tp << " rank " << r << " stage " << stage << "/"
+                                                       << pp << " align " << align << " element " << i;
+            }
+            // Ranges of uneven lengths, each its own kernel, tile the flat buffer.
+            for (std::size_t begin = 0, k = 0; begin < total; ++k) {
+              const std::size_t n = std::min(total - begin, std::size_t(1 + (k * 7919 + 13) % 3001));
+              Buffer<float> part("part", n);
+              Kokkos::deep_copy(part, -1.0f);
+              initialize_range(ExecSpace(), slice(part, 0, n), layout, seed, begin);
+              auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), part);
+              for (std::size_t i = 0; i < n; ++i) {
+                ASSERT_EQ(bits(got(i)), bits(want[begin + i])) << "tp " << tp << " range at " << begin << " + " << i;
+              }
+              begin += n;
+              checked += int(n);
+            }
+            ++layouts;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(layouts, 1 * 2 * (1 + 2) + 3 * 2 * 2 * (1 + 2));  // tp 1: one rank; tp 2, 3, 6: two
+  EXPECT_GT(checked, 0);
+}
+
+// Millions of elements (GPT-2's vocabulary, narrow): enough that the kernel's library-function
+// fallback (about 4 elements in 10^4) runs hundreds of times, each bitwise the reference.
+TEST(Init, KernelEqualsTheHostReferenceOnMillionsOfElements) {
+  const ParameterLayout layout(ModelConfig{1, 1, 64, 50257, 16});
+  const std::vector<float> want = reference_weights(layout, 1337);
+  Buffer<float> weights("weights", layout.total());
+  initialize_parameters(ExecSpace(), slice(weights, 0, layout.total()), layout, 1337);
+  auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), weights);
+  ASSERT_GT(layout.total(), 3000000u);
+  for (std::size_t i = 0; i < layout.total(); ++i) ASSERT_EQ(bits(got(i)), bits(want[i])) << "element " << i;
 }
 
 }  // namespace
