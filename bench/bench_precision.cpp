@@ -7,6 +7,7 @@
 // all threads): on a machine shared with other jobs the CPU time is the steadier of the two.
 //
 // usage: bench_precision [--shape L H C V T B] [--repeats R]
+#include "kernels/blas_info.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/gpt2.hpp"
 
@@ -94,7 +95,9 @@ int main(int argc, char** argv) {
       fmt::print("{{\"precision\": \"{}\", {}, \"step_ms\": {:.2f}, \"step_cpu_ms\": {:.2f}, \"cpu_vs_fp32\": {:.2f}}}\n",
                  name, shape, 1e3 * t.wall, 1e3 * t.cpu, t.cpu / fp32.cpu);
     }
-    fmt::print("{{\"gemm_workspace_bytes\": {}}}\n", gemm_workspace_bytes());
+    const BlasInfo blas = blas_info();
+    fmt::print("{{\"gemm_workspace_bytes\": {}, \"blas\": \"{}\", \"blas_kernels\": \"{}\", \"blas_threads\": {}}}\n",
+               gemm_workspace_bytes(), blas.library, blas.core, blas.threads);
     release_gemm_workspace();
   }
   Kokkos::finalize();

@@ -1,10 +1,12 @@
 // The sgemm rate this machine reaches through meshtrain's GEMM dispatch: the roofline that the
-// training benchmark is compared with. Prints one JSON line.
+// training benchmark is compared with. Prints one JSON line, with the BLAS that ran: library,
+// kernel set (OpenBLAS's core: OPENBLAS_CORETYPE or its own choice) and threads.
 //
 // usage: bench_sgemm [--model-shapes N C V] [--seconds S]
 // With --model-shapes it times the GEMMs of one GPT-2 block at N rows (B·T) and C channels plus the
 // output head over V (the products that dominate a training step, forward and backward), else a
 // square 2048 product.
+#include "kernels/blas_info.hpp"
 #include "kernels/gemm.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -88,6 +90,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  fmt::print("{{\"sgemm_flops_per_s\": {:.6g}, \"shapes\": \"{}\"}}\n", run(products, seconds), what);
+  const double rate = run(products, seconds);
+  const BlasInfo blas = blas_info();
+  fmt::print("{{\"sgemm_flops_per_s\": {:.6g}, \"shapes\": \"{}\", \"blas\": \"{}\", \"blas_kernels\": \"{}\", "
+             "\"blas_threads\": {}}}\n",
+             rate, what, blas.library, blas.core, blas.threads);
   return 0;
 }

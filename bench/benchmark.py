@@ -63,8 +63,9 @@ def main():
     n_rows = shape["batch"] * shape["seq_len"]
     binary = os.path.join(args.build, "bin")
 
-    sgemm = run_json([os.path.join(binary, "bench_sgemm"), "--model-shapes", str(n_rows),
-                      str(shape["d_model"]), str(shape["vocab"]), "--seconds", "3"])["sgemm_flops_per_s"]
+    roofline = run_json([os.path.join(binary, "bench_sgemm"), "--model-shapes", str(n_rows),
+                         str(shape["d_model"]), str(shape["vocab"]), "--seconds", "3"])
+    sgemm = roofline["sgemm_flops_per_s"]
 
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "tokens.bin")
@@ -92,6 +93,9 @@ def main():
           f"C{shape['d_model']} V{shape['vocab']} T{shape['seq_len']}, {shape['batch']}x{shape['seq_len']} "
           f"tokens/step, fp32, {os.cpu_count()} cores")
     print(f"flops per token (6N + 6LCT): {flops_per_token / 1e6:.2f} M")
+    print(f"meshtrain's BLAS: {roofline['blas']}, kernels {roofline['blas_kernels'] or '-'}, "
+          f"{roofline['blas_threads']} threads (OPENBLAS_CORETYPE {os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
+          f"PyTorch's: {torch['blas']}, kernels {torch['blas_kernels'] or '-'}")
     print(f"sgemm on the model's GEMM shapes: {sgemm / 1e9:.1f} GFLOP/s")
     print(f"{'':15} {'tokens/s':>10} {'GFLOP/s':>9} {'of sgemm':>9}")
     for name, tps in rows:
@@ -101,7 +105,9 @@ def main():
     print(json.dumps({"meshtrain_tokens_per_s": ours_tps, "torch_tokens_per_s": torch["tokens_per_s"],
                       "sgemm_flops_per_s": sgemm, "flops_per_token": flops_per_token,
                       "meshtrain_fraction_of_sgemm": ours_tps * flops_per_token / sgemm,
-                      "torch_fraction_of_sgemm": torch["tokens_per_s"] * flops_per_token / sgemm}))
+                      "torch_fraction_of_sgemm": torch["tokens_per_s"] * flops_per_token / sgemm,
+                      "blas": roofline["blas"], "blas_kernels": roofline["blas_kernels"],
+                      "torch_blas": torch["blas"], "torch_blas_kernels": torch["blas_kernels"]}))
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ Threads: Debian's torch 1.13 does its fp32 GEMMs in the system BLAS (libblas.so.
 OpenBLAS, pthread build), whose threads are set by OPENBLAS_NUM_THREADS when the library loads;
 torch.set_num_threads only sets ATen's OpenMP threads (elementwise ops, softmax, layernorm...).
 --blas_threads sets OPENBLAS_NUM_THREADS before torch is imported. Defaults are the fastest
-setting measured on the 2-core build machine: --threads 1 --blas_threads 2.
+setting measured on the 2-core build machine: --threads 1 --blas_threads 2. The JSON names the
+BLAS library the process loaded and, for OpenBLAS, the kernel set it runs (OPENBLAS_CORETYPE or
+its own choice), as meshtrain's benchmarks do.
 
 usage: /usr/bin/python3 bench/torch_gpt2_bench.py [--layers 6 --heads 6 --d_model 384 --vocab 256
        --seq_len 256 --batch 8 --steps 10 --warmup 2 --threads 1 --blas_threads 2]
 """
 import argparse
+import ctypes
 import json
 import os
 import sys
@@ -41,6 +44,19 @@ import torch  # noqa: E402  (after OPENBLAS_NUM_THREADS is set)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "oracle"))
 import gpt2_torch  # noqa: E402
+
+
+def loaded_blas():
+    """(library file, OpenBLAS kernel set or "") of the BLAS this process has loaded, from /proc/self/maps."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "/" in line}
+    blas = sorted(p for p in paths if "blas" in os.path.basename(p).lower())
+    for path in blas:
+        lib = ctypes.CDLL(path)
+        if hasattr(lib, "openblas_get_corename"):
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return os.path.realpath(path), lib.openblas_get_corename().decode()
+    return (os.path.realpath(blas[0]) if blas else "unknown"), ""
 
 
 def main():
@@ -70,6 +86,7 @@ def main():
         step()
     step_time = (time.perf_counter() - t0) / max(1, args.steps)
 
+    blas = loaded_blas()
     n_params = sum(p.numel() for p in model.parameters())      # wte is one tensor: counted once
     flops_per_token = 6 * n_params + 6 * L * C * T
     tokens_per_s = B * T / step_time
@@ -77,7 +94,7 @@ def main():
                       "model_flops_per_s": flops_per_token * tokens_per_s, "flops_per_token": flops_per_token,
                       "params": n_params, "threads": args.threads,
                       "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
-                      "torch": torch.__version__}))
+                      "torch": torch.__version__, "blas": blas[0], "blas_kernels": blas[1]}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // meshtrain: one binary, several commands (interface section 1).
 //
-// MPI and Kokkos live for the whole process. Bad input (InputError) exits 2 with the message;
+// MPI and Kokkos live for the whole process (but for `blas`, which asks the libraries only and
+// may run inside a launcher's task before the rank does). Bad input (InputError) exits 2 with the message;
 // any other failure exits 1. With several ranks, an error on one rank aborts them all, so that
 // no rank is left waiting in a collective.
 #include "commands/commands.hpp"
@@ -29,6 +30,7 @@ constexpr const char* usage =
     "                                                           per-rank memory and step time of a layout\n"
     "  inspect  FILE                                            describe a checkpoint\n"
     "  export   FILE --format safetensors --out OUT             the model for other tools\n"
+    "  blas     [--openblas-coretype]                           which BLAS runs; the OPENBLAS_CORETYPE this CPU needs\n"
     "\n"
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job).\n";
@@ -43,10 +45,24 @@ int finish(int code, int world, bool agreed) {
   return code;
 }
 
+// A command that needs neither MPI nor Kokkos, with main's exit codes.
+int run_alone(const char* name, int (*command)(const meshtrain::Args&), const meshtrain::Args& args) {
+  try {
+    return command(args);
+  } catch (const meshtrain::InputError& e) {
+    fmt::print(stderr, "meshtrain {}: error: {}\n", name, e.what());
+    return meshtrain::exit_code::bad_input;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshtrain {}: failure: {}\n", name, e.what());
+    return meshtrain::exit_code::failure;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace meshtrain;
+  if (argc >= 2 && std::string(argv[1]) == "blas") return run_alone("blas", blas_command, Args(argv + 2, argv + argc));
   // Threads: background checkpoint saves (checkpoint.async) run collectives on a thread of their own.
   int threads = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads);

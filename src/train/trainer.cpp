@@ -6,6 +6,7 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/token_shard.hpp"
+#include "kernels/blas_info.hpp"
 #include "model/gpt2.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/comm.hpp"
@@ -244,6 +245,11 @@ int train(const Config& cfg, MPI_Comm comm) {
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", stream.size(), stream.paths().size(),
                order.windows(), cfg.data.order);
     fmt::print("{}\n", effective_batch_line(B, dp, accum, T));
+    // The library behind every GEMM, and the fix when OpenBLAS runs generic kernels here.
+    const BlasInfo blas = blas_info();
+    fmt::print("{}\n", blas_line(blas));
+    const std::string blas_advice = blas_warning(blas, host_cpu_vectors());
+    if (!blas_advice.empty()) fmt::print("{}\n", blas_advice);
   }
   const std::string memory_start = memory_table(comm, grid, memory, "at start");
   if (leader) {

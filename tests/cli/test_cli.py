@@ -89,11 +89,11 @@ def train_args(overrides=None, raw=()):
     return args + list(raw)
 
 
-def run(args, cwd, timeout=60, launcher=()):
-    """Runs meshtrain with args in cwd; stdout and stderr as text."""
+def run(args, cwd, timeout=60, launcher=(), env=None):
+    """Runs meshtrain with args in cwd (env: variables to add to the environment); stdout and stderr as text."""
     try:
         p = subprocess.run(list(launcher) + [MESHTRAIN] + [str(a) for a in args], cwd=cwd, capture_output=True,
-                           timeout=timeout)
+                           timeout=timeout, env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"meshtrain {' '.join(map(str, args))} hung: no exit after {timeout} s") from e
     p.stdout_bytes = p.stdout
@@ -688,8 +688,29 @@ class Signals(CliCase):
 
 # --- 4. commands -----------------------------------------------------------------------------------
 
+def cpu_fitting_openblas_core():
+    """The OPENBLAS_CORETYPE that fits this CPU by /proc/cpuinfo (SkylakeX with AVX-512, else Zen on AMD
+    or Haswell with AVX2 and FMA), or None: written from the flags, not from the binary's cpuid test."""
+    flags, vendor = set(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+                if key.strip() == "vendor_id" and not vendor:
+                    vendor = value.strip()
+    except OSError:
+        return None
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Zen" if vendor == "AuthenticAMD" else "Haswell"
+    return None
+
+
 class Commands(CliCase):
-    """prepare, inspect, sample and train --help."""
+    """prepare, inspect, sample, blas and train --help."""
 
     group = "commands"
 
@@ -787,6 +808,47 @@ class Commands(CliCase):
         wte = h5_tensors(self.path("ck", "step_00000003.h5"), ("model",))["model/wte.weight"]
         self.assertEqual(wte.shape, (256, 16), "model.d_model: the command line wins over the INI")
         self.assertIn("effective batch = micro_batch 2 × dp 1 × accum 4 = 8 sequences (128 tokens)", p.stdout)
+
+    def test_blas_named_at_start(self):
+        random_shard(self.path("shard.bin"), 500)
+        p = self.run_ok(train_args({"data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": 1}))
+        line = re.search(r"(?m)^BLAS: .+$", p.stdout)
+        self.assertIsNotNone(line, f"no BLAS line at start\n{describe(p)}")
+        if "OpenBLAS" in line.group(0):
+            self.assertRegex(line.group(0), r"^BLAS: OpenBLAS [\d.]+, kernels \w+, \d+ threads?$")
+        self.assertRegex(p.stdout, r"(?m)^start-up [\d.]+ s \(process start to the first step\): state allocated in "
+                                   r"[\d.]+ s, weights initialised in [\d.]+ s$")
+
+    def test_blas_warns_on_generic_kernels_with_the_fix(self):
+        """OpenBLAS's generic Prescott kernels on a CPU with AVX2 or AVX-512: the trainer warns and names the
+        OPENBLAS_CORETYPE that fits, `blas --openblas-coretype` prints it; with that core, neither."""
+        if "OPENBLAS_CORETYPE" in os.environ:
+            self.skipTest(f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} is set for this run: not changed")
+        fix = cpu_fitting_openblas_core()
+        if fix is None:
+            self.skipTest("this CPU has neither AVX2 with FMA nor AVX-512: Prescott's kernels are no worse here")
+        if "OpenBLAS" not in self.run_ok(["blas"]).stdout:
+            self.skipTest("this build's BLAS is not OpenBLAS")
+        random_shard(self.path("shard.bin"), 500)
+        keys = {"data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": 1, "checkpoint.resume": "never"}
+
+        generic = {"OPENBLAS_CORETYPE": "Prescott"}
+        p = self.run_ok(train_args(keys), env=generic)
+        self.assertIn("BLAS: OpenBLAS", p.stdout)
+        self.assertIn(", kernels Prescott,", p.stdout)
+        self.assertIn("warning: OpenBLAS runs its Prescott kernels", p.stdout, describe(p))
+        self.assertIn(f"HINT: export OPENBLAS_CORETYPE={fix} ", p.stdout, describe(p))
+        self.assertEqual(self.run_ok(["blas", "--openblas-coretype"], env=generic).stdout, f"{fix}\n")
+        self.assertIn(f"HINT: export OPENBLAS_CORETYPE={fix} ", self.run_ok(["blas"], env=generic).stdout)
+
+        fitting = {"OPENBLAS_CORETYPE": fix}
+        p = self.run_ok(train_args(keys), env=fitting)
+        self.assertIn(f", kernels {fix},", p.stdout, describe(p))
+        self.assertNotIn("warning: OpenBLAS", p.stdout + p.stderr, describe(p))
+        self.assertEqual(self.run_ok(["blas", "--openblas-coretype"], env=fitting).stdout, "")
+
+    def test_blas_bad_option(self):
+        self.assert_bad_input(run(["blas", "--core"], self.dir), "--core")
 
     def test_train_help_lists_interface_keys(self):
         p = self.run_ok(["train", "--help"])
