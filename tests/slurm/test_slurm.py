@@ -19,7 +19,8 @@ Four groups, one ctest entry each:
            mpiexec may do when the ranks exit 3) is requeued until the steps are done; bad input
            (exit 2) is not requeued; a job ended by scancel stays ended though its ranks exit 3;
            one GPU per rank (a stand-in nvidia-smi and binary: the node's GPUs under srun, GPUs
-           granted in CUDA_VISIBLE_DEVICES under mpiexec, MESHTRAIN_GPU_BIND=none);
+           granted in CUDA_VISIBLE_DEVICES under mpiexec, MESHTRAIN_GPU_BIND=none); OPENBLAS_CORETYPE
+           on every rank as a stand-in binary's `blas --openblas-coretype` names it, unless set;
            local_cluster.sh start and status are idempotent.
 
     test_slurm.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group {requeue,signal,chain,guards,all}]
@@ -347,8 +348,10 @@ class Chain(SlurmCase):
 # --- guards ------------------------------------------------------------------------------------------
 
 FAKE_MESHTRAIN = """#!/usr/bin/env bash
-# Stands in for meshtrain: moves ck/latest on by ADVANCE steps (none if 0) and exits with CODE.
+# Stands in for meshtrain: moves ck/latest on by ADVANCE steps (none if 0) and exits with CODE;
+# `blas` (asked before each rank starts) names no OPENBLAS_CORETYPE.
 set -euo pipefail
+[[ ${1-} == blas ]] && exit 0
 step=0
 if [[ -r ck/latest && $(<ck/latest) =~ ^step_([0-9]+)\\.h5$ ]]; then
   step=$((10#${BASH_REMATCH[1]}))
@@ -362,8 +365,10 @@ exit CODE
 """
 
 
-# Stands in for meshtrain on every rank: says which GPUs it sees, and leaves training done.
+# Stands in for meshtrain on every rank: says which GPUs it sees, and leaves training done; `blas`
+# names no OPENBLAS_CORETYPE.
 FAKE_RANK = """#!/usr/bin/env bash
+[[ ${1-} == blas ]] && exit 0
 local=${MPI_LOCALRANKID:-${SLURM_LOCALID:-?}}
 echo "rank with local index $local sees CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
 mkdir -p ck
@@ -375,8 +380,42 @@ for i in 0 1 2 3; do echo "GPU $i: Fake GPU (UUID: GPU-0000000$i)"; done
 """
 
 
+# Stands in for meshtrain on every rank: `blas --openblas-coretype` names a kernel set for this node,
+# train says which one the rank runs with, and leaves training done.
+FAKE_BLAS_RANK = """#!/usr/bin/env bash
+if [[ ${1-} == blas ]]; then
+  echo Haswell
+  exit 0
+fi
+echo "rank ${SLURM_PROCID:-${PMI_RANK:-?}} runs with OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-unset}"
+mkdir -p ck
+echo step_00000016.h5 > ck/latest
+"""
+
+
 class Guards(SlurmCase):
     group = "guards"
+
+    def openblas_coretype(self, **env):
+        path = self.path("blas-meshtrain")
+        with open(path, "w") as f:
+            f.write(FAKE_BLAS_RANK)
+        os.chmod(path, 0o755)
+        log = self.assert_job(self.wait_job(self.sbatch([], env=self.env(MESHTRAIN_BIN=path, **env))), "COMPLETED", 0,
+                              restarts=0)
+        return log, re.findall(r"^rank \S+ runs with OPENBLAS_CORETYPE=(\S+)$", log, re.M)
+
+    def test_openblas_coretype_set_per_rank_where_unset(self):
+        # Each rank asks the binary on its node, and runs with the kernel set it names.
+        if "OPENBLAS_CORETYPE" in SLURM_ENV:
+            self.skipTest(f"OPENBLAS_CORETYPE={SLURM_ENV['OPENBLAS_CORETYPE']} is set for this run: not changed")
+        log, seen = self.openblas_coretype()
+        self.assertEqual(seen, ["Haswell"] * 4, log[-3000:])
+
+    def test_openblas_coretype_kept_where_set(self):
+        kept = SLURM_ENV.get("OPENBLAS_CORETYPE", "Zen")
+        log, seen = self.openblas_coretype(OPENBLAS_CORETYPE=kept)
+        self.assertEqual(seen, [kept] * 4, log[-3000:])
 
     def gpu_binding(self, launcher, **env):
         bindir = self.path("bin")
