@@ -1,0 +1,97 @@
+// How fast fresh initialisation fills a model here: the initialisation kernel over the whole
+// layout against the host reference (initial_value, one element at a time, as start-up ran before
+// the kernel) on a prefix of it. Prints one JSON line.
+//
+// Each figure is the best of R runs, in wall time and in this process's CPU time (user + system):
+// on a machine shared with other jobs the CPU time is the steadier of the two. The weights are
+// touched once before timing, so page faults are not counted.
+//
+// usage: bench_init [--shape L H C V T] [--repeats R] [--reference-elements N]
+#include "model/init.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace {
+
+using namespace meshtrain;
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+struct Timing {
+  double wall = std::numeric_limits<double>::infinity(), cpu = std::numeric_limits<double>::infinity();
+};
+
+template <class F>
+Timing best_of(int repeats, F&& run) {
+  Timing best;
+  for (int r = 0; r < repeats; ++r) {
+    const double cpu0 = cpu_seconds();
+    const auto wall0 = std::chrono::steady_clock::now();
+    run();
+    best.wall = std::min(best.wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
+    best.cpu = std::min(best.cpu, cpu_seconds() - cpu0);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  ModelConfig m{12, 12, 768, 50257, 1024};  // GPT-2 124M
+  int repeats = 3;
+  std::size_t reference_elements = std::size_t(1) << 22;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--shape" && i + 5 < argc) {
+      m = ModelConfig{std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), std::atoi(argv[i + 4]),
+                      std::atoi(argv[i + 5])};
+      i += 5;
+    } else if (arg == "--repeats" && i + 1 < argc) {
+      repeats = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--reference-elements" && i + 1 < argc) {
+      reference_elements = std::size_t(std::atoll(argv[++i]));
+    } else {
+      fmt::print(stderr, "usage: bench_init [--shape L H C V T] [--repeats R] [--reference-elements N]\n");
+      return 2;
+    }
+  }
+  const ParameterLayout layout(m);
+  const std::size_t n = layout.total();
+  ExecSpace space;
+  Buffer<float> weights("meshtrain::bench::weights", n);
+  const Timing kernel =
+      best_of(repeats, [&] { initialize_parameters(space, slice(weights, 0, n), layout, 1337); });
+
+  // The reference over the first elements of the layout (wte's).
+  const TensorInfo& first = layout.tensors().front();
+  const std::size_t sample = std::min(reference_elements, first.numel);
+  auto host = Kokkos::create_mirror_view(weights);
+  const Timing reference = best_of(repeats, [&] {
+    for (std::size_t i = 0; i < sample; ++i) {
+      const std::int64_t g = first.global_index(i);
+      host(i) = g < 0 ? 0.0f : float(initial_value(1337, first, std::uint64_t(g), m.layers));
+    }
+  });
+
+  const double kernel_rate = double(n) / kernel.cpu, reference_rate = double(sample) / reference.cpu;
+  fmt::print("{{\"parameters\": {}, \"execution_space\": \"{}\", \"kernel_s\": {:.4f}, \"kernel_cpu_s\": {:.4f}, "
+             "\"kernel_ns_per_element\": {:.2f}, \"reference_ns_per_element\": {:.2f}, "
+             "\"reference_s_for_all\": {:.3f}, \"speedup\": {:.2f}}}\n",
+             n, ExecSpace::name(), kernel.wall, kernel.cpu, 1e9 / kernel_rate, 1e9 / reference_rate,
+             double(n) / reference_rate, kernel_rate / reference_rate);
+  return 0;
+}
