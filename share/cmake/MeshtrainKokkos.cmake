@@ -4,7 +4,8 @@
 # Clusters bring Kokkos 4.x/5.x with a working KokkosConfig.cmake: then meshtrain::kokkos is its
 # Kokkos::kokkos. Debian 12 ships Kokkos 3.4 inside Trilinos, whose KokkosConfig.cmake points at a
 # non-existent /usr/lib/include: for any 3.x we build the target by hand from Kokkos_Core.hpp
-# (Debian: /usr/include/trilinos) and the core library (Debian: libtrilinos_kokkoscore).
+# (Debian: /usr/include/trilinos) and the core library (Debian: libtrilinos_kokkoscore), or from
+# KOKKOS_FALLBACK_INCLUDE_DIR and KOKKOS_FALLBACK_CORE_LIBRARY when set (the `openmp` preset).
 # MESHTRAIN_KOKKOS_FROM_CONFIG says which way it was found.
 #
 # An imported target, not a project one, so that meshtrain's exported targets name it and the
@@ -33,4 +34,11 @@ endif()
 find_package(Threads REQUIRED)
 target_include_directories(meshtrain::kokkos SYSTEM INTERFACE "${KOKKOS_FALLBACK_INCLUDE_DIR}")
 target_link_libraries(meshtrain::kokkos INTERFACE "${KOKKOS_FALLBACK_CORE_LIBRARY}" Threads::Threads ${CMAKE_DL_LIBS})
+# A Kokkos with the OpenMP backend (share/scripts/kokkos-openmp.sh) puts `omp` pragmas in its headers.
+file(STRINGS "${KOKKOS_FALLBACK_INCLUDE_DIR}/KokkosCore_config.h" _meshtrain_kokkos_openmp
+     REGEX "^#define KOKKOS_ENABLE_OPENMP$")
+if(_meshtrain_kokkos_openmp)
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  target_link_libraries(meshtrain::kokkos INTERFACE OpenMP::OpenMP_CXX)
+endif()
 message(STATUS "Kokkos (fallback module): ${KOKKOS_FALLBACK_INCLUDE_DIR}, ${KOKKOS_FALLBACK_CORE_LIBRARY}")

@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
 # Installs what meshtrain needs on Debian 12 (bookworm), skipping what is already there.
 # Used by the quickstart and the test runner; safe to run again.
+#
+#   share/scripts/setup.sh [--kokkos-openmp]
+#
+# --kokkos-openmp also builds the multi-threaded Kokkos that the `openmp` preset compiles against
+# (share/scripts/kokkos-openmp.sh: /opt/meshtrain/kokkos-3.4.1-openmp; tests/run.sh asks for it).
 set -euo pipefail
+
+kokkos_openmp=0
+for arg in "$@"; do
+  case $arg in
+    --kokkos-openmp) kokkos_openmp=1 ;;
+    *) echo "setup: unknown option '$arg' (known: --kokkos-openmp)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   # toolchain
@@ -36,4 +49,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+if ((kokkos_openmp)); then
+  "$(dirname "$0")/kokkos-openmp.sh"
 fi

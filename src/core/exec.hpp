@@ -8,6 +8,7 @@
 #include "core/kokkos_compat.hpp"
 
 #include <cstddef>
+#include <cstdlib>
 
 namespace meshtrain {
 
@@ -33,6 +34,26 @@ Vec<Real> slice(const Buffer<Real>& buf, std::size_t offset, std::size_t count) 
 template <class Real>
 Vec<Real> slice(const Vec<Real>& buf, std::size_t offset, std::size_t count) {
   return Vec<Real>(buf.data() + offset, count);
+}
+
+// The policy of the team kernels (row-wise ones, column-block sums): a league of `teams` teams of
+// Kokkos' recommended size. That is a multiple of the warp on a GPU but one thread on a host
+// (Kokkos without hwloc), where the team-level code (TeamThreadRange reductions, team barriers,
+// scratch sums) then never runs on two threads at once. MESHTRAIN_TEAM_SIZE=n asks for teams of n
+// threads instead (at most the space's concurrency; read once): the `openmp` test pass runs the
+// kernels with n = 2, so that a race inside a team shows on the host as it would on a GPU.
+inline int requested_team_size() {
+  static const int size = [] {
+    const char* value = std::getenv("MESHTRAIN_TEAM_SIZE");
+    return value != nullptr ? std::atoi(value) : 0;
+  }();
+  return size;
+}
+
+inline Kokkos::TeamPolicy<ExecSpace> team_policy(const ExecSpace& space, int teams) {
+  const int size = requested_team_size();
+  if (size <= 0) return Kokkos::TeamPolicy<ExecSpace>(space, teams, Kokkos::AUTO);
+  return Kokkos::TeamPolicy<ExecSpace>(space, teams, size < space.concurrency() ? size : space.concurrency());
 }
 
 // Kernels assert at compile time that the execution space can reach the views' memory.

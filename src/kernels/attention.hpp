@@ -39,7 +39,7 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::attention::softmax_forward",
-      Kokkos::TeamPolicy<ExecSpace>(space, rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+      team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
@@ -79,7 +79,7 @@ void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> 
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
       "meshtrain::attention::softmax_backward",
-      Kokkos::TeamPolicy<ExecSpace>(space, rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+      team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;

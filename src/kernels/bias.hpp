@@ -26,7 +26,7 @@ void add_bias(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<R
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::bias::forward", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      "meshtrain::bias::forward", team_policy(space, N),
       KOKKOS_LAMBDA(const Team& team) {
         const long row = static_cast<long>(team.league_rank()) * OC;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC),
@@ -45,7 +45,7 @@ void bias_backward(const ExecSpace& space, Vec<Real> dbias, CVec<std::type_ident
   const int blocks = (OC + kBiasColumnBlock - 1) / kBiasColumnBlock;
   Kokkos::parallel_for(
       "meshtrain::bias::backward",
-      Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO)
+      team_policy(space, blocks)
           .set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(kBiasColumnBlock))),
       KOKKOS_LAMBDA(const Team& team) {
         const int o0 = team.league_rank() * kBiasColumnBlock;

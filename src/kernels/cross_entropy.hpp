@@ -36,7 +36,7 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
   constexpr bool keep_exponentials = !is_low_precision_v<Real>;
   Kokkos::parallel_for(
       "meshtrain::cross_entropy::forward_backward",
-      Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+      team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * V;
         const int target = targets(n);
@@ -87,7 +87,9 @@ struct Square {
 };
 
 // Σ_i term(x[i]), accumulated in double in a fixed order: fixed chunks summed in index order, and
-// the chunk sums combined by Kokkos' reduction, whose order is fixed for a given backend and size.
+// the chunk sums combined by Kokkos' reduction, whose order is fixed for a given backend, thread
+// count and size (on OpenMP each thread sums a contiguous run of chunks, so another thread count
+// may change the last bits).
 template <class Real, class Term>
 double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long n, Term term) {
   static_assert(reachable_v<CVec<Real>>);
@@ -107,7 +109,7 @@ double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long
 
 }  // namespace detail
 
-// Σ_i x[i], in double, in a fixed order (deterministic on every backend), returned in
+// Σ_i x[i], in double, in a fixed order (deterministic for a given backend and thread count), returned in
 // accum_t<Real> (float for 16-bit x).
 template <class Real>
 accum_t<Real> sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {

@@ -41,7 +41,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::encoder::forward", Kokkos::TeamPolicy<ExecSpace>(space, B * T, Kokkos::AUTO),
+      "meshtrain::encoder::forward", team_policy(space, B * T),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const int t = n % T;
@@ -71,7 +71,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
   // thread in row order: no race, and the same order every run.
   Kokkos::parallel_for(
       "meshtrain::encoder::backward_wte",
-      Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+      team_policy(space, blocks), KOKKOS_LAMBDA(const Team& team) {
         const int c0 = team.league_rank() * kEncoderColumnBlock;
         const int c1 = c0 + kEncoderColumnBlock < C ? c0 + kEncoderColumnBlock : C;
         for (int n = 0; n < N; ++n) {
@@ -86,7 +86,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
   // dwpe[t,c]: one team per position, summing the batch in order into one accumulator per channel
   // (rounded to Real once, not once per sequence).
   Kokkos::parallel_for(
-      "meshtrain::encoder::backward_wpe", Kokkos::TeamPolicy<ExecSpace>(space, T, Kokkos::AUTO),
+      "meshtrain::encoder::backward_wpe", team_policy(space, T),
       KOKKOS_LAMBDA(const Team& team) {
         const int t = team.league_rank();
         const long p = static_cast<long>(t) * C;

@@ -34,7 +34,7 @@ void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>>
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::layernorm::forward", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      "meshtrain::layernorm::forward", team_policy(space, N),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
@@ -72,7 +72,7 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::layernorm::backward_input", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      "meshtrain::layernorm::backward_input", team_policy(space, N),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
@@ -101,7 +101,7 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
   const std::size_t scratch_bytes = 2 * Scratch::shmem_size(kLayerNormColumnBlock);
   Kokkos::parallel_for(
       "meshtrain::layernorm::backward_params",
-      Kokkos::TeamPolicy<ExecSpace>(space, blocks, Kokkos::AUTO)
+      team_policy(space, blocks)
           .set_scratch_size(0, Kokkos::PerTeam(scratch_bytes)),
       KOKKOS_LAMBDA(const Team& team) {
         const int c0 = team.league_rank() * kLayerNormColumnBlock;

@@ -32,7 +32,7 @@ void vocab_parallel_row_max(const ExecSpace& space, Vec<accum_t<Real>> maxes, CV
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::vocab_parallel_cross_entropy::row_max", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      "meshtrain::vocab_parallel_cross_entropy::row_max", team_policy(space, N),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
@@ -55,7 +55,7 @@ void vocab_parallel_row_partials(const ExecSpace& space, Vec<accum_t<Real>> part
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::vocab_parallel_cross_entropy::row_partials", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      "meshtrain::vocab_parallel_cross_entropy::row_partials", team_policy(space, N),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
@@ -94,7 +94,7 @@ void vocab_parallel_finish(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::vocab_parallel_cross_entropy::finish", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      "meshtrain::vocab_parallel_cross_entropy::finish", team_policy(space, N),
       KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;

@@ -3,6 +3,7 @@
 
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
+#include "core/kernel_backend.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/token_shard.hpp"
@@ -238,6 +239,8 @@ int train(const Config& cfg, MPI_Comm comm) {
   const std::string grid_table = topology.describe();
   if (leader) {
     fmt::print("{}\n", grid_table);
+    fmt::print("{}\n", kernel_backend_line());
+    if (const auto warning = wait_policy_warning()) fmt::print("{}\n", *warning);
     fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg.model.layers,
                cfg.model.heads, cfg.model.d_model, cfg.model.vocab, T, ParameterLayout(cfg.model).total() / 1e6);
     // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
