@@ -7,49 +7,18 @@
 // touched once before timing, so page faults are not counted.
 //
 // usage: bench_init [--shape L H C V T] [--repeats R] [--reference-elements N]
+#include "best_time.hpp"
 #include "model/init.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
 
-#include <sys/resource.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <limits>
 #include <string>
 
-namespace {
-
-using namespace meshtrain;
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-struct Timing {
-  double wall = std::numeric_limits<double>::infinity(), cpu = std::numeric_limits<double>::infinity();
-};
-
-template <class F>
-Timing best_of(int repeats, F&& run) {
-  Timing best;
-  for (int r = 0; r < repeats; ++r) {
-    const double cpu0 = cpu_seconds();
-    const auto wall0 = std::chrono::steady_clock::now();
-    run();
-    best.wall = std::min(best.wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
-    best.cpu = std::min(best.cpu, cpu_seconds() - cpu0);
-  }
-  return best;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
+  using namespace meshtrain;
   Kokkos::ScopeGuard kokkos(argc, argv);
   ModelConfig m{12, 12, 768, 50257, 1024};  // GPT-2 124M
   int repeats = 3;
@@ -73,14 +42,14 @@ int main(int argc, char** argv) {
   const std::size_t n = layout.total();
   ExecSpace space;
   Buffer<float> weights("meshtrain::bench::weights", n);
-  const Timing kernel =
-      best_of(repeats, [&] { initialize_parameters(space, slice(weights, 0, n), layout, 1337); });
+  const bench::Timing kernel =
+      bench::best_of(repeats, [&] { initialize_parameters(space, slice(weights, 0, n), layout, 1337); });
 
   // The reference over the first elements of the layout (wte's).
   const TensorInfo& first = layout.tensors().front();
   const std::size_t sample = std::min(reference_elements, first.numel);
   auto host = Kokkos::create_mirror_view(weights);
-  const Timing reference = best_of(repeats, [&] {
+  const bench::Timing reference = bench::best_of(repeats, [&] {
     for (std::size_t i = 0; i < sample; ++i) {
       const std::int64_t g = first.global_index(i);
       host(i) = g < 0 ? 0.0f : float(initial_value(1337, first, std::uint64_t(g), m.layers));

@@ -7,6 +7,7 @@
 // all threads): on a machine shared with other jobs the CPU time is the steadier of the two.
 //
 // usage: bench_precision [--shape L H C V T B] [--repeats R]
+#include "best_time.hpp"
 #include "kernels/blas_info.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/gpt2.hpp"
@@ -14,10 +15,6 @@
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <sys/resource.h>
-
-#include <chrono>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -26,15 +23,7 @@ namespace {
 
 using namespace meshtrain;
 
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-struct Timing {
-  double wall, cpu;
-};
+using bench::Timing;
 
 template <class Real>
 Timing seconds_per_step(const ModelConfig& m, int B, int repeats) {
@@ -53,19 +42,15 @@ Timing seconds_per_step(const ModelConfig& m, int B, int repeats) {
   Kokkos::deep_copy(tokens, t);
   const CVec<int> in(tokens.data(), N);
   using Accum = typename Gpt2<Real>::Accum;
-  Timing best{1e30, 1e30};
-  for (int r = 0; r <= repeats; ++r) {  // r = 0 warms up
-    const auto start = std::chrono::steady_clock::now();
-    const double cpu_start = cpu_seconds();
-    model.zero_grads();
-    model.forward(in, in, Accum(1.0 / N));
-    model.backward(in);
-    space.fence();
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double cpu = cpu_seconds() - cpu_start;
-    if (r > 0) best = {std::min(best.wall, wall), std::min(best.cpu, cpu)};
-  }
-  return best;
+  return bench::best_of(
+      repeats,
+      [&] {
+        model.zero_grads();
+        model.forward(in, in, Accum(1.0 / N));
+        model.backward(in);
+        space.fence();
+      },
+      1);
 }
 
 }  // namespace

@@ -45,6 +45,11 @@ MESHTRAIN_HOST_DEVICE std::uint64_t bits_of(double d) {
   memcpy(&u, &d, sizeof u);
   return u;
 }
+MESHTRAIN_HOST_DEVICE double double_of(std::uint64_t u) {
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+}
 
 // double → float rounded to odd (truncate, then set the last bit if anything was cut off). Rounding
 // that result to a format with at least 2 fewer significand bits equals rounding the double directly

@@ -36,8 +36,9 @@ struct Piece {
   std::uint64_t elements() const;
 };
 
-// Piece::global_index's arithmetic in a fixed-size, trivially copyable form that kernels capture
-// (device code has no std::vector): the global row-major index of element `local` of the rank's
+// TensorInfo::global_index's arithmetic in a fixed-size, trivially copyable form: nothing is
+// allocated per call (the initialisation's set-up calls it for every row), and kernels can capture
+// it (device code has no std::vector). The global row-major index of element `local` of the rank's
 // array, or -1 for padding (vocabulary rows past V).
 struct PieceIndex {
   static constexpr int max_dims = 4;

@@ -19,33 +19,16 @@
 // and the caller computes that element through Random123 and the library functions.
 #pragma once
 
+#include "core/half_types.hpp"
 #include "core/kokkos_compat.hpp"
 
 #include <cstdint>
-#include <cstring>
 
 namespace meshtrain::fast_normal {
 
-KOKKOS_INLINE_FUNCTION std::uint64_t bits_of(double x) {
-  std::uint64_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-KOKKOS_INLINE_FUNCTION double double_of(std::uint64_t u) {
-  double x;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
-KOKKOS_INLINE_FUNCTION std::uint32_t bits_of(float x) {
-  std::uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-KOKKOS_INLINE_FUNCTION float float_of(std::uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
+using half_detail::bits_of;
+using half_detail::double_of;
+using half_detail::float_of;
 
 // sin y for |y| ≤ π + 1e-15.
 KOKKOS_INLINE_FUNCTION double sin_reduced(double y) {
