@@ -26,6 +26,9 @@ mkdir -p out/quickstart
 mapfile -t corpus < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 "$meshtrain" prepare --text "${corpus[@]}" --out out/quickstart/fortunes.bin
 
+# On a Kokkos with the OpenMP backend, kernel threads sleep between kernels instead of spinning
+# against OpenBLAS's threads (read when the OpenMP runtime loads: share/docs/usage.md, Threads).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # One rank; the same line under srun or with -n 8 is how larger jobs start.
 mpiexec -n 1 "$meshtrain" train --config jobs/quickstart.ini --checkpoint.resume never
 

@@ -3,14 +3,17 @@
 # optimised (the `release` preset), then under AddressSanitizer and UndefinedBehaviorSanitizer
 # (`debug-asan`; the multi-rank equivalence runs, minutes each there, the peak-RSS check of the
 # planner, whose memory the sanitizers' shadow would falsify, and the Slurm and scaling-study runs,
-# which test scripts rather than the binary's memory, only in the first pass) — and, where
-# the CUDA toolkit is installed, compiles the NCCL backend and runs its test (without a GPU: its
-# error path). `.ci/run` calls exactly this. Extra arguments go to the
-# ctest runs (e.g. -L oracle, -R kernels).
+# which test scripts rather than the binary's memory, only in the first pass) — then runs the
+# kernel, model, oracle and equivalence tests on Kokkos' OpenMP backend with 2 threads (`openmp`:
+# a race between the kernels' teams shows there), and the kernel and model tests once more with
+# teams of 2 threads (MESHTRAIN_TEAM_SIZE=2: a race inside a team, as a GPU would run it), and,
+# where the CUDA toolkit is installed, compiles the NCCL backend and runs its test (without a GPU:
+# its error path). `.ci/run` calls exactly this. Extra arguments go to the ctest runs (e.g. -L
+# oracle, -R kernels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-share/scripts/setup.sh
+share/scripts/setup.sh --kokkos-openmp
 jobs=$(nproc)
 
 cmake --preset release
@@ -20,6 +23,14 @@ ctest --preset release -j "$jobs" "$@"
 cmake --preset debug-asan
 cmake --build --preset debug-asan -j "$jobs"
 ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" "$@"
+
+# Only what these tests run is built (the binary, for the oracle and equivalence runs); the cuBLAS
+# wrapper's test has nothing to do with the host backend and stays in the release pass.
+cmake --preset openmp
+cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
+  test_recompute_tp test_gpt2_tp_low_precision test_gpt2_vs_torch
+ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' -E '^test_cublas_gemm$' "$@"
+MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake --preset nccl
