@@ -25,7 +25,7 @@
 // everyone. The wire carries 16-bit values only, 2 (P − 1)/P · n of them per rank, as a ring
 // allreduce would, and every rank ends with the same bits.
 #include "parallel/comm.hpp"
-#include "parallel/mpi_check.hpp"
+#include "core/mpi_check.hpp"
 
 #include <fmt/format.h>
 

@@ -24,7 +24,7 @@
 // the MPI backend accumulates in fp32 and rounds once. Results can differ from the MPI backend's by
 // a few ulp of the 16-bit type, and between NCCL algorithms and versions.
 #include "parallel/comm.hpp"
-#include "parallel/mpi_check.hpp"
+#include "core/mpi_check.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>

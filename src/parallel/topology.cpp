@@ -28,7 +28,7 @@
 #include "parallel/topology.hpp"
 
 #include "core/errors.hpp"
-#include "parallel/mpi_check.hpp"
+#include "core/mpi_check.hpp"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 // The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
 // rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
 #include "parallel/comm.hpp"
-#include "parallel/mpi_check.hpp"
+#include "core/mpi_check.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -8,7 +8,7 @@
 #include "parallel/topology.hpp"
 
 #include "core/errors.hpp"
-#include "parallel/mpi_check.hpp"
+#include "core/mpi_check.hpp"
 
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
