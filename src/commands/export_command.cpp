@@ -5,7 +5,9 @@
 
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/checkpoint_schema.hpp"
 #include "io/safetensors_writer.hpp"
 
 #include <boost/program_options.hpp>
@@ -38,23 +40,27 @@ int export_command(const Args& args, MPI_Comm comm) {
 
   io::CheckpointReader reader(path, comm);
   int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
   if (rank != 0) return 0;
-  const auto names = reader.datasets("/model");
-  if (names.empty()) input_error("'{}' has no /model group: it is not a meshtrain checkpoint or weights file", path);
+  namespace schema = io::schema;
+  const auto names = reader.datasets(schema::model_group);
+  if (names.empty()) {
+    input_error("'{}' has no {} group: it is not a meshtrain checkpoint or weights file", path, schema::model_group);
+  }
   std::vector<io::NamedTensor> tensors;
   for (const std::string& name : names) {
     io::NamedTensor t;
     t.name = name;
-    t.shape = reader.shape("/model/" + name);
+    const std::string dataset = schema::dataset(schema::model_group, name);
+    t.shape = reader.shape(dataset);
     std::uint64_t n = 1;
     for (auto d : t.shape) n *= d;
     t.values.resize(n);
-    reader.read(io::TensorSlab::whole("/model/" + name, t.shape), t.values.data());
+    reader.read(io::TensorSlab::whole(dataset, t.shape), t.values.data());
     tensors.push_back(std::move(t));
   }
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"source", path}};
-  if (auto step = reader.int_attribute("step")) metadata["step"] = std::to_string(*step);
+  if (auto step = reader.int_attribute(schema::attr::step)) metadata[schema::attr::step] = std::to_string(*step);
   io::write_safetensors(out, tensors, metadata);
   fmt::print("wrote {} tensors from {} to {}\n", tensors.size(), path, out);
   return 0;

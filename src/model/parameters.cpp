@@ -167,6 +167,11 @@ const TensorInfo& ParameterLayout::find(const std::string& name) const {
   throw std::out_of_range("no parameter named " + name);
 }
 
+bool ParameterLayout::holds_counted_copy(const TensorInfo& t) const {
+  if (t.replicated && tp_rank_ != 0) return false;
+  return t.name != "wte.weight" || place_.first();
+}
+
 template <class Real>
 ParameterTensors<Real> ParameterTensors<Real>::bind(Vec<Real> flat, const ParameterLayout& layout) {
   if (flat.extent(0) < layout.total()) {

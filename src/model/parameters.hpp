@@ -129,6 +129,11 @@ class ParameterLayout {
   const StagePlace& place() const { return place_; }
   int first_layer() const { return first_layer_; }  // global index of this stage's first block
   int stage_layers() const { return end_layer_ - first_layer_; }
+  // Whether this rank's copy of t is the one that counts where a tensor must be taken once: each
+  // tensor-parallel rank's piece of a split tensor counts; a replicated tensor (LayerNorms, wpe, the
+  // c_proj biases: the same on every tp rank) counts on tp rank 0 only; the tied wte on the first
+  // stage only. The checkpoint writes these copies, and the gradient norm adds them.
+  bool holds_counted_copy(const TensorInfo& t) const;
 
  private:
   void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,

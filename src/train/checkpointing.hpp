@@ -1,17 +1,20 @@
-// Saving and loading training state (interface section 3) through io/'s layout-free HDF5 files.
+// Saving and loading training state through io/'s layout-free HDF5 files.
 //
-// The model side of the contract lives here: which tensors a checkpoint holds (/model, and the
-// AdamW moments under /optim), the root attributes, the checks that a file fits the config and
-// that every tensor read back has the checksum it was saved with, which checkpoint `resume auto`
-// takes, and saving in the background. Everything below the tensor records is io/'s business.
+// The model side of the contract lives here: saving the flat states (/model, and the AdamW
+// moments under /optim) with the root attributes, loading them checked against the config and
+// their checksums, which checkpoint `resume auto` takes, and saving in the background. The names
+// in the file are io/checkpoint_schema.hpp's; which datasets and which rank's part of each are
+// train/checkpoint_plan.hpp's; the attributes train/checkpoint_attributes.hpp's.
 //
 // Who writes what: every element once. Within a data-parallel group the ranks' save ranges split
-// each tensor (train/state_source.hpp); replicated tensor-parallel pieces (LayerNorms, row-parallel
-// biases) are written by tensor-parallel rank 0; the tied wte by the first pipeline stage.
+// each tensor (train/state_source.hpp); of a tensor several tensor-parallel ranks or stages hold
+// (LayerNorms, row-parallel biases, the tied wte) the copy ParameterLayout::holds_counted_copy names.
 #pragma once
 
 #include "core/config.hpp"
+#include "core/mpi_check.hpp"
 #include "model/parameters.hpp"
+#include "train/checkpoint_attributes.hpp"
 #include "train/state_source.hpp"
 
 #include <mpi.h>
@@ -24,24 +27,6 @@
 #include <vector>
 
 namespace meshtrain {
-namespace io {
-class CheckpointReader;
-}
-
-inline constexpr const char* checkpoint_format = "meshtrain-checkpoint";
-// 2: every dataset carries a checksum, and samples_seen gives the data position.
-inline constexpr std::int64_t checkpoint_version = 2;
-
-// What a checkpoint carries besides tensors. The schedule derives from `step`, the data position
-// from `samples` (equal to step · global_batch unless the global batch changed between jobs).
-struct TrainingProgress {
-  std::int64_t step = 0;     // completed optimizer steps
-  std::int64_t tokens = 0;   // tokens consumed so far
-  std::int64_t samples = 0;  // sequences consumed so far
-  // fp16's dynamic loss scale and its count of clean steps (0: none stored, start afresh).
-  double loss_scale = 0;
-  std::int64_t loss_scale_clean_steps = 0;
-};
 
 // The flat states a checkpoint holds, as sources that know how each is stored (whole or sharded).
 struct TrainingTensors {
@@ -95,7 +80,7 @@ class Checkpointer {
   const Config& config_;
   const ParameterLayout& layout_;
   MPI_Comm comm_;
-  MPI_Comm background_comm_ = MPI_COMM_NULL;  // the background thread's collectives
+  mpi::OwnedComm background_comm_;  // the background thread's collectives
   bool threads_ = false;
   std::unique_ptr<Snapshot> snapshot_;
   std::future<FinishedSave> in_flight_;
@@ -105,12 +90,5 @@ class Checkpointer {
 // Bytes of host memory a background save copies this rank's pieces of the three states into (the
 // layout padded for ZeRO when zero > 0; dp_rank this rank's place in its data-parallel group).
 std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, int zero);
-
-// Whether a file must carry a checksum on every tensor: a meshtrain checkpoint of version 2 or
-// later (files from other tools, and older ones, carry none).
-bool requires_checksums(const io::CheckpointReader& reader);
-
-// Reads the resolved config stored in a checkpoint (for sample and inspect).
-Config read_checkpoint_config(const std::string& path, MPI_Comm comm);
 
 }  // namespace meshtrain

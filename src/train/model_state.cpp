@@ -27,14 +27,6 @@ std::unique_ptr<ZeroState> sharded_state(const ExecSpace& space, const Config& c
                                      cfg.train.precision != "fp32");
 }
 
-// Every parameter counted once in the gradient norm: a tensor split over the tensor-parallel group
-// adds each rank's piece, a replicated one (LayerNorms, wpe, c_proj biases, identical on every tp
-// rank) is counted on tp rank 0 only, the tied wte on the first stage only.
-bool counted_once(const TensorInfo& t, const ParameterLayout& layout) {
-  if (t.replicated && layout.tp_rank() != 0) return false;
-  return t.name != "wte.weight" || layout.place().first();
-}
-
 AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, double clip, std::int64_t i) {
   return {lr, t.decays ? o.weight_decay : 0.0, o.beta1, o.beta2, o.eps, i + 1, clip};
 }
@@ -203,11 +195,11 @@ double ModelState::grad_norm() {
   const ParameterLayout& layout = layout_;
   double sum = 0;
   if (sharded_) {
-    sum = sharded_->grad_squared_norm([&](const TensorInfo& t) { return counted_once(t, layout); });
+    sum = sharded_->grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
   } else if (group_rank(groups_.dp) == 0) {
     // Data-parallel replicas hold the same reduced gradients: one of them counts.
     for (const TensorInfo& t : layout.tensors()) {
-      if (counted_once(t, layout)) sum += squared_norm<float>(space_, Vec<float>(fp32_grad(t), t.numel), t.numel);
+      if (layout.holds_counted_copy(t)) sum += squared_norm<float>(space_, Vec<float>(fp32_grad(t), t.numel), t.numel);
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world);

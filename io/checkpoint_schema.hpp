@@ -1,0 +1,72 @@
+// The checkpoint schema: every group and attribute name a meshtrain checkpoint holds, its format
+// version and which versions load (share/docs/usage.md, Checkpoints). Saving, loading, `inspect`
+// and `export` spell no name of their own: they take them from here.
+//
+// It lives in io/ because it names groups and attributes, never a model's tensors, and io's own
+// writer stores two of its attributes (each dataset's checksum and the root's checksum
+// algorithm). Which rank writes a tensor depends on the parallel layout, so that rule is
+// ParameterLayout::counts_copy (model/parameters.hpp), the same rule that counts a tensor once
+// in the gradient norm.
+//
+//   /                       root attributes below
+//   /model/<tensor>         the fp32 weights, Hugging Face names ("h.0.attn.c_attn.weight")
+//   /optim/exp_avg/<tensor>     AdamW's first moment
+//   /optim/exp_avg_sq/<tensor>  AdamW's second moment
+//
+// Every dataset is float32 in its global shape and carries attribute `checksum` (uint64,
+// io/tensor_checksum.hpp) from version 2 on.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace meshtrain::io {
+
+class CheckpointReader;
+
+namespace schema {
+
+// Root attribute `format` of every meshtrain checkpoint.
+inline constexpr const char* format_name = "meshtrain-checkpoint";
+// Version 2: every dataset carries a checksum, and samples_seen gives the data position.
+// Version 1 (no checksums, no samples_seen) gives weights (checkpoint.init_weights) but cannot
+// be resumed, as resuming verifies every checksum.
+inline constexpr std::int64_t version = 2;
+inline constexpr std::int64_t first_checksummed_version = 2;
+
+// Groups. The flat training states in the order TrainingTensors lists them.
+inline constexpr const char* model_group = "/model";
+inline constexpr const char* optim_group = "/optim";
+inline constexpr const char* exp_avg_group = "/optim/exp_avg";
+inline constexpr const char* exp_avg_sq_group = "/optim/exp_avg_sq";
+inline constexpr std::array<const char*, 3> state_groups = {model_group, exp_avg_group, exp_avg_sq_group};
+
+// Root attributes.
+namespace attr {
+inline constexpr const char* format = "format";                          // string: format_name
+inline constexpr const char* version = "version";                        // int: schema::version
+inline constexpr const char* step = "step";                              // int: completed optimizer steps
+inline constexpr const char* tokens = "tokens";                          // int: tokens consumed
+inline constexpr const char* samples_seen = "samples_seen";              // int: sequences consumed (v2)
+inline constexpr const char* config = "config";                          // string: the resolved config, INI
+inline constexpr const char* layout = "layout";                          // string: "world=.. dp=.. tp=.. pp=.. zero=.."
+inline constexpr const char* seed = "seed";                              // int: train.seed
+inline constexpr const char* data_order = "data_order";                  // string: data.order
+inline constexpr const char* loss_scale = "loss_scale";                  // real: fp16's dynamic loss scale
+inline constexpr const char* loss_scale_clean_steps = "loss_scale_clean_steps";  // int: its clean steps
+inline constexpr const char* checksum_algorithm = "checksum_algorithm";  // string: io::checksum_algorithm
+}  // namespace attr
+
+// The attribute every dataset carries (uint64).
+inline constexpr const char* checksum_attribute = "checksum";
+
+// "/model" + "wte.weight" -> "/model/wte.weight".
+inline std::string dataset(const char* group, const std::string& tensor) { return std::string(group) + "/" + tensor; }
+
+// Whether a file must carry a checksum on every dataset: a meshtrain checkpoint of
+// first_checksummed_version or later (files from other tools, and older ones, carry none).
+bool requires_checksums(const CheckpointReader& reader);
+
+}  // namespace schema
+}  // namespace meshtrain::io

@@ -1,0 +1,25 @@
+// Checked MPI steps of the checkpoint files (io/impl/collective.hpp).
+#include "io/impl/collective.hpp"
+
+#include "core/mpi_check.hpp"
+
+namespace meshtrain::io::detail {
+
+int rank_of(MPI_Comm comm) {
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
+  return rank;
+}
+
+std::string broadcast_message(const std::string& message, MPI_Comm comm) {
+  unsigned long long length = message.size();
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, 0, comm), same_calls_hint);
+  std::string result = message;
+  result.resize(length);
+  if (length > 0) {
+    MESHTRAIN_MPI_CHECK(MPI_Bcast(result.data(), static_cast<int>(length), MPI_CHAR, 0, comm), same_calls_hint);
+  }
+  return result;
+}
+
+}  // namespace meshtrain::io::detail

@@ -1,0 +1,108 @@
+// A checkpoint's root attributes written and read back checked (train/checkpoint_attributes.hpp).
+#include "train/checkpoint_attributes.hpp"
+
+#include "core/errors.hpp"
+#include "core/mpi_check.hpp"
+#include "io/checkpoint_file.hpp"
+#include "io/checkpoint_schema.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <optional>
+
+namespace meshtrain {
+namespace {
+
+namespace attr = io::schema::attr;
+
+std::string layout_description(MPI_Comm comm, const ParallelConfig& parallel) {
+  int world = 1;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &world), "is the communicator valid?");
+  const int dp = world / (parallel.tp * parallel.pp);
+  return fmt::format("world={} dp={} tp={} pp={} zero={}", world, dp, parallel.tp, parallel.pp, parallel.zero);
+}
+
+void require_same_model(const Config& stored, const Config& wanted, const std::string& path) {
+  const auto& a = stored.model;
+  const auto& b = wanted.model;
+  auto check = [&](const char* key, int have, int want) {
+    if (have != want) {
+      input_error("checkpoint '{}' holds a model with {} = {}, but the config asks for {}: set --{} {} or start "
+                  "from another checkpoint",
+                  path, key, have, want, key, have);
+    }
+  };
+  check("model.layers", a.layers, b.layers);
+  check("model.heads", a.heads, b.heads);
+  check("model.d_model", a.d_model, b.d_model);
+  check("model.vocab", a.vocab, b.vocab);
+  check("model.seq_len", a.seq_len, b.seq_len);
+}
+
+// fp16's loss scale and its clean steps into progress, where the file has both.
+void read_loss_scale(const io::CheckpointReader& reader, const std::string& path, TrainingProgress& progress) {
+  const auto scale = reader.double_attribute(attr::loss_scale);
+  const auto clean = reader.int_attribute(attr::loss_scale_clean_steps);
+  if (!scale || !clean) return;
+  if (!(*scale >= 1) || *clean < 0) {
+    input_error("checkpoint '{}': {} = {} or {} = {} is invalid (a scale >= 1 and a count >= 0 are valid)", path,
+                attr::loss_scale, *scale, attr::loss_scale_clean_steps, *clean);
+  }
+  progress.loss_scale = *scale;
+  progress.loss_scale_clean_steps = *clean;
+}
+
+}  // namespace
+
+Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingProgress& progress) {
+  Attributes a = {{attr::format, std::string(io::schema::format_name)},
+                  {attr::version, io::schema::version},
+                  {attr::step, progress.step},
+                  {attr::tokens, progress.tokens},
+                  {attr::samples_seen, progress.samples},
+                  {attr::config, config.to_ini()},
+                  {attr::layout, layout_description(comm, config.parallel)},
+                  {attr::seed, std::int64_t(config.train.seed)},
+                  {attr::data_order, config.data.order}};
+  if (progress.loss_scale > 0) {
+    a.emplace_back(attr::loss_scale, progress.loss_scale);
+    a.emplace_back(attr::loss_scale_clean_steps, progress.loss_scale_clean_steps);
+  }
+  return a;
+}
+
+TrainingProgress read_progress(const io::CheckpointReader& reader, const Config& config, const std::string& path) {
+  const auto format = reader.string_attribute(attr::format);
+  if (format != io::schema::format_name) {
+    input_error("'{}' is not a meshtrain checkpoint (root attribute {} = '{}', expected '{}')", path, attr::format,
+                format.value_or("<missing>"), io::schema::format_name);
+  }
+  const auto config_text = reader.string_attribute(attr::config);
+  const auto step = reader.int_attribute(attr::step);
+  const auto tokens = reader.int_attribute(attr::tokens);
+  if (!config_text || !step || !tokens || *step < 0 || *tokens < 0) {
+    input_error("checkpoint '{}' lacks the {}, {} or {} attribute, or they are invalid: it cannot be resumed", path,
+                attr::config, attr::step, attr::tokens);
+  }
+  const Config stored = config_from_ini(*config_text, fmt::format("config stored in '{}'", path));
+  require_same_model(stored, config, path);
+  TrainingProgress progress{*step, *tokens};
+  // Version 1 files knew only step · global_batch.
+  progress.samples = reader.int_attribute(attr::samples_seen).value_or(*step * std::int64_t(stored.train.global_batch));
+  if (progress.samples < 0) {
+    input_error("checkpoint '{}': {} = {} is negative", path, attr::samples_seen, progress.samples);
+  }
+  read_loss_scale(reader, path, progress);
+  return progress;
+}
+
+Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {
+  if (!std::filesystem::exists(path)) input_error("checkpoint '{}': no such file", path);
+  io::CheckpointReader reader(path, comm);
+  const auto text = reader.string_attribute(attr::config);
+  if (!text) input_error("'{}' has no {} attribute: it is not a meshtrain checkpoint", path, attr::config);
+  return config_from_ini(*text, fmt::format("config stored in '{}'", path));
+}
+
+}  // namespace meshtrain

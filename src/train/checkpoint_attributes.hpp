@@ -1,0 +1,44 @@
+// A checkpoint's root attributes (io/checkpoint_schema.hpp): the training progress and the run's
+// description as written, and read back checked against the config.
+#pragma once
+
+#include "core/config.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace meshtrain {
+namespace io {
+class CheckpointReader;
+}
+
+// What a checkpoint carries besides tensors. The schedule derives from `step`, the data position
+// from `samples` (equal to step · global_batch unless the global batch changed between jobs).
+struct TrainingProgress {
+  std::int64_t step = 0;     // completed optimizer steps
+  std::int64_t tokens = 0;   // tokens consumed so far
+  std::int64_t samples = 0;  // sequences consumed so far
+  // fp16's dynamic loss scale and its count of clean steps (0: none stored, start afresh).
+  double loss_scale = 0;
+  std::int64_t loss_scale_clean_steps = 0;
+};
+
+using AttributeValue = std::variant<std::string, std::int64_t, double>;
+using Attributes = std::vector<std::pair<std::string, AttributeValue>>;
+
+// The root attributes of a checkpoint of `progress`, written by a run of `config` over `comm`.
+Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingProgress& progress);
+
+// The progress attributes of a checkpoint, checked: a meshtrain checkpoint, of a model of the
+// config's shape, with valid counts. InputError naming `path` otherwise.
+TrainingProgress read_progress(const io::CheckpointReader& reader, const Config& config, const std::string& path);
+
+// Reads the resolved config stored in a checkpoint (for sample and inspect).
+Config read_checkpoint_config(const std::string& path, MPI_Comm comm);
+
+}  // namespace meshtrain

@@ -1,0 +1,105 @@
+// Checkpointer::load and load_weights: each rank reads the pieces it holds, adds the checksums of
+// the parts it would save, and all ranks verify the sums together through io's one verifier
+// (io/checksum_verifier.hpp), the one `meshtrain inspect` uses.
+#include "train/checkpointing.hpp"
+
+#include "core/agreement.hpp"
+#include "core/errors.hpp"
+#include "core/mpi_check.hpp"
+#include "io/checkpoint_file.hpp"
+#include "io/checkpoint_schema.hpp"
+#include "io/checksum_verifier.hpp"
+#include "io/tensor_checksum.hpp"
+#include "train/checkpoint_plan.hpp"
+
+#include <filesystem>
+#include <optional>
+
+namespace meshtrain {
+namespace {
+
+std::vector<StateSource*> sources_of(const TrainingTensors& state) {
+  return {&state.weights, &state.exp_avg, &state.exp_avg_sq};
+}
+
+// Reads each tensor this rank holds into its source and adds the checksum of the part the rank
+// would save (the data-parallel group's parts are disjoint and cover the tensor) into sums[k], k
+// the tensor's dataset in `plan` (planned for the same targets).
+void read_pieces(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
+                 const ParameterLayout& layout, const std::vector<StateSource*>& targets,
+                 std::vector<std::uint64_t>& sums) {
+  const std::size_t per_group = plan.size() / targets.size();
+  for (std::size_t g = 0; g < targets.size(); ++g) {
+    // A stage's tensors come in the order of every stage's (wte first where held), so the dataset
+    // index only moves forward through the group.
+    std::size_t k = g * per_group;
+    for (const TensorInfo& t : layout.tensors()) {
+      StateSource& target = *targets[g];
+      const io::ElementRange load = target.load_range(t);
+      const io::TensorSlab slab = tensor_piece(io::schema::state_groups[g], t, true);
+      float* out = target.load_target(t);
+      reader.read(slab, load, out);
+      while (plan[k].slab.name != slab.name) ++k;
+      if (layout.holds_counted_copy(t)) {
+        const io::ElementRange saved = target.save_range(t);
+        sums[k] += io::partial_checksum(slab, saved, out + (saved.first - load.first));
+      }
+      target.commit_tensor(t);
+    }
+  }
+}
+
+// Every rank's sums added up and verified against the stored checksums; InputError naming the
+// first dataset that differs (or has none) on every rank.
+void verify_sums(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
+                 std::vector<std::uint64_t>& sums, MPI_Comm comm) {
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, comm),
+                      "is every rank loading the same checkpoint?");
+  const std::vector<std::string> names = dataset_names(plan);
+  agree_on_input(comm, [&] {
+    io::verify_checksums(reader, names, [&](std::size_t k) { return sums[k]; }, /*required=*/true);
+  });
+}
+
+}  // namespace
+
+TrainingProgress Checkpointer::load(const std::string& path, const TrainingTensors& state) {
+  std::optional<io::CheckpointReader> reader;
+  agree_on_input(comm_, [&] { reader.emplace(path, comm_); });
+  const std::vector<StateSource*> sources = sources_of(state);
+  const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
+  std::vector<std::uint64_t> sums(plan.size(), 0);
+  // Reads fail on the ranks that read the bad part; all agree before the next collective.
+  const TrainingProgress progress = agree_on_input(comm_, [&] {
+    TrainingProgress p = read_progress(*reader, config_, path);
+    read_pieces(*reader, plan, layout_, sources, sums);
+    return p;
+  });
+  verify_sums(*reader, plan, sums, comm_);
+  return progress;
+}
+
+void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
+  if (!std::filesystem::exists(path)) {
+    input_error("checkpoint.init_weights = '{}': no such file (it must be an HDF5 file with a {} group)", path,
+                io::schema::model_group);
+  }
+  std::optional<io::CheckpointReader> reader;
+  agree_on_input(comm_, [&] { reader.emplace(path, comm_); });
+  // Weights alone. Files from other tools (h5py) carry no checksums.
+  const std::vector<StateSource*> sources = {&weights};
+  const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
+  std::vector<std::uint64_t> sums(plan.size(), 0);
+  const bool checked = agree_on_input(comm_, [&] {
+    read_pieces(*reader, plan, layout_, sources, sums);
+    return io::schema::requires_checksums(*reader);
+  });
+  if (checked) verify_sums(*reader, plan, sums, comm_);
+}
+
+void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
+  FlatSource source(weights, layout_);
+  load_weights(path, source);
+}
+
+}  // namespace meshtrain
