@@ -748,6 +748,30 @@ class Commands(CliCase):
         missing = [n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}(?![\w.])", p.stdout)]
         self.assertEqual(missing, [], f"inspect does not list these /model tensors\n{p.stdout}")
 
+    def test_inspect_loss_scale(self):
+        """inspect prints an fp16 checkpoint's loss scale and clean steps as the file stores them (h5py),
+        and no loss scale for an fp32 checkpoint, which stores none."""
+        random_shard(self.path("shard.bin"), 2000)
+        # An initial scale of 1000.25 that doubles every 2 clean steps: after 3 steps the file holds
+        # 2000.5 and 1 (unless a step overflowed), values inspect cannot print from the stored config.
+        self.run_ok(train_args({"data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": 3,
+                                "train.precision": "fp16", "train.loss_scale": 1000.25,
+                                "train.loss_scale_window": 2}))
+        fp16 = self.path("ck", "step_00000003.h5")
+        stored_scale, stored_clean = h5_attr(fp16, "loss_scale"), h5_attr(fp16, "loss_scale_clean_steps")
+        self.assertNotEqual(stored_scale, 1000.25, "the fixture's scale never moved: the test could not fail")
+        p = self.run_ok(["inspect", fp16])
+        scale = re.findall(r"(?m)^loss_scale:\s*(\S+)\s*$", p.stdout)
+        clean = re.findall(r"(?m)^loss_scale_clean_steps:\s*(\S+)\s*$", p.stdout)
+        self.assertEqual(len(scale), 1, f"inspect prints one loss_scale line\n{p.stdout}")
+        self.assertEqual(float(scale[0]), stored_scale, "inspect's loss scale differs from the file's")
+        self.assertEqual(len(clean), 1, f"inspect prints one loss_scale_clean_steps line\n{p.stdout}")
+        self.assertEqual(int(clean[0]), stored_clean, "inspect's clean steps differ from the file's")
+        with h5py.File(self.checkpoint, "r") as f:
+            self.assertNotIn("loss_scale", f.attrs, "the fp32 fixture stores no loss scale")
+        p = self.run_ok(["inspect", self.checkpoint])
+        self.assertNotRegex(p.stdout, r"(?m)^loss_scale\w*:", "an fp32 checkpoint has no loss scale to print")
+
     def sample(self, prompt, n, *extra):
         p = self.run_ok(["sample", "--checkpoint", self.checkpoint, "--prompt", prompt, "--tokens", n, *extra])
         out = p.stdout_bytes

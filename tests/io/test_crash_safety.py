@@ -548,6 +548,29 @@ class Corruption(Case):
         self.inspect_rejects("step_00000004.h5", "optim/exp_avg_sq/h.1.mlp.c_fc.weight", "the dataset")
         self.explicit_resume_rejects("step_00000004.h5", "optim/exp_avg_sq/h.1.mlp.c_fc.weight", "the dataset")
 
+    def test_inspect_and_resume_share_one_verifier(self):
+        """inspect (one rank reading tensors whole) and a named resume (2 ranks adding their pieces'
+        sums) refuse a flipped bit with the same line, whose stored and read sums are the file's
+        attribute and this test's own sum64 of the damaged data."""
+        self.ck(3)
+        name = "model/h.0.mlp.c_proj.weight"
+        path = self.path("ck", "step_00000003.h5")
+        flip_bit(path, name, bit=5)
+        with h5py.File(path, "r") as f:
+            stored, read = _uint64_attr(f[name].attrs["checksum"]), sum64(np.asarray(f[name]))
+        self.assertNotEqual(stored, read, "the flip did not change the data")
+        verdict = re.compile(rf"checkpoint '[^']*' is corrupt: /{re.escape(name)} does not match its checksum.*$", re.M)
+        p = run(["inspect", os.path.join("ck", "step_00000003.h5")], self.dir)
+        self.assert_bad_input(p)
+        by_inspect = verdict.findall(p.stderr)
+        p = run(train_args(self.keys(**{"checkpoint.resume": "ck/step_00000003.h5"})), self.dir, timeout=300,
+                launcher=self.mpi())
+        self.assertEqual(p.returncode, 2, describe(p))
+        by_resume = verdict.findall(p.stderr)
+        self.assertEqual(len(by_inspect), 1, f"inspect's verdict\n{describe(p)}")
+        self.assertEqual(by_inspect, by_resume, "inspect and resume report the damage differently")
+        self.assertIn(f"stored {stored:016x}, read {read:016x}", by_inspect[0])
+
     def unreadable_file_is_refused(self, damage):
         """damage(path) leaves no HDF5 file to read: the error names the file, not a dataset."""
         self.ck(4)
