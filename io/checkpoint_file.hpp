@@ -1,4 +1,7 @@
-// Parallel HDF5 files of named global tensors: the storage under checkpoints (interface section 3).
+// Parallel HDF5 files of named global tensors: the storage under checkpoints (share/docs/usage.md,
+// Checkpoints). Written by io/checkpoint_writer.cpp and checkpoint_commit.cpp, read by
+// io/checkpoint_reader.cpp and checkpoint_reader_attributes.cpp; the names a checkpoint uses are
+// io/checkpoint_schema.hpp's.
 //
 // io/ knows nothing of models: a tensor is a name ("/model/wte.weight"), its global shape, and the
 // hyperslab (offset, extent, and for pieces of several blocks count and stride) a rank holds.
