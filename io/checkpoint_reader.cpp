@@ -17,14 +17,14 @@
 namespace meshtrain::io {
 namespace {
 
+using detail::class_name;
 using detail::holds_nothing;
 using detail::normalize;
-using detail::shape_string;
-using detail::class_name;
 using detail::object_type;
 using detail::range_problem;
 using detail::select_piece;
 using detail::Selection;
+using detail::shape_string;
 using detail::slab_problem;
 
 herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t* info, void* data) {
