@@ -60,6 +60,17 @@ std::span<T> TensorParallelGroup::part(std::span<T> whole) const {
   return whole.subspan(std::size_t(rank()) * n, n);
 }
 
+template <class T>
+std::span<T> TensorParallelGroup::apply(RegionStep step, std::span<T> x) const {
+  switch (step) {
+    case RegionStep::identity: return x;
+    case RegionStep::sum: sum(x); return x;
+    case RegionStep::gather: gather(x); return x;
+    case RegionStep::keep_part: return part(x);
+  }
+  throw std::logic_error("unknown RegionStep");
+}
+
 template void TensorParallelGroup::sum(std::span<float>) const;
 template void TensorParallelGroup::sum(std::span<double>) const;
 template void TensorParallelGroup::sum(std::span<bf16>) const;
@@ -74,5 +85,9 @@ template std::span<float> TensorParallelGroup::part(std::span<float>) const;
 template std::span<double> TensorParallelGroup::part(std::span<double>) const;
 template std::span<bf16> TensorParallelGroup::part(std::span<bf16>) const;
 template std::span<fp16> TensorParallelGroup::part(std::span<fp16>) const;
+template std::span<float> TensorParallelGroup::apply(RegionStep, std::span<float>) const;
+template std::span<double> TensorParallelGroup::apply(RegionStep, std::span<double>) const;
+template std::span<bf16> TensorParallelGroup::apply(RegionStep, std::span<bf16>) const;
+template std::span<fp16> TensorParallelGroup::apply(RegionStep, std::span<fp16>) const;
 
 }  // namespace meshtrain

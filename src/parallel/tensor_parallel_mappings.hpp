@@ -2,12 +2,9 @@
 // names them), each a forward/backward pair: a layer calls forward(x) where its region starts or
 // ends in the forward pass and backward(dx) at the mirror place of the backward pass, and the two
 // are transposes of one another (tests/parallel/test_tp_mappings.cpp checks ⟨f(x), y⟩ = ⟨x, fᵀ(y)⟩).
-//
-//   mapping              forward                      backward
-//   CopyToRegion         identity                     all-reduce sum
-//   ReduceFromRegion     all-reduce sum               identity
-//   GatherFromRegion     all-gather the parts         keep the rank's part
-//   ScatterToRegion      keep the rank's part         all-gather the parts
+// CopyToRegion (forward identity, backward all-reduce sum), ReduceFromRegion (the reverse),
+// GatherFromRegion (forward all-gather, backward keep the rank's part) and ScatterToRegion (the
+// reverse) are each a RegionMapping<forward step, backward step>, so the pair is the type.
 //
 // Which layer uses which: share/docs/design.md, Tensor parallel. The vocabulary-parallel
 // cross-entropy's reductions, which have no backward, are VocabParallelStatistics below.
@@ -33,6 +30,10 @@
 
 namespace meshtrain {
 
+// What a mapping does to a buffer in one direction (RegionMapping below): nothing, sum it over the
+// group, gather the ranks' parts into it (a split tensor's whole), or keep this rank's part of it.
+enum class RegionStep { identity, sum, gather, keep_part };
+
 // What the mappings share: the group and the fence that precedes each collective.
 class TensorParallelGroup {
  public:
@@ -56,88 +57,47 @@ class TensorParallelGroup {
   // This rank's part of `whole` (std::invalid_argument unless the group's size divides the whole's).
   template <class T>
   std::span<T> part(std::span<T> whole) const;
+  // `step` on x: the buffer it leaves the result in (x, or for keep_part the rank's part of x).
+  template <class T>
+  std::span<T> apply(RegionStep step, std::span<T> x) const;
 
  private:
   Comm* group_ = nullptr;  // null for no group or a group of one rank
   Fence fence_;
 };
 
+// A mapping: one collective (or none) for each direction, `Forward` where a layer's region starts
+// or ends in the forward pass and `Backward` at the mirror place of the backward pass.
+template <RegionStep Forward, RegionStep Backward>
+class RegionMapping {
+ public:
+  explicit RegionMapping(TensorParallelGroup group) : group_(std::move(group)) {}
+  template <class T>
+  std::span<T> forward(std::span<T> x) const {
+    return group_.apply(Forward, x);
+  }
+  template <class T>
+  std::span<T> backward(std::span<T> dx) const {
+    return group_.apply(Backward, dx);
+  }
+
+ private:
+  TensorParallelGroup group_;
+};
+
 // Enters a region whose layer is split over the group (a column-parallel product's input): every
 // rank computes with the same replicated x, so the gradient of x is the sum of the ranks'.
-class CopyToRegion {
- public:
-  explicit CopyToRegion(TensorParallelGroup group) : group_(std::move(group)) {}
-  template <class T>
-  std::span<T> forward(std::span<T> x) const {
-    return x;
-  }
-  template <class T>
-  std::span<T> backward(std::span<T> dx) const {
-    group_.sum(dx);
-    return dx;
-  }
-
- private:
-  TensorParallelGroup group_;
-};
-
+using CopyToRegion = RegionMapping<RegionStep::identity, RegionStep::sum>;
 // Leaves a region whose ranks each hold a partial sum (a row-parallel product's output, the
 // vocabulary-parallel embedding): the output is the sum, and its gradient reaches every part as is.
-class ReduceFromRegion {
- public:
-  explicit ReduceFromRegion(TensorParallelGroup group) : group_(std::move(group)) {}
-  template <class T>
-  std::span<T> forward(std::span<T> x) const {
-    group_.sum(x);
-    return x;
-  }
-  template <class T>
-  std::span<T> backward(std::span<T> dx) const {
-    return dx;
-  }
-
- private:
-  TensorParallelGroup group_;
-};
-
+using ReduceFromRegion = RegionMapping<RegionStep::sum, RegionStep::identity>;
 // Leaves a region whose ranks each hold one part of a tensor: forward(whole) fills the other ranks'
 // parts of `whole` around this rank's, backward(dwhole) is this rank's part of the gradient.
-class GatherFromRegion {
- public:
-  explicit GatherFromRegion(TensorParallelGroup group) : group_(std::move(group)) {}
-  template <class T>
-  std::span<T> forward(std::span<T> whole) const {
-    group_.gather(whole);
-    return whole;
-  }
-  template <class T>
-  std::span<T> backward(std::span<T> dwhole) const {
-    return group_.part(dwhole);
-  }
-
- private:
-  TensorParallelGroup group_;
-};
-
+using GatherFromRegion = RegionMapping<RegionStep::gather, RegionStep::keep_part>;
 // Enters a region from a replicated tensor of which each rank keeps one part: forward(whole) is
 // this rank's part; backward(dwhole), with this rank's part of the gradient in place in `dwhole`,
 // fills in the other ranks' parts.
-class ScatterToRegion {
- public:
-  explicit ScatterToRegion(TensorParallelGroup group) : group_(std::move(group)) {}
-  template <class T>
-  std::span<T> forward(std::span<T> whole) const {
-    return group_.part(whole);
-  }
-  template <class T>
-  std::span<T> backward(std::span<T> dwhole) const {
-    group_.gather(dwhole);
-    return dwhole;
-  }
-
- private:
-  TensorParallelGroup group_;
-};
+using ScatterToRegion = RegionMapping<RegionStep::keep_part, RegionStep::gather>;
 
 // The vocabulary-parallel cross-entropy's reductions over the vocabulary shards of each row: the
 // row maxima (for a stable softmax) and the partial sums (Σ exp, the target's logit). Forward only:

@@ -37,35 +37,23 @@
 namespace meshtrain {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
+// n values from (seed, who) drawn by `value`; who = -1 for a replicated tensor, the same on every rank.
+template <class T, class Draw>
+std::vector<T> draw_with(unsigned seed, int who, std::size_t n, Draw value) {
+  std::mt19937_64 engine(seed * 1000003u + unsigned(who + 1));
+  std::vector<T> v(n);
+  for (T& e : v) e = T(value(engine));
+  return v;
 }
-int world_size() {
-  int p = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-
-// n values in [-1, 1) from (seed, who); who = -1 for a replicated tensor, the same on every rank.
+// Values in [-1, 1).
 template <class T>
 std::vector<T> draw(unsigned seed, int who, std::size_t n) {
-  std::mt19937_64 engine(seed * 1000003u + unsigned(who + 1));
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (T& e : v) e = T(uniform(engine));
-  return v;
+  return draw_with<T>(seed, who, n, std::uniform_real_distribution<double>(-1.0, 1.0));
 }
-
-// n small integers (exact in float, and so are their sums over a few ranks) from (seed, who).
+// Small integers: exact in float, and so are their sums over a few ranks.
 template <class T>
 std::vector<T> draw_integers(unsigned seed, int who, std::size_t n) {
-  std::mt19937_64 engine(seed * 7919u + unsigned(who + 1));
-  std::uniform_int_distribution<int> uniform(-1000, 1000);
-  std::vector<T> v(n);
-  for (T& e : v) e = T(uniform(engine));
-  return v;
+  return draw_with<T>(seed, who, n, std::uniform_int_distribution<int>(-1000, 1000));
 }
 
 // A world group whose fence counts its calls.
@@ -73,6 +61,8 @@ struct Fixture {
   std::unique_ptr<Comm> comm = make_mpi_comm(MPI_COMM_WORLD);
   int fences = 0;
   TensorParallelGroup group{comm.get(), [this] { ++fences; }};
+  int rank() const { return comm->rank(); }
+  int size() const { return comm->size(); }
 };
 
 // Who holds a tensor: each rank its own (inner products summed over the group) or all the same.
@@ -102,14 +92,6 @@ Dot group_dot(Held held, std::span<const T> a, std::span<const T> b) {
 }
 
 template <class T>
-void expect_adjoint(const Dot& forward, const Dot& backward, int p, std::size_t n, const char* mapping) {
-  const double eps = std::numeric_limits<T>::epsilon();
-  const double tolerance = 4 * double(p + n) * eps * std::max(forward.scale, backward.scale);
-  EXPECT_NEAR(forward.value, backward.value, tolerance) << mapping << ": ⟨f(x), y⟩ ≠ ⟨x, fᵀ(y)⟩";
-  EXPECT_GT(std::abs(forward.value), 100 * tolerance) << mapping << ": too small to tell";
-}
-
-template <class T>
 std::span<T> span_of(std::vector<T>& v) {
   return {v.data(), v.size()};
 }
@@ -122,6 +104,7 @@ TYPED_TEST_SUITE(TpMappings, Reals);
 constexpr std::size_t n_rows = 13;  // a replicated or per-rank tensor's length
 constexpr std::size_t n_part = 7;   // a split tensor's part on each rank
 
+
 // The whole of a split tensor holding this rank's `part` and a marker in the other ranks' places.
 template <class T>
 std::vector<T> whole_around(const std::vector<T>& part, int rank, int p) {
@@ -130,63 +113,61 @@ std::vector<T> whole_around(const std::vector<T>& part, int rank, int p) {
   return whole;
 }
 
+// One side of ⟨f(x), y⟩ = ⟨x, fᵀ(y)⟩: the tensor, who holds it, and the buffer the mapping is handed
+// (the tensor itself, or for a part a whole around it).
+template <class T>
+struct Operand {
+  Held held;
+  std::vector<T> value;
+  std::vector<T> buffer;
+};
+template <class T>
+Operand<T> operand(Held held, std::vector<T> value) {
+  return {held, value, value};
+}
+template <class T>
+Operand<T> part_operand(std::vector<T> part, int rank, int p) {
+  return {Held::per_rank, part, whole_around(part, rank, p)};
+}
+
+template <class T, class Mapping>
+void expect_adjoint(const Mapping& mapping, Operand<T> x, Operand<T> y, int p, const char* name) {
+  const Dot lhs = group_dot<T>(y.held, mapping.forward(span_of(x.buffer)), y.value);
+  const Dot rhs = group_dot<T>(x.held, x.value, mapping.backward(span_of(y.buffer)));
+  const double eps = std::numeric_limits<T>::epsilon();
+  const double tolerance = 4 * double(p + x.value.size()) * eps * std::max(lhs.scale, rhs.scale);
+  EXPECT_NEAR(lhs.value, rhs.value, tolerance) << name << ": ⟨f(x), y⟩ ≠ ⟨x, fᵀ(y)⟩";
+  EXPECT_GT(std::abs(lhs.value), 100 * tolerance) << name << ": too small to tell";
+}
+
 TYPED_TEST(TpMappings, CopyToRegionIsAdjoint) {
   using T = TypeParam;
   Fixture f;
-  const CopyToRegion copy_to(f.group);
-  std::vector<T> x = draw<T>(1, -1, n_rows);          // replicated input
-  std::vector<T> y = draw<T>(2, world_rank(), n_rows);  // per-rank output's cotangent
-  const std::span<T> fx = copy_to.forward(span_of(x));
-  const Dot lhs = group_dot<T>(Held::per_rank, fx, y);
-  const std::span<T> fty = copy_to.backward(span_of(y));
-  const Dot rhs = group_dot<T>(Held::replicated, x, fty);
-  expect_adjoint<T>(lhs, rhs, world_size(), n_rows, "copy-to-region");
+  expect_adjoint(CopyToRegion(f.group), operand(Held::replicated, draw<T>(1, -1, n_rows)),
+                 operand(Held::per_rank, draw<T>(2, f.rank(), n_rows)), f.size(), "copy-to-region");
 }
 
 TYPED_TEST(TpMappings, ReduceFromRegionIsAdjoint) {
   using T = TypeParam;
   Fixture f;
-  const ReduceFromRegion reduce_from(f.group);
-  std::vector<T> x = draw<T>(3, world_rank(), n_rows);  // per-rank partial sums
-  std::vector<T> y = draw<T>(4, -1, n_rows);            // replicated output's cotangent
-  const std::vector<T> x0 = x;
-  const std::span<T> fx = reduce_from.forward(span_of(x));
-  const Dot lhs = group_dot<T>(Held::replicated, fx, y);
-  const std::span<T> fty = reduce_from.backward(span_of(y));
-  const Dot rhs = group_dot<T>(Held::per_rank, x0, fty);
-  expect_adjoint<T>(lhs, rhs, world_size(), n_rows, "reduce-from-region");
+  expect_adjoint(ReduceFromRegion(f.group), operand(Held::per_rank, draw<T>(3, f.rank(), n_rows)),
+                 operand(Held::replicated, draw<T>(4, -1, n_rows)), f.size(), "reduce-from-region");
 }
 
 TYPED_TEST(TpMappings, GatherFromRegionIsAdjoint) {
   using T = TypeParam;
   Fixture f;
-  const int r = world_rank(), p = world_size();
-  const GatherFromRegion gather_from(f.group);
-  const std::vector<T> x = draw<T>(5, r, n_part);   // this rank's part
-  std::vector<T> y = draw<T>(6, -1, n_part * p);    // replicated whole's cotangent
-  std::vector<T> whole = whole_around(x, r, p);
-  const std::span<T> fx = gather_from.forward(span_of(whole));
-  const Dot lhs = group_dot<T>(Held::replicated, fx, y);
-  const std::span<T> fty = gather_from.backward(span_of(y));
-  ASSERT_EQ(fty.size(), n_part);
-  const Dot rhs = group_dot<T>(Held::per_rank, x, fty);
-  expect_adjoint<T>(lhs, rhs, p, n_part * p, "gather-from-region");
+  const int r = f.rank(), p = f.size();
+  expect_adjoint(GatherFromRegion(f.group), part_operand(draw<T>(5, r, n_part), r, p),
+                 operand(Held::replicated, draw<T>(6, -1, n_part * p)), p, "gather-from-region");
 }
 
 TYPED_TEST(TpMappings, ScatterToRegionIsAdjoint) {
   using T = TypeParam;
   Fixture f;
-  const int r = world_rank(), p = world_size();
-  const ScatterToRegion scatter_to(f.group);
-  std::vector<T> x = draw<T>(7, -1, n_part * p);  // replicated whole
-  const std::vector<T> y = draw<T>(8, r, n_part);  // this rank's part's cotangent
-  const std::span<T> fx = scatter_to.forward(span_of(x));
-  ASSERT_EQ(fx.size(), n_part);
-  const Dot lhs = group_dot<T>(Held::per_rank, fx, y);
-  std::vector<T> dwhole = whole_around(y, r, p);
-  const std::span<T> fty = scatter_to.backward(span_of(dwhole));
-  const Dot rhs = group_dot<T>(Held::replicated, x, fty);
-  expect_adjoint<T>(lhs, rhs, p, n_part * p, "scatter-to-region");
+  const int r = f.rank(), p = f.size();
+  expect_adjoint(ScatterToRegion(f.group), operand(Held::replicated, draw<T>(7, -1, n_part * p)),
+                 part_operand(draw<T>(8, r, n_part), r, p), p, "scatter-to-region");
 }
 
 // Copy-to's backward and reduce-from's forward are the sum over the ranks; their other ends return
@@ -194,7 +175,7 @@ TYPED_TEST(TpMappings, ScatterToRegionIsAdjoint) {
 TYPED_TEST(TpMappings, SumsAndIdentitiesAsClosedForms) {
   using T = TypeParam;
   Fixture f;
-  const int r = world_rank(), p = world_size();
+  const int r = f.rank(), p = f.size();
   const bool communicates = p > 1;
   std::vector<T> sum(n_rows, T(0)), max(n_rows, -std::numeric_limits<T>::infinity());
   for (int s = 0; s < p; ++s) {
@@ -251,7 +232,7 @@ bool same_bits(std::span<const T> a, std::span<const T> b) {
 TYPED_TEST(TpMappings, GatherAndScatterAsClosedForms) {
   using T = TypeParam;
   Fixture f;
-  const int r = world_rank(), p = world_size();
+  const int r = f.rank(), p = f.size();
   const GatherFromRegion gather_from(f.group);
   const ScatterToRegion scatter_to(f.group);
   std::vector<T> expected;
@@ -278,7 +259,7 @@ TYPED_TEST(TpMappings, GatherAndScatterAsClosedForms) {
 TYPED_TEST(TpMappings, UnevenSplitIsRefused) {
   using T = TypeParam;
   Fixture f;
-  const int p = world_size();
+  const int p = f.size();
   std::vector<T> uneven(n_part * p + 1, T(1));
   if (p == 1) {
     EXPECT_EQ(ScatterToRegion(f.group).forward(span_of(uneven)).size(), uneven.size());
@@ -298,7 +279,7 @@ TYPED_TEST(TpMappings, NoGroupIsTheIdentity) {
   int fences = 0;
   const TensorParallelGroup none(nullptr, [&] { ++fences; });
   EXPECT_FALSE(none.active());
-  const std::vector<T> mine = draw<T>(11, world_rank(), n_rows);
+  const std::vector<T> mine = draw<T>(11, 0, n_rows);
   std::vector<T> x = mine;
   CopyToRegion(none).backward(span_of(x));
   ReduceFromRegion(none).forward(span_of(x));
