@@ -1,9 +1,9 @@
-// GPT-2 forward and backward (interface section 5) over a fixed micro-batch shape, on one rank or
-// as one rank of a tensor-parallel group (Megatron): c_attn and c_fc column-parallel (c_attn by
-// heads), both c_proj row-parallel followed by a sum over the group, the embedding and the
-// cross-entropy vocabulary-parallel. The group's collectives sit in the mirror places of forward
-// and backward: after a row-parallel product in forward, after a column-parallel product's input
-// gradient in backward.
+// GPT-2 forward and backward over a fixed micro-batch shape, on one rank or as one rank of a
+// tensor-parallel group (Megatron): c_attn and c_fc column-parallel (c_attn by heads), both c_proj
+// row-parallel, the embedding and the cross-entropy vocabulary-parallel. The group's collectives
+// are the mappings of parallel/tensor_parallel_mappings.hpp, each called at its two ends:
+// copy-to-region before a column-parallel product (its backward sums the input's gradient),
+// reduce-from-region after a row-parallel product and the embedding (its forward sums).
 //
 // All buffers are allocated in the constructor; forward() and backward() allocate nothing.
 // forward() and backward() read as one kernel call per line, in mirror order.
@@ -14,8 +14,10 @@
 #include "model/parameter_store.hpp"
 #include "model/parameters.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/tensor_parallel_mappings.hpp"
 
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -159,15 +161,23 @@ class Gpt2 {
   void block_forward(int l, CVec<Real> x, const BlockActivations<Real>& s, Vec<Real> proj, bool to_output);
   // Makes the shared set hold what block l's backward reads for `slot` (see Recompute).
   void recompute_block(int slot, int l);
-  // Σ over the tensor-parallel group, in place (nothing without one).
+  // The output head's and the blocks' backward (stage_backward calls them from the last down).
+  void head_backward(int slot);
+  void block_backward(int slot, int l);
+  // A view as the span the tensor-parallel mappings take.
   template <class T>
-  void tp_sum(Vec<T> x);
+  static std::span<T> span_of(Vec<T> x) {
+    return {x.data(), x.extent(0)};
+  }
   void need_block(int l) {
     if (store_ != nullptr) store_->need_block(layout_.first_layer() + l);
   }
 
   ExecSpace space_;
-  Comm* tp_;
+  TensorParallelGroup tp_;  // inactive without a group or with one of one rank
+  CopyToRegion copy_to_;
+  ReduceFromRegion reduce_from_;
+  VocabParallelStatistics vocab_statistics_;
   ParameterStore<Real>* store_;
   ParameterLayout layout_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
