@@ -171,13 +171,6 @@ Tensors allocate_and_carve(Buffer<Real>& buffer, const char* label, CarveFn carv
 
 }  // namespace
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  input_error("train.recompute = '{}' is invalid: valid values are none, selective, full", name);
-}
-
 template <class Real>
 ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                          Recompute recompute) {

@@ -98,7 +98,7 @@ Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingPr
                   {"config", config.to_ini()},
                   {"layout", layout_description(comm, config.parallel)},
                   {"seed", std::int64_t(config.train.seed)},
-                  {"data_order", config.data.order}};
+                  {"data_order", std::string(name_of(config.data.order))}};
   if (progress.loss_scale > 0) {
     a.emplace_back("loss_scale", progress.loss_scale);
     a.emplace_back("loss_scale_clean_steps", progress.loss_scale_clean_steps);
@@ -115,7 +115,7 @@ void write_checkpoint(const Config& config, MPI_Comm comm, const std::string& pa
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   {
-    const auto transfer = config.checkpoint.io == "collective" ? io::Transfer::collective : io::Transfer::independent;
+    const auto transfer = config.checkpoint.io == CheckpointIo::collective ? io::Transfer::collective : io::Transfer::independent;
     io::CheckpointWriter writer(path, comm, transfer);
     for (const auto& [name, value] : attributes) std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
     for (std::size_t k = 0; k < plan.size(); ++k) {
@@ -335,9 +335,9 @@ std::optional<FinishedSave> Checkpointer::wait() {
 }
 
 std::vector<std::string> Checkpointer::resume_candidates() const {
-  const std::string& resume = config_.checkpoint.resume;
-  if (resume == "never") return {};
-  if (resume != "auto") {
+  const std::string& resume = config_.checkpoint.resume.file;
+  if (config_.checkpoint.resume.mode == ResumeMode::never) return {};
+  if (config_.checkpoint.resume.mode == ResumeMode::file) {
     if (!std::filesystem::exists(resume)) {
       input_error("checkpoint.resume = '{}': no such file (valid: auto, never, or an existing checkpoint file)", resume);
     }
