@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -51,20 +51,19 @@ std::string show(const T& v) {
   return fmt::format("{}", v);
 }
 
-// `--help`'s list of an enum's names: "none | selective (attention probabilities) | full (whole blocks)".
-template <NamedEnum E>
-std::string choices_help() {
-  std::string out;
-  for (const auto& n : EnumNames<E>::all) {
-    if (!out.empty()) out += " | ";
-    out += n.note.empty() ? std::string(n.name) : fmt::format("{} ({})", n.name, n.note);
-  }
-  return out;
-}
+// `--help`'s list of a key's names: "none | selective (attention probabilities) | full (whole blocks)".
 template <class T>
-  requires std::is_same_v<T, ResumeFrom>
 std::string choices_help() {
-  return valid_names<ResumeMode>(" | ");
+  if constexpr (std::is_same_v<T, ResumeFrom>) {
+    return valid_names<ResumeMode>(" | ");
+  } else {
+    std::string out;
+    for (const auto& n : EnumNames<T>::all) {
+      if (!out.empty()) out += " | ";
+      out += n.note.empty() ? std::string(n.name) : fmt::format("{} ({})", n.name, n.note);
+    }
+    return out;
+  }
 }
 
 // Registers every key of share/docs/usage.md's key reference into `options`, bound to the fields of `cfg`.
@@ -149,7 +148,6 @@ class KeyTable {
     const char* kind = std::is_same_v<T, bool>        ? "true or false"
                        : std::is_integral_v<T>       ? "an integer"
                        : std::is_floating_point_v<T> ? "a number"
-                       : NamedEnum<T>                ? "a name"
                                                      : "text";
     printers_.push_back({key, [&field] { return show(field); }, kind});
   }

@@ -23,10 +23,10 @@ namespace meshtrain {
 enum class Precision { fp32, bf16, fp16 };  // train.precision
 // train.recompute: which activations a block keeps for backward (see model/gpt2.hpp, Recompute).
 enum class Recompute { none, selective, full };
-enum class LrDecay { cosine, constant };             // optim.decay
-enum class PipelineSchedule { gpipe, one_f_one_b };  // parallel.schedule
-enum class CommBackend { mpi, nccl, automatic };     // parallel.backend
-enum class SampleOrder { sequential, shuffle };      // data.order
+enum class LrDecay { cosine, constant };              // optim.decay
+enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
+enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
+enum class SampleOrder { sequential, shuffle };       // data.order
 enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
 
@@ -50,9 +50,10 @@ struct EnumNames<Precision> {
 template <>
 struct EnumNames<Recompute> {
   static constexpr std::string_view key = "train.recompute";
-  static constexpr std::array<EnumName<Recompute>, 3> all{{{Recompute::none, "none"},
-                                                           {Recompute::selective, "selective", "attention probabilities"},
-                                                           {Recompute::full, "full", "whole blocks"}}};
+  static constexpr std::array<EnumName<Recompute>, 3> all{
+      {{Recompute::none, "none"},
+       {Recompute::selective, "selective", "attention probabilities"},
+       {Recompute::full, "full", "whole blocks"}}};
 };
 template <>
 struct EnumNames<LrDecay> {
@@ -87,11 +88,14 @@ struct EnumNames<CheckpointIo> {
 template <>
 struct EnumNames<ResumeMode> {
   static constexpr std::string_view key = "checkpoint.resume";
-  static constexpr std::array<EnumName<ResumeMode>, 2> all{{{ResumeMode::automatic, "auto"}, {ResumeMode::never, "never"}}};
+  static constexpr std::array<EnumName<ResumeMode>, 2> all{
+      {{ResumeMode::automatic, "auto"}, {ResumeMode::never, "never"}}};
 };
 
 template <class E>
-concept NamedEnum = requires { EnumNames<E>::all; };
+concept NamedEnum = requires {
+  EnumNames<E>::all;
+};
 
 // The name a config file uses for `value`.
 template <NamedEnum E>

@@ -29,8 +29,9 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
   int accum = 0;
   io::TokenStream stream = agree_on_input(comm, [&] {
     if (cfg.parallel.backend == CommBackend::nccl && !nccl_usable()) {
-      input_error("parallel.backend = nccl needs a CUDA build of meshtrain with NCCL; this one keeps tensors in host "
-                  "memory (valid here: mpi, auto)");
+      input_error(
+          "parallel.backend = nccl needs a CUDA build of meshtrain with NCCL; this one keeps tensors in host "
+          "memory (valid here: mpi, auto)");
     }
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);

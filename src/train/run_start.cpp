@@ -17,9 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Loads the first candidate that loads and verifies. Under checkpoint.resume = auto a checkpoint
 // that cannot be used (corrupt, truncated, missing) gives way to the next newest, saying so; a named
@@ -35,9 +33,10 @@ TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::strin
         fmt::print("resumed from {} at step {} (read and verified in {:.3f}s)\n", candidates[i], progress.step,
                    seconds_since(start));
         if (progress.samples != progress.step * std::int64_t(cfg.train.global_batch)) {
-          fmt::print("train.global_batch = {} differs from the checkpoint's run: the data continues at sample {} of "
-                     "the data order\n",
-                     cfg.train.global_batch, progress.samples);
+          fmt::print(
+              "train.global_batch = {} differs from the checkpoint's run: the data continues at sample {} of "
+              "the data order\n",
+              cfg.train.global_batch, progress.samples);
         }
       }
       return progress;
@@ -51,9 +50,10 @@ TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::strin
       }
     }
   }
-  input_error("checkpoint.resume = auto: no checkpoint in {} can be used:\n  {}\nHINT: move them away to start "
-              "afresh, or name one with checkpoint.resume",
-              cfg.checkpoint.dir, fmt::join(refused, "\n  "));
+  input_error(
+      "checkpoint.resume = auto: no checkpoint in {} can be used:\n  {}\nHINT: move them away to start "
+      "afresh, or name one with checkpoint.resume",
+      cfg.checkpoint.dir, fmt::join(refused, "\n  "));
 }
 
 }  // namespace

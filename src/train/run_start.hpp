@@ -12,7 +12,7 @@
 namespace meshtrain {
 
 struct RunStart {
-  TrainingProgress progress;    // the step the run continues from (0 when fresh)
+  TrainingProgress progress;     // the step the run continues from (0 when fresh)
   double initialization_s = -1;  // seconds of the fresh initialisation; -1 when the weights were loaded
 };
 

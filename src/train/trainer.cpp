@@ -38,9 +38,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 int comm_rank(MPI_Comm comm) {
   int rank = 0;
@@ -178,8 +176,8 @@ int TrainingRun::run() {
     // Leave or go on, saving first where the policy says so.
     const std::string leave_reason =
         finished ? std::string()
-                 : agree_to_leave(comm_, reason_to_leave(cfg_, steps_this_job, elapsed, longest_step_s,
-                                                         saves.last_save_s()));
+                 : agree_to_leave(comm_,
+                                  reason_to_leave(cfg_, steps_this_job, elapsed, longest_step_s, saves.last_save_s()));
     saves.after_step(state_, progress, finished, !leave_reason.empty());
     if (!leave_reason.empty()) return leave_early(progress, leave_reason);
   }
@@ -198,8 +196,7 @@ void TrainingRun::print_start(double initialization_s) const {
                cfg_.model.heads, cfg_.model.d_model, cfg_.model.vocab, cfg_.model.seq_len,
                ParameterLayout(cfg_.model).total() / 1e6);
     // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
-    fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(),
-               groups_.dp->backend());
+    fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), groups_.dp->backend());
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", input_.stream.size(),
                input_.stream.paths().size(), input_.order.windows(), cfg_.data.order);
     fmt::print("{}\n", effective_batch_line(cfg_.train.micro_batch, input_.grid.dp, input_.accum, cfg_.model.seq_len));
@@ -236,8 +233,7 @@ StepReport TrainingRun::step_report(const StepResult& result, const TrainingProg
   report.step_time_s = step_s;
   report.tokens_per_s = std::int64_t(cfg_.train.global_batch) * cfg_.model.seq_len / step_s;
   report.model_flops_per_s = report.tokens_per_s * flops_per_token(state_.layout());
-  report.mfu =
-      cfg_.log.peak_tflops > 0 ? report.model_flops_per_s / (cfg_.log.peak_tflops * 1e12 * world_) : 0;
+  report.mfu = cfg_.log.peak_tflops > 0 ? report.model_flops_per_s / (cfg_.log.peak_tflops * 1e12 * world_) : 0;
   report.elapsed_s = elapsed_s;
   report.eta_s = elapsed_s / steps_this_job * double(cfg_.train.steps - progress.step);
   report.memory = &memory_;

@@ -20,7 +20,7 @@ struct StepShape {
 };
 
 struct StepResult {
-  double loss = 0;       // mean over the global batch, the same on every rank
+  double loss = 0;  // mean over the global batch, the same on every rank
   double lr = 0;
   double grad_norm = 0;  // before clipping
   bool applied = true;   // false: fp16 gradients overflowed and the update was skipped
