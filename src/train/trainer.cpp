@@ -27,6 +27,7 @@
 #include "train/training_step.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
