@@ -1,4 +1,4 @@
-// meshtrain: one binary, several commands (interface section 1).
+// meshtrain: one binary, several commands (share/docs/usage.md, Commands).
 //
 // MPI and Kokkos live for the whole process (but for `blas`, which asks the libraries only and
 // may run inside a launcher's task before the rank does). Bad input (InputError) exits 2 with the message;

@@ -1,4 +1,4 @@
-// The subcommands of the meshtrain binary (interface section 1). Each takes the arguments after its
+// The subcommands of the meshtrain binary (share/docs/usage.md, Commands). Each takes the arguments after its
 // name and returns the process exit code; bad input throws InputError (exit 2, see core/errors.hpp).
 #pragma once
 

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,6 +22,21 @@
 namespace po = boost::program_options;
 
 namespace meshtrain {
+
+// Boost.ProgramOptions converts a key's text with validate(), found by argument-dependent lookup:
+// the enums' names are checked as the text is read, so a bad name fails like any other bad value.
+template <NamedEnum E>
+void validate(boost::any& out, const std::vector<std::string>& values, E*, int) {
+  out = parse_name<E>(po::validators::get_single_string(values));
+}
+
+void validate(boost::any& out, const std::vector<std::string>& values, ResumeFrom*, int) {
+  const std::string& text = po::validators::get_single_string(values);
+  if (text.empty()) input_error("checkpoint.resume is empty: valid values are auto, never or a checkpoint file");
+  const std::optional<ResumeMode> mode = from_name<ResumeMode>(text);
+  out = mode ? ResumeFrom{*mode, {}} : ResumeFrom{ResumeMode::file, text};
+}
+
 namespace {
 
 struct KeyPrinter {
@@ -35,7 +51,22 @@ std::string show(const T& v) {
   return fmt::format("{}", v);
 }
 
-// Registers every key of section 2 into `options`, bound to the fields of `cfg`.
+// `--help`'s list of a key's names: "none | selective (attention probabilities) | full (whole blocks)".
+template <class T>
+std::string choices_help() {
+  if constexpr (std::is_same_v<T, ResumeFrom>) {
+    return valid_names<ResumeMode>(" | ");
+  } else {
+    std::string out;
+    for (const auto& n : EnumNames<T>::all) {
+      if (!out.empty()) out += " | ";
+      out += n.note.empty() ? std::string(n.name) : fmt::format("{} ({})", n.name, n.note);
+    }
+    return out;
+  }
+}
+
+// Registers every key of share/docs/usage.md's key reference into `options`, bound to the fields of `cfg`.
 class KeyTable {
  public:
   explicit KeyTable(Config& cfg) : options_("meshtrain train options") {
@@ -50,16 +81,15 @@ class KeyTable {
     add("train.stop_after", cfg.train.stop_after, "leave after this many steps in this job, saving (0: run to the end)");
     add("train.time_limit", cfg.train.time_limit, "minutes this job may run; saves and leaves in time (0: none)");
     add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
-    add("train.precision", cfg.train.precision,
-        "fp32 | bf16 | fp16: weights and activations in compute (fp32 master weights and moments always)");
+    add_choice("train.precision", cfg.train.precision,
+               "{}: weights and activations in compute (fp32 master weights and moments always)");
     add("train.loss_scale", cfg.train.loss_scale, "fp16: initial dynamic loss scale (halved on overflow)");
     add("train.loss_scale_window", cfg.train.loss_scale_window, "fp16: clean steps before the loss scale doubles");
-    add("train.recompute", cfg.train.recompute,
-        "activation recomputation: none | selective (attention probabilities) | full (whole blocks)");
+    add_choice("train.recompute", cfg.train.recompute, "activation recomputation: {}");
     add("optim.lr", cfg.optim.lr, "peak learning rate");
     add("optim.min_lr", cfg.optim.min_lr, "final learning rate of the cosine decay");
     add("optim.warmup_steps", cfg.optim.warmup_steps, "linear warm-up steps");
-    add("optim.decay", cfg.optim.decay, "cosine | constant");
+    add_choice("optim.decay", cfg.optim.decay, "{}");
     add("optim.weight_decay", cfg.optim.weight_decay, "AdamW decoupled weight decay (matrices and embeddings)");
     add("optim.beta1", cfg.optim.beta1, "AdamW beta1");
     add("optim.beta2", cfg.optim.beta2, "AdamW beta2");
@@ -69,18 +99,18 @@ class KeyTable {
     add("parallel.tp", cfg.parallel.tp, "tensor-parallel degree");
     add("parallel.pp", cfg.parallel.pp, "pipeline-parallel degree");
     add("parallel.zero", cfg.parallel.zero, "ZeRO stage: 0 none, 1 optimizer state sharded over dp, 2 + gradients, 3 + parameters");
-    add("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: gpipe | 1f1b");
-    add("parallel.backend", cfg.parallel.backend, "collectives: mpi | nccl | auto");
+    add_choice("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: {}");
+    add_choice("parallel.backend", cfg.parallel.backend, "collectives: {}");
     add("parallel.bucket_mb", cfg.parallel.bucket_mb, "data-parallel gradient bucket size in MiB (reduced while backward runs)");
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
-    add("data.order", cfg.data.order, "sequential | shuffle");
+    add_choice("data.order", cfg.data.order, "{}");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
     add("checkpoint.every", cfg.checkpoint.every, "steps between checkpoints (0: only when the job leaves)");
     add("checkpoint.keep", cfg.checkpoint.keep, "newest checkpoints kept (0: all)");
     add("checkpoint.init_weights", cfg.checkpoint.init_weights, "HDF5 file with a /model group to start from");
-    add("checkpoint.resume", cfg.checkpoint.resume, "auto | never | a checkpoint file");
+    add_choice("checkpoint.resume", cfg.checkpoint.resume, "{} | a checkpoint file");
     add("checkpoint.async", cfg.checkpoint.async, "snapshot to host memory and write while training goes on");
-    add("checkpoint.io", cfg.checkpoint.io, "independent | collective: how ranks write tensor data (MPI-IO)");
+    add_choice("checkpoint.io", cfg.checkpoint.io, "{}: how ranks write tensor data (MPI-IO)");
     add("log.metrics", cfg.log.metrics, "JSON-lines metrics file, one object per step");
     add("log.every", cfg.log.every, "steps between progress lines");
     add("log.peak_tflops", cfg.log.peak_tflops, "peak TFLOP/s per rank for MFU (0: not shown)");
@@ -122,8 +152,16 @@ class KeyTable {
     printers_.push_back({key, [&field] { return show(field); }, kind});
   }
 
+  // A key whose value is one of an enum's names; `help` has a {} where the names go.
+  template <class T>
+  void add_choice(const char* key, T& field, const char* help) {
+    help_texts_.push_back(fmt::format(fmt::runtime(help), choices_help<T>()));
+    add(key, field, help_texts_.back().c_str());
+  }
+
   po::options_description options_;
   std::vector<KeyPrinter> printers_;
+  std::deque<std::string> help_texts_;  // stable addresses: Boost keeps the pointers
 };
 
 // --- checks on single values -------------------------------------------------
@@ -136,15 +174,6 @@ void require_non_negative(const char* key, double v) {
 }
 void require_positive_real(const char* key, double v) {
   if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
-}
-void require_one_of(const char* key, const std::string& v, std::initializer_list<const char*> valid,
-                    const char* note = "") {
-  for (const char* ok : valid) {
-    if (v == ok) return;
-  }
-  std::string list;
-  for (const char* ok : valid) list += list.empty() ? ok : fmt::format(", {}", ok);
-  input_error("{} = '{}' is invalid: valid values are {}{}", key, v, list, note);
 }
 
 void validate(const Config& c) {
@@ -168,13 +197,11 @@ void validate(const Config& c) {
   if (c.train.stop_after < 0) input_error("train.stop_after = {} is invalid: it must be >= 0", c.train.stop_after);
   require_non_negative("train.time_limit", c.train.time_limit);
   if (c.train.seed < 0) input_error("train.seed = {} is invalid: it must be an integer >= 0", c.train.seed);
-  require_one_of("train.precision", c.train.precision, {"fp32", "bf16", "fp16"});
   if (!(c.train.loss_scale >= 1)) {
     input_error("train.loss_scale = {} is invalid: it must be >= 1 (fp16's initial loss scale, e.g. 65536)",
                 c.train.loss_scale);
   }
   require_positive("train.loss_scale_window", c.train.loss_scale_window);
-  require_one_of("train.recompute", c.train.recompute, {"none", "selective", "full"});
 
   require_positive_real("optim.lr", c.optim.lr);
   require_non_negative("optim.min_lr", c.optim.min_lr);
@@ -185,7 +212,6 @@ void validate(const Config& c) {
   if (c.optim.warmup_steps < 0) {
     input_error("optim.warmup_steps = {} is invalid: it must be >= 0", c.optim.warmup_steps);
   }
-  require_one_of("optim.decay", c.optim.decay, {"cosine", "constant"});
   require_non_negative("optim.weight_decay", c.optim.weight_decay);
   for (auto [key, beta] : {std::pair{"optim.beta1", c.optim.beta1}, std::pair{"optim.beta2", c.optim.beta2}}) {
     if (!std::isfinite(beta) || beta < 0 || beta >= 1) {
@@ -203,18 +229,11 @@ void validate(const Config& c) {
                 "2 (+ gradients), 3 (+ parameters)",
                 c.parallel.zero);
   }
-  require_one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});
   require_positive_real("parallel.bucket_mb", c.parallel.bucket_mb);
-  require_one_of("parallel.backend", c.parallel.backend, {"mpi", "nccl", "auto"});
 
-  require_one_of("data.order", c.data.order, {"sequential", "shuffle"});
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   if (c.checkpoint.every < 0) input_error("checkpoint.every = {} is invalid: it must be >= 0", c.checkpoint.every);
   if (c.checkpoint.keep < 0) input_error("checkpoint.keep = {} is invalid: it must be >= 0 (0 keeps all)", c.checkpoint.keep);
-  require_one_of("checkpoint.io", c.checkpoint.io, {"independent", "collective"});
-  if (c.checkpoint.resume.empty()) {
-    input_error("checkpoint.resume is empty: valid values are auto, never or a checkpoint file");
-  }
   require_positive("log.every", c.log.every);
   require_non_negative("log.peak_tflops", c.log.peak_tflops);
   if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);

@@ -1,12 +1,144 @@
-// The run configuration: every key of interface section 2, parsed from an INI file and the command
-// line (command line wins), validated, and printable back as INI for checkpoints and logs.
+// The run configuration: every key of share/docs/usage.md's key reference, parsed from an INI file
+// and the command line (command line wins), validated, and printable back as INI for checkpoints
+// and logs. Keys that name one of a few choices are enums, parsed once here.
 #pragma once
 
+#include "core/errors.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshtrain {
+
+// --- the choices a key can name ----------------------------------------------------------------
+// Each enum's names live in one table (EnumNames<E> below); parsing, `--help`, the error that lists
+// the valid values and the INI stored in checkpoints all read that table.
+
+enum class Precision { fp32, bf16, fp16 };  // train.precision
+// train.recompute: which activations a block keeps for backward (see model/gpt2.hpp, Recompute).
+enum class Recompute { none, selective, full };
+enum class LrDecay { cosine, constant };              // optim.decay
+enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
+enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
+enum class SampleOrder { sequential, shuffle };       // data.order
+enum class CheckpointIo { independent, collective };  // checkpoint.io
+enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
+
+template <class E>
+struct EnumName {
+  E value;
+  std::string_view name;
+  std::string_view note = {};  // shown after the name in `--help`, in parentheses
+};
+
+// Specialised for every enum above: the key it belongs to and its names, in `--help` order.
+template <class E>
+struct EnumNames;
+
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::string_view key = "train.precision";
+  static constexpr std::array<EnumName<Precision>, 3> all{
+      {{Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}}};
+};
+template <>
+struct EnumNames<Recompute> {
+  static constexpr std::string_view key = "train.recompute";
+  static constexpr std::array<EnumName<Recompute>, 3> all{
+      {{Recompute::none, "none"},
+       {Recompute::selective, "selective", "attention probabilities"},
+       {Recompute::full, "full", "whole blocks"}}};
+};
+template <>
+struct EnumNames<LrDecay> {
+  static constexpr std::string_view key = "optim.decay";
+  static constexpr std::array<EnumName<LrDecay>, 2> all{{{LrDecay::cosine, "cosine"}, {LrDecay::constant, "constant"}}};
+};
+template <>
+struct EnumNames<PipelineSchedule> {
+  static constexpr std::string_view key = "parallel.schedule";
+  static constexpr std::array<EnumName<PipelineSchedule>, 2> all{
+      {{PipelineSchedule::gpipe, "gpipe"}, {PipelineSchedule::one_f_one_b, "1f1b"}}};
+};
+template <>
+struct EnumNames<CommBackend> {
+  static constexpr std::string_view key = "parallel.backend";
+  static constexpr std::array<EnumName<CommBackend>, 3> all{
+      {{CommBackend::mpi, "mpi"}, {CommBackend::nccl, "nccl"}, {CommBackend::automatic, "auto"}}};
+};
+template <>
+struct EnumNames<SampleOrder> {
+  static constexpr std::string_view key = "data.order";
+  static constexpr std::array<EnumName<SampleOrder>, 2> all{
+      {{SampleOrder::sequential, "sequential"}, {SampleOrder::shuffle, "shuffle"}}};
+};
+template <>
+struct EnumNames<CheckpointIo> {
+  static constexpr std::string_view key = "checkpoint.io";
+  static constexpr std::array<EnumName<CheckpointIo>, 2> all{
+      {{CheckpointIo::independent, "independent"}, {CheckpointIo::collective, "collective"}}};
+};
+// The mode words only: any other value of checkpoint.resume names a file (ResumeFrom).
+template <>
+struct EnumNames<ResumeMode> {
+  static constexpr std::string_view key = "checkpoint.resume";
+  static constexpr std::array<EnumName<ResumeMode>, 2> all{
+      {{ResumeMode::automatic, "auto"}, {ResumeMode::never, "never"}}};
+};
+
+template <class E>
+concept NamedEnum = requires {
+  EnumNames<E>::all;
+};
+
+// The name a config file uses for `value`.
+template <NamedEnum E>
+constexpr std::string_view name_of(E value) {
+  for (const auto& n : EnumNames<E>::all) {
+    if (n.value == value) return n.name;
+  }
+  return "?";
+}
+
+// The value named `name` exactly (case matters), or nothing.
+template <NamedEnum E>
+constexpr std::optional<E> from_name(std::string_view name) {
+  for (const auto& n : EnumNames<E>::all) {
+    if (n.name == name) return n.value;
+  }
+  return std::nullopt;
+}
+
+// The valid names joined by `separator`: "fp32, bf16, fp16".
+template <NamedEnum E>
+std::string valid_names(std::string_view separator = ", ") {
+  std::string out;
+  for (const auto& n : EnumNames<E>::all) {
+    if (!out.empty()) out += separator;
+    out += n.name;
+  }
+  return out;
+}
+
+// Parses `name` for E's key; anything else is an InputError that names the key and the valid values.
+template <NamedEnum E>
+E parse_name(std::string_view name) {
+  if (const auto value = from_name<E>(name)) return *value;
+  input_error("{} = '{}' is invalid: valid values are {}", EnumNames<E>::key, name, valid_names<E>());
+}
+
+// checkpoint.resume: `auto`, `never`, or the checkpoint file to resume from.
+struct ResumeFrom {
+  ResumeMode mode = ResumeMode::automatic;
+  std::string file;  // under ResumeMode::file
+  bool operator==(const ResumeFrom&) const = default;
+};
 
 struct ModelConfig {
   int layers = 2;
@@ -23,8 +155,8 @@ struct TrainConfig {
   std::int64_t stop_after = 0;  // leave after this many steps in this job (0: run to the end)
   double time_limit = 0;        // minutes this job may run (0: no limit)
   std::int64_t seed = 1337;
-  std::string precision = "fp32";
-  std::string recompute = "none";
+  Precision precision = Precision::fp32;
+  Recompute recompute = Recompute::none;
   double loss_scale = 65536;             // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
 };
@@ -33,7 +165,7 @@ struct OptimConfig {
   double lr = 3e-4;
   double min_lr = 3e-5;
   std::int64_t warmup_steps = 2;
-  std::string decay = "cosine";
+  LrDecay decay = LrDecay::cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -46,14 +178,14 @@ struct ParallelConfig {
   int tp = 1;
   int pp = 1;
   int zero = 0;
-  std::string schedule = "1f1b";
-  std::string backend = "auto";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  CommBackend backend = CommBackend::automatic;
   double bucket_mb = 25;  // data-parallel gradient bucket size, MiB
 };
 
 struct DataConfig {
   std::string train;  // a token shard or a glob of them
-  std::string order = "sequential";
+  SampleOrder order = SampleOrder::sequential;
 };
 
 struct CheckpointConfig {
@@ -61,9 +193,9 @@ struct CheckpointConfig {
   std::int64_t every = 0;  // steps between saves (0: only when the job leaves)
   int keep = 3;            // newest checkpoints kept (0: all)
   std::string init_weights;
-  std::string resume = "auto";
+  ResumeFrom resume;
   bool async = false;  // write checkpoints on a background thread while training goes on
-  std::string io = "independent";  // tensor data to the file: independent | collective (MPI-IO)
+  CheckpointIo io = CheckpointIo::independent;  // how ranks write tensor data (MPI-IO)
 };
 
 struct LogConfig {
@@ -98,3 +230,21 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin);
 std::string config_help();
 
 }  // namespace meshtrain
+
+// Config enums print by their names: fmt::format("{}", cfg.train.precision) is "bf16".
+template <meshtrain::NamedEnum E>
+struct fmt::formatter<E> : fmt::formatter<std::string_view> {
+  template <class Context>
+  auto format(E value, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(meshtrain::name_of(value), ctx);
+  }
+};
+
+template <>
+struct fmt::formatter<meshtrain::ResumeFrom> : fmt::formatter<std::string_view> {
+  template <class Context>
+  auto format(const meshtrain::ResumeFrom& r, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(
+        r.mode == meshtrain::ResumeMode::file ? std::string_view(r.file) : meshtrain::name_of(r.mode), ctx);
+  }
+};

@@ -1,4 +1,4 @@
-// Error kinds and the exit codes of interface section 6.
+// Error kinds and the exit codes (share/docs/usage.md, Exit codes).
 //
 // InputError is bad input from the user (config, shard, checkpoint): main() prints its message and
 // exits 2 before anything is written. Anything else that escapes is an internal failure (exit 1).

@@ -1,4 +1,4 @@
-// Fully connected layer: Y = X W + b, with W in Conv1D layout [in, out] (interface section 3).
+// Fully connected layer: Y = X W + b, with W in Conv1D layout [in, out] (share/docs/usage.md, Checkpoints).
 //
 // Size letters: N rows (B·T), IC input channels, OC output channels.
 #pragma once

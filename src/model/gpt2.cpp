@@ -26,13 +26,6 @@ using carving::local_dims;
 using carving::LocalDims;
 using carving::RankScratch;
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  input_error("train.recompute = '{}' is invalid: valid values are none, selective, full", name);
-}
-
 template <class Real>
 ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                          Recompute recompute) {

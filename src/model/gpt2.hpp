@@ -37,10 +37,7 @@ namespace meshtrain {
 //              parallelism that includes the attention's sum over the group).
 // Backward skips the recomputation of the block whose activations are still in the shared set
 // (the last block right after its forward).
-enum class Recompute { none, selective, full };
-
-// "none", "selective", "full"; anything else is an InputError naming train.recompute.
-Recompute parse_recompute(const std::string& name);
+// (Recompute itself is declared with train.recompute's names in core/config.hpp.)
 
 // Activations one block keeps for its backward pass. Under recomputation the fields a block does not
 // keep are views of the shared set (see Recompute).

@@ -1,4 +1,4 @@
-// Fresh initialisation (interface section 5): every element depends only on (seed, tensor name,
+// Fresh initialisation (share/docs/usage.md, Model and optimizer): every element depends only on (seed, tensor name,
 // element index), never on the layout, so a rank holding any slice of a tensor draws exactly the
 // values a single rank would.
 #pragma once

@@ -1,7 +1,7 @@
 // GPT-2 parameters as named views into one flat buffer (llm.c's ParameterTensors pattern).
 //
 // ParameterLayout lists every tensor once, in Hugging Face's names and Conv1D shapes [in, out]
-// (interface section 3), with its offset in the flat buffer. Tensors of one block are contiguous,
+// (share/docs/usage.md, Checkpoints), with its offset in the flat buffer. Tensors of one block are contiguous,
 // so a pipeline stage's layers are one range. The same layout binds weights, gradients and both
 // AdamW moments.
 //
@@ -26,7 +26,7 @@ enum class InitKind {
   ones,             // LayerNorm weight
 };
 
-// The part of a global tensor one rank holds (architecture keystone 2), in HDF5 hyperslab terms:
+// The part of a global tensor one rank holds (share/docs/design.md, Parallelism), in HDF5 hyperslab terms:
 // per dimension, `count` blocks of `block` elements starting at offset + k·stride. The rank stores
 // the selected elements row-major, in the order HDF5 iterates them. A tensor-parallel c_attn
 // weight [C, 3C] on tp rank r of t: offset (0, r·C/t), count (1, 3), stride (1, C), block (C, C/t):

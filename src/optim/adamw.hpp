@@ -1,4 +1,4 @@
-// AdamW exactly as torch.optim.AdamW (interface section 5), over flat buffers.
+// AdamW exactly as torch.optim.AdamW (share/docs/usage.md, Model and optimizer), over flat buffers.
 //
 // For update t = i + 1 and each element:
 //   p ← p·(1 − lr·wd)                 (only tensors with decay)

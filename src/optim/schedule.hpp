@@ -1,4 +1,4 @@
-// Learning-rate schedule (interface section 5): linear warm-up, then constant or cosine decay.
+// Learning-rate schedule (share/docs/usage.md, Model and optimizer): linear warm-up, then constant or cosine decay.
 #pragma once
 
 #include "core/config.hpp"
@@ -13,7 +13,7 @@ namespace meshtrain {
 // The rate of update i (0-based) of `steps` in total.
 inline double learning_rate(const OptimConfig& o, std::int64_t steps, std::int64_t i) {
   if (i < o.warmup_steps) return o.lr * double(i + 1) / double(o.warmup_steps);
-  if (o.decay == "constant") return o.lr;
+  if (o.decay == LrDecay::constant) return o.lr;
   const double p = double(i - o.warmup_steps) / double(std::max<std::int64_t>(1, steps - o.warmup_steps));
   return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(std::numbers::pi * p));
 }

@@ -163,10 +163,14 @@ std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micros) {
   return list.take();
 }
 
-std::vector<Action> pipeline_schedule(const std::string& name, int stages, int stage, int micros) {
-  if (name == "gpipe") return gpipe_schedule(stages, stage, micros);
-  if (name == "1f1b") return one_f_one_b_schedule(stages, stage, micros);
-  throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}' (valid: gpipe, 1f1b)", name));
+std::vector<Action> pipeline_schedule(PipelineSchedule schedule, int stages, int stage, int micros) {
+  switch (schedule) {
+    case PipelineSchedule::gpipe:
+      return gpipe_schedule(stages, stage, micros);
+    case PipelineSchedule::one_f_one_b:
+      return one_f_one_b_schedule(stages, stage, micros);
+  }
+  throw std::invalid_argument(fmt::format("unknown pipeline schedule {}", int(schedule)));
 }
 
 int peak_live_activations(const std::vector<Action>& actions) {

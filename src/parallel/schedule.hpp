@@ -1,7 +1,9 @@
-// Pipeline schedules as data (architecture keystone 5): a generator lists, for one stage, the
+// Pipeline schedules as data (share/docs/design.md, Parallelism): a generator lists, for one stage, the
 // actions it performs in order; an executor runs the list; the bubble and the activation memory
 // can be computed from the lists and compared with what the timers measure.
 #pragma once
+
+#include "core/config.hpp"
 
 #include <string>
 #include <vector>
@@ -27,8 +29,8 @@ struct Action {
 // recv_activation/send_gradient, the last no send_activation/recv_gradient.
 std::vector<Action> gpipe_schedule(int stages, int stage, int micros);
 std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micros);
-// By the `parallel.schedule` name ("gpipe" or "1f1b").
-std::vector<Action> pipeline_schedule(const std::string& name, int stages, int stage, int micros);
+// The schedule parallel.schedule names.
+std::vector<Action> pipeline_schedule(PipelineSchedule schedule, int stages, int stage, int micros);
 
 // Most micro-batches whose activations a stage holds at once (forwarded, not yet backwarded).
 int peak_live_activations(const std::vector<Action>& actions);

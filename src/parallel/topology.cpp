@@ -1,4 +1,4 @@
-// The process grid (architecture keystone 1): layout validation, rank arithmetic, the group
+// The process grid (share/docs/design.md, Parallelism): layout validation, rank arithmetic, the group
 // communicators and the grid as rank 0 prints it.
 //
 // Global ranks are ordered tp fastest, then dp, then pp (Megatron's default order):

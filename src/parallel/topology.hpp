@@ -1,4 +1,4 @@
-// The process grid (architecture keystone 1): world = dp × tp × pp, global ranks ordered tp
+// The process grid (share/docs/design.md, Parallelism): world = dp × tp × pp, global ranks ordered tp
 // fastest, then dp, then pp (Megatron's default: tensor-parallel peers are neighbours, so they
 // share a node's fast links), and the MPI sub-communicators of every group. Built once and passed
 // explicitly; there are no global communicators.

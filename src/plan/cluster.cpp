@@ -77,8 +77,8 @@ Cluster gpu_preset(const char* name, double memory_gib, double fp32_tflops, doub
 
 }  // namespace
 
-double Cluster::peak_flops(const std::string& precision) const {
-  return precision == "fp32" ? peak_flops_fp32 : peak_flops_16bit;
+double Cluster::peak_flops(Precision precision) const {
+  return precision == Precision::fp32 ? peak_flops_fp32 : peak_flops_16bit;
 }
 
 int Cluster::ranks_on_node(int rank, int world) const {
@@ -87,7 +87,7 @@ int Cluster::ranks_on_node(int rank, int world) const {
   return std::min(ranks_per_node, world - first);
 }
 
-double Cluster::rank_flops(const std::string& precision, int ranks) const {
+double Cluster::rank_flops(Precision precision, int ranks) const {
   const double device = peak_flops(precision) * efficiency;
   if (!host_only) return device;
   double slowdown = 1;

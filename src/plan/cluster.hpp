@@ -6,6 +6,8 @@
 // cluster.cpp for how and when).
 #pragma once
 
+#include "core/config.hpp"
+
 #include <string>
 #include <vector>
 
@@ -45,14 +47,14 @@ struct Cluster {
   double serial_fraction = 0;
   double oversubscribed_latency_s = 0;
 
-  // The peak for a train.precision ("fp32" or a 16-bit type).
-  double peak_flops(const std::string& precision) const;
+  // The peak for a train.precision (fp32 or a 16-bit type).
+  double peak_flops(Precision precision) const;
   // Node index of a global rank: ranks are placed in blocks of ranks_per_node.
   int node_of(int rank) const { return ranks_per_node > 0 ? rank / ranks_per_node : 0; }
   // Ranks that share the node of `rank` in a world of `world` ranks.
   int ranks_on_node(int rank, int world) const;
   // Model FLOP/s of one rank on a node shared by `ranks` ranks, in `precision`.
-  double rank_flops(const std::string& precision, int ranks) const;
+  double rank_flops(Precision precision, int ranks) const;
   // The link between ranks of one node holding `ranks` ranks (slower when they oversubscribe it).
   Link intra_link(int ranks) const;
 };

@@ -42,7 +42,7 @@
 namespace meshtrain {
 namespace {
 
-double element_bytes(const std::string& precision) { return precision == "fp32" ? 4.0 : 2.0; }
+double element_bytes(Precision precision) { return precision == Precision::fp32 ? 4.0 : 2.0; }
 
 double tensor_elements(const TensorInfo& t) {
   double n = 1;
@@ -112,14 +112,14 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     st.stage = s;
 
     double flops = stage_flops_per_token(model, s, p);
-    if (cfg.train.recompute == "full") flops *= 8.0 / 6.0;
-    if (cfg.train.recompute == "selective") flops += 2.0 * L * C * T;
+    if (cfg.train.recompute == Recompute::full) flops *= 8.0 / 6.0;
+    if (cfg.train.recompute == Recompute::selective) flops += 2.0 * L * C * T;
     const int rank = Topology::global_rank(layout, GridPosition{0, 0, s});
     const double rate = cluster.rank_flops(cfg.train.precision, cluster.ranks_on_node(rank, world));
     st.compute_s = m * b * T * flops / t / rate;
 
     if (t > 1) {
-      const int per_block = cfg.train.recompute == "full" ? 6 : 4;
+      const int per_block = cfg.train.recompute == Recompute::full ? 6 : 4;
       const double wide = per_block * L + (first ? 1 : 0) + (last ? 1 : 0);
       st.tp_comm_s = m * wide * ring_allreduce_s(activation_bytes, t, tp_link);
       if (last) st.tp_comm_s += m * 2 * ring_allreduce_s(b * T * 4, t, tp_link);

@@ -1,4 +1,4 @@
-// Gradient accumulation (interface section 2): accum = global_batch / (micro_batch × dp), which must
+// Gradient accumulation (share/docs/usage.md, Keys): accum = global_batch / (micro_batch × dp), which must
 // be whole. Shared by the trainer and the planner (`meshtrain plan`), so both refuse the same configs.
 #pragma once
 

@@ -64,7 +64,7 @@ Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingPr
                   {attr::config, config.to_ini()},
                   {attr::layout, layout_description(comm, config.parallel)},
                   {attr::seed, std::int64_t(config.train.seed)},
-                  {attr::data_order, config.data.order}};
+                  {attr::data_order, std::string(name_of(config.data.order))}};
   if (progress.loss_scale > 0) {
     a.emplace_back(attr::loss_scale, progress.loss_scale);
     a.emplace_back(attr::loss_scale_clean_steps, progress.loss_scale_clean_steps);

@@ -12,9 +12,9 @@
 namespace meshtrain {
 
 std::vector<std::string> Checkpointer::resume_candidates() const {
-  const std::string& resume = config_.checkpoint.resume;
-  if (resume == "never") return {};
-  if (resume != "auto") {
+  const std::string& resume = config_.checkpoint.resume.file;
+  if (config_.checkpoint.resume.mode == ResumeMode::never) return {};
+  if (config_.checkpoint.resume.mode == ResumeMode::file) {
     if (!std::filesystem::exists(resume)) {
       input_error("checkpoint.resume = '{}': no such file (valid: auto, never, or an existing checkpoint file)", resume);
     }

@@ -36,7 +36,8 @@ int rank_of(MPI_Comm comm) {
 void write_checkpoint(const Config& config, MPI_Comm comm, const std::string& path, const Attributes& attributes,
                       const std::vector<PlannedPiece>& plan, const std::function<const float*(std::size_t)>& data) {
   {
-    const auto transfer = config.checkpoint.io == "collective" ? io::Transfer::collective : io::Transfer::independent;
+    const auto transfer =
+        config.checkpoint.io == CheckpointIo::collective ? io::Transfer::collective : io::Transfer::independent;
     io::CheckpointWriter writer(path, comm, transfer);
     for (const auto& [name, value] : attributes) std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
     for (std::size_t k = 0; k < plan.size(); ++k) {

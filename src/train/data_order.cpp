@@ -9,11 +9,11 @@
 
 namespace meshtrain {
 
-DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, const std::string& order,
+DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order,
                      std::uint64_t seed)
     : windows_(tokens == 0 ? 0 : (tokens - 1) / std::uint64_t(seq_len)),
       global_batch_(global_batch),
-      shuffle_(order == "shuffle"),
+      shuffle_(order == SampleOrder::shuffle),
       seed_(seed) {
   if (windows_ == 0) {
     input_error("data.train holds {} tokens, fewer than model.seq_len + 1 = {}: no training window fits", tokens,

@@ -1,4 +1,4 @@
-// Which window of the token stream each sample of each step reads (interface section 4).
+// Which window of the token stream each sample of each step reads (share/docs/usage.md, Data order).
 //
 // With N tokens, T = seq_len and G = global_batch there are W = floor((N − 1) / T) windows; window
 // w covers tokens [wT, wT + T] (inputs the first T, targets the last T). Sample j of step s is the
@@ -11,6 +11,8 @@
 // (S0 + (s − s0)·G + j)-th. With an unchanged batch S0 = s0·G and nothing changes.
 #pragma once
 
+#include "core/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +21,7 @@ namespace meshtrain {
 
 class DataOrder {
  public:
-  DataOrder(std::uint64_t tokens, int seq_len, int global_batch, const std::string& order, std::uint64_t seed);
+  DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order, std::uint64_t seed);
 
   std::uint64_t windows() const { return windows_; }
   // Steps from `step` on continue after `samples` samples (a checkpoint's position).

@@ -110,7 +110,7 @@ class Copy final : public LowPrecisionCopy {
       : space_(space),
         store_(space, layout, cfg.parallel.zero, dp),
         model_(space, cfg.model, cfg.train.micro_batch, tp, place,
-               pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), parse_recompute(cfg.train.recompute),
+               pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), cfg.train.recompute,
                &store_),
         fp32_(std::move(fp32)),
         workspace_(workspace_bytes<Low>(cfg, tp != nullptr ? tp->size() : 1)) {
@@ -188,7 +188,7 @@ MemoryBytes planned_for(const Config& cfg, const ParameterLayout& layout, int tp
   m[MemoryCategory::grads] = std::int64_t(sizes.grads * sizeof(Low));
   m[MemoryCategory::activations] = std::int64_t(
       sizeof(Low) * gpt2_activation_elements<Low>(cfg.model, cfg.train.micro_batch, tp, place, slots,
-                                                  parse_recompute(cfg.train.recompute))
+                                                  cfg.train.recompute)
                         .total());
   m[MemoryCategory::workspace] = std::int64_t(workspace_bytes<Low>(cfg, tp));
   return m;
@@ -200,10 +200,10 @@ std::unique_ptr<LowPrecisionCopy> LowPrecisionCopy::make(const ExecSpace& space,
                                                          const ParameterLayout& layout, Comm* tp, Comm* dp,
                                                          StagePlace place, const PipelineParts& pipeline,
                                                          Fp32Side fp32) {
-  if (cfg.train.precision == "bf16") {
+  if (cfg.train.precision == Precision::bf16) {
     return std::make_unique<Copy<bf16>>(space, cfg, layout, tp, dp, place, pipeline, std::move(fp32));
   }
-  if (cfg.train.precision == "fp16") {
+  if (cfg.train.precision == Precision::fp16) {
     return std::make_unique<Copy<fp16>>(space, cfg, layout, tp, dp, place, pipeline, std::move(fp32));
   }
   throw std::invalid_argument("LowPrecisionCopy: train.precision must be bf16 or fp16");
@@ -211,7 +211,7 @@ std::unique_ptr<LowPrecisionCopy> LowPrecisionCopy::make(const ExecSpace& space,
 
 MemoryBytes LowPrecisionCopy::planned(const Config& cfg, const ParameterLayout& layout, int tp, int dp,
                                       StagePlace place, int slots) {
-  if (cfg.train.precision == "bf16") return planned_for<bf16>(cfg, layout, tp, dp, place, slots);
+  if (cfg.train.precision == Precision::bf16) return planned_for<bf16>(cfg, layout, tp, dp, place, slots);
   return planned_for<fp16>(cfg, layout, tp, dp, place, slots);
 }
 

@@ -20,7 +20,7 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const ParameterLayout layout(cfg.model, grid.tp, position.tp_rank, place, zero > 0 ? grid.dp : 1);
   MemoryBytes m;
   if (zero > 0) {
-    m = zero_sizes(layout, grid.dp, zero, cfg.train.precision != "fp32").bytes();
+    m = zero_sizes(layout, grid.dp, zero, cfg.train.precision != Precision::fp32).bytes();
   } else {
     const auto n = std::int64_t(layout.total() * sizeof(float));
     m[MemoryCategory::weights] = n;
@@ -31,9 +31,9 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots =
       grid.pp > 1 ? pipeline_slots(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum)) : 1;
-  if (cfg.train.precision == "fp32") {
+  if (cfg.train.precision == Precision::fp32) {
     const ActivationSizes activations = gpt2_activation_elements(cfg.model, cfg.train.micro_batch, grid.tp, place,
-                                                                 slots, parse_recompute(cfg.train.recompute));
+                                                                 slots, cfg.train.recompute);
     m[MemoryCategory::activations] += std::int64_t(sizeof(float) * activations.total());
   } else {
     // The fp32 weights are the master copy; the 16-bit copy brings its weights, gradients, activations.

@@ -24,7 +24,7 @@ std::unique_ptr<ZeroState> sharded_state(const ExecSpace& space, const Config& c
   if (cfg.parallel.zero == 0) return nullptr;
   // Under 16-bit precision the copy computes; the ZeroState keeps the fp32 optimizer side only.
   return std::make_unique<ZeroState>(space, state_layout(cfg, g, place), cfg.parallel.zero, *g.dp,
-                                     cfg.train.precision != "fp32");
+                                     cfg.train.precision != Precision::fp32);
 }
 
 AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, double clip, std::int64_t i) {
@@ -40,13 +40,13 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       zero_(cfg.parallel.zero),
       sharded_(sharded_state(space, cfg, groups, place)),
       layout_(sharded_ ? sharded_->layout() : state_layout(cfg, groups, place)),
-      fp16_(cfg.train.precision == "fp16"),
+      fp16_(cfg.train.precision == Precision::fp16),
       scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window) {
-  const bool fp32 = cfg.train.precision == "fp32";
+  const bool fp32 = cfg.train.precision == Precision::fp32;
   const int slots = pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule);
   if (fp32) {
     model_ = std::make_unique<Gpt2<float>>(space, cfg.model, cfg.train.micro_batch, groups.tp, place, slots,
-                                           parse_recompute(cfg.train.recompute), sharded_.get());
+                                           cfg.train.recompute, sharded_.get());
     if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
       executor_.emplace(pipeline.schedule, *model_, *pipeline.loader, *pipeline.pp, ready_from());
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of the meshtrain command line (interface sections 1-4 and 6).
+"""End-to-end tests of the meshtrain command line (share/docs/usage.md: Commands, Keys, Checkpoints, Token shards, Exit codes).
 
 Run one group per ctest entry:
     test_cli.py --meshtrain BIN --workdir DIR --group {bad_input,resume,signals,commands,all} [-k PATTERN] [-v]
@@ -37,7 +37,7 @@ SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 HEADER_INTS = 256
 
-# Interface section 2: every key `meshtrain train --help` must list.
+# share/docs/usage.md, Keys: every key `meshtrain train --help` must list.
 INTERFACE_KEYS = [
     "model.layers", "model.heads", "model.d_model", "model.vocab", "model.seq_len",
     "train.micro_batch", "train.global_batch", "train.steps", "train.stop_after", "train.time_limit",
@@ -64,7 +64,7 @@ CRASH_MARKERS = ["Traceback", "terminate called", "what():", "Segmentation fault
 # --- helpers -------------------------------------------------------------------------------------
 
 def write_shard(path, tokens, count=None, magic=SHARD_MAGIC, version=SHARD_VERSION):
-    """A token shard in the interface section 4 format; count overrides the header's token count."""
+    """A token shard in the format of share/docs/usage.md, Token shards; count overrides the header's token count."""
     tokens = np.asarray(tokens, dtype="<u2")
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1] = magic, version

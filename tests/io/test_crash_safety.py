@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoint integrity and crash safety (interface sections 3 and 6), end to end.
+"""Checkpoint integrity and crash safety (share/docs/usage.md, Checkpoints and Exit codes), end to end.
 
 Three groups, one ctest entry each:
 
@@ -65,7 +65,7 @@ KILLS_PER_VARIANT = 5
 KILL_STEPS = 60
 SEED = None
 
-# interface section 3 / 1 (the model is the task's "tiny model"; 2 ranks, dp 2, ZeRO-1).
+# A tiny model (2 ranks, dp 2, ZeRO-1): small enough that a kill lands mid-save.
 MODEL = {"model.layers": 2, "model.d_model": 32, "model.heads": 2, "model.vocab": 256, "model.seq_len": 16,
          "train.micro_batch": 2, "train.global_batch": 4, "parallel.zero": 1}
 CHECKSUM_ALGORITHM = "meshtrain-sum64"
@@ -133,7 +133,7 @@ def sum64_int(array):
 # --- the reference verifier ------------------------------------------------------------------------
 
 def expected_shapes(layers, d_model, vocab, seq_len):
-    """{name: shape} of /model per interface section 3 (the same under /optim/exp_avg[_sq])."""
+    """{name: shape} of /model per share/docs/usage.md, Checkpoints (the same under /optim/exp_avg[_sq])."""
     C, V, T = d_model, vocab, seq_len
     shapes = {"wte.weight": (V, C), "wpe.weight": (T, C)}
     for l in range(layers):

@@ -1,4 +1,4 @@
-// Token shards: the bytes on disk against the format of interface section 4 (decoded here by hand),
+// Token shards: the bytes on disk against the format of share/docs/usage.md, Token shards (decoded here by hand),
 // streams over several shards, and every kind of bad shard rejected with a message naming it.
 #include "io/token_shard.hpp"
 

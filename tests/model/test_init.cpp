@@ -1,4 +1,4 @@
-// Fresh initialisation: the distribution of section 5, and values that depend only on
+// Fresh initialisation: the distribution of share/docs/usage.md, Model and optimizer, and values that depend only on
 // (seed, tensor name, element index).
 #include "model/init.hpp"
 

@@ -1,4 +1,4 @@
-// The parameter layout against Hugging Face GPT-2's names and shapes (interface section 3) and its
+// The parameter layout against Hugging Face GPT-2's names and shapes (share/docs/usage.md, Checkpoints) and its
 // known parameter count.
 #include "model/parameters.hpp"
 

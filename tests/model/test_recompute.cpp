@@ -62,11 +62,11 @@ TEST(Recompute, DoubleIdenticalToNone) {
 }
 
 TEST(Recompute, ParsesTheConfigValues) {
-  EXPECT_EQ(parse_recompute("none"), Recompute::none);
-  EXPECT_EQ(parse_recompute("selective"), Recompute::selective);
-  EXPECT_EQ(parse_recompute("full"), Recompute::full);
+  EXPECT_EQ(parse_name<Recompute>("none"), Recompute::none);
+  EXPECT_EQ(parse_name<Recompute>("selective"), Recompute::selective);
+  EXPECT_EQ(parse_name<Recompute>("full"), Recompute::full);
   try {
-    parse_recompute("Full");
+    parse_name<Recompute>("Full");
     FAIL() << "an unknown mode must be refused";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("train.recompute"), std::string::npos) << e.what();

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent PyTorch reference for meshtrain (interface.md sections 2-5).
+"""Independent PyTorch reference for meshtrain (share/docs/usage.md: Keys, Checkpoints, Data order, Model and optimizer).
 
 A plain GPT-2 whose parameter names and shapes are exactly those of a meshtrain checkpoint's
 /model group (Hugging Face names without `transformer.`, Conv1D layout [in, out], y = x W + b,
@@ -96,7 +96,7 @@ def apply_sets(cfg, items):
 
 
 def lr_at(i, cfg):
-    """Learning rate of update i (0-based), interface section 5."""
+    """Learning rate of update i (0-based), share/docs/usage.md, Model and optimizer."""
     o, steps = cfg["optim"], cfg["train"]["steps"]
     lr, warmup = o["lr"], o["warmup_steps"]
     if i < warmup:
@@ -272,7 +272,7 @@ def load_weights(model, path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Data: token shards and the `sequential` order (section 4)
+# Data: token shards and the `sequential` order (share/docs/usage.md, Data order)
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
@@ -314,7 +314,7 @@ def step_windows(tokens, step, G, T):
 
 
 # ----------------------------------------------------------------------------------------------
-# Training (section 5)
+# Training (share/docs/usage.md, Model and optimizer)
 
 def make_optimizer(model, cfg):
     o = cfg["optim"]

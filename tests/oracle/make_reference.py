@@ -7,7 +7,7 @@ and every parameter gradient are computed in float64 by the independent PyTorch 
 (gpt2_torch.py) from the weights exactly as stored (rounded to --dtype first), and written with
 the inputs to one HDF5 file:
 
-  /model/<name>            weights, float32 or float64 (--dtype), names and shapes as interface.md s3
+  /model/<name>            weights, float32 or float64 (--dtype), names and shapes as in share/docs/usage.md, Checkpoints
   /inputs, /targets        int32 [B, T]
   /expected/loss           float64 scalar (mean cross-entropy over the B*T targets)
   /expected/logits         float64 [B, T, V]

@@ -6,10 +6,10 @@ meshtrain trains a small model under --launcher with the layout that --set gives
 (checkpoint.every 6) and leaving after step 7 (train.stop_after 7, exit 3) with another. The oracle
 then takes the step-6 checkpoint alone: the PyTorch GPT-2 of gpt2_torch.py (float64) gets its
 /model; a torch.optim.AdamW built by gpt2_torch.make_optimizer (weight decay only on tensors of two
-or more dimensions, interface section 5) gets /optim/exp_avg and /optim/exp_avg_sq as its state with
+or more dimensions, share/docs/usage.md, Model and optimizer) gets /optim/exp_avg and /optim/exp_avg_sq as its state with
 state step 6, betas, eps and weight decay from the config, and the learning rate of update 6
-(0-based) from the schedule. It computes the loss of step 7's global batch (interface section 4),
-backpropagates, clips (section 5), steps, and checks:
+(0-based) from the schedule. It computes the loss of step 7's global batch (share/docs/usage.md, Data order),
+backpropagates, clips, steps, and checks:
   - lr equals the metrics' lr of step 7 (1e-9 relative);
   - the loss equals the metrics' loss of step 7 and the gradient norm its grad_norm (--rtol,
     default 1e-5 relative; see TOLERANCES below);

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Self-checks of the PyTorch oracle (gpt2_torch.py) against things independent of it:
 central finite differences of the float64 loss, hand-computed learning rates, a numpy AdamW +
-clipping written from interface.md section 5, hand-indexed data windows, causality, gradient
+clipping written from share/docs/usage.md, Model and optimizer, hand-indexed data windows, causality, gradient
 accumulation invariance, HDF5 round trips and make_reference.py's file layout.
 Exits non-zero on the first failure. usage: /usr/bin/python3 test_reference_selfcheck.py
 """
@@ -194,7 +194,7 @@ def accumulation_invariance():
 
 @check
 def adamw_by_hand():
-    """Two training steps vs. a numpy AdamW + clipping written from interface.md section 5."""
+    """Two training steps vs. a numpy AdamW + clipping written from share/docs/usage.md, Model and optimizer."""
     cfg = small_cfg({("train", "global_batch"): 2, ("train", "micro_batch"): 1, ("train", "steps"): 5,
                        ("optim", "lr"): 1e-2, ("optim", "warmup_steps"): 1, ("optim", "grad_clip"): 0.3})
     o = cfg["optim"]
@@ -229,7 +229,7 @@ def adamw_by_hand():
     assert clipped >= 1, "the clipping branch was not exercised"
     for n, p in model.named_parameters():
         err = np.abs(p.detach().numpy() - P[n]).max()
-        assert err < 1e-12, f"{n}: torch AdamW differs from section 5 by {err}"
+        assert err < 1e-12, f"{n}: torch AdamW differs from the documented AdamW by {err}"
 
 
 @check

@@ -12,7 +12,7 @@ are layout-free, so the run is the same. Layouts that share their A part share i
 is trained once and its checkpoint directory (and metrics so far) copied for each resume.
 A resume under the same layout it left (A/A: the same items, in any order) must moreover be
 bitwise the run of A that never left: every step's loss, grad norm, lr and tokens, and the final
-checkpoint's /model and /optim (exact resumption, interface section 3). That uninterrupted run is
+checkpoint's /model and /optim (exact resumption, share/docs/usage.md, Checkpoints). That uninterrupted run is
 trained once too, and shared with a --layout A or --reference A given as well.
 An item SECTION.KEY=VALUE of a layout sets that key for it (e.g. tp=2,train.recompute=full).
 

@@ -1,4 +1,4 @@
-// Pipeline schedules (architecture keystone 5): the GPipe and 1F1B generators against lists worked
+// Pipeline schedules (share/docs/design.md, Parallelism): the GPipe and 1F1B generators against lists worked
 // out by hand, structural invariants over a grid of stage and micro-batch counts, the activation
 // bound, and simulate_schedule against the closed-form bubble (p − 1)/(m + p − 1) and against an
 // independent evaluator written here (a longest-path recursion over the matched actions instead
@@ -36,7 +36,7 @@ std::string join(const List& list) {
 
 Lists all_stages(const std::string& name, int p, int m) {
   Lists lists;
-  for (int s = 0; s < p; ++s) lists.push_back(pipeline_schedule(name, p, s, m));
+  for (int s = 0; s < p; ++s) lists.push_back(pipeline_schedule(parse_name<PipelineSchedule>(name), p, s, m));
   return lists;
 }
 
@@ -274,16 +274,20 @@ TEST(PipelineSchedule, OneFOneBByHand) {
 }
 
 TEST(PipelineSchedule, ByName) {
-  EXPECT_EQ(pipeline_schedule("gpipe", 3, 1, 4), gpipe_schedule(3, 1, 4));
-  EXPECT_EQ(pipeline_schedule("1f1b", 3, 1, 4), one_f_one_b_schedule(3, 1, 4));
-  EXPECT_NE(pipeline_schedule("gpipe", 3, 1, 4), pipeline_schedule("1f1b", 3, 1, 4));
+  // The names are parallel.schedule's (core/config.hpp); parse_name refuses any other.
+  const auto by_name = [](const std::string& name, int stages, int stage, int micros) {
+    return pipeline_schedule(parse_name<PipelineSchedule>(name), stages, stage, micros);
+  };
+  EXPECT_EQ(by_name("gpipe", 3, 1, 4), gpipe_schedule(3, 1, 4));
+  EXPECT_EQ(by_name("1f1b", 3, 1, 4), one_f_one_b_schedule(3, 1, 4));
+  EXPECT_NE(by_name("gpipe", 3, 1, 4), by_name("1f1b", 3, 1, 4));
   for (const std::string bad : {"GPipe", "1F1B", "interleaved", ""}) {
-    EXPECT_THROW(pipeline_schedule(bad, 2, 0, 2), std::invalid_argument) << "'" << bad << "'";
+    EXPECT_THROW(by_name(bad, 2, 0, 2), InputError) << "'" << bad << "'";
   }
   try {
-    pipeline_schedule("zb-h1", 2, 0, 2);
+    by_name("zb-h1", 2, 0, 2);
     ADD_FAILURE() << "no exception";
-  } catch (const std::invalid_argument& e) {
+  } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("zb-h1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("gpipe, 1f1b"), std::string::npos) << e.what();
   }
@@ -291,10 +295,11 @@ TEST(PipelineSchedule, ByName) {
 
 TEST(PipelineSchedule, RejectsBadArguments) {
   for (const std::string& name : kSchedules) {
-    EXPECT_THROW(pipeline_schedule(name, 0, 0, 4), std::invalid_argument) << name;
-    EXPECT_THROW(pipeline_schedule(name, 2, 2, 4), std::invalid_argument) << name;
-    EXPECT_THROW(pipeline_schedule(name, 2, -1, 4), std::invalid_argument) << name;
-    EXPECT_THROW(pipeline_schedule(name, 2, 0, 0), std::invalid_argument) << name;
+    const PipelineSchedule schedule = parse_name<PipelineSchedule>(name);
+    EXPECT_THROW(pipeline_schedule(schedule, 0, 0, 4), std::invalid_argument) << name;
+    EXPECT_THROW(pipeline_schedule(schedule, 2, 2, 4), std::invalid_argument) << name;
+    EXPECT_THROW(pipeline_schedule(schedule, 2, -1, 4), std::invalid_argument) << name;
+    EXPECT_THROW(pipeline_schedule(schedule, 2, 0, 0), std::invalid_argument) << name;
   }
   EXPECT_THROW(ideal_bubble_fraction(0, 4), std::invalid_argument);
   EXPECT_THROW(simulate_schedule(all_stages("1f1b", 2, 2), -1.0, 2.0), std::invalid_argument);

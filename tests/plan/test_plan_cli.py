@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of `meshtrain plan` (interface sections 1 and 6): bad input exits 2 naming the
+"""End-to-end tests of `meshtrain plan` (share/docs/usage.md, Commands and Exit codes): bad input exits 2 naming the
 option or key and writes nothing; --json and --search --json carry what scripts rely on; the table
 shows the effective batch exactly as the trainer prints it.
 

@@ -114,8 +114,8 @@ TEST(Cluster, PresetsAndPlacement) {
   for (const auto& name : cluster_preset_names()) EXPECT_EQ(cluster_preset(name).preset, name);
   EXPECT_THROW(cluster_preset("tpu"), InputError);
   const Cluster h100 = cluster_preset("h100-sxm-8");
-  EXPECT_EQ(h100.peak_flops("bf16"), 989e12);
-  EXPECT_EQ(h100.peak_flops("fp32"), 67e12);
+  EXPECT_EQ(h100.peak_flops(Precision::bf16), 989e12);
+  EXPECT_EQ(h100.peak_flops(Precision::fp32), 67e12);
   EXPECT_EQ(h100.ranks_on_node(0, 12), 8);
   EXPECT_EQ(h100.ranks_on_node(9, 12), 4);
   EXPECT_EQ(h100.node_of(15), 1);

@@ -140,10 +140,10 @@ TEST(StepTime, ZeroStagesAndPrecisionChangeTheTrafficAsDocumented) {
   cfg.parallel.zero = 3;  // reduce-scatter once, all-gather in every micro-batch's forward and backward
   EXPECT_NEAR(predict_step_time(cfg, layout, c).dp_comm_s, zero0 * (1 + 2 * m) / 2, 1e-15);
   cfg.parallel.zero = 0;
-  cfg.train.precision = "bf16";  // half the bytes, the 16-bit peak
+  cfg.train.precision = Precision::bf16;  // half the bytes, the 16-bit peak
   const StepTime half = predict_step_time(cfg, layout, c);
   EXPECT_NEAR(half.dp_comm_s, zero0 / 2, 1e-15);
-  cfg.train.precision = "fp32";
+  cfg.train.precision = Precision::fp32;
   EXPECT_NEAR(half.compute_s, predict_step_time(cfg, layout, c).compute_s / 4, 1e-15);
 }
 
@@ -152,13 +152,13 @@ TEST(StepTime, RecomputationCostsForwardAgain) {
   const Cluster c = test_cluster();
   const Layout layout{2, 2, 1};
   const StepTime none = predict_step_time(cfg, layout, c);
-  cfg.train.recompute = "full";
+  cfg.train.recompute = Recompute::full;
   const StepTime full = predict_step_time(cfg, layout, c);
   EXPECT_NEAR(full.compute_s, none.compute_s * 8 / 6, 1e-15);
   const double b = 4, T = 64, C = 64, L = 2, m = 2;
   const double ar = 2.0 * 1 / 2 * (b * T * C * 4) / 1e10 + 2 * 1e-6;
   EXPECT_NEAR(full.tp_comm_s - none.tp_comm_s, m * 2 * L * ar, 1e-15);  // 2 more per block
-  cfg.train.recompute = "selective";
+  cfg.train.recompute = Recompute::selective;
   const StepTime selective = predict_step_time(cfg, layout, c);
   EXPECT_NEAR(selective.compute_s - none.compute_s, m * b * T * 2 * L * C * T / 2 / (1e12 * 0.5), 1e-15);
 }

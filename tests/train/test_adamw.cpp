@@ -1,5 +1,5 @@
-// AdamW (interface section 5) against a scalar reference written here from the interface's
-// formulas, against closed forms for the first step and a pure decay step, float against the
+// AdamW (share/docs/usage.md, Model and optimizer) against a scalar reference written here from
+// torch.optim.AdamW's documented formulas, against closed forms for the first step and a pure decay step, float against the
 // double reference, and once against torch.optim.AdamW in float64.
 #include "core/exec.hpp"
 #include "optim/adamw.hpp"
@@ -63,7 +63,7 @@ struct DeviceState {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The reference: one element at a time, literally the formulas of interface section 5.
+// The reference: one element at a time, literally torch.optim.AdamW's documented formulas.
 
 struct RefState {
   Host p, m, v;

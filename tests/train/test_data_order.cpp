@@ -1,4 +1,4 @@
-// Data order (interface section 4): which window each sample of each step reads.
+// Data order (share/docs/usage.md, Data order): which window each sample of each step reads.
 //
 // `sequential` is checked against a window counter that simply wraps at W (and against literal
 // lists for a tiny case); `shuffle` against the properties a per-epoch permutation must have
@@ -44,23 +44,23 @@ TEST(DataOrderSequential, WindowCountIsFloorOfTokensMinusOneOverSeqLen) {
       {5'000'000'000ull, 1024, 4'882'812},  // more than 2^32 tokens: 4'882'812 · 1024 = 4'999'999'488
   };
   for (const auto& c : cases) {
-    DataOrder order(c.tokens, c.seq_len, 4, "sequential", 1);
+    DataOrder order(c.tokens, c.seq_len, 4, SampleOrder::sequential, 1);
     EXPECT_EQ(order.windows(), c.windows) << "N = " << c.tokens << ", T = " << c.seq_len;
-    DataOrder shuffled(c.tokens, c.seq_len, 4, "shuffle", 1);
+    DataOrder shuffled(c.tokens, c.seq_len, 4, SampleOrder::shuffle, 1);
     EXPECT_EQ(shuffled.windows(), c.windows) << "shuffle, N = " << c.tokens << ", T = " << c.seq_len;
   }
 }
 
 TEST(DataOrderSequential, TooFewTokensThrowsInputError) {
-  for (const std::string order : {"sequential", "shuffle"}) {
-    EXPECT_THROW(DataOrder(0, 4, 2, order, 1), InputError) << order;
-    EXPECT_THROW(DataOrder(1, 4, 2, order, 1), InputError) << order;
-    EXPECT_THROW(DataOrder(3, 4, 2, order, 1), InputError) << order;
-    EXPECT_THROW(DataOrder(4, 4, 2, order, 1), InputError) << order;  // N = T: no target for the last input
-    EXPECT_THROW(DataOrder(1, 1, 2, order, 1), InputError) << order;
-    EXPECT_THROW(DataOrder(1024, 1024, 8, order, 1), InputError) << order;
-    EXPECT_NO_THROW(DataOrder(5, 4, 2, order, 1)) << order;  // N = T + 1
-    EXPECT_NO_THROW(DataOrder(1025, 1024, 8, order, 1)) << order;
+  for (const SampleOrder order : {SampleOrder::sequential, SampleOrder::shuffle}) {
+    EXPECT_THROW(DataOrder(0, 4, 2, order, 1), InputError) << name_of(order);
+    EXPECT_THROW(DataOrder(1, 4, 2, order, 1), InputError) << name_of(order);
+    EXPECT_THROW(DataOrder(3, 4, 2, order, 1), InputError) << name_of(order);
+    EXPECT_THROW(DataOrder(4, 4, 2, order, 1), InputError) << name_of(order);  // N = T: no target for the last input
+    EXPECT_THROW(DataOrder(1, 1, 2, order, 1), InputError) << name_of(order);
+    EXPECT_THROW(DataOrder(1024, 1024, 8, order, 1), InputError) << name_of(order);
+    EXPECT_NO_THROW(DataOrder(5, 4, 2, order, 1)) << name_of(order);  // N = T + 1
+    EXPECT_NO_THROW(DataOrder(1025, 1024, 8, order, 1)) << name_of(order);
   }
 }
 
@@ -69,7 +69,7 @@ TEST(DataOrderSequential, TooFewTokensThrowsInputError) {
 
 TEST(DataOrderSequential, TinyCaseMatchesLiteralList) {
   // N = 21, T = 4: W = 5. G = 3 does not divide 5, so steps wrap in the middle.
-  DataOrder order(21, 4, 3, "sequential", 123);
+  DataOrder order(21, 4, 3, SampleOrder::sequential, 123);
   ASSERT_EQ(order.windows(), 5u);
   const std::vector<std::vector<u64>> expected = {
       {0, 1, 2}, {3, 4, 0}, {1, 2, 3}, {4, 0, 1}, {2, 3, 4}, {0, 1, 2}, {3, 4, 0},
@@ -95,7 +95,7 @@ TEST(DataOrderSequential, MatchesWrappingCounter) {
       {1000, 3, 1},   // G = 1
   };
   for (const auto& c : cases) {
-    DataOrder order(c.tokens, c.seq_len, c.global_batch, "sequential", 7);
+    DataOrder order(c.tokens, c.seq_len, c.global_batch, SampleOrder::sequential, 7);
     const u64 W = (c.tokens - 1) / u64(c.seq_len);
     ASSERT_EQ(order.windows(), W);
     // A counter that runs through the samples of the run and wraps at W.
@@ -115,7 +115,7 @@ TEST(DataOrderSequential, MatchesWrappingCounter) {
 TEST(DataOrderSequential, LargeStepsUseSixtyFourBitIndices) {
   // N = 5e9, T = 1024: W = 4'882'812. Step 10^7 of G = 512 starts at sample 5.12e9 > 2^32;
   // 5'120'000'000 mod 4'882'812 = 2'813'024 (worked out separately).
-  DataOrder order(5'000'000'000ull, 1024, 512, "sequential", 1);
+  DataOrder order(5'000'000'000ull, 1024, 512, SampleOrder::sequential, 1);
   ASSERT_EQ(order.windows(), 4'882'812u);
   EXPECT_EQ(order.window(10'000'000, 0), 2'813'024u);
   EXPECT_EQ(order.window(10'000'000, 511), 2'813'024u + 511);
@@ -162,7 +162,7 @@ TEST(DataOrderShuffle, EveryEpochIsAPermutationOfAllWindows) {
       {10001, 10, 8},   // W = 1000
   };
   for (const auto& c : cases) {
-    DataOrder order(c.tokens, c.seq_len, c.global_batch, "shuffle", 1234);
+    DataOrder order(c.tokens, c.seq_len, c.global_batch, SampleOrder::shuffle, 1234);
     const u64 W = order.windows();
     for (u64 epoch = 0; epoch < 6; ++epoch) {
       const auto windows = epoch_windows(order, c.global_batch, epoch);
@@ -185,7 +185,7 @@ TEST(DataOrderShuffle, FreeFunctionGivesPermutations) {
 }
 
 TEST(DataOrderShuffle, ActuallyShufflesAndDiffersFromSequential) {
-  DataOrder order(1001, 10, 4, "shuffle", 5);  // W = 100
+  DataOrder order(1001, 10, 4, SampleOrder::shuffle, 5);  // W = 100
   std::vector<u64> identity(100);
   std::iota(identity.begin(), identity.end(), 0);
   for (u64 epoch = 0; epoch < 4; ++epoch) {
@@ -200,13 +200,13 @@ TEST(DataOrderShuffle, ActuallyShufflesAndDiffersFromSequential) {
 
 TEST(DataOrderShuffle, SameSeedSameOrderOtherSeedOrEpochDifferent) {
   const u64 tokens = 2001;  // T = 20: W = 100
-  DataOrder a(tokens, 20, 6, "shuffle", 42);
-  DataOrder b(tokens, 20, 6, "shuffle", 42);
-  DataOrder c(tokens, 20, 6, "shuffle", 43);
-  DataOrder d(tokens, 20, 6, "shuffle", u64(42) | (u64(1) << 32));  // differs only in the high word
-  DataOrder e(tokens, 20, 6, "shuffle", 0);
+  DataOrder a(tokens, 20, 6, SampleOrder::shuffle, 42);
+  DataOrder b(tokens, 20, 6, SampleOrder::shuffle, 42);
+  DataOrder c(tokens, 20, 6, SampleOrder::shuffle, 43);
+  DataOrder d(tokens, 20, 6, SampleOrder::shuffle, u64(42) | (u64(1) << 32));  // differs only in the high word
+  DataOrder e(tokens, 20, 6, SampleOrder::shuffle, 0);
   // A different global batch does not change which window the k-th sample reads.
-  DataOrder f(tokens, 20, 10, "shuffle", 42);
+  DataOrder f(tokens, 20, 10, SampleOrder::shuffle, 42);
   for (u64 epoch = 0; epoch < 5; ++epoch) {
     const auto wa = epoch_windows(a, 6, epoch);
     EXPECT_EQ(wa, epoch_windows(b, 6, epoch)) << "epoch " << epoch;
@@ -236,7 +236,7 @@ TEST(DataOrderShuffle, PositionOfWindowZeroIsRoughlyUniformOverEpochs) {
   // 9 degrees of freedom: mean 9, P(χ² > 40) ≈ 8e-6. A loose bound catches a broken shuffle
   // (e.g. a Sattolo cycle never leaves window 0 in place, an off-by-one never moves the last one).
   const int W = 10, G = 3;
-  DataOrder order(u64(W) * 8 + 1, 8, G, "shuffle", 2024);
+  DataOrder order(u64(W) * 8 + 1, 8, G, SampleOrder::shuffle, 2024);
   ASSERT_EQ(order.windows(), u64(W));
   std::vector<double> position_counts(W, 0.0);
   std::vector<double> last_counts(W, 0.0);  // which window sits at the last position
@@ -258,7 +258,7 @@ TEST(DataOrderShuffle, PositionValueTableIsRoughlyUniformOverSeeds) {
   const int W = 5;
   std::vector<double> cells(std::size_t(W * W), 0.0);
   for (u64 seed = 0; seed < 20'000; ++seed) {
-    DataOrder order(u64(W) * 4 + 1, 4, 2, "shuffle", seed * 0x9E3779B97F4A7C15ull);
+    DataOrder order(u64(W) * 4 + 1, 4, 2, SampleOrder::shuffle, seed * 0x9E3779B97F4A7C15ull);
     const auto windows = epoch_windows(order, 2, 0);
     for (int p = 0; p < W; ++p) cells[std::size_t(p * W) + windows[std::size_t(p)]] += 1;
   }
@@ -281,12 +281,12 @@ TEST(DataOrderShuffle, DependsOnlyOnStepAndSampleNotOnCallHistory) {
   const auto first = queries;
   queries.insert(queries.end(), first.rbegin(), first.rend());
 
-  DataOrder long_lived(tokens, T, G, "shuffle", 77);
-  DataOrder sequential_long_lived(tokens, T, G, "sequential", 77);
+  DataOrder long_lived(tokens, T, G, SampleOrder::shuffle, 77);
+  DataOrder sequential_long_lived(tokens, T, G, SampleOrder::sequential, 77);
   for (const auto& [s, j] : queries) {
-    DataOrder fresh(tokens, T, G, "shuffle", 77);
+    DataOrder fresh(tokens, T, G, SampleOrder::shuffle, 77);
     EXPECT_EQ(long_lived.window(s, j), fresh.window(s, j)) << "step " << s << " sample " << j;
-    DataOrder fresh_sequential(tokens, T, G, "sequential", 77);
+    DataOrder fresh_sequential(tokens, T, G, SampleOrder::sequential, 77);
     EXPECT_EQ(sequential_long_lived.window(s, j), fresh_sequential.window(s, j)) << "step " << s << " sample " << j;
   }
   // And in order, the epochs built from a scrambled history are permutations.

@@ -84,7 +84,7 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         const Config cfg = small_config(zero);
         const int accum = accumulation_steps(cfg, grid.dp);
         // The stage's schedule sizes its activation slots (no loader: nothing runs here).
-        const PipelineParts slots{pp > 1 ? pipeline_schedule("1f1b", pp, pos.pp_rank, accum) : std::vector<Action>()};
+        const PipelineParts slots{pp > 1 ? pipeline_schedule(PipelineSchedule::one_f_one_b, pp, pos.pp_rank, accum) : std::vector<Action>()};
         ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
         const MemoryBytes actual =
             state.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
@@ -96,7 +96,7 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         // Recomputation changes the activations only, and the planner follows.
         for (const char* mode : {"selective", "full"}) {
           Config recomputing = cfg;
-          recomputing.train.recompute = mode;
+          recomputing.train.recompute = parse_name<Recompute>(mode);
           ModelState other(space, recomputing, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place,
                            slots);
           const MemoryBytes a = other.memory(), p = planned_rank_memory(recomputing, grid, pos);
@@ -114,7 +114,7 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         // fp32 run's) and a shard plus the working units at stage 3.
         for (const char* precision : {"bf16", "fp16"}) {
           Config low = cfg;
-          low.train.precision = precision;
+          low.train.precision = parse_name<Precision>(precision);
           ModelState other(space, low, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
           const MemoryBytes a = other.memory(), p = planned_rank_memory(low, grid, pos);
           for (int c = 0; c < memory_categories; ++c) {

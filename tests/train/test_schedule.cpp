@@ -1,4 +1,4 @@
-// Learning-rate schedule and clipping factor (interface section 5) against numbers worked out by
+// Learning-rate schedule and clipping factor (share/docs/usage.md, Model and optimizer) against numbers worked out by
 // hand (cosines of simple angles, evaluated separately and written here as literals).
 #include "core/config.hpp"
 #include "optim/schedule.hpp"
@@ -25,7 +25,7 @@ OptimConfig optim(double lr, double min_lr, std::int64_t warmup, const std::stri
   o.lr = lr;
   o.min_lr = min_lr;
   o.warmup_steps = warmup;
-  o.decay = decay;
+  o.decay = parse_name<LrDecay>(decay);
   return o;
 }
 

@@ -1,0 +1,25 @@
+// The input of a training run, agreed by every rank before anything is written: the grid, the
+// gradient accumulation, the token data and its order.
+#pragma once
+
+#include "core/config.hpp"
+#include "io/token_shard.hpp"
+#include "parallel/topology.hpp"
+#include "train/data_order.hpp"
+
+#include <mpi.h>
+
+namespace meshtrain {
+
+struct RunInput {
+  Layout grid;
+  int accum = 0;  // micro-batches per rank per step
+  io::TokenStream stream;
+  DataOrder order;
+};
+
+// Everything that can reject the configuration or the data, checked on every rank; a refusal is an
+// AgreedInputError on all of them (core/agreement.hpp), before any file is written.
+RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm);
+
+}  // namespace meshtrain

@@ -1,0 +1,94 @@
+// Resuming a run: the checkpoint candidates in turn, or initial weights, or a fresh start.
+#include "train/run_start.hpp"
+
+#include "core/agreement.hpp"
+#include "core/errors.hpp"
+#include "core/mpi_check.hpp"
+#include "io/checkpoint_dir.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace meshtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Loads the first candidate that loads and verifies. Under checkpoint.resume = auto a checkpoint
+// that cannot be used (corrupt, truncated, missing) gives way to the next newest, saying so; a named
+// one is used or refused. Collective; a refusal is an AgreedInputError on every rank.
+TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::string>& candidates, const Config& cfg,
+                        const TrainingTensors& tensors, bool leader) {
+  std::vector<std::string> refused;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    try {
+      const auto start = Clock::now();
+      const TrainingProgress progress = checkpointer.load(candidates[i], tensors);
+      if (leader) {
+        fmt::print("resumed from {} at step {} (read and verified in {:.3f}s)\n", candidates[i], progress.step,
+                   seconds_since(start));
+        if (progress.samples != progress.step * std::int64_t(cfg.train.global_batch)) {
+          fmt::print(
+              "train.global_batch = {} differs from the checkpoint's run: the data continues at sample {} of "
+              "the data order\n",
+              cfg.train.global_batch, progress.samples);
+        }
+      }
+      return progress;
+    } catch (const AgreedInputError& e) {
+      if (cfg.checkpoint.resume.mode != ResumeMode::automatic) throw;
+      refused.push_back(fmt::format("{}: {}", candidates[i], e.what()));
+      if (leader && i + 1 < candidates.size()) {
+        fmt::print("checkpoint.resume = auto: {} is unusable ({}); falling back to {}\n", candidates[i], e.what(),
+                   candidates[i + 1]);
+        std::fflush(stdout);
+      }
+    }
+  }
+  input_error(
+      "checkpoint.resume = auto: no checkpoint in {} can be used:\n  {}\nHINT: move them away to start "
+      "afresh, or name one with checkpoint.resume",
+      cfg.checkpoint.dir, fmt::join(refused, "\n  "));
+}
+
+}  // namespace
+
+RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer, ModelState& state, DataOrder& order) {
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is MPI initialized, and the communicator valid?");
+  const bool leader = rank == 0;
+  RunStart start;
+  bool fresh = true;  // neither resumed nor given initial weights
+  start.progress = agree_on_input(comm, [&] {
+    TrainingProgress progress;
+    const std::vector<std::string> candidates = checkpointer.resume_candidates();
+    fresh = candidates.empty() && cfg.checkpoint.init_weights.empty();
+    if (!candidates.empty()) {
+      progress = resume(checkpointer, candidates, cfg, state.checkpoint_tensors(), leader);
+    } else if (!cfg.checkpoint.init_weights.empty()) {
+      checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);
+      if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
+    }
+    // The checkpoint directory must be usable before any work is done that would need saving.
+    if (leader) io::ensure_directory(cfg.checkpoint.dir);
+    return progress;
+  });
+  // Collective under ZeRO (gathers), so outside the agreement above, which may leave early on one rank's error.
+  if (fresh) {
+    const auto initialization_start = Clock::now();
+    state.initialize(cfg.train.seed);
+    start.initialization_s = seconds_since(initialization_start);
+  } else {
+    state.loaded();
+  }
+  state.restore_scaler(start.progress);
+  order.continue_from(start.progress.step, std::uint64_t(start.progress.samples));
+  return start;
+}
+
+}  // namespace meshtrain

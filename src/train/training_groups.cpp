@@ -1,0 +1,53 @@
+// The training run's communicators, and the backend each one uses.
+#include "train/training_groups.hpp"
+
+#include "core/mpi_check.hpp"
+#include "parallel/timed_comm.hpp"
+
+namespace meshtrain {
+namespace {
+
+// The collectives of one group: parallel.backend `nccl`, or `auto` on a build whose tensors live
+// on the GPU, use NCCL on the execution space's stream; otherwise MPI.
+std::unique_ptr<Comm> open_group(CommBackend backend, MPI_Comm group, const ExecSpace& space) {
+#if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
+  if (backend != CommBackend::mpi) return make_nccl_comm(group, space.cuda_stream());
+#endif
+  (void)backend;
+  (void)space;
+  return make_mpi_comm(group);
+}
+
+// The pipeline's first and last stage, split from the pipeline group (collective over it): its
+// ranks share the dp and tp rank by construction, so the split needs no other coordinates.
+mpi::OwnedComm tied_embedding_comm(const Topology& topology) {
+  const int stage = topology.position().pp_rank, last = topology.layout().pp - 1;
+  mpi::OwnedComm tied;
+  MESHTRAIN_MPI_CHECK(
+      MPI_Comm_split(topology.pp_comm(), stage == 0 || stage == last ? 0 : MPI_UNDEFINED, stage, tied.out()),
+      "is every rank of the pipeline group making the training groups in the same order?");
+  return tied;
+}
+
+}  // namespace
+
+bool nccl_usable() {
+#if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space) {
+  dp = make_timed_comm(open_group(backend, topology.dp_comm(), space), comm_seconds);
+  tp = make_timed_comm(open_group(backend, topology.tp_comm(), space), comm_seconds);
+  pp = make_timed_comm(open_group(backend, topology.pp_comm(), space), idle_seconds);
+  if (topology.layout().pp > 1) {
+    // The Comm keeps a duplicate; the split itself is freed when `split` goes.
+    const mpi::OwnedComm split = tied_embedding_comm(topology);
+    if (split.get() != MPI_COMM_NULL) tied = make_timed_comm(open_group(backend, split.get(), space), comm_seconds);
+  }
+}
+
+}  // namespace meshtrain

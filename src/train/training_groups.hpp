@@ -1,0 +1,35 @@
+// The collectives of one training run: one Comm per group of the Topology that the step uses, each
+// timed, made in one place (the order they are made in is collective: every rank makes them alike).
+#pragma once
+
+#include "core/config.hpp"
+#include "core/exec.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/topology.hpp"
+
+#include <memory>
+
+namespace meshtrain {
+
+// Whether this build can run parallel.backend = nccl: NCCL serves tensors in GPU memory, so it needs
+// a CUDA build that has it.
+bool nccl_usable();
+
+class TrainingGroups {
+ public:
+  // Collective over the Topology's world.
+  TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space);
+  TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
+  TrainingGroups& operator=(const TrainingGroups&) = delete;
+
+  double comm_seconds = 0;  // time inside collectives, all groups together
+  double idle_seconds = 0;  // time a pipeline stage waits for its neighbours
+  std::unique_ptr<Comm> dp;
+  std::unique_ptr<Comm> tp;
+  std::unique_ptr<Comm> pp;  // timed as idle: its waits are the pipeline's bubble
+  // The first and the last stage of one pipeline (same dp and tp rank) both hold the tied wte and
+  // sum its gradients in this group; null on the other stages and without a pipeline.
+  std::unique_ptr<Comm> tied;
+};
+
+}  // namespace meshtrain

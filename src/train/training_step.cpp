@@ -1,0 +1,39 @@
+// One optimizer step, as the training loop runs it.
+#include "train/training_step.hpp"
+
+#include "optim/schedule.hpp"
+
+namespace meshtrain {
+
+float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
+  return 1.0f / float(std::int64_t(micro_batch) * seq_len * accum * dp);
+}
+
+StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
+                         BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space) {
+  StepResult r;
+  state.zero_grads();
+  if (!shape.pipelined) {
+    for (int micro = 0; micro < shape.accum; ++micro) {
+      loader.load(i, micro);
+      r.loss += state.forward(loader.inputs(), loader.targets(), shape.grad_scale);
+      if (micro == shape.accum - 1) state.arm();  // the last pass finishes the gradients
+      state.backward(loader.inputs());
+    }
+  } else {
+    r.loss = state.run_pipeline(i, shape.grad_scale);  // the last stage's; the others add zero below
+    groups.pp->allreduce_sum(&r.loss, 1);
+  }
+  state.finish_gradients();
+  groups.dp->allreduce_sum(&r.loss, 1);
+  r.loss /= double(shape.accum) * shape.dp;
+
+  r.grad_norm = state.grad_norm();
+  r.lr = learning_rate(cfg.optim, cfg.train.steps, i);
+  const double clip = clip_scale(r.grad_norm, cfg.optim.grad_clip);
+  r.applied = state.update(cfg.optim, r.lr, clip, i, r.grad_norm);
+  space.fence();
+  return r;
+}
+
+}  // namespace meshtrain

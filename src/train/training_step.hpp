@@ -1,0 +1,37 @@
+// One optimizer step: the micro-batches forward and backward (or the pipeline schedule), the
+// gradients' reduction, the global norm and clipping, and the AdamW update.
+#pragma once
+
+#include "core/config.hpp"
+#include "train/batch_loader.hpp"
+#include "train/model_state.hpp"
+#include "train/training_groups.hpp"
+
+#include <cstdint>
+
+namespace meshtrain {
+
+// The step's shape: the same every step of a run.
+struct StepShape {
+  int accum = 1;            // micro-batches per rank
+  int dp = 1;               // data-parallel ranks
+  bool pipelined = false;   // parallel.pp > 1: the schedule runs the micro-batches
+  float grad_scale = 1.0f;  // 1 / (B·T·accum·dp): each rank's share of the global batch's mean
+};
+
+struct StepResult {
+  double loss = 0;  // mean over the global batch, the same on every rank
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  bool applied = true;   // false: fp16 gradients overflowed and the update was skipped
+};
+
+// Step `i` (0-based). Collective over every group; returns once the execution space is idle.
+StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
+                         BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space);
+
+// 1 / (B·T·accum·dp): each rank's gradients are its share of the mean over the global batch; the dp
+// sum completes it.
+float gradient_scale(int micro_batch, int seq_len, int accum, int dp);
+
+}  // namespace meshtrain
