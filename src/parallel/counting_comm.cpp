@@ -4,27 +4,16 @@
 #include "parallel/comm_decorator.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 
 namespace meshtrain {
 
 const char* collective_name(Collective kind) {
-  switch (kind) {
-    case Collective::allreduce:
-      return "allreduce";
-    case Collective::reduce_scatter:
-      return "reduce_scatter";
-    case Collective::allgather:
-      return "allgather";
-    case Collective::broadcast:
-      return "broadcast";
-    case Collective::send:
-      return "send";
-    case Collective::recv:
-      return "recv";
-    case Collective::barrier:
-      return "barrier";
-  }
-  return "unknown";
+  // In the order of the enumeration.
+  static constexpr std::array<const char*, collective_kinds> names = {
+      "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier"};
+  return names[static_cast<std::size_t>(kind)];
 }
 
 void GroupTraffic::add(Collective kind, std::int64_t calls, std::int64_t bytes) {

@@ -25,6 +25,7 @@
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
 #include "train/stop_signals.hpp"
+#include "train/traffic_log.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -168,22 +169,23 @@ int train(const Config& cfg, MPI_Comm comm) {
   const int dp = grid.dp, dp_rank = topology.position().dp_rank;
   ExecSpace space;
   double comm_seconds = 0;  // time inside collectives, all groups together
+  TrafficLog traffic(cfg.log.traffic);  // each group's calls and bytes, when log.traffic asks
   const std::unique_ptr<Comm> dp_comm =
-      make_timed_comm(open_group(cfg.parallel.backend, topology.dp_comm(), space), comm_seconds);
+      traffic.counted("dp", make_timed_comm(open_group(cfg.parallel.backend, topology.dp_comm(), space), comm_seconds));
   const std::unique_ptr<Comm> tp_comm =
-      make_timed_comm(open_group(cfg.parallel.backend, topology.tp_comm(), space), comm_seconds);
+      traffic.counted("tp", make_timed_comm(open_group(cfg.parallel.backend, topology.tp_comm(), space), comm_seconds));
   double idle_seconds = 0;  // time a pipeline stage waits for its neighbours
   const std::unique_ptr<Comm> pp_comm =
-      make_timed_comm(open_group(cfg.parallel.backend, topology.pp_comm(), space), idle_seconds);
-  const std::unique_ptr<Comm> model_comm =
-      make_timed_comm(open_group(cfg.parallel.backend, topology.model_comm(), space), comm_seconds);
+      traffic.counted("pp", make_timed_comm(open_group(cfg.parallel.backend, topology.pp_comm(), space), idle_seconds));
+  const std::unique_ptr<Comm> model_comm = traffic.counted(
+      "model", make_timed_comm(open_group(cfg.parallel.backend, topology.model_comm(), space), comm_seconds));
   const StagePlace place{topology.position().pp_rank, grid.pp};
   // The first and last stage both hold the tied wte; their gradients are summed between them.
   std::unique_ptr<Comm> tied_comm;
   if (grid.pp > 1) {
     MPI_Comm tied = tied_embedding_comm(topology);  // collective over the pipeline group
     if (tied != MPI_COMM_NULL) {
-      tied_comm = make_timed_comm(open_group(cfg.parallel.backend, tied, space), comm_seconds);
+      tied_comm = traffic.counted("tied", make_timed_comm(open_group(cfg.parallel.backend, tied, space), comm_seconds));
       MPI_Comm_free(&tied);  // the Comm keeps a duplicate
     }
   }
@@ -280,6 +282,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     const auto step_start = Clock::now();
     const double comm_before = comm_seconds, idle_before = idle_seconds;
     const std::int64_t i = progress.step;  // 0-based index of this update
+    traffic.begin_step();
 
     state.zero_grads();
     double loss = 0;
@@ -307,6 +310,7 @@ int train(const Config& cfg, MPI_Comm comm) {
                   state.loss_scale());
     }
     space.fence();
+    traffic.end_step(comm, topology.position(), i + 1 == cfg.train.steps);
     ++progress.step;
     ++steps_this_job;
     progress.tokens += tokens_per_step;
