@@ -3,9 +3,10 @@
 //
 // Buffers are raw pointers into the memory space the backend serves. All ranks of the group call
 // each collective in the same order with the same counts. Non-blocking calls return a Request that
-// must be waited on before the buffer is read or reused; a non-blocking collective gives the same
-// bits as its blocking twin, and several may be in flight at once (each rank starts them in the
-// same order).
+// must be waited on before the buffer is read or reused. A non-blocking collective computes what its
+// blocking twin computes (test_comm holds the two bitwise equal on this MPI; the MPI standard does
+// not promise one summation order for both), and several may be in flight at once, started in the
+// same order on every rank.
 #pragma once
 
 #include <mpi.h>
