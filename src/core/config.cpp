@@ -115,6 +115,8 @@ class KeyTable {
     add("log.every", cfg.log.every, "steps between progress lines");
     add("log.peak_tflops", cfg.log.peak_tflops, "peak TFLOP/s per rank for MFU (0: not shown)");
     add("log.timing_every", cfg.log.timing_every, "steps between per-rank timing tables (0: only at the end)");
+    add("log.traffic", cfg.log.traffic,
+        "JSON file of every rank's communication in the run's last step: calls and bytes per group and kind");
   }
 
   const po::options_description& options() const { return options_; }

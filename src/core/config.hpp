@@ -203,6 +203,7 @@ struct LogConfig {
   std::int64_t every = 1;  // steps between progress lines on stdout
   double peak_tflops = 0;  // per-rank peak for MFU (0: MFU not shown)
   std::int64_t timing_every = 100;  // steps between per-rank timing tables (0: only at the end)
+  std::string traffic;     // JSON file of every rank's traffic in the last step (empty: none)
 };
 
 struct Config {

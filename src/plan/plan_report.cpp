@@ -2,6 +2,8 @@
 #include "plan/plan_report.hpp"
 
 #include "model/parameters.hpp"
+#include "plan/traffic.hpp"
+#include "train/traffic_log.hpp"
 #include "train/progress.hpp"
 
 #include <fmt/format.h>
@@ -221,7 +223,9 @@ nlohmann::json plan_json(const Plan& plan) {
                      {"runtime_bytes", r.runtime_bytes},
                      {"data_bytes", r.data_bytes},
                      {"peak_rss", r.peak_rss},
-                     {"device_bytes", r.device_bytes}});
+                     {"device_bytes", r.device_bytes},
+                     // What one step sends, as `log.traffic` counts it (plan/traffic.hpp).
+                     {"traffic", traffic_json(predicted_traffic(plan.cfg, plan.layout, r.position))}});
   }
   out["per_rank"] = std::move(ranks);
   return out;

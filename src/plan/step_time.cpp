@@ -8,32 +8,29 @@
 //              scores' forward again, + 2·L·C·T), R the rank's FLOP/s = peak · efficiency, divided
 //              by the node's ranks on a host-only cluster (they share its cores), and slower by
 //              1 + serial_fraction · (cores/ranks − 1) when fewer ranks than cores leave some idle.
-//   tp comm  = m · n_ar · allreduce(b·T·C·e, t)
-//              n_ar per micro-batch: 2 per block in forward (attention and MLP output rows), 2 in
-//              backward (their inputs' gradients), 2 more with full recomputation; +1 for the
-//              vocab-parallel embedding (first stage), +1 for the head's input gradient and 2 small
-//              ones of b·T floats for the vocab-parallel loss (last stage).
-//   pp comm  = m · k · p2p(b·T·C·e) + allreduce(wte's gradient, 2)
-//              k = 1 send each way per neighbour: the stage's activation forward and its input's
-//              gradient backward (a receive is the neighbour's send, counted there); the tied wte
-//              gradient is summed between the first and last stage once a step.
-//   bubble   = (p − 1)/m · (compute + tp comm + m · k · p2p): (p − 1) micro-batch slots of fill
-//              and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
-//   dp comm  = the reduction of the rank's gradients, Ψ = its parameters · e bytes, in buckets of
-//              parallel.bucket_mb (α once per bucket): ZeRO 0 all-reduce(Ψ); 1 and 2
-//              reduce-scatter(Ψ) + all-gather(Ψ) of the updated parameters, the same volume;
-//              3 reduce-scatter(Ψ) + an all-gather(Ψ) of the parameters in each micro-batch's
-//              forward and again in its backward.
+//   comm     = the step's traffic as the trainer makes it (plan/traffic.hpp: calls and bytes per
+//              group and kind, exact), each call priced by the alpha-beta functions below. They
+//              are affine in the bytes, so a kind's c calls of B bytes in all cost
+//              f(B) + (c − 1) · f(0): every call pays its latency, the bytes their bandwidth.
+//              tp comm: the tensor-parallel all-reduces over t ranks. pp comm: the stage's sends
+//              (a receive is the neighbour's send, counted there), the loss sum over p ranks and
+//              the tied wte gradient over 2. dp comm: the loss sum, the gradient buckets or ZeRO's
+//              reduce-scatters, and ZeRO's all-gathers, over d ranks.
+//   bubble   = (p − 1)/m · (compute + tp comm + the stage's sends): (p − 1) micro-batch slots of
+//              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
-// e = 4 bytes under fp32, 2 under bf16/fp16 (weights, activations and gradients travel in the
-// compute type). A group's traffic crosses the slowest link any group of its kind spans (ranks are
-// placed tp fastest, then dp, then pp, in blocks of ranks_per_node); on a host-only node with more
-// ranks than cores every message waits about a scheduler tick (Cluster::intra_link). Nothing overlaps: the total is
-// the sum (on CPU ranks sharing cores, communication cannot hide behind compute anyway). Not
-// modelled: the optimizer update, the gradient-norm all-reduce, data loading, checkpoints.
+// Activations and ZeRO's weight gathers travel in the compute type (4 bytes under fp32, 2 under
+// bf16/fp16); gradients are reduced in fp32 under every precision. A group's traffic crosses the
+// slowest link any group of its kind spans (ranks are placed tp fastest, then dp, then pp, in
+// blocks of ranks_per_node); on a host-only node with more ranks than cores every message waits
+// about a scheduler tick (Cluster::intra_link). Nothing overlaps: the total is the sum (on CPU
+// ranks sharing cores, communication cannot hide behind compute anyway). Not modelled: the
+// optimizer update, the gradient-norm all-reduce (over the world's MPI communicator, not a
+// group), data loading, checkpoints.
 #include "plan/step_time.hpp"
 
 #include "model/parameters.hpp"
+#include "plan/traffic.hpp"
 #include "train/accumulation.hpp"
 
 #include <algorithm>
@@ -42,12 +39,39 @@
 namespace meshtrain {
 namespace {
 
-double element_bytes(Precision precision) { return precision == Precision::fp32 ? 4.0 : 2.0; }
-
 double tensor_elements(const TensorInfo& t) {
   double n = 1;
   for (auto d : t.shape) n *= double(d);
   return n;
+}
+
+using CollectiveTime = double (*)(double bytes, int ranks, const Link& link);
+
+// c calls of B bytes in all: f(B) + (c − 1) · f(0), each call's latency and the bytes' bandwidth.
+double priced(CollectiveTime f, const TrafficCount& c, int ranks, const Link& link) {
+  if (c.calls == 0) return 0;
+  return f(double(c.bytes), ranks, link) + double(c.calls - 1) * f(0, ranks, link);
+}
+
+// A group's collectives over `ranks` (a broadcast as a ring of scatter and gather, a barrier as an
+// empty all-reduce); its point-to-point messages are priced by sends_s.
+double collectives_s(const GroupTraffic& g, int ranks, const Link& link) {
+  return priced(ring_allreduce_s, g[Collective::allreduce], ranks, link) +
+         priced(ring_reduce_scatter_s, g[Collective::reduce_scatter], ranks, link) +
+         priced(ring_allgather_s, g[Collective::allgather], ranks, link) +
+         priced(ring_allgather_s, g[Collective::broadcast], ranks, link) +
+         priced(ring_allreduce_s, g[Collective::barrier], ranks, link);
+}
+
+double sends_s(const GroupTraffic& g, const Link& link) {
+  return priced([](double bytes, int, const Link& l) { return point_to_point_s(bytes, l); }, g[Collective::send], 2,
+                link);
+}
+
+const GroupTraffic& group(const RankTraffic& traffic, const std::string& name) {
+  static const GroupTraffic none;
+  const auto it = traffic.find(name);
+  return it == traffic.end() ? none : it->second;
 }
 
 }  // namespace
@@ -95,60 +119,32 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
   const int m = accumulation_steps(cfg, layout.dp);
   const int p = layout.pp, t = layout.tp, d = layout.dp;
   const double b = cfg.train.micro_batch, T = model.seq_len, C = model.d_model;
-  const double e = element_bytes(cfg.train.precision);
-  const double activation_bytes = b * T * C * e;
   const int world = layout.world();
   const Link tp_link = group_link(tp_groups(layout), cluster, world);
   const Link pp_link = group_link(pp_groups(layout), cluster, world);
   const Link dp_link = group_link(dp_groups(layout), cluster, world);
-  const double bucket_bytes = cfg.parallel.bucket_mb * 1024.0 * 1024.0;
 
   std::vector<StepTime> stages;
   for (int s = 0; s < p; ++s) {
-    const ParameterLayout held(model, t, 0, StagePlace{s, p});
-    const bool first = held.place().first(), last = held.place().last();
-    const int L = held.stage_layers();
+    const int L = ParameterLayout(model, t, 0, StagePlace{s, p}).stage_layers();
     StepTime st;
     st.stage = s;
 
     double flops = stage_flops_per_token(model, s, p);
     if (cfg.train.recompute == Recompute::full) flops *= 8.0 / 6.0;
     if (cfg.train.recompute == Recompute::selective) flops += 2.0 * L * C * T;
-    const int rank = Topology::global_rank(layout, GridPosition{0, 0, s});
+    const GridPosition position{0, 0, s};
+    const int rank = Topology::global_rank(layout, position);
     const double rate = cluster.rank_flops(cfg.train.precision, cluster.ranks_on_node(rank, world));
     st.compute_s = m * b * T * flops / t / rate;
 
-    if (t > 1) {
-      const int per_block = cfg.train.recompute == Recompute::full ? 6 : 4;
-      const double wide = per_block * L + (first ? 1 : 0) + (last ? 1 : 0);
-      st.tp_comm_s = m * wide * ring_allreduce_s(activation_bytes, t, tp_link);
-      if (last) st.tp_comm_s += m * 2 * ring_allreduce_s(b * T * 4, t, tp_link);
-    }
-
-    const int sends = (first ? 0 : 1) + (last ? 0 : 1);
-    const double pipeline_transfers_s = m * sends * point_to_point_s(activation_bytes, pp_link);
-    st.pp_comm_s = pipeline_transfers_s;
-    if (p > 1 && (first || last)) {
-      const TensorInfo& wte = held.find("wte.weight");
-      st.pp_comm_s += ring_allreduce_s(double(wte.numel) * e, 2, pp_link);
-    }
+    const RankTraffic traffic = predicted_traffic(cfg, layout, position);
+    st.tp_comm_s = collectives_s(group(traffic, "tp"), t, tp_link);
+    const double pipeline_transfers_s = sends_s(group(traffic, "pp"), pp_link);
+    st.pp_comm_s = pipeline_transfers_s + collectives_s(group(traffic, "pp"), p, pp_link) +
+                   collectives_s(group(traffic, "tied"), 2, pp_link);
     st.bubble_s = double(p - 1) / m * (st.compute_s + st.tp_comm_s + pipeline_transfers_s);
-
-    if (d > 1) {
-      const double psi = double(held.total()) * e;
-      const double buckets = std::max(1.0, std::ceil(psi / bucket_bytes));
-      // The α of the extra buckets, per collective over the whole gradient.
-      const double per_bucket_latency = (buckets - 1) * (d - 1) * dp_link.latency_s;
-      if (cfg.parallel.zero == 0) {
-        st.dp_comm_s = ring_allreduce_s(psi, d, dp_link) + 2 * per_bucket_latency;
-      } else if (cfg.parallel.zero < 3) {
-        st.dp_comm_s = ring_reduce_scatter_s(psi, d, dp_link) + ring_allgather_s(psi, d, dp_link) +
-                       2 * per_bucket_latency;
-      } else {
-        st.dp_comm_s = ring_reduce_scatter_s(psi, d, dp_link) + 2 * m * ring_allgather_s(psi, d, dp_link) +
-                       (1 + 2 * m) * per_bucket_latency;
-      }
-    }
+    st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link);
     stages.push_back(st);
   }
   return stages;

@@ -18,8 +18,8 @@ struct StepTime {
   int stage = 0;         // the pipeline stage these figures are for
   double compute_s = 0;  // forward and backward (and recomputation) FLOPs of m micro-batches
   double tp_comm_s = 0;  // tensor-parallel all-reduces
-  double pp_comm_s = 0;  // activations and gradients between stages, and the tied wte gradient
-  double dp_comm_s = 0;  // gradient reduction over dp (and ZeRO's gathers)
+  double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, the tied wte gradient
+  double dp_comm_s = 0;  // the loss sum, gradient reduction over dp, ZeRO's gathers
   double bubble_s = 0;   // pipeline fill and drain
   double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + bubble_s; }
 };

@@ -118,7 +118,7 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       input_(agree_on_run_input(cfg, comm)),
       topology_(comm, input_.grid),
       place_{topology_.position().pp_rank, input_.grid.pp},
-      groups_(cfg.parallel.backend, topology_, space_),
+      groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic),
       schedule_(stage_schedule(cfg, input_.grid, place_, input_.accum)),
       loader_(input_.stream, input_.order, cfg.train.micro_batch, cfg.model.seq_len,
               topology_.position().dp_rank * input_.accum),
@@ -150,7 +150,9 @@ int TrainingRun::run() {
     // The step.
     const auto step_start = Clock::now();
     const double comm_before = groups_.comm_seconds, idle_before = groups_.idle_seconds;
+    groups_.traffic.begin_step();
     const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_, space_);
+    groups_.traffic.end_step(comm_, topology_.position(), progress.step + 1 == cfg_.train.steps);
     if (!result.applied && leader_) {
       fmt::print("step {}: fp16 gradients overflowed: update skipped, loss scale backs off to {:g}\n",
                  progress.step + 1, state_.loss_scale());

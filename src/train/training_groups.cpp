@@ -39,14 +39,19 @@ bool nccl_usable() {
 #endif
 }
 
-TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space) {
-  dp = make_timed_comm(open_group(backend, topology.dp_comm(), space), comm_seconds);
-  tp = make_timed_comm(open_group(backend, topology.tp_comm(), space), comm_seconds);
-  pp = make_timed_comm(open_group(backend, topology.pp_comm(), space), idle_seconds);
+TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
+                               const std::string& traffic_path)
+    : traffic(traffic_path) {
+  const auto open = [&](const char* name, MPI_Comm group, double& seconds) {
+    return traffic.counted(name, make_timed_comm(open_group(backend, group, space), seconds));
+  };
+  dp = open("dp", topology.dp_comm(), comm_seconds);
+  tp = open("tp", topology.tp_comm(), comm_seconds);
+  pp = open("pp", topology.pp_comm(), idle_seconds);
   if (topology.layout().pp > 1) {
     // The Comm keeps a duplicate; the split itself is freed when `split` goes.
     const mpi::OwnedComm split = tied_embedding_comm(topology);
-    if (split.get() != MPI_COMM_NULL) tied = make_timed_comm(open_group(backend, split.get(), space), comm_seconds);
+    if (split.get() != MPI_COMM_NULL) tied = open("tied", split.get(), comm_seconds);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "core/exec.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/topology.hpp"
+#include "train/traffic_log.hpp"
 
 #include <memory>
 
@@ -17,13 +18,15 @@ bool nccl_usable();
 
 class TrainingGroups {
  public:
-  // Collective over the Topology's world.
-  TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space);
+  // Collective over the Topology's world. `traffic_path`: log.traffic (empty: nothing counted).
+  TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
+                 const std::string& traffic_path);
   TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
   TrainingGroups& operator=(const TrainingGroups&) = delete;
 
   double comm_seconds = 0;  // time inside collectives, all groups together
   double idle_seconds = 0;  // time a pipeline stage waits for its neighbours
+  TrafficLog traffic;       // each group's calls and bytes, when log.traffic asks
   std::unique_ptr<Comm> dp;
   std::unique_ptr<Comm> tp;
   std::unique_ptr<Comm> pp;  // timed as idle: its waits are the pipeline's bubble

@@ -13,13 +13,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'oracle'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch  # noqa: E402
+from plan_and_train import case_keys, plan_json, train  # noqa: E402
 
 # L4 H8 C512: 12.8M parameters, 16 bytes each = 195 MiB of model state against ~35 MiB of runtime
 # and a few MiB of activations at micro_batch 1, T 64.
@@ -56,22 +57,18 @@ def main():
     failures = []
     print(f"{'case':<12} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
     for name, ranks, extra in CASES:
-        work = os.path.join(opts.workdir, name)
-        os.makedirs(work)
+        work, run_keys = case_keys(opts.workdir, name, shard)
         metrics = os.path.join(work, "metrics.jsonl")
-        keys = MODEL + extra + ["--data.train", shard, "--checkpoint.dir", os.path.join(work, "ck"),
-                                "--checkpoint.resume", "never", "--log.metrics", metrics]
-        plan = subprocess.run([opts.meshtrain, "plan", "--world", str(ranks), "--json"] + keys, capture_output=True,
-                              text=True)
-        if plan.returncode != 0:
-            failures.append(f"{name}: plan exited {plan.returncode}: {plan.stderr.strip()}")
+        keys = MODEL + extra + run_keys + ["--log.metrics", metrics]
+        plan = plan_json(opts.meshtrain, ranks, keys)
+        if isinstance(plan, str):
+            failures.append(f"{name}: {plan}")
             continue
-        planned_rank = json.loads(plan.stdout)["per_rank"][0]
+        planned_rank = plan["per_rank"][0]
         predicted = planned_rank["peak_rss"]
-        train = subprocess.run([opts.mpiexec, "-n", str(ranks), opts.meshtrain, "train"] + keys, capture_output=True,
-                               text=True, stdin=subprocess.DEVNULL, timeout=300)
-        if train.returncode != 0:
-            failures.append(f"{name}: train exited {train.returncode}: {train.stderr.strip()[-500:]}")
+        failed = train(opts.mpiexec, opts.meshtrain, ranks, keys)
+        if failed:
+            failures.append(f"{name}: {failed}")
             continue
         with open(metrics) as f:
             last = [json.loads(line) for line in f if line.strip()][-1]

@@ -2,10 +2,12 @@
 // model's shape (GPT-2 parameter counts written out, not taken from the model code).
 #include "model/parameters.hpp"
 #include "plan/step_time.hpp"
+#include "plan/traffic.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace meshtrain {
 namespace {
@@ -83,17 +85,19 @@ TEST(StepTime, DataAndTensorParallelClosedForm) {
   EXPECT_NEAR(st.compute_s, m * b * T * F / t / (1e12 * 0.5), 1e-15);
 
   // 4 all-reduces per block, +1 embedding, +1 head gradient, of b·T·C fp32 over 2 ranks intra-node;
-  // and 2 of b·T floats for the vocab-parallel loss.
+  // and for the vocab-parallel loss the row maxima (b·T floats) and partial sums (2·b·T floats).
   const double ar = 2.0 * 1 / 2 * (b * T * C * 4) / 1e10 + 2 * 1e-6;
-  const double ar_loss = 2.0 * 1 / 2 * (b * T * 4) / 1e10 + 2 * 1e-6;
-  EXPECT_NEAR(st.tp_comm_s, m * (4 * L + 2) * ar + m * 2 * ar_loss, 1e-15);
+  const double ar_max = 2.0 * 1 / 2 * (b * T * 4) / 1e10 + 2 * 1e-6;
+  const double ar_partials = 2.0 * 1 / 2 * (2 * b * T * 4) / 1e10 + 2 * 1e-6;
+  EXPECT_NEAR(st.tp_comm_s, m * (4 * L + 2) * ar + m * (ar_max + ar_partials), 1e-15);
 
   // The rank's parameters at tp 2: wte V/2 rows, wpe whole; per block ln_1, ln_2 (2C each), c_attn
   // C·3C/2 + 3C/2, attn c_proj C/2·C + C, c_fc C·4C/2 + 4C/2, mlp c_proj 4C/2·C + C; ln_f 2C.
   const double block = 2 * C + (C * 3 * C / 2 + 3 * C / 2) + (C / 2 * C + C) + 2 * C + (C * 4 * C / 2 + 4 * C / 2) +
                        (4 * C / 2 * C + C);
   const double local = V / 2 * C + T * C + L * block + 2 * C;
-  EXPECT_NEAR(st.dp_comm_s, 2.0 * 1 / 2 * local * 4 / 1e9 + 2 * 1e-5, 1e-15);
+  // One bucket (25 MiB) and the loss sum (one double), over 2 ranks across nodes.
+  EXPECT_NEAR(st.dp_comm_s, 2.0 * 1 / 2 * local * 4 / 1e9 + 2 * 1e-5 + 2.0 * 1 / 2 * 8 / 1e9 + 2 * 1e-5, 1e-15);
   EXPECT_EQ(st.pp_comm_s, 0.0);
   EXPECT_EQ(st.bubble_s, 0.0);
   EXPECT_DOUBLE_EQ(st.total_s(), st.compute_s + st.tp_comm_s + st.dp_comm_s);
@@ -113,38 +117,68 @@ TEST(StepTime, PipelineBubbleIsTheIdealFraction) {
     EXPECT_NEAR(st.bubble_s / (st.compute_s + st.bubble_s), (p - 1) / (m + p - 1), 1e-12) << "pp " << p;
   }
   // With communication: per micro-batch one activation out and one gradient back for a middle
-  // stage's neighbours; the first and last stage send one each way and sum the tied wte gradient.
+  // stage's neighbours; the first and last stage send one each way and sum the tied wte gradient;
+  // every stage sums the loss (one double) over the 4 stages.
   c.intra = {1e9, 1e-6};
   const auto stages = stage_step_times(cfg, Layout{1, 1, 4}, c);
   ASSERT_EQ(stages.size(), 4u);
   const double b = 1, T = 64, C = 64, V = 256, m = 8;
   const double p2p = 1e-6 + b * T * C * 4 / 1e9;
   const double tied = 2.0 * 1 / 2 * V * C * 4 / 1e9 + 2 * 1e-6;
-  EXPECT_NEAR(stages[1].pp_comm_s, m * 2 * p2p, 1e-15);
-  EXPECT_NEAR(stages[0].pp_comm_s, m * 1 * p2p + tied, 1e-15);
-  EXPECT_NEAR(stages[3].pp_comm_s, m * 1 * p2p + tied, 1e-15);
+  const double loss = 2.0 * 3 / 4 * 8 / 1e9 + 2 * 3 * 1e-6;
+  EXPECT_NEAR(stages[1].pp_comm_s, m * 2 * p2p + loss, 1e-15);
+  EXPECT_NEAR(stages[0].pp_comm_s, m * 1 * p2p + tied + loss, 1e-15);
+  EXPECT_NEAR(stages[3].pp_comm_s, m * 1 * p2p + tied + loss, 1e-15);
   EXPECT_NEAR(stages[1].bubble_s, 3 / m * (stages[1].compute_s + m * 2 * p2p), 1e-15);
 }
 
-TEST(StepTime, ZeroStagesAndPrecisionChangeTheTrafficAsDocumented) {
+// dp 2 × tp 2, L 2, C 64, V 256, T 64, b 4, m = 16 / (4 · 2) = 2; dp across nodes: β 1e9, α 1e-5.
+// The rank's tensors at tp 2 (as in DataAndTensorParallelClosedForm), each a ZeRO unit, all even
+// (no padding at dp 2): wte 128·64 = 8192, wpe 64·64 = 4096, each block 25184, ln_f 128; Ψ = 62784
+// floats = 251136 bytes. Over 2 ranks an all-reduce of B bytes takes B/1e9 + 2e-5 s, a
+// reduce-scatter or all-gather B/2e9 + 1e-5 s; each call pays its α.
+//   loss sum, every stage:  8 B             → 8e-9 + 2e-5                          = 2.0008e-5
+//   ZeRO 0: 1 bucket        251136 B        → 2.51136e-4 + 2e-5; with the loss     = 2.91144e-4
+//   ZeRO 1: 5 reduce-scatters of Ψ once, 5 gathers of Ψ: 2 · (1.25568e-4 + 5e-5) + loss
+//                                                                                  = 3.71144e-4
+//   ZeRO 2: 10 reduce-scatters (every micro-batch's backward), 2Ψ: 2.51136e-4 + 1e-4,
+//           5 gathers: 1.75568e-4, loss                                            = 5.46712e-4
+//   ZeRO 3: reduce-scatters as ZeRO 2; gathers: wte, wpe, ln_f after the update (12416 floats)
+//           and blocks F0: h0 h1, B0: h0 (h1 still there), F1: h1 (h0 still there), B1: h0 —
+//           5 blocks, 8 calls of 12416 + 5 · 25184 = 138336 floats = 553344 B: 2.76672e-4 + 8e-5;
+//           with the reduce-scatters and the loss                                  = 7.27816e-4
+// Under bf16 the gradients are still reduced in fp32 (ZeRO 0: the fp32 figure, not half), and
+// only the gathers travel in 16 bits: ZeRO 3 gathers 276672 B: 1.38336e-4 + 8e-5   = 5.8948e-4
+TEST(StepTime, ZeroStagesAndPrecisionPriceTheTrainersTraffic) {
   Config cfg = small_config();
-  Cluster c = test_cluster();
-  c.inter.latency_s = 0;
+  const Cluster c = test_cluster();
   const Layout layout{2, 2, 1};
-  const double m = 2;
-  const double zero0 = predict_step_time(cfg, layout, c).dp_comm_s;
-  cfg.parallel.zero = 1;
-  EXPECT_NEAR(predict_step_time(cfg, layout, c).dp_comm_s, zero0, 1e-15);  // 2Ψ either way
-  cfg.parallel.zero = 2;
-  EXPECT_NEAR(predict_step_time(cfg, layout, c).dp_comm_s, zero0, 1e-15);
-  cfg.parallel.zero = 3;  // reduce-scatter once, all-gather in every micro-batch's forward and backward
-  EXPECT_NEAR(predict_step_time(cfg, layout, c).dp_comm_s, zero0 * (1 + 2 * m) / 2, 1e-15);
-  cfg.parallel.zero = 0;
-  cfg.train.precision = Precision::bf16;  // half the bytes, the 16-bit peak
-  const StepTime half = predict_step_time(cfg, layout, c);
-  EXPECT_NEAR(half.dp_comm_s, zero0 / 2, 1e-15);
+  auto dp_s = [&](int zero, Precision precision) {
+    cfg.parallel.zero = zero;
+    cfg.train.precision = precision;
+    return predict_step_time(cfg, layout, c).dp_comm_s;
+  };
+  EXPECT_NEAR(dp_s(0, Precision::fp32), 2.91144e-4, 1e-15);
+  EXPECT_NEAR(dp_s(1, Precision::fp32), 3.71144e-4, 1e-15);
+  EXPECT_NEAR(dp_s(2, Precision::fp32), 5.46712e-4, 1e-15);
+  EXPECT_NEAR(dp_s(3, Precision::fp32), 7.27816e-4, 1e-15);
+  EXPECT_NEAR(dp_s(0, Precision::bf16), 2.91144e-4, 1e-15);
+  EXPECT_NEAR(dp_s(3, Precision::bf16), 5.8948e-4, 1e-15);
+
+  // The counts behind them.
+  cfg.parallel.zero = 3;
   cfg.train.precision = Precision::fp32;
-  EXPECT_NEAR(half.compute_s, predict_step_time(cfg, layout, c).compute_s / 4, 1e-15);
+  const GroupTraffic dp = predicted_traffic(cfg, layout, GridPosition{1, 1, 0}).at("dp");
+  EXPECT_EQ(dp[Collective::allreduce], (TrafficCount{1, 8}));
+  EXPECT_EQ(dp[Collective::reduce_scatter], (TrafficCount{10, 2 * 251136}));
+  EXPECT_EQ(dp[Collective::allgather], (TrafficCount{8, 553344}));
+}
+
+// The gather policy alone: one working buffer, a step starts with none gathered.
+TEST(ZeroThree, GathersABlockUnlessItIsTheOneGatheredLast) {
+  const std::vector<BlockVisit> visits = {{0, false}, {1, false}, {1, true}, {0, true},
+                                          {0, false}, {1, false}, {1, true}, {0, true}};
+  EXPECT_EQ(zero3_block_gathers(visits), (std::vector<bool>{true, true, false, true, false, true, false, true}));
 }
 
 TEST(StepTime, RecomputationCostsForwardAgain) {
@@ -157,7 +191,9 @@ TEST(StepTime, RecomputationCostsForwardAgain) {
   EXPECT_NEAR(full.compute_s, none.compute_s * 8 / 6, 1e-15);
   const double b = 4, T = 64, C = 64, L = 2, m = 2;
   const double ar = 2.0 * 1 / 2 * (b * T * C * 4) / 1e10 + 2 * 1e-6;
-  EXPECT_NEAR(full.tp_comm_s - none.tp_comm_s, m * 2 * L * ar, 1e-15);  // 2 more per block
+  // The rerun stops before the MLP's projection: one more sum per block, except the last block of
+  // each micro-batch, whose activations are still there when its backward starts.
+  EXPECT_NEAR(full.tp_comm_s - none.tp_comm_s, m * (L - 1) * ar, 1e-15);
   cfg.train.recompute = Recompute::selective;
   const StepTime selective = predict_step_time(cfg, layout, c);
   EXPECT_NEAR(selective.compute_s - none.compute_s, m * b * T * 2 * L * C * T / 2 / (1e12 * 0.5), 1e-15);
@@ -197,10 +233,10 @@ TEST(StepTime, OversubscribedHostWaitsATickPerMessage) {
   EXPECT_EQ(c.intra_link(2).latency_s, c.intra.latency_s);
   EXPECT_EQ(c.intra_link(4).latency_s, 4e-3);
   EXPECT_EQ(c.intra_link(8).latency_s, 8e-3);
-  // dp 4 on 2 cores: the all-reduce's 2(p − 1) messages each wait 4 ms.
+  // dp 4 on 2 cores: the all-reduce's 2(p − 1) messages each wait 4 ms, and so do the loss sum's.
   const StepTime st = predict_step_time(cfg, Layout{4, 1, 1}, c);
   const double psi = 4 * (256 * 64 + 64 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64);
-  EXPECT_NEAR(st.dp_comm_s, 2.0 * 3 / 4 * psi / 1e10 + 2 * 3 * 4e-3, 1e-15);
+  EXPECT_NEAR(st.dp_comm_s, 2.0 * 3 / 4 * (psi + 8) / 1e10 + 2 * 2 * 3 * 4e-3, 1e-15);
 }
 
 }  // namespace

@@ -1,0 +1,174 @@
+// The predicted traffic of one step (see traffic.hpp for the rules and where each comes from).
+#include "plan/traffic.hpp"
+
+#include "model/parameters.hpp"
+#include "parallel/schedule.hpp"
+#include "train/accumulation.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+namespace meshtrain {
+namespace {
+
+constexpr std::int64_t fp32_bytes = 4, loss_bytes = 8;  // gradients and optimizer side; the loss sums' double
+
+// A forward or backward pass of one micro-batch over the stage, in the order the step runs them.
+struct Pass {
+  bool backward;
+  int micro;
+};
+
+std::vector<Pass> step_passes(const Config& cfg, const Layout& grid, int stage, int accum) {
+  std::vector<Pass> passes;
+  if (grid.pp == 1) {
+    for (int micro = 0; micro < accum; ++micro) {
+      passes.push_back({false, micro});
+      passes.push_back({true, micro});
+    }
+    return passes;
+  }
+  for (const Action& a : pipeline_schedule(cfg.parallel.schedule, grid.pp, stage, accum)) {
+    if (a.kind == ActionKind::forward || a.kind == ActionKind::backward) {
+      passes.push_back({a.kind == ActionKind::backward, a.micro});
+    }
+  }
+  return passes;
+}
+
+// The blocks each pass asks for: ascending in forward, descending in backward.
+std::vector<BlockVisit> block_visits(const std::vector<Pass>& passes, int blocks) {
+  std::vector<BlockVisit> visits;
+  for (const Pass& p : passes) {
+    for (int k = 0; k < blocks; ++k) visits.push_back({p.backward ? blocks - 1 - k : k, p.backward});
+  }
+  return visits;
+}
+
+// Blocks whose forward full recomputation reruns before their backward: all but the one whose
+// activations are still resident (the model keeps the last block it ran, forward or recomputed).
+std::int64_t recomputed_blocks(const std::vector<Pass>& passes, int blocks) {
+  std::optional<std::pair<int, int>> resident;  // (micro-batch, block)
+  std::int64_t reruns = 0;
+  for (const Pass& p : passes) {
+    if (!p.backward) {
+      resident = std::pair{p.micro, blocks - 1};
+      continue;
+    }
+    for (int l = blocks - 1; l >= 0; --l) {
+      if (resident != std::pair{p.micro, l}) ++reruns;
+      resident = std::pair{p.micro, l};
+    }
+  }
+  return reruns;
+}
+
+// GradientReducer's buckets over `elements` fp32 gradients (train/gradient_reducer.cpp).
+std::int64_t gradient_buckets(const Config& cfg, std::size_t elements) {
+  const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
+  const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
+  return std::int64_t((elements + per_bucket - 1) / per_bucket);
+}
+
+void add_data_parallel(GroupTraffic& dp, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
+                       const std::vector<Pass>& passes, int accum) {
+  dp.add(Collective::allreduce, 1, loss_bytes);
+  const int zero = cfg.parallel.zero;
+  const std::int64_t total = std::int64_t(layout.total());
+  if (zero == 0) {
+    if (grid.dp > 1) dp.add(Collective::allreduce, gradient_buckets(cfg, layout.total()), total * fp32_bytes);
+    return;
+  }
+  const auto& units = layout.units();
+  const std::int64_t reductions = zero == 1 ? 1 : accum;
+  dp.add(Collective::reduce_scatter, reductions * std::int64_t(units.size()), reductions * total * fp32_bytes);
+
+  const std::int64_t weight_bytes = cfg.train.precision == Precision::fp32 ? 4 : 2;
+  for (const ShardUnit& u : units) {
+    if (zero < 3 || u.block < 0) dp.add(Collective::allgather, 1, std::int64_t(u.size()) * weight_bytes);
+  }
+  if (zero < 3) return;
+  const int first_block = layout.first_layer();
+  const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
+  const std::vector<bool> gathers = zero3_block_gathers(visits);
+  for (std::size_t v = 0; v < visits.size(); ++v) {
+    if (!gathers[v]) continue;
+    const int block = first_block + visits[v].block;
+    const auto unit = std::find_if(units.begin(), units.end(), [&](const ShardUnit& u) { return u.block == block; });
+    dp.add(Collective::allgather, 1, std::int64_t(unit->size()) * weight_bytes);
+  }
+}
+
+void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLayout& layout,
+                         const std::vector<Pass>& passes, std::int64_t activation_bytes, std::int64_t rows) {
+  const StagePlace& place = layout.place();
+  const std::int64_t L = layout.stage_layers();
+  for (const Pass& p : passes) {
+    const std::int64_t wide = 2 * L + (p.backward ? (place.last() ? 1 : 0) : (place.first() ? 1 : 0));
+    tp.add(Collective::allreduce, wide, wide * activation_bytes);
+    if (!p.backward && place.last()) {
+      tp.add(Collective::allreduce, 1, rows * fp32_bytes);      // row maxima
+      tp.add(Collective::allreduce, 1, 2 * rows * fp32_bytes);  // Σ exp and the target logit
+    }
+  }
+  if (cfg.train.recompute == Recompute::full) {
+    const std::int64_t reruns = recomputed_blocks(passes, int(L));
+    tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
+  }
+}
+
+void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int stage, int accum,
+                  std::int64_t activation_bytes) {
+  pp.add(Collective::allreduce, 1, loss_bytes);
+  for (const Action& a : pipeline_schedule(cfg.parallel.schedule, grid.pp, stage, accum)) {
+    if (a.kind == ActionKind::send_activation || a.kind == ActionKind::send_gradient) {
+      pp.add(Collective::send, 1, activation_bytes);
+    } else if (a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_gradient) {
+      pp.add(Collective::recv, 1, activation_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<bool> zero3_block_gathers(const std::vector<BlockVisit>& visits) {
+  std::vector<bool> gathers;
+  int gathered = -1;
+  for (const BlockVisit& v : visits) {
+    gathers.push_back(v.block != gathered);
+    gathered = v.block;
+  }
+  return gathers;
+}
+
+RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position) {
+  const int accum = accumulation_steps(cfg, grid.dp);
+  const int stage = position.pp_rank;
+  const StagePlace place{stage, grid.pp};
+  // The trainer's layout of this rank (train/model_state.cpp): ZeRO pads every unit to a multiple of dp.
+  const ParameterLayout layout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, place,
+                               cfg.parallel.zero > 0 ? grid.dp : 1);
+  const std::vector<Pass> passes = step_passes(cfg, grid, stage, accum);
+  const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
+  const std::int64_t compute_bytes = cfg.train.precision == Precision::fp32 ? 4 : 2;
+  const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes;
+
+  RankTraffic traffic;
+  add_data_parallel(traffic["dp"], cfg, grid, layout, passes, accum);
+  if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
+  if (grid.pp > 1) {
+    add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
+    if (place.first() || place.last()) {
+      const TensorInfo& wte = layout.find("wte.weight");
+      const std::int64_t elements = cfg.parallel.zero == 0
+                                        ? std::int64_t(wte.numel)
+                                        : std::int64_t(layout.units()[layout.unit_at(wte.offset)].shard(grid.dp));
+      traffic["tied"].add(Collective::allreduce, 1, elements * fp32_bytes);
+    }
+  }
+  return traffic;
+}
+
+}  // namespace meshtrain

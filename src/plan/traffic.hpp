@@ -1,0 +1,47 @@
+// The communication of one training step, predicted per group and kind (calls and bytes, as the
+// counting Comm counts them: parallel/counting_comm.hpp) for the rank at a grid position, from the
+// model's layout and the trainer's rules. `meshtrain plan --json` gives it per rank, the step-time
+// model (plan/step_time.hpp) prices it, and the traffic test compares it, number for number, with
+// what `meshtrain train` counts under `log.traffic` (tests/plan/test_traffic.py).
+//
+// The rules, each from the code that makes the calls:
+//   dp    the loss sum (one double; train/trainer.cpp). ZeRO 0 and dp > 1: one all-reduce per
+//         gradient bucket of parallel.bucket_mb, cut from the end of the fp32 gradient buffer (fp32
+//         under bf16/fp16 too; train/gradient_reducer.cpp). ZeRO 1: one reduce-scatter of fp32 per
+//         shard unit in the step's last pass; ZeRO 2–3: in every micro-batch's backward
+//         (train/zero_state.cpp). After the update every unit is all-gathered (ZeRO 1–2), or the
+//         non-block units (ZeRO 3), in the compute type: fp32, or the 16-bit copy's own gathers in
+//         16 bits (train/low_precision_copy.cpp); ZeRO 3 also gathers blocks (zero3_block_gathers).
+//   tp    (tp > 1; model/gpt2.cpp) per micro-batch, of b·T·C elements of the compute type: the
+//         vocabulary-parallel embedding (first stage), two per block forward (attention and MLP
+//         projections), the head's input gradient (last stage), two per block backward, one more
+//         per block whose forward full recomputation reruns; the vocabulary-parallel loss's row
+//         maxima (b·T floats) and partial sums (2·b·T floats) on the last stage.
+//   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
+//         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
+//   tied  (pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the tensor
+//         (ZeRO 0) or the rank's shard of its unit (train/model_state.cpp).
+#pragma once
+
+#include "core/config.hpp"
+#include "parallel/counting_comm.hpp"
+#include "parallel/topology.hpp"
+
+#include <vector>
+
+namespace meshtrain {
+
+// One block of a pipeline stage as the model asks for it: before its forward or its backward.
+struct BlockVisit {
+  int block;  // the stage's block index
+  bool backward;
+};
+
+// ZeRO-3's gather policy: which of the visits gather their block. One working buffer holds one
+// block: a visit gathers unless its block is the one gathered last; the update's gathers leave no
+// block gathered, so a step starts with none.
+std::vector<bool> zero3_block_gathers(const std::vector<BlockVisit>& visits);
+
+RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position);
+
+}  // namespace meshtrain

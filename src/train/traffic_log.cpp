@@ -1,0 +1,68 @@
+// `log.traffic`: the counts of one step, gathered to rank 0 and written as JSON.
+#include "train/traffic_log.hpp"
+
+#include "core/mpi_check.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+namespace meshtrain {
+
+nlohmann::json traffic_json(const RankTraffic& traffic) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [group, counts] : traffic) {
+    if (counts.empty()) continue;
+    nlohmann::json kinds = nlohmann::json::object();
+    for (int k = 0; k < collective_kinds; ++k) {
+      const TrafficCount& c = counts.by_kind[k];
+      if (c.calls > 0) kinds[collective_name(Collective(k))] = {{"calls", c.calls}, {"bytes", c.bytes}};
+    }
+    out[group] = std::move(kinds);
+  }
+  return out;
+}
+
+std::unique_ptr<Comm> TrafficLog::counted(const std::string& group, std::unique_ptr<Comm> comm) {
+  if (path_.empty()) return comm;
+  return make_counting_comm(std::move(comm), counts_[group]);
+}
+
+void TrafficLog::begin_step() {
+  for (auto& [group, counts] : counts_) counts = GroupTraffic();
+}
+
+void TrafficLog::end_step(MPI_Comm world, const GridPosition& position, bool last) {
+  if (path_.empty() || !last) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  const nlohmann::json mine = {{"rank", rank},
+                               {"dp_rank", position.dp_rank},
+                               {"tp_rank", position.tp_rank},
+                               {"pp_rank", position.pp_rank},
+                               {"traffic", traffic_json(counts_)}};
+  const std::string text = mine.dump();
+  constexpr const char* hint = "log.traffic is written collectively: every rank must finish the same steps";
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(rank == 0 ? size : 0), starts(rank == 0 ? size : 0);
+  MESHTRAIN_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, world), hint);
+  std::string all;
+  if (rank == 0) {
+    for (int r = 0, at = 0; r < size; at += lengths[r], ++r) starts[r] = at;
+    all.resize(std::size_t(starts.back() + lengths.back()));
+  }
+  MESHTRAIN_MPI_CHECK(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR,
+                                  0, world),
+                      hint);
+  if (rank != 0) return;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < size; ++r) ranks.push_back(nlohmann::json::parse(all.substr(starts[r], lengths[r])));
+  std::ofstream out(path_);
+  out << nlohmann::json{{"counted", "the run's last step"}, {"ranks", ranks}}.dump(1) << "\n";
+  if (!out) throw std::runtime_error(fmt::format("log.traffic: cannot write {}", path_));
+}
+
+}  // namespace meshtrain

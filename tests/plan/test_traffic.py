@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The planner's traffic is the trainer's: `meshtrain plan --json` predicts, for every rank, the
+calls and bytes of each group (dp, tp, pp, tied) and kind of collective in one step, and
+`meshtrain train` with `log.traffic` counts them (a counting Comm around each group). They must
+agree exactly, on every rank, for every layout below.
+
+The layouts cover dp, tp and pp alone and together, ZeRO 0-3, fp32 and bf16, both pipeline
+schedules, accumulation (micro-batches per step > 1 in most), full recomputation (extra
+tensor-parallel sums), and buckets small enough that the gradient buffer takes many. fp16 is left
+out: its traffic is bf16's (both are 16 bits), except in a step whose update the loss scaler skips.
+
+usage: test_traffic.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--only NAME ...]
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'oracle'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch  # noqa: E402
+from plan_and_train import case_keys, plan_json, train  # noqa: E402
+
+# 4 blocks (2 per stage under pp 2), 4 heads; a bucket of 0.01 MiB is 2621 floats, so the ~56k
+# gradients of a rank take a few dozen buckets, the last one short.
+MODEL = ["--model.layers", "4", "--model.heads", "4", "--model.d_model", "32", "--model.vocab", "71",
+         "--model.seq_len", "16", "--train.micro_batch", "2", "--train.global_batch", "8", "--train.steps", "2",
+         "--parallel.bucket_mb", "0.01"]
+# (name, ranks, keys); accumulation = 8 / (2 · dp).
+CASES = [
+    ("dp2_zero0", 2, ["--parallel.dp", "2"]),
+    ("dp2_zero0_bf16", 2, ["--parallel.dp", "2", "--train.precision", "bf16"]),
+    ("dp2_zero1", 2, ["--parallel.dp", "2", "--parallel.zero", "1"]),
+    ("dp2_zero2_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "2", "--train.precision", "bf16"]),
+    ("dp2_zero3", 2, ["--parallel.dp", "2", "--parallel.zero", "3"]),
+    ("tp2", 2, ["--parallel.tp", "2"]),
+    ("tp2_bf16_recompute", 2, ["--parallel.tp", "2", "--train.precision", "bf16", "--train.recompute", "full"]),
+    ("pp2_gpipe", 2, ["--parallel.pp", "2", "--parallel.schedule", "gpipe"]),
+    ("pp2_1f1b_zero1_bf16", 2, ["--parallel.pp", "2", "--parallel.zero", "1", "--train.precision", "bf16"]),
+    ("dp2_pp2_zero3", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "3"]),
+    ("dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "3",
+                               "--train.precision", "bf16"]),
+    ("dp2_tp2_pp2_zero0", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2"]),
+    ("dp2_tp2_pp2_zero2_gpipe", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
+                                    "--parallel.zero", "2", "--parallel.schedule", "gpipe"]),
+    ("dp2_tp2_pp2_zero3_bf16_recompute", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
+                                             "--parallel.zero", "3", "--train.precision", "bf16",
+                                             "--train.recompute", "full"]),
+]
+POSITION = ("dp_rank", "tp_rank", "pp_rank")
+
+
+def differences(counted, predicted):
+    """Lines naming every group and kind where the two disagree."""
+    out = []
+    for group in sorted(set(counted) | set(predicted)):
+        c, p = counted.get(group, {}), predicted.get(group, {})
+        for kind in sorted(set(c) | set(p)):
+            if c.get(kind) != p.get(kind):
+                out.append(f"{group} {kind}: counted {c.get(kind)}, predicted {p.get(kind)}")
+    return out
+
+
+def check_case(opts, shard, name, ranks, extra):
+    work, run_keys = case_keys(opts.workdir, name, shard)
+    log = os.path.join(work, "traffic.json")
+    keys = MODEL + extra + run_keys + ["--log.traffic", log]
+    plan = plan_json(opts.meshtrain, ranks, keys)
+    if isinstance(plan, str):
+        return [plan]
+    predicted = {r["rank"]: r for r in plan["per_rank"]}
+    failed = train(opts.mpiexec, opts.meshtrain, ranks, keys)
+    if failed:
+        return [failed]
+    with open(log) as f:
+        counted = json.load(f)["ranks"]
+    failures = []
+    if sorted(r["rank"] for r in counted) != list(range(ranks)):
+        failures.append(f"the log holds ranks {[r['rank'] for r in counted]}, not 0..{ranks - 1}")
+    for r in counted:
+        plan_rank = predicted[r["rank"]]
+        where = f"rank {r['rank']} (dp {r['dp_rank']} tp {r['tp_rank']} pp {r['pp_rank']})"
+        if any(r[k] != plan_rank[k] for k in POSITION):
+            failures.append(f"{where}: the plan puts it at {[plan_rank[k] for k in POSITION]}")
+        if not r["traffic"]:
+            failures.append(f"{where}: nothing counted")
+        failures += [f"{where}: {d}" for d in differences(r["traffic"], plan_rank["traffic"])]
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--meshtrain", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
+    ap.add_argument("--only", nargs="*", help="run only these cases")
+    opts = ap.parse_args()
+    shutil.rmtree(opts.workdir, ignore_errors=True)
+    os.makedirs(opts.workdir)
+    shard = os.path.join(opts.workdir, "shard.bin")
+    gpt2_torch.write_shard(shard, np.random.default_rng(0).integers(0, 71, size=20_000))
+    failed = 0
+    for name, ranks, extra in CASES:
+        if opts.only and name not in opts.only:
+            continue
+        start = time.monotonic()
+        failures = check_case(opts, shard, name, ranks, extra)
+        print(f"{'FAIL' if failures else 'ok  '} {name} ({ranks} ranks, {time.monotonic() - start:.1f} s)", flush=True)
+        for f in failures[:20]:
+            print(f"     {f}")
+        if len(failures) > 20:
+            print(f"     … and {len(failures) - 20} more")
+        failed += bool(failures)
+    print(f"{failed} of {len(CASES)} layouts disagree" if failed else "every rank's traffic is the plan's")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
