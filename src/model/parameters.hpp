@@ -183,6 +183,14 @@ struct ParameterTensors {
   static ParameterTensors bind(const ParameterLayout& layout, const Where& where);
 };
 
+// Whether this rank's copy of tensor t is the one that counts, once, where every parameter must be
+// taken once — the gradient norm, the checkpoint's writers: a tensor split over the tensor-parallel
+// group counts each rank's piece, a replicated one (LayerNorms, wpe, c_proj biases) tp rank 0's,
+// the tied wte the first stage's.
+inline bool counts_once(const ParameterLayout& layout, const TensorInfo& t) {
+  return (!t.replicated || layout.tp_rank() == 0) && (t.name != "wte.weight" || layout.place().first());
+}
+
 // FLOPs of one token's forward and backward pass, as llm.c counts them: 6·N + 6·L·C·T.
 double flops_per_token(const ParameterLayout& layout);
 

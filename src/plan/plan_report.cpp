@@ -2,7 +2,7 @@
 #include "plan/plan_report.hpp"
 
 #include "model/parameters.hpp"
-#include "train/progress.hpp"
+#include "core/accumulation.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

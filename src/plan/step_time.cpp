@@ -34,7 +34,7 @@
 #include "plan/step_time.hpp"
 
 #include "model/parameters.hpp"
-#include "train/accumulation.hpp"
+#include "core/accumulation.hpp"
 
 #include <algorithm>
 #include <cmath>

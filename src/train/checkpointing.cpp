@@ -6,7 +6,7 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/tensor_checksum.hpp"
-#include "train/shard_map.hpp"
+#include "state/shard_map.hpp"
 
 #include <fmt/format.h>
 
@@ -43,12 +43,6 @@ io::TensorSlab tensor_piece(const std::string& group, const TensorInfo& t, bool 
   return slab;
 }
 
-// Whether this rank's tensor-parallel group and pipeline stage write tensor t (its data-parallel
-// group then splits it): replicated tensors by tensor-parallel rank 0, the tied wte by the first stage.
-bool writes_tensor(const ParameterLayout& layout, const TensorInfo& t) {
-  return (!t.replicated || layout.tp_rank() == 0) && (t.name != "wte.weight" || layout.place().first());
-}
-
 // One dataset of the file and this rank's part in it: every rank takes part in every dataset's
 // collective write, most with nothing.
 struct PlannedPiece {
@@ -66,7 +60,7 @@ std::vector<PlannedPiece> plan_pieces(const ParameterLayout& layout, const std::
   for (std::size_t g = 0; g < sources.size(); ++g) {
     for (const TensorInfo& t : all_stages.tensors()) {
       const TensorInfo* mine = layout.find_if_held(t.name);
-      const bool writes = mine != nullptr && writes_tensor(layout, *mine);
+      const bool writes = mine != nullptr && counts_once(layout, *mine);
       PlannedPiece p{tensor_piece(state_groups[g], t, writes), {}, nullptr, nullptr};
       if (writes) {
         p.range = sources[g]->save_range(*mine);
@@ -209,7 +203,7 @@ void read_pieces(const io::CheckpointReader& reader, const std::vector<PlannedPi
       float* out = target.load_target(t);
       reader.read(slab, load, out);
       while (plan[k].slab.name != slab.name) ++k;
-      if (writes_tensor(layout, t)) {
+      if (counts_once(layout, t)) {
         const io::ElementRange saved = target.save_range(t);
         sums[k] += io::partial_checksum(slab, saved, out + (saved.first - load.first));
       }
@@ -266,16 +260,6 @@ Checkpointer::~Checkpointer() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && background_comm_ != MPI_COMM_NULL) MPI_Comm_free(&background_comm_);
-}
-
-std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, int zero) {
-  const ShardMap map(layout, zero > 0 ? dp : 1, zero > 0 ? dp_rank : 0);
-  std::size_t n = 0;
-  for (const TensorInfo& t : layout.tensors()) {
-    if (!writes_tensor(layout, t)) continue;
-    n += (zero > 0 ? map.owned_elements(t) : FlatSource::replica_range(t, dp_rank, dp)).count;
-  }
-  return state_groups.size() * n * sizeof(float);
 }
 
 double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress, bool background) {
@@ -410,7 +394,10 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
 }
 
 void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
-  FlatSource source(weights, layout_);
+  // A model that owns its weights holds them whole, as one rank of its own.
+  const ShardMap whole(layout_, 1, 0);
+  CheckpointStaging staging(layout_);
+  StateSlices source(StatePlace<float>{&whole, Held::whole, weights.data(), nullptr}, staging);
   load_weights(path, source);
 }
 

@@ -6,13 +6,13 @@
 // takes, and saving in the background. Everything below the tensor records is io/'s business.
 //
 // Who writes what: every element once. Within a data-parallel group the ranks' save ranges split
-// each tensor (train/state_source.hpp); replicated tensor-parallel pieces (LayerNorms, row-parallel
+// each tensor (state/state_source.hpp); replicated tensor-parallel pieces (LayerNorms, row-parallel
 // biases) are written by tensor-parallel rank 0; the tied wte by the first pipeline stage.
 #pragma once
 
 #include "core/config.hpp"
 #include "model/parameters.hpp"
-#include "train/state_source.hpp"
+#include "state/state_source.hpp"
 
 #include <mpi.h>
 
@@ -41,13 +41,6 @@ struct TrainingProgress {
   // fp16's dynamic loss scale and its count of clean steps (0: none stored, start afresh).
   double loss_scale = 0;
   std::int64_t loss_scale_clean_steps = 0;
-};
-
-// The flat states a checkpoint holds, as sources that know how each is stored (whole or sharded).
-struct TrainingTensors {
-  StateSource& weights;
-  StateSource& exp_avg;
-  StateSource& exp_avg_sq;
 };
 
 // A background save that has finished.
@@ -102,9 +95,6 @@ class Checkpointer {
   std::optional<FinishedSave> finished_;  // waited for, not yet reported
 };
 
-// Bytes of host memory a background save copies this rank's pieces of the three states into (the
-// layout padded for ZeRO when zero > 0; dp_rank this rank's place in its data-parallel group).
-std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, int zero);
 
 // Whether a file must carry a checksum on every tensor: a meshtrain checkpoint of version 2 or
 // later (files from other tools, and older ones, carry none).

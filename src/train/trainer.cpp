@@ -14,12 +14,13 @@
 #include "parallel/schedule.hpp"
 #include "parallel/timed_comm.hpp"
 #include "parallel/topology.hpp"
-#include "train/accumulation.hpp"
+#include "core/accumulation.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_order.hpp"
 #include "train/memory_report.hpp"
 #include "train/model_state.hpp"
+#include "state/state_memory.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/process_age.hpp"
 #include "train/progress.hpp"
@@ -232,7 +233,7 @@ int train(const Config& cfg, MPI_Comm comm) {
     fmt::print("checkpoint.async: this MPI library does not provide MPI_THREAD_MULTIPLE; saving synchronously\n");
   }
   const std::size_t snapshot =
-      background_saves ? checkpoint_snapshot_bytes(layout, dp, dp_rank, cfg.parallel.zero) : 0;
+      background_saves ? checkpoint_snapshot_bytes(layout, dp, dp_rank, ZeroStage{cfg.parallel.zero}) : 0;
   const MemoryBytes memory =
       state.memory() + MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader.bytes() + snapshot));
 

@@ -1,7 +1,7 @@
 // A rank's model states under ZeRO 0–3, run under mpiexec at 1, 2 and 4 ranks.
 //
 // For every layout of the world and every stage: the bytes the trainer's objects allocate equal,
-// category by category, what the planner computes (train/memory_plan.hpp); and each stage shrinks
+// category by category, what the planner computes (plan/memory_plan.hpp); and each stage shrinks
 // what it promises, against counts worked out here from the tensor shapes alone: the moments are
 // Σ ⌈unit / dp⌉ per rank from stage 1, the gradients too (plus the working units) from stage 2, the
 // weights from stage 3.
@@ -11,9 +11,9 @@
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 #include "train/batch_loader.hpp"
-#include "train/memory_plan.hpp"
+#include "plan/memory_plan.hpp"
 #include "train/pipeline_executor.hpp"
-#include "train/accumulation.hpp"
+#include "core/accumulation.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
