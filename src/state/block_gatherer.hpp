@@ -50,8 +50,8 @@ class BlockGatherer {
   }
 
  private:
-  static constexpr int rooms = ShardMap::block_rooms;
-  static std::size_t room(int block) { return std::size_t(block % rooms); }
+  static constexpr int rooms = ShardMap::max_block_rooms;
+  std::size_t room(int block) const { return std::size_t(block % weights_.map().block_rooms()); }
 
   // A blocking gather of `block` unless its room holds it or is receiving it.
   void place(int block) {

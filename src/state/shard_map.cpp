@@ -18,6 +18,7 @@ ShardMap::ShardMap(const ParameterLayout& padded, int group_size, int rank)
     resident_offset_.push_back(resident_);
     if (u.block >= 0) {
       block_ = std::max(block_, u.size());
+      block_rooms_ = std::min(block_rooms_ + 1, max_block_rooms);
     } else {
       resident_ += u.size();
     }
@@ -26,7 +27,7 @@ ShardMap::ShardMap(const ParameterLayout& padded, int group_size, int rank)
 
 std::size_t ShardMap::working_offset(std::size_t u) const {
   if (!is_block(u)) return resident_offset_[u];
-  return resident_ + std::size_t(unit(u).block % block_rooms) * block_;
+  return resident_ + std::size_t(unit(u).block % block_rooms_) * block_;
 }
 
 std::size_t ShardMap::block_unit(int block) const {

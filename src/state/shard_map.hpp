@@ -2,8 +2,9 @@
 // rank r owns slice [begin + r·s, begin + (r+1)·s) of every unit (s = unit size / group size; the
 // layout pads units to a multiple of it), its slices of all units lie end to end in a shard
 // buffer, and the units a rank needs whole are either resident (wte, wpe, ln_f, end to end) or,
-// for blocks, in one of `block_rooms` working rooms: block b always in room b mod rooms, so that
-// the next block can be gathered into the other room while this one computes.
+// for blocks, in one of two working rooms (one when the stage holds a single block): block b
+// always in room b mod rooms, so that the next block can be gathered into the other room while
+// this one computes.
 //
 // Stage 0 is the degenerate case: a group of one rank, which owns every unit whole.
 #pragma once
@@ -19,7 +20,7 @@ namespace meshtrain {
 class ShardMap {
  public:
   // Working rooms for blocks: two, so that the next block's gather overlaps this block's compute.
-  static constexpr int block_rooms = 2;
+  static constexpr int max_block_rooms = 2;
 
   ShardMap(const ParameterLayout& padded, int group_size, int rank);
 
@@ -41,13 +42,15 @@ class ShardMap {
 
   // Working buffer of whole units: the resident ones end to end, then the block rooms.
   std::size_t working_offset(std::size_t u) const;
-  std::size_t working_total() const { return resident_ + block_rooms * block_; }
+  std::size_t working_total() const { return resident_ + std::size_t(block_rooms_) * block_; }
+  int block_rooms() const { return block_rooms_; }
   // The unit holding block `block` (global index).
   std::size_t block_unit(int block) const;
 
  private:
   ParameterLayout layout_;
   int group_size_, rank_;
+  int block_rooms_ = 0;
   std::vector<std::size_t> shard_offset_, resident_offset_;
   std::size_t shard_total_ = 0, largest_shard_ = 0, resident_ = 0, block_ = 0;
 };
