@@ -3,7 +3,9 @@
 //
 // Buffers are raw pointers into the memory space the backend serves. All ranks of the group call
 // each collective in the same order with the same counts. Non-blocking calls return a Request that
-// must be waited on before the buffer is read or reused.
+// must be waited on before the buffer is read or reused; a non-blocking collective gives the same
+// bits as its blocking twin, and several may be in flight at once (each rank starts them in the
+// same order).
 #pragma once
 
 #include <mpi.h>
@@ -51,9 +53,11 @@ class Comm {
   virtual void allreduce_sum(double* data, std::size_t count) = 0;
   // recv (recv_count) ← this rank's block of Σ send (size · recv_count), blocks in rank order.
   virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;
+  virtual Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;
   // recv (size · send_count) ← every rank's send, in rank order. In place when send is
   // recv + rank · send_count.
   virtual void allgather(const float* send, float* recv, std::size_t send_count) = 0;
+  virtual Request iallgather(const float* send, float* recv, std::size_t send_count) = 0;
   virtual void broadcast(float* data, std::size_t count, int root) = 0;
   // Point-to-point within the group (peers are group ranks); tags tell concurrent messages apart.
   virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
@@ -74,6 +78,8 @@ class Comm {
   // As for float: recv (size · send_count) ← every rank's send in rank order; in place allowed.
   virtual void allgather(const bf16* send, bf16* recv, std::size_t send_count) = 0;
   virtual void allgather(const fp16* send, fp16* recv, std::size_t send_count) = 0;
+  virtual Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) = 0;
+  virtual Request iallgather(const fp16* send, fp16* recv, std::size_t send_count) = 0;
   virtual void send(const bf16* data, std::size_t count, int peer, int tag) = 0;
   virtual void send(const fp16* data, std::size_t count, int peer, int tag) = 0;
   virtual void recv(bf16* data, std::size_t count, int peer, int tag) = 0;

@@ -8,7 +8,10 @@
 //              is a whole block, so each rank's piece lands at its place in the receive buffer;
 //   reduce_scatter: predefined reductions are only defined on predefined datatypes, so blocks
 //              longer than max_chunk go through a staging buffer of at most max(max_chunk, size)
-//              elements: rounds of max_chunk / size elements of every rank's block;
+//              elements: rounds of max_chunk / size elements of every rank's block (the
+//              non-blocking one stages every round at once, a copy of the send buffer that its
+//              request keeps until it completes);
+//   iallgather, ireduce_scatter: the same pieces and rounds, all in flight, one Request over them;
 //   16-bit allreduce_sum: consecutive pieces, each reduced as below.
 // A message is received in the same chunks as it was sent (both sides use the same max_chunk), and
 // chunks with the same peer and tag cannot overtake each other, so the pieces arrive in order.
@@ -108,9 +111,11 @@ class OwnedType {
 // waiting could hang on a peer that never comes).
 class MpiRequest final : public Request::Impl {
  public:
-  MpiRequest(std::vector<MPI_Request> requests, std::vector<int> expected, MPI_Datatype type, std::string what)
+  MpiRequest(std::vector<MPI_Request> requests, std::vector<int> expected, MPI_Datatype type, std::string what,
+             std::vector<float> staging)
       : requests_(std::move(requests)),
         expected_(std::move(expected)),
+        staging_(std::move(staging)),
         type_(type),
         what_(std::move(what)),
         unwinding_at_start_(std::uncaught_exceptions()) {}
@@ -160,6 +165,7 @@ class MpiRequest final : public Request::Impl {
 
   std::vector<MPI_Request> requests_;
   std::vector<int> expected_;  // receives: the count each chunk must bring; empty otherwise
+  std::vector<float> staging_;  // what the operation reads from until it completes (reduce-scatter rounds)
   MPI_Datatype type_;          // of the elements counted
   std::string what_;
   int unwinding_at_start_;
@@ -208,30 +214,32 @@ class MpiComm final : public Comm {
   }
 
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
-    check_total(recv_count, "reduce_scatter_sum");
-    if (recv_count <= max_chunk_) {
-      if (recv_count == 0) return;
+    std::vector<float> staging;
+    for_each_scatter_round(send, recv_count, staging, false, [&](const float* staged, std::size_t offset, int n) {
+      MESHTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(staged, recv + offset, n, MPI_FLOAT, MPI_SUM, comm_.get()),
+                          collective_hint);
+    });
+  }
+
+  // Every round in flight at once, each staged in its own part of a buffer the request keeps.
+  Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
+    std::vector<MPI_Request> requests;
+    std::vector<float> staging;
+    for_each_scatter_round(send, recv_count, staging, true, [&](const float* staged, std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
       MESHTRAIN_MPI_CHECK(
-          MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), MPI_FLOAT, MPI_SUM, comm_.get()),
+          MPI_Ireduce_scatter_block(staged, recv + offset, n, MPI_FLOAT, MPI_SUM, comm_.get(), &requests.back()),
           collective_hint);
-      return;
-    }
-    // Rounds of `round` elements of every rank's block, gathered contiguously for the reduction.
-    const std::size_t round = std::max<std::size_t>(1, max_chunk_ / static_cast<std::size_t>(size_));
-    std::vector<float> staging(round * static_cast<std::size_t>(size_));
-    for (std::size_t offset = 0; offset < recv_count; offset += round) {
-      const std::size_t n = std::min(round, recv_count - offset);
-      for (std::size_t block = 0; block < static_cast<std::size_t>(size_); ++block) {
-        std::memcpy(staging.data() + block * n, send + block * recv_count + offset, n * sizeof(float));
-      }
-      MESHTRAIN_MPI_CHECK(
-          MPI_Reduce_scatter_block(staging.data(), recv + offset, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.get()),
-          collective_hint);
-    }
+    });
+    return pending(std::move(requests), {}, MPI_FLOAT, fmt::format("ireduce_scatter_sum of {} floats", recv_count),
+                   std::move(staging));
   }
 
   void allgather(const float* send, float* recv, std::size_t send_count) override {
     gather_all(send, recv, send_count);
+  }
+  Request iallgather(const float* send, float* recv, std::size_t send_count) override {
+    return igather_all(send, recv, send_count);
   }
 
   void broadcast(float* data, std::size_t count, int root) override {
@@ -259,6 +267,12 @@ class MpiComm final : public Comm {
   }
   void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
     gather_all(send, recv, send_count);
+  }
+  Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) override {
+    return igather_all(send, recv, send_count);
+  }
+  Request iallgather(const fp16* send, fp16* recv, std::size_t send_count) override {
+    return igather_all(send, recv, send_count);
   }
   void send(const bf16* data, std::size_t count, int peer, int tag) override { send_to(data, count, peer, tag); }
   void send(const fp16* data, std::size_t count, int peer, int tag) override { send_to(data, count, peer, tag); }
@@ -328,18 +342,41 @@ class MpiComm final : public Comm {
 
   template <class T>
   void gather_all(const T* send, T* recv, std::size_t send_count) {
+    for_each_gather_piece(send, recv, send_count, [&](const T* from, int n, T* to, int to_count, MPI_Datatype to_type) {
+      MESHTRAIN_MPI_CHECK(MPI_Allgather(from, n, mpi_type<T>(), to, to_count, to_type, comm_.get()), collective_hint);
+    });
+  }
+
+  template <class T>
+  Request igather_all(const T* send, T* recv, std::size_t send_count) {
+    std::vector<MPI_Request> requests;
+    for_each_gather_piece(send, recv, send_count, [&](const T* from, int n, T* to, int to_count, MPI_Datatype to_type) {
+      requests.push_back(MPI_REQUEST_NULL);
+      MESHTRAIN_MPI_CHECK(
+          MPI_Iallgather(from, n, mpi_type<T>(), to, to_count, to_type, comm_.get(), &requests.back()),
+          collective_hint);
+    });
+    return pending(std::move(requests), {}, mpi_type<T>(),
+                   fmt::format("iallgather of {} {}", send_count, elements<T>()));
+  }
+
+  // Calls gather(from, n, to, to_count, to_type) once per piece of the allgather: the whole block
+  // (n elements of T from every rank) when it fits in a chunk; else piece [offset, offset + n) of
+  // every block, received as one element of a type n elements long and a whole block wide. (A
+  // committed type may be freed while an operation using it is in flight: MPI keeps it until then.)
+  template <class T, class Gather>
+  void for_each_gather_piece(const T* send, T* recv, std::size_t send_count, Gather&& gather) {
     check_total(send_count, "allgather");
+    if (send_count == 0) return;
     const MPI_Datatype type = mpi_type<T>();
     // In place when this rank's block already sits at its place in recv (MPI forbids the aliasing otherwise).
     const bool in_place = send == recv + static_cast<std::size_t>(rank()) * send_count;
+    auto from = [&](std::size_t offset) { return in_place ? static_cast<const T*>(MPI_IN_PLACE) : send + offset; };
     if (send_count <= max_chunk_) {
-      if (send_count == 0) return;
       const int n = static_cast<int>(send_count);
-      MESHTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_.get()),
-                          collective_hint);
+      gather(from(0), n, recv, n, type);
       return;
     }
-    // Piece [offset, offset + n) of every block: one element of a type n elements long, one block apart.
     for_each_chunk(send_count, max_chunk_, [&](std::size_t offset, int n) {
       OwnedType piece, strided;
       MESHTRAIN_MPI_CHECK(MPI_Type_contiguous(n, type, piece.out()), "is MPI initialised?");
@@ -347,10 +384,35 @@ class MpiComm final : public Comm {
           MPI_Type_create_resized(piece.get(), 0, static_cast<MPI_Aint>(send_count * sizeof(T)), strided.out()),
           "is MPI initialised?");
       MESHTRAIN_MPI_CHECK(MPI_Type_commit(strided.out()), "is MPI initialised?");
-      MESHTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send + offset, n, type, recv + offset, 1,
-                                        strided.get(), comm_.get()),
-                          collective_hint);
+      gather(from(offset), n, recv + offset, 1, strided.get());
     });
+  }
+
+  // Calls reduce(staged, offset, n) for the rounds of a reduce-scatter: one round of the whole send
+  // buffer when a block fits in a chunk; else rounds of max_chunk / size elements of every rank's
+  // block, copied contiguously into `staging` (predefined reductions need predefined datatypes).
+  // keep_rounds gives every round its own part of staging (size · recv_count elements), so all may
+  // be in flight; otherwise one part is reused.
+  template <class Reduce>
+  void for_each_scatter_round(const float* send, std::size_t recv_count, std::vector<float>& staging,
+                              bool keep_rounds, Reduce&& reduce) {
+    check_total(recv_count, "reduce_scatter_sum");
+    if (recv_count == 0) return;
+    if (recv_count <= max_chunk_) {
+      reduce(send, 0, static_cast<int>(recv_count));
+      return;
+    }
+    const std::size_t p = static_cast<std::size_t>(size_);
+    const std::size_t round = std::max<std::size_t>(1, max_chunk_ / p);
+    staging.resize(keep_rounds ? recv_count * p : round * p);
+    for (std::size_t offset = 0; offset < recv_count; offset += round) {
+      const std::size_t n = std::min(round, recv_count - offset);
+      float* staged = staging.data() + (keep_rounds ? offset * p : 0);
+      for (std::size_t block = 0; block < p; ++block) {
+        std::memcpy(staged + block * n, send + block * recv_count + offset, n * sizeof(float));
+      }
+      reduce(staged, offset, static_cast<int>(n));
+    }
   }
 
   template <class T>
@@ -410,9 +472,10 @@ class MpiComm final : public Comm {
   }
 
   static Request pending(std::vector<MPI_Request> requests, std::vector<int> expected, MPI_Datatype type,
-                         std::string what) {
+                         std::string what, std::vector<float> staging = {}) {
     if (requests.empty()) return Request();
-    return Request(std::make_unique<MpiRequest>(std::move(requests), std::move(expected), type, std::move(what)));
+    return Request(std::make_unique<MpiRequest>(std::move(requests), std::move(expected), type, std::move(what),
+                                                std::move(staging)));
   }
 
   // size × count elements must be addressable.

@@ -271,12 +271,8 @@ class NcclComm final : public Comm {
   Request iallreduce_sum(float* data, std::size_t count) override {
     if (count == 0) return Request();
     launch_group();
-    auto completion = std::make_shared<Completion>(stream_);
     MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm(), stream_), comm());
-    MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream_));
-    completion->recorded = true;
-    return Request(
-        std::make_unique<NcclRequest>(comm_, std::move(completion), fmt::format("iallreduce_sum of {} floats", count)));
+    return enqueued(fmt::format("iallreduce_sum of {} floats", count));
   }
 
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
@@ -285,9 +281,18 @@ class NcclComm final : public Comm {
     MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm(), stream_), comm());
     complete("reduce_scatter_sum");
   }
+  Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
+    if (recv_count == 0) return Request();
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm(), stream_), comm());
+    return enqueued(fmt::format("ireduce_scatter_sum of {} floats", recv_count));
+  }
 
   void allgather(const float* send, float* recv, std::size_t send_count) override {
     gather_all(send, recv, send_count, ncclFloat);
+  }
+  Request iallgather(const float* send, float* recv, std::size_t send_count) override {
+    return igather_all(send, recv, send_count, ncclFloat, "floats");
   }
 
   void broadcast(float* data, std::size_t count, int root) override {
@@ -325,6 +330,12 @@ class NcclComm final : public Comm {
   }
   void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
     gather_all(send, recv, send_count, ncclFloat16);
+  }
+  Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) override {
+    return igather_all(send, recv, send_count, ncclBfloat16, "bf16 values");
+  }
+  Request iallgather(const fp16* send, fp16* recv, std::size_t send_count) override {
+    return igather_all(send, recv, send_count, ncclFloat16, "fp16 values");
   }
   void send(const bf16* data, std::size_t count, int peer, int tag) override {
     send_to(data, count, ncclBfloat16, peer, tag);
@@ -368,6 +379,14 @@ class NcclComm final : public Comm {
     complete("allgather");
   }
 
+  Request igather_all(const void* send, void* recv, std::size_t send_count, ncclDataType_t type,
+                      const char* elements) {
+    if (send_count == 0) return Request();
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, type, comm(), stream_), comm());
+    return enqueued(fmt::format("iallgather of {} {}", send_count, elements));
+  }
+
   // A blocking send or recv launches the open group with itself in it and waits for all of it.
   void send_to(const void* data, std::size_t count, ncclDataType_t type, int peer, int tag) {
     check_peer(peer, tag, "send");
@@ -407,6 +426,14 @@ class NcclComm final : public Comm {
   void complete(const char* what) {
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream_));
     wait_for(done_.get(), comm(), what);
+  }
+
+  // A request for the collective just enqueued on the stream: an event recorded after it.
+  Request enqueued(std::string what) {
+    auto completion = std::make_shared<Completion>(stream_);
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream_));
+    completion->recorded = true;
+    return Request(std::make_unique<NcclRequest>(comm_, std::move(completion), std::move(what)));
   }
 
   Request in_group(std::string what) {

@@ -6,7 +6,8 @@
 // are sums, maxima and placements over the group's world ranks, computed arithmetically here from
 // the group's shape, never through MPI. Values are small integers (or doubles exact to the last
 // bit), so every comparison is exact. bf16 and fp16 sums are held to the sum in double of the same
-// inputs, rounded once. The MPI backend runs with the default chunk and with tiny
+// inputs, rounded once. The non-blocking reduce-scatter and all-gathers are held to their blocking
+// twins bit for bit, on values whose sums round. The MPI backend runs with the default chunk and with tiny
 // chunks (1, 3, 1000 elements), which splits every message the way a >2^31-element buffer is split.
 // The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
 // rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -64,10 +66,20 @@ int MPI_Reduce_scatter_block(const void* send, void* recv, int count, MPI_Dataty
   record("MPI_Reduce_scatter_block", count);
   return PMPI_Reduce_scatter_block(send, recv, count, type, op, comm);
 }
+int MPI_Ireduce_scatter_block(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                              MPI_Request* request) {
+  record("MPI_Ireduce_scatter_block", count);
+  return PMPI_Ireduce_scatter_block(send, recv, count, type, op, comm, request);
+}
 int MPI_Allgather(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count,
                   MPI_Datatype recv_type, MPI_Comm comm) {
   record("MPI_Allgather", send_count);
   return PMPI_Allgather(send, send_count, send_type, recv, recv_count, recv_type, comm);
+}
+int MPI_Iallgather(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count,
+                   MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
+  record("MPI_Iallgather", send_count);
+  return PMPI_Iallgather(send, send_count, send_type, recv, recv_count, recv_type, comm, request);
 }
 int MPI_Alltoallv(const void* send, const int* send_counts, const int* send_starts, MPI_Datatype send_type, void* recv,
                   const int* recv_counts, const int* recv_starts, MPI_Datatype recv_type, MPI_Comm comm) {
@@ -348,6 +360,94 @@ void check_allgather(const Case& t, std::size_t count) {
       t.label + " allgather");
 }
 
+// The bits of a float, bf16 or fp16, for comparisons that tell -0 from +0.
+template <class T>
+std::uint32_t bits_of(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::uint32_t b = 0;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  } else {
+    return x.bits;
+  }
+}
+
+template <class T>
+void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (bits_of(got[i]) != bits_of(want[i]) && wrong++ == 0) first = i;
+  }
+  EXPECT_EQ(got.size(), want.size()) << what;
+  if (wrong == 0) return;
+  const std::string message = fmt::format("rank {}: {}: {} of {} elements differ from the blocking call's; first at "
+                                          "{}: bits 0x{:x}, want 0x{:x}",
+                                          world_rank(), what, wrong, got.size(), first, bits_of(got[first]),
+                                          bits_of(want[first]));
+  if (world_rank() != 0) std::fprintf(stderr, "%s\n", message.c_str());
+  ADD_FAILURE() << message;
+}
+
+// Values whose sums round (magnitudes 2^-10 … 2^9, both signs, differing between ranks), so a
+// different summation order would show in the bits.
+float rounding_value(long rank, std::size_t j) {
+  return float(std::sin(0.37 * double(j) + 1.3 * double(rank)) * std::ldexp(1.0, int((j + 5 * std::size_t(rank)) % 20) - 10));
+}
+
+// ireduce_scatter_sum and iallgather (float, bf16, fp16; out of place and in place) all in flight
+// at once, started in one order and waited in the reverse one, with a blocking allreduce and host
+// work while they fly: every result bitwise the blocking call's on the same inputs.
+void check_nonblocking_against_blocking(const Case& t, std::size_t count) {
+  const long w = world_rank();
+  const std::size_t m = std::size_t(t.group.size()), g = std::size_t(t.group.rank());
+  auto values = [&](std::size_t n, long salt) {
+    return fill<float>(n, [&](std::size_t j) { return rounding_value(w + 100 * salt, j); });
+  };
+  auto in_place_block = [&](auto zero, long salt) {
+    using T = decltype(zero);
+    return fill<T>(count * m, [&](std::size_t j) { return j / count == g ? T(rounding_value(w + 100 * salt, j % count)) : zero; });
+  };
+
+  // The blocking calls' results.
+  Buffer<float> rs_send(t.space, values(count * m, 1)), rs_want(t.space, std::vector<float>(count, -1.0f));
+  Buffer<float> rs2_send(t.space, values(count * m, 2)), rs2_want(t.space, std::vector<float>(count, -1.0f));
+  t.comm.reduce_scatter_sum(rs_send.data(), rs_want.data(), count);
+  t.comm.reduce_scatter_sum(rs2_send.data(), rs2_want.data(), count);
+  Buffer<float> ag_send(t.space, values(count, 3)), ag_want(t.space, std::vector<float>(count * m, -1.0f));
+  t.comm.allgather(ag_send.data(), ag_want.data(), count);
+  Buffer<bf16> h_want(t.space, in_place_block(bf16(-1.0f), 4));
+  t.comm.allgather(h_want.data() + g * count, h_want.data(), count);
+  Buffer<fp16> f_send(t.space, fill<fp16>(count, [&](std::size_t j) { return fp16(rounding_value(w + 500, j)); }));
+  Buffer<fp16> f_want(t.space, std::vector<fp16>(count * m, fp16(-1.0f)));
+  t.comm.allgather(f_send.data(), f_want.data(), count);
+
+  // The same, non-blocking, all in flight.
+  Buffer<float> rs_got(t.space, std::vector<float>(count, -1.0f)), rs2_got(t.space, std::vector<float>(count, -1.0f));
+  Buffer<float> ag_got(t.space, in_place_block(-1.0f, 3));
+  Buffer<bf16> h_got(t.space, in_place_block(bf16(-1.0f), 4));
+  Buffer<fp16> f_got(t.space, std::vector<fp16>(count * m, fp16(-1.0f)));
+  Buffer<float> during(t.space, values(count, 6));
+  std::vector<Request> requests;
+  requests.push_back(t.comm.ireduce_scatter_sum(rs_send.data(), rs_got.data(), count));
+  requests.push_back(t.comm.iallgather(ag_got.data() + g * count, ag_got.data(), count));
+  requests.push_back(t.comm.ireduce_scatter_sum(rs2_send.data(), rs2_got.data(), count));
+  requests.push_back(t.comm.iallgather(h_got.data() + g * count, h_got.data(), count));
+  requests.push_back(t.comm.iallgather(f_send.data(), f_got.data(), count));
+  for (const Request& r : requests) EXPECT_TRUE(r.pending()) << t.label;
+  t.comm.allreduce_sum(during.data(), count);
+  double work = 0;
+  for (int k = 1; k < 100000; ++k) work += 1.0 / k;
+  EXPECT_GT(work, 1.0);
+  for (auto it = requests.rbegin(); it != requests.rend(); ++it) it->wait();
+  for (const Request& r : requests) EXPECT_FALSE(r.pending()) << t.label;
+
+  expect_same_bits(rs_got.read(), rs_want.read(), t.label + " ireduce_scatter_sum");
+  expect_same_bits(rs2_got.read(), rs2_want.read(), t.label + " second ireduce_scatter_sum");
+  expect_same_bits(ag_got.read(), ag_want.read(), t.label + " iallgather in place");
+  expect_same_bits(h_got.read(), h_want.read(), t.label + " iallgather(bf16) in place");
+  expect_same_bits(f_got.read(), f_want.read(), t.label + " iallgather(fp16)");
+}
+
 // From the last rank and the middle one (both non-zero when the group has more than one rank).
 void check_broadcast(const Case& t, std::size_t count) {
   const long w = world_rank(), m = t.group.size();
@@ -615,6 +715,7 @@ void check_everything(Comm& comm, const Group& group, Space space, const std::st
     check_iallreduce(t, count);
     check_reduce_scatter(t, count);
     check_allgather(t, count);
+    check_nonblocking_against_blocking(t, count);
     check_broadcast(t, count);
     check_ring(t, count, tags_match);
     check_allreduce_16<bf16>(t, count);
@@ -704,6 +805,10 @@ TEST(MpiComm, MakesOneMpiCallPerChunk) {
   EXPECT_EQ(calls_of([&] { comm->reduce_scatter_sum(a.data(), b.data(), count); }),
             pieces("MPI_Reduce_scatter_block", count, round));
   EXPECT_EQ(calls_of([&] { comm->allgather(a.data(), b.data(), count); }), pieces("MPI_Allgather", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->ireduce_scatter_sum(a.data(), b.data(), count).wait(); }),
+            pieces("MPI_Ireduce_scatter_block", count, round));
+  EXPECT_EQ(calls_of([&] { comm->iallgather(a.data(), b.data(), count).wait(); }),
+            pieces("MPI_Iallgather", count, chunk));
   EXPECT_EQ(calls_of([&] { comm->broadcast(a.data(), count, 0); }), pieces("MPI_Bcast", count, chunk));
   // 16-bit: each piece of the sum is one all-to-all and one allgather of the piece's blocks.
   std::vector<bf16> h(count * m, bf16(1.0f)), k(count * m);
@@ -714,6 +819,8 @@ TEST(MpiComm, MakesOneMpiCallPerChunk) {
   }
   EXPECT_EQ(calls_of([&] { comm->allreduce_sum(h.data(), count); }), sum16);
   EXPECT_EQ(calls_of([&] { comm->allgather(h.data(), k.data(), count); }), pieces("MPI_Allgather", count, chunk));
+  EXPECT_EQ(calls_of([&] { comm->iallgather(h.data(), k.data(), count).wait(); }),
+            pieces("MPI_Iallgather", count, chunk));
   EXPECT_EQ(calls_of([&] {
               Request r = comm->irecv(k.data(), count, me, 6);
               comm->send(h.data(), count, me, 6);
@@ -738,6 +845,10 @@ TEST(MpiComm, MakesOneMpiCallPerChunk) {
   EXPECT_EQ(calls_of([&] { whole->reduce_scatter_sum(a.data(), b.data(), count); }),
             pieces("MPI_Reduce_scatter_block", count, count));
   EXPECT_EQ(calls_of([&] { whole->allgather(a.data(), b.data(), count); }), pieces("MPI_Allgather", count, count));
+  EXPECT_EQ(calls_of([&] { whole->ireduce_scatter_sum(a.data(), b.data(), count).wait(); }),
+            pieces("MPI_Ireduce_scatter_block", count, count));
+  EXPECT_EQ(calls_of([&] { whole->iallgather(a.data(), b.data(), count).wait(); }),
+            pieces("MPI_Iallgather", count, count));
 }
 
 TEST(MpiComm, ZeroCountsAreNoOps) {
@@ -761,6 +872,10 @@ TEST(MpiComm, ZeroCountsAreNoOps) {
   EXPECT_EQ(float(f), 5.0f);
   Request r = comm->iallreduce_sum(&x, 0);
   EXPECT_FALSE(r.pending());
+  EXPECT_FALSE(comm->ireduce_scatter_sum(&x, &x, 0).pending());
+  EXPECT_FALSE(comm->iallgather(&x, &x, 0).pending());
+  EXPECT_FALSE(comm->iallgather(&h, &h, 0).pending());
+  EXPECT_FALSE(comm->iallgather(&f, &f, 0).pending());
   EXPECT_FALSE(comm->isend(&x, 0, comm->rank(), 0).pending());
   EXPECT_FALSE(comm->irecv(&x, 0, comm->rank(), 0).pending());
   EXPECT_EQ(x, 5.0f);
