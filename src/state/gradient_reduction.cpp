@@ -100,18 +100,21 @@ class UnitReduceScatter final : public GradientReduction {
   void ready_from(std::size_t offset) override {
     if (!every_pass_ && !armed_) return;
     const ShardMap& map = grads_.map();
-    while (next_unit_ > 0 && map.unit(next_unit_ - 1).begin >= offset) reduce(--next_unit_);
+    while (next_unit_ > 0 && map.unit(next_unit_ - 1).begin >= offset) start(--next_unit_);
     if (next_unit_ > 0) return;
-    next_unit_ = map.units();  // the pass is complete
+    // The pass is complete: its last unit lands before the next pass accumulates into it again.
+    complete();
+    next_unit_ = map.units();
     if (!every_pass_) pending_ = false;
   }
 
   void finish(Comm* tied) override {
     armed_ = false;
     if (!every_pass_ && pending_) {
-      while (next_unit_ > 0) reduce(--next_unit_);
+      while (next_unit_ > 0) start(--next_unit_);
       next_unit_ = grads_.map().units();
     }
+    complete();
     pending_ = false;
     space_.fence();
     // The first and the last stage shard the wte unit alike, so the two add slice by slice.
@@ -124,10 +127,20 @@ class UnitReduceScatter final : public GradientReduction {
   std::size_t buffer_bytes() const override { return received_.extent(0) * sizeof(float); }
 
  private:
-  void reduce(std::size_t u) {
-    const std::size_t n = grads_.map().shard(u);
-    space_.fence();
-    group_.reduce_scatter_sum(grads_.unit_at(u), received_.data(), n);
+  // Starts unit u's reduce-scatter, which runs while backward computes the next unit. The one
+  // before it completes first: its receive buffer is reused, and under stages 2–3 the unit after
+  // next accumulates into the working room that one's reduce-scatter reads.
+  void start(std::size_t u) {
+    complete();
+    space_.fence();  // the gradients come from kernels; they must be complete before MPI reads them
+    in_flight_ = group_.ireduce_scatter_sum(grads_.unit_at(u), received_.data(), grads_.map().shard(u));
+    unit_in_flight_ = u;
+  }
+
+  void complete() {
+    if (!in_flight_.pending()) return;
+    in_flight_.wait();
+    const std::size_t u = unit_in_flight_, n = grads_.map().shard(u);
     const Vec<float> owned = grads_.owned_view(u);
     const CVec<float> reduced(received_.data(), n);
     if (every_pass_) {
@@ -144,6 +157,8 @@ class UnitReduceScatter final : public GradientReduction {
   const PlacedState<float>& grads_;
   Comm& group_;
   Buffer<float> received_;
+  Request in_flight_;                 // the reduce-scatter of unit_in_flight_, if pending
+  std::size_t unit_in_flight_ = 0;
   std::size_t next_unit_;  // units [next_unit_, end) are reduced in this pass
   bool armed_ = false;
   bool pending_ = false;  // stage 1: this step's gradients are not reduced yet

@@ -103,8 +103,9 @@ class PlacedState {
   }
   // The same, non-blocking: wait on the request before the unit is read.
   Request start_gather(const ExecSpace& space, std::size_t u, Comm* group) const {
-    gather(space, u, group);
-    return Request();
+    if (group == nullptr) return Request();
+    space.fence();
+    return group->iallgather(owned(u), unit_at(u), map().shard(u));
   }
 
  private:
