@@ -130,7 +130,7 @@ class Gpt2 {
   Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale);
   // Accumulates this micro-batch's gradients into grads() (call forward() first). As it goes it
   // calls ready_from(offset), meaning every gradient at flat offset ≥ offset is now final for this
-  // pass, so data-parallel reduction of that range can start (see train/gradient_reducer.hpp).
+  // pass, so data-parallel reduction of that range can start (see state/gradient_reduction.hpp).
   using ReadyFrom = std::function<void(std::size_t offset)>;
   void backward(CVec<int> inputs, const ReadyFrom& ready_from = {});
   void zero_grads();

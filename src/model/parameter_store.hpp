@@ -1,6 +1,6 @@
-// Where a Gpt2's weights and gradients live when the model does not own them: ZeRO keeps them in
-// shards and per-unit buffers (train/zero_state.hpp) and gathers a block's weights only when the
-// block is about to be computed.
+// Where a Gpt2's weights and gradients live when the model does not own them: the model states
+// (state/working_copy.hpp) keep them as the ZeRO stage says — whole, or in shards and working
+// rooms — and gather a block's weights only when the block is about to be computed.
 #pragma once
 
 #include "model/parameters.hpp"

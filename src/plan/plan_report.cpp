@@ -2,9 +2,9 @@
 #include "plan/plan_report.hpp"
 
 #include "model/parameters.hpp"
+#include "core/accumulation.hpp"
+#include "parallel/traffic_json.hpp"
 #include "plan/traffic.hpp"
-#include "train/traffic_log.hpp"
-#include "train/progress.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -4,8 +4,8 @@
 #include "core/errors.hpp"
 #include "model/parameters.hpp"
 #include "plan/runtime_overhead.hpp"
-#include "train/accumulation.hpp"
-#include "train/memory_plan.hpp"
+#include "core/accumulation.hpp"
+#include "plan/memory_plan.hpp"
 
 #include <algorithm>
 #include <map>

@@ -2,7 +2,7 @@
 // and its predicted peak resident memory, the step time and whether the job fits; and the search
 // over every layout of a world size.
 //
-// Memory comes from planned_rank_memory (train/memory_plan.hpp), the sizing code of the trainer's
+// Memory comes from planned_rank_memory (plan/memory_plan.hpp), the sizing code of the trainer's
 // own allocations, plus the measured runtime overhead (plan/runtime_overhead.hpp) and the token
 // shards every rank maps; the step time from plan/step_time.hpp.
 #pragma once
@@ -11,7 +11,7 @@
 #include "parallel/topology.hpp"
 #include "plan/cluster.hpp"
 #include "plan/step_time.hpp"
-#include "train/memory_ledger.hpp"
+#include "core/memory_ledger.hpp"
 
 #include <cstdint>
 #include <string>

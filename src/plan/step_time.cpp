@@ -30,8 +30,8 @@
 #include "plan/step_time.hpp"
 
 #include "model/parameters.hpp"
+#include "core/accumulation.hpp"
 #include "plan/traffic.hpp"
-#include "train/accumulation.hpp"
 
 #include <algorithm>
 #include <cmath>

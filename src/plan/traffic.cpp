@@ -3,7 +3,7 @@
 
 #include "model/parameters.hpp"
 #include "parallel/schedule.hpp"
-#include "train/accumulation.hpp"
+#include "core/accumulation.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -98,7 +98,10 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
 }
 
 void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
-  FlatSource source(weights, layout_);
+  // A model that owns its weights holds them whole, as one rank of its own.
+  const ShardMap whole(layout_, 1, 0);
+  CheckpointStaging staging(layout_);
+  StateSlices source(StatePlace<float>{&whole, Held::whole, weights.data(), nullptr}, staging);
   load_weights(path, source);
 }
 

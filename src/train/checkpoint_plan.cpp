@@ -3,7 +3,6 @@
 
 #include "io/checkpoint_schema.hpp"
 #include "train/checkpointing.hpp"
-#include "train/shard_map.hpp"
 
 #include <utility>
 
@@ -45,16 +44,6 @@ std::vector<std::string> dataset_names(const std::vector<PlannedPiece>& plan) {
   names.reserve(plan.size());
   for (const PlannedPiece& p : plan) names.push_back(p.slab.name);
   return names;
-}
-
-std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, int zero) {
-  const ShardMap map(layout, zero > 0 ? dp : 1, zero > 0 ? dp_rank : 0);
-  std::size_t n = 0;
-  for (const TensorInfo& t : layout.tensors()) {
-    if (!layout.holds_counted_copy(t)) continue;
-    n += (zero > 0 ? map.owned_elements(t) : FlatSource::replica_range(t, dp_rank, dp)).count;
-  }
-  return io::schema::state_groups.size() * n * sizeof(float);
 }
 
 }  // namespace meshtrain

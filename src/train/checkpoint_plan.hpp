@@ -1,12 +1,12 @@
 // Which datasets a checkpoint holds and this rank's part in each: every rank takes part in every
 // dataset's collective write, most with nothing. Each element is written once: the data-parallel
-// group's save ranges split a tensor (train/state_source.hpp), and of a tensor held by several
+// group's save ranges split a tensor (state/state_source.hpp), and of a tensor held by several
 // tensor-parallel ranks or stages only the copy ParameterLayout::holds_counted_copy names is written.
 #pragma once
 
 #include "io/checkpoint_file.hpp"
 #include "model/parameters.hpp"
-#include "train/state_source.hpp"
+#include "state/state_source.hpp"
 
 #include <string>
 #include <vector>

@@ -7,7 +7,7 @@
 // train/checkpoint_plan.hpp's; the attributes train/checkpoint_attributes.hpp's.
 //
 // Who writes what: every element once. Within a data-parallel group the ranks' save ranges split
-// each tensor (train/state_source.hpp); of a tensor several tensor-parallel ranks or stages hold
+// each tensor (state/state_source.hpp); of a tensor several tensor-parallel ranks or stages hold
 // (LayerNorms, row-parallel biases, the tied wte) the copy ParameterLayout::holds_counted_copy names.
 #pragma once
 
@@ -15,7 +15,7 @@
 #include "core/mpi_check.hpp"
 #include "model/parameters.hpp"
 #include "train/checkpoint_attributes.hpp"
-#include "train/state_source.hpp"
+#include "state/state_source.hpp"
 
 #include <mpi.h>
 
@@ -27,13 +27,6 @@
 #include <vector>
 
 namespace meshtrain {
-
-// The flat states a checkpoint holds, as sources that know how each is stored (whole or sharded).
-struct TrainingTensors {
-  StateSource& weights;
-  StateSource& exp_avg;
-  StateSource& exp_avg_sq;
-};
 
 // A background save that has finished.
 struct FinishedSave {
@@ -86,9 +79,5 @@ class Checkpointer {
   std::future<FinishedSave> in_flight_;
   std::optional<FinishedSave> finished_;  // waited for, not yet reported
 };
-
-// Bytes of host memory a background save copies this rank's pieces of the three states into (the
-// layout padded for ZeRO when zero > 0; dp_rank this rank's place in its data-parallel group).
-std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, int zero);
 
 }  // namespace meshtrain

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "parallel/topology.hpp"
-#include "train/memory_ledger.hpp"
+#include "core/memory_ledger.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 

@@ -1,26 +1,24 @@
 // The model states of one rank — weights, gradients, AdamW moments — and the model that computes
-// with them, for any ZeRO stage and precision. The training loop talks to this one object; whether
-// the states are whole (stage 0: flat buffers, gradients all-reduced in buckets that overlap
-// backward) or sharded over the data-parallel group (stages 1–3, train/zero_state.hpp), and whether
-// the model computes on them (fp32) or on a 16-bit copy of them (bf16/fp16,
-// train/low_precision_copy.hpp), is decided here once.
+// with them, for any ZeRO stage and precision. The training loop talks to this one object, which
+// composes three parts and decides nothing itself:
+//
+//   OptimizerState (state/optimizer_state.hpp)  the fp32 side: master weights, fp32 gradients and
+//                  their data-parallel reduction, moments, held as the ZeRO stage says;
+//   WorkingCopy<Real> (state/working_copy.hpp)  where the model computes: the fp32 states
+//                  themselves, or their 16-bit copy;
+//   a Gpt2<Real> over that copy, and with pipeline parallelism its stage's executor.
 #pragma once
 
 #include "core/config.hpp"
 #include "model/gpt2.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/comm.hpp"
+#include "state/loss_scaler.hpp"
+#include "state/optimizer_state.hpp"
 #include "train/checkpointing.hpp"
-#include "train/gradient_reducer.hpp"
-#include "train/loss_scaler.hpp"
-#include "train/low_precision_copy.hpp"
 #include "train/pipeline_executor.hpp"
-#include "train/memory_ledger.hpp"
-#include "train/state_source.hpp"
-#include "train/zero_state.hpp"
 
 #include <memory>
-#include <optional>
 
 namespace meshtrain {
 
@@ -32,6 +30,29 @@ struct StateGroups {
   MPI_Comm world = MPI_COMM_NULL;  // every rank: the gradient norm's sum
 };
 
+// A pipeline stage's schedule, its micro-batches and its group (none without pipeline).
+struct PipelineParts {
+  std::vector<Action> schedule;
+  BatchLoader* loader = nullptr;
+  Comm* pp = nullptr;
+};
+
+// The model in its precision over its WorkingCopy (train/model_state.cpp).
+class Computation {
+ public:
+  virtual ~Computation() = default;
+  // Mean loss of the micro-batch; dlogits scaled by grad_scale · loss_scale.
+  virtual double forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale) = 0;
+  // Backward; each finished range reaches the reduction (through fp32, ÷ loss_scale, for 16 bits).
+  virtual void backward(CVec<int> inputs, double loss_scale) = 0;
+  // One step of the pipeline schedule: Σ of the micro-batches' mean losses (last stage; 0 elsewhere).
+  virtual double run_pipeline(std::int64_t step, double grad_scale, double loss_scale) = 0;
+  // The master weights changed: the model's weights agree with them on return.
+  virtual void publish() = 0;
+  // Bytes: the typed copy, activations, GEMM workspace.
+  virtual MemoryBytes memory() const = 0;
+};
+
 class ModelState {
  public:
   // `pipeline`: the stage's schedule (its activation slots), loader and group; empty without pipeline.
@@ -39,27 +60,30 @@ class ModelState {
              const PipelineParts& pipeline = {});
   ~ModelState();
 
-  const ParameterLayout& layout() const { return layout_; }
-  MemoryBytes memory() const;
+  const ParameterLayout& layout() const { return optimizer_.layout(); }
+  MemoryBytes memory() const { return optimizer_.memory() + compute_->memory(); }
 
   void initialize(std::uint64_t seed);
   // The states as checkpoints read and write them (fp32 master weights); after a load, call loaded().
-  TrainingTensors checkpoint_tensors();
-  void loaded();
+  TrainingTensors checkpoint_tensors() { return optimizer_.checkpoint_tensors(); }
+  void loaded() { compute_->publish(); }
 
   // One micro-batch through the model (without pipeline): mean loss; gradients scaled by grad_scale.
-  double forward(CVec<int> inputs, CVec<int> targets, double grad_scale);
-  void backward(CVec<int> inputs);
+  double forward(CVec<int> inputs, CVec<int> targets, double grad_scale) {
+    return compute_->forward(inputs, targets, grad_scale, scaler_.scale());
+  }
+  void backward(CVec<int> inputs) { compute_->backward(inputs, scaler_.scale()); }
   // One step of the pipeline schedule: Σ of the micro-batches' mean losses (last stage; 0 elsewhere).
-  double run_pipeline(std::int64_t step, double grad_scale);
+  double run_pipeline(std::int64_t step, double grad_scale) {
+    return compute_->run_pipeline(step, grad_scale, scaler_.scale());
+  }
 
   // One step's gradients: zero_grads(); arm() before the last backward pass of the step (pipeline
-  // schedules, which interleave micro-batches, never arm); backward reports to ready_from();
-  // finish_gradients() completes the data-parallel mean and the tied wte sum.
-  void zero_grads();
-  void arm();
-  Gpt2<float>::ReadyFrom ready_from();
-  void finish_gradients();
+  // schedules, which interleave micro-batches, never arm); finish_gradients() completes the
+  // data-parallel mean and the tied wte sum.
+  void zero_grads() { optimizer_.reduction().start_step(); }
+  void arm() { optimizer_.reduction().arm(); }
+  void finish_gradients() { optimizer_.reduction().finish(groups_.tied); }
 
   // Global L2 norm of the gradient, every parameter counted once. Collective over the world.
   double grad_norm();
@@ -73,23 +97,10 @@ class ModelState {
   void restore_scaler(const TrainingProgress& progress);
 
  private:
-  float* master(const TensorInfo& t);
-  float* fp32_grad(const TensorInfo& t);
-
   ExecSpace space_;
   StateGroups groups_;
-  int zero_;
-  std::unique_ptr<ZeroState> sharded_;  // stages 1–3
-  ParameterLayout layout_;
-  std::unique_ptr<Gpt2<float>> model_;  // fp32: computes on the states
-  std::optional<PipelineExecutor<float>> executor_;
-  // Stage 0 only: whole buffers (fp32: the model's weights and gradients; else master weights and
-  // fp32 gradients here), the moments, the bucketed reducer and the checkpoint sources.
-  Buffer<float> master_, grads32_;
-  Buffer<float> exp_avg_, exp_avg_sq_;
-  std::optional<GradientReducer> reducer_;
-  std::unique_ptr<FlatSource> sources_[3];
-  std::unique_ptr<LowPrecisionCopy> low_;  // bf16/fp16: the model computes on this copy
+  OptimizerState optimizer_;
+  std::unique_ptr<Computation> compute_;
   bool fp16_;
   LossScaler scaler_;
 };

@@ -24,12 +24,6 @@ std::string si(double v) {
 
 }  // namespace
 
-std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len) {
-  const long sequences = long(micro_batch) * dp * accum;
-  return fmt::format("effective batch = micro_batch {} × dp {} × accum {} = {} sequences ({} tokens)", micro_batch, dp,
-                     accum, sequences, sequences * seq_len);
-}
-
 std::string startup_line(double since_process_start_s, double allocation_s, double initialization_s) {
   std::string line = since_process_start_s >= 0
                          ? fmt::format("start-up {:.2f} s (process start to the first step): ", since_process_start_s)

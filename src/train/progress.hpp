@@ -1,7 +1,8 @@
 // What a user watches: the effective-batch line, one progress line per step, and the metrics record.
 #pragma once
 
-#include "train/memory_ledger.hpp"
+#include "core/accumulation.hpp"
+#include "core/memory_ledger.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -29,8 +30,6 @@ struct StepReport {
   bool skipped = false;                 // fp16: the update was skipped (gradients overflowed)
 };
 
-// `effective batch = micro_batch 4 × dp 2 × accum 4 = 32 sequences (32768 tokens)`
-std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len);
 
 // `start-up 3.12 s (process start to the first step): state allocated in 2.01 s, weights initialised in
 // 0.61 s`; a negative time is left out (unknown, or not initialised: resumed).

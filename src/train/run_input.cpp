@@ -5,7 +5,7 @@
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "model/gpt2.hpp"
-#include "train/accumulation.hpp"
+#include "core/accumulation.hpp"
 #include "train/training_groups.hpp"
 
 namespace meshtrain {

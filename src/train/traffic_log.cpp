@@ -11,20 +11,6 @@
 
 namespace meshtrain {
 
-nlohmann::json traffic_json(const RankTraffic& traffic) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& [group, counts] : traffic) {
-    if (counts.empty()) continue;
-    nlohmann::json kinds = nlohmann::json::object();
-    for (int k = 0; k < collective_kinds; ++k) {
-      const TrafficCount& c = counts.by_kind[k];
-      if (c.calls > 0) kinds[collective_name(Collective(k))] = {{"calls", c.calls}, {"bytes", c.bytes}};
-    }
-    out[group] = std::move(kinds);
-  }
-  return out;
-}
-
 std::unique_ptr<Comm> TrafficLog::counted(const std::string& group, std::unique_ptr<Comm> comm) {
   if (path_.empty()) return comm;
   return make_counting_comm(std::move(comm), counts_[group]);

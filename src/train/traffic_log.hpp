@@ -9,6 +9,7 @@
 #pragma once
 
 #include "parallel/counting_comm.hpp"
+#include "parallel/traffic_json.hpp"
 #include "parallel/topology.hpp"
 
 #include <mpi.h>
@@ -18,9 +19,6 @@
 #include <string>
 
 namespace meshtrain {
-
-// {"dp": {"allreduce": {"calls": 3, "bytes": 4096}, …}, …}: groups and kinds without calls left out.
-nlohmann::json traffic_json(const RankTraffic& traffic);
 
 class TrafficLog {
  public:

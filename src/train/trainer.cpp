@@ -19,6 +19,7 @@
 #include "train/process_age.hpp"
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
+#include "state/state_memory.hpp"
 #include "train/run_input.hpp"
 #include "train/run_start.hpp"
 #include "train/save_policy.hpp"
@@ -134,7 +135,8 @@ int TrainingRun::run() {
   SavePolicy saves(cfg_, checkpointer_, leader_);
   const std::size_t snapshot =
       saves.background_saves()
-          ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp, topology_.position().dp_rank, cfg_.parallel.zero)
+          ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp, topology_.position().dp_rank,
+                                      ZeroStage{cfg_.parallel.zero})
           : 0;
   memory_ = state_.memory() + MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader_.bytes() + snapshot));
   print_start(start.initialization_s);

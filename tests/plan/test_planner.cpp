@@ -3,7 +3,7 @@
 #include "core/errors.hpp"
 #include "plan/planner.hpp"
 #include "plan/runtime_overhead.hpp"
-#include "train/memory_plan.hpp"
+#include "plan/memory_plan.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,6 +2,7 @@
 // the whole world, are the model's parameters three times (weights and two moments), for layouts of
 // every kind — padded vocabulary rows (tp), tied wte on two stages (pp), ZeRO units whose padding
 // cuts tensors anywhere. The count to match is the single-rank layout's (no padding, no sharding).
+#include "state/state_memory.hpp"
 #include "train/checkpointing.hpp"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,7 @@ std::size_t world_total_shares(const ModelConfig& model, int dp, int tp, int pp,
   for (int s = 0; s < pp; ++s) {
     for (int t = 0; t < tp; ++t) {
       const ParameterLayout layout(model, tp, t, StagePlace{s, pp}, zero > 0 ? dp : 1);
-      for (int d = 0; d < dp; ++d) bytes += checkpoint_snapshot_bytes(layout, dp, d, zero);
+      for (int d = 0; d < dp; ++d) bytes += checkpoint_snapshot_bytes(layout, dp, d, ZeroStage{zero});
     }
   }
   return bytes;
@@ -51,7 +52,7 @@ TEST(CheckpointShares, ZeroSharesAreEvenAcrossTheGroup) {
   const ParameterLayout layout(model, 1, 0, StagePlace{}, 4);
   const std::size_t whole = 3 * sizeof(float) * ParameterLayout(model).total();
   for (int d = 0; d < 4; ++d) {
-    const std::size_t mine = checkpoint_snapshot_bytes(layout, 4, d, 1);
+    const std::size_t mine = checkpoint_snapshot_bytes(layout, 4, d, ZeroStage{1});
     EXPECT_LE(mine, whole / 4 + 3 * sizeof(float) * layout.units().size() * 4) << "rank " << d;
     EXPECT_GE(mine + 3 * sizeof(float) * layout.units().size() * 4, whole / 4) << "rank " << d;
   }

@@ -1,6 +1,6 @@
 // What a rank allocates, by category (issue: memory accounting), and the process's peak resident
 // memory. The trainer records every buffer it allocates here; the planner (`meshtrain plan`)
-// computes the same records from the same sizing code without allocating (train/memory_plan.hpp).
+// computes the same records from the same sizing code without allocating (plan/memory_plan.hpp).
 #pragma once
 
 #include <array>

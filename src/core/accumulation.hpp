@@ -5,6 +5,10 @@
 #include "core/config.hpp"
 #include "core/errors.hpp"
 
+#include <fmt/format.h>
+
+#include <string>
+
 namespace meshtrain {
 
 // Gradient accumulation steps: global_batch / (micro_batch × dp); InputError when not whole.
@@ -15,6 +19,14 @@ inline int accumulation_steps(const Config& cfg, int dp) {
                 cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
   }
   return cfg.train.global_batch / per_pass;
+}
+
+// The effective batch the way a user checks it by hand (the trainer's start line, the plan):
+// `effective batch = micro_batch 4 × dp 2 × accum 4 = 32 sequences (32768 tokens)`
+inline std::string effective_batch_line(int micro_batch, int dp, int accum, int seq_len) {
+  const long sequences = long(micro_batch) * dp * accum;
+  return fmt::format("effective batch = micro_batch {} × dp {} × accum {} = {} sequences ({} tokens)", micro_batch, dp,
+                     accum, sequences, sequences * seq_len);
 }
 
 }  // namespace meshtrain

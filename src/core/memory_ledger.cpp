@@ -1,5 +1,5 @@
 // Memory categories and the process's peak resident memory.
-#include "train/memory_ledger.hpp"
+#include "core/memory_ledger.hpp"
 
 #include <fstream>
 #include <sstream>

@@ -1,5 +1,5 @@
 // Dynamic loss scaling.
-#include "train/loss_scaler.hpp"
+#include "state/loss_scaler.hpp"
 
 #include <algorithm>
 

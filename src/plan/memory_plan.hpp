@@ -4,7 +4,7 @@
 
 #include "core/config.hpp"
 #include "parallel/topology.hpp"
-#include "train/memory_ledger.hpp"
+#include "core/memory_ledger.hpp"
 
 namespace meshtrain {
 

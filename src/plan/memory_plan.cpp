@@ -1,0 +1,50 @@
+// Planned memory of one rank: the sizes the trainer's objects will allocate, asked of the same
+// functions they size themselves with.
+#include "plan/memory_plan.hpp"
+
+#include "model/gemm_workspace.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/schedule.hpp"
+#include "state/state_memory.hpp"
+#include "core/accumulation.hpp"
+#include "train/batch_loader.hpp"
+
+namespace meshtrain {
+namespace {
+
+// The model's activations and, for 16-bit models on the host, their GEMMs' fp32 workspace.
+template <class Real>
+MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots) {
+  MemoryBytes m;
+  const ActivationSizes activations = gpt2_activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots,
+                                                                     cfg.train.recompute);
+  m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * activations.total());
+  m[MemoryCategory::workspace] = std::int64_t(gpt2_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
+  return m;
+}
+
+}  // namespace
+
+MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
+  const StagePlace place{position.pp_rank, grid.pp};
+  const ZeroStage stage{cfg.parallel.zero};
+  const ParameterLayout layout(cfg.model, grid.tp, position.tp_rank, place, stage.shard_group_size(grid.dp));
+  MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
+  const int accum = accumulation_steps(cfg, grid.dp);
+  const int slots =
+      grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum)) : 1;
+  if (cfg.train.precision == Precision::fp32) {
+    m += planned_model_memory<float>(cfg, grid.tp, place, slots);
+  } else {
+    // bf16 and fp16 models take the same bytes.
+    m += planned_model_memory<bf16>(cfg, grid.tp, place, slots);
+  }
+  m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
+  // Background saves copy the rank's share of the three states to host memory.
+  if (cfg.checkpoint.async) {
+    m[MemoryCategory::workspace] += std::int64_t(checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));
+  }
+  return m;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,63 @@
+// The fp32 side of a rank's model states, for any ZeRO stage (state/zero_stage.hpp): the master
+// weights, the fp32 gradients with their data-parallel reduction, and AdamW's two moments, each a
+// PlacedState over one shard map. Under fp32 the master weights are the weights the model computes
+// on; under bf16/fp16 the model computes on a typed copy of them (state/working_copy.hpp).
+//
+// Everything is per owned run (state/shard_map.hpp): the update, the gradient norm and the
+// checkpoint. At stage 0 the shard group is the rank alone and the run is the whole tensor.
+#pragma once
+
+#include "core/memory_ledger.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/comm.hpp"
+#include "state/gradient_reduction.hpp"
+#include "state/placed_state.hpp"
+#include "state/state_source.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace meshtrain {
+
+class OptimizerState {
+ public:
+  // `layout` padded for the shard group (unit_align = its size); `dp` the data-parallel group.
+  // `master_computes`: fp32 runs, where the model computes on the master weights themselves.
+  OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp,
+                 bool master_computes, std::size_t bucket_bytes);
+
+  const ParameterLayout& layout() const { return map_.layout(); }
+  const ShardMap& map() const { return map_; }
+  ZeroStage stage() const { return stage_; }
+  // The group ZeRO shards over, or none at stage 0.
+  Comm* shard_group() const { return stage_.shards() ? &dp_ : nullptr; }
+  const PlacedState<float>& master() const { return master_; }
+  const PlacedState<float>& grads() const { return grads_; }
+  GradientReduction& reduction() { return *reduction_; }
+  // Bytes by category; the master weights count as `weights` when the model computes on them.
+  MemoryBytes memory() const;
+
+  // Fresh master weights: every rank draws its owned slices (the caller publishes them).
+  void initialize(std::uint64_t seed);
+  // Σ g² over the owned runs of the tensors `counted` admits, once per group of replicas (the
+  // caller sums over the world).
+  double grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const;
+  // AdamW on the owned runs; `step_for(t)` gives tensor t's step, weight decay included.
+  void update(const std::function<AdamWStep(const TensorInfo&)>& step_for);
+  TrainingTensors checkpoint_tensors() { return {weights_source_, exp_avg_source_, exp_avg_sq_source_}; }
+
+ private:
+  ExecSpace space_;
+  ZeroStage stage_;
+  ShardMap map_;
+  Comm& dp_;
+  int replica_;
+  PlacedState<float> master_, grads_, exp_avg_, exp_avg_sq_;
+  std::unique_ptr<GradientReduction> reduction_;
+  CheckpointStaging staging_;
+  StateSlices weights_source_, exp_avg_source_, exp_avg_sq_source_;
+  bool master_computes_;
+};
+
+}  // namespace meshtrain

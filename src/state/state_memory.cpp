@@ -1,0 +1,37 @@
+// Planned bytes of a rank's model states.
+#include "state/state_memory.hpp"
+
+#include "state/gradient_reduction.hpp"
+#include "state/placed_state.hpp"
+#include "state/state_source.hpp"
+#include "state/working_copy.hpp"
+
+namespace meshtrain {
+
+MemoryBytes planned_state_memory(const ParameterLayout& layout, int dp, ZeroStage stage, Precision precision) {
+  const ShardMap map(layout, stage.shard_group_size(dp), 0);
+  const bool fp32 = precision == Precision::fp32;
+  MemoryBytes m;
+  m[fp32 ? MemoryCategory::weights : MemoryCategory::master] =
+      std::int64_t(PlacedState<float>::bytes_for(map, fp32 ? stage.compute_weights() : ZeroStage::master_copy()));
+  m[MemoryCategory::grads] = std::int64_t(PlacedState<float>::bytes_for(map, stage.fp32_grads()));
+  m[MemoryCategory::optimizer] = 2 * std::int64_t(PlacedState<float>::bytes_for(map, ZeroStage::moments()));
+  m[MemoryCategory::comm_buffers] = std::int64_t(reduction_buffer_elements(map, stage) * sizeof(float));
+  m[MemoryCategory::workspace] = std::int64_t(CheckpointStaging::bytes_for(layout));
+  // 16-bit copies of either kind take the same bytes.
+  if (!fp32) m += WorkingCopy<bf16>::planned(map, stage);
+  return m;
+}
+
+std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, ZeroStage stage) {
+  const ShardMap map(layout, stage.shard_group_size(dp), stage.shard_rank(dp_rank));
+  std::size_t n = 0;
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!layout.holds_counted_copy(t)) continue;
+    n += StateSlices::saved_run(map, t, stage.replica_rank(dp_rank), stage.replicas(dp)).count;
+  }
+  constexpr std::size_t saved_states = 3;  // the weights and the two moments
+  return saved_states * n * sizeof(float);
+}
+
+}  // namespace meshtrain
