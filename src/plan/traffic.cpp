@@ -92,10 +92,8 @@ void add_data_parallel(GroupTraffic& dp, const Config& cfg, const Layout& grid, 
   if (zero < 3) return;
   const int first_block = layout.first_layer();
   const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
-  const std::vector<bool> gathers = zero3_block_gathers(visits);
-  for (std::size_t v = 0; v < visits.size(); ++v) {
-    if (!gathers[v]) continue;
-    const int block = first_block + visits[v].block;
+  for (const int gathered : zero3_block_gathers(visits, layout.stage_layers())) {
+    const int block = first_block + gathered;
     const auto unit = std::find_if(units.begin(), units.end(), [&](const ShardUnit& u) { return u.block == block; });
     dp.add(Collective::allgather, 1, std::int64_t(unit->size()) * weight_bytes);
   }
@@ -133,14 +131,24 @@ void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int s
 
 }  // namespace
 
-std::vector<bool> zero3_block_gathers(const std::vector<BlockVisit>& visits) {
-  std::vector<bool> gathers;
-  int gathered = -1;
+std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks) {
+  const int rooms = std::min(blocks, 2);
+  std::vector<int> holds(std::size_t(std::max(rooms, 1)), -1), gathered;
+  const auto place = [&](int block) {
+    int& room = holds[std::size_t(block % rooms)];
+    if (room == block) return;
+    room = block;
+    gathered.push_back(block);
+  };
+  int previous = -1, direction = 1;
   for (const BlockVisit& v : visits) {
-    gathers.push_back(v.block != gathered);
-    gathered = v.block;
+    direction = v.block == previous ? -direction : v.block > previous ? 1 : -1;
+    previous = v.block;
+    place(v.block);
+    const int next = v.block + direction;
+    if (next >= 0 && next < blocks) place(next);
   }
-  return gathers;
+  return gathered;
 }
 
 RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position) {

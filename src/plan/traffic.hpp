@@ -37,10 +37,13 @@ struct BlockVisit {
   bool backward;
 };
 
-// ZeRO-3's gather policy: which of the visits gather their block. One working buffer holds one
-// block: a visit gathers unless its block is the one gathered last; the update's gathers leave no
-// block gathered, so a step starts with none.
-std::vector<bool> zero3_block_gathers(const std::vector<BlockVisit>& visits);
+// ZeRO-3's gather policy (state/block_gatherer.hpp): the blocks gathered, in order, for a step's
+// visits to a stage of `blocks` blocks. Two working rooms (one for a one-block stage) hold block b
+// in room b mod rooms; a visit gathers its block unless its room holds it, then prefetches the
+// next block of its pass the same way — the pass walks up after a lower block, down after a
+// higher one, and turns when a block is visited twice in a row. A step starts with no room filled
+// (the update's gathers refill only the non-block units).
+std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks);
 
 RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position);
 

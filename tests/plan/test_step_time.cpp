@@ -144,11 +144,12 @@ TEST(StepTime, PipelineBubbleIsTheIdealFraction) {
 //   ZeRO 2: 10 reduce-scatters (every micro-batch's backward), 2Ψ: 2.51136e-4 + 1e-4,
 //           5 gathers: 1.75568e-4, loss                                            = 5.46712e-4
 //   ZeRO 3: reduce-scatters as ZeRO 2; gathers: wte, wpe, ln_f after the update (12416 floats)
-//           and blocks F0: h0 h1, B0: h0 (h1 still there), F1: h1 (h0 still there), B1: h0 —
-//           5 blocks, 8 calls of 12416 + 5 · 25184 = 138336 floats = 553344 B: 2.76672e-4 + 8e-5;
-//           with the reduce-scatters and the loss                                  = 7.27816e-4
+//           and the blocks: F0 asks for h0 (gathered) and prefetches h1 into the other room;
+//           both rooms then hold the stage's two blocks for the rest of the step — 2 blocks,
+//           5 calls of 12416 + 2 · 25184 = 62784 floats = 251136 B, the same as ZeRO 2's
+//           gathers; with the reduce-scatters and the loss                          = 5.46712e-4
 // Under bf16 the gradients are still reduced in fp32 (ZeRO 0: the fp32 figure, not half), and
-// only the gathers travel in 16 bits: ZeRO 3 gathers 276672 B: 1.38336e-4 + 8e-5   = 5.8948e-4
+// only the gathers travel in 16 bits: ZeRO 3 gathers 125568 B: 6.2784e-5 + 5e-5    = 4.83928e-4
 TEST(StepTime, ZeroStagesAndPrecisionPriceTheTrainersTraffic) {
   Config cfg = small_config();
   const Cluster c = test_cluster();
@@ -161,9 +162,9 @@ TEST(StepTime, ZeroStagesAndPrecisionPriceTheTrainersTraffic) {
   EXPECT_NEAR(dp_s(0, Precision::fp32), 2.91144e-4, 1e-15);
   EXPECT_NEAR(dp_s(1, Precision::fp32), 3.71144e-4, 1e-15);
   EXPECT_NEAR(dp_s(2, Precision::fp32), 5.46712e-4, 1e-15);
-  EXPECT_NEAR(dp_s(3, Precision::fp32), 7.27816e-4, 1e-15);
+  EXPECT_NEAR(dp_s(3, Precision::fp32), 5.46712e-4, 1e-15);
   EXPECT_NEAR(dp_s(0, Precision::bf16), 2.91144e-4, 1e-15);
-  EXPECT_NEAR(dp_s(3, Precision::bf16), 5.8948e-4, 1e-15);
+  EXPECT_NEAR(dp_s(3, Precision::bf16), 4.83928e-4, 1e-15);
 
   // The counts behind them.
   cfg.parallel.zero = 3;
@@ -171,14 +172,24 @@ TEST(StepTime, ZeroStagesAndPrecisionPriceTheTrainersTraffic) {
   const GroupTraffic dp = predicted_traffic(cfg, layout, GridPosition{1, 1, 0}).at("dp");
   EXPECT_EQ(dp[Collective::allreduce], (TrafficCount{1, 8}));
   EXPECT_EQ(dp[Collective::reduce_scatter], (TrafficCount{10, 2 * 251136}));
-  EXPECT_EQ(dp[Collective::allgather], (TrafficCount{8, 553344}));
+  EXPECT_EQ(dp[Collective::allgather], (TrafficCount{5, 251136}));
 }
 
-// The gather policy alone: one working buffer, a step starts with none gathered.
-TEST(ZeroThree, GathersABlockUnlessItIsTheOneGatheredLast) {
-  const std::vector<BlockVisit> visits = {{0, false}, {1, false}, {1, true}, {0, true},
-                                          {0, false}, {1, false}, {1, true}, {0, true}};
-  EXPECT_EQ(zero3_block_gathers(visits), (std::vector<bool>{true, true, false, true, false, true, false, true}));
+// The gather policy alone, worked by hand: two rooms (h even in room 0, odd in room 1), each visit
+// gathers its block unless its room holds it, then prefetches the next block of its pass.
+TEST(ZeroThree, GathersIntoTwoRoomsAndPrefetchesTheNextBlock) {
+  // Two blocks, two micro-batches: h0 and its prefetch h1 fill both rooms for the whole step.
+  const std::vector<BlockVisit> two = {{0, false}, {1, false}, {1, true}, {0, true},
+                                       {0, false}, {1, false}, {1, true}, {0, true}};
+  EXPECT_EQ(zero3_block_gathers(two, 2), (std::vector<int>{0, 1}));
+  // Four blocks, one micro-batch: F0 gathers 0, prefetches 1; F1 prefetches 2 (over 0); F2
+  // prefetches 3 (over 1); F3 and B3 find 3 and 2 in place; B2 prefetches 1 (over 3), B1
+  // prefetches 0 (over 2): six gathers where one room alone would need seven.
+  const std::vector<BlockVisit> four = {{0, false}, {1, false}, {2, false}, {3, false},
+                                        {3, true},  {2, true},  {1, true},  {0, true}};
+  EXPECT_EQ(zero3_block_gathers(four, 4), (std::vector<int>{0, 1, 2, 3, 1, 0}));
+  // One block: one room, gathered once.
+  EXPECT_EQ(zero3_block_gathers({{0, false}, {0, true}, {0, false}, {0, true}}, 1), (std::vector<int>{0}));
 }
 
 TEST(StepTime, RecomputationCostsForwardAgain) {
