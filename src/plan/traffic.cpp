@@ -3,6 +3,9 @@
 
 #include "model/parameters.hpp"
 #include "parallel/schedule.hpp"
+#include "state/gradient_reduction.hpp"
+#include "state/shard_map.hpp"
+#include "state/zero_stage.hpp"
 #include "core/accumulation.hpp"
 
 #include <algorithm>
@@ -65,31 +68,30 @@ std::int64_t recomputed_blocks(const std::vector<Pass>& passes, int blocks) {
   return reruns;
 }
 
-// GradientReducer's buckets over `elements` fp32 gradients (train/gradient_reducer.cpp).
-std::int64_t gradient_buckets(const Config& cfg, std::size_t elements) {
-  const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
-  const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
-  return std::int64_t((elements + per_bucket - 1) / per_bucket);
-}
-
 void add_data_parallel(GroupTraffic& dp, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
                        const std::vector<Pass>& passes, int accum) {
   dp.add(Collective::allreduce, 1, loss_bytes);
-  const int zero = cfg.parallel.zero;
+  // What the stage shards and when it reduces, asked of the one place that says it.
+  const ZeroStage stage{cfg.parallel.zero};
   const std::int64_t total = std::int64_t(layout.total());
-  if (zero == 0) {
-    if (grid.dp > 1) dp.add(Collective::allreduce, gradient_buckets(cfg, layout.total()), total * fp32_bytes);
+  if (!stage.shards()) {
+    const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
+    const std::int64_t buckets = std::int64_t(gradient_buckets(layout.total(), bucket_bytes).size());
+    if (grid.dp > 1) dp.add(Collective::allreduce, buckets, total * fp32_bytes);
     return;
   }
   const auto& units = layout.units();
-  const std::int64_t reductions = zero == 1 ? 1 : accum;
+  const std::int64_t reductions = stage.reduces_every_pass() ? accum : 1;
   dp.add(Collective::reduce_scatter, reductions * std::int64_t(units.size()), reductions * total * fp32_bytes);
 
-  const std::int64_t weight_bytes = cfg.train.precision == Precision::fp32 ? 4 : 2;
+  // After the update every unit the model reads whole is gathered in the compute type; blocks held
+  // as working units are gathered on demand instead.
+  const bool on_demand = stage.compute_weights() == Held::working_and_shard;
+  const std::int64_t weight_bytes = compute_bytes(cfg.train.precision);
   for (const ShardUnit& u : units) {
-    if (zero < 3 || u.block < 0) dp.add(Collective::allgather, 1, std::int64_t(u.size()) * weight_bytes);
+    if (!on_demand || u.block < 0) dp.add(Collective::allgather, 1, std::int64_t(u.size()) * weight_bytes);
   }
-  if (zero < 3) return;
+  if (!on_demand) return;
   const int first_block = layout.first_layer();
   const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
   for (const int gathered : zero3_block_gathers(visits, layout.stage_layers())) {
@@ -157,11 +159,10 @@ RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridP
   const StagePlace place{stage, grid.pp};
   // The trainer's layout of this rank (train/model_state.cpp): ZeRO pads every unit to a multiple of dp.
   const ParameterLayout layout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, place,
-                               cfg.parallel.zero > 0 ? grid.dp : 1);
+                               ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp));
   const std::vector<Pass> passes = step_passes(cfg, grid, stage, accum);
   const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
-  const std::int64_t compute_bytes = cfg.train.precision == Precision::fp32 ? 4 : 2;
-  const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes;
+  const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
   add_data_parallel(traffic["dp"], cfg, grid, layout, passes, accum);
@@ -169,10 +170,10 @@ RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridP
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
     if (place.first() || place.last()) {
-      const TensorInfo& wte = layout.find("wte.weight");
-      const std::int64_t elements = cfg.parallel.zero == 0
-                                        ? std::int64_t(wte.numel)
-                                        : std::int64_t(layout.units()[layout.unit_at(wte.offset)].shard(grid.dp));
+      // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).
+      const ZeroStage zero{cfg.parallel.zero};
+      const ShardMap map(layout, zero.shard_group_size(grid.dp), 0);
+      const std::int64_t elements = std::int64_t(map.shard(layout.unit_at(layout.find("wte.weight").offset)));
       traffic["tied"].add(Collective::allreduce, 1, elements * fp32_bytes);
     }
   }

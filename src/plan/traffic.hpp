@@ -7,11 +7,12 @@
 // The rules, each from the code that makes the calls:
 //   dp    the loss sum (one double; train/trainer.cpp). ZeRO 0 and dp > 1: one all-reduce per
 //         gradient bucket of parallel.bucket_mb, cut from the end of the fp32 gradient buffer (fp32
-//         under bf16/fp16 too; train/gradient_reducer.cpp). ZeRO 1: one reduce-scatter of fp32 per
-//         shard unit in the step's last pass; ZeRO 2–3: in every micro-batch's backward
-//         (train/zero_state.cpp). After the update every unit is all-gathered (ZeRO 1–2), or the
-//         non-block units (ZeRO 3), in the compute type: fp32, or the 16-bit copy's own gathers in
-//         16 bits (train/low_precision_copy.cpp); ZeRO 3 also gathers blocks (zero3_block_gathers).
+//         under bf16/fp16 too; state/gradient_reduction.cpp). ZeRO 1: one reduce-scatter of fp32 per
+//         shard unit in the step's last pass; ZeRO 2–3: in every micro-batch's backward (the
+//         stage's rules: state/zero_stage.hpp). After the update every unit is all-gathered
+//         (ZeRO 1–2), or the non-block units (ZeRO 3), in the compute type: fp32, or the 16-bit
+//         copy's own gathers in 16 bits (state/working_copy.hpp); ZeRO 3 also gathers blocks
+//         (zero3_block_gathers).
 //   tp    (tp > 1; model/gpt2.cpp) per micro-batch, of b·T·C elements of the compute type: the
 //         vocabulary-parallel embedding (first stage), two per block forward (attention and MLP
 //         projections), the head's input gradient (last stage), two per block backward, one more

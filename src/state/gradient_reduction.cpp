@@ -18,12 +18,8 @@ class BucketedAllReduce final : public GradientReduction {
  public:
   BucketedAllReduce(const ExecSpace& space, const PlacedState<float>& grads, Comm& replicas, std::size_t bucket_bytes)
       : space_(space), grads_(grads), replicas_(replicas) {
-    const Vec<float> all = grads.accumulated();
-    const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
-    for (std::size_t end = all.extent(0); end > 0;) {
-      const std::size_t begin = end > per_bucket ? end - per_bucket : 0;
+    for (const auto& [begin, end] : gradient_buckets(grads.accumulated().extent(0), bucket_bytes)) {
       buckets_.push_back({begin, end, Request(), false});
-      end = begin;
     }
   }
 
@@ -171,6 +167,17 @@ std::unique_ptr<GradientReduction> make_gradient_reduction(const ExecSpace& spac
                                                            Comm* shard_group, std::size_t bucket_bytes) {
   if (!stage.shards()) return std::make_unique<BucketedAllReduce>(space, grads, dp, bucket_bytes);
   return std::make_unique<UnitReduceScatter>(space, stage, grads, *shard_group);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t elements, std::size_t bucket_bytes) {
+  const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
+  std::vector<std::pair<std::size_t, std::size_t>> buckets;
+  for (std::size_t end = elements; end > 0;) {
+    const std::size_t begin = end > per_bucket ? end - per_bucket : 0;
+    buckets.emplace_back(begin, end);
+    end = begin;
+  }
+  return buckets;
 }
 
 std::size_t reduction_buffer_elements(const ShardMap& map, const ZeroStage& stage) {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace meshtrain {
@@ -47,6 +48,9 @@ class GradientReduction {
 std::unique_ptr<GradientReduction> make_gradient_reduction(const ExecSpace& space, const ZeroStage& stage,
                                                            const PlacedState<float>& grads, Comm& dp,
                                                            Comm* shard_group, std::size_t bucket_bytes);
+// Stage 0's buckets over `elements` fp32 gradients: [begin, end) ranges of about `bucket_bytes`,
+// cut from the end of the buffer (the first one is the last to finish in backward).
+std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t elements, std::size_t bucket_bytes);
 // Elements of receive buffer the strategy for `stage` allocates.
 std::size_t reduction_buffer_elements(const ShardMap& map, const ZeroStage& stage);
 
