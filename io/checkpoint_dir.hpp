@@ -1,4 +1,4 @@
-// Conventions of a checkpoint directory (interface section 3):
+// Conventions of a checkpoint directory (share/docs/usage.md, Checkpoints):
 //
 //   <dir>/step_00000100.h5   one complete checkpoint per saved step (8-digit step, zero-padded)
 //   <dir>/latest             one line: the file name of the newest complete checkpoint

@@ -1,4 +1,4 @@
-// The metrics file of interface section 2: one JSON object per line, flushed as written.
+// The metrics file (share/docs/usage.md, Metrics file): one JSON object per line, flushed as written.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

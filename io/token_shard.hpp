@@ -1,4 +1,4 @@
-// Token shards (interface section 4): reading one or many as a single stream, and writing one.
+// Token shards (share/docs/usage.md, Token shards): reading one or many as a single stream, and writing one.
 //
 // A shard is a header of 256 little-endian int32 — 20240520 (magic), 1 (version), token count,
 // then zeros — followed by `count` little-endian uint16 tokens, so its size is exactly

@@ -1,4 +1,4 @@
-// Collectives over one process group (architecture keystone 4), with two backends: MPI (host
+// Collectives over one process group (share/docs/design.md, Parallelism), with two backends: MPI (host
 // memory: every CPU run and test) and NCCL (device memory on CUDA builds, bootstrapped over MPI).
 //
 // Buffers are raw pointers into the memory space the backend serves. All ranks of the group call

@@ -1,4 +1,4 @@
-// The MPI backend of Comm (architecture keystone 4): host memory, every CPU run and test.
+// The MPI backend of Comm (share/docs/design.md, Parallelism): host memory, every CPU run and test.
 //
 // MPI counts are int and a model's gradient buffer can hold more than 2^31 floats, so every
 // operation moves its buffer in chunks of at most max_chunk elements per rank, one MPI call per

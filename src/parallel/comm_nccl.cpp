@@ -1,4 +1,4 @@
-// The NCCL backend of Comm (architecture keystone 4): device memory on CUDA builds.
+// The NCCL backend of Comm (share/docs/design.md, Parallelism): device memory on CUDA builds.
 //
 // Bootstrap: group rank 0 asks NCCL for a unique id, MPI_Bcast carries it over the group's MPI
 // communicator, and every rank joins with ncclCommInitRank on the current CUDA device. The ranks

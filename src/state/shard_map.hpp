@@ -1,4 +1,4 @@
-// Where ZeRO keeps each shard unit on one rank of its shard group (share/docs/design.md, ZeRO):
+// Where ZeRO keeps each shard unit on one rank of its shard group (share/docs/design.md, Model states):
 // rank r owns slice [begin + r·s, begin + (r+1)·s) of every unit (s = unit size / group size; the
 // layout pads units to a multiple of it), its slices of all units lie end to end in a shard
 // buffer, and the units a rank needs whole are either resident (wte, wpe, ln_f, end to end) or,

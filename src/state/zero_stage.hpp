@@ -1,5 +1,5 @@
 // What a ZeRO stage (arXiv 1910.02054) shards, said once: every buffer of the model states asks
-// here where it is held, the planner included (share/docs/design.md, ZeRO).
+// here where it is held, the planner included (share/docs/design.md, Model states).
 //
 //   stage 0  nothing: the data-parallel replicas hold everything whole and all-reduce gradients
 //            (the degenerate shard: a shard group of one rank, which owns every unit whole).
