@@ -56,7 +56,7 @@ void CheckpointWriter::commit() {
     throw std::runtime_error(error.empty() ? fmt::format("another rank could not flush checkpoint {}", tmp_path_)
                                            : error);  // the destructor removes the .tmp
   }
-  if (detail::rank_of(comm) == 0) error = make_final(tmp_path_, final_path_);
+  if (mpi::rank_of(comm) == 0) error = make_final(tmp_path_, final_path_);
   error = detail::broadcast_message(error, comm);  // also: nobody returns before the rename
   if (!error.empty()) throw std::runtime_error(error);  // the destructor removes the .tmp
   impl_->committed = true;

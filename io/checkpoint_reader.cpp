@@ -64,7 +64,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm)
   h5::quiet_errors();
   // Rank 0 checks the file, and everyone fails together, before the collective open.
   const MPI_Comm own = impl_->comm.get();
-  const std::string problem = detail::broadcast_message(detail::rank_of(own) == 0 ? file_problem(path) : "", own);
+  const std::string problem = detail::broadcast_message(mpi::rank_of(own) == 0 ? file_problem(path) : "", own);
   if (!problem.empty()) throw InputError(problem);
 
   h5::PropList fapl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "out of memory?")};

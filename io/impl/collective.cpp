@@ -5,12 +5,6 @@
 
 namespace meshtrain::io::detail {
 
-int rank_of(MPI_Comm comm) {
-  int rank = 0;
-  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
-  return rank;
-}
-
 std::string broadcast_message(const std::string& message, MPI_Comm comm) {
   unsigned long long length = message.size();
   MESHTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, 0, comm), same_calls_hint);

@@ -11,9 +11,6 @@ namespace meshtrain::io::detail {
 inline constexpr const char* same_calls_hint =
     "is every rank of the communicator making the same checkpoint calls in the same order?";
 
-// This rank's place in comm.
-int rank_of(MPI_Comm comm);
-
 // Rank 0's message (empty: no error) on every rank.
 std::string broadcast_message(const std::string& message, MPI_Comm comm);
 

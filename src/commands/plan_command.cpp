@@ -9,6 +9,7 @@
 #include "core/command_line.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
+#include "core/mpi_check.hpp"
 #include "plan/cluster.hpp"
 #include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
@@ -180,8 +181,7 @@ int plan_command(const Args& args, MPI_Comm comm) {
                usage, own.str(), config_help());
     return 0;
   }
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const int rank = mpi::rank_of(comm);
   const PlanRequest req = agree_on_input(comm, [&] { return parse_plan(args); });
   const PlanOptions& o = req.options;
   std::string text;

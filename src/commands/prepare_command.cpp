@@ -3,6 +3,7 @@
 
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/mpi_check.hpp"
 #include "io/prepare.hpp"
 
 #include <boost/program_options.hpp>
@@ -24,8 +25,7 @@ int prepare_command(const Args& args, MPI_Comm comm) {
   parse_options(args, options, usage);
   if (texts.empty()) input_error("--text is missing: give one or more text files");
   if (out.empty()) input_error("--out is missing: give the path of the token shard to write");
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const int rank = mpi::rank_of(comm);
   if (rank == 0) {
     const std::size_t tokens = io::prepare_byte_shard(texts, out);
     fmt::print("wrote {} tokens from {} file(s) to {}\n", tokens, texts.size(), out);

@@ -6,6 +6,7 @@
 
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/mpi_check.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpointing.hpp"
 
@@ -107,8 +108,7 @@ int sample_command(const Args& args, MPI_Comm comm) {
   auto host_inputs = Kokkos::create_mirror_view(inputs);
   Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);
 
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const int rank = mpi::rank_of(comm);
   if (rank == 0) {
     for (int t : context) print_token(t, bytes);
   }

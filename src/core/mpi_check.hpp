@@ -46,6 +46,18 @@ inline void check(int code, const char* file, int line, const char* call, const 
 
 #define MESHTRAIN_MPI_CHECK(call, hint) ::meshtrain::mpi::check((call), __FILE__, __LINE__, #call, (hint))
 
+// This rank's place in `comm`, and the number of ranks in it, checked.
+inline int rank_of(MPI_Comm comm) {
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid (not freed, not MPI_COMM_NULL)?");
+  return rank;
+}
+inline int size_of(MPI_Comm comm) {
+  int size = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size), "is the communicator valid (not freed, not MPI_COMM_NULL)?");
+  return size;
+}
+
 // Owns one communicator made by MPI_Comm_dup/split/create and frees it when destroyed (unless MPI
 // is already finalized, when there is nothing left to free). Move-only; release() hands the handle
 // over to an owner that frees it itself.

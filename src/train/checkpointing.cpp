@@ -23,11 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* same_calls_hint = "is every rank saving the same checkpoint?";
 
-int rank_of(MPI_Comm comm) {
-  int rank = 0;
-  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
-  return rank;
-}
 
 // Writes one checkpoint collectively over `comm` and makes it the latest: the file under a
 // temporary name, flushed on every rank and renamed (io::CheckpointWriter::commit), then `latest`
@@ -46,7 +41,7 @@ void write_checkpoint(const Config& config, MPI_Comm comm, const std::string& pa
     }
     writer.commit();
   }
-  if (rank_of(comm) == 0) {
+  if (mpi::rank_of(comm) == 0) {
     const std::string& dir = config.checkpoint.dir;
     io::write_latest(dir, std::filesystem::path(path).filename().string());
     io::prune_checkpoints(dir, config.checkpoint.keep);
@@ -108,7 +103,7 @@ Checkpointer::~Checkpointer() {
 double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress, bool background) {
   const auto start = Clock::now();
   wait();  // one save at a time, in step order
-  if (rank_of(comm_) == 0) io::ensure_directory(config_.checkpoint.dir);
+  if (mpi::rank_of(comm_) == 0) io::ensure_directory(config_.checkpoint.dir);
   // Ranks may create the file independently: the directory must exist first.
   MESHTRAIN_MPI_CHECK(MPI_Barrier(comm_), same_calls_hint);
   const std::string path = io::checkpoint_path(config_.checkpoint.dir, progress.step);

@@ -1,6 +1,8 @@
 // Memory as the metrics line and the start/end table show it.
 #include "train/memory_report.hpp"
 
+#include "core/mpi_check.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -16,14 +18,13 @@ nlohmann::json memory_json(const MemoryBytes& bytes, std::int64_t peak_rss) {
 }
 
 std::string memory_table(MPI_Comm comm, const Layout& layout, const MemoryBytes& mine, const std::string& when) {
-  int rank = 0, world = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &world);
+  const int rank = mpi::rank_of(comm), world = mpi::size_of(comm);
   constexpr int fields = memory_categories + 1;  // the categories and the peak RSS
   std::vector<std::int64_t> row(mine.bytes.begin(), mine.bytes.end());
   row.push_back(peak_rss_bytes());
   std::vector<std::int64_t> all(rank == 0 ? std::size_t(world) * fields : 0);
-  MPI_Gather(row.data(), fields, MPI_INT64_T, all.data(), fields, MPI_INT64_T, 0, comm);
+  MESHTRAIN_MPI_CHECK(MPI_Gather(row.data(), fields, MPI_INT64_T, all.data(), fields, MPI_INT64_T, 0, comm),
+                      "the memory table is collective: every rank must print it at the same point");
   if (rank != 0) return {};
 
   const double mib = 1 << 20;

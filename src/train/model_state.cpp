@@ -1,6 +1,7 @@
 // A rank's model states and the model computing on them.
 #include "train/model_state.hpp"
 
+#include "core/mpi_check.hpp"
 #include "model/gemm_workspace.hpp"
 #include "state/working_copy.hpp"
 
@@ -98,7 +99,8 @@ void ModelState::initialize(std::uint64_t seed) {
 double ModelState::grad_norm() {
   const ParameterLayout& layout = optimizer_.layout();
   double sum = optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
-  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world);
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world),
+                      "the gradient norm is collective over the world: every rank must take it each step");
   return std::sqrt(sum);
 }
 

@@ -1,6 +1,8 @@
 // Gathering and summarising per-rank step times.
 #include "train/rank_timing.hpp"
 
+#include "core/mpi_check.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,16 +20,15 @@ void RankTiming::add_step(double step_seconds, double comm_seconds, double idle_
 }
 
 std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step, double ideal_idle) {
-  int rank = 0, world = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &world);
+  const int rank = mpi::rank_of(comm), world = mpi::size_of(comm);
   const std::int64_t steps = steps_;
   const std::array<double, 3> mine = {compute_ / std::max<std::int64_t>(1, steps), comm_ / std::max<std::int64_t>(1, steps),
                                       idle_ / std::max<std::int64_t>(1, steps)};
   compute_ = comm_ = idle_ = 0;
   steps_ = 0;
   std::vector<double> all(rank == 0 ? 3 * world : 0);
-  MPI_Gather(mine.data(), 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, comm);
+  MESHTRAIN_MPI_CHECK(MPI_Gather(mine.data(), 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, comm),
+                      "the timing table is collective: every rank must report the same steps");
   if (rank != 0 || steps == 0) return {};
 
   std::string out = fmt::format("per-rank time per step, steps {}–{} ({} rank{}): min / median / max, slowest rank\n",

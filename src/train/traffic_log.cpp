@@ -22,9 +22,7 @@ void TrafficLog::begin_step() {
 
 void TrafficLog::end_step(MPI_Comm world, const GridPosition& position, bool last) {
   if (path_.empty() || !last) return;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
+  const int rank = mpi::rank_of(world), size = mpi::size_of(world);
   const nlohmann::json mine = {{"rank", rank},
                                {"dp_rank", position.dp_rank},
                                {"tp_rank", position.tp_rank},
