@@ -57,10 +57,11 @@ int main(int argc, char** argv) {
   });
 
   const double kernel_rate = double(n) / kernel.cpu, reference_rate = double(sample) / reference.cpu;
-  fmt::print("{{\"parameters\": {}, \"execution_space\": \"{}\", \"kernel_s\": {:.4f}, \"kernel_cpu_s\": {:.4f}, "
-             "\"kernel_ns_per_element\": {:.2f}, \"reference_ns_per_element\": {:.2f}, "
-             "\"reference_s_for_all\": {:.3f}, \"speedup\": {:.2f}}}\n",
-             n, ExecSpace::name(), kernel.wall, kernel.cpu, 1e9 / kernel_rate, 1e9 / reference_rate,
-             double(n) / reference_rate, kernel_rate / reference_rate);
+  fmt::print(
+      "{{\"parameters\": {}, \"execution_space\": \"{}\", \"kernel_s\": {:.4f}, \"kernel_cpu_s\": {:.4f}, "
+      "\"kernel_ns_per_element\": {:.2f}, \"reference_ns_per_element\": {:.2f}, "
+      "\"reference_s_for_all\": {:.3f}, \"speedup\": {:.2f}}}\n",
+      n, ExecSpace::name(), kernel.wall, kernel.cpu, 1e9 / kernel_rate, 1e9 / reference_rate,
+      double(n) / reference_rate, kernel_rate / reference_rate);
   return 0;
 }

@@ -88,9 +88,10 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < x.size(); ++i) std::printf("%s%.3e", i ? ", " : "", pingpong[i]);
     std::printf("], \"allreduce_s\": [");
     for (std::size_t i = 0; i < x.size(); ++i) std::printf("%s%.3e", i ? ", " : "", allreduce[i]);
-    std::printf("],\n \"pingpong_alpha_s\": %.3e, \"pingpong_beta_Bps\": %.3e,"
-                " \"allreduce_alpha_s\": %.3e, \"allreduce_beta_Bps\": %.3e}\n",
-                pp_alpha, 1 / pp_inv_beta, ar_a / (2 * (p - 1)), 2 * (p - 1) / p / ar_b);
+    std::printf(
+        "],\n \"pingpong_alpha_s\": %.3e, \"pingpong_beta_Bps\": %.3e,"
+        " \"allreduce_alpha_s\": %.3e, \"allreduce_beta_Bps\": %.3e}\n",
+        pp_alpha, 1 / pp_inv_beta, ar_a / (2 * (p - 1)), 2 * (p - 1) / p / ar_b);
   }
   MPI_Finalize();
   return 0;

@@ -77,8 +77,9 @@ int main(int argc, char** argv) {
     const std::string shape = fmt::format("\"L\": {}, \"H\": {}, \"C\": {}, \"V\": {}, \"T\": {}, \"B\": {}", m.layers,
                                           m.heads, m.d_model, m.vocab, m.seq_len, B);
     for (const auto& [name, t] : {std::pair{"fp32", fp32}, std::pair{"bf16", bf}, std::pair{"fp16", hf}}) {
-      fmt::print("{{\"precision\": \"{}\", {}, \"step_ms\": {:.2f}, \"step_cpu_ms\": {:.2f}, \"cpu_vs_fp32\": {:.2f}}}\n",
-                 name, shape, 1e3 * t.wall, 1e3 * t.cpu, t.cpu / fp32.cpu);
+      fmt::print(
+          "{{\"precision\": \"{}\", {}, \"step_ms\": {:.2f}, \"step_cpu_ms\": {:.2f}, \"cpu_vs_fp32\": {:.2f}}}\n",
+          name, shape, 1e3 * t.wall, 1e3 * t.cpu, t.cpu / fp32.cpu);
     }
     const BlasInfo blas = blas_info();
     fmt::print("{{\"gemm_workspace_bytes\": {}, \"blas\": \"{}\", \"blas_kernels\": \"{}\", \"blas_threads\": {}}}\n",

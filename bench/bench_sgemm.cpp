@@ -92,8 +92,9 @@ int main(int argc, char** argv) {
   }
   const double rate = run(products, seconds);
   const BlasInfo blas = blas_info();
-  fmt::print("{{\"sgemm_flops_per_s\": {:.6g}, \"shapes\": \"{}\", \"blas\": \"{}\", \"blas_kernels\": \"{}\", "
-             "\"blas_threads\": {}}}\n",
-             rate, what, blas.library, blas.core, blas.threads);
+  fmt::print(
+      "{{\"sgemm_flops_per_s\": {:.6g}, \"shapes\": \"{}\", \"blas\": \"{}\", \"blas_kernels\": \"{}\", "
+      "\"blas_threads\": {}}}\n",
+      rate, what, blas.library, blas.core, blas.threads);
   return 0;
 }

@@ -22,7 +22,8 @@ namespace {
 std::string make_final(const std::string& tmp_path, const std::string& final_path) {
   std::string error;
   const int fd = ::open(tmp_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) error = fmt::format("cannot flush checkpoint {} to disk: {}", tmp_path, std::strerror(errno));
+  if (fd < 0 || ::fsync(fd) != 0)
+    error = fmt::format("cannot flush checkpoint {} to disk: {}", tmp_path, std::strerror(errno));
   if (fd >= 0) ::close(fd);
   if (error.empty() && ::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     error = fmt::format("cannot rename checkpoint {} to {}: {}", tmp_path, final_path, std::strerror(errno));
@@ -57,7 +58,7 @@ void CheckpointWriter::commit() {
                                            : error);  // the destructor removes the .tmp
   }
   if (mpi::rank_of(comm) == 0) error = make_final(tmp_path_, final_path_);
-  error = detail::broadcast_message(error, comm);  // also: nobody returns before the rename
+  error = detail::broadcast_message(error, comm);       // also: nobody returns before the rename
   if (!error.empty()) throw std::runtime_error(error);  // the destructor removes the .tmp
   impl_->committed = true;
 }

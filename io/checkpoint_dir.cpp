@@ -143,9 +143,8 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
     if (const auto step = checkpoint_step(entry.path().string())) found.emplace_back(*step, entry.path());
   }
   if (ec) throw std::runtime_error(fmt::format("cannot list checkpoint directory {}: {}", dir, ec.message()));
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second > b.second;
-  });
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second > b.second; });
   std::vector<std::string> paths;
   for (const auto& [step, path] : found) paths.push_back(path.string());
   return paths;
@@ -180,7 +179,8 @@ void ensure_directory(const std::string& dir) {
   std::error_code ec;
   const auto status = fs::status(dir, ec);
   if (fs::exists(status)) {
-    if (!fs::is_directory(status)) input_error("{} exists but is not a directory; checkpoint.dir must name a directory", dir);
+    if (!fs::is_directory(status))
+      input_error("{} exists but is not a directory; checkpoint.dir must name a directory", dir);
     return;
   }
   fs::create_directories(dir, ec);

@@ -103,8 +103,8 @@ class CheckpointWriter {
   void set_attribute(const std::string& name, std::int64_t value);
   void set_attribute(const std::string& name, double value);
   template <std::integral Int>
-    requires(!std::same_as<Int, bool> && !std::same_as<Int, std::int64_t>)
-  void set_attribute(const std::string& name, Int value) {
+  requires(!std::same_as<Int, bool> && !std::same_as<Int, std::int64_t>) void set_attribute(const std::string& name,
+                                                                                            Int value) {
     set_attribute(name, static_cast<std::int64_t>(value));
   }
 

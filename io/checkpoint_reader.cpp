@@ -50,9 +50,10 @@ std::string file_problem(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) return fmt::format("{}: not a regular file; expected an HDF5 checkpoint", path);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
-    return fmt::format("{}: not an HDF5 file ({} bytes without an HDF5 signature); expected a checkpoint written by "
-                       "meshtrain or h5py",
-                       path, static_cast<long long>(st.st_size));
+    return fmt::format(
+        "{}: not an HDF5 file ({} bytes without an HDF5 signature); expected a checkpoint written by "
+        "meshtrain or h5py",
+        path, static_cast<long long>(st.st_size));
   }
   return {};
 }
@@ -105,8 +106,10 @@ std::optional<std::uint64_t> CheckpointReader::checksum(const std::string& datas
   if (!has(name)) input_error("{}: has no dataset {}", path_, name);
   return impl_->guarded(path_, [&]() -> std::optional<std::uint64_t> {
     h5::Dataset dset{MESHTRAIN_H5_CHECK(H5Dopen2(impl_->file.get(), name.c_str(), H5P_DEFAULT), "damaged file?")};
-    if (MESHTRAIN_H5_CHECK(H5Aexists(dset.get(), schema::checksum_attribute), "damaged file?") <= 0) return std::nullopt;
-    h5::Attribute attr{MESHTRAIN_H5_CHECK(H5Aopen(dset.get(), schema::checksum_attribute, H5P_DEFAULT), "damaged file?")};
+    if (MESHTRAIN_H5_CHECK(H5Aexists(dset.get(), schema::checksum_attribute), "damaged file?") <= 0)
+      return std::nullopt;
+    h5::Attribute attr{
+        MESHTRAIN_H5_CHECK(H5Aopen(dset.get(), schema::checksum_attribute, H5P_DEFAULT), "damaged file?")};
     h5::Datatype type{MESHTRAIN_H5_CHECK(H5Aget_type(attr.get()), "damaged file?")};
     h5::Dataspace space{MESHTRAIN_H5_CHECK(H5Aget_space(attr.get()), "damaged file?")};
     if (H5Tget_class(type.get()) != H5T_INTEGER ||
@@ -151,7 +154,8 @@ void CheckpointReader::read(const TensorSlab& slab, ElementRange range, float* o
     MESHTRAIN_H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "damaged file?");
     const std::vector<std::uint64_t> shape(dims.begin(), dims.end());
     if (shape != slab.global_shape) {
-      input_error("{}: {} has shape {}, expected {}", path_, name, shape_string(shape), shape_string(slab.global_shape));
+      input_error("{}: {} has shape {}, expected {}", path_, name, shape_string(shape),
+                  shape_string(slab.global_shape));
     }
     if (holds_nothing(slab) || range.count == 0) return;
     if (shape.empty()) {

@@ -44,18 +44,18 @@ inline constexpr std::array<const char*, 3> state_groups = {model_group, exp_avg
 
 // Root attributes.
 namespace attr {
-inline constexpr const char* format = "format";                          // string: format_name
-inline constexpr const char* version = "version";                        // int: schema::version
-inline constexpr const char* step = "step";                              // int: completed optimizer steps
-inline constexpr const char* tokens = "tokens";                          // int: tokens consumed
-inline constexpr const char* samples_seen = "samples_seen";              // int: sequences consumed (v2)
-inline constexpr const char* config = "config";                          // string: the resolved config, INI
-inline constexpr const char* layout = "layout";                          // string: "world=.. dp=.. tp=.. pp=.. zero=.."
-inline constexpr const char* seed = "seed";                              // int: train.seed
-inline constexpr const char* data_order = "data_order";                  // string: data.order
-inline constexpr const char* loss_scale = "loss_scale";                  // real: fp16's dynamic loss scale
+inline constexpr const char* format = "format";              // string: format_name
+inline constexpr const char* version = "version";            // int: schema::version
+inline constexpr const char* step = "step";                  // int: completed optimizer steps
+inline constexpr const char* tokens = "tokens";              // int: tokens consumed
+inline constexpr const char* samples_seen = "samples_seen";  // int: sequences consumed (v2)
+inline constexpr const char* config = "config";              // string: the resolved config, INI
+inline constexpr const char* layout = "layout";              // string: "world=.. dp=.. tp=.. pp=.. zero=.."
+inline constexpr const char* seed = "seed";                  // int: train.seed
+inline constexpr const char* data_order = "data_order";      // string: data.order
+inline constexpr const char* loss_scale = "loss_scale";      // real: fp16's dynamic loss scale
 inline constexpr const char* loss_scale_clean_steps = "loss_scale_clean_steps";  // int: its clean steps
-inline constexpr const char* checksum_algorithm = "checksum_algorithm";  // string: io::checksum_algorithm
+inline constexpr const char* checksum_algorithm = "checksum_algorithm";          // string: io::checksum_algorithm
 }  // namespace attr
 
 // The attribute every dataset carries (uint64).

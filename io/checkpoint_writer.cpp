@@ -77,9 +77,10 @@ AgreedWrite agree_on_write(const TensorSlab& slab, ElementRange range, const flo
                                : fmt::format("CheckpointWriter::write: {}", problem));
   }
   if (global[0] != h || global[1] != ~h) {
-    throw std::logic_error(fmt::format("CheckpointWriter::write({} {}): ranks disagree on the tensor's name or global "
-                                       "shape; every rank must write the same tensors in the same order",
-                                       name, detail::shape_string(slab.global_shape)));
+    throw std::logic_error(
+        fmt::format("CheckpointWriter::write({} {}): ranks disagree on the tensor's name or global "
+                    "shape; every rank must write the same tensors in the same order",
+                    name, detail::shape_string(slab.global_shape)));
   }
   // The ranks' pieces are disjoint, so their partial sums add up to the tensor's checksum.
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &w.checksum, 1, MPI_UINT64_T, MPI_SUM, comm),
@@ -94,9 +95,9 @@ void write_dataset(hid_t file, const std::string& name, const AgreedWrite& w, co
   h5::PropList dcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "out of memory?")};
   // Every element is written, so skip writing fill values first.
   MESHTRAIN_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "internal: dataset creation property");
-  h5::Dataset dset{
-      MESHTRAIN_H5_CHECK(H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, w.space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-                         "is the tensor name unique in this checkpoint, and is there space on the file system?")};
+  h5::Dataset dset{MESHTRAIN_H5_CHECK(
+      H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, w.space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+      "is the tensor name unique in this checkpoint, and is there space on the file system?")};
 
   h5::PropList dxpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER), "out of memory?")};
   MESHTRAIN_H5_CHECK(
@@ -129,8 +130,9 @@ void write_attribute(hid_t file, const std::string& name, hid_t file_type, hid_t
     MESHTRAIN_H5_CHECK(H5Adelete(file, name.c_str()), "internal: replacing an attribute");
   }
   h5::Dataspace scalar{MESHTRAIN_H5_CHECK(H5Screate(H5S_SCALAR), "out of memory?")};
-  h5::Attribute attr{MESHTRAIN_H5_CHECK(H5Acreate2(file, name.c_str(), file_type, scalar.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                        "every rank must set the same attributes in the same order")};
+  h5::Attribute attr{
+      MESHTRAIN_H5_CHECK(H5Acreate2(file, name.c_str(), file_type, scalar.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         "every rank must set the same attributes in the same order")};
   MESHTRAIN_H5_CHECK(H5Awrite(attr.get(), memory_type, value), "every rank must pass the same value");
 }
 
@@ -156,9 +158,10 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm,
   MESHTRAIN_H5_CHECK(H5Pset_alignment(fapl.get(), alignment_bytes, alignment_bytes), "internal: bad alignment");
   const hid_t file = H5Fcreate(tmp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   if (file < 0) {
-    input_error("cannot create checkpoint file {}: {}\nHINT: does the directory exist, is it writable, and is "
-                "there space on its file system? (checkpoint.dir)",
-                tmp_path_, h5::last_error_message());
+    input_error(
+        "cannot create checkpoint file {}: {}\nHINT: does the directory exist, is it writable, and is "
+        "there space on its file system? (checkpoint.dir)",
+        tmp_path_, h5::last_error_message());
   }
   impl_->file = h5::File{file};
   set_attribute(schema::attr::checksum_algorithm, std::string(checksum_algorithm));
@@ -197,16 +200,14 @@ void CheckpointWriter::set_attribute(const std::string& name, const std::string&
 
 void CheckpointWriter::set_attribute(const std::string& name, std::int64_t value) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::set_attribute after commit()");
-  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_), [&] {
-    write_attribute(impl_->file.get(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
-  });
+  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_),
+               [&] { write_attribute(impl_->file.get(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value); });
 }
 
 void CheckpointWriter::set_attribute(const std::string& name, double value) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::set_attribute after commit()");
-  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_), [&] {
-    write_attribute(impl_->file.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
-  });
+  with_context(fmt::format("setting attribute {} in {}", name, tmp_path_),
+               [&] { write_attribute(impl_->file.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value); });
 }
 
 }  // namespace meshtrain::io

@@ -17,9 +17,10 @@ ChecksumTally verify_checksums(const CheckpointReader& reader, const std::vector
     const std::string& name = datasets[k];
     const std::optional<std::uint64_t> stored = reader.checksum(name);
     if (!stored && required) {
-      input_error("checkpoint '{}': {} has no checksum attribute; the file is damaged or was not written by "
-                  "meshtrain (resume from another checkpoint)",
-                  reader.path(), name);
+      input_error(
+          "checkpoint '{}': {} has no checksum attribute; the file is damaged or was not written by "
+          "meshtrain (resume from another checkpoint)",
+          reader.path(), name);
     }
     if (!stored) {
       ++tally.without;
@@ -27,9 +28,10 @@ ChecksumTally verify_checksums(const CheckpointReader& reader, const std::vector
     }
     const std::uint64_t read = read_sum(k);
     if (read != *stored) {
-      input_error("checkpoint '{}' is corrupt: {} does not match its checksum (stored {:016x}, read {:016x}); "
-                  "resume from another checkpoint",
-                  reader.path(), name, *stored, read);
+      input_error(
+          "checkpoint '{}' is corrupt: {} does not match its checksum (stored {:016x}, read {:016x}); "
+          "resume from another checkpoint",
+          reader.path(), name, *stored, read);
     }
     ++tally.verified;
   }
@@ -42,7 +44,8 @@ std::uint64_t whole_dataset_checksum(const CheckpointReader& reader, const std::
   std::uint64_t row = 1;
   for (std::size_t d = 1; d < shape.size(); ++d) row *= shape[d];
   // About 2^24 elements (64 MiB of floats) a block, and at least one row.
-  const std::uint64_t rows_per_block = std::max<std::uint64_t>(1, (std::uint64_t{1} << 24) / std::max<std::uint64_t>(row, 1));
+  const std::uint64_t rows_per_block =
+      std::max<std::uint64_t>(1, (std::uint64_t{1} << 24) / std::max<std::uint64_t>(row, 1));
   std::vector<float> buffer;
   std::uint64_t sum = 0;
   for (std::uint64_t r = 0; r < shape[0]; r += rows_per_block) {

@@ -19,10 +19,13 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (!parent.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);
-    if (ec) input_error("cannot create the directory {} for the metrics file {} (log.metrics): {}", parent.string(), path, ec.message());
+    if (ec)
+      input_error("cannot create the directory {} for the metrics file {} (log.metrics): {}", parent.string(), path,
+                  ec.message());
   }
   file_.reset(std::fopen(path.c_str(), "a"));
-  if (!file_) input_error("cannot open the metrics file {} (log.metrics) for appending: {}", path, std::strerror(errno));
+  if (!file_)
+    input_error("cannot open the metrics file {} (log.metrics) for appending: {}", path, std::strerror(errno));
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {

@@ -39,7 +39,8 @@ std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const
   if (out.empty()) input_error("no output shard given (--out SHARD.bin)");
   std::vector<std::uint16_t> tokens;
   for (const std::string& path : text_files) append_bytes(path, tokens);
-  if (tokens.empty()) input_error("the text files {} are all empty; there is nothing to tokenize", fmt::join(text_files, ", "));
+  if (tokens.empty())
+    input_error("the text files {} are all empty; there is nothing to tokenize", fmt::join(text_files, ", "));
   write_token_shard(out, tokens);
   return tokens.size();
 }

@@ -37,8 +37,8 @@ std::vector<GlobalBox> range_boxes(const TensorSlab& slab, ElementRange range);
 // Calls visit(global_index, position, length) for each maximal run of consecutive global row-major
 // indices in the range, in order: elements position … position + length − 1 of the range (0 is the
 // range's first element) are global elements global_index … global_index + length − 1.
-void for_each_global_run(const TensorSlab& slab, ElementRange range,
-                         const std::function<void(std::uint64_t global_index, std::uint64_t position,
-                                                  std::uint64_t length)>& visit);
+void for_each_global_run(
+    const TensorSlab& slab, ElementRange range,
+    const std::function<void(std::uint64_t global_index, std::uint64_t position, std::uint64_t length)>& visit);
 
 }  // namespace meshtrain::io

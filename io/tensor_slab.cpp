@@ -51,18 +51,20 @@ std::string slab_problem(const TensorSlab& slab, bool has_data) {
                        slab.offset.size(), slab.extent.size());
   }
   if ((!slab.count.empty() && slab.count.size() != rank) || (!slab.stride.empty() && slab.stride.size() != rank)) {
-    return fmt::format("{}: global shape {} has {} dimensions but count {} and stride {} have {} and {} (empty means "
-                       "all ones)",
-                       slab.name, shape_string(slab.global_shape), rank, shape_string(slab.count),
-                       shape_string(slab.stride), slab.count.size(), slab.stride.size());
+    return fmt::format(
+        "{}: global shape {} has {} dimensions but count {} and stride {} have {} and {} (empty means "
+        "all ones)",
+        slab.name, shape_string(slab.global_shape), rank, shape_string(slab.count), shape_string(slab.stride),
+        slab.count.size(), slab.stride.size());
   }
   if (holds_nothing(slab)) return {};
   for (std::size_t d = 0; d < rank; ++d) {
     const std::uint64_t count = count_at(slab, d), stride = stride_at(slab, d);
     if (count > 1 && stride < slab.extent[d]) {
-      return fmt::format("{}: {} has overlapping blocks in dimension {} (stride {} < extent {}); where the count "
-                         "exceeds 1 the stride must be at least the extent",
-                         slab.name, slab_text(slab), d, stride, slab.extent[d]);
+      return fmt::format(
+          "{}: {} has overlapping blocks in dimension {} (stride {} < extent {}); where the count "
+          "exceeds 1 the stride must be at least the extent",
+          slab.name, slab_text(slab), d, stride, slab.extent[d]);
     }
     // offset + (count - 1) * stride + extent <= global_shape, without overflowing (stride >= 1 here).
     const std::uint64_t size = slab.global_shape[d];
@@ -73,8 +75,7 @@ std::string slab_problem(const TensorSlab& slab, bool has_data) {
     }
   }
   if (!has_data) {
-    return fmt::format("{}: a {} of {} elements with a null data pointer", slab.name, slab_text(slab),
-                       slab.elements());
+    return fmt::format("{}: a {} of {} elements with a null data pointer", slab.name, slab_text(slab), slab.elements());
   }
   return {};
 }

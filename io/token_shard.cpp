@@ -28,8 +28,8 @@ std::uint16_t load_u16le(const unsigned char* p) {
 }
 
 std::int32_t load_i32le(const unsigned char* p) {
-  const std::uint32_t u = std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
-                          (std::uint32_t{p[3]} << 24);
+  const std::uint32_t u =
+      std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
   return static_cast<std::int32_t>(u);
 }
 
@@ -55,7 +55,8 @@ std::vector<std::string> resolve_paths(const std::string& path_or_glob) {
   }
   globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
-    input_error("token shard pattern '{}' matches no file; give an existing shard or a glob that matches some", path_or_glob);
+    input_error("token shard pattern '{}' matches no file; give an existing shard or a glob that matches some",
+                path_or_glob);
   }
   if (rc != 0) input_error("cannot expand token shard pattern '{}' (glob error {})", path_or_glob, rc);
   std::sort(paths.begin(), paths.end());
@@ -130,16 +131,17 @@ namespace {
 std::size_t validate(const std::string& path, const MappedFile& map) {
   const std::size_t bytes = map.size();
   if (bytes < token_shard_header_bytes) {
-    input_error("token shard {} is {} bytes, shorter than the {}-byte header of a token shard "
-                "(256 int32: {}, {}, token count, zeros); is it a shard written by 'meshtrain prepare'?",
-                path, bytes, token_shard_header_bytes, token_shard_magic, token_shard_version);
+    input_error(
+        "token shard {} is {} bytes, shorter than the {}-byte header of a token shard "
+        "(256 int32: {}, {}, token count, zeros); is it a shard written by 'meshtrain prepare'?",
+        path, bytes, token_shard_header_bytes, token_shard_magic, token_shard_version);
   }
   const std::int32_t magic = load_i32le(map.data());
   const std::int32_t version = load_i32le(map.data() + 4);
   const std::int32_t count = load_i32le(map.data() + 8);
   if (magic != token_shard_magic) {
-    input_error("token shard {} starts with magic number {} (0x{:08x}), expected {}; it is not a token shard",
-                path, magic, static_cast<std::uint32_t>(magic), token_shard_magic);
+    input_error("token shard {} starts with magic number {} (0x{:08x}), expected {}; it is not a token shard", path,
+                magic, static_cast<std::uint32_t>(magic), token_shard_magic);
   }
   if (version != token_shard_version) {
     input_error("token shard {} has version {}, expected {} (uint16 tokens)", path, version, token_shard_version);
@@ -147,9 +149,10 @@ std::size_t validate(const std::string& path, const MappedFile& map) {
   if (count < 0) input_error("token shard {} declares a negative token count {}; the count must be >= 1", path, count);
   const std::size_t expected = token_shard_header_bytes + 2 * static_cast<std::size_t>(count);
   if (bytes != expected) {
-    input_error("token shard {} declares {} tokens, so it should be {} + 2*{} = {} bytes, but it is {} bytes "
-                "(truncated or wrong header)",
-                path, count, token_shard_header_bytes, count, expected, bytes);
+    input_error(
+        "token shard {} declares {} tokens, so it should be {} + 2*{} = {} bytes, but it is {} bytes "
+        "(truncated or wrong header)",
+        path, count, token_shard_header_bytes, count, expected, bytes);
   }
   if (count == 0) input_error("token shard {} holds no tokens; a shard needs at least one", path);
   return static_cast<std::size_t>(count);
@@ -202,15 +205,17 @@ void TokenStream::copy(std::size_t begin, std::size_t count, std::int32_t* out) 
 }
 
 void TokenStream::require_vocab(int vocab) const {
-  if (vocab <= 0) input_error("model.vocab = {} is not a vocabulary size; it must be at least {}", vocab, max_token_ + 1);
+  if (vocab <= 0)
+    input_error("model.vocab = {} is not a vocabulary size; it must be at least {}", vocab, max_token_ + 1);
   if (int{max_token_} < vocab) return;
   for (const Shard& s : shards_) {
     if (int{s.max_token} < vocab) continue;
     for (std::size_t i = 0; i < s.count; ++i) {
       if (int{s.at(i)} >= vocab) {
-        input_error("token shard {}: token {} at position {} (stream position {}) is outside the vocabulary "
-                    "of {} (model.vocab); valid tokens are 0..{}, and the largest in the data is {}",
-                    s.path, s.at(i), i, s.begin + i, vocab, vocab - 1, max_token_);
+        input_error(
+            "token shard {}: token {} at position {} (stream position {}) is outside the vocabulary "
+            "of {} (model.vocab); valid tokens are 0..{}, and the largest in the data is {}",
+            s.path, s.at(i), i, s.begin + i, vocab, vocab - 1, max_token_);
       }
     }
   }

@@ -72,8 +72,7 @@ int main(int argc, char** argv) {
 
   const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
       {"train", train_command},     {"prepare", prepare_command}, {"sample", sample_command},
-      {"inspect", inspect_command}, {"export", export_command},
-      {"plan", plan_command}};
+      {"inspect", inspect_command}, {"export", export_command},   {"plan", plan_command}};
 
   int code = exit_code::finished;
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

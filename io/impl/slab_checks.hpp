@@ -17,7 +17,9 @@ std::string shape_string(const std::vector<std::uint64_t>& shape);
 
 // count[d] and stride[d] of a slab, empty vectors meaning all ones.
 inline std::uint64_t count_at(const TensorSlab& slab, std::size_t d) { return slab.count.empty() ? 1 : slab.count[d]; }
-inline std::uint64_t stride_at(const TensorSlab& slab, std::size_t d) { return slab.stride.empty() ? 1 : slab.stride[d]; }
+inline std::uint64_t stride_at(const TensorSlab& slab, std::size_t d) {
+  return slab.stride.empty() ? 1 : slab.stride[d];
+}
 
 // Whether a slab holds nothing: a zero in extent or count (not elements() == 0, which a product
 // that overflows 64 bits could also give).

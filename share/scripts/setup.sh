@@ -19,6 +19,8 @@ done
 packages=(
   # toolchain
   g++ cmake make pkg-config
+  # the C++ style the code follows (.clang-format; test code_format)
+  clang-format
   # MPI and parallel HDF5 built against it
   mpich libmpich-dev libhdf5-mpich-dev
   # Kokkos (Debian ships 3.4 inside Trilinos, Serial backend)

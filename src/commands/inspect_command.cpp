@@ -40,7 +40,8 @@ void verify_file(const io::CheckpointReader& reader) {
     fmt::print("checksums: none stored for {} tensors (a file from another tool or an older meshtrain)\n",
                tally.without);
   }
-  if (tally.verified > 0) fmt::print("checksums: all {} tensors verified ({})\n", tally.verified, io::checksum_algorithm);
+  if (tally.verified > 0)
+    fmt::print("checksums: all {} tensors verified ({})\n", tally.verified, io::checksum_algorithm);
 }
 
 // The root attributes a person asks of a checkpoint, those the file has.
@@ -84,8 +85,9 @@ void print_tensors(const io::CheckpointReader& reader) {
 int inspect_command(const Args& args, MPI_Comm comm) {
   if (wants_help(args) || args.size() != 1) {
     if (!wants_help(args)) input_error("expected one checkpoint file, got {} arguments", args.size());
-    fmt::print("usage: meshtrain inspect FILE\n  prints the step, layout, loss scale, config and tensors, and verifies "
-               "every tensor's checksum (exit 2 naming the first that differs)\n");
+    fmt::print(
+        "usage: meshtrain inspect FILE\n  prints the step, layout, loss scale, config and tensors, and verifies "
+        "every tensor's checksum (exit 2 naming the first that differs)\n");
     return 0;
   }
   const std::string& path = args[0];

@@ -175,10 +175,11 @@ int plan_command(const Args& args, MPI_Comm comm) {
     std::string cluster_text;
     std::ostringstream own;
     own << plan_options(o, cluster_text);
-    fmt::print("usage: {}\n\nPredicts per-rank memory and the step time of a layout without training; takes every\n"
-               "key of `meshtrain train` (below) plus the world size and a cluster description (a preset\n"
-               "that the options override). See share/docs/usage.md, `meshtrain plan`.\n\n{}\n{}",
-               usage, own.str(), config_help());
+    fmt::print(
+        "usage: {}\n\nPredicts per-rank memory and the step time of a layout without training; takes every\n"
+        "key of `meshtrain train` (below) plus the world size and a cluster description (a preset\n"
+        "that the options override). See share/docs/usage.md, `meshtrain plan`.\n\n{}\n{}",
+        usage, own.str(), config_help());
     return 0;
   }
   const int rank = mpi::rank_of(comm);

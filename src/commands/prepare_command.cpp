@@ -9,7 +9,6 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
-
 namespace po = boost::program_options;
 
 namespace meshtrain {

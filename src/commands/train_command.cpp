@@ -12,10 +12,11 @@ namespace meshtrain {
 
 int train_command(const Args& args, MPI_Comm comm) {
   if (wants_help(args)) {
-    fmt::print("usage: meshtrain train [--config FILE.ini] [--section.key VALUE ...]\n\n"
-               "Keys may come from an INI file ([model] section, layers = 12) or the command line\n"
-               "(--model.layers 12); the command line wins.\n\n{}",
-               config_help());
+    fmt::print(
+        "usage: meshtrain train [--config FILE.ini] [--section.key VALUE ...]\n\n"
+        "Keys may come from an INI file ([model] section, layers = 12) or the command line\n"
+        "(--model.layers 12); the command line wins.\n\n{}",
+        config_help());
     return 0;
   }
   return train(agree_on_input(comm, [&] { return parse_config(args); }), comm);

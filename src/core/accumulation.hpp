@@ -15,8 +15,9 @@ namespace meshtrain {
 inline int accumulation_steps(const Config& cfg, int dp) {
   const int per_pass = cfg.train.micro_batch * dp;
   if (cfg.train.global_batch % per_pass != 0) {
-    input_error("train.global_batch = {} is not divisible by train.micro_batch {} × dp {} = {}: choose a multiple of {}",
-                cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
+    input_error(
+        "train.global_batch = {} is not divisible by train.micro_batch {} × dp {} = {}: choose a multiple of {}",
+        cfg.train.global_batch, cfg.train.micro_batch, dp, per_pass, per_pass);
   }
   return cfg.train.global_batch / per_pass;
 }

@@ -15,9 +15,9 @@ namespace meshtrain {
 
 // Parses `args` against `options`. A bare argument that belongs to no option (say `train run.ini`
 // without --config) is an InputError naming it, with `usage` as the hint; Boost would drop it.
-inline boost::program_options::parsed_options parse_command_line(const std::vector<std::string>& args,
-                                                                 const boost::program_options::options_description& options,
-                                                                 const std::string& usage) {
+inline boost::program_options::parsed_options parse_command_line(
+    const std::vector<std::string>& args, const boost::program_options::options_description& options,
+    const std::string& usage) {
   namespace po = boost::program_options;
   po::parsed_options parsed = po::command_line_parser(args)
                                   .options(options)

@@ -78,7 +78,8 @@ class KeyTable {
     add("train.micro_batch", cfg.train.micro_batch, "sequences per micro-batch on one data-parallel rank");
     add("train.global_batch", cfg.train.global_batch, "sequences per optimizer step over all ranks and accumulation");
     add("train.steps", cfg.train.steps, "optimizer steps in total (the schedule spans these)");
-    add("train.stop_after", cfg.train.stop_after, "leave after this many steps in this job, saving (0: run to the end)");
+    add("train.stop_after", cfg.train.stop_after,
+        "leave after this many steps in this job, saving (0: run to the end)");
     add("train.time_limit", cfg.train.time_limit, "minutes this job may run; saves and leaves in time (0: none)");
     add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
     add_choice("train.precision", cfg.train.precision,
@@ -98,10 +99,12 @@ class KeyTable {
     add("parallel.dp", cfg.parallel.dp, "data-parallel degree (0: world / (tp x pp))");
     add("parallel.tp", cfg.parallel.tp, "tensor-parallel degree");
     add("parallel.pp", cfg.parallel.pp, "pipeline-parallel degree");
-    add("parallel.zero", cfg.parallel.zero, "ZeRO stage: 0 none, 1 optimizer state sharded over dp, 2 + gradients, 3 + parameters");
+    add("parallel.zero", cfg.parallel.zero,
+        "ZeRO stage: 0 none, 1 optimizer state sharded over dp, 2 + gradients, 3 + parameters");
     add_choice("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: {}");
     add_choice("parallel.backend", cfg.parallel.backend, "collectives: {}");
-    add("parallel.bucket_mb", cfg.parallel.bucket_mb, "data-parallel gradient bucket size in MiB (reduced while backward runs)");
+    add("parallel.bucket_mb", cfg.parallel.bucket_mb,
+        "data-parallel gradient bucket size in MiB (reduced while backward runs)");
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
     add_choice("data.order", cfg.data.order, "{}");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
@@ -147,7 +150,7 @@ class KeyTable {
   template <class T>
   void add(const char* key, T& field, const char* help) {
     options_.add_options()(key, po::value<T>(&field)->default_value(field, show(field)), help);
-    const char* kind = std::is_same_v<T, bool>        ? "true or false"
+    const char* kind = std::is_same_v<T, bool>       ? "true or false"
                        : std::is_integral_v<T>       ? "an integer"
                        : std::is_floating_point_v<T> ? "a number"
                                                      : "text";
@@ -208,8 +211,8 @@ void validate(const Config& c) {
   require_positive_real("optim.lr", c.optim.lr);
   require_non_negative("optim.min_lr", c.optim.min_lr);
   if (c.optim.min_lr > c.optim.lr) {
-    input_error("optim.min_lr = {} is larger than optim.lr = {}: the decay goes from lr down to min_lr",
-                c.optim.min_lr, c.optim.lr);
+    input_error("optim.min_lr = {} is larger than optim.lr = {}: the decay goes from lr down to min_lr", c.optim.min_lr,
+                c.optim.lr);
   }
   if (c.optim.warmup_steps < 0) {
     input_error("optim.warmup_steps = {} is invalid: it must be >= 0", c.optim.warmup_steps);
@@ -223,19 +226,22 @@ void validate(const Config& c) {
   require_positive_real("optim.eps", c.optim.eps);
   require_non_negative("optim.grad_clip", c.optim.grad_clip);
 
-  if (c.parallel.dp < 0) input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
+  if (c.parallel.dp < 0)
+    input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
   if (c.parallel.tp < 1) input_error("parallel.tp = {} is invalid: it must be >= 1", c.parallel.tp);
   if (c.parallel.pp < 1) input_error("parallel.pp = {} is invalid: it must be >= 1", c.parallel.pp);
   if (c.parallel.zero < 0 || c.parallel.zero > 3) {
-    input_error("parallel.zero = {} is invalid: valid stages are 0 (none), 1 (optimizer state sharded over dp), "
-                "2 (+ gradients), 3 (+ parameters)",
-                c.parallel.zero);
+    input_error(
+        "parallel.zero = {} is invalid: valid stages are 0 (none), 1 (optimizer state sharded over dp), "
+        "2 (+ gradients), 3 (+ parameters)",
+        c.parallel.zero);
   }
   require_positive_real("parallel.bucket_mb", c.parallel.bucket_mb);
 
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   if (c.checkpoint.every < 0) input_error("checkpoint.every = {} is invalid: it must be >= 0", c.checkpoint.every);
-  if (c.checkpoint.keep < 0) input_error("checkpoint.keep = {} is invalid: it must be >= 0 (0 keeps all)", c.checkpoint.keep);
+  if (c.checkpoint.keep < 0)
+    input_error("checkpoint.keep = {} is invalid: it must be >= 0 (0 keeps all)", c.checkpoint.keep);
   require_positive("log.every", c.log.every);
   require_non_negative("log.peak_tflops", c.log.peak_tflops);
   if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);
@@ -291,7 +297,9 @@ Config parse_config(const std::vector<std::string>& args) {
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
     std::ifstream in(path);
-    if (!in) input_error("config file '{}' cannot be read: {}", path, std::filesystem::exists(path) ? "permission denied or not a file" : "no such file");
+    if (!in)
+      input_error("config file '{}' cannot be read: {}", path,
+                  std::filesystem::exists(path) ? "permission denied or not a file" : "no such file");
     parse_ini_stream(in, table, vm, fmt::format("config file '{}'", path));
   }
   try {

@@ -159,7 +159,7 @@ struct TrainConfig {
   std::int64_t seed = 1337;
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
-  double loss_scale = 65536;             // fp16: initial dynamic loss scale
+  double loss_scale = 65536;              // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
 };
 
@@ -196,16 +196,16 @@ struct CheckpointConfig {
   int keep = 3;            // newest checkpoints kept (0: all)
   std::string init_weights;
   ResumeFrom resume;
-  bool async = false;  // write checkpoints on a background thread while training goes on
+  bool async = false;                           // write checkpoints on a background thread while training goes on
   CheckpointIo io = CheckpointIo::independent;  // how ranks write tensor data (MPI-IO)
 };
 
 struct LogConfig {
-  std::string metrics;     // JSON-lines file (empty: none)
-  std::int64_t every = 1;  // steps between progress lines on stdout
-  double peak_tflops = 0;  // per-rank peak for MFU (0: MFU not shown)
+  std::string metrics;              // JSON-lines file (empty: none)
+  std::int64_t every = 1;           // steps between progress lines on stdout
+  double peak_tflops = 0;           // per-rank peak for MFU (0: MFU not shown)
   std::int64_t timing_every = 100;  // steps between per-rank timing tables (0: only at the end)
-  std::string traffic;     // JSON file of every rank's traffic in the last step (empty: none)
+  std::string traffic;              // JSON file of every rank's traffic in the last step (empty: none)
 };
 
 struct Config {
@@ -222,8 +222,8 @@ struct Config {
 };
 
 // Parses `--config FILE` and `--section.key value` arguments (the command's arguments only, no
-// program name) and checks every value on its own (types, ranges, names). Throws InputError naming the key on any problem.
-// Checks that depend on the world size (dp, tp, pp) are the Topology's.
+// program name) and checks every value on its own (types, ranges, names). Throws InputError naming the key on any
+// problem. Checks that depend on the world size (dp, tp, pp) are the Topology's.
 Config parse_config(const std::vector<std::string>& args);
 
 // Parses INI text as stored in a checkpoint (same keys, same checks).

@@ -55,8 +55,8 @@ MESHTRAIN_HOST_DEVICE double double_of(std::uint64_t u) {
 // that result to a format with at least 2 fewer significand bits equals rounding the double directly
 // (Boldo & Melquiond), so double → 16-bit conversions round once, not twice.
 MESHTRAIN_HOST_DEVICE float round_to_odd_float(double d) {
-  if (d != d) return static_cast<float>(d);  // NaN
-  const float f = static_cast<float>(d);     // nearest; may be above |d| or infinite
+  if (d != d) return static_cast<float>(d);   // NaN
+  const float f = static_cast<float>(d);      // nearest; may be above |d| or infinite
   if (static_cast<double>(f) == d) return f;  // exact, including ±Inf and ±0
   std::uint32_t u = bits_of(f);
   const double af = f < 0 ? -static_cast<double>(f) : static_cast<double>(f);
@@ -170,19 +170,27 @@ using accum_t = std::conditional_t<is_low_precision_v<Real>, float, Real>;
 // The train.precision spelling of a storage type, for logs and messages.
 template <class Real>
 constexpr const char* precision_name() {
-  if constexpr (std::is_same_v<Real, bf16>) return "bf16";
-  else if constexpr (std::is_same_v<Real, fp16>) return "fp16";
-  else if constexpr (std::is_same_v<Real, float>) return "fp32";
-  else return "fp64";
+  if constexpr (std::is_same_v<Real, bf16>)
+    return "bf16";
+  else if constexpr (std::is_same_v<Real, fp16>)
+    return "fp16";
+  else if constexpr (std::is_same_v<Real, float>)
+    return "fp32";
+  else
+    return "fp64";
 }
 
 // Unit roundoff (half an ulp of 1) of a storage type: the relative error of one rounding.
 template <class Real>
 constexpr double unit_roundoff() {
-  if constexpr (std::is_same_v<Real, bf16>) return 1.0 / 256;        // 2^-8
-  else if constexpr (std::is_same_v<Real, fp16>) return 1.0 / 2048;  // 2^-11
-  else if constexpr (std::is_same_v<Real, float>) return 5.9604644775390625e-8;  // 2^-24
-  else return 1.1102230246251565e-16;                                          // 2^-53
+  if constexpr (std::is_same_v<Real, bf16>)
+    return 1.0 / 256;  // 2^-8
+  else if constexpr (std::is_same_v<Real, fp16>)
+    return 1.0 / 2048;  // 2^-11
+  else if constexpr (std::is_same_v<Real, float>)
+    return 5.9604644775390625e-8;  // 2^-24
+  else
+    return 1.1102230246251565e-16;  // 2^-53
 }
 
 }  // namespace meshtrain

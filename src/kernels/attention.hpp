@@ -38,8 +38,7 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::attention::softmax_forward",
-      team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::attention::softmax_forward", team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
@@ -73,20 +72,18 @@ void causal_softmax_forward(const ExecSpace& space, Vec<Real> att, int rows, int
 
 // datt ← P ⊙ (datt − rowsum(P ⊙ datt)) over columns j ≤ t of each row, 0 above; in place.
 template <class Real>
-void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> att, int rows,
-                             int T) {
+void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> att, int rows, int T) {
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::attention::softmax_backward",
-      team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::attention::softmax_backward", team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
         const int r = team.league_rank();
         const int t = r % T;
         const long row = static_cast<long>(r) * T;
         A dot = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, t + 1),
-            [&](int j, A& acc) { acc += A(att(row + j)) * A(datt(row + j)); }, dot);
+            Kokkos::TeamThreadRange(team, t + 1), [&](int j, A& acc) { acc += A(att(row + j)) * A(datt(row + j)); },
+            dot);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
           datt(row + j) = Real(j <= t ? A(att(row + j)) * (A(datt(row + j)) - dot) : A(0));
         });
@@ -98,8 +95,8 @@ void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> 
 // att [B*NH*T*T] ← P_h = causal_softmax(scale · Q_h K_hᵀ), the first half of attention_forward; on
 // its own it recomputes the probabilities for backward (selective recomputation), bit for bit.
 template <class Real>
-void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv,
-                             int B, int T, int C, int NH) {
+void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv, int B, int T,
+                             int C, int NH) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   const int hs = C / NH;
   const int C3 = 3 * C;
@@ -111,16 +108,16 @@ void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::ty
   // S_h = scale · Q_h K_hᵀ, for every head of every sequence.
   for (int b = 0; b < B; ++b) {
     const Real* q = qkv.data() + b * seq_qkv;
-    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, q, C3, hs,
-                               q + C, C3, hs, accum_t<Real>(0), att.data() + b * seq_att, T, tt, NH);
+    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, q, C3, hs, q + C, C3, hs,
+                               accum_t<Real>(0), att.data() + b * seq_att, T, tt, NH);
   }
   detail::causal_softmax_forward<Real>(space, att, B * NH * T, T);
 }
 
 // out [B*T*C] and att [B*NH*T*T] are written. qkv is [B*T*3C].
 template <class Real>
-void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att,
-                       CVec<std::type_identity_t<Real>> qkv, int B, int T, int C, int NH) {
+void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv,
+                       int B, int T, int C, int NH) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   const int hs = C / NH;
   const int C3 = 3 * C;
@@ -141,9 +138,9 @@ void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att,
 // dqkv [B*T*3C] is written (=), every column. datt [B*NH*T*T] is scratch (holds dS afterwards).
 // att is the forward's P. No argument may share memory with another.
 template <class Real>
-void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
-                        CVec<std::type_identity_t<Real>> dout, CVec<std::type_identity_t<Real>> qkv,
-                        CVec<std::type_identity_t<Real>> att, int B, int T, int C, int NH) {
+void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt, CVec<std::type_identity_t<Real>> dout,
+                        CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> att, int B, int T, int C,
+                        int NH) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   const int hs = C / NH;
   const int C3 = 3 * C;
@@ -158,12 +155,11 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
     const Real* dout_b = dout.data() + b * seq_out;
     const Real* att_b = att.data() + b * seq_att;
     // dP_h = dO_h V_hᵀ
-    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, accum_t<Real>(1), dout_b,
-                               C, hs, v, C3, hs, accum_t<Real>(0), datt.data() + b * seq_att, T, tt, NH);
+    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, accum_t<Real>(1), dout_b, C, hs, v,
+                               C3, hs, accum_t<Real>(0), datt.data() + b * seq_att, T, tt, NH);
     // dV_h = P_hᵀ dO_h
-    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1), att_b, T,
-                               tt, dout_b, C, hs, accum_t<Real>(0), dqkv.data() + b * seq_qkv + 2 * C, C3,
-                               hs, NH);
+    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1), att_b, T, tt,
+                               dout_b, C, hs, accum_t<Real>(0), dqkv.data() + b * seq_qkv + 2 * C, C3, hs, NH);
   }
   detail::causal_softmax_backward<Real>(space, datt, att, B * NH * T, T);
   for (int b = 0; b < B; ++b) {
@@ -171,11 +167,11 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt,
     const Real* ds = datt.data() + b * seq_att;
     Real* dq = dqkv.data() + b * seq_qkv;
     // dQ_h = scale · dS_h K_h
-    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt,
-                               q + C, C3, hs, accum_t<Real>(0), dq, C3, hs, NH);
+    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt, q + C, C3, hs,
+                               accum_t<Real>(0), dq, C3, hs, NH);
     // dK_h = scale · dS_hᵀ Q_h
-    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt,
-                               q, C3, hs, accum_t<Real>(0), dq + C, C3, hs, NH);
+    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt, q, C3, hs,
+                               accum_t<Real>(0), dq + C, C3, hs, NH);
   }
 }
 

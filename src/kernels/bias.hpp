@@ -20,14 +20,12 @@ namespace meshtrain {
 inline constexpr int kBiasColumnBlock = 64;
 
 template <class Real>
-void add_bias(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> bias, int N,
-              int OC) {
+void add_bias(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> bias, int N, int OC) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::bias::forward", team_policy(space, N),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::bias::forward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const long row = static_cast<long>(team.league_rank()) * OC;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC),
                              [&](int o) { out(row + o) = Real(A(out(row + o)) + A(bias(o))); });
@@ -36,8 +34,7 @@ void add_bias(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<R
 
 // dbias accumulates (+=).
 template <class Real>
-void bias_backward(const ExecSpace& space, Vec<Real> dbias, CVec<std::type_identity_t<Real>> dout,
-                   int N, int OC) {
+void bias_backward(const ExecSpace& space, Vec<Real> dbias, CVec<std::type_identity_t<Real>> dout, int N, int OC) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -45,8 +42,7 @@ void bias_backward(const ExecSpace& space, Vec<Real> dbias, CVec<std::type_ident
   const int blocks = (OC + kBiasColumnBlock - 1) / kBiasColumnBlock;
   Kokkos::parallel_for(
       "meshtrain::bias::backward",
-      team_policy(space, blocks)
-          .set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(kBiasColumnBlock))),
+      team_policy(space, blocks).set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(kBiasColumnBlock))),
       KOKKOS_LAMBDA(const Team& team) {
         const int o0 = team.league_rank() * kBiasColumnBlock;
         const int o1 = o0 + kBiasColumnBlock < OC ? o0 + kBiasColumnBlock : OC;
@@ -55,8 +51,7 @@ void bias_backward(const ExecSpace& space, Vec<Real> dbias, CVec<std::type_ident
         team.team_barrier();
         for (int n = 0; n < N; ++n) {
           const long row = static_cast<long>(n) * OC;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, o0, o1),
-                               [&](int o) { sum(o - o0) += A(dout(row + o)); });
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, o0, o1), [&](int o) { sum(o - o0) += A(dout(row + o)); });
         }
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, o0, o1), [&](int o) { dbias(o) = Real(sum(o - o0)); });

@@ -16,9 +16,9 @@ namespace {
 // OPENBLAS_CORETYPE takes them, in any case). Names not listed — the AVX2 and AVX-512 sets Haswell,
 // Zen, SkylakeX, Cooperlake, SapphireRapids, and whatever later versions add — draw no warning.
 constexpr std::array<std::string_view, 21> pre_avx2_cores = {
-    "Prescott",  "Katmai",  "Coppermine", "Northwood",   "Banias", "Athlon",      "Atom",
-    "Core2",     "Penryn",  "Dunnington", "Nehalem",     "Opteron", "Opteron_SSE3", "Barcelona",
-    "Nano",      "Bobcat",  "Sandybridge", "Bulldozer",  "Piledriver", "Steamroller", "Excavator"};
+    "Prescott", "Katmai", "Coppermine",  "Northwood", "Banias",     "Athlon",       "Atom",
+    "Core2",    "Penryn", "Dunnington",  "Nehalem",   "Opteron",    "Opteron_SSE3", "Barcelona",
+    "Nano",     "Bobcat", "Sandybridge", "Bulldozer", "Piledriver", "Steamroller",  "Excavator"};
 
 bool same_name(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {

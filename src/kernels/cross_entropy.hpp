@@ -26,17 +26,15 @@ inline constexpr long kReduceChunk = 4096;
 // thread, so in place still holds) and rounded once.
 template <class Real>
 void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Vec<Real> dlogits,
-                           CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets,
-                           int N, int V, accum_t<Real> grad_scale) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
-                reachable_v<CVec<std::int32_t>>);
+                           CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets, int N, int V,
+                           accum_t<Real> grad_scale) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   // 16-bit rows recompute the exponentials instead of storing them: dlogits cannot hold them exactly.
   constexpr bool keep_exponentials = !is_low_precision_v<Real>;
   Kokkos::parallel_for(
-      "meshtrain::cross_entropy::forward_backward",
-      team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::cross_entropy::forward_backward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * V;
         const int target = targets(n);
@@ -72,8 +70,7 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
           }
           dlogits(row + v) = Real((v == target ? p - A(1) : p) * grad_scale);
         });
-        Kokkos::single(Kokkos::PerTeam(team),
-                       [&]() { losses(n) = kmath::log(sum) - (target_logit - row_max); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = kmath::log(sum) - (target_logit - row_max); });
       });
 }
 

@@ -18,10 +18,10 @@ namespace {
 
 void check(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw std::runtime_error(fmt::format(
-      "{}:{}: {} failed: {} ({})\nHINT: CUBLAS_STATUS_NOT_INITIALIZED means no usable GPU or driver "
-      "(check nvidia-smi and CUDA_VISIBLE_DEVICES); ALLOC_FAILED means the GPU is out of memory",
-      file, line, call, cublasGetStatusName(status), cublasGetStatusString(status)));
+  throw std::runtime_error(
+      fmt::format("{}:{}: {} failed: {} ({})\nHINT: CUBLAS_STATUS_NOT_INITIALIZED means no usable GPU or driver "
+                  "(check nvidia-smi and CUDA_VISIBLE_DEVICES); ALLOC_FAILED means the GPU is out of memory",
+                  file, line, call, cublasGetStatusName(status), cublasGetStatusString(status)));
 }
 #define MESHTRAIN_CUBLAS_CHECK(call) check((call), #call, __FILE__, __LINE__)
 
@@ -63,8 +63,8 @@ void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape s, accum_t<Real>
         cublasDgemm(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, ldc));
   } else {
     const cudaDataType_t t = data_type<Real>();
-    MESHTRAIN_CUBLAS_CHECK(cublasGemmEx(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, t, ldb, a, t, lda,
-                                        &beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    MESHTRAIN_CUBLAS_CHECK(cublasGemmEx(h, op(trans_b), op(trans_a), s.n, s.m, s.k, &alpha, b, t, ldb, a, t, lda, &beta,
+                                        c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
@@ -87,9 +87,9 @@ void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape 
   }
 }
 
-#define MESHTRAIN_INSTANTIATE_CUBLAS(Real)                                                                      \
-  template void gemm<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, const Real*, int,  \
-                           accum_t<Real>, Real*, int);                                                           \
+#define MESHTRAIN_INSTANTIATE_CUBLAS(Real)                                                                        \
+  template void gemm<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, const Real*, int,     \
+                           accum_t<Real>, Real*, int);                                                            \
   template void gemm_strided_batched<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, long, \
                                            const Real*, int, long, accum_t<Real>, Real*, int, long, int);
 

@@ -34,15 +34,13 @@ inline constexpr int kEncoderColumnBlock = 64;
 
 template <class Real>
 void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> tokens,
-                     CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe,
-                     int B, int T, int C, VocabRange range = {}) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
-                reachable_v<CVec<std::int32_t>>);
+                     CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe, int B, int T, int C,
+                     VocabRange range = {}) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::encoder::forward", team_policy(space, B * T),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::encoder::forward", team_policy(space, B * T), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const int t = n % T;
         const long o = static_cast<long>(n) * C;
@@ -58,11 +56,9 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
 
 // dwte and dwpe accumulate (+=); dout is [N*C].
 template <class Real>
-void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
-                      CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B,
-                      int T, int C, int V, VocabRange range = {}) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> &&
-                reachable_v<CVec<std::int32_t>>);
+void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe, CVec<std::type_identity_t<Real>> dout,
+                      CVec<std::int32_t> tokens, int B, int T, int C, int V, VocabRange range = {}) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int N = B * T;
@@ -70,8 +66,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
   // A channel c always falls to the same thread of its team, so each dwte[v,c] is summed by one
   // thread in row order: no race, and the same order every run.
   Kokkos::parallel_for(
-      "meshtrain::encoder::backward_wte",
-      team_policy(space, blocks), KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::encoder::backward_wte", team_policy(space, blocks), KOKKOS_LAMBDA(const Team& team) {
         const int c0 = team.league_rank() * kEncoderColumnBlock;
         const int c1 = c0 + kEncoderColumnBlock < C ? c0 + kEncoderColumnBlock : C;
         for (int n = 0; n < N; ++n) {
@@ -86,8 +81,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
   // dwpe[t,c]: one team per position, summing the batch in order into one accumulator per channel
   // (rounded to Real once, not once per sequence).
   Kokkos::parallel_for(
-      "meshtrain::encoder::backward_wpe", team_policy(space, T),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::encoder::backward_wpe", team_policy(space, T), KOKKOS_LAMBDA(const Team& team) {
         const int t = team.league_rank();
         const long p = static_cast<long>(t) * C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {

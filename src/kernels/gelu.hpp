@@ -22,13 +22,11 @@ inline constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/π)
 inline constexpr double kGeluCubic = 0.044715;
 
 template <class Real>
-void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> inp,
-                  long n) {
+void gelu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> inp, long n) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;  // computed in float for 16-bit Real: one rounding, at the store
   Kokkos::parallel_for(
-      "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(long i) {
+      "meshtrain::gelu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
         const A x = inp(i);
         const A u = A(kGeluScale) * (x + A(kGeluCubic) * x * x * x);
         out(i) = Real(x / (A(1) + fast_exp(A(-2) * u)));
@@ -42,8 +40,7 @@ void gelu_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identi
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;  // computed in float for 16-bit Real: one rounding, at the store
   Kokkos::parallel_for(
-      "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(long i) {
+      "meshtrain::gelu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
         const A x = inp(i);
         const A x2 = x * x;
         const A u = A(kGeluScale) * (x + A(kGeluCubic) * x2 * x);

@@ -19,14 +19,14 @@
 namespace meshtrain {
 
 template <class Real>
-void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
-          const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc);
+void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha, const Real* a,
+          int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc);
 
 // `batch` independent products; matrix i starts at a + i*stride_a (likewise b, c).
 template <class Real>
-void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape,
-                          accum_t<Real> alpha, const Real* a, int lda, long stride_a, const Real* b, int ldb,
-                          long stride_b, accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
+void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
+                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
 
 // The host's 16-bit products share one float workspace (memory category `workspace`): allocated on
 // first need, grown when a larger product needs more, never shrunk, reused by every product after.

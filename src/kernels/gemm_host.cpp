@@ -14,14 +14,14 @@ namespace {
 CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::yes ? CblasTrans : CblasNoTrans; }
 
 template <class Real>
-void cblas_gemm(Trans trans_a, Trans trans_b, GemmShape s, Real alpha, const Real* a, int lda,
-                const Real* b, int ldb, Real beta, Real* c, int ldc) {
+void cblas_gemm(Trans trans_a, Trans trans_b, GemmShape s, Real alpha, const Real* a, int lda, const Real* b, int ldb,
+                Real beta, Real* c, int ldc) {
   if constexpr (std::is_same_v<Real, float>) {
-    cblas_sgemm(CblasRowMajor, cblas_trans(trans_a), cblas_trans(trans_b), s.m, s.n, s.k, alpha, a,
-                lda, b, ldb, beta, c, ldc);
+    cblas_sgemm(CblasRowMajor, cblas_trans(trans_a), cblas_trans(trans_b), s.m, s.n, s.k, alpha, a, lda, b, ldb, beta,
+                c, ldc);
   } else {
-    cblas_dgemm(CblasRowMajor, cblas_trans(trans_a), cblas_trans(trans_b), s.m, s.n, s.k, alpha, a,
-                lda, b, ldb, beta, c, ldc);
+    cblas_dgemm(CblasRowMajor, cblas_trans(trans_a), cblas_trans(trans_b), s.m, s.n, s.k, alpha, a, lda, b, ldb, beta,
+                c, ldc);
   }
 }
 
@@ -87,8 +87,8 @@ void narrow(const float* src, std::size_t rows, std::size_t cols, Real* dst, lon
 // then C is computed a panel of rows at a time, C_panel = alpha·op(A)_panel·op(B) + beta·C_panel in
 // float, each element rounded to Real once.
 template <class Real>
-void gemm_low_precision(Trans ta, Trans tb, GemmShape s, float alpha, const Real* a, int lda, const Real* b,
-                        int ldb, float beta, Real* c, int ldc, float* ws) {
+void gemm_low_precision(Trans ta, Trans tb, GemmShape s, float alpha, const Real* a, int lda, const Real* b, int ldb,
+                        float beta, Real* c, int ldc, float* ws) {
   const Panels p = panels_for(s);
   if (p.rows == 0) return;
   const std::size_t m = s.m, n = s.n, k = std::max(s.k, 0);
@@ -152,8 +152,8 @@ void release_gemm_workspace() {
 }
 
 template <class Real>
-void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
-          const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc) {
+void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha, const Real* a,
+          int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc) {
   space.fence();  // earlier kernels on this space must have produced A and B
   if constexpr (is_low_precision_v<Real>) {
     Workspace& w = workspace();
@@ -166,9 +166,9 @@ void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape,
 }
 
 template <class Real>
-void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape,
-                          accum_t<Real> alpha, const Real* a, int lda, long stride_a, const Real* b, int ldb,
-                          long stride_b, accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch) {
+void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
+                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch) {
   space.fence();
   if constexpr (is_low_precision_v<Real>) {
     Workspace& w = workspace();
@@ -180,8 +180,8 @@ void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, 
     }
   } else {
     for (int i = 0; i < batch; ++i) {
-      cblas_gemm(trans_a, trans_b, shape, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                 c + i * stride_c, ldc);
+      cblas_gemm(trans_a, trans_b, shape, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
+                 ldc);
     }
   }
 }

@@ -26,16 +26,14 @@ inline constexpr double kLayerNormEps = 1e-5;
 inline constexpr int kLayerNormColumnBlock = 64;
 
 template <class Real>
-void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> mean,
-                       Vec<accum_t<Real>> rstd, CVec<std::type_identity_t<Real>> inp,
-                       CVec<std::type_identity_t<Real>> weight,
+void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> mean, Vec<accum_t<Real>> rstd,
+                       CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
                        CVec<std::type_identity_t<Real>> bias, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::layernorm::forward", team_policy(space, N),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::layernorm::forward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
         A sum = 0;
@@ -65,28 +63,24 @@ void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>>
 template <class Real>
 void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                         CVec<std::type_identity_t<Real>> dout, CVec<std::type_identity_t<Real>> inp,
-                        CVec<std::type_identity_t<Real>> weight,
-                        CVec<accum_t<std::type_identity_t<Real>>> mean,
+                        CVec<std::type_identity_t<Real>> weight, CVec<accum_t<std::type_identity_t<Real>>> mean,
                         CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::layernorm::backward_input", team_policy(space, N),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::layernorm::backward_input", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
         const A m = mean(n);
         const A s = rstd(n);
         A g_sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
+            Kokkos::TeamThreadRange(team, C), [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
         A gx_sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, C),
-            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * (A(inp(row + c)) - m) * s; },
-            gx_sum);
+            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * (A(inp(row + c)) - m) * s; }, gx_sum);
         const A g_mean = g_sum / C;
         const A gx_mean = gx_sum / C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
@@ -101,9 +95,7 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
   const std::size_t scratch_bytes = 2 * Scratch::shmem_size(kLayerNormColumnBlock);
   Kokkos::parallel_for(
       "meshtrain::layernorm::backward_params",
-      team_policy(space, blocks)
-          .set_scratch_size(0, Kokkos::PerTeam(scratch_bytes)),
-      KOKKOS_LAMBDA(const Team& team) {
+      team_policy(space, blocks).set_scratch_size(0, Kokkos::PerTeam(scratch_bytes)), KOKKOS_LAMBDA(const Team& team) {
         const int c0 = team.league_rank() * kLayerNormColumnBlock;
         const int c1 = c0 + kLayerNormColumnBlock < C ? c0 + kLayerNormColumnBlock : C;
         Scratch dw(team.team_scratch(0), kLayerNormColumnBlock);

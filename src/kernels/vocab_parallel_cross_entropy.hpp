@@ -32,8 +32,7 @@ void vocab_parallel_row_max(const ExecSpace& space, Vec<accum_t<Real>> maxes, CV
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::vocab_parallel_cross_entropy::row_max", team_policy(space, N),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::vocab_parallel_cross_entropy::row_max", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
         A m;
@@ -55,15 +54,14 @@ void vocab_parallel_row_partials(const ExecSpace& space, Vec<accum_t<Real>> part
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::vocab_parallel_cross_entropy::row_partials", team_policy(space, N),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::vocab_parallel_cross_entropy::row_partials", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
         const A m = maxes(n);
         A sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols.valid),
-            [&](int v, A& acc) { acc += fast_exp(A(logits(row + v)) - m); }, sum);
+            Kokkos::TeamThreadRange(team, cols.valid), [&](int v, A& acc) { acc += fast_exp(A(logits(row + v)) - m); },
+            sum);
         const int t = targets(n) - cols.first;
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           partials(n) = sum;
@@ -94,8 +92,7 @@ void vocab_parallel_finish(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   Kokkos::parallel_for(
-      "meshtrain::vocab_parallel_cross_entropy::finish", team_policy(space, N),
-      KOKKOS_LAMBDA(const Team& team) {
+      "meshtrain::vocab_parallel_cross_entropy::finish", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
         const A m = maxes(n), inv = A(1) / partials(n);
@@ -104,8 +101,7 @@ void vocab_parallel_finish(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
           const A p = v < cols.valid ? fast_exp(A(logits(row + v)) - m) * inv : A(0);
           dlogits(row + v) = Real((v == t ? p - A(1) : p) * grad_scale);
         });
-        Kokkos::single(Kokkos::PerTeam(team),
-                       [&]() { losses(n) = kmath::log(partials(n)) + m - partials(N + n); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = kmath::log(partials(n)) + m - partials(N + n); });
       });
 }
 

@@ -21,12 +21,12 @@ std::size_t gpt2_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 
   const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, Cl = C / tp, hs = C / m.heads;
   const int Vl = (m.vocab + tp - 1) / tp;  // this rank's (padded) vocabulary rows
   const GemmShape products[] = {
-      {N, Vl, C},      {N, C, Vl},      {Vl, C, N},       // tied output head: logits, dlnf, dwte
-      {N, 3 * Cl, C},  {N, C, 3 * Cl},  {C, 3 * Cl, N},   // c_attn: forward, input and weight gradients
-      {N, C, Cl},      {N, Cl, C},      {Cl, C, N},       // attn c_proj
-      {N, 4 * Cl, C},  {N, C, 4 * Cl},  {C, 4 * Cl, N},   // c_fc
-      {N, C, 4 * Cl},  {N, 4 * Cl, C},  {4 * Cl, C, N},   // mlp c_proj
-      {T, T, hs},      {T, hs, T},                        // attention, per sequence and head
+      {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // tied output head: logits, dlnf, dwte
+      {N, 3 * Cl, C}, {N, C, 3 * Cl}, {C, 3 * Cl, N},  // c_attn: forward, input and weight gradients
+      {N, C, Cl},     {N, Cl, C},     {Cl, C, N},      // attn c_proj
+      {N, 4 * Cl, C}, {N, C, 4 * Cl}, {C, 4 * Cl, N},  // c_fc
+      {N, C, 4 * Cl}, {N, 4 * Cl, C}, {4 * Cl, C, N},  // mlp c_proj
+      {T, T, hs},     {T, hs, T},                      // attention, per sequence and head
   };
   std::size_t bytes = 0;
   for (const GemmShape& s : products) bytes = std::max(bytes, gemm_workspace_bytes_for<Real>(s));

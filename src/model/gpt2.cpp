@@ -19,9 +19,9 @@ namespace meshtrain {
 
 // The activation layout (model/impl/activation_carving.hpp).
 using carving::allocate_and_carve;
-using carving::Carver;
 using carving::carve_rank_scratch;
 using carving::carve_slots;
+using carving::Carver;
 using carving::local_dims;
 using carving::LocalDims;
 using carving::RankScratch;
@@ -47,9 +47,10 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
   // The largest single tensors the kernels index with int.
   const double largest = std::max({B * T * V, B * NH * T * T, B * T * 4 * C, V * C, 4 * C * C});
   if (largest >= double(std::numeric_limits<int>::max())) {
-    input_error("{}: model of d_model {}, vocab {}, seq_len {}, heads {} with micro_batch {} has a tensor of {:.3g} "
-                "elements, more than the 2^31 − 1 one tensor may hold: make it smaller",
-                origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
+    input_error(
+        "{}: model of d_model {}, vocab {}, seq_len {}, heads {} with micro_batch {} has a tensor of {:.3g} "
+        "elements, more than the 2^31 − 1 one tensor may hold: make it smaller",
+        origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
   }
   const ActivationSizes activations = gpt2_activation_elements(m, batch, 1, {}, 1, recompute);
   const double parameters = double(ParameterLayout(m).total());
@@ -57,10 +58,11 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
   if constexpr (std::is_same_v<MemSpace, HostSpace>) {
     const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (bytes > physical) {
-      input_error("{}: the model ({:.3g} parameters) with micro_batch {} needs {:.1f} GiB for weights, gradients, "
-                  "optimizer state and activations, more than this machine's {:.1f} GiB: reduce model.* or "
-                  "train.micro_batch",
-                  origin, parameters, batch, bytes / (1 << 30), physical / (1 << 30));
+      input_error(
+          "{}: the model ({:.3g} parameters) with micro_batch {} needs {:.1f} GiB for weights, gradients, "
+          "optimizer state and activations, more than this machine's {:.1f} GiB: reduce model.* or "
+          "train.micro_batch",
+          origin, parameters, batch, bytes / (1 << 30), physical / (1 << 30));
     }
   }
 }

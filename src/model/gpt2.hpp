@@ -43,31 +43,31 @@ namespace meshtrain {
 // keep are views of the shared set (see Recompute).
 template <class Real>
 struct BlockActivations {
-  Vec<Real> ln1;        // (N, C)
-  Vec<accum_t<Real>> ln1_mean;   // (N)
-  Vec<accum_t<Real>> ln1_rstd;   // (N)
-  Vec<Real> qkv;        // (N, 3C)
-  Vec<Real> atty;       // (N, C)   attention output before c_proj
-  Vec<Real> att;        // (B, NH, T, T) softmax probabilities
-  Vec<Real> residual2;  // (N, C)   x + attn(ln_1(x))
-  Vec<Real> ln2;        // (N, C)
-  Vec<accum_t<Real>> ln2_mean;   // (N)
-  Vec<accum_t<Real>> ln2_rstd;   // (N)
-  Vec<Real> fch;        // (N, 4C)  c_fc output
-  Vec<Real> fch_gelu;   // (N, 4C)
-  Vec<Real> residual3;  // (N, C)   block output
+  Vec<Real> ln1;                // (N, C)
+  Vec<accum_t<Real>> ln1_mean;  // (N)
+  Vec<accum_t<Real>> ln1_rstd;  // (N)
+  Vec<Real> qkv;                // (N, 3C)
+  Vec<Real> atty;               // (N, C)   attention output before c_proj
+  Vec<Real> att;                // (B, NH, T, T) softmax probabilities
+  Vec<Real> residual2;          // (N, C)   x + attn(ln_1(x))
+  Vec<Real> ln2;                // (N, C)
+  Vec<accum_t<Real>> ln2_mean;  // (N)
+  Vec<accum_t<Real>> ln2_rstd;  // (N)
+  Vec<Real> fch;                // (N, 4C)  c_fc output
+  Vec<Real> fch_gelu;           // (N, 4C)
+  Vec<Real> residual3;          // (N, C)   block output
 };
 
 template <class Real>
 struct ActivationTensors {
   Vec<Real> encoded;  // (N, C)
   std::vector<BlockActivations<Real>> blocks;
-  Vec<Real> lnf;       // (N, C)
+  Vec<Real> lnf;                // (N, C)
   Vec<accum_t<Real>> lnf_mean;  // (N)
   Vec<accum_t<Real>> lnf_rstd;  // (N)
-  Vec<Real> logits;    // (N, V); after a training forward it holds dlogits
+  Vec<Real> logits;             // (N, V); after a training forward it holds dlogits
   Vec<accum_t<Real>> losses;    // (N)
-  Vec<Real> proj;      // (N, C)   c_proj outputs before the residual add
+  Vec<Real> proj;               // (N, C)   c_proj outputs before the residual add
   Vec<accum_t<Real>> row_max;   // (N)      vocabulary-parallel cross-entropy: row maxima
   Vec<accum_t<Real>> partials;  // (2N)     … and Σ exp, target logit
 };
@@ -147,9 +147,9 @@ class Gpt2 {
   Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale);  // last stage
   void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {});
   Vec<Real> stage_input(int slot) const { return slots_[slot].encoded; }  // (N, C)
-  CVec<Real> stage_output(int slot) const;                                 // (N, C)
-  Vec<Real> output_gradient() const { return scratch_.dresidual; }         // (N, C)
-  CVec<Real> input_gradient() const { return scratch_.dresidual; }         // (N, C)
+  CVec<Real> stage_output(int slot) const;                                // (N, C)
+  Vec<Real> output_gradient() const { return scratch_.dresidual; }        // (N, C)
+  CVec<Real> input_gradient() const { return scratch_.dresidual; }        // (N, C)
 
  private:
   void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Accum grad_scale);

@@ -58,8 +58,8 @@ void Gpt2<Real>::head_backward(int slot) {
   gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
              g.wte.data(), C);
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
-  layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, stage_output(slot), p.lnf_w, a.lnf_mean,
-                     a.lnf_rstd, N, C);
+  layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, stage_output(slot), p.lnf_w, a.lnf_mean, a.lnf_rstd,
+                     N, C);
 }
 
 // Block l: scratch_.dresidual holds dL/d residual3 and becomes dL/d x, the block's input.
@@ -84,8 +84,8 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   gelu_backward(space_, d.dfch, s.fch, d.dfch, N * 4 * Cl);
   matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   copy_to_.backward(span_of(d.dln));
-  layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.dln, s.residual2, w.ln2_w, s.ln2_mean, s.ln2_rstd,
-                     N, C);
+  layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.dln, s.residual2, w.ln2_w, s.ln2_mean, s.ln2_rstd, N,
+                     C);
   // Attention branch; d.dresidual becomes dL/d x.
   reduce_from_.backward(span_of(d.dresidual));
   matmul_backward<Real>(space_, d.datty, dw.attproj_w, no_bias, d.dresidual, s.atty, w.attproj_w, N, Cl, C);
@@ -97,10 +97,10 @@ void Gpt2<Real>::block_backward(int slot, int l) {
 }
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).
-#define MESHTRAIN_GPT2_BACKWARD(Real)                                                       \
-  template void Gpt2<Real>::backward(CVec<int>, const ReadyFrom&);                         \
-  template void Gpt2<Real>::stage_backward(int, CVec<int>, const ReadyFrom&);              \
-  template void Gpt2<Real>::head_backward(int);                                            \
+#define MESHTRAIN_GPT2_BACKWARD(Real)                                         \
+  template void Gpt2<Real>::backward(CVec<int>, const ReadyFrom&);            \
+  template void Gpt2<Real>::stage_backward(int, CVec<int>, const ReadyFrom&); \
+  template void Gpt2<Real>::head_backward(int);                               \
   template void Gpt2<Real>::block_backward(int, int);
 MESHTRAIN_GPT2_BACKWARD(float)
 MESHTRAIN_GPT2_BACKWARD(double)

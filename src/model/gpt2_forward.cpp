@@ -104,12 +104,12 @@ CVec<Real> Gpt2<Real>::forward_logits(CVec<int> inputs) {
 }
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).
-#define MESHTRAIN_GPT2_FORWARD(Real)                                                                               \
-  template CVec<Real> Gpt2<Real>::stage_output(int) const;                                                        \
-  template void Gpt2<Real>::stage_forward(int, CVec<int>);                                                        \
-  template void Gpt2<Real>::block_forward(int, CVec<Real>, const BlockActivations<Real>&, Vec<Real>, bool);       \
-  template void Gpt2<Real>::recompute_block(int, int);                                                            \
-  template Gpt2<Real>::Accum Gpt2<Real>::forward(CVec<int>, CVec<int>, Accum);                                    \
+#define MESHTRAIN_GPT2_FORWARD(Real)                                                                        \
+  template CVec<Real> Gpt2<Real>::stage_output(int) const;                                                  \
+  template void Gpt2<Real>::stage_forward(int, CVec<int>);                                                  \
+  template void Gpt2<Real>::block_forward(int, CVec<Real>, const BlockActivations<Real>&, Vec<Real>, bool); \
+  template void Gpt2<Real>::recompute_block(int, int);                                                      \
+  template Gpt2<Real>::Accum Gpt2<Real>::forward(CVec<int>, CVec<int>, Accum);                              \
   template CVec<Real> Gpt2<Real>::forward_logits(CVec<int>);
 MESHTRAIN_GPT2_FORWARD(float)
 MESHTRAIN_GPT2_FORWARD(double)

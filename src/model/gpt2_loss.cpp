@@ -32,7 +32,7 @@ typename Gpt2<Real>::Accum Gpt2<Real>::stage_loss(int slot, CVec<int> targets, A
 }
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).
-#define MESHTRAIN_GPT2_LOSS(Real)                                                         \
+#define MESHTRAIN_GPT2_LOSS(Real)                                                      \
   template void Gpt2<Real>::cross_entropy(ActivationTensors<Real>&, CVec<int>, Accum); \
   template Gpt2<Real>::Accum Gpt2<Real>::stage_loss(int, CVec<int>, Accum);
 MESHTRAIN_GPT2_LOSS(float)

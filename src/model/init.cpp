@@ -32,8 +32,8 @@ struct PhiloxPair {
 KOKKOS_INLINE_FUNCTION PhiloxPair philox_pair(std::uint64_t seed, std::uint64_t hash, std::uint64_t index) {
   using Philox = r123::Philox4x32;
   Philox generator;
-  const Philox::ctr_type counter = {{std::uint32_t(index), std::uint32_t(index >> 32), std::uint32_t(hash),
-                                     std::uint32_t(hash >> 32)}};
+  const Philox::ctr_type counter = {
+      {std::uint32_t(index), std::uint32_t(index >> 32), std::uint32_t(hash), std::uint32_t(hash >> 32)}};
   const Philox::key_type key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
   const Philox::ctr_type bits = generator(counter, key);
   return {(std::uint64_t(bits[0]) << 32) | bits[1], (std::uint64_t(bits[2]) << 32) | bits[3]};
@@ -58,13 +58,10 @@ KOKKOS_INLINE_FUNCTION double standard_normal(std::uint64_t seed, std::uint64_t 
 // The value of the element with global index `index` of a tensor initialised as `init`.
 double element_value(std::uint64_t seed, std::uint64_t hash, InitKind init, double scale, std::uint64_t index) {
   switch (init) {
-    case InitKind::zeros:
-      return 0.0;
-    case InitKind::ones:
-      return 1.0;
+    case InitKind::zeros: return 0.0;
+    case InitKind::ones: return 1.0;
     case InitKind::normal:
-    case InitKind::normal_residual:
-      return scale * standard_normal(seed, hash, index);
+    case InitKind::normal_residual: return scale * standard_normal(seed, hash, index);
   }
   return 0.0;
 }
@@ -72,9 +69,9 @@ double element_value(std::uint64_t seed, std::uint64_t hash, InitKind init, doub
 // A run of the output whose elements come from consecutive global indices of one tensor (or are
 // all zero or all one): the kernel computes no index, and its inner loop is straight-line code.
 struct InitChunk {
-  std::size_t at = 0;        // first element, as an index of the output
-  std::size_t length = 0;    // elements
-  std::uint64_t global = 0;  // the global index of the first element in its tensor
+  std::size_t at = 0;               // first element, as an index of the output
+  std::size_t length = 0;           // elements
+  std::uint64_t global = 0;         // the global index of the first element in its tensor
   InitKind init = InitKind::zeros;  // zeros also for padding: vocabulary rows past V, shard-unit tails
   std::uint64_t hash = 0;           // of the tensor's name
   double scale = 0;                 // standard deviation of a normal tensor

@@ -87,8 +87,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
   for (int l = first_layer_; l < end_layer_; ++l) {
     const std::string h = fmt::format("h.{}.", l);
     start_unit(fmt::format("h.{}", l), l);
-    auto sharded = [&](const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,
-                       std::uint64_t groups, InitKind init) {
+    auto sharded = [&](const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim, std::uint64_t groups,
+                       InitKind init) {
       Piece p = split(shape, dim, groups, tp, tp_rank);
       add(h + name, shape, local_of(p), p, init, tp == 1);
     };
@@ -175,8 +175,8 @@ bool ParameterLayout::holds_counted_copy(const TensorInfo& t) const {
 template <class Real>
 ParameterTensors<Real> ParameterTensors<Real>::bind(Vec<Real> flat, const ParameterLayout& layout) {
   if (flat.extent(0) < layout.total()) {
-    throw std::logic_error(fmt::format("flat buffer of {} elements cannot hold {} parameters", flat.extent(0),
-                                       layout.total()));
+    throw std::logic_error(
+        fmt::format("flat buffer of {} elements cannot hold {} parameters", flat.extent(0), layout.total()));
   }
   return bind(layout, [&](const TensorInfo& t) { return flat.data() + t.offset; });
 }

@@ -100,8 +100,8 @@ struct StagePlace {
 // Its length is padded to a multiple of the layout's unit_align (the data-parallel degree under
 // ZeRO), so that every rank's shard is an equal, contiguous slice [begin + r·shard, … + shard).
 struct ShardUnit {
-  std::string name;   // "wte", "wpe", "h.3", "ln_f"
-  int block = -1;     // global block index, or -1
+  std::string name;                // "wte", "wpe", "h.3", "ln_f"
+  int block = -1;                  // global block index, or -1
   std::size_t begin = 0, end = 0;  // flat range, padding included
   std::size_t size() const { return end - begin; }
   std::size_t shard(int parts) const { return size() / std::size_t(parts); }
@@ -157,18 +157,18 @@ class ParameterLayout {
 // Tensors of one transformer block (the blocks of this rank's pipeline stage, in order).
 template <class Real>
 struct BlockTensors {
-  Vec<Real> ln1_w;       // (C)
-  Vec<Real> ln1_b;       // (C)
-  Vec<Real> qkv_w;       // (C, 3C)  columns q|k|v, heads contiguous inside each
-  Vec<Real> qkv_b;       // (3C)
-  Vec<Real> attproj_w;   // (C, C)
-  Vec<Real> attproj_b;   // (C)
-  Vec<Real> ln2_w;       // (C)
-  Vec<Real> ln2_b;       // (C)
-  Vec<Real> fc_w;        // (C, 4C)
-  Vec<Real> fc_b;        // (4C)
-  Vec<Real> fcproj_w;    // (4C, C)
-  Vec<Real> fcproj_b;    // (C)
+  Vec<Real> ln1_w;      // (C)
+  Vec<Real> ln1_b;      // (C)
+  Vec<Real> qkv_w;      // (C, 3C)  columns q|k|v, heads contiguous inside each
+  Vec<Real> qkv_b;      // (3C)
+  Vec<Real> attproj_w;  // (C, C)
+  Vec<Real> attproj_b;  // (C)
+  Vec<Real> ln2_w;      // (C)
+  Vec<Real> ln2_b;      // (C)
+  Vec<Real> fc_w;       // (C, 4C)
+  Vec<Real> fc_b;       // (4C)
+  Vec<Real> fcproj_w;   // (4C, C)
+  Vec<Real> fcproj_b;   // (C)
 };
 
 // Named views of a whole model's worth of values (weights, gradients or a moment). Tensors the

@@ -23,8 +23,8 @@ struct AdamWStep {
 };
 
 template <class Real>
-void adamw_update(const ExecSpace& space, Vec<Real> param, Vec<Real> exp_avg, Vec<Real> exp_avg_sq,
-                  CVec<Real> grad, std::size_t n, const AdamWStep& s) {
+void adamw_update(const ExecSpace& space, Vec<Real> param, Vec<Real> exp_avg, Vec<Real> exp_avg_sq, CVec<Real> grad,
+                  std::size_t n, const AdamWStep& s) {
   static_assert(reachable_v<Vec<Real>>);
   const Real lr = Real(s.lr);
   const Real decay = Real(1.0 - s.lr * s.weight_decay);

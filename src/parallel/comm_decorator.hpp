@@ -22,8 +22,8 @@ template <class Result>
 class CallRef {
  public:
   template <class Fn>
-    requires(!std::is_same_v<std::remove_cv_t<Fn>, CallRef>)
-  CallRef(Fn& fn)  // NOLINT(google-explicit-constructor): built from the lambdas of the table below
+  requires(!std::is_same_v<std::remove_cv_t<Fn>, CallRef>)
+      CallRef(Fn& fn)  // NOLINT(google-explicit-constructor): built from the lambdas of the table below
       : target_(&fn), invoke_([](void* f) -> Result { return (*static_cast<Fn*>(f))(); }) {}
   Result operator()() const { return invoke_(target_); }
 

@@ -27,8 +27,8 @@
 // float in group-rank order and rounds once; MPI_Allgatherv (in place) hands the rounded blocks to
 // everyone. The wire carries 16-bit values only, 2 (P − 1)/P · n of them per rank, as a ring
 // allreduce would, and every rank ends with the same bits.
-#include "parallel/comm.hpp"
 #include "core/mpi_check.hpp"
+#include "parallel/comm.hpp"
 
 #include <fmt/format.h>
 
@@ -42,7 +42,6 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-
 
 namespace meshtrain {
 namespace {
@@ -76,8 +75,10 @@ MPI_Datatype mpi_type<fp16>() {
 // The elements' name in messages: "floats", "bf16 values".
 template <class T>
 constexpr const char* elements() {
-  if constexpr (std::is_same_v<T, float>) return "floats";
-  else return std::is_same_v<T, bf16> ? "bf16 values" : "fp16 values";
+  if constexpr (std::is_same_v<T, float>)
+    return "floats";
+  else
+    return std::is_same_v<T, bf16> ? "bf16 values" : "fp16 values";
 }
 
 // Calls fn(offset, n) for consecutive pieces [offset, offset + n) of [0, count), n ≤ max_chunk.
@@ -164,9 +165,9 @@ class MpiRequest final : public Request::Impl {
   }
 
   std::vector<MPI_Request> requests_;
-  std::vector<int> expected_;  // receives: the count each chunk must bring; empty otherwise
+  std::vector<int> expected_;   // receives: the count each chunk must bring; empty otherwise
   std::vector<float> staging_;  // what the operation reads from until it completes (reduce-scatter rounds)
-  MPI_Datatype type_;          // of the elements counted
+  MPI_Datatype type_;           // of the elements counted
   std::string what_;
   int unwinding_at_start_;
   bool waited_ = false;
@@ -262,12 +263,8 @@ class MpiComm final : public Comm {
 
   void allreduce_sum(bf16* data, std::size_t count) override { allreduce_sum_16(data, count); }
   void allreduce_sum(fp16* data, std::size_t count) override { allreduce_sum_16(data, count); }
-  void allgather(const bf16* send, bf16* recv, std::size_t send_count) override {
-    gather_all(send, recv, send_count);
-  }
-  void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
-    gather_all(send, recv, send_count);
-  }
+  void allgather(const bf16* send, bf16* recv, std::size_t send_count) override { gather_all(send, recv, send_count); }
+  void allgather(const fp16* send, fp16* recv, std::size_t send_count) override { gather_all(send, recv, send_count); }
   Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) override {
     return igather_all(send, recv, send_count);
   }
@@ -352,9 +349,8 @@ class MpiComm final : public Comm {
     std::vector<MPI_Request> requests;
     for_each_gather_piece(send, recv, send_count, [&](const T* from, int n, T* to, int to_count, MPI_Datatype to_type) {
       requests.push_back(MPI_REQUEST_NULL);
-      MESHTRAIN_MPI_CHECK(
-          MPI_Iallgather(from, n, mpi_type<T>(), to, to_count, to_type, comm_.get(), &requests.back()),
-          collective_hint);
+      MESHTRAIN_MPI_CHECK(MPI_Iallgather(from, n, mpi_type<T>(), to, to_count, to_type, comm_.get(), &requests.back()),
+                          collective_hint);
     });
     return pending(std::move(requests), {}, mpi_type<T>(),
                    fmt::format("iallgather of {} {}", send_count, elements<T>()));
@@ -394,8 +390,8 @@ class MpiComm final : public Comm {
   // keep_rounds gives every round its own part of staging (size · recv_count elements), so all may
   // be in flight; otherwise one part is reused.
   template <class Reduce>
-  void for_each_scatter_round(const float* send, std::size_t recv_count, std::vector<float>& staging,
-                              bool keep_rounds, Reduce&& reduce) {
+  void for_each_scatter_round(const float* send, std::size_t recv_count, std::vector<float>& staging, bool keep_rounds,
+                              Reduce&& reduce) {
     check_total(recv_count, "reduce_scatter_sum");
     if (recv_count == 0) return;
     if (recv_count <= max_chunk_) {

@@ -23,8 +23,8 @@
 // stores the partial as 16 bits again, so a sum over P ranks is rounded up to P − 1 times, where
 // the MPI backend accumulates in fp32 and rounds once. Results can differ from the MPI backend's by
 // a few ulp of the 16-bit type, and between NCCL algorithms and versions.
-#include "parallel/comm.hpp"
 #include "core/mpi_check.hpp"
+#include "parallel/comm.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -39,7 +39,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
 
 namespace meshtrain {
 namespace {
@@ -59,8 +58,7 @@ const char* cuda_hint(cudaError_t error) {
              "backend (parallel.backend mpi)";
     case cudaErrorMemoryAllocation:
       return "the GPU is out of memory: fewer or smaller buffers, or more ranks to share them";
-    default:
-      return "run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel, or under compute-sanitizer";
+    default: return "run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel, or under compute-sanitizer";
   }
 }
 
@@ -91,8 +89,7 @@ const char* nccl_hint(ncclResult_t result) {
     case ncclRemoteError:
       return "another rank or the network failed: look at the other ranks' errors first; NCCL_DEBUG=INFO "
              "NCCL_DEBUG_SUBSYS=NET shows the connections";
-    default:
-      return "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=ALL) to see what NCCL was doing";
+    default: return "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=ALL) to see what NCCL was doing";
   }
 }
 
@@ -379,8 +376,7 @@ class NcclComm final : public Comm {
     complete("allgather");
   }
 
-  Request igather_all(const void* send, void* recv, std::size_t send_count, ncclDataType_t type,
-                      const char* elements) {
+  Request igather_all(const void* send, void* recv, std::size_t send_count, ncclDataType_t type, const char* elements) {
     if (send_count == 0) return Request();
     launch_group();
     MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, type, comm(), stream_), comm());

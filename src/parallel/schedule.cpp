@@ -40,9 +40,10 @@ namespace {
 
 void require_valid(const char* what, int stages, int stage, int micros) {
   if (stages < 1 || stage < 0 || stage >= stages || micros < 1) {
-    throw std::invalid_argument(fmt::format("{}: need stages ≥ 1, 0 ≤ stage < stages and micros ≥ 1, got stages {}, "
-                                            "stage {}, micros {}",
-                                            what, stages, stage, micros));
+    throw std::invalid_argument(
+        fmt::format("{}: need stages ≥ 1, 0 ≤ stage < stages and micros ≥ 1, got stages {}, "
+                    "stage {}, micros {}",
+                    what, stages, stage, micros));
   }
 }
 
@@ -165,10 +166,8 @@ std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micros) {
 
 std::vector<Action> pipeline_schedule(PipelineSchedule schedule, int stages, int stage, int micros) {
   switch (schedule) {
-    case PipelineSchedule::gpipe:
-      return gpipe_schedule(stages, stage, micros);
-    case PipelineSchedule::one_f_one_b:
-      return one_f_one_b_schedule(stages, stage, micros);
+    case PipelineSchedule::gpipe: return gpipe_schedule(stages, stage, micros);
+    case PipelineSchedule::one_f_one_b: return one_f_one_b_schedule(stages, stage, micros);
   }
   throw std::invalid_argument(fmt::format("unknown pipeline schedule {}", int(schedule)));
 }
@@ -189,8 +188,8 @@ int peak_live_activations(const std::vector<Action>& actions) {
 ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, double forward_cost,
                                  double backward_cost) {
   if (!(forward_cost >= 0) || !(backward_cost >= 0)) {
-    throw std::invalid_argument(
-        fmt::format("simulate_schedule: costs must be ≥ 0, got forward {} and backward {}", forward_cost, backward_cost));
+    throw std::invalid_argument(fmt::format("simulate_schedule: costs must be ≥ 0, got forward {} and backward {}",
+                                            forward_cost, backward_cost));
   }
   const int p = int(stages.size());
   for (int s = 0; s < p; ++s) {
@@ -199,9 +198,10 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
       if (is_compute(a.kind)) continue;
       const int peer = counterpart(s, a).stage;
       if (peer < 0 || peer >= p) {
-        throw std::logic_error(fmt::format("pipeline schedule: stage {} action #{} {} talks to stage {}, which does not "
-                                           "exist ({} stages)",
-                                           s, i, to_string(a), peer, p));
+        throw std::logic_error(
+            fmt::format("pipeline schedule: stage {} action #{} {} talks to stage {}, which does not "
+                        "exist ({} stages)",
+                        s, i, to_string(a), peer, p));
       }
     }
   }
@@ -241,8 +241,8 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
     const int peer = counterpart(s, a).stage;
     const std::string there = done(peer) ? std::string("has finished its list")
                                          : fmt::format("is at #{} {}", pc[peer], to_string(stages[peer][pc[peer]]));
-    stuck += fmt::format("{}stage {} waits at #{} {} (stage {} {})", stuck.empty() ? "" : "; ", s, pc[s],
-                         to_string(a), peer, there);
+    stuck += fmt::format("{}stage {} waits at #{} {} (stage {} {})", stuck.empty() ? "" : "; ", s, pc[s], to_string(a),
+                         peer, there);
   }
   if (!stuck.empty()) throw std::logic_error("pipeline schedule deadlocks or does not match: " + stuck);
 

@@ -16,7 +16,7 @@ enum class ActionKind {
   send_activation,  // to the next stage
   recv_gradient,    // from the next stage
   backward,
-  send_gradient,    // to the previous stage
+  send_gradient,  // to the previous stage
 };
 
 struct Action {

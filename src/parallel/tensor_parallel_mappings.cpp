@@ -52,9 +52,10 @@ template <class T>
 std::span<T> TensorParallelGroup::part(std::span<T> whole) const {
   const std::size_t p = std::size_t(size());
   if (whole.size() % p != 0) {
-    throw std::invalid_argument(fmt::format("tensor-parallel split of {} elements over {} ranks: the group's size "
-                                            "must divide the tensor's (pad it)",
-                                            whole.size(), p));
+    throw std::invalid_argument(
+        fmt::format("tensor-parallel split of {} elements over {} ranks: the group's size "
+                    "must divide the tensor's (pad it)",
+                    whole.size(), p));
   }
   const std::size_t n = whole.size() / p;
   return whole.subspan(std::size_t(rank()) * n, n);

@@ -59,9 +59,10 @@ constexpr std::size_t max_listed_hosts_in_warning = 4;
 
 void check_layout(const Layout& layout) {
   if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1)
-    throw std::invalid_argument(fmt::format("layout dp {} × tp {} × pp {}: every degree must be at least 1 "
-                                            "(Topology::resolve turns parallel.dp = 0 into a number)",
-                                            layout.dp, layout.tp, layout.pp));
+    throw std::invalid_argument(
+        fmt::format("layout dp {} × tp {} × pp {}: every degree must be at least 1 "
+                    "(Topology::resolve turns parallel.dp = 0 into a number)",
+                    layout.dp, layout.tp, layout.pp));
 }
 
 std::string divisors(int n) {
@@ -133,13 +134,15 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
     input_error("parallel.dp = {} must be at least 1 (or 0: world size / (parallel.tp × parallel.pp))", parallel.dp);
 
   if (parallel.tp > model.heads)
-    input_error("parallel.tp = {} exceeds model.heads = {} (tensor parallelism splits attention heads: each tp "
-                "rank needs at least one)",
-                parallel.tp, model.heads);
+    input_error(
+        "parallel.tp = {} exceeds model.heads = {} (tensor parallelism splits attention heads: each tp "
+        "rank needs at least one)",
+        parallel.tp, model.heads);
   if (model.heads % parallel.tp != 0)
-    input_error("parallel.tp = {} does not divide model.heads = {} (tensor parallelism splits attention heads): "
-                "choose parallel.tp among {}",
-                parallel.tp, model.heads, divisors(model.heads));
+    input_error(
+        "parallel.tp = {} does not divide model.heads = {} (tensor parallelism splits attention heads): "
+        "choose parallel.tp among {}",
+        parallel.tp, model.heads, divisors(model.heads));
   if (parallel.pp > model.layers)
     input_error("parallel.pp = {} exceeds model.layers = {} (each pipeline stage needs at least one layer)",
                 parallel.pp, model.layers);
@@ -148,25 +151,27 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
   Layout layout{parallel.dp, parallel.tp, parallel.pp};
   if (parallel.dp == 0) {
     if (world % model_ranks != 0)
-      input_error("parallel.tp {} × parallel.pp {} = {} does not divide world size {} (mpiexec -n {}), so "
-                  "parallel.dp = 0 (world size / (tp × pp)) has no answer: choose tp × pp among {}",
-                  parallel.tp, parallel.pp, model_ranks, world, world, divisors(world));
+      input_error(
+          "parallel.tp {} × parallel.pp {} = {} does not divide world size {} (mpiexec -n {}), so "
+          "parallel.dp = 0 (world size / (tp × pp)) has no answer: choose tp × pp among {}",
+          parallel.tp, parallel.pp, model_ranks, world, world, divisors(world));
     layout.dp = static_cast<int>(world / model_ranks);
   } else if (model_ranks * parallel.dp != world) {
-    input_error("parallel.dp {} × parallel.tp {} × parallel.pp {} = {} ≠ world size {} (mpiexec -n {}): choose "
-                "degrees whose product is {}",
-                parallel.dp, parallel.tp, parallel.pp, model_ranks * parallel.dp, world, world, world);
+    input_error(
+        "parallel.dp {} × parallel.tp {} × parallel.pp {} = {} ≠ world size {} (mpiexec -n {}): choose "
+        "degrees whose product is {}",
+        parallel.dp, parallel.tp, parallel.pp, model_ranks * parallel.dp, world, world, world);
   }
   return layout;
 }
 
 int Topology::global_rank(const Layout& layout, const GridPosition& position) {
   check_layout(layout);
-  if (position.tp_rank < 0 || position.tp_rank >= layout.tp || position.dp_rank < 0 ||
-      position.dp_rank >= layout.dp || position.pp_rank < 0 || position.pp_rank >= layout.pp)
+  if (position.tp_rank < 0 || position.tp_rank >= layout.tp || position.dp_rank < 0 || position.dp_rank >= layout.dp ||
+      position.pp_rank < 0 || position.pp_rank >= layout.pp)
     throw std::out_of_range(fmt::format("grid position (dp {}, tp {}, pp {}) is outside layout dp {} × tp {} × pp {}",
-                                        position.dp_rank, position.tp_rank, position.pp_rank, layout.dp,
-                                        layout.tp, layout.pp));
+                                        position.dp_rank, position.tp_rank, position.pp_rank, layout.dp, layout.tp,
+                                        layout.pp));
   return position.tp_rank + layout.tp * (position.dp_rank + layout.dp * position.pp_rank);
 }
 
@@ -187,9 +192,10 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
   int size = 0;
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(world, &size), "is the communicator given to Topology valid?");
   if (size != layout.world())
-    throw std::invalid_argument(fmt::format("layout dp {} × tp {} × pp {} = {} ≠ communicator size {} "
-                                            "(Topology::resolve checks a layout against the world size)",
-                                            layout.dp, layout.tp, layout.pp, layout.world(), size));
+    throw std::invalid_argument(
+        fmt::format("layout dp {} × tp {} × pp {} = {} ≠ communicator size {} "
+                    "(Topology::resolve checks a layout against the world size)",
+                    layout.dp, layout.tp, layout.pp, layout.world(), size));
 
   // Built in owners first, so that a failure halfway frees what was already made.
   mpi::OwnedComm own_world, tp, dp, pp, model;
@@ -232,9 +238,9 @@ std::string Topology::describe() const {
   MESHTRAIN_MPI_CHECK(MPI_Get_processor_name(name, &length), "the MPI library could not name this host");
   const int world = layout_.world();
   std::vector<char> names(rank_ == 0 ? static_cast<std::size_t>(world) * MPI_MAX_PROCESSOR_NAME : 0);
-  MESHTRAIN_MPI_CHECK(MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
-                                 MPI_CHAR, 0, world_),
-                      "Topology::describe() is collective: does every rank call it?");
+  MESHTRAIN_MPI_CHECK(
+      MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, world_),
+      "Topology::describe() is collective: does every rank call it?");
   if (rank_ != 0) return {};
   std::vector<std::string> hosts;
   hosts.reserve(static_cast<std::size_t>(world));
@@ -279,9 +285,8 @@ std::string describe_grid(const Layout& layout, const std::vector<std::string>& 
   check_layout(layout);
   const int world = layout.world();
   if (hosts.size() != static_cast<std::size_t>(world))
-    throw std::invalid_argument(
-        fmt::format("describe_grid: {} host names for dp {} × tp {} × pp {} = {} ranks", hosts.size(), layout.dp,
-                    layout.tp, layout.pp, world));
+    throw std::invalid_argument(fmt::format("describe_grid: {} host names for dp {} × tp {} × pp {} = {} ranks",
+                                            hosts.size(), layout.dp, layout.tp, layout.pp, world));
 
   // Hosts in the order of their first rank, each with its ranks.
   std::vector<std::pair<std::string, std::vector<int>>> by_host;
@@ -295,9 +300,9 @@ std::string describe_grid(const Layout& layout, const std::vector<std::string>& 
 
   const bool compact = world > full_listing_max_ranks;
   const Groups tp = tp_groups(layout);
-  std::string out = fmt::format("layout: dp {} × tp {} × pp {} = {} rank{} on {} host{}\n", layout.dp, layout.tp,
-                                layout.pp, world, plural(static_cast<std::size_t>(world)), by_host.size(),
-                                plural(by_host.size()));
+  std::string out =
+      fmt::format("layout: dp {} × tp {} × pp {} = {} rank{} on {} host{}\n", layout.dp, layout.tp, layout.pp, world,
+                  plural(static_cast<std::size_t>(world)), by_host.size(), plural(by_host.size()));
   out += groups_line("tp", tp, compact) + "\n";
   out += groups_line("dp", dp_groups(layout), compact) + "\n";
   out += groups_line("pp", pp_groups(layout), compact) + "\n";
@@ -327,8 +332,7 @@ std::string describe_grid(const Layout& layout, const std::vector<std::string>& 
     std::string names;
     for (std::size_t h = 0; h < std::min(group_hosts.size(), max_listed_hosts_in_warning); ++h)
       names += fmt::format("{}{}", h == 0 ? "" : ", ", group_hosts[h]);
-    if (group_hosts.size() > max_listed_hosts_in_warning)
-      names += fmt::format(" … ({} hosts)", group_hosts.size());
+    if (group_hosts.size() > max_listed_hosts_in_warning) names += fmt::format(" … ({} hosts)", group_hosts.size());
     out += fmt::format("warning: tp group {} spans hosts {}: tensor-parallel traffic will cross the network\n",
                        bracket(group, compact), names);
   }

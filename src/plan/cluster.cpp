@@ -15,9 +15,7 @@ constexpr double GB = 1e9;
 constexpr double TFLOPS = 1e12;
 constexpr double us = 1e-6;
 
-double physical_memory_bytes() {
-  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-}
+double physical_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)); }
 
 // This machine: 2 cores of an AMD EPYC (AVX-512), Debian 12, OpenBLAS 0.3.21, MPICH 4.0.2 ch4:ucx.
 // Measured 2026-11-29 on a release build, on a machine shared with other builds: each figure is

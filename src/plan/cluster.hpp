@@ -28,7 +28,7 @@ struct Cluster {
   // (`device_memory_bytes` and `peak_flops_*` are the node's); false: one GPU per rank (per device).
   bool host_only = false;
   double device_memory_bytes = 0;
-  double peak_flops_fp32 = 0;  // dense peak without tensor cores (CPU: sgemm rate)
+  double peak_flops_fp32 = 0;   // dense peak without tensor cores (CPU: sgemm rate)
   double peak_flops_16bit = 0;  // dense bf16/fp16 tensor peak
   // Fraction of the peak the trainer's compute reaches (model FLOPs per second / peak).
   double efficiency = 1;

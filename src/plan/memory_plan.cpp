@@ -2,11 +2,11 @@
 // functions they size themselves with.
 #include "plan/memory_plan.hpp"
 
+#include "core/accumulation.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/schedule.hpp"
 #include "state/state_memory.hpp"
-#include "core/accumulation.hpp"
 #include "train/batch_loader.hpp"
 
 namespace meshtrain {
@@ -16,8 +16,8 @@ namespace {
 template <class Real>
 MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots) {
   MemoryBytes m;
-  const ActivationSizes activations = gpt2_activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots,
-                                                                     cfg.train.recompute);
+  const ActivationSizes activations =
+      gpt2_activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute);
   m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * activations.total());
   m[MemoryCategory::workspace] = std::int64_t(gpt2_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
   return m;
@@ -32,7 +32,8 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots =
-      grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum)) : 1;
+      grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum))
+                  : 1;
   if (cfg.train.precision == Precision::fp32) {
     m += planned_model_memory<float>(cfg, grid.tp, place, slots);
   } else {

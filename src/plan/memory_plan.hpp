@@ -3,8 +3,8 @@
 #pragma once
 
 #include "core/config.hpp"
-#include "parallel/topology.hpp"
 #include "core/memory_ledger.hpp"
+#include "parallel/topology.hpp"
 
 namespace meshtrain {
 

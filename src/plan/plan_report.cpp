@@ -1,8 +1,8 @@
 // Tables and JSON of `meshtrain plan`.
 #include "plan/plan_report.hpp"
 
-#include "model/parameters.hpp"
 #include "core/accumulation.hpp"
+#include "model/parameters.hpp"
 #include "parallel/traffic_json.hpp"
 #include "plan/traffic.hpp"
 
@@ -47,9 +47,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-int node_count(const Plan& plan) {
-  return plan.cluster.node_of(plan.layout.world() - 1) + 1;
-}
+int node_count(const Plan& plan) { return plan.cluster.node_of(plan.layout.world() - 1) + 1; }
 
 std::string cluster_line(const Plan& plan) {
   const Cluster& c = plan.cluster;
@@ -58,13 +56,13 @@ std::string cluster_line(const Plan& plan) {
       c.ranks_per_node > 0 ? fmt::format("{} node{} of {} ranks", nodes, nodes == 1 ? "" : "s", c.ranks_per_node)
                            : "all ranks on one node";
   const double peak = c.peak_flops(plan.cfg.train.precision);
-  return fmt::format("cluster: {} ({}); {} {} per {}, efficiency {:.2f}; {} per {}\n"
-                     "         links: intra-node {}/s, {}; inter-node {}/s, {}",
-                     c.preset, placement, rate_text(peak, "FLOP/s"), plan.cfg.train.precision,
-                     c.host_only ? "node (shared by its ranks)" : "GPU", c.efficiency,
-                     bytes_text(c.device_memory_bytes), c.host_only ? "node (RAM)" : "GPU",
-                     rate_text(c.intra.bandwidth_Bps, "B"), seconds_text(c.intra.latency_s),
-                     rate_text(c.inter.bandwidth_Bps, "B"), seconds_text(c.inter.latency_s));
+  return fmt::format(
+      "cluster: {} ({}); {} {} per {}, efficiency {:.2f}; {} per {}\n"
+      "         links: intra-node {}/s, {}; inter-node {}/s, {}",
+      c.preset, placement, rate_text(peak, "FLOP/s"), plan.cfg.train.precision,
+      c.host_only ? "node (shared by its ranks)" : "GPU", c.efficiency, bytes_text(c.device_memory_bytes),
+      c.host_only ? "node (RAM)" : "GPU", rate_text(c.intra.bandwidth_Bps, "B"), seconds_text(c.intra.latency_s),
+      rate_text(c.inter.bandwidth_Bps, "B"), seconds_text(c.inter.latency_s));
 }
 
 std::string layout_text(const Layout& l) {
@@ -145,10 +143,11 @@ std::string plan_table(const Plan& plan) {
   const ModelConfig& m = cfg.model;
   const double parameters = double(ParameterLayout(m).total());
   std::string out;
-  out += fmt::format("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters, "
-                     "{} FLOP per token\n",
-                     m.layers, m.heads, m.d_model, m.vocab, m.seq_len, parameters / 1e6,
-                     rate_text(flops_per_token(ParameterLayout(m)), "").c_str());
+  out += fmt::format(
+      "model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters, "
+      "{} FLOP per token\n",
+      m.layers, m.heads, m.d_model, m.vocab, m.seq_len, parameters / 1e6,
+      rate_text(flops_per_token(ParameterLayout(m)), "").c_str());
   out += fmt::format("training: {}, recompute {}, zero {}, schedule {}\n", cfg.train.precision, cfg.train.recompute,
                      cfg.parallel.zero, cfg.parallel.schedule);
   out += cluster_line(plan) + "\n";
@@ -177,8 +176,8 @@ std::string plan_table(const Plan& plan) {
   out += header + "\n";
   for (const auto& [key, ranks] : kinds) {
     const RankPlan& r = plan.ranks[ranks.front()];
-    std::string row = fmt::format("  {:<8} {:<8}", fmt::format("{} {}", r.position.pp_rank, r.position.tp_rank),
-                                  rank_list(ranks));
+    std::string row =
+        fmt::format("  {:<8} {:<8}", fmt::format("{} {}", r.position.pp_rank, r.position.tp_rank), rank_list(ranks));
     for (int c = 0; c < memory_categories; ++c) row += fmt::format(" {:>11.1f}", double(r.memory.bytes[c]) / unit);
     row += fmt::format(" {:>9.1f} {:>9.1f} {:>9.1f}", r.runtime_bytes / unit, r.data_bytes / unit, r.peak_rss / unit);
     if (!plan.cluster.host_only) row += fmt::format(" {:>9.1f}", r.device_bytes / unit);
@@ -189,9 +188,9 @@ std::string plan_table(const Plan& plan) {
   out += fmt::format("\nstep time (pipeline stage {} of {}, the slowest; alpha-beta model, nothing overlapped)\n",
                      st.stage, plan.layout.pp);
   const double total = st.total_s();
-  for (auto [name, s] : {std::pair{"compute", st.compute_s}, std::pair{"tp comm", st.tp_comm_s},
-                         std::pair{"pp comm", st.pp_comm_s}, std::pair{"dp comm", st.dp_comm_s},
-                         std::pair{"bubble", st.bubble_s}}) {
+  for (auto [name, s] :
+       {std::pair{"compute", st.compute_s}, std::pair{"tp comm", st.tp_comm_s}, std::pair{"pp comm", st.pp_comm_s},
+        std::pair{"dp comm", st.dp_comm_s}, std::pair{"bubble", st.bubble_s}}) {
     out += fmt::format("  {:<9} {:>12} {:>6.1f} %\n", name, seconds_text(s), total > 0 ? 100 * s / total : 0);
   }
   out += fmt::format("  {:<9} {:>12}   {}/s, {} model\n", "total", seconds_text(total),
@@ -234,16 +233,18 @@ nlohmann::json plan_json(const Plan& plan) {
 std::string search_table(const std::vector<Plan>& plans, int world) {
   std::string out;
   if (plans.empty()) {
-    return fmt::format("no layout of {} ranks fits the model and the batch (tp must divide heads, pp at most layers, "
-                       "global_batch a multiple of micro_batch × dp)\n",
-                       world);
+    return fmt::format(
+        "no layout of {} ranks fits the model and the batch (tp must divide heads, pp at most layers, "
+        "global_batch a multiple of micro_batch × dp)\n",
+        world);
   }
   const Plan& first = plans.front();
   out += cluster_line(first) + "\n";
-  out += fmt::format("{} layout{} of {} rank{}, fastest first (step time: alpha-beta model; memory: the largest need "
-                     "against one {})\n",
-                     plans.size(), plans.size() == 1 ? "" : "s", world, world == 1 ? "" : "s",
-                     first.cluster.host_only ? "node" : "GPU");
+  out += fmt::format(
+      "{} layout{} of {} rank{}, fastest first (step time: alpha-beta model; memory: the largest need "
+      "against one {})\n",
+      plans.size(), plans.size() == 1 ? "" : "s", world, world == 1 ? "" : "s",
+      first.cluster.host_only ? "node" : "GPU");
   out += fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
                      "#", "dp", "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm", "bubble",
                      "tok/s", "needs", "fits");

@@ -1,11 +1,11 @@
 // Assembles plans: memory per rank, fit against the devices or nodes, step time; and the search.
 #include "plan/planner.hpp"
 
+#include "core/accumulation.hpp"
 #include "core/errors.hpp"
 #include "model/parameters.hpp"
-#include "plan/runtime_overhead.hpp"
-#include "core/accumulation.hpp"
 #include "plan/memory_plan.hpp"
+#include "plan/runtime_overhead.hpp"
 
 #include <algorithm>
 #include <map>
@@ -38,8 +38,8 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
     rp.position = Topology::position(grid, r);
     rp.memory = memory_of(rp.position);
     // The reduced gradients are fp32 whatever the precision (the 16-bit copy's move into fp32 first).
-    const std::int64_t fp32_grads = cfg.train.precision == Precision::fp32 ? rp.memory[MemoryCategory::grads]
-                                                                  : rp.memory[MemoryCategory::master];
+    const std::int64_t fp32_grads =
+        cfg.train.precision == Precision::fp32 ? rp.memory[MemoryCategory::grads] : rp.memory[MemoryCategory::master];
     rp.runtime_bytes = runtime_overhead_bytes(cluster.ranks_on_node(r, world), world) +
                        collective_scratch_bytes(grid.dp, cfg.parallel.zero, cfg.parallel.bucket_mb, fp32_grads);
     rp.data_bytes = data;

@@ -8,10 +8,10 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/memory_ledger.hpp"
 #include "parallel/topology.hpp"
 #include "plan/cluster.hpp"
 #include "plan/step_time.hpp"
-#include "core/memory_ledger.hpp"
 
 #include <cstdint>
 #include <string>
@@ -22,9 +22,9 @@ namespace meshtrain {
 struct RankPlan {
   int rank = 0;
   GridPosition position;
-  MemoryBytes memory;               // the trainer's allocations, by category
-  std::int64_t runtime_bytes = 0;   // MPI, BLAS, Kokkos, HDF5, the binary (measured model)
-  std::int64_t data_bytes = 0;      // the mapped token shards
+  MemoryBytes memory;              // the trainer's allocations, by category
+  std::int64_t runtime_bytes = 0;  // MPI, BLAS, Kokkos, HDF5, the binary (measured model)
+  std::int64_t data_bytes = 0;     // the mapped token shards
   // Predicted peak resident set of the process: on a host-only cluster everything above; on a GPU
   // cluster the runtime and the data (the categories live on the device).
   std::int64_t peak_rss = 0;

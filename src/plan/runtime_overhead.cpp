@@ -1,8 +1,8 @@
 // The measured model of the runtime's resident memory, and the token shards' share.
 #include "plan/runtime_overhead.hpp"
 
-#include <glob.h>
 #include <algorithm>
+#include <glob.h>
 #include <sys/stat.h>
 
 namespace meshtrain {

@@ -29,8 +29,8 @@
 // group), data loading, checkpoints.
 #include "plan/step_time.hpp"
 
-#include "model/parameters.hpp"
 #include "core/accumulation.hpp"
+#include "model/parameters.hpp"
 #include "plan/traffic.hpp"
 
 #include <algorithm>

@@ -1,12 +1,12 @@
 // The predicted traffic of one step (see traffic.hpp for the rules and where each comes from).
 #include "plan/traffic.hpp"
 
+#include "core/accumulation.hpp"
 #include "model/parameters.hpp"
 #include "parallel/schedule.hpp"
 #include "state/gradient_reduction.hpp"
 #include "state/shard_map.hpp"
 #include "state/zero_stage.hpp"
-#include "core/accumulation.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -153,7 +153,7 @@ class UnitReduceScatter final : public GradientReduction {
   const PlacedState<float>& grads_;
   Comm& group_;
   Buffer<float> received_;
-  Request in_flight_;                 // the reduce-scatter of unit_in_flight_, if pending
+  Request in_flight_;  // the reduce-scatter of unit_in_flight_, if pending
   std::size_t unit_in_flight_ = 0;
   std::size_t next_unit_;  // units [next_unit_, end) are reduced in this pass
   bool armed_ = false;
@@ -163,8 +163,8 @@ class UnitReduceScatter final : public GradientReduction {
 }  // namespace
 
 std::unique_ptr<GradientReduction> make_gradient_reduction(const ExecSpace& space, const ZeroStage& stage,
-                                                           const PlacedState<float>& grads, Comm& dp,
-                                                           Comm* shard_group, std::size_t bucket_bytes) {
+                                                           const PlacedState<float>& grads, Comm& dp, Comm* shard_group,
+                                                           std::size_t bucket_bytes) {
   if (!stage.shards()) return std::make_unique<BucketedAllReduce>(space, grads, dp, bucket_bytes);
   return std::make_unique<UnitReduceScatter>(space, stage, grads, *shard_group);
 }

@@ -46,8 +46,8 @@ class GradientReduction {
 // The strategy for `stage` over `grads` (the fp32 gradients, held as the stage says); `dp` the
 // data-parallel group, `shard_group` the ZeRO group (none at stage 0).
 std::unique_ptr<GradientReduction> make_gradient_reduction(const ExecSpace& space, const ZeroStage& stage,
-                                                           const PlacedState<float>& grads, Comm& dp,
-                                                           Comm* shard_group, std::size_t bucket_bytes);
+                                                           const PlacedState<float>& grads, Comm& dp, Comm* shard_group,
+                                                           std::size_t bucket_bytes);
 // Stage 0's buckets over `elements` fp32 gradients: [begin, end) ranges of about `bucket_bytes`,
 // cut from the end of the buffer (the first one is the last to finish in backward).
 std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t elements, std::size_t bucket_bytes);

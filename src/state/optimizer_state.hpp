@@ -24,8 +24,8 @@ class OptimizerState {
  public:
   // `layout` padded for the shard group (unit_align = its size); `dp` the data-parallel group.
   // `master_computes`: fp32 runs, where the model computes on the master weights themselves.
-  OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp,
-                 bool master_computes, std::size_t bucket_bytes);
+  OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp, bool master_computes,
+                 std::size_t bucket_bytes);
 
   const ParameterLayout& layout() const { return map_.layout(); }
   const ShardMap& map() const { return map_; }

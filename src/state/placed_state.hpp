@@ -52,13 +52,10 @@ class PlacedState {
   // Elements the two buffers of a state held so take: the place of whole units, and the shard.
   static std::size_t place_elements(const ShardMap& map, Held held) {
     switch (held) {
-      case Held::whole:
-        return map.layout().total();
+      case Held::whole: return map.layout().total();
       case Held::working_and_shard:
-      case Held::working:
-        return map.working_total();
-      case Held::shard:
-        return 0;
+      case Held::working: return map.working_total();
+      case Held::shard: return 0;
     }
     return 0;
   }

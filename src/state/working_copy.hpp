@@ -37,7 +37,10 @@ class WorkingCopy final : public ParameterStore<Real> {
   }
 
   WorkingCopy(const ExecSpace& space, OptimizerState& fp32)
-      : space_(space), fp32_(fp32), weights_(own_or_master(space, fp32)), grads_(own_or_fp32_grads(fp32)),
+      : space_(space),
+        fp32_(fp32),
+        weights_(own_or_master(space, fp32)),
+        grads_(own_or_fp32_grads(fp32)),
         gatherer_(space, *weights_, fp32.shard_group()) {
     next_ = tensors().size();
   }

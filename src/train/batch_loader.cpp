@@ -3,8 +3,7 @@
 
 namespace meshtrain {
 
-BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len,
-                         int first_micro)
+BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro)
     : stream_(stream),
       order_(order),
       micro_batch_(micro_batch),

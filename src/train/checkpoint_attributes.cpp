@@ -28,9 +28,10 @@ void require_same_model(const Config& stored, const Config& wanted, const std::s
   const auto& b = wanted.model;
   auto check = [&](const char* key, int have, int want) {
     if (have != want) {
-      input_error("checkpoint '{}' holds a model with {} = {}, but the config asks for {}: set --{} {} or start "
-                  "from another checkpoint",
-                  path, key, have, want, key, have);
+      input_error(
+          "checkpoint '{}' holds a model with {} = {}, but the config asks for {}: set --{} {} or start "
+          "from another checkpoint",
+          path, key, have, want, key, have);
     }
   };
   check("model.layers", a.layers, b.layers);

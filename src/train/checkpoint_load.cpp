@@ -57,7 +57,8 @@ void verify_sums(const io::CheckpointReader& reader, const std::vector<PlannedPi
                       "is every rank loading the same checkpoint?");
   const std::vector<std::string> names = dataset_names(plan);
   agree_on_input(comm, [&] {
-    io::verify_checksums(reader, names, [&](std::size_t k) { return sums[k]; }, /*required=*/true);
+    io::verify_checksums(
+        reader, names, [&](std::size_t k) { return sums[k]; }, /*required=*/true);
   });
 }
 

@@ -16,7 +16,8 @@ std::vector<std::string> Checkpointer::resume_candidates() const {
   if (config_.checkpoint.resume.mode == ResumeMode::never) return {};
   if (config_.checkpoint.resume.mode == ResumeMode::file) {
     if (!std::filesystem::exists(resume)) {
-      input_error("checkpoint.resume = '{}': no such file (valid: auto, never, or an existing checkpoint file)", resume);
+      input_error("checkpoint.resume = '{}': no such file (valid: auto, never, or an existing checkpoint file)",
+                  resume);
     }
     return {resume};
   }
@@ -42,9 +43,10 @@ std::vector<std::string> Checkpointer::resume_candidates() const {
   if (!broken_latest.empty()) {
     // A directory that had a `latest` had checkpoints: never start afresh over them unasked.
     if (candidates.empty()) {
-      input_error("checkpoint.resume = auto: {}; there is no other checkpoint in {} to fall back to\nHINT: delete "
-                  "{}/latest to start afresh",
-                  broken_latest, dir, dir);
+      input_error(
+          "checkpoint.resume = auto: {}; there is no other checkpoint in {} to fall back to\nHINT: delete "
+          "{}/latest to start afresh",
+          broken_latest, dir, dir);
     }
     int rank = 0;
     MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank), "is the communicator valid?");

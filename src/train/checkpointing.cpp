@@ -23,7 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* same_calls_hint = "is every rank saving the same checkpoint?";
 
-
 // Writes one checkpoint collectively over `comm` and makes it the latest: the file under a
 // temporary name, flushed on every rank and renamed (io::CheckpointWriter::commit), then `latest`
 // replaced atomically and old files pruned by rank 0. A kill at any instant leaves `latest` naming
@@ -34,7 +33,8 @@ void write_checkpoint(const Config& config, MPI_Comm comm, const std::string& pa
     const auto transfer =
         config.checkpoint.io == CheckpointIo::collective ? io::Transfer::collective : io::Transfer::independent;
     io::CheckpointWriter writer(path, comm, transfer);
-    for (const auto& [name, value] : attributes) std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
+    for (const auto& [name, value] : attributes)
+      std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
     for (std::size_t k = 0; k < plan.size(); ++k) {
       const PlannedPiece& p = plan[k];
       writer.write(p.slab, p.range, p.range.count > 0 ? data(k) : nullptr);

@@ -14,8 +14,8 @@
 #include "core/config.hpp"
 #include "core/mpi_check.hpp"
 #include "model/parameters.hpp"
-#include "train/checkpoint_attributes.hpp"
 #include "state/state_source.hpp"
+#include "train/checkpoint_attributes.hpp"
 
 #include <mpi.h>
 

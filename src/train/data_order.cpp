@@ -9,8 +9,7 @@
 
 namespace meshtrain {
 
-DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order,
-                     std::uint64_t seed)
+DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order, std::uint64_t seed)
     : windows_(tokens == 0 ? 0 : (tokens - 1) / std::uint64_t(seq_len)),
       global_batch_(global_batch),
       shuffle_(order == SampleOrder::shuffle),
@@ -44,8 +43,8 @@ std::vector<std::uint64_t> shuffled_windows(std::uint64_t n, std::uint64_t seed,
   // A stream of its own: the third counter word tells shuffling draws from initialisation draws.
   const Philox::key_type key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
   for (std::uint64_t i = n; i > 1; --i) {
-    const Philox::ctr_type counter = {{std::uint32_t(i), std::uint32_t(i >> 32), std::uint32_t(epoch),
-                                       0x5348u /* "SH" */}};
+    const Philox::ctr_type counter = {
+        {std::uint32_t(i), std::uint32_t(i >> 32), std::uint32_t(epoch), 0x5348u /* "SH" */}};
     const Philox::ctr_type bits = generator(counter, key);
     const std::uint64_t r = (std::uint64_t(bits[0]) << 32) | bits[1];
     // Multiply-shift maps r onto [0, i) without the modulo's bias towards small values.

@@ -2,8 +2,8 @@
 // printed at the start and the end of training.
 #pragma once
 
-#include "parallel/topology.hpp"
 #include "core/memory_ledger.hpp"
+#include "parallel/topology.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 

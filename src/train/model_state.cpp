@@ -31,8 +31,7 @@ class ModelOn final : public Computation {
           const PipelineParts& pipeline)
       : copy_(space, fp32),
         model_(space, cfg.model, cfg.train.micro_batch, tp, place,
-               pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), cfg.train.recompute,
-               &copy_),
+               pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), cfg.train.recompute, &copy_),
         workspace_(gpt2_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
     // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
@@ -72,8 +71,10 @@ class ModelOn final : public Computation {
 
 std::unique_ptr<Computation> model_in_precision(const ExecSpace& space, const Config& cfg, OptimizerState& fp32,
                                                 Comm* tp, StagePlace place, const PipelineParts& pipeline) {
-  if (cfg.train.precision == Precision::bf16) return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, tp, place, pipeline);
-  if (cfg.train.precision == Precision::fp16) return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, tp, place, pipeline);
+  if (cfg.train.precision == Precision::bf16)
+    return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, tp, place, pipeline);
+  if (cfg.train.precision == Precision::fp16)
+    return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, tp, place, pipeline);
   return std::make_unique<ModelOn<float>>(space, cfg, fp32, tp, place, pipeline);
 }
 

@@ -24,9 +24,9 @@ namespace meshtrain {
 
 // The groups a rank's model states talk to.
 struct StateGroups {
-  Comm* tp = nullptr;    // tensor-parallel group (inside the model's layers)
-  Comm* dp = nullptr;    // data-parallel group (gradient reduction, ZeRO shards)
-  Comm* tied = nullptr;  // first and last pipeline stage of one pipeline (the tied wte), or none
+  Comm* tp = nullptr;              // tensor-parallel group (inside the model's layers)
+  Comm* dp = nullptr;              // data-parallel group (gradient reduction, ZeRO shards)
+  Comm* tied = nullptr;            // first and last pipeline stage of one pipeline (the tied wte), or none
   MPI_Comm world = MPI_COMM_NULL;  // every rank: the gradient norm's sum
 };
 

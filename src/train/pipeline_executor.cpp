@@ -55,9 +55,7 @@ double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) 
         space.fence();
         pipeline_.send(model_.stage_output(slot_of_[a.micro]).data(), activation, next, a.micro);
         break;
-      case ActionKind::recv_gradient:
-        pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro);
-        break;
+      case ActionKind::recv_gradient: pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro); break;
       case ActionKind::backward:
         loader_.load(step, a.micro);  // the first stage's embedding backward reads the tokens again
         model_.stage_backward(slot_of_[a.micro], loader_.inputs(), ready_from_);

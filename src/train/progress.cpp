@@ -43,8 +43,9 @@ std::string format_duration(double seconds) {
 
 std::string progress_line(const StepReport& r) {
   const int width = int(fmt::format("{}", r.steps).size());
-  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {}tok/s | {}FLOP/s", r.step,
-                                 width, r.steps, r.loss, r.lr, r.grad_norm, si(r.tokens_per_s), si(r.model_flops_per_s));
+  std::string line =
+      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {}tok/s | {}FLOP/s", r.step, width, r.steps,
+                  r.loss, r.lr, r.grad_norm, si(r.tokens_per_s), si(r.model_flops_per_s));
   if (r.mfu > 0) line += fmt::format(" | MFU {:.1f}%", 100.0 * r.mfu);
   line += fmt::format(" | {} elapsed, ETA {}", format_duration(r.elapsed_s), format_duration(r.eta_s));
   return line;

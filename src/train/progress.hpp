@@ -17,19 +17,18 @@ struct StepReport {
   double loss;
   double lr;
   double grad_norm;
-  std::int64_t tokens;      // cumulative
+  std::int64_t tokens;  // cumulative
   double step_time_s;
   double tokens_per_s;
-  double model_flops_per_s;  // (6N + 6LCT) · tokens/s
-  double mfu;                // fraction of the configured peak (0 when no peak is set)
-  double elapsed_s;          // since this job started training
-  double eta_s;              // for the remaining steps at the recent pace
+  double model_flops_per_s;             // (6N + 6LCT) · tokens/s
+  double mfu;                           // fraction of the configured peak (0 when no peak is set)
+  double elapsed_s;                     // since this job started training
+  double eta_s;                         // for the remaining steps at the recent pace
   const MemoryBytes* memory = nullptr;  // the rank's allocations by category, if reported
   std::int64_t peak_rss = 0;            // the process's peak resident memory so far
   double loss_scale = 0;                // fp16: the dynamic loss scale after this step (else 0)
   bool skipped = false;                 // fp16: the update was skipped (gradients overflowed)
 };
-
 
 // `start-up 3.12 s (process start to the first step): state allocated in 2.01 s, weights initialised in
 // 0.61 s`; a negative time is left out (unknown, or not initialised: resumed).

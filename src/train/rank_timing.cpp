@@ -22,7 +22,8 @@ void RankTiming::add_step(double step_seconds, double comm_seconds, double idle_
 std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step, double ideal_idle) {
   const int rank = mpi::rank_of(comm), world = mpi::size_of(comm);
   const std::int64_t steps = steps_;
-  const std::array<double, 3> mine = {compute_ / std::max<std::int64_t>(1, steps), comm_ / std::max<std::int64_t>(1, steps),
+  const std::array<double, 3> mine = {compute_ / std::max<std::int64_t>(1, steps),
+                                      comm_ / std::max<std::int64_t>(1, steps),
                                       idle_ / std::max<std::int64_t>(1, steps)};
   compute_ = comm_ = idle_ = 0;
   steps_ = 0;

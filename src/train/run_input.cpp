@@ -1,11 +1,11 @@
 // The input checks of a training run, in the order that gives the most useful first error.
 #include "train/run_input.hpp"
 
+#include "core/accumulation.hpp"
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "model/gpt2.hpp"
-#include "core/accumulation.hpp"
 #include "train/training_groups.hpp"
 
 namespace meshtrain {

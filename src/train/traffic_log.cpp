@@ -38,9 +38,8 @@ void TrafficLog::end_step(MPI_Comm world, const GridPosition& position, bool las
     for (int r = 0, at = 0; r < size; at += lengths[r], ++r) starts[r] = at;
     all.resize(std::size_t(starts.back() + lengths.back()));
   }
-  MESHTRAIN_MPI_CHECK(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR,
-                                  0, world),
-                      hint);
+  MESHTRAIN_MPI_CHECK(
+      MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, 0, world), hint);
   if (rank != 0) return;
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < size; ++r) ranks.push_back(nlohmann::json::parse(all.substr(starts[r], lengths[r])));

@@ -9,8 +9,8 @@
 #pragma once
 
 #include "parallel/counting_comm.hpp"
-#include "parallel/traffic_json.hpp"
 #include "parallel/topology.hpp"
+#include "parallel/traffic_json.hpp"
 
 #include <mpi.h>
 #include <nlohmann/json.hpp>

@@ -11,6 +11,7 @@
 #include "kernels/blas_info.hpp"
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
+#include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
 #include "train/leaving.hpp"
@@ -19,7 +20,6 @@
 #include "train/process_age.hpp"
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
-#include "state/state_memory.hpp"
 #include "train/run_input.hpp"
 #include "train/run_start.hpp"
 #include "train/save_policy.hpp"
@@ -134,10 +134,9 @@ int TrainingRun::run() {
   const RunStart start = start_run(cfg_, comm_, checkpointer_, state_, input_.order);
   SavePolicy saves(cfg_, checkpointer_, leader_);
   const std::size_t snapshot =
-      saves.background_saves()
-          ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp, topology_.position().dp_rank,
-                                      ZeroStage{cfg_.parallel.zero})
-          : 0;
+      saves.background_saves() ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp,
+                                                           topology_.position().dp_rank, ZeroStage{cfg_.parallel.zero})
+                               : 0;
   memory_ = state_.memory() + MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader_.bytes() + snapshot));
   print_start(start.initialization_s);
   TrainingProgress progress = start.progress;

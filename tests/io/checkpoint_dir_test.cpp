@@ -7,8 +7,8 @@
 
 #include <filesystem>
 #include <set>
-#include <vector>
 #include <string>
+#include <vector>
 
 namespace meshtrain::io::test {
 namespace {
@@ -76,8 +76,8 @@ TEST(CheckpointDir, PruneKeepsTheNewestAndTheLatestNamed) {
   EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"step_00000200.h5", "step_00000500.h5", "step_00000600.h5",
                                                          "notes.h5.tmp", "notes.txt", "latest"}));
   prune_checkpoints(dir.path(), 1);
-  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"step_00000200.h5", "step_00000600.h5", "notes.h5.tmp",
-                                                         "notes.txt", "latest"}));
+  EXPECT_EQ(names_in(dir.path()),
+            (std::set<std::string>{"step_00000200.h5", "step_00000600.h5", "notes.h5.tmp", "notes.txt", "latest"}));
 }
 
 TEST(CheckpointDir, PruneOrdersByStepNotByName) {

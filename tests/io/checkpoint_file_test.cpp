@@ -33,7 +33,9 @@ namespace fs = std::filesystem;
 using Shape = std::vector<std::uint64_t>;
 
 // Closed forms for the tensors' elements (exact in float32).
-float value2(std::uint64_t i, std::uint64_t j) { return static_cast<float>(i) * 100.0f + static_cast<float>(j) * 0.5f + 0.25f; }
+float value2(std::uint64_t i, std::uint64_t j) {
+  return static_cast<float>(i) * 100.0f + static_cast<float>(j) * 0.5f + 0.25f;
+}
 float value3(std::uint64_t a, std::uint64_t b, std::uint64_t d) {
   return static_cast<float>(a) * 1000.0f + static_cast<float>(b) * 10.0f + static_cast<float>(d) + 0.125f;
 }
@@ -61,7 +63,8 @@ std::vector<float> block3(const TensorSlab& s) {
   std::vector<float> v;
   for (std::uint64_t a = 0; a < s.extent[0]; ++a) {
     for (std::uint64_t b = 0; b < s.extent[1]; ++b) {
-      for (std::uint64_t d = 0; d < s.extent[2]; ++d) v.push_back(value3(s.offset[0] + a, s.offset[1] + b, s.offset[2] + d));
+      for (std::uint64_t d = 0; d < s.extent[2]; ++d)
+        v.push_back(value3(s.offset[0] + a, s.offset[1] + b, s.offset[2] + d));
     }
   }
   return v;
@@ -75,9 +78,9 @@ TensorSlab row_block(const std::string& name, std::uint64_t rows, std::uint64_t 
   return TensorSlab{name, {rows, cols}, {begin, 0}, {end - begin, cols}};
 }
 
-constexpr std::uint64_t R = 9, C = 5;                  // "/model/w": rows split
-constexpr std::uint64_t A = 3, B = 8, D = 4;           // "/model/blocks.0.x": middle dimension split
-constexpr std::uint64_t N = 13;                        // "/optim/exp_avg/bias": element ranges
+constexpr std::uint64_t R = 9, C = 5;         // "/model/w": rows split
+constexpr std::uint64_t A = 3, B = 8, D = 4;  // "/model/blocks.0.x": middle dimension split
+constexpr std::uint64_t N = 13;               // "/optim/exp_avg/bias": element ranges
 
 // Every rank writes its part of the three tensors and two attributes, and commits.
 void write_test_checkpoint(const std::string& path) {
@@ -181,8 +184,8 @@ TEST(CheckpointFile, AttributesRoundTrip) {
     CheckpointWriter writer(path, MPI_COMM_WORLD);
     writer.set_attribute("config", config);
     writer.set_attribute("empty", std::string());
-    writer.set_attribute("step", 5);                              // int: through the integral template
-    writer.set_attribute("step", std::int64_t{-(1ll << 40)});     // replaces it
+    writer.set_attribute("step", 5);                           // int: through the integral template
+    writer.set_attribute("step", std::int64_t{-(1ll << 40)});  // replaces it
     writer.set_attribute("tokens", std::size_t{1} << 33);
     writer.set_attribute("third", 1.0 / 3.0);
     writer.set_attribute("tiny", 1e-300);
@@ -199,7 +202,8 @@ TEST(CheckpointFile, AttributesRoundTrip) {
   EXPECT_FALSE(reader.string_attribute("missing"));
   EXPECT_FALSE(reader.int_attribute("missing"));
   EXPECT_FALSE(reader.double_attribute("missing"));
-  EXPECT_EQ(reader.attribute_names(), (std::vector<std::string>{"checksum_algorithm", "config", "empty", "step", "third", "tiny", "tokens"}));
+  EXPECT_EQ(reader.attribute_names(),
+            (std::vector<std::string>{"checksum_algorithm", "config", "empty", "step", "third", "tiny", "tokens"}));
   expect_input_error([&] { reader.int_attribute("config"); }, {path, "config", "expected an integer"});
   expect_input_error([&] { reader.int_attribute("third"); }, {path, "third"});
   expect_input_error([&] { reader.string_attribute("step"); }, {path, "step", "expected a string"});
@@ -221,11 +225,17 @@ TEST(CheckpointFile, ShapeMismatchAndMissingDatasetAreNamed) {
   CheckpointReader reader(path, MPI_COMM_WORLD);
   std::vector<float> out(48);
   const std::string message = expect_input_error(
-      [&] { reader.read(TensorSlab::whole(name, {4, 4}), out.data()); }, {path});
+      [&] {
+        reader.read(TensorSlab::whole(name, {4, 4}), out.data());
+      },
+      {path});
   EXPECT_EQ(message, path + ": /model/h.0.attn.c_attn.weight has shape [4,12], expected [4,4]");
   expect_input_error([&] { reader.read(TensorSlab::whole(name, {48}), out.data()); }, {"[4,12]", "[48]"});
-  expect_input_error([&] { reader.read(TensorSlab::whole("/model/wte.weight", {4, 12}), out.data()); },
-                     {path, "/model/wte.weight"});
+  expect_input_error(
+      [&] {
+        reader.read(TensorSlab::whole("/model/wte.weight", {4, 12}), out.data());
+      },
+      {path, "/model/wte.weight"});
   expect_input_error([&] { reader.shape("/model/wpe.weight"); }, {path, "/model/wpe.weight"});
   // The right shape reads the ones written by rank 0.
   reader.read(TensorSlab::whole(name, {4, 12}), out.data());
@@ -315,7 +325,8 @@ TEST(CheckpointFile, BadFilesAreInputErrorsNamingTheFile) {
   expect_input_error([&] { CheckpointReader r(tiny, MPI_COMM_WORLD); }, {tiny, "cannot be opened as HDF5"});
   expect_input_error([&] { CheckpointReader r(text, MPI_COMM_WORLD); }, {text, "not an HDF5 file"});
   expect_input_error([&] { CheckpointReader r(empty, MPI_COMM_WORLD); }, {empty, "not an HDF5 file"});
-  expect_input_error([&] { CheckpointReader r(dir / "missing.h5", MPI_COMM_WORLD); }, {dir / "missing.h5", "no such file"});
+  expect_input_error([&] { CheckpointReader r(dir / "missing.h5", MPI_COMM_WORLD); },
+                     {dir / "missing.h5", "no such file"});
   expect_input_error([&] { CheckpointReader r(dir.path(), MPI_COMM_WORLD); }, {dir.path(), "not a regular file"});
   expect_input_error([&] { CheckpointWriter w(dir / "no/such/dir/x.h5", MPI_COMM_WORLD); }, {dir / "no/such/dir/x.h5"});
 }
@@ -577,8 +588,8 @@ with h5py.File(sys.argv[1], "w") as f:
 TEST(CheckpointFile, ReadsPiecesOfSeveralBlocksFromWhatH5pyWrote) {
   SharedDir dir;
   const std::string path = dir / "qkv_from_h5py.h5";
-  const int rc = run_python(dir / "write_qkv.py", h5py_qkv_writer, path + " " + std::to_string(QC),
-                            dir / "write_qkv.log");
+  const int rc =
+      run_python(dir / "write_qkv.py", h5py_qkv_writer, path + " " + std::to_string(QC), dir / "write_qkv.log");
   ASSERT_EQ(rc, 0) << "python failed:\n" << (world_rank() == 0 ? read_text(dir / "write_qkv.log") : "");
 
   CheckpointReader reader(path, MPI_COMM_WORLD);
@@ -686,13 +697,14 @@ TEST(CheckpointFile, InvalidPiecesOfSeveralBlocksAreRejected) {
   EXPECT_FALSE(fs::exists(bad + ".tmp"));
 }
 
-
 // --- Runs of pieces (ZeRO shards) and checksums ----------------------------------------------
 
 // Cut n elements into `parts` runs at uneven places (part 0 the shortest), the way ZeRO's padded
 // units cut tensors anywhere, mid-row and mid-block.
 std::pair<std::uint64_t, std::uint64_t> uneven_run(std::uint64_t n, int parts, int index) {
-  const auto at = [&](int k) { return k == 0 ? 0 : k == parts ? n : std::min(n, n * std::uint64_t(k) / std::uint64_t(parts) + 3); };
+  const auto at = [&](int k) {
+    return k == 0 ? 0 : k == parts ? n : std::min(n, n * std::uint64_t(k) / std::uint64_t(parts) + 3);
+  };
   return {at(index), at(index + 1)};
 }
 
@@ -730,7 +742,8 @@ TEST(CheckpointFile, RunsOfPiecesMapToTheirGlobalElements) {
         std::uint64_t covered = 0;
         for_each_global_run(piece, range, [&](std::uint64_t index, std::uint64_t position, std::uint64_t length) {
           EXPECT_EQ(position, covered) << piece.name;
-          for (std::uint64_t k = 0; k < length; ++k) EXPECT_EQ(whole[index + k], values[first + position + k]) << piece.name;
+          for (std::uint64_t k = 0; k < length; ++k)
+            EXPECT_EQ(whole[index + k], values[first + position + k]) << piece.name;
           covered += length;
         });
         EXPECT_EQ(covered, count) << piece.name;
@@ -756,7 +769,8 @@ TEST(CheckpointFile, RanksWriteUnevenRunsOfOnePieceAndEveryLayoutAgreesOnTheChec
   const std::string path = dir / "runs.h5";
   // Every rank holds the same tensor-parallel piece (replicas over dp) and writes an uneven run of
   // it, as ZeRO owners do; the 3-D cyclic piece and a whole vector likewise.
-  const TensorSlab w = qkv_weight("/model/w", 2, 1), x = cyclic_x("/model/x", 0, 1), v = TensorSlab::whole("/model/v", {N});
+  const TensorSlab w = qkv_weight("/model/w", 2, 1), x = cyclic_x("/model/x", 0, 1),
+                   v = TensorSlab::whole("/model/v", {N});
   {
     CheckpointWriter writer(path, MPI_COMM_WORLD);
     for (const TensorSlab& piece : {w, x, v}) {

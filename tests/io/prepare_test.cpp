@@ -15,7 +15,7 @@ namespace {
 
 TEST(Prepare, TwoTextFilesGiveTheirBytesInOrder) {
   LocalDir dir;
-  const std::string first = "Hello, w\xc3\xb6rld!\n";             // UTF-8: two bytes for the o-umlaut
+  const std::string first = "Hello, w\xc3\xb6rld!\n";                // UTF-8: two bytes for the o-umlaut
   const std::string second = std::string("tab\there\0nul\xff", 13);  // a NUL and a 0xff byte
   write_text(dir / "b.txt", first);
   write_text(dir / "a.txt", second);

@@ -209,7 +209,8 @@ TEST(TokenShard, WriteRefusesEmptyAndOversizedShards) {
   void* memory = ::mmap(nullptr, n * 2, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   ASSERT_NE(memory, MAP_FAILED);
   const std::span<const std::uint16_t> huge(static_cast<const std::uint16_t*>(memory), n);
-  expect_input_error([&] { write_token_shard(dir / "huge.bin", huge); }, {dir / "huge.bin", "2147483648", "2147483647"});
+  expect_input_error([&] { write_token_shard(dir / "huge.bin", huge); },
+                     {dir / "huge.bin", "2147483648", "2147483647"});
   ::munmap(memory, n * 2);
   EXPECT_FALSE(std::filesystem::exists(dir / "huge.bin"));
 }

@@ -111,8 +111,7 @@ inline Host numeric_gradient(Host& x, const std::function<double()>& loss, doubl
 // Elementwise |a − e| / max(|a|, |e|, floor) ≤ tol, floor = 1e-2 · max|e| so that elements whose
 // true value is near zero (where finite differences carry only their round-off, ~1e-16·|L|/h) are
 // judged against the tensor's scale. Reports the worst element.
-inline void expect_close(const Host& actual, const Host& expected, double tol,
-                         const std::string& what) {
+inline void expect_close(const Host& actual, const Host& expected, double tol, const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   double scale = 0;
   for (double e : expected) scale = std::max(scale, std::fabs(e));
@@ -128,14 +127,13 @@ inline void expect_close(const Host& actual, const Host& expected, double tol,
       worst_i = i;
     }
   }
-  EXPECT_LE(worst, tol) << what << ": worst relative error at element " << worst_i << ": actual "
-                        << actual[worst_i] << ", expected " << expected[worst_i];
+  EXPECT_LE(worst, tol) << what << ": worst relative error at element " << worst_i << ": actual " << actual[worst_i]
+                        << ", expected " << expected[worst_i];
 }
 
 // max |a − e| / max |e| ≤ tol: for comparing precisions, where an element that cancels to ~0
 // carries the round-off of its summands rather than of its own size.
-inline void expect_close_normwise(const Host& actual, const Host& expected, double tol,
-                                  const std::string& what) {
+inline void expect_close_normwise(const Host& actual, const Host& expected, double tol, const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   double scale = 0, worst = 0;
   std::size_t worst_i = 0;
@@ -148,9 +146,8 @@ inline void expect_close_normwise(const Host& actual, const Host& expected, doub
     }
   }
   ASSERT_GT(scale, 0.0) << what << ": the expected values are all zero, the check would be empty";
-  EXPECT_LE(worst / scale, tol) << what << ": worst error at element " << worst_i << ": actual "
-                                << actual[worst_i] << ", expected " << expected[worst_i]
-                                << ", largest expected magnitude " << scale;
+  EXPECT_LE(worst / scale, tol) << what << ": worst error at element " << worst_i << ": actual " << actual[worst_i]
+                                << ", expected " << expected[worst_i] << ", largest expected magnitude " << scale;
 }
 
 template <class Real>

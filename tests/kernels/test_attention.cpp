@@ -36,8 +36,7 @@ AttentionResult attention_reference(const Host& qkv) {
           const double p = std::exp(score[s] - top) / denom;
           r.att[((b * NH + h) * T + t) * T + s] = p;
           for (int i = 0; i < hs; ++i)
-            r.out[(b * T + t) * C + h * hs + i] +=
-                p * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
+            r.out[(b * T + t) * C + h * hs + i] += p * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
         }
       }
   return r;
@@ -90,8 +89,7 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   auto dout = to_device<double>(r);
   auto dqkv = to_device<double>(nan_filled(B * T * 3 * C));  // written, not accumulated
   auto datt = to_device<double>(nan_filled(B * NH * T * T));
-  attention_backward(space, vec(dqkv), vec(datt), cvec(dout), cvec(d_qkv), cvec(d_att), B, T, C,
-                     NH);
+  attention_backward(space, vec(dqkv), vec(datt), cvec(dout), cvec(d_qkv), cvec(d_att), B, T, C, NH);
   const Host got = to_host(dqkv);
   // Report q, k and v separately: a wrong stride or transpose shows up in one of them.
   const char* part[] = {"dq", "dk", "dv"};

@@ -44,9 +44,8 @@ TEST(KernelBackend, KernelsRunOnEveryThread) {
   const int threads = space.concurrency();
   constexpr int n = 1 << 14;
   Kokkos::View<int*, Kokkos::HostSpace> by_index("by_index", n), by_team("by_team", n);
-  Kokkos::parallel_for(
-      "test::backend::range", Kokkos::RangePolicy<Kokkos::OpenMP>(space, 0, n),
-      [=](int i) { by_index(i) = omp_get_thread_num(); });
+  Kokkos::parallel_for("test::backend::range", Kokkos::RangePolicy<Kokkos::OpenMP>(space, 0, n),
+                       [=](int i) { by_index(i) = omp_get_thread_num(); });
   using Team = Kokkos::TeamPolicy<Kokkos::OpenMP>::member_type;
   Kokkos::parallel_for(
       "test::backend::teams", Kokkos::TeamPolicy<Kokkos::OpenMP>(space, n, Kokkos::AUTO), [=](const Team& team) {

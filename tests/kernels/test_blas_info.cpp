@@ -26,7 +26,7 @@ TEST(BlasInfo, FittingOrUnknownKernelSetsAndNarrowCpusGetNone) {
     EXPECT_EQ(openblas_core_fix(core, avx512_intel), "") << core;
     EXPECT_EQ(openblas_core_fix(core, avx2_amd), "") << core;
   }
-  EXPECT_EQ(openblas_core_fix("Prescott", sse_only), "");  // nothing better runs there
+  EXPECT_EQ(openblas_core_fix("Prescott", sse_only), "");       // nothing better runs there
   EXPECT_EQ(openblas_core_fix("Prescott2", avx512_intel), "");  // names match whole
 }
 

@@ -22,8 +22,7 @@ CrossEntropyResult run(const Host& logits, const std::vector<std::int32_t>& tgt)
   auto d_tgt = to_device(tgt);
   auto losses = to_device<double>(nan_filled(N));
   auto dlogits = to_device<double>(nan_filled(N * V));
-  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(d_logits), cvec(d_tgt), N, V,
-                        grad_scale);
+  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(d_logits), cvec(d_tgt), N, V, grad_scale);
   return {to_host(losses), to_host(dlogits)};
 }
 
@@ -64,11 +63,9 @@ TEST(CrossEntropy, InPlaceEqualsOutOfPlace) {
   auto d_tgt = to_device(tgt);
   auto losses = to_device<double>(nan_filled(N));
   auto dlogits = to_device<double>(nan_filled(N * V));
-  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(d_logits), cvec(d_tgt), N, V,
-                        grad_scale);
+  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(d_logits), cvec(d_tgt), N, V, grad_scale);
   auto inplace_losses = to_device<double>(nan_filled(N));
-  softmax_cross_entropy(space, vec(inplace_losses), vec(d_logits), cvec(d_logits), cvec(d_tgt), N,
-                        V, grad_scale);
+  softmax_cross_entropy(space, vec(inplace_losses), vec(d_logits), cvec(d_logits), cvec(d_tgt), N, V, grad_scale);
   EXPECT_TRUE(bitwise_equal(raw(inplace_losses), raw(losses))) << "losses";
   EXPECT_TRUE(bitwise_equal(raw(d_logits), raw(dlogits))) << "dlogits";
 }

@@ -69,8 +69,8 @@ TEST(CublasGemm, RowMajorProductsMatchNaiveLoops) {
       ASSERT_EQ(cudaMalloc(&dc, c.size() * 8), cudaSuccess);
       cudaMemcpy(da, a.data(), a.size() * 8, cudaMemcpyHostToDevice);
       cudaMemcpy(db, b.data(), b.size() * 8, cudaMemcpyHostToDevice);
-      cublas::gemm_strided_batched<double>(nullptr, ta, tb, s, 1.0, da, lda, stride_a, db, ldb, stride_b, 0.0, dc,
-                                           s.n, stride_c, batch);
+      cublas::gemm_strided_batched<double>(nullptr, ta, tb, s, 1.0, da, lda, stride_a, db, ldb, stride_b, 0.0, dc, s.n,
+                                           stride_c, batch);
       cudaMemcpy(c.data(), dc, c.size() * 8, cudaMemcpyDeviceToHost);
       for (int i = 0; i < batch; ++i) {
         const std::vector<double> ai(a.begin() + i * stride_a, a.begin() + (i + 1) * stride_a);

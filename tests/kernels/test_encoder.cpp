@@ -11,13 +11,11 @@ constexpr int B = 2, T = 5, C = 12, V = 11;
 // Tokens with repeats, so that dwte sums several rows into one.
 std::vector<std::int32_t> tokens() { return {3, 7, 3, 0, 10, 7, 7, 1, 3, 5}; }
 
-Host encoder_forward_reference(const std::vector<std::int32_t>& tok, const Host& wte,
-                               const Host& wpe) {
+Host encoder_forward_reference(const std::vector<std::int32_t>& tok, const Host& wte, const Host& wpe) {
   Host out(B * T * C);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
-      for (int c = 0; c < C; ++c)
-        out[(b * T + t) * C + c] = wte[tok[b * T + t] * C + c] + wpe[t * C + c];
+      for (int c = 0; c < C; ++c) out[(b * T + t) * C + c] = wte[tok[b * T + t] * C + c] + wpe[t * C + c];
   return out;
 }
 
@@ -35,8 +33,7 @@ TEST(Encoder, ForwardMatchesNaiveLookup) {
   const auto tok = tokens();
   const Host wte = random_vector(V * C, 1);
   const Host wpe = random_vector(T * C, 2);
-  expect_close(run_forward(tok, wte, wpe), encoder_forward_reference(tok, wte, wpe), 1e-15,
-               "encoder out");
+  expect_close(run_forward(tok, wte, wpe), encoder_forward_reference(tok, wte, wpe), 1e-15, "encoder out");
 }
 
 TEST(Encoder, BackwardAccumulatesFiniteDifferenceGradients) {

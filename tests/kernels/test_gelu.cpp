@@ -21,9 +21,8 @@ TEST(Gelu, ForwardMatchesReferenceValues) {
   // 0.5·x·(1 + tanh(sqrt(2/π)(x + 0.044715x³))) evaluated by Python's math module (torch's
   // gelu(x, approximate="tanh") agrees to float precision: gelu(1) = 0.8412).
   const Host x = {-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0};
-  const Host want = {
-      -0.0036373920817729943, -0.15880800939172324, -0.15428599017485606, 0.0,
-      0.34571400982514394,    0.8411919906082768,   1.954597694087775,    2.996362607918227};
+  const Host want = {-0.0036373920817729943, -0.15880800939172324, -0.15428599017485606, 0.0,
+                     0.34571400982514394,    0.8411919906082768,   1.954597694087775,    2.996362607918227};
   expect_close(run_forward(x), want, 1e-14, "gelu at reference points");
 }
 
@@ -31,8 +30,7 @@ TEST(Gelu, ForwardMatchesFormula) {
   const Host x = random_vector(n, 41, -4.0, 4.0);
   Host want(n);
   for (int i = 0; i < n; ++i)
-    want[i] = 0.5 * x[i] *
-              (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x[i] + 0.044715 * std::pow(x[i], 3))));
+    want[i] = 0.5 * x[i] * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x[i] + 0.044715 * std::pow(x[i], 3))));
   expect_close(run_forward(x), want, 1e-14, "gelu");
 }
 

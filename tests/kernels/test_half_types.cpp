@@ -66,8 +66,8 @@ class Reference {
     const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
     const double a = std::fabs(x);
     if (a >= values_.back()) return sign | std::uint16_t(values_.size() - 1);  // Inf
-    const auto hi = std::upper_bound(values_.begin(), values_.end(), a);  // first value > a
-    const std::size_t i = std::size_t(hi - values_.begin()) - 1;           // values_[i] <= a
+    const auto hi = std::upper_bound(values_.begin(), values_.end(), a);       // first value > a
+    const std::size_t i = std::size_t(hi - values_.begin()) - 1;               // values_[i] <= a
     if (values_[i] == a) return sign | std::uint16_t(i);
     const double below = a - values_[i], above = values_[i + 1] - a;
     std::size_t pick = below < above ? i : above < below ? i + 1 : (i % 2 == 0 ? i : i + 1);
@@ -173,15 +173,18 @@ TYPED_TEST(HalfTypes, SameBitsWithFlushToZero) {
   std::vector<std::uint16_t> narrow(xs.size());
   std::vector<std::uint32_t> widen(65536);
   for (std::size_t i = 0; i < xs.size(); ++i) narrow[i] = H(xs[i]).bits;
-  for (std::uint32_t b = 0; b < 65536; ++b) widen[b] = std::bit_cast<std::uint32_t>(float(H::from_bits(std::uint16_t(b))));
+  for (std::uint32_t b = 0; b < 65536; ++b)
+    widen[b] = std::bit_cast<std::uint32_t>(float(H::from_bits(std::uint16_t(b))));
   const unsigned saved = _mm_getcsr();
   _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
   std::vector<std::uint16_t> narrow_ftz(xs.size());
   std::vector<std::uint32_t> widen_ftz(65536);
   for (std::size_t i = 0; i < xs.size(); ++i) narrow_ftz[i] = H(xs[i]).bits;
-  for (std::uint32_t b = 0; b < 65536; ++b) widen_ftz[b] = std::bit_cast<std::uint32_t>(float(H::from_bits(std::uint16_t(b))));
+  for (std::uint32_t b = 0; b < 65536; ++b)
+    widen_ftz[b] = std::bit_cast<std::uint32_t>(float(H::from_bits(std::uint16_t(b))));
   _mm_setcsr(saved);
-  for (std::size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(narrow_ftz[i], narrow[i]) << "x bits " << std::hex << std::bit_cast<std::uint32_t>(xs[i]);
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    ASSERT_EQ(narrow_ftz[i], narrow[i]) << "x bits " << std::hex << std::bit_cast<std::uint32_t>(xs[i]);
   EXPECT_EQ(widen_ftz, widen);
 }
 #endif
@@ -191,10 +194,10 @@ TEST(HalfTypes, Fp16EdgesOfTheRange) {
   EXPECT_EQ(fp16(65519.996f).bits, 0x7bff);  // just under the tie: stays finite
   EXPECT_EQ(fp16(65520.0f).bits, 0x7c00);    // the tie goes to the even neighbour, +Inf
   EXPECT_EQ(fp16(-1e10f).bits, 0xfc00);
-  EXPECT_EQ(fp16(std::ldexp(1.0f, -24)).bits, 0x0001);       // smallest subnormal
-  EXPECT_EQ(fp16(std::ldexp(1.0f, -25)).bits, 0x0000);       // tie with 0: even
+  EXPECT_EQ(fp16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp16(std::ldexp(1.0f, -25)).bits, 0x0000);  // tie with 0: even
   EXPECT_EQ(fp16(std::ldexp(1.5f, -25)).bits, 0x0001);
-  EXPECT_EQ(fp16(std::ldexp(1023.5f, -24)).bits, 0x0400);    // rounds up into the normals
+  EXPECT_EQ(fp16(std::ldexp(1023.5f, -24)).bits, 0x0400);  // rounds up into the normals
   EXPECT_EQ(fp16(-0.0f).bits, 0x8000);
   EXPECT_EQ(bf16(std::numeric_limits<float>::max()).bits, 0x7f80);  // above bf16's largest: +Inf
   EXPECT_EQ(bf16(std::numeric_limits<float>::denorm_min()).bits, 0x0000);

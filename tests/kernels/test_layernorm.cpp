@@ -12,8 +12,7 @@ struct LayerNormResult {
   Host out, mean, rstd;
 };
 
-LayerNormResult layernorm_reference(const Host& x, const Host& w, const Host& b, int rows,
-                                    int cols) {
+LayerNormResult layernorm_reference(const Host& x, const Host& w, const Host& b, int rows, int cols) {
   LayerNormResult r{Host(rows * cols), Host(rows), Host(rows)};
   for (int n = 0; n < rows; ++n) {
     double mean = 0;
@@ -23,8 +22,7 @@ LayerNormResult layernorm_reference(const Host& x, const Host& w, const Host& b,
     for (int c = 0; c < cols; ++c) var += (x[n * cols + c] - mean) * (x[n * cols + c] - mean);
     var /= cols;
     const double rstd = 1.0 / std::sqrt(var + 1e-5);
-    for (int c = 0; c < cols; ++c)
-      r.out[n * cols + c] = (x[n * cols + c] - mean) * rstd * w[c] + b[c];
+    for (int c = 0; c < cols; ++c) r.out[n * cols + c] = (x[n * cols + c] - mean) * rstd * w[c] + b[c];
     r.mean[n] = mean;
     r.rstd[n] = rstd;
   }
@@ -39,8 +37,7 @@ LayerNormResult run_forward(const Host& x, const Host& w, const Host& b, int row
   auto out = to_device<double>(nan_filled(rows * cols));
   auto mean = to_device<double>(nan_filled(rows));
   auto rstd = to_device<double>(nan_filled(rows));
-  layernorm_forward(space, vec(out), vec(mean), vec(rstd), cvec(d_x), cvec(d_w), cvec(d_b), rows,
-                    cols);
+  layernorm_forward(space, vec(out), vec(mean), vec(rstd), cvec(d_x), cvec(d_w), cvec(d_b), rows, cols);
   return {to_host(out), to_host(mean), to_host(rstd)};
 }
 
@@ -80,8 +77,8 @@ TEST(LayerNorm, BackwardAccumulatesFiniteDifferenceGradients) {
   auto d_w = to_device<double>(w);
   auto d_mean = to_device<double>(fwd.mean);
   auto d_rstd = to_device<double>(fwd.rstd);
-  layernorm_backward(space, vec(dx), vec(dw), vec(db), cvec(d_r), cvec(d_x), cvec(d_w),
-                     cvec(d_mean), cvec(d_rstd), N, C);
+  layernorm_backward(space, vec(dx), vec(dw), vec(db), cvec(d_r), cvec(d_x), cvec(d_w), cvec(d_mean), cvec(d_rstd), N,
+                     C);
   expect_close(minus(to_host(dx), dx0), num_x, 1e-6, "dinp");
   expect_close(minus(to_host(dw), dw0), num_w, 1e-6, "dweight");
   expect_close(minus(to_host(db), db0), num_b, 1e-6, "dbias");
@@ -110,8 +107,8 @@ TEST(LayerNorm, ParameterGradientsCoverSeveralColumnBlocks) {
   auto d_w = to_device<double>(w);
   auto d_mean = to_device<double>(ref.mean);
   auto d_rstd = to_device<double>(ref.rstd);
-  layernorm_backward(space, vec(dx), vec(dw), vec(db), cvec(d_dout), cvec(d_x), cvec(d_w),
-                     cvec(d_mean), cvec(d_rstd), Nw, Cw);
+  layernorm_backward(space, vec(dx), vec(dw), vec(db), cvec(d_dout), cvec(d_x), cvec(d_w), cvec(d_mean), cvec(d_rstd),
+                     Nw, Cw);
   expect_close(to_host(dw), want_dw, 1e-12, "dweight");
   expect_close(to_host(db), want_db, 1e-12, "dbias");
 }

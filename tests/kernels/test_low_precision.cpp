@@ -56,8 +56,8 @@ template <class H>
 long worst_ulps(const Host& actual, const Host& expected, std::size_t* where = nullptr) {
   long worst = 0;
   for (std::size_t i = 0; i < actual.size(); ++i) {
-    const long d = std::isnan(actual[i]) || std::isnan(expected[i]) ? 1L << 20
-                                                                     : ulp_distance<H>(actual[i], float(H(expected[i])));
+    const long d =
+        std::isnan(actual[i]) || std::isnan(expected[i]) ? 1L << 20 : ulp_distance<H>(actual[i], float(H(expected[i])));
     if (d > worst) {
       worst = d;
       if (where) *where = i;
@@ -151,7 +151,7 @@ std::map<std::string, Host> run_layernorm(const std::map<std::string, Host>& in)
   auto dout = to_device<Real>(in.at("dout"));
   auto dinp = to_device<Real>(in.at("dinp0")), dw = to_device<Real>(in.at("dw0")), db = to_device<Real>(in.at("db0"));
   layernorm_backward(space, vec(dinp), vec(dw), vec(db), cvec(dout), cvec(x), cvec(w), cvec(mean), cvec(rstd), N, C);
-  return {{"out", to_host(out)}, {"mean", to_host(mean)}, {"rstd", to_host(rstd)},
+  return {{"out", to_host(out)},   {"mean", to_host(mean)},  {"rstd", to_host(rstd)},
           {"dinp", to_host(dinp)}, {"dweight", to_host(dw)}, {"dbias", to_host(db)}};
 }
 
@@ -159,16 +159,17 @@ TYPED_TEST(LowPrecision, LayerNormComputesInFloatAndRoundsOnce) {
   using H = TypeParam;
   // A row mean far from zero (x around 3) makes the float statistics matter.
   const std::map<std::string, Host> in = {
-      {"x", rounded<H>(random_vector(N * C, 5, 2, 4))},   {"w", rounded<H>(random_vector(C, 6, 0.5, 1.5))},
-      {"b", rounded<H>(random_vector(C, 7))},             {"dout", rounded<H>(random_vector(N * C, 8))},
-      {"dinp0", rounded<H>(random_vector(N * C, 9))},     {"dw0", rounded<H>(random_vector(C, 10))},
+      {"x", rounded<H>(random_vector(N * C, 5, 2, 4))}, {"w", rounded<H>(random_vector(C, 6, 0.5, 1.5))},
+      {"b", rounded<H>(random_vector(C, 7))},           {"dout", rounded<H>(random_vector(N * C, 8))},
+      {"dinp0", rounded<H>(random_vector(N * C, 9))},   {"dw0", rounded<H>(random_vector(C, 10))},
       {"db0", rounded<H>(random_vector(C, 11))}};
   const auto f = run_layernorm<float>(in);
   const auto h = run_layernorm<H>(in);
   // Statistics are float in both runs, computed the same way from the same values.
   expect_close(h.at("mean"), f.at("mean"), 1e-6, "mean");
   expect_close(h.at("rstd"), f.at("rstd"), 1e-6, "rstd");
-  for (const char* name : {"out", "dinp", "dweight", "dbias"}) expect_within_ulps<H>(h.at(name), f.at(name), kOneUlp, name);
+  for (const char* name : {"out", "dinp", "dweight", "dbias"})
+    expect_within_ulps<H>(h.at(name), f.at(name), kOneUlp, name);
 }
 
 template <class Real>
@@ -187,10 +188,11 @@ std::map<std::string, Host> run_encoder(const std::map<std::string, Host>& in, c
 TYPED_TEST(LowPrecision, EncoderForwardAndBackward) {
   using H = TypeParam;
   const std::vector<std::int32_t> tok = {3, 7, 3, 0, 10, 7, 7, 1, 3, 7};  // 7 four times, 3 three times
-  const std::map<std::string, Host> in = {
-      {"wte", rounded<H>(random_vector(V * C, 12))},  {"wpe", rounded<H>(random_vector(T * C, 13))},
-      {"dwte0", rounded<H>(random_vector(V * C, 14))}, {"dwpe0", rounded<H>(random_vector(T * C, 15))},
-      {"dout", rounded<H>(random_vector(N * C, 16))}};
+  const std::map<std::string, Host> in = {{"wte", rounded<H>(random_vector(V * C, 12))},
+                                          {"wpe", rounded<H>(random_vector(T * C, 13))},
+                                          {"dwte0", rounded<H>(random_vector(V * C, 14))},
+                                          {"dwpe0", rounded<H>(random_vector(T * C, 15))},
+                                          {"dout", rounded<H>(random_vector(N * C, 16))}};
   const auto f = run_encoder<float>(in, tok);
   const auto h = run_encoder<H>(in, tok);
   expect_within_ulps<H>(h.at("out"), f.at("out"), kOneUlp, "out");
@@ -215,7 +217,8 @@ TYPED_TEST(LowPrecision, EncoderForwardAndBackward) {
 }
 
 template <class Real>
-std::map<std::string, Host> run_cross_entropy(const std::map<std::string, Host>& in, const std::vector<std::int32_t>& tgt) {
+std::map<std::string, Host> run_cross_entropy(const std::map<std::string, Host>& in,
+                                              const std::vector<std::int32_t>& tgt) {
   ExecSpace space;
   using A = accum_t<Real>;
   auto d_tgt = to_device(tgt);
@@ -229,7 +232,8 @@ std::map<std::string, Host> run_cross_entropy(const std::map<std::string, Host>&
   for (int n = 0; n < N; ++n)
     for (int v = 0; v < V; ++v) padded[n * Vl + v] = in.at("logits")[n * V + v];
   auto vlogits = to_device<Real>(rounded<Real>(padded));
-  auto maxes = to_device<A>(nan_filled(N)), partials = to_device<A>(nan_filled(2 * N)), vlosses = to_device<A>(nan_filled(N));
+  auto maxes = to_device<A>(nan_filled(N)), partials = to_device<A>(nan_filled(2 * N)),
+       vlosses = to_device<A>(nan_filled(N));
   const VocabColumns cols{Vl, V, 0};
   vocab_parallel_row_max(space, vec(maxes), vec(vlogits), N, cols);
   vocab_parallel_row_partials(space, vec(partials), vec(vlogits), cvec(maxes), cvec(d_tgt), N, cols);
@@ -276,8 +280,8 @@ TYPED_TEST(LowPrecision, GemmMatchesSgemmOnTheSameValues) {
         const Host a = rounded<H>(random_vector(std::size_t(rows_a) * lda, 21));
         const Host b = rounded<H>(random_vector(std::size_t(rows_b) * ldb, 22));
         const Host c0 = rounded<H>(random_vector(std::size_t(s.m) * ldc, 23));
-        const std::string what = "gemm " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                                 std::to_string(s.k) + (ta == Trans::yes ? " Aᵀ" : " A") + (tb == Trans::yes ? "Bᵀ" : "B");
+        const std::string what = "gemm " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                                 (ta == Trans::yes ? " Aᵀ" : " A") + (tb == Trans::yes ? "Bᵀ" : "B");
         expect_within_ulps<H>(run_gemm<H>(ta, tb, s, 0.5f, a, lda, b, ldb, 0.75f, c0, ldc),
                               run_gemm<float>(ta, tb, s, 0.5f, a, lda, b, ldb, 0.75f, c0, ldc), kOneUlp,
                               what + " beta 0.75");
@@ -327,7 +331,10 @@ std::map<std::string, Host> run_matmul(const std::map<std::string, Host>& in, in
   matmul_backward<Real>(space, vec(dinp), vec(dw), vec(db), cvec(dout), cvec(x), cvec(w), N, IC, OC);
   auto xw = to_device<Real>(nan_filled(N * OC));
   matmul_forward<Real>(space, vec(xw), cvec(x), cvec(w), CVec<Real>(), N, IC, OC);  // without the bias
-  return {{"out", to_host(out)}, {"xw", to_host(xw)}, {"dinp", to_host(dinp)}, {"dweight", to_host(dw)},
+  return {{"out", to_host(out)},
+          {"xw", to_host(xw)},
+          {"dinp", to_host(dinp)},
+          {"dweight", to_host(dw)},
           {"dbias", to_host(db)}};
 }
 
@@ -335,12 +342,13 @@ TYPED_TEST(LowPrecision, MatmulForwardAndBackward) {
   using H = TypeParam;
   const int IC = 16, OC = 24;
   const std::map<std::string, Host> in = {
-      {"x", rounded<H>(random_vector(N * IC, 31))},   {"w", rounded<H>(random_vector(IC * OC, 32))},
-      {"b", rounded<H>(random_vector(OC, 33))},       {"dout", rounded<H>(random_vector(N * OC, 34))},
+      {"x", rounded<H>(random_vector(N * IC, 31))},    {"w", rounded<H>(random_vector(IC * OC, 32))},
+      {"b", rounded<H>(random_vector(OC, 33))},        {"dout", rounded<H>(random_vector(N * OC, 34))},
       {"dw0", rounded<H>(random_vector(IC * OC, 35))}, {"db0", rounded<H>(random_vector(OC, 36))}};
   const auto f = run_matmul<float>(in, IC, OC);
   const auto h = run_matmul<H>(in, IC, OC);
-  for (const char* name : {"xw", "dinp", "dweight", "dbias"}) expect_within_ulps<H>(h.at(name), f.at(name), kOneUlp, name);
+  for (const char* name : {"xw", "dinp", "dweight", "dbias"})
+    expect_within_ulps<H>(h.at(name), f.at(name), kOneUlp, name);
   // out = round(round(x·W) + b): two roundings, |error| ≤ u·|x·W| + u·|out| (+ the float slack).
   const double u = unit_roundoff<H>();
   for (int i = 0; i < N * OC; ++i) {

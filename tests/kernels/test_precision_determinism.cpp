@@ -50,13 +50,12 @@ std::map<std::string, std::vector<Real>> run_all() {
   residual_forward(space, vec(qkv), cvec(qkv_noise), cvec(qkv_noise), long{N} * 3 * C);
   for (int p = 0; p < 3; ++p)
     for (int n = 0; n < N; ++n)
-      residual_forward(space, slice(qkv, n * 3 * C + p * C, C), slice(qkv, n * 3 * C + p * C, C),
-                       slice(ln, n * C, C), C);
+      residual_forward(space, slice(qkv, n * 3 * C + p * C, C), slice(qkv, n * 3 * C + p * C, C), slice(ln, n * C, C),
+                       C);
   add_bias(space, vec(qkv), cvec(bias), N, 3 * C);
   attention_forward(space, vec(y), vec(att), cvec(qkv), B, T, C, NH);
   gelu_forward(space, vec(h), cvec(y), long{N} * C);
-  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(logits), cvec(d_tgt), N, V,
-                        Real(1) / N);
+  softmax_cross_entropy(space, vec(losses), vec(dlogits), cvec(logits), cvec(d_tgt), N, V, Real(1) / N);
 
   // backward, with dout = h (any fixed tensor will do)
   auto dy = to_device<Real>(filled(N * C, 0));
@@ -73,10 +72,8 @@ std::map<std::string, std::vector<Real>> run_all() {
   attention_backward(space, vec(dqkv), vec(datt), cvec(dy), cvec(qkv), cvec(att), B, T, C, NH);
   bias_backward(space, vec(dbias), cvec(dqkv), N, 3 * C);
   for (int n = 0; n < N; ++n)
-    residual_forward(space, slice(dln, n * C, C), slice(dln, n * C, C), slice(dqkv, n * 3 * C, C),
-                     C);
-  layernorm_backward(space, vec(dx), vec(dlnw), vec(dlnb), cvec(dln), cvec(x), cvec(lnw),
-                     cvec(mean), cvec(rstd), N, C);
+    residual_forward(space, slice(dln, n * C, C), slice(dln, n * C, C), slice(dqkv, n * 3 * C, C), C);
+  layernorm_backward(space, vec(dx), vec(dlnw), vec(dlnb), cvec(dln), cvec(x), cvec(lnw), cvec(mean), cvec(rstd), N, C);
   encoder_backward(space, vec(dwte), vec(dwpe), cvec(dx), cvec(d_tok), B, T, C, V);
   const Real loss = sum_reduce(space, vec(losses), N);
   const double norm2 = squared_norm(space, vec(dwte), long{V} * C);

@@ -56,8 +56,8 @@ TEST(FastNormal, MatchesRandom123OnRandomWords) {
 // (the largest radii) and b = 1 (radius zero: the sign of zero is left to Random123).
 TEST(FastNormal, MatchesRandom123AtTheEnds) {
   std::vector<std::uint64_t> ends;
-  for (std::uint64_t centre : {std::uint64_t(0), std::uint64_t(1) << 62, std::uint64_t(1) << 63,
-                               std::uint64_t(3) << 62}) {
+  for (std::uint64_t centre :
+       {std::uint64_t(0), std::uint64_t(1) << 62, std::uint64_t(1) << 63, std::uint64_t(3) << 62}) {
     for (std::uint64_t d = 0; d < 64; ++d) {
       ends.push_back(centre + d);
       ends.push_back(centre - d - 1);

@@ -68,8 +68,7 @@ TEST_P(Gpt2GradientTest, MatchesFiniteDifferences) {
       const double numeric = (loss_at(i, original + h) - loss_at(i, original - h)) / (2 * h);
       w(i) = original;
       const double analytic = grads(i);
-      EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-5 * std::fabs(numeric))
-          << t.name << "[" << i - t.offset << "]";
+      EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-5 * std::fabs(numeric)) << t.name << "[" << i - t.offset << "]";
     }
   }
   Kokkos::deep_copy(model.weights(), w);
@@ -104,7 +103,8 @@ TEST(Gpt2Accumulation, TwoMicroBatchesEqualOneBatchOfTwo) {
   Kokkos::deep_copy(labels, hl);
 
   pair.zero_grads();
-  const double loss_pair = pair.forward(CVec<int>(tokens.data(), 2 * T), CVec<int>(labels.data(), 2 * T), 1.0 / (2 * T));
+  const double loss_pair =
+      pair.forward(CVec<int>(tokens.data(), 2 * T), CVec<int>(labels.data(), 2 * T), 1.0 / (2 * T));
   pair.backward(CVec<int>(tokens.data(), 2 * T));
 
   single.zero_grads();

@@ -76,8 +76,8 @@ TYPED_TEST(Gpt2TensorParallelLowPrecision, LossAndGradientsMatchOneRank) {
   const Run one = run<H>(m, B, nullptr);
   const Run split = run<H>(m, B, tp.get());
   const double u = unit_roundoff<H>();
-  const std::string who = std::string(precision_name<H>()) + " tp " + std::to_string(tp->size()) + " rank " +
-                          std::to_string(tp->rank());
+  const std::string who =
+      std::string(precision_name<H>()) + " tp " + std::to_string(tp->size()) + " rank " + std::to_string(tp->rank());
 
   ASSERT_TRUE(std::isfinite(split.loss)) << who;
   const double loss_error = std::fabs(split.loss - one.loss) / std::fabs(one.loss);

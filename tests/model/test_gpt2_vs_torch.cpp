@@ -70,7 +70,8 @@ TEST(Gpt2VsTorch, LossLogitsAndEveryGradient) {
   const auto in = ref.read<int>("/inputs", H5T_NATIVE_INT);
   const auto tg = ref.read<int>("/targets", H5T_NATIVE_INT);
   Kokkos::deep_copy(inputs, Kokkos::View<const int*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(in.data(), N));
-  Kokkos::deep_copy(targets, Kokkos::View<const int*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(tg.data(), N));
+  Kokkos::deep_copy(targets,
+                    Kokkos::View<const int*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(tg.data(), N));
   const CVec<int> din(inputs.data(), N), dtg(targets.data(), N);
 
   // Logits first (an inference forward leaves them unchanged).

@@ -162,14 +162,14 @@ TEST(Init, ColumnParallelQkvHoldsWholeHeads) {
   const ParameterLayout rank1(ModelConfig{1, 6, 24, 10, 4}, 3, 1), rank2(ModelConfig{1, 6, 24, 10, 4}, 3, 2);
   const TensorInfo& t = rank1.find("h.0.attn.c_attn.weight");
   ASSERT_EQ(t.local_shape, (std::vector<std::uint64_t>{24, 24}));
-  EXPECT_EQ(t.global_index(0), 8);                       // row 0, first q column
-  EXPECT_EQ(t.global_index(8), 32);                      // row 0, first k column
-  EXPECT_EQ(t.global_index(23), 63);                     // row 0, last v column
-  EXPECT_EQ(t.global_index(24), 72 + 8);                 // row 1
+  EXPECT_EQ(t.global_index(0), 8);        // row 0, first q column
+  EXPECT_EQ(t.global_index(8), 32);       // row 0, first k column
+  EXPECT_EQ(t.global_index(23), 63);      // row 0, last v column
+  EXPECT_EQ(t.global_index(24), 72 + 8);  // row 1
   const TensorInfo& w = rank2.find("wte.weight");
-  EXPECT_EQ(w.local_shape[0], 4u);                       // padded vocab 12 / 3
-  EXPECT_EQ(w.global_index(1 * 24), 9 * 24);             // row 8 + 1
-  EXPECT_EQ(w.global_index(2 * 24), -1);                 // row 10: padding
+  EXPECT_EQ(w.local_shape[0], 4u);            // padded vocab 12 / 3
+  EXPECT_EQ(w.global_index(1 * 24), 9 * 24);  // row 8 + 1
+  EXPECT_EQ(w.global_index(2 * 24), -1);      // row 10: padding
 }
 
 }  // namespace

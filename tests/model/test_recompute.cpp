@@ -28,14 +28,14 @@ std::string describe(const Case& c) {
 }
 
 const Case cases[] = {
-    {{3, 2, 8, 11, 5}, 2, {0, 1}, 1},   // the whole model, one micro-batch
-    {{3, 2, 8, 11, 5}, 2, {0, 1}, 2},   // … two in flight
-    {{2, 3, 12, 7, 4}, 3, {0, 1}, 3},   // head size 4, odd vocabulary
-    {{1, 1, 6, 5, 16}, 1, {0, 1}, 2},   // one block, one head, longer context
-    {{5, 2, 8, 13, 6}, 2, {0, 3}, 2},   // first stage (blocks 0, 1)
-    {{5, 2, 8, 13, 6}, 2, {1, 3}, 3},   // middle stage (blocks 1..3 of 5: 2 blocks)
-    {{5, 2, 8, 13, 6}, 2, {2, 3}, 2},   // last stage
-    {{4, 4, 16, 9, 7}, 1, {1, 4}, 2},   // a middle stage of one block
+    {{3, 2, 8, 11, 5}, 2, {0, 1}, 1},  // the whole model, one micro-batch
+    {{3, 2, 8, 11, 5}, 2, {0, 1}, 2},  // … two in flight
+    {{2, 3, 12, 7, 4}, 3, {0, 1}, 3},  // head size 4, odd vocabulary
+    {{1, 1, 6, 5, 16}, 1, {0, 1}, 2},  // one block, one head, longer context
+    {{5, 2, 8, 13, 6}, 2, {0, 3}, 2},  // first stage (blocks 0, 1)
+    {{5, 2, 8, 13, 6}, 2, {1, 3}, 3},  // middle stage (blocks 1..3 of 5: 2 blocks)
+    {{5, 2, 8, 13, 6}, 2, {2, 3}, 2},  // last stage
+    {{4, 4, 16, 9, 7}, 1, {1, 4}, 2},  // a middle stage of one block
 };
 
 template <class Real>
@@ -84,11 +84,10 @@ ActivationSizes expected_sizes(const ModelConfig& m, int batch, int tp, StagePla
   const std::size_t block = 4 * N * C + 4 * N + 12 * N * Cl + att;
   // ln_f output, mean and rstd, logits, losses, row maxima, partials: the last stage only.
   const std::size_t head = place.last() ? N * C + 2 * N + N * Vl + N + N + 2 * N : 0;
-  const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
+  const std::size_t slot_rest = N * C + N * C + head;         // encoded, proj, head
   const std::size_t backward = 2 * N * C + 8 * N * Cl + att;  // dresidual, dln, datty, dqkv, dfch, datt
   switch (r) {
-    case Recompute::none:
-      return {slots * (L * block + slot_rest), backward};
+    case Recompute::none: return {slots * (L * block + slot_rest), backward};
     case Recompute::selective:  // each block drops att; one att shared
       return {slots * (L * (block - att) + slot_rest), backward + att};
     case Recompute::full:  // each block keeps its output (the next one's input); one block set shared
@@ -105,7 +104,7 @@ TEST(Recompute, ActivationElementsFollowTheFormulas) {
     int slots;
   };
   const Sizing sizings[] = {
-      {{3, 2, 8, 11, 5}, 2, 1, {0, 1}, 1},   {{12, 12, 768, 50257, 1024}, 4, 1, {0, 1}, 1},
+      {{3, 2, 8, 11, 5}, 2, 1, {0, 1}, 1},           {{12, 12, 768, 50257, 1024}, 4, 1, {0, 1}, 1},
       {{12, 12, 768, 50257, 1024}, 4, 4, {1, 4}, 4}, {{5, 2, 8, 13, 6}, 2, 2, {2, 3}, 3},
       {{5, 4, 16, 13, 6}, 3, 4, {0, 2}, 2},
   };
@@ -115,8 +114,8 @@ TEST(Recompute, ActivationElementsFollowTheFormulas) {
       const ActivationSizes got = gpt2_activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r);
       EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
                                      << " mode " << int(r);
-      EXPECT_EQ(got.scratch, want.scratch) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
-                                           << " mode " << int(r);
+      EXPECT_EQ(got.scratch, want.scratch)
+          << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage << " mode " << int(r);
     }
   }
   // GPT-2 small, micro-batch 4, T 1024, one rank: per block the probabilities are 4·12·1024² = 50.3M

@@ -11,8 +11,8 @@
 // chunks (1, 3, 1000 elements), which splits every message the way a >2^31-element buffer is split.
 // The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
 // rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
-#include "parallel/comm.hpp"
 #include "core/mpi_check.hpp"
+#include "parallel/comm.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -27,8 +27,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -380,10 +380,10 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, con
   }
   EXPECT_EQ(got.size(), want.size()) << what;
   if (wrong == 0) return;
-  const std::string message = fmt::format("rank {}: {}: {} of {} elements differ from the blocking call's; first at "
-                                          "{}: bits 0x{:x}, want 0x{:x}",
-                                          world_rank(), what, wrong, got.size(), first, bits_of(got[first]),
-                                          bits_of(want[first]));
+  const std::string message = fmt::format(
+      "rank {}: {}: {} of {} elements differ from the blocking call's; first at "
+      "{}: bits 0x{:x}, want 0x{:x}",
+      world_rank(), what, wrong, got.size(), first, bits_of(got[first]), bits_of(want[first]));
   if (world_rank() != 0) std::fprintf(stderr, "%s\n", message.c_str());
   ADD_FAILURE() << message;
 }
@@ -391,7 +391,8 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, con
 // Values whose sums round (magnitudes 2^-10 … 2^9, both signs, differing between ranks), so a
 // different summation order would show in the bits.
 float rounding_value(long rank, std::size_t j) {
-  return float(std::sin(0.37 * double(j) + 1.3 * double(rank)) * std::ldexp(1.0, int((j + 5 * std::size_t(rank)) % 20) - 10));
+  return float(std::sin(0.37 * double(j) + 1.3 * double(rank)) *
+               std::ldexp(1.0, int((j + 5 * std::size_t(rank)) % 20) - 10));
 }
 
 // ireduce_scatter_sum and iallgather (float, bf16, fp16; out of place and in place) all in flight
@@ -405,7 +406,8 @@ void check_nonblocking_against_blocking(const Case& t, std::size_t count) {
   };
   auto in_place_block = [&](auto zero, long salt) {
     using T = decltype(zero);
-    return fill<T>(count * m, [&](std::size_t j) { return j / count == g ? T(rounding_value(w + 100 * salt, j % count)) : zero; });
+    return fill<T>(count * m,
+                   [&](std::size_t j) { return j / count == g ? T(rounding_value(w + 100 * salt, j % count)) : zero; });
   };
 
   // The blocking calls' results.
@@ -666,9 +668,8 @@ void check_moves_16(const Case& t, std::size_t count) {
   Buffer<T> recv(t.space, std::vector<T>(count * std::size_t(m), T::from_bits(0xdead)));
   t.comm.allgather(send.data(), recv.data(), count);
   auto gathered = [&](long marker) {
-    return [&t, marker, count](std::size_t j) {
-      return pattern<T>(t.group.world_of(int(j / count)), marker, j % count);
-    };
+    return
+        [&t, marker, count](std::size_t j) { return pattern<T>(t.group.world_of(int(j / count)), marker, j % count); };
   };
   expect_all_16(recv.read(), gathered(1), same_bits, t.label + " allgather(" + type + ")");
   Buffer<T> inplace(t.space, fill<T>(count * std::size_t(m), [&](std::size_t j) {

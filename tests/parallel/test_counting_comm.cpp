@@ -21,18 +21,18 @@ TEST(CountingComm, CountsEveryCallByKindWithItsWholeBuffer) {
   std::vector<bf16> h(n * std::size_t(p), bf16(1.0f));
   std::vector<fp16> k(n * std::size_t(p), fp16(1.0f));
 
-  comm->allreduce_sum(f.data(), n);                          // 20 B
-  comm->iallreduce_sum(f.data(), n).wait();                  // 20 B
-  comm->allreduce_max(d.data(), n);                          // 40 B
-  comm->allreduce_sum(h.data(), n);                          // 10 B
-  comm->reduce_scatter_sum(f.data(), g.data(), n);           // send buffer: p · 20 B
-  comm->ireduce_scatter_sum(f.data(), g.data(), n).wait();   // p · 20 B
-  comm->allgather(f.data(), g.data(), n);                    // receive buffer: p · 20 B
-  comm->iallgather(k.data() + me * n, k.data(), n).wait();   // p · 10 B, in place
-  comm->broadcast(f.data(), n, 0);                           // 20 B
+  comm->allreduce_sum(f.data(), n);                         // 20 B
+  comm->iallreduce_sum(f.data(), n).wait();                 // 20 B
+  comm->allreduce_max(d.data(), n);                         // 40 B
+  comm->allreduce_sum(h.data(), n);                         // 10 B
+  comm->reduce_scatter_sum(f.data(), g.data(), n);          // send buffer: p · 20 B
+  comm->ireduce_scatter_sum(f.data(), g.data(), n).wait();  // p · 20 B
+  comm->allgather(f.data(), g.data(), n);                   // receive buffer: p · 20 B
+  comm->iallgather(k.data() + me * n, k.data(), n).wait();  // p · 10 B, in place
+  comm->broadcast(f.data(), n, 0);                          // 20 B
   std::vector<bf16> out(n, bf16(2.0f)), in(n, bf16(0.0f));
-  Request r = comm->irecv(in.data(), n, me, 3);              // 10 B
-  comm->send(out.data(), n, me, 3);                          // 10 B
+  Request r = comm->irecv(in.data(), n, me, 3);  // 10 B
+  comm->send(out.data(), n, me, 3);              // 10 B
   r.wait();
   comm->barrier();
 

@@ -104,7 +104,8 @@ std::string check_communication(const Lists& lists, int m) {
     for (int i = 0; i < m; ++i) {
       const int f = position(l, ActionKind::forward, i), b = position(l, ActionKind::backward, i);
       if (s > 0 && position(l, ActionKind::recv_activation, i) > f) return at + "recvA after F " + std::to_string(i);
-      if (s < p - 1 && position(l, ActionKind::send_activation, i) < f) return at + "sendA before F " + std::to_string(i);
+      if (s < p - 1 && position(l, ActionKind::send_activation, i) < f)
+        return at + "sendA before F " + std::to_string(i);
       if (s < p - 1 && position(l, ActionKind::recv_gradient, i) > b) return at + "recvG after B " + std::to_string(i);
       if (s > 0 && position(l, ActionKind::send_gradient, i) < b) return at + "sendG before B " + std::to_string(i);
     }
@@ -255,14 +256,14 @@ TEST(PipelineSchedule, OneFOneBByHand) {
 
   // p = 3, m = 4. Warm-up 2, 1, 0 forwards.
   EXPECT_EQ(join(one_f_one_b_schedule(3, 0, 4)),
-            "F0 sendA0 F1 sendA1 "                           // warm-up
-            "F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 "       // steady
-            "recvG2 B2 recvG3 B3");                          // cool-down
+            "F0 sendA0 F1 sendA1 "                      // warm-up
+            "F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 "  // steady
+            "recvG2 B2 recvG3 B3");                     // cool-down
   EXPECT_EQ(join(one_f_one_b_schedule(3, 1, 4)),
-            "recvA0 F0 sendA0 "                                                          // warm-up
+            "recvA0 F0 sendA0 "                                                            // warm-up
             "recvA1 F1 sendA1 recvG0 B0 recvA2 sendG0 F2 sendA2 recvG1 B1 recvA3 sendG1 "  // steady
-            "F3 sendA3 recvG2 B2 sendG2 "                                                // last steady pair
-            "recvG3 B3 sendG3");                                                         // cool-down
+            "F3 sendA3 recvG2 B2 sendG2 "                                                  // last steady pair
+            "recvG3 B3 sendG3");                                                           // cool-down
   EXPECT_EQ(join(one_f_one_b_schedule(3, 2, 4)),
             "recvA0 F0 B0 recvA1 sendG0 F1 B1 recvA2 sendG1 F2 B2 recvA3 sendG2 F3 B3 sendG3");
 
@@ -327,7 +328,7 @@ TEST(PipelineSchedule, CheckersCatchBrokenLists) {
   Lists swapped = lists;  // stage 0 sends activations 0 and 1 in the wrong order
   std::swap(swapped[0][1], swapped[0][3]);
   EXPECT_NE(check_communication(swapped, 4), "");
-  Lists early_send = lists;  // stage 1 sends gradient 0 before its backward 0
+  Lists early_send = lists;                       // stage 1 sends gradient 0 before its backward 0
   std::swap(early_send[1][7], early_send[1][9]);  // … recvG0 B0 recvA2 sendG0 → recvG0 sendG0 recvA2 B0
   ASSERT_EQ(to_string(early_send[1][7]), "sendG0");
   EXPECT_NE(check_communication(early_send, 4), "");

@@ -98,11 +98,7 @@ const std::vector<HandTable>& hand_tables() {
        {{0, 1}, {2, 3}, {4, 5}, {6, 7}},
        {{0, 2, 4, 6}, {1, 3, 5, 7}},
        {{0, 2, 4, 6}, {1, 3, 5, 7}}},
-      {make_layout(2, 2, 1),
-       {{0, 1}, {2, 3}},
-       {{0, 2}, {1, 3}},
-       {{0}, {1}, {2}, {3}},
-       {{0, 1}, {2, 3}}},
+      {make_layout(2, 2, 1), {{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0}, {1}, {2}, {3}}, {{0, 1}, {2, 3}}},
       {make_layout(1, 2, 2), {{0, 1}, {2, 3}}, {{0}, {1}, {2}, {3}}, {{0, 2}, {1, 3}}, {{0, 1, 2, 3}}},
       {make_layout(2, 1, 2), {{0}, {1}, {2}, {3}}, {{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0, 2}, {1, 3}}},
       // dp ≠ pp, so a dp/pp mix-up shows.
@@ -327,9 +323,9 @@ TEST(TopologyResolve, KeepsAnExplicitLayoutThatFits) {
 }
 
 TEST(TopologyResolve, ProductNotTheWorldNamesEveryNumber) {
-  expect_mentions(resolve_error(parallel_with(3, 2, 1), model_with(6, 4), 8),
-                  {"parallel.dp 3", "parallel.tp 2", "parallel.pp 1", "= 6", "≠ world size 8", "mpiexec -n 8",
-                   "product is 8"});
+  expect_mentions(
+      resolve_error(parallel_with(3, 2, 1), model_with(6, 4), 8),
+      {"parallel.dp 3", "parallel.tp 2", "parallel.pp 1", "= 6", "≠ world size 8", "mpiexec -n 8", "product is 8"});
   expect_mentions(resolve_error(parallel_with(4, 2, 2), model_with(6, 4), 8),
                   {"parallel.dp 4", "parallel.tp 2", "parallel.pp 2", "= 16", "≠ world size 8"});
   expect_mentions(resolve_error(parallel_with(1, 1, 1), model_with(6, 4), 2), {"= 1", "≠ world size 2"});
@@ -571,8 +567,8 @@ TEST(TopologyMpi, DestructorFreesEveryCommunicator) {
   freed_count = 0;
   {
     const Topology topology(MPI_COMM_WORLD, make_layout(world_size(), 1, 1));
-    for (MPI_Comm comm : {topology.world(), topology.tp_comm(), topology.dp_comm(), topology.pp_comm(),
-                          topology.model_comm()})
+    for (MPI_Comm comm :
+         {topology.world(), topology.tp_comm(), topology.dp_comm(), topology.pp_comm(), topology.model_comm()})
       MPI_Comm_set_attr(comm, keyval, nullptr);
     EXPECT_EQ(freed_count, 0);
   }
@@ -634,10 +630,9 @@ TEST(TopologyMpi, DescribeOnRankZeroListsEveryGroupAndHost) {
         << text;
     // Every rank appears in each kind's line: the lines list the hand-table groups whole.
     const HandTable* table = hand_table(layout);
-    const std::vector<std::pair<std::string, Groups>> kinds = {
-        {"tp groups", table ? table->tp : tp_groups(layout)},
-        {"dp groups", table ? table->dp : dp_groups(layout)},
-        {"pp groups", table ? table->pp : pp_groups(layout)}};
+    const std::vector<std::pair<std::string, Groups>> kinds = {{"tp groups", table ? table->tp : tp_groups(layout)},
+                                                               {"dp groups", table ? table->dp : dp_groups(layout)},
+                                                               {"pp groups", table ? table->pp : pp_groups(layout)}};
     for (const auto& [kind, groups] : kinds) {
       const auto line_at = text.find(kind);
       if (line_at == std::string::npos) {

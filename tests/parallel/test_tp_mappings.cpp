@@ -104,7 +104,6 @@ TYPED_TEST_SUITE(TpMappings, Reals);
 constexpr std::size_t n_rows = 13;  // a replicated or per-rank tensor's length
 constexpr std::size_t n_part = 7;   // a split tensor's part on each rank
 
-
 // The whole of a split tensor holding this rank's `part` and a marker in the other ranks' places.
 template <class T>
 std::vector<T> whole_around(const std::vector<T>& part, int rank, int p) {

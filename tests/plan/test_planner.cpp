@@ -1,9 +1,9 @@
 // The planner's assembly: layouts searched against a brute-force enumeration, memory per rank as
 // the sum of its parts, and the fit against devices and nodes.
 #include "core/errors.hpp"
+#include "plan/memory_plan.hpp"
 #include "plan/planner.hpp"
 #include "plan/runtime_overhead.hpp"
-#include "plan/memory_plan.hpp"
 
 #include <gtest/gtest.h>
 
@@ -84,8 +84,8 @@ TEST(Plan, HostMemoryIsCategoriesPlusRuntimePlusData) {
     const MemoryBytes expected = planned_rank_memory(cfg, plan.layout, r.position);
     EXPECT_EQ(r.memory.bytes, expected.bytes);
     // dp 2 at stage 0: MPI's all-reduce scratch, one bucket at most the rank's gradients.
-    EXPECT_EQ(r.runtime_bytes, runtime_overhead_bytes(8, 8) + std::min<std::int64_t>(std::int64_t(25) << 20,
-                                                                                       expected[MemoryCategory::grads]));
+    EXPECT_EQ(r.runtime_bytes, runtime_overhead_bytes(8, 8) +
+                                   std::min<std::int64_t>(std::int64_t(25) << 20, expected[MemoryCategory::grads]));
     EXPECT_EQ(r.peak_rss, expected.total() + r.runtime_bytes + r.data_bytes);
     node += r.peak_rss;
   }

@@ -56,7 +56,7 @@ TEST(GroupLink, InterNodeWhenAGroupSpansNodes) {
   EXPECT_EQ(group_link(tp_groups(Layout{1, 8, 1}), c, 64).bandwidth_Bps, c.inter.bandwidth_Bps);
   EXPECT_EQ(group_link(dp_groups(Layout{2, 4, 1}), c, 64).bandwidth_Bps, c.inter.bandwidth_Bps);  // [0 4]
   EXPECT_EQ(group_link(dp_groups(Layout{2, 2, 1}), c, 64).bandwidth_Bps, c.intra.bandwidth_Bps);  // [0 2] [1 3]
-  c.ranks_per_node = 0;  // one node
+  c.ranks_per_node = 0;                                                                           // one node
   EXPECT_EQ(group_link(pp_groups(Layout{1, 1, 64}), c, 64).bandwidth_Bps, c.intra.bandwidth_Bps);
 }
 
@@ -93,8 +93,8 @@ TEST(StepTime, DataAndTensorParallelClosedForm) {
 
   // The rank's parameters at tp 2: wte V/2 rows, wpe whole; per block ln_1, ln_2 (2C each), c_attn
   // C·3C/2 + 3C/2, attn c_proj C/2·C + C, c_fc C·4C/2 + 4C/2, mlp c_proj 4C/2·C + C; ln_f 2C.
-  const double block = 2 * C + (C * 3 * C / 2 + 3 * C / 2) + (C / 2 * C + C) + 2 * C + (C * 4 * C / 2 + 4 * C / 2) +
-                       (4 * C / 2 * C + C);
+  const double block =
+      2 * C + (C * 3 * C / 2 + 3 * C / 2) + (C / 2 * C + C) + 2 * C + (C * 4 * C / 2 + 4 * C / 2) + (4 * C / 2 * C + C);
   const double local = V / 2 * C + T * C + L * block + 2 * C;
   // One bucket (25 MiB) and the loss sum (one double), over 2 ranks across nodes.
   EXPECT_NEAR(st.dp_comm_s, 2.0 * 1 / 2 * local * 4 / 1e9 + 2 * 1e-5 + 2.0 * 1 / 2 * 8 / 1e9 + 2 * 1e-5, 1e-15);

@@ -1,6 +1,6 @@
 // AdamW (share/docs/usage.md, Model and optimizer) against a scalar reference written here from
-// torch.optim.AdamW's documented formulas, against closed forms for the first step and a pure decay step, float against the
-// double reference, and once against torch.optim.AdamW in float64.
+// torch.optim.AdamW's documented formulas, against closed forms for the first step and a pure decay step, float against
+// the double reference, and once against torch.optim.AdamW in float64.
 #include "core/exec.hpp"
 #include "optim/adamw.hpp"
 
@@ -50,7 +50,8 @@ template <class Real>
 struct DeviceState {
   Buffer<Real> param, exp_avg, exp_avg_sq;
   explicit DeviceState(const Host& p)
-      : param(to_device<Real>(p)), exp_avg(to_device<Real>(Host(p.size(), 0.0))),
+      : param(to_device<Real>(p)),
+        exp_avg(to_device<Real>(Host(p.size(), 0.0))),
         exp_avg_sq(to_device<Real>(Host(p.size(), 0.0))) {}
 
   void update(const Host& grad, const AdamWStep& step) {
@@ -243,11 +244,13 @@ std::string torch_script() {
   s << "]]\n";
   s << "lrs = " << hex_list(Host(kLr, kLr + kSteps)) << "\n";
   s << "scales = " << hex_list(Host(kScale, kScale + kSteps)) << "\n";
-  s << "opt = torch.optim.AdamW([{'params': [params[0]], 'weight_decay': h('" << [] {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%a", kWeightDecay);
-    return std::string(buf);
-  }() << "')}, {'params': [params[1]], 'weight_decay': 0.0}], lr=lrs[0], betas=(0.9, 0.95), eps=1e-8)\n";
+  s << "opt = torch.optim.AdamW([{'params': [params[0]], 'weight_decay': h('" <<
+      [] {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%a", kWeightDecay);
+        return std::string(buf);
+      }()
+    << "')}, {'params': [params[1]], 'weight_decay': 0.0}], lr=lrs[0], betas=(0.9, 0.95), eps=1e-8)\n";
   s << "for step in range(" << kSteps
     << "):\n"
        "    for group in opt.param_groups:\n"

@@ -21,14 +21,10 @@ struct Choice {
 };
 
 const std::vector<Choice> kChoices = {
-    {"train.precision", {"fp32", "bf16", "fp16"}},
-    {"train.recompute", {"none", "selective", "full"}},
-    {"optim.decay", {"cosine", "constant"}},
-    {"parallel.schedule", {"gpipe", "1f1b"}},
-    {"parallel.backend", {"mpi", "nccl", "auto"}},
-    {"data.order", {"sequential", "shuffle"}},
-    {"checkpoint.io", {"independent", "collective"}},
-    {"checkpoint.resume", {"auto", "never", "ck/step_00000003.h5"}},
+    {"train.precision", {"fp32", "bf16", "fp16"}},    {"train.recompute", {"none", "selective", "full"}},
+    {"optim.decay", {"cosine", "constant"}},          {"parallel.schedule", {"gpipe", "1f1b"}},
+    {"parallel.backend", {"mpi", "nccl", "auto"}},    {"data.order", {"sequential", "shuffle"}},
+    {"checkpoint.io", {"independent", "collective"}}, {"checkpoint.resume", {"auto", "never", "ck/step_00000003.h5"}},
 };
 
 // "key = value" of the INI's [section] for `key` ("train.precision" → the line "precision = ...").

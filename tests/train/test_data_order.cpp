@@ -39,8 +39,8 @@ TEST(DataOrderSequential, WindowCountIsFloorOfTokensMinusOneOverSeqLen) {
       {5, 4, 1},            // N = T + 1: the smallest stream that works
       {2, 1, 1},            // T = 1
       {101, 1, 100},
-      {1000, 7, 142},             // 999 / 7 = 142.7
-      {1025, 8, 128},             // 1024 / 8
+      {1000, 7, 142},                       // 999 / 7 = 142.7
+      {1025, 8, 128},                       // 1024 / 8
       {5'000'000'000ull, 1024, 4'882'812},  // more than 2^32 tokens: 4'882'812 · 1024 = 4'999'999'488
   };
   for (const auto& c : cases) {
@@ -103,9 +103,8 @@ TEST(DataOrderSequential, MatchesWrappingCounter) {
     const std::int64_t steps = std::int64_t(3 * W / u64(c.global_batch) + 4);
     for (std::int64_t s = 0; s < steps; ++s) {
       for (int j = 0; j < c.global_batch; ++j) {
-        ASSERT_EQ(order.window(s, j), expected)
-            << "N = " << c.tokens << " T = " << c.seq_len << " G = " << c.global_batch << " step " << s << " sample "
-            << j;
+        ASSERT_EQ(order.window(s, j), expected) << "N = " << c.tokens << " T = " << c.seq_len
+                                                << " G = " << c.global_batch << " step " << s << " sample " << j;
         expected = expected + 1 == W ? 0 : expected + 1;
       }
     }
@@ -153,13 +152,13 @@ TEST(DataOrderShuffle, EveryEpochIsAPermutationOfAllWindows) {
     int global_batch;
   };
   const Case cases[] = {
-      {5, 4, 2},        // W = 1
-      {9, 4, 3},        // W = 2
-      {41, 4, 3},       // W = 10
-      {100, 7, 5},      // W = 14
-      {21, 4, 7},       // W = 5 < G
-      {1025, 8, 16},    // W = 128
-      {10001, 10, 8},   // W = 1000
+      {5, 4, 2},       // W = 1
+      {9, 4, 3},       // W = 2
+      {41, 4, 3},      // W = 10
+      {100, 7, 5},     // W = 14
+      {21, 4, 7},      // W = 5 < G
+      {1025, 8, 16},   // W = 128
+      {10001, 10, 8},  // W = 1000
   };
   for (const auto& c : cases) {
     DataOrder order(c.tokens, c.seq_len, c.global_batch, SampleOrder::shuffle, 1234);

@@ -7,13 +7,13 @@
 // units and two blocks' rooms) from stage 2, the weights from stage 3.
 #include "train/model_state.hpp"
 
+#include "core/accumulation.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
-#include "train/batch_loader.hpp"
 #include "plan/memory_plan.hpp"
+#include "train/batch_loader.hpp"
 #include "train/pipeline_executor.hpp"
-#include "core/accumulation.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -89,7 +89,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         const Config cfg = small_config(zero);
         const int accum = accumulation_steps(cfg, grid.dp);
         // The stage's schedule sizes its activation slots (no loader: nothing runs here).
-        const PipelineParts slots{pp > 1 ? pipeline_schedule(PipelineSchedule::one_f_one_b, pp, pos.pp_rank, accum) : std::vector<Action>()};
+        const PipelineParts slots{pp > 1 ? pipeline_schedule(PipelineSchedule::one_f_one_b, pp, pos.pp_rank, accum)
+                                         : std::vector<Action>()};
         ModelState state(space, cfg, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
         const MemoryBytes actual =
             state.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
@@ -102,8 +103,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         for (const char* mode : {"selective", "full"}) {
           Config recomputing = cfg;
           recomputing.train.recompute = parse_name<Recompute>(mode);
-          ModelState other(space, recomputing, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place,
-                           slots);
+          ModelState other(space, recomputing, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD},
+                           place, slots);
           const MemoryBytes a = other.memory(), p = planned_rank_memory(recomputing, grid, pos);
           EXPECT_EQ(a[MemoryCategory::activations], p[MemoryCategory::activations]) << mode;
           // A stage of one block keeps one set either way; with more, sharing saves.
@@ -120,7 +121,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
         for (const char* precision : {"bf16", "fp16"}) {
           Config low = cfg;
           low.train.precision = parse_name<Precision>(precision);
-          ModelState other(space, low, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place, slots);
+          ModelState other(space, low, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place,
+                           slots);
           const MemoryBytes a = other.memory(), p = planned_rank_memory(low, grid, pos);
           for (int c = 0; c < memory_categories; ++c) {
             if (MemoryCategory(c) == MemoryCategory::workspace) continue;  // the planner adds the token buffers
@@ -129,8 +131,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           const Expected e = expected_counts(other.layout(), grid.dp);
           const std::int64_t whole = std::int64_t(other.layout().total());
           EXPECT_EQ(a[MemoryCategory::master], 4 * (zero == 0 ? whole : std::int64_t(e.shards))) << precision;
-          EXPECT_EQ(a[MemoryCategory::weights],
-                    2 * (zero < 3 ? whole : std::int64_t(e.shards + e.working()))) << precision;
+          EXPECT_EQ(a[MemoryCategory::weights], 2 * (zero < 3 ? whole : std::int64_t(e.shards + e.working())))
+              << precision;
           EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << precision;
         }
       }
@@ -152,7 +154,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
       }
       if (grid.dp == 4) {
         // Four ways: a quarter of stage 0's optimizer bytes, up to the padding of each unit.
-        const double ratio = double(by_stage[1][MemoryCategory::optimizer]) / double(by_stage[0][MemoryCategory::optimizer]);
+        const double ratio =
+            double(by_stage[1][MemoryCategory::optimizer]) / double(by_stage[0][MemoryCategory::optimizer]);
         EXPECT_NEAR(ratio, 0.25, 0.002);
       }
     }

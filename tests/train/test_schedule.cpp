@@ -70,7 +70,8 @@ TEST(LearningRate, Constant) {
   const auto o = optim(2e-3, 1e-5, 3, "constant");
   expect_rel(learning_rate(o, 50, 0), 2e-3 / 3, kRel, "warm-up i=0");
   expect_rel(learning_rate(o, 50, 1), 4e-3 / 3, kRel, "warm-up i=1");
-  for (std::int64_t i : {2, 3, 4, 25, 49, 50}) expect_rel(learning_rate(o, 50, i), 2e-3, kRel, "i=" + std::to_string(i));
+  for (std::int64_t i : {2, 3, 4, 25, 49, 50})
+    expect_rel(learning_rate(o, 50, i), 2e-3, kRel, "i=" + std::to_string(i));
   const auto no_warmup = optim(5e-4, 0, 0, "constant");
   for (std::int64_t i : {0, 1, 7, 99}) expect_rel(learning_rate(no_warmup, 100, i), 5e-4, kRel, "no warm-up");
 }

@@ -39,7 +39,7 @@ class Carver {
 
 // Sizes of this rank's activations: C, T and B whole; heads, MLP columns and vocabulary rows its share.
 struct LocalDims {
-  std::size_t B, T, C, NH, N, Vl;  // NH: local heads; Vl: local (padded) vocabulary rows
+  std::size_t B, T, C, NH, N, Vl;            // NH: local heads; Vl: local (padded) vocabulary rows
   std::size_t Cl() const { return C / tp; }  // channels of the local heads
   std::size_t tp;
   int layers;  // blocks of this pipeline stage
@@ -48,8 +48,15 @@ struct LocalDims {
 
 inline LocalDims local_dims(const ModelConfig& m, int batch, int tp, int layers, bool head) {
   const std::size_t padded = (std::size_t(m.vocab) + tp - 1) / tp * tp;
-  return {std::size_t(batch), std::size_t(m.seq_len), std::size_t(m.d_model), std::size_t(m.heads / tp),
-          std::size_t(batch) * m.seq_len, padded / tp, std::size_t(tp), layers, head};
+  return {std::size_t(batch),
+          std::size_t(m.seq_len),
+          std::size_t(m.d_model),
+          std::size_t(m.heads / tp),
+          std::size_t(batch) * m.seq_len,
+          padded / tp,
+          std::size_t(tp),
+          layers,
+          head};
 }
 
 // Which fields of a block's activations a carve takes from the buffer; the others are views of
