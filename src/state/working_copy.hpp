@@ -39,7 +39,7 @@ class WorkingCopy final : public ParameterStore<Real> {
   WorkingCopy(const ExecSpace& space, OptimizerState& fp32)
       : space_(space),
         fp32_(fp32),
-        weights_(own_or_master(space, fp32)),
+        weights_(own_or_master(fp32)),
         grads_(own_or_fp32_grads(fp32)),
         gatherer_(space, *weights_, fp32.shard_group()) {
     next_ = tensors().size();
@@ -89,7 +89,7 @@ class WorkingCopy final : public ParameterStore<Real> {
  private:
   const std::vector<TensorInfo>& tensors() const { return layout().tensors(); }
 
-  const PlacedState<Real>* own_or_master(const ExecSpace&, OptimizerState& fp32) {
+  const PlacedState<Real>* own_or_master(OptimizerState& fp32) {
     if constexpr (typed_copy) {
       own_weights_.emplace("meshtrain::low_precision::weights", fp32.map(), fp32.stage().compute_weights());
       return &*own_weights_;
