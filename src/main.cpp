@@ -33,7 +33,8 @@ constexpr const char* usage =
     "  blas     [--openblas-coretype]                           which BLAS runs; the OPENBLAS_CORETYPE this CPU needs\n"
     "\n"
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
-    "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job).\n";
+    "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job), 4 a save\n"
+    "failed (previous checkpoint intact), 5 a collective timed out, 6 the loss turned non-finite.\n";
 
 int finish(int code, int world, bool agreed) {
   // A rank that fails alone cannot wait for the others to agree: take the whole job down.

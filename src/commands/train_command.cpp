@@ -4,6 +4,7 @@
 #include "core/agreement.hpp"
 #include "core/command_line.hpp"
 #include "core/config.hpp"
+#include "core/injected_fault.hpp"
 #include "train/trainer.hpp"
 
 #include <fmt/format.h>
@@ -19,7 +20,12 @@ int train_command(const Args& args, MPI_Comm comm) {
         config_help());
     return 0;
   }
-  return train(agree_on_input(comm, [&] { return parse_config(args); }), comm);
+  return train(agree_on_input(comm,
+                              [&] {
+                                injected_faults();  // a misspelt fault is refused before anything runs
+                                return parse_config(args);
+                              }),
+               comm);
 }
 
 }  // namespace meshtrain

@@ -87,6 +87,9 @@ class KeyTable {
     add("train.loss_scale", cfg.train.loss_scale, "fp16: initial dynamic loss scale (halved on overflow)");
     add("train.loss_scale_window", cfg.train.loss_scale_window, "fp16: clean steps before the loss scale doubles");
     add_choice("train.recompute", cfg.train.recompute, "activation recomputation: {}");
+    add_choice("train.nonfinite", cfg.train.nonfinite, "a non-finite loss or gradient norm (fp32, bf16): {}");
+    add("train.nonfinite_skips", cfg.train.nonfinite_skips,
+        "train.nonfinite = skip: consecutive skipped steps before the run stops (exit 6)");
     add("optim.lr", cfg.optim.lr, "peak learning rate");
     add("optim.min_lr", cfg.optim.min_lr, "final learning rate of the cosine decay");
     add("optim.warmup_steps", cfg.optim.warmup_steps, "linear warm-up steps");
@@ -105,6 +108,8 @@ class KeyTable {
     add_choice("parallel.backend", cfg.parallel.backend, "collectives: {}");
     add("parallel.bucket_mb", cfg.parallel.bucket_mb,
         "data-parallel gradient bucket size in MiB (reduced while backward runs)");
+    add("parallel.timeout", cfg.parallel.timeout,
+        "seconds a collective may wait for its group before the job ends with exit 5 (0: off)");
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
     add_choice("data.order", cfg.data.order, "{}");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
@@ -237,6 +242,8 @@ void validate(const Config& c) {
         c.parallel.zero);
   }
   require_positive_real("parallel.bucket_mb", c.parallel.bucket_mb);
+  require_non_negative("parallel.timeout", c.parallel.timeout);
+  require_positive("train.nonfinite_skips", c.train.nonfinite_skips);
 
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   if (c.checkpoint.every < 0) input_error("checkpoint.every = {} is invalid: it must be >= 0", c.checkpoint.every);

@@ -31,6 +31,7 @@ enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
 enum class SampleOrder { sequential, shuffle };       // data.order
 enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
+enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
 
 template <class E>
 struct EnumName {
@@ -85,6 +86,13 @@ struct EnumNames<CheckpointIo> {
   static constexpr std::string_view key = "checkpoint.io";
   static constexpr std::array<EnumName<CheckpointIo>, 2> all{
       {{CheckpointIo::independent, "independent"}, {CheckpointIo::collective, "collective"}}};
+};
+template <>
+struct EnumNames<NonFinite> {
+  static constexpr std::string_view key = "train.nonfinite";
+  static constexpr std::array<EnumName<NonFinite>, 2> all{
+      {{NonFinite::stop, "stop", "exit 6, nothing saved over latest"},
+       {NonFinite::skip, "skip", "drop the step's update, up to train.nonfinite_skips in a row"}}};
 };
 // The mode words only: any other value of checkpoint.resume names a file (ResumeFrom).
 template <>
@@ -161,6 +169,8 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;
   double loss_scale = 65536;              // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
+  NonFinite nonfinite = NonFinite::stop;  // fp32/bf16 (fp16's loss scaler has its own path)
+  std::int64_t nonfinite_skips = 3;       // consecutive skipped steps before train.nonfinite = skip stops
 };
 
 struct OptimConfig {
@@ -183,6 +193,7 @@ struct ParallelConfig {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   CommBackend backend = CommBackend::automatic;
   double bucket_mb = 25;  // data-parallel gradient bucket size, MiB
+  double timeout = 600;   // seconds a collective may wait before the watchdog ends the job (0: off)
 };
 
 struct DataConfig {

@@ -17,6 +17,12 @@ inline constexpr int failure = 1;
 inline constexpr int bad_input = 2;
 // Left before train.steps (signal, stop_after, time_limit) with a checkpoint saved: requeue me.
 inline constexpr int requeue = 3;
+// A checkpoint could not be written (disk full, quota, I/O error): the previous one is intact.
+inline constexpr int save_failed = 4;
+// A collective or point-to-point wait did not complete within parallel.timeout (the watchdog).
+inline constexpr int collective_timeout = 5;
+// The loss or gradient norm turned non-finite and train.nonfinite said stop (or the skips ran out).
+inline constexpr int nonfinite = 6;
 }  // namespace exit_code
 
 class InputError : public std::runtime_error {
