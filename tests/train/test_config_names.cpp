@@ -21,10 +21,15 @@ struct Choice {
 };
 
 const std::vector<Choice> kChoices = {
-    {"train.precision", {"fp32", "bf16", "fp16"}},    {"train.recompute", {"none", "selective", "full"}},
-    {"optim.decay", {"cosine", "constant"}},          {"parallel.schedule", {"gpipe", "1f1b"}},
-    {"parallel.backend", {"mpi", "nccl", "auto"}},    {"data.order", {"sequential", "shuffle"}},
-    {"checkpoint.io", {"independent", "collective"}}, {"checkpoint.resume", {"auto", "never", "ck/step_00000003.h5"}},
+    {"train.precision", {"fp32", "bf16", "fp16"}},
+    {"train.recompute", {"none", "selective", "full"}},
+    {"optim.decay", {"cosine", "constant"}},
+    {"parallel.schedule", {"gpipe", "1f1b"}},
+    {"parallel.backend", {"mpi", "nccl", "auto"}},
+    {"data.order", {"sequential", "shuffle"}},
+    {"checkpoint.io", {"independent", "collective"}},
+    {"checkpoint.resume", {"auto", "never", "ck/step_00000003.h5"}},
+    {"train.nonfinite", {"stop", "skip"}},
 };
 
 // "key = value" of the INI's [section] for `key` ("train.precision" → the line "precision = ...").
@@ -91,6 +96,8 @@ TEST(ConfigNames, HelpListsTheNames) {
            "sequential | shuffle",
            "auto | never | a checkpoint file",
            "independent | collective: how ranks write tensor data (MPI-IO)",
+           "stop (exit 6, nothing saved over latest) | skip (drop the step's update, up to train.nonfinite_skips in a "
+           "row)",
        }) {
     EXPECT_NE(help.find(text), std::string::npos) << text << "\n" << help;
   }
