@@ -45,10 +45,10 @@ std::string NonfinitePolicy::describe(StepOutcome outcome, std::int64_t step, co
     return fmt::format("step {}: {}: update skipped (train.nonfinite = skip, {} of at most {} in a row)", step, what,
                        in_a_row_, allowed_skips_);
   }
-  const std::string why = action_ == NonFinite::stop
-                              ? std::string("train.nonfinite = stop")
-                              : fmt::format("{} non-finite steps in a row, train.nonfinite_skips = {}", in_a_row_,
-                                            allowed_skips_);
+  const std::string why =
+      action_ == NonFinite::stop
+          ? std::string("train.nonfinite = stop")
+          : fmt::format("{} non-finite steps in a row, train.nonfinite_skips = {}", in_a_row_, allowed_skips_);
   return fmt::format(
       "step {}: {} ({}): training diverged; stopping without saving, `latest` still names the last checkpoint "
       "saved (try a lower optim.lr; exit code {})",

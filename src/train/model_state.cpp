@@ -125,9 +125,8 @@ StepValues ModelState::agreed_values(double loss) {
   const ParameterLayout& layout = optimizer_.layout();
   // One all-reduce for both: Σ g², and the non-finite losses (0 where the loss is finite), whose
   // sum is non-finite wherever any rank's is.
-  double sums[2] = {
-      optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); }),
-      std::isfinite(loss) ? 0.0 : loss};
+  double sums[2] = {optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); }),
+                    std::isfinite(loss) ? 0.0 : loss};
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, groups_.world),
                       "the step's values are collective over the world: every rank must take them each step");
   return {sums[1] == 0 ? loss : sums[1], std::sqrt(sums[0])};
