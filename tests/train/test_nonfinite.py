@@ -8,7 +8,7 @@ ranks named; nan_gradient: a gradient element becomes NaN after backward there).
   skip   one rank: `skip` leaves the weights and moments of a skipped step as they were (the
          checkpoints saved either side of it are equal bit for bit), counts the skips in the metrics,
          advances the step and the data; more skips in a row than train.nonfinite_skips exit 6
-  ranks  2 and 4 ranks, the fault on one rank only: dp 2 under ZeRO, pp 2 (the fault on the stage
+  ranks  2 and 4 ranks, the fault on one rank only: dp 2 under ZeRO 0–3, tp 2, pp 2 (the fault on the stage
          that holds no loss), dp 2 × pp 2: every rank reaches the same verdict (exit 6 once, or the
          same skip), none hangs
 
@@ -155,6 +155,14 @@ class Ranks(NonfiniteCase):
         # reach the norm through the data-parallel sum.
         keys = {"parallel.dp": 2, "parallel.zero": 0, "train.nonfinite": "skip"}
         self.assert_skipped(self.train(keys, fault="nan_gradient@2:1", ranks=2), [2])
+
+    def test_dp2_zero3_bf16_nan_gradient_on_rank_1_skips(self):
+        keys = {"parallel.dp": 2, "parallel.zero": 3, "train.precision": "bf16", "train.nonfinite": "skip"}
+        self.assert_skipped(self.train(keys, fault="nan_gradient@2:1", ranks=2), [2])
+
+    def test_tp2_nan_gradient_on_rank_1_stops(self):
+        p = self.train({"parallel.tp": 2}, fault="nan_gradient@3:1", ranks=2)
+        self.assert_stopped(p, 3, "the gradient norm is nan")
 
     def test_pp2_inf_loss_on_the_first_stage_stops(self):
         # Rank 0 is the first stage: it holds no loss, yet its fault must stop every rank.
