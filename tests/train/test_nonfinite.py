@@ -52,6 +52,7 @@ class NonfiniteCase(CliCase):
         self.assertEqual(p.stderr.count(needle), 1, f"stderr should name {needle!r} once\n{describe(p)}")
         self.assertIn("stopping without saving", p.stderr, describe(p))
         self.assert_no_crash_text(p)
+        self.assertNotIn("MPI_Abort", p.stdout + p.stderr, f"every rank must leave normally\n{describe(p)}")
         self.assertEqual(read_latest(self.path("ck")), os.path.basename(checkpoint(self, step - 1)), describe(p))
         for later in range(step, STEPS + 1):
             self.assertFalse(os.path.exists(checkpoint(self, later)), f"step {later} was saved\n{describe(p)}")
