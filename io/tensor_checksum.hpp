@@ -1,4 +1,5 @@
-// Per-dataset checksums that ranks compute on their own pieces and add up.
+// Per-dataset checksums that ranks compute on their own pieces and add up; share/docs/usage.md,
+// Checkpoints (Checksums) states the algorithm exactly, for readers of the files.
 //
 // A checkpoint's tensor is written by many ranks, each its own piece, and read back under another
 // layout by ranks holding other pieces; no rank sees it whole, and byte order in the file depends on
@@ -7,7 +8,9 @@
 //
 //   checksum = Σ_i fmix64(i · 0x9E3779B97F4A7C15 XOR bits(x_i))   (mod 2^64)
 //
-// fmix64 is MurmurHash3's 64-bit finalizer, a bijection: changing any one element always changes
+// bits(x) is the float32's 32-bit pattern as an integer, zero-extended (every checkpoint tensor is
+// float32, the 16-bit runs' included: they store fp32 master weights). fmix64 is MurmurHash3's 64-bit
+// finalizer (below, with its two multipliers), a bijection: changing any one element always changes
 // the sum, and the value is independent of the layout that computes it. Ranks add their partial
 // sums (over disjoint pieces) with one MPI_SUM of uint64 (wrapping, hence exact).
 #pragma once

@@ -36,9 +36,16 @@ constexpr const char* usage =
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job), 4 a save\n"
     "failed (previous checkpoint intact), 5 a collective timed out, 6 the loss turned non-finite.\n";
 
+// The codes a command returns on every rank together, having agreed on them (the training loop
+// decides a non-finite stop from values every rank shares): no rank is left behind.
+bool returned_together(int code) {
+  using namespace meshtrain::exit_code;
+  return code == finished || code == requeue || code == nonfinite;
+}
+
 int finish(int code, int world, bool agreed) {
   // A rank that fails alone cannot wait for the others to agree: take the whole job down.
-  if (!agreed && code != meshtrain::exit_code::finished && code != meshtrain::exit_code::requeue && world > 1) {
+  if (!agreed && !returned_together(code) && world > 1) {
     std::fflush(stdout);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);

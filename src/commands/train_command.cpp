@@ -4,6 +4,7 @@
 #include "core/agreement.hpp"
 #include "core/command_line.hpp"
 #include "core/config.hpp"
+#include "core/config_agreement.hpp"
 #include "core/injected_fault.hpp"
 #include "train/trainer.hpp"
 
@@ -20,12 +21,13 @@ int train_command(const Args& args, MPI_Comm comm) {
         config_help());
     return 0;
   }
-  return train(agree_on_input(comm,
-                              [&] {
-                                injected_faults();  // a misspelt fault is refused before anything runs
-                                return parse_config(args);
-                              }),
-               comm);
+  const Config config = agree_on_input(comm, [&] {
+    injected_faults();  // a misspelt fault is refused before anything runs
+    return parse_config(args);
+  });
+  // After the parse's agreement: every rank reaches this collective, each with a valid config.
+  agree_on_input(comm, [&] { require_same_config(config, comm); });
+  return train(config, comm);
 }
 
 }  // namespace meshtrain

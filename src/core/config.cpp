@@ -87,7 +87,8 @@ class KeyTable {
     add("train.loss_scale", cfg.train.loss_scale, "fp16: initial dynamic loss scale (halved on overflow)");
     add("train.loss_scale_window", cfg.train.loss_scale_window, "fp16: clean steps before the loss scale doubles");
     add_choice("train.recompute", cfg.train.recompute, "activation recomputation: {}");
-    add_choice("train.nonfinite", cfg.train.nonfinite, "a non-finite loss or gradient norm (fp32, bf16): {}");
+    add_choice("train.nonfinite", cfg.train.nonfinite,
+               "a non-finite loss or gradient norm (under fp16 a non-finite loss): {}");
     add("train.nonfinite_skips", cfg.train.nonfinite_skips,
         "train.nonfinite = skip: consecutive skipped steps before the run stops (exit 6)");
     add("optim.lr", cfg.optim.lr, "peak learning rate");

@@ -169,7 +169,7 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;
   double loss_scale = 65536;              // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
-  NonFinite nonfinite = NonFinite::stop;  // fp32/bf16 (fp16's loss scaler has its own path)
+  NonFinite nonfinite = NonFinite::stop;  // fp16: its loss only (the scaler handles its gradients)
   std::int64_t nonfinite_skips = 3;       // consecutive skipped steps before train.nonfinite = skip stops
 };
 

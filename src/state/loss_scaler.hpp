@@ -13,6 +13,7 @@ class LossScaler {
   // enabled = false: S stays 1 and no step is skipped.
   LossScaler(bool enabled, double initial_scale, std::int64_t window);
 
+  bool enabled() const { return enabled_; }
   double scale() const { return scale_; }
   // Records whether this step's gradients were finite; returns whether the update may be applied.
   bool update(bool finite);

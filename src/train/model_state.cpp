@@ -6,6 +6,7 @@
 #include "state/working_copy.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace meshtrain {
 namespace {
@@ -29,7 +30,8 @@ class ModelOn final : public Computation {
  public:
   ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, Comm* tp, StagePlace place,
           const PipelineParts& pipeline)
-      : copy_(space, fp32),
+      : space_(space),
+        copy_(space, fp32),
         model_(space, cfg.model, cfg.train.micro_batch, tp, place,
                pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), cfg.train.recompute, &copy_),
         workspace_(gpt2_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
@@ -37,7 +39,7 @@ class ModelOn final : public Computation {
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
     if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
       executor_.emplace(pipeline.schedule, model_, *pipeline.loader, *pipeline.pp,
-                        [this](std::size_t offset) { copy_.ready_from(offset, loss_scale_); });
+                        [this](std::size_t offset) { ready_from(offset); });
     }
   }
 
@@ -46,7 +48,7 @@ class ModelOn final : public Computation {
   }
   void backward(CVec<int> inputs, double loss_scale) override {
     loss_scale_ = loss_scale;
-    model_.backward(inputs, [this](std::size_t offset) { copy_.ready_from(offset, loss_scale_); });
+    model_.backward(inputs, [this](std::size_t offset) { ready_from(offset); });
   }
   double run_pipeline(std::int64_t step, double grad_scale, double loss_scale) override {
     if (!executor_) throw std::logic_error("ModelState::run_pipeline without a pipeline schedule");
@@ -54,6 +56,15 @@ class ModelOn final : public Computation {
     return executor_->run(step, accum_t<Real>(grad_scale * loss_scale));
   }
   void publish() override { copy_.publish(); }
+  void poison_next_gradient() override {
+    const ParameterLayout& layout = copy_.layout();
+    for (const TensorInfo& t : layout.tensors()) {
+      if (layout.holds_counted_copy(t)) {
+        poisoned_ = &t;
+        return;
+      }
+    }
+  }
   MemoryBytes memory() const override {
     MemoryBytes m = copy_.memory();
     m[MemoryCategory::activations] += std::int64_t(model_.activation_bytes());
@@ -62,11 +73,23 @@ class ModelOn final : public Computation {
   }
 
  private:
+  // Backward's report that the gradients at offset >= `offset` are final: the poisoned element, if
+  // any, turns NaN before the working copy moves them on.
+  void ready_from(std::size_t offset) {
+    if (poisoned_ != nullptr && offset <= poisoned_->offset) {
+      Kokkos::deep_copy(space_, Vec<Real>(copy_.grad(*poisoned_), 1), Real(std::numeric_limits<float>::quiet_NaN()));
+      poisoned_ = nullptr;
+    }
+    copy_.ready_from(offset, loss_scale_);
+  }
+
+  ExecSpace space_;
   WorkingCopy<Real> copy_;
   Gpt2<Real> model_;
   std::size_t workspace_;
   std::optional<PipelineExecutor<Real>> executor_;
   double loss_scale_ = 1.0;
+  const TensorInfo* poisoned_ = nullptr;  // test-only: the tensor whose first gradient turns NaN
 };
 
 std::unique_ptr<Computation> model_in_precision(const ExecSpace& space, const Config& cfg, OptimizerState& fp32,
@@ -88,7 +111,8 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
                  cfg.train.precision == Precision::fp32, std::size_t(cfg.parallel.bucket_mb * (1 << 20))),
       compute_(model_in_precision(space, cfg, optimizer_, groups.tp, place, pipeline)),
       fp16_(cfg.train.precision == Precision::fp16),
-      scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window) {}
+      scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window),
+      nonfinite_(cfg.train.nonfinite, cfg.train.nonfinite_skips) {}
 
 ModelState::~ModelState() = default;
 
@@ -97,12 +121,15 @@ void ModelState::initialize(std::uint64_t seed) {
   compute_->publish();
 }
 
-double ModelState::grad_norm() {
+StepValues ModelState::agreed_values(double loss) {
   const ParameterLayout& layout = optimizer_.layout();
-  double sum = optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
-  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world),
-                      "the gradient norm is collective over the world: every rank must take it each step");
-  return std::sqrt(sum);
+  // One all-reduce for both: Σ g², and the non-finite losses (0 where the loss is finite), whose
+  // sum is non-finite wherever any rank's is.
+  double sums[2] = {optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); }),
+                    std::isfinite(loss) ? 0.0 : loss};
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, groups_.world),
+                      "the step's values are collective over the world: every rank must take them each step");
+  return {sums[1] == 0 ? loss : sums[1], std::sqrt(sums[0])};
 }
 
 void ModelState::save_scaler(TrainingProgress& progress) const {
@@ -114,13 +141,15 @@ void ModelState::restore_scaler(const TrainingProgress& progress) {
   if (progress.loss_scale > 0) scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps);
 }
 
-bool ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i, double grad_norm) {
-  // Every rank sees the same global norm, so all skip or all update.
-  if (!scaler_.update(std::isfinite(grad_norm))) return false;
+StepOutcome ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i,
+                               const StepValues& values) {
+  // Every rank judges the same agreed values, so all skip or all update.
+  const StepOutcome outcome = nonfinite_.judge(values, scaler_);
+  if (outcome != StepOutcome::applied) return outcome;
   optimizer_.update([&](const TensorInfo& t) { return adamw_step(optim, t, lr, clip, i); });
   compute_->publish();
   space_.fence();
-  return true;
+  return outcome;
 }
 
 }  // namespace meshtrain

@@ -14,6 +14,7 @@
 #include "optim/adamw.hpp"
 #include "parallel/comm.hpp"
 #include "state/loss_scaler.hpp"
+#include "state/nonfinite_policy.hpp"
 #include "state/optimizer_state.hpp"
 #include "train/checkpointing.hpp"
 #include "train/pipeline_executor.hpp"
@@ -49,6 +50,9 @@ class Computation {
   virtual double run_pipeline(std::int64_t step, double grad_scale, double loss_scale) = 0;
   // The master weights changed: the model's weights agree with them on return.
   virtual void publish() = 0;
+  // Test-only (injected fault nan_gradient): the next backward pass turns the first element of this
+  // rank's first counted gradient tensor into NaN before the data-parallel reduction hears of it.
+  virtual void poison_next_gradient() = 0;
   // Bytes: the typed copy, activations, GEMM workspace.
   virtual MemoryBytes memory() const = 0;
 };
@@ -85,12 +89,19 @@ class ModelState {
   void arm() { optimizer_.reduction().arm(); }
   void finish_gradients() { optimizer_.reduction().finish(groups_.tied); }
 
-  // Global L2 norm of the gradient, every parameter counted once. Collective over the world.
-  double grad_norm();
-  // AdamW step `i` (0-based) at rate `lr`, gradients scaled by `clip`, unless the gradients
-  // overflowed (grad_norm not finite) under fp16 loss scaling: then the step is skipped, the scale
-  // backs off, and update() returns false.
-  bool update(const OptimConfig& optim, double lr, double clip, std::int64_t i, double grad_norm);
+  // The step's values every rank decides on, collective over the world: the global L2 norm of the
+  // gradient (every parameter counted once) and `loss`, this rank's mean loss of the step, or a
+  // non-finite value on every rank when it is non-finite on any.
+  StepValues agreed_values(double loss);
+  // AdamW step `i` (0-based) at rate `lr`, gradients scaled by `clip`, unless the policy
+  // (state/nonfinite_policy.hpp) says otherwise: then the weights and moments stay as they are.
+  StepOutcome update(const OptimConfig& optim, double lr, double clip, std::int64_t i, const StepValues& values);
+  // The line a skipped or stopped step prints (`step` 1-based).
+  std::string describe(StepOutcome outcome, std::int64_t step, const StepValues& values) const {
+    return nonfinite_.describe(outcome, step, values);
+  }
+  // Test-only: MESHTRAIN_INJECT_FAULT=nan_gradient (core/injected_fault.hpp), for the coming backward.
+  void poison_next_gradient() { compute_->poison_next_gradient(); }
   double loss_scale() const { return scaler_.scale(); }
   // The loss scaler's state for a checkpoint (progress.loss_scale 0 under fp32/bf16), and back.
   void save_scaler(TrainingProgress& progress) const;
@@ -103,6 +114,7 @@ class ModelState {
   std::unique_ptr<Computation> compute_;
   bool fp16_;
   LossScaler scaler_;
+  NonfinitePolicy nonfinite_;
 };
 
 }  // namespace meshtrain

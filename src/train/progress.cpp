@@ -65,6 +65,7 @@ nlohmann::json metrics_record(const StepReport& r) {
   if (r.memory != nullptr) j["memory"] = memory_json(*r.memory, r.peak_rss);
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   if (r.skipped) j["skipped"] = true;
+  if (r.nonfinite) j["nonfinite"] = true;  // JSON has no NaN or Inf: the loss or grad_norm reads null
   return j;
 }
 

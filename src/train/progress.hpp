@@ -27,7 +27,8 @@ struct StepReport {
   const MemoryBytes* memory = nullptr;  // the rank's allocations by category, if reported
   std::int64_t peak_rss = 0;            // the process's peak resident memory so far
   double loss_scale = 0;                // fp16: the dynamic loss scale after this step (else 0)
-  bool skipped = false;                 // fp16: the update was skipped (gradients overflowed)
+  bool skipped = false;                 // the update was skipped (fp16 overflow, or train.nonfinite = skip)
+  bool nonfinite = false;               // the loss or the gradient norm was not finite
 };
 
 // `start-up 3.12 s (process start to the first step): state allocated in 2.01 s, weights initialised in

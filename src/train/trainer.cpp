@@ -75,6 +75,9 @@ class TrainingRun {
                          std::int64_t steps_this_job) const;
   void print_timing(std::int64_t step, bool finished);
   int leave_early(const TrainingProgress& progress, const std::string& reason) const;
+  // A skipped step's line; stopping on a non-finite step (share/docs/usage.md, Non-finite values).
+  void report_skip(const StepResult& result, std::int64_t step) const;
+  int stop_nonfinite(const StepResult& result, std::int64_t step) const;
   int finish(Clock::time_point job_start) const;
 
   const Config& cfg_;
@@ -154,10 +157,7 @@ int TrainingRun::run() {
     groups_.traffic.begin_step();
     const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_, space_);
     groups_.traffic.end_step(comm_, topology_.position(), progress.step + 1 == cfg_.train.steps);
-    if (!result.applied && leader_) {
-      fmt::print("step {}: fp16 gradients overflowed: update skipped, loss scale backs off to {:g}\n",
-                 progress.step + 1, state_.loss_scale());
-    }
+    report_skip(result, progress.step + 1);
     ++progress.step;
     ++steps_this_job;
     progress.tokens += std::int64_t(cfg_.train.global_batch) * cfg_.model.seq_len;
@@ -169,11 +169,7 @@ int TrainingRun::run() {
     timing_.add_step(step_s, groups_.comm_seconds - comm_before, groups_.idle_seconds - idle_before);
     const double elapsed = seconds_since(job_start);
     log_step(metrics, step_report(result, progress, step_s, elapsed, steps_this_job));
-    if (!std::isfinite(result.loss)) {
-      // Saving a diverged state would overwrite a good `latest`; stop with what was last saved.
-      throw std::runtime_error(fmt::format("loss became {} at step {}: training diverged (try a lower optim.lr)",
-                                           result.loss, progress.step));
-    }
+    if (result.outcome == StepOutcome::stopped) return stop_nonfinite(result, progress.step);
     const bool finished = progress.step == cfg_.train.steps;
     print_timing(progress.step, finished);
 
@@ -242,7 +238,8 @@ StepReport TrainingRun::step_report(const StepResult& result, const TrainingProg
   report.eta_s = elapsed_s / steps_this_job * double(cfg_.train.steps - progress.step);
   report.memory = &memory_;
   report.loss_scale = cfg_.train.precision == Precision::fp16 ? state_.loss_scale() : 0.0;
-  report.skipped = !result.applied;
+  report.skipped = result.outcome == StepOutcome::overflow_skipped || result.outcome == StepOutcome::nonfinite_skipped;
+  report.nonfinite = result.outcome == StepOutcome::nonfinite_skipped || result.outcome == StepOutcome::stopped;
   report.peak_rss = peak_rss_bytes();
   return report;
 }
@@ -272,6 +269,26 @@ int TrainingRun::leave_early(const TrainingProgress& progress, const std::string
                cfg_.train.steps, reason, exit_code::requeue);
   }
   return exit_code::requeue;
+}
+
+void TrainingRun::report_skip(const StepResult& result, std::int64_t step) const {
+  if (!leader_) return;
+  if (result.outcome == StepOutcome::overflow_skipped) {
+    fmt::print("step {}: fp16 gradients overflowed: update skipped, loss scale backs off to {:g}\n", step,
+               state_.loss_scale());
+  } else if (result.outcome == StepOutcome::nonfinite_skipped) {
+    fmt::print("{}\n", state_.describe(result.outcome, step, result.values()));
+  }
+}
+
+// Saving a diverged state would overwrite a good `latest`: every rank has the same verdict and
+// leaves here with what was last saved.
+int TrainingRun::stop_nonfinite(const StepResult& result, std::int64_t step) const {
+  if (leader_) {
+    std::fflush(stdout);
+    fmt::print(stderr, "meshtrain train: {}\n", state_.describe(result.outcome, step, result.values()));
+  }
+  return exit_code::nonfinite;
 }
 
 int TrainingRun::finish(Clock::time_point job_start) const {

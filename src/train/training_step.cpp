@@ -1,7 +1,10 @@
 // One optimizer step, as the training loop runs it.
 #include "train/training_step.hpp"
 
+#include "core/injected_fault.hpp"
 #include "optim/schedule.hpp"
+
+#include <limits>
 
 namespace meshtrain {
 
@@ -12,7 +15,10 @@ float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
 StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
                          BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space) {
   StepResult r;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   state.zero_grads();
+  if (fault_fires("nan_gradient", i + 1, world_rank)) state.poison_next_gradient();
   if (!shape.pipelined) {
     for (int micro = 0; micro < shape.accum; ++micro) {
       loader.load(i, micro);
@@ -27,11 +33,14 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   state.finish_gradients();
   groups.dp->allreduce_sum(&r.loss, 1);
   r.loss /= double(shape.accum) * shape.dp;
+  if (fault_fires("inf_loss", i + 1, world_rank)) r.loss = std::numeric_limits<double>::infinity();
 
-  r.grad_norm = state.grad_norm();
+  const StepValues agreed = state.agreed_values(r.loss);
+  r.loss = agreed.loss;
+  r.grad_norm = agreed.grad_norm;
   r.lr = learning_rate(cfg.optim, cfg.train.steps, i);
   const double clip = clip_scale(r.grad_norm, cfg.optim.grad_clip);
-  r.applied = state.update(cfg.optim, r.lr, clip, i, r.grad_norm);
+  r.outcome = state.update(cfg.optim, r.lr, clip, i, agreed);
   space.fence();
   return r;
 }

@@ -20,10 +20,12 @@ struct StepShape {
 };
 
 struct StepResult {
-  double loss = 0;  // mean over the global batch, the same on every rank
+  double loss = 0;  // mean over the global batch, the same on every rank (agreed when non-finite)
   double lr = 0;
   double grad_norm = 0;  // before clipping
-  bool applied = true;   // false: fp16 gradients overflowed and the update was skipped
+  StepOutcome outcome = StepOutcome::applied;
+  bool applied() const { return outcome == StepOutcome::applied; }
+  StepValues values() const { return {loss, grad_norm}; }
 };
 
 // Step `i` (0-based). Collective over every group; returns once the execution space is idle.
