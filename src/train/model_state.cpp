@@ -2,6 +2,7 @@
 #include "train/model_state.hpp"
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "model/gemm_workspace.hpp"
 #include "state/working_copy.hpp"
 
@@ -100,6 +101,7 @@ void ModelState::initialize(std::uint64_t seed) {
 double ModelState::grad_norm() {
   const ParameterLayout& layout = optimizer_.layout();
   double sum = optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
+  const WatchedWait watched(collective_ticket(groups_.world, "allreduce", 1));
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, groups_.world),
                       "the gradient norm is collective over the world: every rank must take it each step");
   return std::sqrt(sum);

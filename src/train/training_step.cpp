@@ -1,9 +1,33 @@
 // One optimizer step, as the training loop runs it.
 #include "train/training_step.hpp"
 
+#include "core/injected_fault.hpp"
 #include "optim/schedule.hpp"
 
+#include <mpi.h>
+
+#include <chrono>
+#include <thread>
+
 namespace meshtrain {
+namespace {
+
+// Whether test fault `name` (core/injected_fault.hpp) fires in step `i` (0-based) on this rank.
+bool fault_fires_in(const char* name, std::int64_t i) {
+  if (injected_faults().empty()) return false;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  return fault_fires(name, i + 1, world_rank);
+}
+
+// A rank that is alive but slow, or stuck outside communication, for the watchdog to report.
+void stall_if_injected(const Config& cfg, std::int64_t i) {
+  if (!fault_fires_in("stall", i)) return;
+  const double seconds = cfg.parallel.timeout > 0 ? 3 * cfg.parallel.timeout : 4.0;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
 
 float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
   return 1.0f / float(std::int64_t(micro_batch) * seq_len * accum * dp);
@@ -12,6 +36,7 @@ float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
 StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
                          BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space) {
   StepResult r;
+  stall_if_injected(cfg, i);
   state.zero_grads();
   if (!shape.pipelined) {
     for (int micro = 0; micro < shape.accum; ++micro) {
@@ -25,7 +50,8 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
     groups.pp->allreduce_sum(&r.loss, 1);
   }
   state.finish_gradients();
-  groups.dp->allreduce_sum(&r.loss, 1);
+  // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
+  if (!fault_fires_in("skip_collective", i)) groups.dp->allreduce_sum(&r.loss, 1);
   r.loss /= double(shape.accum) * shape.dp;
 
   r.grad_norm = state.grad_norm();
