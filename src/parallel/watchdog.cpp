@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <list>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace meshtrain {
@@ -20,6 +21,18 @@ constexpr int question_tag = 1;
 constexpr int answer_tag = 2;
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+// srun reports an MPI_Abort as its tasks' SIGKILL (exit 137), not as the code given: the report is
+// also appended to the file MESHTRAIN_WATCHDOG_REPORT names, if set, so that a batch script can
+// tell a timeout from other failures (slurm/train.sbatch). Best effort: the job is ending.
+void leave_mark(const std::string& line) {
+  const char* path = std::getenv("MESHTRAIN_WATCHDOG_REPORT");
+  if (path == nullptr || *path == '\0') return;
+  if (std::FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f, "%s\n", line.c_str());
+    std::fclose(f);
+  }
+}
 
 }  // namespace
 
@@ -133,6 +146,7 @@ class Watchdog::Monitor {
     const std::string line = watchdog_report(rank_, wait, timeout_s_, wait_clock_ns(), asked, grace_s);
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
+    leave_mark(line);
     serve_for(grace_s);
     mark_watchdog_fired();  // waits that can give up (NCCL) abort their communicators now
     sleep_s(4 * poll_s);

@@ -1,8 +1,9 @@
 // The collective watchdog (share/docs/usage.md, The collective watchdog): a thread per rank that
 // watches the rank's waits (core/watched_wait.hpp) and, when one has lasted parallel.timeout
 // seconds, asks the other ranks of its group what they are doing, prints one line naming the wait
-// and the ranks that have not arrived, and ends the job with exit code 5 (MPI_Abort), instead of
-// leaving it hanging until the scheduler's time limit.
+// and the ranks that have not arrived, and ends the job with exit code 5 (MPI_Abort: mpiexec
+// returns 5; srun returns 137, so the line also goes to the file MESHTRAIN_WATCHDOG_REPORT names),
+// instead of leaving it hanging until the scheduler's time limit.
 //
 // The questions travel over the watchdog's own duplicate of the world, as non-blocking messages
 // with a grace period: a stopped rank, or one whose node is gone, cannot hold up the asker; it is
