@@ -62,8 +62,8 @@ WaitQuestion question_about(const WaitRecord& wait, int asker_world_rank) {
   return q;
 }
 
-WaitAnswer answer_question(const WaitQuestion& question, const WaitGroup* group,
-                           const std::vector<WaitRecord>& records, std::int64_t now_ns) {
+WaitAnswer answer_question(const WaitQuestion& question, const WaitGroup* group, const std::vector<WaitRecord>& records,
+                           std::int64_t now_ns) {
   WaitAnswer a;
   if (group == nullptr) {
     copy_text(a.doing, fmt::format("has no group {} ({})", text_of(question.group), doing(records, now_ns)));

@@ -33,8 +33,8 @@ struct WaitAnswer {
 WaitQuestion question_about(const WaitRecord& wait, int asker_world_rank);
 
 // This rank's answer from its records; `group` is its group named in the question (null: none).
-WaitAnswer answer_question(const WaitQuestion& question, const WaitGroup* group,
-                           const std::vector<WaitRecord>& records, std::int64_t now_ns);
+WaitAnswer answer_question(const WaitQuestion& question, const WaitGroup* group, const std::vector<WaitRecord>& records,
+                           std::int64_t now_ns);
 
 // "allreduce #12 of group dp (1 elements)", "recv #3 of group pp (4096 elements) from rank 1".
 std::string describe_wait(const WaitTicket& ticket);

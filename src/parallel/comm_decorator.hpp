@@ -52,7 +52,8 @@ class CommDecorator : public Comm {
     blocking({Collective::allreduce, bytes<float>(count), count}, [&] { inner_->allreduce_sum(data, count); });
   }
   Request iallreduce_sum(float* data, std::size_t count) final {
-    return nonblocking({Collective::allreduce, bytes<float>(count), count}, [&] { return inner_->iallreduce_sum(data, count); });
+    return nonblocking({Collective::allreduce, bytes<float>(count), count},
+                       [&] { return inner_->iallreduce_sum(data, count); });
   }
   void allreduce_max(float* data, std::size_t count) final {
     blocking({Collective::allreduce, bytes<float>(count), count}, [&] { inner_->allreduce_max(data, count); });
@@ -140,7 +141,8 @@ class CommDecorator : public Comm {
 
   template <class T>
   void gather(const T* send, T* recv, std::size_t send_count) {
-    blocking({Collective::allgather, group_bytes<T>(send_count), send_count}, [&] { inner_->allgather(send, recv, send_count); });
+    blocking({Collective::allgather, group_bytes<T>(send_count), send_count},
+             [&] { inner_->allgather(send, recv, send_count); });
   }
   template <class T>
   Request igather(const T* send, T* recv, std::size_t send_count) {
@@ -157,11 +159,13 @@ class CommDecorator : public Comm {
   }
   template <class T>
   Request isend_to(const T* data, std::size_t count, int peer, int tag) {
-    return nonblocking({Collective::send, bytes<T>(count), count, peer}, [&] { return inner_->isend(data, count, peer, tag); });
+    return nonblocking({Collective::send, bytes<T>(count), count, peer},
+                       [&] { return inner_->isend(data, count, peer, tag); });
   }
   template <class T>
   Request irecv_from(T* data, std::size_t count, int peer, int tag) {
-    return nonblocking({Collective::recv, bytes<T>(count), count, peer}, [&] { return inner_->irecv(data, count, peer, tag); });
+    return nonblocking({Collective::recv, bytes<T>(count), count, peer},
+                       [&] { return inner_->irecv(data, count, peer, tag); });
   }
 
   std::unique_ptr<Comm> inner_;

@@ -183,7 +183,8 @@ void wait_for(cudaEvent_t event, NcclHandle& handle, const std::string& what) {
     }
     if (watchdog_fired()) {
       handle.abort();
-      throw CollectiveTimeout(what + ": the watchdog gave up on it (parallel.timeout) and aborted its NCCL communicator");
+      throw CollectiveTimeout(what +
+                              ": the watchdog gave up on it (parallel.timeout) and aborted its NCCL communicator");
     }
     std::this_thread::yield();
   }

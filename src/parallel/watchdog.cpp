@@ -7,8 +7,8 @@
 #include "core/watched_wait.hpp"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <list>
 #include <memory>
 #include <string>
@@ -73,8 +73,8 @@ class Watchdog::Monitor {
       WaitQuestion q;
       MPI_Recv(&q, sizeof q, MPI_BYTE, status.MPI_SOURCE, question_tag, comm_, MPI_STATUS_IGNORE);
       q.group[sizeof q.group - 1] = '\0';
-      auto answer = std::make_unique<WaitAnswer>(
-          answer_question(q, find_wait_group(q.group), wait_records(), wait_clock_ns()));
+      auto answer =
+          std::make_unique<WaitAnswer>(answer_question(q, find_wait_group(q.group), wait_records(), wait_clock_ns()));
       outgoing_.push_back({std::move(answer), MPI_REQUEST_NULL});
       MPI_Isend(outgoing_.back().answer.get(), sizeof(WaitAnswer), MPI_BYTE, status.MPI_SOURCE, answer_tag, comm_,
                 &outgoing_.back().request);
