@@ -2,12 +2,14 @@
 //
 // MPI and Kokkos live for the whole process (but for `blas`, which asks the libraries only and
 // may run inside a launcher's task before the rank does). Bad input (InputError) exits 2 with the message;
-// any other failure exits 1. With several ranks, an error on one rank aborts them all, so that
-// no rank is left waiting in a collective.
+// a wait the collective watchdog gave up on exits 5 (the watchdog itself calls MPI_Abort with 5 where
+// the wait cannot give up, parallel/watchdog.hpp); any other failure exits 1. With several ranks, an
+// error on one rank aborts them all, so that no rank is left waiting in a collective.
 #include "commands/commands.hpp"
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/watched_wait.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
@@ -102,6 +104,10 @@ int main(int argc, char** argv) {
     } catch (const InputError& e) {
       fmt::print(stderr, "meshtrain {}: error: {}\n", argv[1], e.what());
       code = exit_code::bad_input;
+    } catch (const CollectiveTimeout& e) {
+      // The watchdog has reported the wait; this thread gave it up (NCCL's polling) and says so.
+      fmt::print(stderr, "meshtrain {}: rank {}: {}\n", argv[1], rank, e.what());
+      code = exit_code::collective_timeout;
     } catch (const std::exception& e) {
       fmt::print(stderr, "meshtrain {}: failure on rank {}: {}\n", argv[1], rank, e.what());
       code = exit_code::failure;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "core/errors.hpp"
+#include "core/watched_wait.hpp"
 
 #include <mpi.h>
 
@@ -32,18 +33,26 @@ class AgreedInputError : public InputError {
 namespace detail {
 
 // Throws on every rank when any rank failed, each with the lowest failing rank's message (so that
-// an agreement nested in another keeps it); that rank is the one that reports it.
+// an agreement nested in another keeps it); that rank is the one that reports it. Its waits are
+// watched as collectives of group "world" (the communicator agreed over).
 inline void settle(MPI_Comm comm, const std::optional<InputError>& mine) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   int first_failing = mine ? rank : world;
-  MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, comm);
+  {
+    const WatchedWait watched(collective_ticket(comm, "allreduce", 1));
+    MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, comm);
+  }
   if (first_failing == world) return;
   std::string message = first_failing == rank ? std::string(mine->what()) : std::string();
   unsigned long long length = message.size();
-  MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, first_failing, comm);
+  {
+    const WatchedWait watched(collective_ticket(comm, "broadcast", 1));
+    MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, first_failing, comm);
+  }
   message.resize(length);
+  const WatchedWait watched(collective_ticket(comm, "broadcast", length));
   MPI_Bcast(message.data(), int(length), MPI_CHAR, first_failing, comm);
   throw AgreedInputError(message, first_failing == rank);
 }

@@ -26,8 +26,8 @@ struct InjectedFault {
 inline constexpr std::string_view injected_fault_names[] = {
     "nan_gradient",     // the first gradient element becomes NaN after backward (train.nonfinite)
     "inf_loss",         // the step's loss becomes +Inf (train.nonfinite)
-    "skip_collective",  // the rank skips the step's first data-parallel collective (the watchdog)
-    "stall",            // the rank sleeps far beyond parallel.timeout inside a step (the watchdog)
+    "skip_collective",  // the rank skips the step's loss all-reduce over dp, and waits elsewhere (the watchdog)
+    "stall",            // the rank sleeps 3 × parallel.timeout (4 s when off) at the step's start (the watchdog)
 };
 
 // Parses the variable's text; InputError naming the entry and the valid forms on bad text.

@@ -1,9 +1,10 @@
-// The base of Comm decorators (timing, traffic counting): every call of the Comm interface is
-// forwarded to the inner Comm through one of two hooks, which see the call's kind and the bytes of
-// its whole buffer (as parallel/counting_comm.hpp defines them):
-//   around(kind, bytes, call)        a blocking call: the hook runs call() once;
-//   started(kind, bytes, call)       a non-blocking one: the hook runs call() once and returns its
-//                                    Request, or one that wraps it.
+// The base of Comm decorators (timing, traffic counting, the watchdog's waits): every call of the
+// Comm interface is forwarded to the inner Comm through one of two hooks, which see the call's
+// shape (its kind, the bytes of its whole buffer as parallel/counting_comm.hpp defines them, its
+// element count and a message's peer):
+//   around(shape, call)        a blocking call: the hook runs call() once;
+//   started(shape, call)       a non-blocking one: the hook runs call() once and returns its
+//                              Request, or one that wraps it.
 // So the forwarding table is written once, and a decorator states only what it adds.
 #pragma once
 
@@ -16,6 +17,13 @@
 #include <utility>
 
 namespace meshtrain {
+
+struct CallShape {
+  Collective kind;
+  std::int64_t bytes;  // the whole buffer's (parallel/counting_comm.hpp)
+  std::size_t count;   // the call's count argument, in elements
+  int peer = -1;       // a message's peer (a group rank); -1 for a collective
+};
 
 // A non-owning reference to a callable, valid for the duration of the call it is passed to.
 template <class Result>
@@ -41,26 +49,27 @@ class CommDecorator : public Comm {
   std::string backend() const final { return inner_->backend(); }
 
   void allreduce_sum(float* data, std::size_t count) final {
-    blocking(Collective::allreduce, bytes<float>(count), [&] { inner_->allreduce_sum(data, count); });
+    blocking({Collective::allreduce, bytes<float>(count), count}, [&] { inner_->allreduce_sum(data, count); });
   }
   Request iallreduce_sum(float* data, std::size_t count) final {
-    return nonblocking(Collective::allreduce, bytes<float>(count), [&] { return inner_->iallreduce_sum(data, count); });
+    return nonblocking({Collective::allreduce, bytes<float>(count), count},
+                       [&] { return inner_->iallreduce_sum(data, count); });
   }
   void allreduce_max(float* data, std::size_t count) final {
-    blocking(Collective::allreduce, bytes<float>(count), [&] { inner_->allreduce_max(data, count); });
+    blocking({Collective::allreduce, bytes<float>(count), count}, [&] { inner_->allreduce_max(data, count); });
   }
   void allreduce_max(double* data, std::size_t count) final {
-    blocking(Collective::allreduce, bytes<double>(count), [&] { inner_->allreduce_max(data, count); });
+    blocking({Collective::allreduce, bytes<double>(count), count}, [&] { inner_->allreduce_max(data, count); });
   }
   void allreduce_sum(double* data, std::size_t count) final {
-    blocking(Collective::allreduce, bytes<double>(count), [&] { inner_->allreduce_sum(data, count); });
+    blocking({Collective::allreduce, bytes<double>(count), count}, [&] { inner_->allreduce_sum(data, count); });
   }
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) final {
-    blocking(Collective::reduce_scatter, group_bytes<float>(recv_count),
+    blocking({Collective::reduce_scatter, group_bytes<float>(recv_count), recv_count},
              [&] { inner_->reduce_scatter_sum(send, recv, recv_count); });
   }
   Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) final {
-    return nonblocking(Collective::reduce_scatter, group_bytes<float>(recv_count),
+    return nonblocking({Collective::reduce_scatter, group_bytes<float>(recv_count), recv_count},
                        [&] { return inner_->ireduce_scatter_sum(send, recv, recv_count); });
   }
   void allgather(const float* send, float* recv, std::size_t send_count) final { gather(send, recv, send_count); }
@@ -68,7 +77,7 @@ class CommDecorator : public Comm {
     return igather(send, recv, send_count);
   }
   void broadcast(float* data, std::size_t count, int root) final {
-    blocking(Collective::broadcast, bytes<float>(count), [&] { inner_->broadcast(data, count, root); });
+    blocking({Collective::broadcast, bytes<float>(count), count}, [&] { inner_->broadcast(data, count, root); });
   }
   void send(const float* data, std::size_t count, int peer, int tag) final { send_to(data, count, peer, tag); }
   void recv(float* data, std::size_t count, int peer, int tag) final { recv_from(data, count, peer, tag); }
@@ -77,14 +86,14 @@ class CommDecorator : public Comm {
   }
   Request irecv(float* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
   void barrier() final {
-    blocking(Collective::barrier, 0, [&] { inner_->barrier(); });
+    blocking({Collective::barrier, 0, 0}, [&] { inner_->barrier(); });
   }
 
   void allreduce_sum(bf16* data, std::size_t count) final {
-    blocking(Collective::allreduce, bytes<bf16>(count), [&] { inner_->allreduce_sum(data, count); });
+    blocking({Collective::allreduce, bytes<bf16>(count), count}, [&] { inner_->allreduce_sum(data, count); });
   }
   void allreduce_sum(fp16* data, std::size_t count) final {
-    blocking(Collective::allreduce, bytes<fp16>(count), [&] { inner_->allreduce_sum(data, count); });
+    blocking({Collective::allreduce, bytes<fp16>(count), count}, [&] { inner_->allreduce_sum(data, count); });
   }
   void allgather(const bf16* send, bf16* recv, std::size_t send_count) final { gather(send, recv, send_count); }
   void allgather(const fp16* send, fp16* recv, std::size_t send_count) final { gather(send, recv, send_count); }
@@ -108,8 +117,8 @@ class CommDecorator : public Comm {
   Request irecv(fp16* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
 
  protected:
-  virtual void around(Collective kind, std::int64_t bytes, CallRef<void> call) = 0;
-  virtual Request started(Collective kind, std::int64_t bytes, CallRef<Request> call) = 0;
+  virtual void around(const CallShape& shape, CallRef<void> call) = 0;
+  virtual Request started(const CallShape& shape, CallRef<Request> call) = 0;
 
  private:
   template <class T>
@@ -122,38 +131,41 @@ class CommDecorator : public Comm {
     return bytes<T>(block * static_cast<std::size_t>(inner_->size()));
   }
   template <class Fn>
-  void blocking(Collective kind, std::int64_t n, Fn&& fn) {
-    around(kind, n, CallRef<void>(fn));
+  void blocking(const CallShape& shape, Fn&& fn) {
+    around(shape, CallRef<void>(fn));
   }
   template <class Fn>
-  Request nonblocking(Collective kind, std::int64_t n, Fn&& fn) {
-    return started(kind, n, CallRef<Request>(fn));
+  Request nonblocking(const CallShape& shape, Fn&& fn) {
+    return started(shape, CallRef<Request>(fn));
   }
 
   template <class T>
   void gather(const T* send, T* recv, std::size_t send_count) {
-    blocking(Collective::allgather, group_bytes<T>(send_count), [&] { inner_->allgather(send, recv, send_count); });
+    blocking({Collective::allgather, group_bytes<T>(send_count), send_count},
+             [&] { inner_->allgather(send, recv, send_count); });
   }
   template <class T>
   Request igather(const T* send, T* recv, std::size_t send_count) {
-    return nonblocking(Collective::allgather, group_bytes<T>(send_count),
+    return nonblocking({Collective::allgather, group_bytes<T>(send_count), send_count},
                        [&] { return inner_->iallgather(send, recv, send_count); });
   }
   template <class T>
   void send_to(const T* data, std::size_t count, int peer, int tag) {
-    blocking(Collective::send, bytes<T>(count), [&] { inner_->send(data, count, peer, tag); });
+    blocking({Collective::send, bytes<T>(count), count, peer}, [&] { inner_->send(data, count, peer, tag); });
   }
   template <class T>
   void recv_from(T* data, std::size_t count, int peer, int tag) {
-    blocking(Collective::recv, bytes<T>(count), [&] { inner_->recv(data, count, peer, tag); });
+    blocking({Collective::recv, bytes<T>(count), count, peer}, [&] { inner_->recv(data, count, peer, tag); });
   }
   template <class T>
   Request isend_to(const T* data, std::size_t count, int peer, int tag) {
-    return nonblocking(Collective::send, bytes<T>(count), [&] { return inner_->isend(data, count, peer, tag); });
+    return nonblocking({Collective::send, bytes<T>(count), count, peer},
+                       [&] { return inner_->isend(data, count, peer, tag); });
   }
   template <class T>
   Request irecv_from(T* data, std::size_t count, int peer, int tag) {
-    return nonblocking(Collective::recv, bytes<T>(count), [&] { return inner_->irecv(data, count, peer, tag); });
+    return nonblocking({Collective::recv, bytes<T>(count), count, peer},
+                       [&] { return inner_->irecv(data, count, peer, tag); });
   }
 
   std::unique_ptr<Comm> inner_;

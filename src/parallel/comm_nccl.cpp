@@ -8,7 +8,9 @@
 // Every operation runs on the caller's stream. A blocking call records an event after the
 // operation and waits for it; a non-blocking one returns a Request holding such an event. Waiting
 // polls the event and the communicator's asynchronous error, so a failed peer or network surfaces as
-// an exception with a HINT instead of a hang.
+// an exception with a HINT instead of a hang, and the watchdog's verdict: once it has reported a
+// wait that outlasted parallel.timeout, the waiting thread aborts the communicator (ncclCommAbort
+// from the thread that uses it, so no call races the freeing) and throws CollectiveTimeout.
 //
 // Point-to-point: NCCL runs a send and the matching receive concurrently only inside one
 // ncclGroupStart/ncclGroupEnd, and its groups belong to the host thread, not to a communicator.
@@ -24,6 +26,7 @@
 // the MPI backend accumulates in fp32 and rounds once. Results can differ from the MPI backend's by
 // a few ulp of the 16-bit type, and between NCCL algorithms and versions.
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "parallel/comm.hpp"
 
 #include <cuda_runtime.h>
@@ -108,11 +111,13 @@ void nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const ch
 // Owned handles
 
 // The NCCL communicator. Destroyed normally it is ncclCommDestroy'ed; destroyed while an exception
-// unwinds the stack (peers may be gone) it is ncclCommAbort'ed, which does not wait for them.
+// unwinds the stack (peers may be gone) it is ncclCommAbort'ed, which does not wait for them; after
+// abort() (the watchdog gave up on a wait) it is gone already.
 class NcclHandle {
  public:
   explicit NcclHandle(ncclComm_t comm) : comm_(comm) {}
   ~NcclHandle() {
+    if (aborted_) return;
     if (std::uncaught_exceptions() > 0) {
       ncclCommAbort(comm_);
     } else {
@@ -122,9 +127,16 @@ class NcclHandle {
   NcclHandle(const NcclHandle&) = delete;
   NcclHandle& operator=(const NcclHandle&) = delete;
   ncclComm_t get() const { return comm_; }
+  // Ends the communicator's kernels and frees it without waiting for the peers.
+  void abort() {
+    if (aborted_) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);
+  }
 
  private:
   ncclComm_t comm_;
+  bool aborted_ = false;
 };
 
 class Event {
@@ -154,8 +166,12 @@ class DeviceFloat {
   float* data_ = nullptr;
 };
 
-// Waits until `event` has happened, checking `comm` for an asynchronous error meanwhile.
-void wait_for(cudaEvent_t event, ncclComm_t comm, const std::string& what) {
+// Waits until `event` has happened, checking `comm` for an asynchronous error meanwhile. Polls
+// rather than blocks in a stream synchronisation, so that once the watchdog has reported this wait
+// (core/watched_wait.hpp) it can abort the communicator, whose kernels would otherwise spin on
+// the GPU for ever, and throw CollectiveTimeout (main exits 5).
+void wait_for(cudaEvent_t event, NcclHandle& handle, const std::string& what) {
+  const ncclComm_t comm = handle.get();
   for (;;) {
     const cudaError_t state = cudaEventQuery(event);
     if (state == cudaSuccess) return;
@@ -164,6 +180,11 @@ void wait_for(cudaEvent_t event, ncclComm_t comm, const std::string& what) {
     MESHTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async), comm);
     if (async != ncclSuccess && async != ncclInProgress) {
       nccl_fail(async, comm, ("ncclCommGetAsyncError while waiting for " + what).c_str(), __FILE__, __LINE__);
+    }
+    if (watchdog_fired()) {
+      handle.abort();
+      throw CollectiveTimeout(what +
+                              ": the watchdog gave up on it (parallel.timeout) and aborted its NCCL communicator");
     }
     std::this_thread::yield();
   }
@@ -231,7 +252,7 @@ class NcclRequest final : public Request::Impl {
           "NCCL_DEBUG=INFO says more",
           what_));
     }
-    wait_for(completion_->event.get(), comm_->get(), what_);
+    wait_for(completion_->event.get(), *comm_, what_);
   }
 
  private:
@@ -421,7 +442,7 @@ class NcclComm final : public Comm {
   // Waits for everything enqueued on the stream so far.
   void complete(const char* what) {
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream_));
-    wait_for(done_.get(), comm(), what);
+    wait_for(done_.get(), *comm_, what);
   }
 
   // A request for the collective just enqueued on the stream: an event recorded after it.

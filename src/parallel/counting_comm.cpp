@@ -35,12 +35,12 @@ class CountingComm final : public CommDecorator {
   CountingComm(std::unique_ptr<Comm> inner, GroupTraffic& counts) : CommDecorator(std::move(inner)), counts_(counts) {}
 
  private:
-  void around(Collective kind, std::int64_t bytes, CallRef<void> call) override {
-    counts_.add(kind, 1, bytes);
+  void around(const CallShape& shape, CallRef<void> call) override {
+    counts_.add(shape.kind, 1, shape.bytes);
     call();
   }
-  Request started(Collective kind, std::int64_t bytes, CallRef<Request> call) override {
-    counts_.add(kind, 1, bytes);
+  Request started(const CallShape& shape, CallRef<Request> call) override {
+    counts_.add(shape.kind, 1, shape.bytes);
     return call();
   }
 

@@ -38,12 +38,12 @@ class TimedComm final : public CommDecorator {
   TimedComm(std::unique_ptr<Comm> inner, double& seconds) : CommDecorator(std::move(inner)), seconds_(seconds) {}
 
  private:
-  void around(Collective, std::int64_t, CallRef<void> call) override {
+  void around(const CallShape&, CallRef<void> call) override {
     Stopwatch watch(seconds_);
     call();
   }
   // Starting counts too (an MPI library may move data then), and so does the wait.
-  Request started(Collective, std::int64_t, CallRef<Request> call) override {
+  Request started(const CallShape&, CallRef<Request> call) override {
     Request inner;
     {
       Stopwatch watch(seconds_);

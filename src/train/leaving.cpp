@@ -2,6 +2,7 @@
 #include "train/leaving.hpp"
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "train/stop_signals.hpp"
 
 #include <fmt/format.h>
@@ -23,6 +24,7 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
 
 std::string agree_to_leave(MPI_Comm comm, const std::string& mine) {
   int leave = mine.empty() ? 0 : 1;
+  const WatchedWait watched(collective_ticket(comm, "allreduce", 1));
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leave, 1, MPI_INT, MPI_MAX, comm),
                       "is every rank reaching the same step boundary?");
   if (leave == 0) return {};

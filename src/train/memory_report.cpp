@@ -2,6 +2,7 @@
 #include "train/memory_report.hpp"
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@ std::string memory_table(MPI_Comm comm, const Layout& layout, const MemoryBytes&
   std::vector<std::int64_t> row(mine.bytes.begin(), mine.bytes.end());
   row.push_back(peak_rss_bytes());
   std::vector<std::int64_t> all(rank == 0 ? std::size_t(world) * fields : 0);
+  const WatchedWait watched(collective_ticket(comm, "gather", fields));
   MESHTRAIN_MPI_CHECK(MPI_Gather(row.data(), fields, MPI_INT64_T, all.data(), fields, MPI_INT64_T, 0, comm),
                       "the memory table is collective: every rank must print it at the same point");
   if (rank != 0) return {};

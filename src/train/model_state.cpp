@@ -2,6 +2,7 @@
 #include "train/model_state.hpp"
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "model/gemm_workspace.hpp"
 #include "state/working_copy.hpp"
 
@@ -127,6 +128,7 @@ StepValues ModelState::agreed_values(double loss) {
   // sum is non-finite wherever any rank's is.
   double sums[2] = {optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); }),
                     std::isfinite(loss) ? 0.0 : loss};
+  const WatchedWait watched(collective_ticket(groups_.world, "allreduce", 2));
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, groups_.world),
                       "the step's values are collective over the world: every rank must take them each step");
   return {sums[1] == 0 ? loss : sums[1], std::sqrt(sums[0])};

@@ -2,6 +2,7 @@
 #include "train/rank_timing.hpp"
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 
 #include <fmt/format.h>
 
@@ -28,6 +29,7 @@ std::string RankTiming::report(MPI_Comm comm, std::int64_t last_step, double ide
   compute_ = comm_ = idle_ = 0;
   steps_ = 0;
   std::vector<double> all(rank == 0 ? 3 * world : 0);
+  const WatchedWait watched(collective_ticket(comm, "gather", 3));
   MESHTRAIN_MPI_CHECK(MPI_Gather(mine.data(), 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, comm),
                       "the timing table is collective: every rank must report the same steps");
   if (rank != 0 || steps == 0) return {};

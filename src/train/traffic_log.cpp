@@ -2,6 +2,7 @@
 #include "train/traffic_log.hpp"
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 
 #include <fmt/format.h>
 
@@ -32,14 +33,21 @@ void TrafficLog::end_step(MPI_Comm world, const GridPosition& position, bool las
   constexpr const char* hint = "log.traffic is written collectively: every rank must finish the same steps";
   int length = static_cast<int>(text.size());
   std::vector<int> lengths(rank == 0 ? size : 0), starts(rank == 0 ? size : 0);
-  MESHTRAIN_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, world), hint);
   std::string all;
+  {
+    const WatchedWait watched(collective_ticket(world, "gather", 1));
+    MESHTRAIN_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, world), hint);
+  }
   if (rank == 0) {
     for (int r = 0, at = 0; r < size; at += lengths[r], ++r) starts[r] = at;
     all.resize(std::size_t(starts.back() + lengths.back()));
   }
-  MESHTRAIN_MPI_CHECK(
-      MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, 0, world), hint);
+  {
+    const WatchedWait watched(collective_ticket(world, "gatherv", std::size_t(length)));
+    MESHTRAIN_MPI_CHECK(
+        MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, 0, world),
+        hint);
+  }
   if (rank != 0) return;
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < size; ++r) ranks.push_back(nlohmann::json::parse(all.substr(starts[r], lengths[r])));

@@ -11,6 +11,7 @@
 #include "kernels/blas_info.hpp"
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
+#include "parallel/watchdog.hpp"
 #include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
 #include "train/checkpointing.hpp"
@@ -305,6 +306,7 @@ int TrainingRun::finish(Clock::time_point job_start) const {
 int train(const Config& cfg, MPI_Comm comm) {
   // From the start, so that Slurm's warning during a long set-up is not fatal.
   install_stop_signal_handlers();
+  const Watchdog watchdog(comm, cfg.parallel.timeout);  // from the set-up on: its collectives can hang too
   TrainingRun run(cfg, comm);
   return run.run();
 }

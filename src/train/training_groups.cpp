@@ -3,6 +3,7 @@
 
 #include "core/mpi_check.hpp"
 #include "parallel/timed_comm.hpp"
+#include "parallel/watched_comm.hpp"
 
 namespace meshtrain {
 namespace {
@@ -42,8 +43,10 @@ bool nccl_usable() {
 TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
                                const std::string& traffic_path)
     : traffic(traffic_path) {
+  // Each group's waits are watched under its name (parallel/watchdog.hpp).
   const auto open = [&](const char* name, MPI_Comm group, double& seconds) {
-    return traffic.counted(name, make_timed_comm(open_group(backend, group, space), seconds));
+    auto watched = make_watched_comm(open_group(backend, group, space), new_wait_group(group, name));
+    return traffic.counted(name, make_timed_comm(std::move(watched), seconds));
   };
   dp = open("dp", topology.dp_comm(), comm_seconds);
   tp = open("tp", topology.tp_comm(), comm_seconds);

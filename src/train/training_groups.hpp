@@ -1,5 +1,6 @@
 // The collectives of one training run: one Comm per group of the Topology that the step uses, each
-// timed, made in one place (the order they are made in is collective: every rank makes them alike).
+// timed and watched (parallel/watchdog.hpp), made in one place (the order they are made in is collective: every rank
+// makes them alike).
 #pragma once
 
 #include "core/config.hpp"

@@ -4,9 +4,31 @@
 #include "core/injected_fault.hpp"
 #include "optim/schedule.hpp"
 
+#include <mpi.h>
+
+#include <chrono>
 #include <limits>
+#include <thread>
 
 namespace meshtrain {
+namespace {
+
+// Whether test fault `name` (core/injected_fault.hpp) fires in step `i` (0-based) on this rank.
+bool fault_fires_in(const char* name, std::int64_t i) {
+  if (injected_faults().empty()) return false;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  return fault_fires(name, i + 1, world_rank);
+}
+
+// A rank that is alive but slow, or stuck outside communication, for the watchdog to report.
+void stall_if_injected(const Config& cfg, std::int64_t i) {
+  if (!fault_fires_in("stall", i)) return;
+  const double seconds = cfg.parallel.timeout > 0 ? 3 * cfg.parallel.timeout : 4.0;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
 
 float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
   return 1.0f / float(std::int64_t(micro_batch) * seq_len * accum * dp);
@@ -15,10 +37,9 @@ float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
 StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
                          BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space) {
   StepResult r;
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  stall_if_injected(cfg, i);
   state.zero_grads();
-  if (fault_fires("nan_gradient", i + 1, world_rank)) state.poison_next_gradient();
+  if (fault_fires_in("nan_gradient", i)) state.poison_next_gradient();
   if (!shape.pipelined) {
     for (int micro = 0; micro < shape.accum; ++micro) {
       loader.load(i, micro);
@@ -31,9 +52,10 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
     groups.pp->allreduce_sum(&r.loss, 1);
   }
   state.finish_gradients();
-  groups.dp->allreduce_sum(&r.loss, 1);
+  // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
+  if (!fault_fires_in("skip_collective", i)) groups.dp->allreduce_sum(&r.loss, 1);
   r.loss /= double(shape.accum) * shape.dp;
-  if (fault_fires("inf_loss", i + 1, world_rank)) r.loss = std::numeric_limits<double>::infinity();
+  if (fault_fires_in("inf_loss", i)) r.loss = std::numeric_limits<double>::infinity();
 
   const StepValues agreed = state.agreed_values(r.loss);
   r.loss = agreed.loss;

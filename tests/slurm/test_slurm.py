@@ -17,7 +17,8 @@ Four groups, one ctest entry each:
   guards   the requeue decision with a stand-in binary (one task): no progress (exit 3, latest
            unmoved) is not requeued; a launcher that reports 0 short of train.steps (what Hydra's
            mpiexec may do when the ranks exit 3) is requeued until the steps are done; bad input
-           (exit 2) is not requeued; a job ended by scancel stays ended though its ranks exit 3;
+           (exit 2) is not requeued; a collective timeout (exit 5) is requeued after progress and
+           not without; a job ended by scancel stays ended though its ranks exit 3;
            one GPU per rank (a stand-in nvidia-smi and binary: the node's GPUs under srun, GPUs
            granted in CUDA_VISIBLE_DEVICES under mpiexec, MESHTRAIN_GPU_BIND=none); OPENBLAS_CORETYPE
            on every rank as a stand-in binary's `blas --openblas-coretype` names it, unless set;
@@ -464,6 +465,31 @@ class Guards(SlurmCase):
         self.assertEqual(re.findall(r"fake meshtrain: from step (\d+)", log), ["0", "8"])
         self.assert_in_log(log, "train.sbatch: left at step 8 of 16: requeueing")
         self.assert_in_log(log, "train.sbatch: training finished: step 16 of 16")
+
+    def test_timeout_after_progress_is_requeued(self):
+        # Exit 5 (the watchdog) with latest moved on: requeued, and the next run finishes.
+        jobid = self.sbatch([], ("-n", "1"), env=self.fake(8, 5))
+        log = self.assert_job(self.wait_job(jobid), "COMPLETED", 0, restarts=1)
+        self.assert_in_log(log, "train.sbatch: a collective timed out (exit 5) after progress to step 8: requeued")
+        self.assert_in_log(log, "train.sbatch: training finished: step 16 of 16")
+
+    def test_timeout_without_progress_is_not_requeued(self):
+        jobid = self.sbatch([], ("-n", "1"), env=self.fake(0, 5))
+        log = self.assert_job(self.wait_job(jobid), "FAILED", 5, restarts=0)
+        self.assert_in_log(log, "a collective timed out (exit 5) without progress (step 0 before this run, 0 after): "
+                                "not requeued")
+
+    def test_real_timeout_under_srun_is_exit_5(self):
+        # A real watchdog fire under srun (rank 1 stalled in step 2, nothing saved): srun reports the
+        # MPI_Abort as killed tasks (137); the watchdog's report file turns it into exit 5, not requeued.
+        jobid = self.sbatch(["--train.steps", "6", "--parallel.timeout", "2"],
+                            env=self.env(MESHTRAIN_INJECT_FAULT="stall@2:1"))
+        log = self.assert_job(self.wait_job(jobid), "FAILED", 5, restarts=0)
+        self.assert_line(log, r"^meshtrain: watchdog: rank 0 waited [\d.]+ s \(parallel\.timeout 2 s\) in ")
+        self.assert_line(log, r"^train\.sbatch: the collective watchdog ended the run \(launcher exit \d+\): treated as "
+                              r"exit 5$")
+        self.assert_in_log(log, "a collective timed out (exit 5) without progress")
+        self.assertFalse(os.path.exists(self.path(f".meshtrain-watchdog-{jobid}")), "the report file was left behind")
 
     def test_bad_input_is_not_requeued(self):
         jobid = self.sbatch(["--model.layerz", 2], ("-n", "1"))

@@ -1,0 +1,58 @@
+// Decorator bracketing each wait with a WatchedWait of the Comm's group (see watched_comm.hpp).
+#include "parallel/watched_comm.hpp"
+
+#include "parallel/comm_decorator.hpp"
+
+#include <utility>
+
+namespace meshtrain {
+namespace {
+
+class WatchedRequest final : public Request::Impl {
+ public:
+  WatchedRequest(Request inner, const WaitTicket& ticket) : inner_(std::move(inner)), ticket_(ticket) {}
+  void wait() override {
+    const WatchedWait watched(ticket_);
+    inner_.wait();
+  }
+
+ private:
+  Request inner_;
+  WaitTicket ticket_;
+};
+
+class WatchedComm final : public CommDecorator {
+ public:
+  WatchedComm(std::unique_ptr<Comm> inner, WaitGroup& group) : CommDecorator(std::move(inner)), group_(group) {}
+
+ private:
+  void around(const CallShape& shape, CallRef<void> call) override {
+    const WatchedWait watched(ticket(shape));
+    call();
+  }
+  // The ticket is taken when the operation starts: that is its place in the group's order.
+  Request started(const CallShape& shape, CallRef<Request> call) override {
+    const WaitTicket t = ticket(shape);
+    Request inner = call();
+    if (!inner.pending()) return inner;
+    return Request(std::make_unique<WatchedRequest>(std::move(inner), t));
+  }
+
+  WaitTicket ticket(const CallShape& shape) {
+    switch (shape.kind) {
+      case Collective::send: return group_.send(shape.peer, shape.count);
+      case Collective::recv: return group_.recv(shape.peer, shape.count);
+      default: return group_.collective(collective_name(shape.kind), shape.count);
+    }
+  }
+
+  WaitGroup& group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_watched_comm(std::unique_ptr<Comm> inner, WaitGroup& group) {
+  return std::make_unique<WatchedComm>(std::move(inner), group);
+}
+
+}  // namespace meshtrain
