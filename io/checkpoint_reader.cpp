@@ -96,9 +96,10 @@ void require_finite(const std::string& path, const std::string& name, const Tens
   if (bad == data + range.count) return;
   const std::uint64_t position = static_cast<std::uint64_t>(bad - data);
   std::uint64_t index = 0;  // a scalar's only element
-  if (!slab.global_shape.empty()) for_each_global_run(slab, range, [&](std::uint64_t global, std::uint64_t first, std::uint64_t length) {
-    if (position >= first && position < first + length) index = global + (position - first);
-  });
+  if (!slab.global_shape.empty())
+    for_each_global_run(slab, range, [&](std::uint64_t global, std::uint64_t first, std::uint64_t length) {
+      if (position >= first && position < first + length) index = global + (position - first);
+    });
   input_error(
       "{}: {} holds a non-finite value, {} at element {} (row-major); the checkpoint was saved from a diverged "
       "run or damaged: use an earlier one",

@@ -20,8 +20,7 @@ std::string overwrite_problem(const std::string& path, const std::vector<std::st
   if (!fs::exists(status)) return {};
   for (const std::string& input : inputs) {
     if (fs::equivalent(path, input, ec)) {
-      return fmt::format("'{}' is the input '{}' (the same file): writing it would replace what is being read",
-                         path, input);
+      return fmt::format("'{}' is the input '{}' (the same file), which writing would replace", path, input);
     }
   }
   if (fs::is_directory(status)) return fmt::format("'{}' is a directory", path);
@@ -40,12 +39,14 @@ void require_safe_output(const std::string& option, const std::string& out, cons
   for (const std::string& path : written) {
     const std::string problem = overwrite_problem(path, inputs);
     if (!problem.empty()) {
-      input_error("{} '{}': refusing to write over {}; nothing was written (name a new file)", option, out, problem);
+      input_error("{} '{}': {}; refusing to write over it, nothing was written (name a new file)", option, out,
+                  problem);
     }
   }
   const fs::path parent = fs::absolute(out).parent_path();
   std::error_code ec;
-  if (!fs::is_directory(parent, ec)) input_error("{} '{}': directory '{}' does not exist", option, out, parent.string());
+  if (!fs::is_directory(parent, ec))
+    input_error("{} '{}': directory '{}' does not exist", option, out, parent.string());
 }
 
 }  // namespace meshtrain::io

@@ -16,7 +16,6 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
-
 namespace meshtrain {
 
 namespace {
