@@ -2,6 +2,7 @@
 #include "io/checkpoint_dir.hpp"
 
 #include "core/errors.hpp"
+#include "core/regular_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -40,11 +40,9 @@ std::optional<std::string> latest_entry(const std::string& dir) {
   const std::string path = join(dir, latest_name);
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) input_error("cannot read {}: {}", path, std::strerror(errno));
-  std::string line;
-  std::getline(in, line);
-  return trim(line);
+  // A directory or a FIFO named `latest` is refused as what it is, not read as an empty file.
+  const std::string text = read_regular_file(path, "checkpoint pointer");
+  return trim(text.substr(0, text.find('\n')));
 }
 
 // Writes, fsyncs and closes; throws std::runtime_error naming path on failure.

@@ -125,7 +125,7 @@ class CheckpointWriter {
 
 // Reads any HDF5 file (ours or h5py's) with the MPI-IO driver, read-only. Every fault that a bad
 // file can cause — missing, truncated, not HDF5, a missing dataset, a wrong shape or type, a read
-// error — is an InputError whose message starts with the file's path.
+// error, a FIFO or directory in its place — is an InputError whose message names the file.
 class CheckpointReader {
  public:
   CheckpointReader(const std::string& path, MPI_Comm comm);

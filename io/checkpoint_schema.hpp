@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace meshtrain::io {
 
@@ -34,6 +35,8 @@ inline constexpr const char* format_name = "meshtrain-checkpoint";
 // be resumed, as resuming verifies every checksum.
 inline constexpr std::int64_t version = 2;
 inline constexpr std::int64_t first_checksummed_version = 2;
+// The versions this build reads: first_readable_version through version.
+inline constexpr std::int64_t first_readable_version = 1;
 
 // Groups. The flat training states in the order TrainingTensors lists them.
 inline constexpr const char* model_group = "/model";
@@ -67,6 +70,15 @@ inline std::string dataset(const char* group, const std::string& tensor) { retur
 // Whether a file must carry a checksum on every dataset: a meshtrain checkpoint of
 // first_checksummed_version or later (files from other tools, and older ones, carry none).
 bool requires_checksums(const CheckpointReader& reader);
+
+// Refuses a meshtrain checkpoint whose `version` this build does not read (a newer build's file,
+// or a damaged attribute), before anything is loaded from it: InputError naming the version found
+// and the versions read. Files without the meshtrain `format` (h5py's weights) pass.
+void require_known_version(const CheckpointReader& reader);
+
+// The tensors under /model (relative names, sorted); InputError saying what is missing when there
+// are none, as in an HDF5 file that is no checkpoint or weights file.
+std::vector<std::string> model_tensors(const CheckpointReader& reader);
 
 }  // namespace schema
 }  // namespace meshtrain::io

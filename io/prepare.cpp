@@ -2,34 +2,22 @@
 #include "io/prepare.hpp"
 
 #include "core/errors.hpp"
+#include "core/regular_file.hpp"
+#include "io/output_guard.hpp"
 #include "io/token_shard.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 
 namespace meshtrain::io {
 namespace {
 
 void append_bytes(const std::string& path, std::vector<std::uint16_t>& tokens) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) input_error("text file {} does not exist", path);
-  if (!std::filesystem::is_regular_file(status)) input_error("text file {} is not a regular file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) input_error("cannot open text file {}: {}", path, std::strerror(errno));
-  char buffer[1 << 16];
-  while (in) {
-    in.read(buffer, sizeof buffer);
-    const std::streamsize n = in.gcount();
-    for (std::streamsize i = 0; i < n; ++i) tokens.push_back(static_cast<unsigned char>(buffer[i]));
-  }
-  if (in.bad()) input_error("cannot read text file {}: {}", path, std::strerror(errno));
+  read_regular_file(path, "text file", [&](std::string_view chunk) {
+    for (unsigned char byte : chunk) tokens.push_back(byte);
+  });
 }
 
 }  // namespace
@@ -37,6 +25,8 @@ void append_bytes(const std::string& path, std::vector<std::uint16_t>& tokens) {
 std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out) {
   if (text_files.empty()) input_error("no text files given to tokenize (--text FILE...)");
   if (out.empty()) input_error("no output shard given (--out SHARD.bin)");
+  // Before anything is read: the shard must not replace a text it is made from, or a checkpoint.
+  require_safe_output("--out", out, text_files);
   std::vector<std::uint16_t> tokens;
   for (const std::string& path : text_files) append_bytes(path, tokens);
   if (tokens.empty())

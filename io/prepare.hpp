@@ -12,7 +12,9 @@ inline constexpr int byte_vocab = 256;
 // Concatenates the bytes of text_files, in the order given, into one token shard at `out`
 // (written atomically), one token per byte. Returns the number of tokens written.
 // Throws InputError naming the file if an input is missing, not a regular file or unreadable,
-// if there are no inputs or they are all empty, or if `out` cannot be written.
+// if there are no inputs or they are all empty, or if `out` cannot be written; and, before anything
+// is read, if `out` would replace one of the inputs, a directory or an HDF5 file
+// (io/output_guard.hpp).
 std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out);
 
 }  // namespace meshtrain::io

@@ -12,6 +12,8 @@
 
 namespace meshtrain::io {
 
+std::string safetensors_temporary_path(const std::string& path) { return path + ".tmp"; }
+
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
@@ -31,7 +33,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // tensors start 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = safetensors_temporary_path(path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) input_error("cannot create '{}': check that its directory exists and is writable", tmp);
@@ -51,7 +53,13 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
       input_error("writing '{}' failed (disk full?)", tmp);
     }
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    input_error("cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+  }
 }
 
 }  // namespace meshtrain::io

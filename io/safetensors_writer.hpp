@@ -17,8 +17,11 @@ struct NamedTensor {
   std::vector<float> values;  // row-major, product(shape) of them
 };
 
+// The temporary file write_safetensors writes before renaming it to `path`.
+std::string safetensors_temporary_path(const std::string& path);
+
 // `metadata`: string pairs stored under "__metadata__". Throws InputError naming the path when it
-// cannot be written, std::invalid_argument when a tensor's values disagree with its shape.
+// cannot be written (leaving no temporary file), std::invalid_argument when a tensor's values disagree with its shape.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata);
 

@@ -2,6 +2,7 @@
 #include "io/token_shard.hpp"
 
 #include "core/errors.hpp"
+#include "core/regular_file.hpp"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -67,21 +68,13 @@ std::vector<std::string> resolve_paths(const std::string& path_or_glob) {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      if (err == ENOENT) input_error("token shard {} does not exist", path);
-      input_error("cannot open token shard {}: {}", path, std::strerror(err));
-    }
+    // Checked to be a regular file before it is opened, so a FIFO or a device is refused, not waited on.
+    const int fd = open_regular_file(path, "token shard");
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
       ::close(fd);
       input_error("cannot stat token shard {}: {}", path, std::strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      input_error("token shard {} is not a regular file", path);
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {

@@ -8,14 +8,45 @@
 #include "core/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/checkpoint_schema.hpp"
+#include "io/checksum_verifier.hpp"
+#include "io/output_guard.hpp"
 #include "io/safetensors_writer.hpp"
+#include "io/tensor_checksum.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
-#include <filesystem>
-
 namespace meshtrain {
+
+namespace {
+
+namespace schema = io::schema;
+
+// Every /model tensor read whole (each checked finite by the reader) and verified against its stored
+// checksum by io's one verifier, the one `inspect` and loading use, before anything is written.
+std::vector<io::NamedTensor> read_verified_model(const io::CheckpointReader& reader) {
+  schema::require_known_version(reader);
+  std::vector<io::NamedTensor> tensors;
+  std::vector<std::string> datasets;
+  for (const std::string& name : schema::model_tensors(reader)) {
+    io::NamedTensor t;
+    t.name = name;
+    datasets.push_back(schema::dataset(schema::model_group, name));
+    t.shape = reader.shape(datasets.back());
+    std::uint64_t n = 1;
+    for (auto d : t.shape) n *= d;
+    t.values.resize(n);
+    reader.read(io::TensorSlab::whole(datasets.back(), t.shape), t.values.data());
+    tensors.push_back(std::move(t));
+  }
+  io::verify_checksums(
+      reader, datasets,
+      [&](std::size_t k) { return io::tensor_checksum(tensors[k].values.data(), tensors[k].values.size()); },
+      schema::requires_checksums(reader));
+  return tensors;
+}
+
+}  // namespace
 
 int export_command(const Args& args, MPI_Comm comm) {
   namespace po = boost::program_options;
@@ -32,33 +63,14 @@ int export_command(const Args& args, MPI_Comm comm) {
     input_error("--format = '{}' is invalid: valid formats are safetensors (usage: {})", format, usage);
   }
   if (out.empty()) input_error("--out is missing: name the file to write (usage: {})", usage);
-  const std::filesystem::path parent = std::filesystem::absolute(out).parent_path();
-  if (!std::filesystem::is_directory(parent)) {
-    input_error("--out '{}': directory '{}' does not exist", out, parent.string());
-  }
-  if (!std::filesystem::exists(path)) input_error("'{}': no such file (give a checkpoint or weights file)", path);
+  // Before anything is read: the output must not replace the checkpoint, a directory or another checkpoint.
+  io::require_safe_output("--out", out, {path}, {io::safetensors_temporary_path(out)});
 
   io::CheckpointReader reader(path, comm);
   int rank = 0;
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
   if (rank != 0) return 0;
-  namespace schema = io::schema;
-  const auto names = reader.datasets(schema::model_group);
-  if (names.empty()) {
-    input_error("'{}' has no {} group: it is not a meshtrain checkpoint or weights file", path, schema::model_group);
-  }
-  std::vector<io::NamedTensor> tensors;
-  for (const std::string& name : names) {
-    io::NamedTensor t;
-    t.name = name;
-    const std::string dataset = schema::dataset(schema::model_group, name);
-    t.shape = reader.shape(dataset);
-    std::uint64_t n = 1;
-    for (auto d : t.shape) n *= d;
-    t.values.resize(n);
-    reader.read(io::TensorSlab::whole(dataset, t.shape), t.values.data());
-    tensors.push_back(std::move(t));
-  }
+  const std::vector<io::NamedTensor> tensors = read_verified_model(reader);
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"source", path}};
   if (auto step = reader.int_attribute(schema::attr::step)) metadata[schema::attr::step] = std::to_string(*step);
   io::write_safetensors(out, tensors, metadata);

@@ -1,5 +1,6 @@
 // meshtrain inspect FILE: a checkpoint's step, layout, loss scale, config and tensors, every
-// tensor's checksum verified by io's one verifier (io/checksum_verifier.hpp), the loader's.
+// tensor's checksum verified by io's one verifier (io/checksum_verifier.hpp), the loader's, and
+// every value checked finite by the reader as it is read.
 #include "commands/commands.hpp"
 
 #include "core/command_line.hpp"
@@ -12,8 +13,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
-#include <filesystem>
 
 namespace meshtrain {
 namespace {
@@ -91,7 +90,6 @@ int inspect_command(const Args& args, MPI_Comm comm) {
     return 0;
   }
   const std::string& path = args[0];
-  if (!std::filesystem::exists(path)) input_error("'{}': no such file", path);
   io::CheckpointReader reader(path, comm);
   int rank = 0;
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
@@ -99,6 +97,10 @@ int inspect_command(const Args& args, MPI_Comm comm) {
 
   fmt::print("file: {}\n", path);
   print_attributes(reader);
+  // What the file claims is printed first; a version this build cannot read, or a file without
+  // weights, is then refused like any other unusable checkpoint.
+  schema::require_known_version(reader);
+  schema::model_tensors(reader);
   print_tensors(reader);
   if (auto config = reader.string_attribute(schema::attr::config)) fmt::print("config:\n{}", *config);
   verify_file(reader);

@@ -6,6 +6,7 @@
 
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/regular_file.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -13,8 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -304,10 +303,8 @@ Config parse_config(const std::vector<std::string>& args) {
   }
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
-    std::ifstream in(path);
-    if (!in)
-      input_error("config file '{}' cannot be read: {}", path,
-                  std::filesystem::exists(path) ? "permission denied or not a file" : "no such file");
+    // A directory would read as an empty file and a FIFO would block: regular files only.
+    std::istringstream in(read_regular_file(path, "config file"));
     parse_ini_stream(in, table, vm, fmt::format("config file '{}'", path));
   }
   try {

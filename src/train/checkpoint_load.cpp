@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 
 namespace meshtrain {
 namespace {
@@ -49,6 +50,33 @@ void read_pieces(const io::CheckpointReader& reader, const std::vector<PlannedPi
   }
 }
 
+// The file must hold exactly the model's tensors in each group loaded, whose datasets the plan
+// lists: a file from a deeper or wider model would otherwise load its first layers and drop the
+// rest unseen. InputError naming the first extra or missing tensor.
+void require_same_tensors(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
+                          std::size_t groups) {
+  const std::vector<std::string> wanted = dataset_names(plan);
+  const std::set<std::string> model(wanted.begin(), wanted.end());
+  for (std::size_t g = 0; g < groups; ++g) {
+    const char* group = io::schema::state_groups[g];
+    std::set<std::string> held;
+    for (const std::string& name : reader.datasets(group)) held.insert(io::schema::dataset(group, name));
+    for (const std::string& name : held) {
+      if (!model.contains(name)) {
+        input_error(
+            "'{}' holds {}, which this model has no place for: it is from another model ({} holds {} tensors, "
+            "this model {}); set the model keys to the file's",
+            reader.path(), name, group, held.size(), wanted.size() / groups);
+      }
+    }
+    for (const std::string& name : wanted) {
+      if (name.starts_with(std::string(group) + "/") && !held.contains(name)) {
+        input_error("'{}' has no dataset {}, which this model needs: it is from another model", reader.path(), name);
+      }
+    }
+  }
+}
+
 // Every rank's sums added up and verified against the stored checksums; InputError naming the
 // first dataset that differs (or has none) on every rank.
 void verify_sums(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
@@ -72,7 +100,9 @@ TrainingProgress Checkpointer::load(const std::string& path, const TrainingTenso
   std::vector<std::uint64_t> sums(plan.size(), 0);
   // Reads fail on the ranks that read the bad part; all agree before the next collective.
   const TrainingProgress progress = agree_on_input(comm_, [&] {
+    io::schema::require_known_version(*reader);
     TrainingProgress p = read_progress(*reader, config_, path);
+    require_same_tensors(*reader, plan, sources.size());
     read_pieces(*reader, plan, layout_, sources, sums);
     return p;
   });
@@ -92,6 +122,8 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
   std::vector<std::uint64_t> sums(plan.size(), 0);
   const bool checked = agree_on_input(comm_, [&] {
+    io::schema::require_known_version(*reader);
+    require_same_tensors(*reader, plan, sources.size());
     read_pieces(*reader, plan, layout_, sources, sums);
     return io::schema::requires_checksums(*reader);
   });

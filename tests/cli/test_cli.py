@@ -107,12 +107,16 @@ def describe(p):
 
 
 def tree_digest(path):
-    """{relative path: sha256} of every file under path (empty if path does not exist)."""
+    """{relative path: sha256} of every file under path (empty if path does not exist); a FIFO or other
+    special file, which reading would block on, is recorded by its kind."""
     digest = {}
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(root, name)
+            if not os.path.isfile(full):
+                digest[os.path.relpath(full, path)] = f"special file, mode {os.stat(full).st_mode:o}"
+                continue
             with open(full, "rb") as f:
                 digest[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
     return digest
@@ -236,12 +240,12 @@ class BadInput(CliCase):
         self.ck_before = tree_digest(self.path("ck"))
         self.assertEqual(read_latest(self.path("ck")), "step_00000002.h5")
 
-    def rejects(self, overrides=None, raw=(), needles=(), launcher=()):
+    def rejects(self, overrides=None, raw=(), needles=(), launcher=(), timeout=60):
         """Trains with the case dir's shard and populated ck (4 steps, past the fixture's 2) and expects
         bad input: had the input been accepted, ck would gain a checkpoint and m.jsonl would appear."""
         keys = {"data.train": "shard.bin", "checkpoint.dir": "ck", "log.metrics": "m.jsonl", "train.steps": 4}
         keys.update(overrides or {})
-        p = run(train_args(keys, raw), self.dir, launcher=launcher)
+        p = run(train_args(keys, raw), self.dir, launcher=launcher, timeout=timeout)
         if launcher:
             self.assertNotEqual(p.returncode, 0, describe(p))
             for needle in needles:
@@ -362,6 +366,62 @@ class BadInput(CliCase):
     def test_seq_len_longer_than_data(self):
         write_shard(self.path("ten.bin"), range(10))
         self.rejects({"data.train": "ten.bin", "model.seq_len": 16}, needles=["seq_len", "10"])
+
+    # --- files that are not regular files (share/docs/usage.md, Files checked before they are used).
+    # A FIFO blocks open(2) for ever: each run has a short timeout, so a regression fails, not hangs.
+
+    def fifo(self, name):
+        os.mkfifo(self.path(name))
+        return name
+
+    def test_fifo_as_shard(self):
+        self.rejects({"data.train": self.fifo("fifo.bin")}, needles=["fifo.bin", "FIFO"])
+
+    def test_fifo_matched_by_a_shard_glob(self):
+        shutil.copy(self.path("shard.bin"), self.path("train_0.bin"))
+        self.fifo("train_1.bin")
+        self.rejects({"data.train": "train_*.bin"}, needles=["train_1.bin", "FIFO"])
+
+    def test_fifo_as_config(self):
+        self.rejects(raw=["--config", self.fifo("cfg.ini")], needles=["cfg.ini", "FIFO"])
+
+    def test_directory_as_config(self):
+        os.mkdir(self.path("cfg.ini"))
+        self.rejects(raw=["--config", "cfg.ini"], needles=["cfg.ini", "directory"])
+
+    def test_fifo_as_init_weights(self):
+        self.rejects({"checkpoint.init_weights": self.fifo("w.h5"), "checkpoint.resume": "never"},
+                     needles=["w.h5", "FIFO"])
+
+    def test_fifo_as_resume_checkpoint(self):
+        self.rejects({"checkpoint.resume": self.fifo("r.h5")}, needles=["r.h5", "FIFO"])
+
+    def test_fifo_as_sample_checkpoint(self):
+        p = run(["sample", "--checkpoint", self.fifo("s.h5"), "--prompt", "hi", "--tokens", "4"], self.dir)
+        self.assert_bad_input(p, "s.h5", "FIFO")
+        self.assertEqual(p.stdout, "", "sample printed text without a checkpoint")
+
+    def test_fifo_as_inspect_file(self):
+        self.assert_bad_input(run(["inspect", self.fifo("i.h5")], self.dir), "i.h5", "FIFO")
+
+    def test_fifo_and_directory_as_prepare_text(self):
+        with open(self.path("a.txt"), "w") as f:
+            f.write("hello\n")
+        self.fifo("t.txt")
+        os.mkdir(self.path("d.txt"))
+        for bad, kind in (("t.txt", "FIFO"), ("d.txt", "directory")):
+            before = tree_digest(self.dir)
+            p = run(["prepare", "--text", "a.txt", bad, "--out", "out.bin"], self.dir)
+            self.assert_bad_input(p, bad, kind)
+            self.assertEqual(tree_digest(self.dir), before, "prepare wrote or changed files")
+
+    def test_latest_is_a_directory(self):
+        # resume auto falls back to the newest checkpoint (step 2, the last: nothing is saved), saying why.
+        os.remove(self.path("ck", "latest"))
+        os.mkdir(self.path("ck", "latest"))
+        p = self.run_ok(train_args({"data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": 2}), timeout=60)
+        self.assertIn("latest' is a directory", p.stdout, describe(p))
+        self.assertNotIn("empty", p.stdout, describe(p))
 
     # --- initial weights (checkpoint.resume never, so that they are used)
 

@@ -55,6 +55,14 @@ TEST(CheckpointDir, BadLatestIsAnInputError) {
   expect_input_error([&] { read_latest(dir.path()); }, {dir / "latest", "../elsewhere/step_00000005.h5"});
 }
 
+TEST(CheckpointDir, LatestThatIsADirectoryIsNamedAsOne) {
+  LocalDir dir;
+  write_text(dir / "step_00000005.h5", "x");
+  std::filesystem::create_directory(dir / "latest");
+  const std::string message = expect_input_error([&] { read_latest(dir.path()); }, {dir / "latest", "is a directory"});
+  EXPECT_EQ(message.find("empty"), std::string::npos) << message;
+}
+
 TEST(CheckpointDir, PruneKeepsTheNewestAndTheLatestNamed) {
   LocalDir dir;
   for (int step : {100, 200, 300, 400, 500, 600}) write_text(checkpoint_path(dir.path(), step), "x");

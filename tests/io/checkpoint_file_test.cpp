@@ -242,6 +242,57 @@ TEST(CheckpointFile, ShapeMismatchAndMissingDatasetAreNamed) {
   EXPECT_EQ(out, std::vector<float>(48, 1.0f));
 }
 
+// Values that are not finite are refused as they are read, by the rank whose piece holds them,
+// naming the tensor and the element's global row-major index (here row 6, column 3 of [9, 5]),
+// though the file's checksums (computed by the writer) are right.
+TEST(CheckpointFile, NonFiniteValuesAreRefusedNamingTheElement) {
+  SharedDir dir;
+  const std::string path = dir / "nan.h5";
+  const std::uint64_t bad = 6 * C + 3;
+  {
+    CheckpointWriter writer(path, MPI_COMM_WORLD);
+    const TensorSlab s =
+        world_rank() == 0 ? TensorSlab::whole("/model/w", {R, C}) : TensorSlab{"/model/w", {R, C}, {0, 0}, {0, C}};
+    std::vector<float> data(R * C, 0.5f);
+    data[bad] = std::numeric_limits<float>::quiet_NaN();
+    writer.write(s, data.data());
+    writer.commit();
+  }
+  CheckpointReader reader(path, MPI_COMM_WORLD);
+  std::vector<float> out(R * C);
+  expect_input_error(
+      [&] {
+        reader.read(TensorSlab::whole("/model/w", {R, C}), out.data());
+      },
+      {path, "/model/w", "nan", "element 33"});
+  // A run of rows 5..7 read as the last part of a piece: the element keeps its global index.
+  const TensorSlab rows{"/model/w", {R, C}, {4, 0}, {4, C}};
+  expect_input_error([&] { reader.read(rows, ElementRange{C + 2, 2 * C}, out.data()); }, {"element 33"});
+  // Rows without it read.
+  reader.read(TensorSlab{"/model/w", {R, C}, {0, 0}, {6, C}}, out.data());
+  EXPECT_EQ(out[0], 0.5f);
+}
+
+// An HDF5 file declaring far more than it stores (h5py's create_dataset without data) is refused
+// from its metadata, before anything is allocated: shape() and read() name the dataset and sizes.
+TEST(CheckpointFile, DeclaredSizesBeyondTheStoredBytesAreRefused) {
+  SharedDir dir;
+  const std::string path = dir / "huge.h5";
+  const std::string script =
+      "import h5py, sys\nwith h5py.File(sys.argv[1], 'w') as f:\n"
+      "    f.create_dataset('model/wte.weight', shape=(100000, 1000000), dtype='f4')\n";
+  ASSERT_EQ(run_python(dir / "make.py", script, path, dir / "make.log"), 0) << read_text(dir / "make.log");
+  CheckpointReader reader(path, MPI_COMM_WORLD);
+  expect_input_error([&] { reader.shape("/model/wte.weight"); },
+                     {path, "/model/wte.weight", "[100000,1000000]", "400000000000 bytes", "at most 0 bytes"});
+  float one = 0;
+  expect_input_error(
+      [&] {
+        reader.read(TensorSlab{"/model/wte.weight", {100000, 1000000}, {0, 0}, {1, 1}}, &one);
+      },
+      {"/model/wte.weight", "400000000000 bytes"});
+}
+
 TEST(CheckpointFile, UncommittedWriterLeavesNoFile) {
   SharedDir dir;
   const std::string path = dir / "step_00000002.h5";

@@ -53,4 +53,24 @@ TEST(Prepare, NoInputOrOnlyEmptyInputIsAnError) {
 }
 
 }  // namespace
+TEST(Prepare, NeverWritesOverAnInputADirectoryOrAnHdf5File) {
+  LocalDir dir;
+  write_text(dir / "a.txt", "some text");
+  write_text(dir / "b.txt", "more text");
+  std::filesystem::create_hard_link(dir / "b.txt", dir / "hard.txt");
+  std::filesystem::create_directory(dir / "d.bin");
+  write_bytes(dir / "ck.h5", {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'});  // an HDF5 signature is enough
+  const std::vector<std::string> texts = {dir / "a.txt", dir / "b.txt"};
+  for (const auto& [out, needle] : std::vector<std::pair<std::string, std::string>>{{dir / "b.txt", "the same file"},
+                                                                                    {dir / "hard.txt", "the same file"},
+                                                                                    {dir / "d.bin", "a directory"},
+                                                                                    {dir / "ck.h5", "an HDF5 file"}}) {
+    expect_input_error([&] { prepare_byte_shard(texts, out); }, {out, needle, "nothing was written"});
+  }
+  EXPECT_EQ(read_text(dir / "a.txt"), "some text");
+  EXPECT_EQ(read_text(dir / "b.txt"), "more text");
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "d.bin"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 5) << "prepare left a file behind";
+}
+
 }  // namespace meshtrain::io::test

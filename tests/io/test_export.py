@@ -11,6 +11,7 @@ parameters carry Hugging Face's GPT-2 names. Bad input exits 2 and writes nothin
 usage: test_export.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC]
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -52,6 +53,41 @@ def read_safetensors(path):
         end = stop
     assert end == len(data), f"{len(data) - end} bytes after the last tensor"
     return tensors, header.get("__metadata__", {})
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def refusals_to_destroy(meshtrain, work, ckpt):
+    """export never writes over its checkpoint (by name, through a symlink or a hard link), over a
+    directory or over another checkpoint, and refuses a checkpoint whose tensor no longer matches its
+    checksum: exit 2 naming the culprit, every file as it was, no .tmp left."""
+    failures = []
+    link, hard, other, folder = (os.path.join(work, n) for n in ("link.h5", "hard.h5", "other.h5", "out.dir"))
+    os.symlink(ckpt, link)
+    os.link(ckpt, hard)
+    shutil.copy(ckpt, other)
+    os.mkdir(folder)
+    corrupt = os.path.join(work, "corrupt.h5")
+    shutil.copy(ckpt, corrupt)
+    with h5py.File(corrupt, "r+") as f:
+        d = f["model/wpe.weight"]
+        d[0, 0] = d[0, 0] + 1.0  # the stored checksum is left as it was
+    written = os.path.join(work, "fresh.safetensors")
+    for source, out, needle in [(ckpt, ckpt, "same file"), (ckpt, link, "same file"), (link, hard, "same file"),
+                                (ckpt, folder, "directory"), (ckpt, other, "HDF5"),
+                                (corrupt, written, "/model/wpe.weight")]:
+        files = [ckpt, other, corrupt]
+        before = [digest(f) for f in files]
+        done = run([meshtrain, "export", source, "--format", "safetensors", "--out", out], expect=2)
+        leftovers = [p for p in (out + ".tmp", written) if os.path.exists(p)]
+        if (needle not in done.stderr or [digest(f) for f in files] != before or leftovers
+                or os.listdir(folder)):
+            failures.append(f"export {source} --out {out}: expected exit 2 naming '{needle}', every file as it "
+                            f"was and nothing written (left: {leftovers}); stderr: {done.stderr.strip()}")
+    return failures
 
 
 def main():
@@ -105,6 +141,7 @@ def main():
         if needle not in done.stderr or os.path.exists(bad) or os.path.exists(bad + ".tmp"):
             failures.append(f"export {' '.join(cmd)}: expected exit 2 naming '{needle}' and nothing written; "
                             f"stderr: {done.stderr.strip()}")
+    failures += refusals_to_destroy(args.meshtrain, work, ckpt)
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1

@@ -5,10 +5,16 @@
 #include "io_test_util.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -183,6 +189,23 @@ TEST_F(BadShard, OneBadShardInAGlobIsNamed) {
 TEST_F(BadShard, ADirectory) {
   std::filesystem::create_directory(dir / "d.bin");
   expect_input_error([&] { TokenStream::open(dir / "d.bin"); }, {dir / "d.bin", "not a regular file"});
+}
+
+// A FIFO blocks open(2) until a writer comes: it must be refused as what it is, at once. Opened in
+// another thread with a deadline; past it the test opens the FIFO for writing, releasing the reader,
+// and fails.
+TEST_F(BadShard, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = dir / "fifo.bin";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto opened = std::async(std::launch::async, [&] {
+    return expect_input_error([&] { TokenStream::open(path); }, {path, "is a FIFO (named pipe), not a regular file"});
+  });
+  if (opened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+    ADD_FAILURE() << "TokenStream::open(" << path << ") blocked on a FIFO";
+  }
+  opened.get();
 }
 
 TEST(TokenShard, TokensOutsideTheVocabularyAreNamedByFileAndPosition) {
