@@ -37,8 +37,11 @@ constexpr const char* usage =
     "failed (previous checkpoint intact), 5 a collective timed out, 6 the loss turned non-finite.\n";
 
 int finish(int code, int world, bool agreed) {
+  // Codes every rank returns together, having agreed on them (a failed save: share/docs/usage.md, Faults).
+  using namespace meshtrain::exit_code;
+  const bool returned_together = code == finished || code == requeue || code == save_failed;
   // A rank that fails alone cannot wait for the others to agree: take the whole job down.
-  if (!agreed && code != meshtrain::exit_code::finished && code != meshtrain::exit_code::requeue && world > 1) {
+  if (!agreed && !returned_together && world > 1) {
     std::fflush(stdout);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);

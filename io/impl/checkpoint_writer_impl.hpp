@@ -9,14 +9,17 @@
 namespace meshtrain::io {
 
 struct CheckpointWriter::Impl {
-  Impl(MPI_Comm c, Transfer t) : transfer(t) {
+  Impl(MPI_Comm c, Transfer t, ExpectedSize e) : transfer(t), expected(e) {
     MESHTRAIN_MPI_CHECK(MPI_Comm_dup(c, comm.out()), "is the communicator valid on every rank?");
   }
   // A duplicate of the caller's communicator, so our collectives never meet the caller's messages.
   mpi::OwnedComm comm;
   Transfer transfer;
+  ExpectedSize expected;
   h5::File file;
-  bool committed = false;
+  std::string failure;     // this rank's first storage failure, for the user; empty: none
+  bool committed = false;  // the final file is in place
+  bool abandoned = false;  // the .tmp is removed and the file closed after a failure
 };
 
 }  // namespace meshtrain::io
