@@ -21,8 +21,7 @@ namespace {
 std::string make_final(const std::string& tmp_path, const std::string& final_path) {
   std::string error;
   const int fd = ::open(tmp_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0)
-    error = fmt::format("flushing {} to disk: {}", tmp_path, std::strerror(errno));
+  if (fd < 0 || ::fsync(fd) != 0) error = fmt::format("flushing {} to disk: {}", tmp_path, std::strerror(errno));
   if (fd >= 0) ::close(fd);
   if (error.empty() && ::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     error = fmt::format("renaming {} to {}: {}", tmp_path, final_path, std::strerror(errno));

@@ -21,6 +21,19 @@
 
 namespace meshtrain::io {
 
+namespace detail {
+
+void rejoin_failed_collective_write(hid_t file, const std::string& failure) {
+  if (failure.find("MPI_File_write_at_all failed") == std::string::npos) return;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) return;
+  // The arguments HDF5 resets the view with (H5FD__mpio_write).
+  char native[] = "native";
+  MPI_File_set_view(*static_cast<MPI_File*>(handle), 0, MPI_BYTE, MPI_BYTE, native, MPI_INFO_NULL);
+}
+
+}  // namespace detail
+
 std::string write_failure_message(const std::string& file, const std::string& reason, std::uint64_t needed_bytes) {
   const std::filesystem::path parent = std::filesystem::path(file).parent_path();
   const std::string dir = parent.empty() ? std::string(".") : parent.string();

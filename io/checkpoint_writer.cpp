@@ -110,6 +110,7 @@ std::string write_dataset(hid_t file, const std::string& name, const AgreedWrite
   if (H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, w.selection->memory.get(), w.selection->file.get(), dxpl.get(),
                w.writes ? data : &nothing) < 0) {
     failed = h5::last_error_message();
+    if (transfer == Transfer::collective) detail::rejoin_failed_collective_write(file, failed);
   }
   h5::Dataspace scalar{MESHTRAIN_H5_CHECK(H5Screate(H5S_SCALAR), "out of memory?")};
   h5::Attribute attr{MESHTRAIN_H5_CHECK(
@@ -152,9 +153,7 @@ h5::Datatype utf8_string_type() {
 
 CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer,
                                    ExpectedSize expected)
-    : final_path_(final_path),
-      tmp_path_(final_path + ".tmp"),
-      impl_(std::make_unique<Impl>(comm, transfer, expected)) {
+    : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm, transfer, expected)) {
   h5::quiet_errors();
   h5::PropList fapl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "out of memory?")};
   MESHTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl.get(), impl_->comm.get(), MPI_INFO_NULL),
@@ -202,6 +201,7 @@ std::uint64_t CheckpointWriter::planned_bytes(const std::vector<std::vector<std:
 
 void CheckpointWriter::write(const TensorSlab& slab, ElementRange range, const float* data) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::write after commit()");
+  if (impl_->abandoned) throw std::logic_error("CheckpointWriter::write after a failed write");
   const std::string name = detail::normalize(slab.name);
   const AgreedWrite w = agree_on_write(slab, range, data, name, impl_->comm.get());
   std::string failed;

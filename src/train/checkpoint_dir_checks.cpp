@@ -48,8 +48,8 @@ void require_writable(const std::string& dir) {
   const std::string probe = (fs::path(dir) / fmt::format(".meshtrain-probe-{}", ::getpid())).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    input_error("checkpoint.dir {} is not writable: cannot create {}: {}\nHINT: choose a writable checkpoint.dir",
-                dir, probe, std::strerror(errno));
+    input_error("checkpoint.dir {} is not writable: cannot create {}: {}\nHINT: choose a writable checkpoint.dir", dir,
+                probe, std::strerror(errno));
   }
   ::close(fd);
   ::unlink(probe.c_str());
