@@ -204,12 +204,11 @@ void CheckpointWriter::write(const TensorSlab& slab, ElementRange range, const f
   if (impl_->abandoned) throw std::logic_error("CheckpointWriter::write after a failed write");
   const std::string name = detail::normalize(slab.name);
   const AgreedWrite w = agree_on_write(slab, range, data, name, impl_->comm.get());
+  // Metadata calls fail alike on every rank (a usage error: h5::Error); the data's transfer fails
+  // where the storage does.
   std::string failed;
-  try {
-    failed = write_dataset(impl_->file.get(), name, w, data, impl_->transfer);
-  } catch (const h5::Error& e) {
-    failed = e.what();
-  }
+  with_context(fmt::format("writing {} to {}", name, tmp_path_),
+               [&] { failed = write_dataset(impl_->file.get(), name, w, data, impl_->transfer); });
   if (!failed.empty()) note_failure(fmt::format("writing {}: {}", name, failed));
   settle();  // a rank whose write failed must not go on alone to the next collective step
 }

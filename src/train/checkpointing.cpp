@@ -48,7 +48,8 @@ void make_latest(const Config& config, MPI_Comm comm, const std::string& path, s
     try {
       io::write_latest(dir, std::filesystem::path(path).filename().string());
     } catch (const std::runtime_error& e) {
-      std::filesystem::remove(path);
+      std::error_code ignored;  // what the message says is what matters
+      std::filesystem::remove(path, ignored);
       failure = io::write_failure_message(path, e.what(), needed_bytes);
     }
     if (failure.empty()) prune(dir, config.checkpoint.keep);
