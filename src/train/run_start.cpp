@@ -65,8 +65,6 @@ RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer,
   RunStart start;
   bool fresh = true;  // neither resumed nor given initial weights
   start.progress = agree_on_input(comm, [&] {
-    // The checkpoint directory must be usable before any work is done that would need saving.
-    if (leader) check_checkpoint_dir(cfg, checkpointer.file_bytes());
     TrainingProgress progress;
     const std::vector<std::string> candidates = checkpointer.resume_candidates();
     fresh = candidates.empty() && cfg.checkpoint.init_weights.empty();
@@ -76,6 +74,9 @@ RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer,
       checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);
       if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
     }
+    // The checkpoint directory must be usable before any work is done that would need saving
+    // (after the loads, whose refusals name the file at fault).
+    if (leader) check_checkpoint_dir(cfg, checkpointer.file_bytes());
     return progress;
   });
   // Collective under ZeRO (gathers), so outside the agreement above, which may leave early on one rank's error.
