@@ -193,7 +193,6 @@ class FullDisk(SaveCase):
         self.assert_same_records(read_metrics(resumed), read_metrics(os.path.join(clean_dir, "metrics.jsonl"))[2:])
         return failed_run
 
-    # Sizes: the clean runs' step counts are shared (6 and 4 steps at 1 rank, 4 and 10 at 4 ranks).
 
     def test_np1_sync_independent_warns_then_ends(self):
         # Step 4's save fails: a warning, training goes on; step 6's (the last, the second in a row): exit 4.
