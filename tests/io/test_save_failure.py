@@ -193,7 +193,6 @@ class FullDisk(SaveCase):
         self.assert_same_records(read_metrics(resumed), read_metrics(os.path.join(clean_dir, "metrics.jsonl"))[2:])
         return failed_run
 
-
     def test_np1_sync_independent_warns_then_ends(self):
         # Step 4's save fails: a warning, training goes on; step 6's (the last, the second in a row): exit 4.
         p = self.run_full(1, {"checkpoint.io": "independent"}, 4, failed_steps=[4, 6], steps=6)
