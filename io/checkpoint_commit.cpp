@@ -2,7 +2,6 @@
 // <file>.tmp; once all have confirmed, rank 0 fsyncs it, renames it to the final name and fsyncs
 // the directory, so a kill at any instant leaves either no final file or a complete one.
 #include "io/impl/checkpoint_writer_impl.hpp"
-#include "io/impl/collective.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -22,11 +21,10 @@ namespace {
 std::string make_final(const std::string& tmp_path, const std::string& final_path) {
   std::string error;
   const int fd = ::open(tmp_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0)
-    error = fmt::format("cannot flush checkpoint {} to disk: {}", tmp_path, std::strerror(errno));
+  if (fd < 0 || ::fsync(fd) != 0) error = fmt::format("flushing {} to disk: {}", tmp_path, std::strerror(errno));
   if (fd >= 0) ::close(fd);
   if (error.empty() && ::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    error = fmt::format("cannot rename checkpoint {} to {}: {}", tmp_path, final_path, std::strerror(errno));
+    error = fmt::format("renaming {} to {}: {}", tmp_path, final_path, std::strerror(errno));
   }
   if (error.empty()) {
     const std::filesystem::path parent = std::filesystem::path(final_path).parent_path();
@@ -44,22 +42,18 @@ std::string make_final(const std::string& tmp_path, const std::string& final_pat
 
 void CheckpointWriter::commit() {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::commit called twice");
-  const MPI_Comm comm = impl_->comm.get();
+  if (impl_->abandoned) throw std::logic_error("CheckpointWriter::commit after a failed write");
   // Every rank flushes what it wrote (MPI_File_sync) and closes; all confirm before the rename.
-  std::string error;
-  if (H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL) < 0) {
-    error = fmt::format("cannot flush checkpoint {}: {}", tmp_path_, h5::last_error_message());
+  // Each phase is agreed on before the next collective one (io/checkpoint_write_failure.cpp).
+  if (H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL) < 0) note_failure("flushing: " + h5::last_error_message());
+  settle();
+  if (H5Fclose(impl_->file.release()) < 0) note_failure("closing: " + h5::last_error_message());  // collective
+  settle();
+  if (mpi::rank_of(impl_->comm.get()) == 0) {
+    const std::string error = make_final(tmp_path_, final_path_);
+    if (!error.empty()) note_failure(error);
   }
-  impl_->file.close("is there space on the file system? Did every rank reach commit()?");  // collective
-  int confirmed = error.empty() ? 1 : 0;
-  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &confirmed, 1, MPI_INT, MPI_MIN, comm), detail::same_calls_hint);
-  if (!confirmed) {
-    throw std::runtime_error(error.empty() ? fmt::format("another rank could not flush checkpoint {}", tmp_path_)
-                                           : error);  // the destructor removes the .tmp
-  }
-  if (mpi::rank_of(comm) == 0) error = make_final(tmp_path_, final_path_);
-  error = detail::broadcast_message(error, comm);       // also: nobody returns before the rename
-  if (!error.empty()) throw std::runtime_error(error);  // the destructor removes the .tmp
+  settle();  // also: nobody returns before the rename
   impl_->committed = true;
 }
 

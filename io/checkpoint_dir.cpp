@@ -118,6 +118,8 @@ std::optional<std::string> read_latest(const std::string& dir) {
   return path;
 }
 
+std::string latest_path(const std::string& dir) { return join(dir, latest_name); }
+
 void write_latest(const std::string& dir, const std::string& checkpoint_file) {
   const std::string name = fs::path(checkpoint_file).filename().string();
   if (name.empty()) throw std::invalid_argument(fmt::format("write_latest: '{}' has no file name", checkpoint_file));

@@ -27,6 +27,9 @@ std::optional<std::int64_t> checkpoint_step(const std::string& path);
 // other than a plain file name, or names a file that does not exist.
 std::optional<std::string> read_latest(const std::string& dir);
 
+// "<dir>/latest", whether or not it exists.
+std::string latest_path(const std::string& dir);
+
 // Atomically (temporary file + rename) makes <dir>/latest name checkpoint_file, which may be given
 // as a path or a file name; only its file name is stored.
 void write_latest(const std::string& dir, const std::string& checkpoint_file);

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,14 +75,50 @@ struct TensorSlab {
 //                rank waits for another per tensor (bench/bench_checkpoint_io.py measures both).
 enum class Transfer { collective, independent };
 
+// A checkpoint that could not be written: a reservation, write, flush, close or rename failed on
+// some rank (no space, quota, an I/O error). Every rank throws it at the same call, once the .tmp
+// is closed and removed, with the lowest failing rank's message; that rank is the reporter.
+class WriteFailed : public std::runtime_error {
+ public:
+  WriteFailed(const std::string& what, bool reporter) : std::runtime_error(what), reporter_(reporter) {}
+  bool reporter() const { return reporter_; }
+
+ private:
+  bool reporter_;
+};
+
+// "cannot write checkpoint <file>: <reason>; it needs N bytes (.. MiB) and statvfs reports M bytes
+// (.. MiB) free on the file system of <dir>": what a failed save tells the user, the free space
+// measured now (needed_bytes 0: unknown, left out).
+std::string write_failure_message(const std::string& file, const std::string& reason, std::uint64_t needed_bytes);
+
+// Collective: nothing when every rank's `failure` is empty, else the WriteFailed every rank is to
+// throw (the lowest failing rank's message). The one agreement every save failure goes through.
+std::optional<WriteFailed> agree_on_write_failure(const std::string& failure, MPI_Comm comm);
+
+// What the writer is told of the file before writing it.
+struct ExpectedSize {
+  std::uint64_t bytes = 0;  // an upper bound of the file's size (CheckpointWriter::planned_bytes); 0: unknown
+  bool reserve = true;      // reserve the bytes (fallocate) before any data is written
+};
+
 // Writes <final_path>.tmp collectively and renames it to final_path on commit(), so the final name
 // only ever holds a complete file. An uncommitted writer (an exception, an early return) removes
-// the .tmp when destroyed. HDF5 failures throw io::h5::Error (std::runtime_error) with a HINT.
+// the .tmp when destroyed. Usage errors throw io::h5::Error (std::runtime_error) with a HINT.
+//
+// A failure of the storage (share/docs/usage.md, A full disk during a save) is never left to one
+// rank: each records its own and all agree after the reservation, after each write(), and at each
+// phase of commit(), before the next collective step, then throw WriteFailed together, having
+// freed and removed the .tmp (its blocks are released before HDF5's closing writes, so the close
+// cannot meet the full disk again on one rank and leave the others waiting in it).
 class CheckpointWriter {
  public:
   // Creates <final_path>.tmp (truncating a stale one). Throws InputError naming the file if it
-  // cannot be created (for example a missing or read-only directory).
-  CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer = Transfer::collective);
+  // cannot be created (for example a missing or read-only directory). With expected.bytes and
+  // expected.reserve, rank 0 reserves them for the file where its file system can (fallocate), so
+  // that a disk or quota too small for the checkpoint is WriteFailed here, before any data.
+  CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer = Transfer::collective,
+                   ExpectedSize expected = {});
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -113,10 +150,21 @@ class CheckpointWriter {
   // every rank only once the final file is in place. No other call is allowed afterwards.
   void commit();
 
+  // An upper bound of the bytes a file of float32 datasets of these global shapes takes: the data,
+  // the alignment of the large ones and an allowance for HDF5's metadata and the root attributes.
+  static std::uint64_t planned_bytes(const std::vector<std::vector<std::uint64_t>>& global_shapes);
+
   const std::string& path() const { return final_path_; }
   const std::string& temporary_path() const { return tmp_path_; }
 
  private:
+  // This rank's storage failure (the first one), described for the user.
+  void note_failure(const std::string& reason);
+  // Collective: if any rank noted a failure, abandons the file and throws WriteFailed everywhere.
+  void settle();
+  // Collective: frees and removes the .tmp, then closes the file (errors ignored: it is discarded).
+  void abandon() noexcept;
+
   struct Impl;
   std::string final_path_;
   std::string tmp_path_;

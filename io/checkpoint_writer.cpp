@@ -7,9 +7,8 @@
 #include "io/impl/collective.hpp"
 #include "io/impl/hdf5_selection.hpp"
 #include "io/impl/slab_checks.hpp"
+#include "io/storage_space.hpp"
 #include "io/tensor_checksum.hpp"
-
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -89,7 +88,10 @@ AgreedWrite agree_on_write(const TensorSlab& slab, ElementRange range, const flo
 }
 
 // Creates dataset `name` and writes this rank's part of it and its checksum attribute (collective).
-void write_dataset(hid_t file, const std::string& name, const AgreedWrite& w, const float* data, Transfer transfer) {
+// A failed transfer of the data is returned, not thrown: the attribute is still created, so that
+// every rank's metadata stays the same and the file can be closed together (settle()).
+std::string write_dataset(hid_t file, const std::string& name, const AgreedWrite& w, const float* data,
+                          Transfer transfer) {
   h5::PropList lcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE), "out of memory?")};
   MESHTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1), "internal: link creation property");
   h5::PropList dcpl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "out of memory?")};
@@ -104,14 +106,18 @@ void write_dataset(hid_t file, const std::string& name, const AgreedWrite& w, co
       H5Pset_dxpl_mpio(dxpl.get(), transfer == Transfer::collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT),
       "meshtrain needs parallel HDF5");
   const float nothing = 0.0f;
-  MESHTRAIN_H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, w.selection->memory.get(), w.selection->file.get(),
-                              dxpl.get(), w.writes ? data : &nothing),
-                     "did every rank call write() for this tensor? Is there space on the file system?");
+  std::string failed;
+  if (H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, w.selection->memory.get(), w.selection->file.get(), dxpl.get(),
+               w.writes ? data : &nothing) < 0) {
+    failed = h5::last_error_message();
+    if (transfer == Transfer::collective) detail::rejoin_failed_collective_write(file, failed);
+  }
   h5::Dataspace scalar{MESHTRAIN_H5_CHECK(H5Screate(H5S_SCALAR), "out of memory?")};
   h5::Attribute attr{MESHTRAIN_H5_CHECK(
       H5Acreate2(dset.get(), schema::checksum_attribute, H5T_STD_U64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT),
       "internal")};
   MESHTRAIN_H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_UINT64, &w.checksum), "internal: writing the checksum");
+  return failed;
 }
 
 // Runs f, prefixing HDF5 failures with what was being done to which file.
@@ -145,8 +151,9 @@ h5::Datatype utf8_string_type() {
 
 }  // namespace
 
-CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer)
-    : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm, transfer)) {
+CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer,
+                                   ExpectedSize expected)
+    : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm, transfer, expected)) {
   h5::quiet_errors();
   h5::PropList fapl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "out of memory?")};
   MESHTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl.get(), impl_->comm.get(), MPI_INFO_NULL),
@@ -164,29 +171,46 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm,
         tmp_path_, h5::last_error_message());
   }
   impl_->file = h5::File{file};
+  // After the create, which truncates; HDF5's close cuts the file back to the bytes it used.
+  if (expected.reserve && mpi::rank_of(impl_->comm.get()) == 0) {
+    const std::string refused = reserve_file_space(tmp_path_, expected.bytes);
+    if (!refused.empty()) note_failure(refused);
+  }
+  settle();  // a throw from here leaves the .tmp already removed: no destructor runs
   set_attribute(schema::attr::checksum_algorithm, std::string(checksum_algorithm));
 }
 
 CheckpointWriter::~CheckpointWriter() {
-  if (!impl_ || impl_->committed) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  impl_->file.reset();  // collective
-  // Unchecked: a destructor has no one to report a failure to, and may run while an exception
-  // unwinds.
-  int rank = 0;
-  MPI_Comm_rank(impl_->comm.get(), &rank);
-  if (rank == 0) ::unlink(tmp_path_.c_str());
-  MPI_Barrier(impl_->comm.get());  // nobody returns while the .tmp is still there
+  if (!impl_ || impl_->committed || impl_->abandoned) return;
+  abandon();
+}
+
+std::uint64_t CheckpointWriter::planned_bytes(const std::vector<std::vector<std::uint64_t>>& global_shapes) {
+  // Measured (1 layer, 48 datasets): 27 KB of metadata in all, under 600 bytes a dataset with its
+  // object header, checksum attribute and link; the superblock, groups and root attributes (the
+  // config's INI among them) take a few KiB. Twice that, and more, stays a bound.
+  constexpr std::uint64_t per_dataset_metadata = 1024, fixed_metadata = 64 * 1024;
+  std::uint64_t bytes = fixed_metadata;
+  for (const auto& shape : global_shapes) {
+    std::uint64_t data = sizeof(float);
+    for (std::uint64_t n : shape) data *= n;
+    bytes += data + per_dataset_metadata + (data >= alignment_bytes ? alignment_bytes : 0);
+  }
+  return bytes;
 }
 
 void CheckpointWriter::write(const TensorSlab& slab, ElementRange range, const float* data) {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::write after commit()");
+  if (impl_->abandoned) throw std::logic_error("CheckpointWriter::write after a failed write");
   const std::string name = detail::normalize(slab.name);
   const AgreedWrite w = agree_on_write(slab, range, data, name, impl_->comm.get());
+  // Metadata calls fail alike on every rank (a usage error: h5::Error); the data's transfer fails
+  // where the storage does.
+  std::string failed;
   with_context(fmt::format("writing {} to {}", name, tmp_path_),
-               [&] { write_dataset(impl_->file.get(), name, w, data, impl_->transfer); });
+               [&] { failed = write_dataset(impl_->file.get(), name, w, data, impl_->transfer); });
+  if (!failed.empty()) note_failure(fmt::format("writing {}: {}", name, failed));
+  settle();  // a rank whose write failed must not go on alone to the next collective step
 }
 
 void CheckpointWriter::set_attribute(const std::string& name, const std::string& value) {

@@ -73,6 +73,8 @@ class Handle {
     const hid_t id = std::exchange(id_, H5I_INVALID_HID);
     check(Close(id), __FILE__, __LINE__, "H5*close(handle)", hint);
   }
+  // Gives up ownership: the caller closes the identifier (and handles the failure its own way).
+  [[nodiscard]] hid_t release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
   void reset() noexcept {
     if (id_ >= 0) Close(std::exchange(id_, H5I_INVALID_HID));
   }

@@ -38,11 +38,12 @@ constexpr const char* usage =
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job), 4 a save\n"
     "failed (previous checkpoint intact), 5 a collective timed out, 6 the loss turned non-finite.\n";
 
-// The codes a command returns on every rank together, having agreed on them (the training loop
-// decides a non-finite stop from values every rank shares): no rank is left behind.
+// The codes a command returns on every rank together, having agreed on them (a failed save, and a
+// non-finite stop decided from values every rank shares: share/docs/usage.md, Faults): no rank is
+// left behind.
 bool returned_together(int code) {
   using namespace meshtrain::exit_code;
-  return code == finished || code == requeue || code == nonfinite;
+  return code == finished || code == requeue || code == save_failed || code == nonfinite;
 }
 
 int finish(int code, int world, bool agreed) {

@@ -5,13 +5,13 @@
 
 namespace meshtrain::io::detail {
 
-std::string broadcast_message(const std::string& message, MPI_Comm comm) {
+std::string broadcast_message(const std::string& message, MPI_Comm comm, int root) {
   unsigned long long length = message.size();
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, 0, comm), same_calls_hint);
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, root, comm), same_calls_hint);
   std::string result = message;
   result.resize(length);
   if (length > 0) {
-    MESHTRAIN_MPI_CHECK(MPI_Bcast(result.data(), static_cast<int>(length), MPI_CHAR, 0, comm), same_calls_hint);
+    MESHTRAIN_MPI_CHECK(MPI_Bcast(result.data(), static_cast<int>(length), MPI_CHAR, root, comm), same_calls_hint);
   }
   return result;
 }

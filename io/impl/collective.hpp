@@ -11,7 +11,7 @@ namespace meshtrain::io::detail {
 inline constexpr const char* same_calls_hint =
     "is every rank of the communicator making the same checkpoint calls in the same order?";
 
-// Rank 0's message (empty: no error) on every rank.
-std::string broadcast_message(const std::string& message, MPI_Comm comm);
+// Rank `root`'s message (empty: no error) on every rank.
+std::string broadcast_message(const std::string& message, MPI_Comm comm, int root = 0);
 
 }  // namespace meshtrain::io::detail

@@ -39,6 +39,15 @@ std::vector<PlannedPiece> plan_pieces(const ParameterLayout& layout, const std::
   return plan;
 }
 
+std::uint64_t checkpoint_file_bytes(const ParameterLayout& layout) {
+  const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank());
+  std::vector<std::vector<std::uint64_t>> shapes;
+  for (std::size_t g = 0; g < std::size(io::schema::state_groups); ++g) {
+    for (const TensorInfo& t : all_stages.tensors()) shapes.push_back(t.shape);
+  }
+  return io::CheckpointWriter::planned_bytes(shapes);
+}
+
 std::vector<std::string> dataset_names(const std::vector<PlannedPiece>& plan) {
   std::vector<std::string> names;
   names.reserve(plan.size());

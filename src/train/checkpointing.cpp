@@ -2,6 +2,8 @@
 // train/checkpoint_load.cpp, choosing what to resume train/checkpoint_resume.cpp).
 #include "train/checkpointing.hpp"
 
+#include "core/errors.hpp"
+#include "core/injected_fault.hpp"
 #include "core/mpi_check.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/checkpoint_file.hpp"
@@ -21,18 +23,51 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* same_calls_hint = "is every rank saving the same checkpoint?";
+// Where a save goes and what it reserves there.
+struct SaveTarget {
+  std::string path;
+  io::ExpectedSize expected;
+};
+
+// Rank 0's pruning: a file it cannot delete costs space, not the checkpoint just saved.
+void prune(const std::string& dir, int keep) {
+  try {
+    io::prune_checkpoints(dir, keep);
+  } catch (const std::runtime_error& e) {
+    fmt::print(stderr, "meshtrain: warning: {}\n", e.what());
+  }
+}
+
+// Rank 0 makes `latest` name the new file and prunes old ones. If `latest` cannot be written (a
+// full disk has no room even for its line), the new file goes too, so that what is on disk is what
+// was there before the save; every rank learns of it (io::WriteFailed).
+void make_latest(const Config& config, MPI_Comm comm, const std::string& path, std::uint64_t needed_bytes) {
+  std::string failure;
+  if (mpi::rank_of(comm) == 0) {
+    const std::string& dir = config.checkpoint.dir;
+    try {
+      io::write_latest(dir, std::filesystem::path(path).filename().string());
+    } catch (const std::runtime_error& e) {
+      std::error_code ignored;  // what the message says is what matters
+      std::filesystem::remove(path, ignored);
+      failure = io::write_failure_message(path, e.what(), needed_bytes);
+    }
+    if (failure.empty()) prune(dir, config.checkpoint.keep);
+  }
+  if (auto failed = io::agree_on_write_failure(failure, comm)) throw *failed;
+}
 
 // Writes one checkpoint collectively over `comm` and makes it the latest: the file under a
 // temporary name, flushed on every rank and renamed (io::CheckpointWriter::commit), then `latest`
 // replaced atomically and old files pruned by rank 0. A kill at any instant leaves `latest` naming
-// a complete file. data(k) gives the rank's elements of plan[k].
-void write_checkpoint(const Config& config, MPI_Comm comm, const std::string& path, const Attributes& attributes,
+// a complete file; a failed write leaves what was there before (io::WriteFailed on every rank).
+// data(k) gives the rank's elements of plan[k].
+void write_checkpoint(const Config& config, MPI_Comm comm, const SaveTarget& target, const Attributes& attributes,
                       const std::vector<PlannedPiece>& plan, const std::function<const float*(std::size_t)>& data) {
   {
     const auto transfer =
         config.checkpoint.io == CheckpointIo::collective ? io::Transfer::collective : io::Transfer::independent;
-    io::CheckpointWriter writer(path, comm, transfer);
+    io::CheckpointWriter writer(target.path, comm, transfer, target.expected);
     for (const auto& [name, value] : attributes)
       std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
     for (std::size_t k = 0; k < plan.size(); ++k) {
@@ -41,12 +76,20 @@ void write_checkpoint(const Config& config, MPI_Comm comm, const std::string& pa
     }
     writer.commit();
   }
+  make_latest(config, comm, target.path, target.expected.bytes);
+}
+
+// Rank 0 makes the directory (it may have gone since the start); every rank learns whether it could.
+void agree_on_directory(const std::string& dir, MPI_Comm comm, std::uint64_t needed_bytes) {
+  std::string failure;
   if (mpi::rank_of(comm) == 0) {
-    const std::string& dir = config.checkpoint.dir;
-    io::write_latest(dir, std::filesystem::path(path).filename().string());
-    io::prune_checkpoints(dir, config.checkpoint.keep);
+    try {
+      io::ensure_directory(dir);
+    } catch (const InputError& e) {
+      failure = io::write_failure_message(dir, e.what(), needed_bytes);
+    }
   }
-  MESHTRAIN_MPI_CHECK(MPI_Barrier(comm), same_calls_hint);
+  if (auto failed = io::agree_on_write_failure(failure, comm)) throw *failed;
 }
 
 bool mpi_threads_usable() {
@@ -65,10 +108,10 @@ struct Checkpointer::Snapshot {
   std::vector<std::size_t> at;  // where plan[k]'s elements start in data
   std::vector<PlannedPiece> plan;
   Attributes attributes;
-  std::string path;
+  SaveTarget target;
 
   // Copies this rank's pieces of the plan's sources, so training may change the state at once.
-  void take(std::vector<PlannedPiece> planned, Attributes attrs, std::string to) {
+  void take(std::vector<PlannedPiece> planned, Attributes attrs, SaveTarget to) {
     at.assign(planned.size(), 0);
     std::size_t total = 0;
     for (std::size_t k = 0; k < planned.size(); ++k) {
@@ -83,7 +126,7 @@ struct Checkpointer::Snapshot {
     }
     plan = std::move(planned);
     attributes = std::move(attrs);
-    path = std::move(to);
+    target = std::move(to);
   }
 };
 
@@ -95,6 +138,8 @@ Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, 
 Checkpointer::~Checkpointer() {
   try {
     wait();
+  } catch (const io::WriteFailed& e) {
+    if (e.reporter()) fmt::print(stderr, "meshtrain: the background checkpoint save failed: {}\n", e.what());
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshtrain: the background checkpoint save failed: {}\n", e.what());
   }
@@ -103,27 +148,29 @@ Checkpointer::~Checkpointer() {
 double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress, bool background) {
   const auto start = Clock::now();
   wait();  // one save at a time, in step order
-  if (mpi::rank_of(comm_) == 0) io::ensure_directory(config_.checkpoint.dir);
+  const SaveTarget target{io::checkpoint_path(config_.checkpoint.dir, progress.step),
+                          {file_bytes(), !fault_fires("unreserved_save", progress.step, mpi::rank_of(MPI_COMM_WORLD))}};
   // Ranks may create the file independently: the directory must exist first.
-  MESHTRAIN_MPI_CHECK(MPI_Barrier(comm_), same_calls_hint);
-  const std::string path = io::checkpoint_path(config_.checkpoint.dir, progress.step);
+  agree_on_directory(config_.checkpoint.dir, comm_, target.expected.bytes);
   std::vector<PlannedPiece> plan = plan_pieces(layout_, {&state.weights, &state.exp_avg, &state.exp_avg_sq});
   Attributes attributes = root_attributes(config_, comm_, progress);
   if (!background || !threads_) {
-    write_checkpoint(config_, comm_, path, attributes, plan,
+    write_checkpoint(config_, comm_, target, attributes, plan,
                      [&](std::size_t k) { return plan[k].source->saved_data(*plan[k].tensor); });
     return seconds_since(start);
   }
   if (!snapshot_) snapshot_ = std::make_unique<Snapshot>();
-  snapshot_->take(std::move(plan), std::move(attributes), path);
+  snapshot_->take(std::move(plan), std::move(attributes), target);
   in_flight_ = std::async(std::launch::async, [this, start] {
     Snapshot& snap = *snapshot_;
-    write_checkpoint(config_, background_comm_.get(), snap.path, snap.attributes, snap.plan,
+    write_checkpoint(config_, background_comm_.get(), snap.target, snap.attributes, snap.plan,
                      [&](std::size_t k) -> const float* { return snap.data.data() + snap.at[k]; });
-    return FinishedSave{snap.path, seconds_since(start)};
+    return FinishedSave{snap.target.path, seconds_since(start)};
   });
   return seconds_since(start);
 }
+
+std::uint64_t Checkpointer::file_bytes() const { return checkpoint_file_bytes(layout_); }
 
 std::optional<FinishedSave> Checkpointer::poll() {
   if (finished_) return std::exchange(finished_, std::nullopt);  // waited for by a save

@@ -47,8 +47,12 @@ class Checkpointer {
   // `latest` replaced and old ones pruned. With `background` (checkpoint.async, where MPI allows
   // threads) this rank's pieces are copied to host memory and written by a background thread
   // while training goes on; a save still in flight is finished first. Returns the seconds the
-  // caller was held.
+  // caller was held. A save that cannot be written (share/docs/usage.md, A full disk during a
+  // save) throws io::WriteFailed on every rank, from here or, in the background, from poll() or
+  // wait(), having left the directory as it was.
   double save(const TrainingTensors& state, const TrainingProgress& progress, bool background);
+  // The bytes one checkpoint of this model takes at most (train/checkpoint_plan.hpp).
+  std::uint64_t file_bytes() const;
   // Whether background saves are possible: MPI must allow threads (MPI_THREAD_MULTIPLE).
   bool background_possible() const { return threads_; }
   // A background save finished since the last call (or waited for by save()), or nothing;

@@ -4,7 +4,7 @@
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "io/checkpoint_dir.hpp"
+#include "train/checkpoint_dir_checks.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -74,8 +74,9 @@ RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer,
       checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);
       if (leader) fmt::print("initial weights from {}\n", cfg.checkpoint.init_weights);
     }
-    // The checkpoint directory must be usable before any work is done that would need saving.
-    if (leader) io::ensure_directory(cfg.checkpoint.dir);
+    // The checkpoint directory must be usable before any work is done that would need saving
+    // (after the loads, whose refusals name the file at fault).
+    if (leader) check_checkpoint_dir(cfg, checkpointer.file_bytes());
     return progress;
   });
   // Collective under ZeRO (gathers), so outside the agreement above, which may leave early on one rank's error.

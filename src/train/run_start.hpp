@@ -16,9 +16,10 @@ struct RunStart {
   double initialization_s = -1;  // seconds of the fresh initialisation; -1 when the weights were loaded
 };
 
-// Loads or initialises `state`, restores the loss scaler and moves `order` to the start. A checkpoint
-// that cannot be used is an AgreedInputError on every rank before anything is written, except that
-// the checkpoint directory is made. Collective over `comm`.
+// Checks checkpoint.dir (train/checkpoint_dir_checks.hpp), loads or initialises `state`, restores
+// the loss scaler and moves `order` to the start. A directory or checkpoint that cannot be used is
+// an AgreedInputError on every rank before anything is written, except that the checkpoint
+// directory is made. Collective over `comm`.
 RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer, ModelState& state, DataOrder& order);
 
 }  // namespace meshtrain

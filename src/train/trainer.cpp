@@ -179,7 +179,9 @@ int TrainingRun::run() {
         finished ? std::string()
                  : agree_to_leave(comm_,
                                   reason_to_leave(cfg_, steps_this_job, elapsed, longest_step_s, saves.last_save_s()));
-    saves.after_step(state_, progress, finished, !leave_reason.empty());
+    if (saves.after_step(state_, progress, finished, !leave_reason.empty()) == SaveOutcome::give_up) {
+      return exit_code::save_failed;  // SavePolicy has said why
+    }
     if (!leave_reason.empty()) return leave_early(progress, leave_reason);
   }
   return finish(job_start);

@@ -926,7 +926,8 @@ class Commands(CliCase):
         self.assertIn(f"HINT: export OPENBLAS_CORETYPE={fix} ", self.run_ok(["blas"], env=generic).stdout)
 
         fitting = {"OPENBLAS_CORETYPE": fix}
-        p = self.run_ok(train_args(keys), env=fitting)
+        # A directory of its own: checkpoint.resume = never refuses one holding the first run's files.
+        p = self.run_ok(train_args({**keys, "checkpoint.dir": "ck_fitting"}), env=fitting)
         self.assertIn(f", kernels {fix},", p.stdout, describe(p))
         self.assertNotIn("warning: OpenBLAS", p.stdout + p.stderr, describe(p))
         self.assertEqual(self.run_ok(["blas", "--openblas-coretype"], env=fitting).stdout, "")
