@@ -43,6 +43,7 @@ std::string make_final(const std::string& tmp_path, const std::string& final_pat
 void CheckpointWriter::commit() {
   if (impl_->committed) throw std::logic_error("CheckpointWriter::commit called twice");
   if (impl_->abandoned) throw std::logic_error("CheckpointWriter::commit after a failed write");
+  const WatchedWait watched(impl_->waits.collective("checkpoint commit", 0));
   // Every rank flushes what it wrote (MPI_File_sync) and closes; all confirm before the rename.
   // Each phase is agreed on before the next collective one (io/checkpoint_write_failure.cpp).
   if (H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL) < 0) note_failure("flushing: " + h5::last_error_message());

@@ -71,6 +71,7 @@ void CheckpointWriter::abandon() noexcept {
   MPI_Finalized(&finalized);
   if (finalized) return;
   // Unchecked: the file is discarded, and a destructor may call this while an exception unwinds.
+  const WatchedWait watched(impl_->waits.collective("checkpoint abandon", 0));
   const MPI_Comm comm = impl_->comm.get();
   int rank = 0;
   MPI_Comm_rank(comm, &rank);

@@ -155,6 +155,7 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm,
                                    ExpectedSize expected)
     : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm, transfer, expected)) {
   h5::quiet_errors();
+  const WatchedWait watched(impl_->waits.collective("checkpoint create", 0));
   h5::PropList fapl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "out of memory?")};
   MESHTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl.get(), impl_->comm.get(), MPI_INFO_NULL),
                      "meshtrain needs parallel HDF5 (Debian: libhdf5-mpich-dev)");
@@ -203,6 +204,7 @@ void CheckpointWriter::write(const TensorSlab& slab, ElementRange range, const f
   if (impl_->committed) throw std::logic_error("CheckpointWriter::write after commit()");
   if (impl_->abandoned) throw std::logic_error("CheckpointWriter::write after a failed write");
   const std::string name = detail::normalize(slab.name);
+  const WatchedWait watched(impl_->waits.collective("checkpoint write", range.count));
   const AgreedWrite w = agree_on_write(slab, range, data, name, impl_->comm.get());
   // Metadata calls fail alike on every rank (a usage error: h5::Error); the data's transfer fails
   // where the storage does.

@@ -3,19 +3,23 @@
 #pragma once
 
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/hdf5_handles.hpp"
 
 namespace meshtrain::io {
 
 struct CheckpointWriter::Impl {
-  Impl(MPI_Comm c, Transfer t, ExpectedSize e) : transfer(t), expected(e) {
+  Impl(MPI_Comm c, Transfer t, ExpectedSize e) : transfer(t), expected(e), waits(wait_group(c, "checkpoint")) {
     MESHTRAIN_MPI_CHECK(MPI_Comm_dup(c, comm.out()), "is the communicator valid on every rank?");
   }
   // A duplicate of the caller's communicator, so our collectives never meet the caller's messages.
   mpi::OwnedComm comm;
   Transfer transfer;
   ExpectedSize expected;
+  // The watchdog's group, over the caller's communicator (which outlives every save, so the numbers
+  // run on from save to save alike on every rank): each collective step below is one watched wait.
+  WaitGroup& waits;
   h5::File file;
   std::string failure;     // this rank's first storage failure, for the user; empty: none
   bool committed = false;  // the final file is in place

@@ -6,6 +6,7 @@
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/checkpoint_schema.hpp"
 #include "io/checksum_verifier.hpp"
@@ -81,6 +82,7 @@ void require_same_tensors(const io::CheckpointReader& reader, const std::vector<
 // first dataset that differs (or has none) on every rank.
 void verify_sums(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
                  std::vector<std::uint64_t>& sums, MPI_Comm comm) {
+  const WatchedWait watched(collective_ticket(comm, "allreduce", sums.size()));
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, comm),
                       "is every rank loading the same checkpoint?");
   const std::vector<std::string> names = dataset_names(plan);

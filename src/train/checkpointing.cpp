@@ -5,6 +5,7 @@
 #include "core/errors.hpp"
 #include "core/injected_fault.hpp"
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/checkpoint_schema.hpp"
@@ -176,6 +177,7 @@ std::optional<FinishedSave> Checkpointer::poll() {
   if (finished_) return std::exchange(finished_, std::nullopt);  // waited for by a save
   // Ranks finish at different moments: all agree that every one has finished before any reports.
   int done = !in_flight_.valid() || in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  const WatchedWait watched(collective_ticket(comm_, "allreduce", 1));
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, comm_),
                       "is every rank polling the background save once a step?");
   if (!in_flight_.valid() || !done) return std::nullopt;

@@ -177,7 +177,8 @@ def case_skip(args, work):
         check(rank in by_rank, f"no report from rank {rank}", text)
         r = by_rank[rank]
         check(r["wait"] == "allreduce #4 of group dp (1 elements)", f"rank {rank} waits in {r['wait']}", text)
-        check(re.fullmatch(r"rank 1 waits in allreduce #\d+ of group world \(1 elements\) for [\d.]+ s, "
+        # The step's values over the world: Σ g² and the non-finite losses (state/nonfinite_policy).
+        check(re.fullmatch(r"rank 1 waits in allreduce #\d+ of group world \(2 elements\) for [\d.]+ s, "
                            r"its last collective of group dp is #3", r["missing"]),
               f"rank {rank}'s report: {r['missing']}", text)
     return took
