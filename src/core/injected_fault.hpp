@@ -28,6 +28,7 @@ inline constexpr std::string_view injected_fault_names[] = {
     "inf_loss",         // the step's loss becomes +Inf (train.nonfinite)
     "skip_collective",  // the rank skips the step's loss all-reduce over dp, and waits elsewhere (the watchdog)
     "stall",            // the rank sleeps 3 × parallel.timeout (4 s when off) at the step's start (the watchdog)
+    "stall_in_save",    // the rank sleeps 3 × parallel.timeout before its first tensor of step STEP's save
     "unreserved_save",  // the save of step STEP reserves no space first, as without fallocate (a full disk)
 };
 

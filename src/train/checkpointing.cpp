@@ -13,10 +13,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <thread>
 #include <utility>
 
 namespace meshtrain {
@@ -146,6 +148,21 @@ Checkpointer::~Checkpointer() {
   }
 }
 
+namespace {
+
+// The test fault stall_in_save (core/injected_fault.hpp): this rank falls asleep inside the save's
+// collective steps, after the file is created, for the watchdog to report the writer's wait.
+std::function<const float*(std::size_t)> stalling_first(std::function<const float*(std::size_t)> data,
+                                                        double timeout_s) {
+  return [data = std::move(data), timeout_s, stalled = false](std::size_t k) mutable {
+    if (!stalled) std::this_thread::sleep_for(std::chrono::duration<double>(3 * std::max(timeout_s, 1.0)));
+    stalled = true;
+    return data(k);
+  };
+}
+
+}  // namespace
+
 double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& progress, bool background) {
   const auto start = Clock::now();
   wait();  // one save at a time, in step order
@@ -156,8 +173,13 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
   std::vector<PlannedPiece> plan = plan_pieces(layout_, {&state.weights, &state.exp_avg, &state.exp_avg_sq});
   Attributes attributes = root_attributes(config_, comm_, progress);
   if (!background || !threads_) {
-    write_checkpoint(config_, comm_, target, attributes, plan,
-                     [&](std::size_t k) { return plan[k].source->saved_data(*plan[k].tensor); });
+    std::function<const float*(std::size_t)> data = [&](std::size_t k) {
+      return plan[k].source->saved_data(*plan[k].tensor);
+    };
+    if (fault_fires("stall_in_save", progress.step, mpi::rank_of(MPI_COMM_WORLD))) {
+      data = stalling_first(std::move(data), config_.parallel.timeout);
+    }
+    write_checkpoint(config_, comm_, target, attributes, plan, data);
     return seconds_since(start);
   }
   if (!snapshot_) snapshot_ = std::make_unique<Snapshot>();

@@ -15,14 +15,18 @@ watchdog's report line against what the fault must produce, counted by hand:
             ends with exit 5
   pipeline  pp 2, the last stage stalled (stall@2:1): the first stage's point-to-point wait on it
             times out and the report names the recv from rank 1
+  save      2 ranks, rank 1 asleep inside step 2's save after the file is created
+            (stall_in_save@2:1): rank 0 waits in the writer's first tensor, `checkpoint write #2
+            of group checkpoint`, and rank 1 is in no wait since it left `checkpoint create #1`
 
 Every job runs in its own session under a timeout; in a finally its whole process tree is killed
 (Hydra puts each rank in a session of its own, so the process group alone would miss them), so no
 stopped rank stays behind.
 
-usage: test_watchdog.py --meshtrain BIN --mpiexec MPIEXEC --workdir DIR --case sigstop|skip|off|pipeline
+usage: test_watchdog.py --meshtrain BIN --mpiexec MPIEXEC --workdir DIR --case sigstop|skip|off|pipeline|save
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -215,7 +219,24 @@ def case_pipeline(args, work):
     return took
 
 
-CASES = {"sigstop": case_sigstop, "skip": case_skip, "off": case_off, "pipeline": case_pipeline}
+def case_save(args, work):
+    rc, took, text = run_to_end(args, work, 2, ["--train.steps", "6", "--checkpoint.every", "2",
+                                                "--parallel.timeout", "2"],
+                                {"MESHTRAIN_INJECT_FAULT": "stall_in_save@2:1"}, 60)
+    check(rc == TIMEOUT_EXIT, f"exit {rc}, expected {TIMEOUT_EXIT}", text)
+    found = reports(text)
+    check([r["rank"] for r in found] == [0], f"report lines from ranks {[r['rank'] for r in found]}", text)
+    # The first save's first tensor: both ranks created the file (the group's collective #1), rank 1
+    # sleeps before its first write, which would be #2.
+    check(re.fullmatch(r"checkpoint write #2 of group checkpoint \(\d+ elements\)", found[0]["wait"]),
+          f"rank 0 waits in {found[0]['wait']}", text)
+    check(found[0]["missing"].startswith("rank 1 is in no wait"), f"report: {found[0]['missing']}", text)
+    check("checkpoint create #1 of group checkpoint" in found[0]["missing"], f"report: {found[0]['missing']}", text)
+    check(not glob.glob(os.path.join(work, "ck", "step_*.h5")), "a checkpoint was completed", text)
+    return took
+
+
+CASES = {"sigstop": case_sigstop, "skip": case_skip, "off": case_off, "pipeline": case_pipeline, "save": case_save}
 
 
 def main():
