@@ -207,31 +207,32 @@ def case_off(args, work):
     return took + took_on
 
 
-def case_pipeline(args, work):
-    rc, took, text = run_to_end(args, work, 2, ["--train.steps", "6", "--parallel.pp", "2", "--parallel.timeout", "2"],
-                                {"MESHTRAIN_INJECT_FAULT": "stall@2:1"}, 60)
+def lone_report_on_rank0(args, work, extra, fault):
+    """Runs 2 ranks with `fault` on rank 1 to exit 5; returns (seconds, rank 0's report, output),
+    checking that rank 0 alone reported and that it names rank 1 as in no wait."""
+    rc, took, text = run_to_end(args, work, 2, ["--train.steps", "6", "--parallel.timeout", "2"] + extra,
+                                {"MESHTRAIN_INJECT_FAULT": fault}, 60)
     check(rc == TIMEOUT_EXIT, f"exit {rc}, expected {TIMEOUT_EXIT}", text)
     found = reports(text)
     check([r["rank"] for r in found] == [0], f"report lines from ranks {[r['rank'] for r in found]}", text)
-    check(re.fullmatch(r"(recv|send) #\d+ of group pp \(\d+ elements\) (from|to) rank 1", found[0]["wait"]),
-          f"rank 0 waits in {found[0]['wait']}", text)
     check(found[0]["missing"].startswith("rank 1 is in no wait"), f"report: {found[0]['missing']}", text)
+    return took, found[0], text
+
+
+def case_pipeline(args, work):
+    took, report, text = lone_report_on_rank0(args, work, ["--parallel.pp", "2"], "stall@2:1")
+    check(re.fullmatch(r"(recv|send) #\d+ of group pp \(\d+ elements\) (from|to) rank 1", report["wait"]),
+          f"rank 0 waits in {report['wait']}", text)
     return took
 
 
 def case_save(args, work):
-    rc, took, text = run_to_end(args, work, 2, ["--train.steps", "6", "--checkpoint.every", "2",
-                                                "--parallel.timeout", "2"],
-                                {"MESHTRAIN_INJECT_FAULT": "stall_in_save@2:1"}, 60)
-    check(rc == TIMEOUT_EXIT, f"exit {rc}, expected {TIMEOUT_EXIT}", text)
-    found = reports(text)
-    check([r["rank"] for r in found] == [0], f"report lines from ranks {[r['rank'] for r in found]}", text)
+    took, report, text = lone_report_on_rank0(args, work, ["--checkpoint.every", "2"], "stall_in_save@2:1")
     # The first save's first tensor: both ranks created the file (the group's collective #1), rank 1
     # sleeps before its first write, which would be #2.
-    check(re.fullmatch(r"checkpoint write #2 of group checkpoint \(\d+ elements\)", found[0]["wait"]),
-          f"rank 0 waits in {found[0]['wait']}", text)
-    check(found[0]["missing"].startswith("rank 1 is in no wait"), f"report: {found[0]['missing']}", text)
-    check("checkpoint create #1 of group checkpoint" in found[0]["missing"], f"report: {found[0]['missing']}", text)
+    check(re.fullmatch(r"checkpoint write #2 of group checkpoint \(\d+ elements\)", report["wait"]),
+          f"rank 0 waits in {report['wait']}", text)
+    check("checkpoint create #1 of group checkpoint" in report["missing"], f"report: {report['missing']}", text)
     check(not glob.glob(os.path.join(work, "ck", "step_*.h5")), "a checkpoint was completed", text)
     return took
 
