@@ -4,6 +4,8 @@
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 
+#include <xxhash.h>
+
 #include <cstdint>
 #include <map>
 #include <sstream>
@@ -11,12 +13,9 @@
 namespace meshtrain {
 namespace {
 
-// FNV-1a, 64 bits: the same text gives the same hash in any process and build.
-std::uint64_t text_hash(const std::string& text) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  return h;
-}
+// The hash the project already uses for names (model/init.cpp): the same text gives the same hash in
+// any process and build.
+std::uint64_t text_hash(const std::string& text) { return XXH64(text.data(), text.size(), 0); }
 
 // section.key → value, in the text's order of keys (to_ini sorts sections, then keeps key order).
 std::vector<std::pair<std::string, std::string>> ini_entries(const std::string& text) {
