@@ -28,6 +28,9 @@ packages=(
   # libraries
   libboost-program-options-dev libopenblas-dev librandom123-dev libfmt-dev nlohmann-json3-dev
   libxxhash-dev libgtest-dev
+  # SentencePiece subword tokenizers (meshtrain tokenizer, prepare --tokenizer); its CLI and Python
+  # module are the tests' independent encoders
+  libsentencepiece-dev sentencepiece python3-sentencepiece
   # the quickstart's default corpus
   fortunes fortunes-min
   # the tests' independent oracle (PyTorch) and HDF5 reader; the scaling studies' plots

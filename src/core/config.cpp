@@ -69,11 +69,19 @@ std::string choices_help() {
 class KeyTable {
  public:
   explicit KeyTable(Config& cfg) : options_("meshtrain train options") {
+    add_choice("model.arch", cfg.model.arch, "model family: {}");
     add("model.layers", cfg.model.layers, "transformer blocks L");
     add("model.heads", cfg.model.heads, "attention heads (must divide d_model)");
     add("model.d_model", cfg.model.d_model, "channels C");
     add("model.vocab", cfg.model.vocab, "vocabulary size V (byte-level data: 256)");
-    add("model.seq_len", cfg.model.seq_len, "context length T (rows of wpe)");
+    add("model.seq_len", cfg.model.seq_len, "context length T (gpt2: rows of wpe)");
+    add("model.kv_heads", cfg.model.kv_heads,
+        "llama: key/value heads of grouped-query attention, dividing heads (0: heads; 1: multi-query)");
+    add("model.ffn_hidden", cfg.model.ffn_hidden,
+        "llama: SwiGLU hidden size (0: 2/3 of 4 d_model rounded up to a multiple of model.multiple_of)");
+    add("model.multiple_of", cfg.model.multiple_of, "llama: the SwiGLU hidden size's rounding when ffn_hidden is 0");
+    add("model.rope_theta", cfg.model.rope_theta, "llama: rotary position embedding base theta");
+    add("model.norm_eps", cfg.model.norm_eps, "llama: RMSNorm epsilon");
     add("train.micro_batch", cfg.train.micro_batch, "sequences per micro-batch on one data-parallel rank");
     add("train.global_batch", cfg.train.global_batch, "sequences per optimizer step over all ranks and accumulation");
     add("train.steps", cfg.train.steps, "optimizer steps in total (the schedule spans these)");
@@ -186,6 +194,36 @@ void require_positive_real(const char* key, double v) {
   if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
 }
 
+// The llama keys: valid values under llama, their defaults under gpt2 (which has no use for them).
+void validate_family(const ModelConfig& m) {
+  if (m.arch == Arch::gpt2) {
+    const ModelConfig defaults;
+    const std::pair<const char*, bool> llama_only[] = {
+        {"model.kv_heads", m.kv_heads == defaults.kv_heads},
+        {"model.ffn_hidden", m.ffn_hidden == defaults.ffn_hidden},
+        {"model.multiple_of", m.multiple_of == defaults.multiple_of},
+        {"model.rope_theta", m.rope_theta == defaults.rope_theta},
+        {"model.norm_eps", m.norm_eps == defaults.norm_eps}};
+    for (const auto& [key, is_default] : llama_only) {
+      if (!is_default) input_error("{} is a llama key: set model.arch = llama, or leave {} out", key, key);
+    }
+    return;
+  }
+  if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
+    input_error("model.kv_heads = {} is invalid: it must divide model.heads = {} (0: heads)", m.kv_heads, m.heads);
+  }
+  if (m.ffn_hidden < 0) input_error("model.ffn_hidden = {} is invalid: it must be >= 0 (0: the LLaMA rule)", m.ffn_hidden);
+  require_positive("model.multiple_of", m.multiple_of);
+  require_positive_real("model.rope_theta", m.rope_theta);
+  require_positive_real("model.norm_eps", m.norm_eps);
+  if (m.head_size() % 2 != 0) {
+    input_error(
+        "model.d_model / model.heads = {} is odd: rotary position embedding rotates pairs of a head's channels, "
+        "so the head size must be even",
+        m.head_size());
+  }
+}
+
 void validate(const Config& c) {
   require_positive("model.layers", c.model.layers);
   if (c.model.layers > 4096) input_error("model.layers = {} is invalid: at most 4096 layers", c.model.layers);
@@ -197,6 +235,7 @@ void validate(const Config& c) {
     input_error("model.heads = {} does not divide model.d_model = {}: choose heads among the divisors of d_model",
                 c.model.heads, c.model.d_model);
   }
+  validate_family(c.model);
   if (c.model.vocab > 65536) {
     input_error("model.vocab = {} is invalid: token shards hold uint16 tokens, so vocab must be <= 65536",
                 c.model.vocab);

@@ -32,6 +32,7 @@ enum class SampleOrder { sequential, shuffle };       // data.order
 enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
 enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
+enum class Arch { gpt2, llama };                      // model.arch: the model family
 
 template <class E>
 struct EnumName {
@@ -96,6 +97,13 @@ struct EnumNames<NonFinite> {
 };
 // The mode words only: any other value of checkpoint.resume names a file (ResumeFrom).
 template <>
+struct EnumNames<Arch> {
+  static constexpr std::string_view key = "model.arch";
+  static constexpr std::array<EnumName<Arch>, 2> all{
+      {{Arch::gpt2, "gpt2", "LayerNorm, GELU, learned positions, tied head"},
+       {Arch::llama, "llama", "RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head"}}};
+};
+template <>
 struct EnumNames<ResumeMode> {
   static constexpr std::string_view key = "checkpoint.resume";
   static constexpr std::array<EnumName<ResumeMode>, 2> all{
@@ -150,12 +158,32 @@ struct ResumeFrom {
   bool operator==(const ResumeFrom&) const = default;
 };
 
+// The model's shape (share/docs/usage.md, Model families). The keys after arch are llama's
+// (arch = llama) and must stay at their defaults under gpt2.
 struct ModelConfig {
   int layers = 2;
   int heads = 2;
   int d_model = 64;
   int vocab = 256;
-  int seq_len = 64;  // T: context length, and the rows of wpe
+  int seq_len = 64;         // T: context length (gpt2: also the rows of wpe)
+  Arch arch = Arch::gpt2;
+  int kv_heads = 0;         // key/value heads of grouped-query attention (0: heads, multi-head)
+  int ffn_hidden = 0;       // SwiGLU hidden size (0: the LLaMA rule, see mlp_hidden())
+  int multiple_of = 256;    // the LLaMA rule rounds the SwiGLU hidden size up to a multiple of this
+  double rope_theta = 1e4;  // rotary position embedding base θ
+  double norm_eps = 1e-5;   // RMSNorm epsilon
+
+  // Key/value heads: kv_heads, or heads when it is 0 (always heads under gpt2).
+  int kv_head_count() const { return arch == Arch::llama && kv_heads > 0 ? kv_heads : heads; }
+  // The MLP's hidden width: gpt2 4·C; llama ffn_hidden, or the LLaMA rule: ⌊2/3·4C⌋ rounded up to a
+  // multiple of multiple_of.
+  int mlp_hidden() const {
+    if (arch == Arch::gpt2) return 4 * d_model;
+    if (ffn_hidden > 0) return ffn_hidden;
+    const int two_thirds = 8 * d_model / 3;
+    return (two_thirds + multiple_of - 1) / multiple_of * multiple_of;
+  }
+  int head_size() const { return d_model / heads; }
 };
 
 struct TrainConfig {
