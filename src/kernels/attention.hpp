@@ -1,20 +1,22 @@
-// Causal multi-head self-attention on the fused qkv projection. Both products are GEMMs.
+// Causal self-attention on the fused qkv projection, multi-head or grouped-query. Both products are GEMMs.
 //
-// Sizes: B batch, T time, C channels, NH heads, hs = C/NH head size.
-//   qkv [B,T,3C]: columns q | k | v; inside each, head h owns columns h*hs .. h*hs+hs-1, so head h
-//   of q is a T×hs matrix with row stride 3C starting at column h*hs (k: C + h*hs, v: 2C + h*hs).
+// Sizes: B batch, T time, NH query heads, KVH kv heads (KVH divides NH), hs head size; the
+// multi-head overloads take C = NH·hs channels and NH (KVH = NH).
+//   qkv [B,T,(NH+2KVH)·hs]: columns q (NH·hs) | k (KVH·hs) | v (KVH·hs); inside each, head h owns
+//   columns h*hs .. h*hs+hs-1, so head h of q is a T×hs matrix with the row's stride starting at
+//   column h*hs (kv head k of k: NH·hs + k*hs, of v: (NH+KVH)·hs + k*hs). Multi-head: [B,T,3C].
 //   att [B,NH,T,T]: softmax probabilities P, zero above the diagonal (future positions).
-//   out [B,T,C]: head h writes columns h*hs .. h*hs+hs-1.
+//   out [B,T,NH·hs]: head h writes columns h*hs .. h*hs+hs-1.
 //
-//   forward:  S_h = scale · Q_h K_hᵀ,  P_h = causal_softmax(S_h),  O_h = P_h V_h,  scale =
-//   1/sqrt(hs) backward: dP_h = dO_h V_hᵀ,  dV_h = P_hᵀ dO_h,  dS_h = P_h ⊙ (dP_h − rowsum(P_h ⊙
-//   dP_h)),
+//   forward:  S_h = scale · Q_h K_hᵀ,  P_h = causal_softmax(S_h),  O_h = P_h V_h,  scale = 1/sqrt(hs)
+//   backward: dP_h = dO_h V_hᵀ,  dV_h = P_hᵀ dO_h,  dS_h = P_h ⊙ (dP_h − rowsum(P_h ⊙ dP_h)),
 //             dQ_h = scale · dS_h K_h,  dK_h = scale · dS_hᵀ Q_h
+//   (grouped-query: K_h, V_h are those of kv head h / (NH/KVH); see attention_probabilities below)
 //
 // 16-bit Real: the GEMMs accumulate in float (kernels/gemm.hpp) and P, dS are stored rounded.
 //
-// Each product runs as one strided-batched GEMM per sequence, batched over heads (a head's
-// matrices sit hs columns after the previous head's), so no permutation copies are made. The
+// Each product runs as strided-batched GEMMs per sequence, batched over heads (a head's matrices
+// sit a fixed number of columns after the previous one's), so no permutation copies are made. The
 // GEMMs compute the full T×T scores; the softmax kernels apply the causal mask.
 #pragma once
 
@@ -92,87 +94,142 @@ void causal_softmax_backward(const ExecSpace& space, Vec<Real> datt, CVec<Real> 
 
 }  // namespace detail
 
-// att [B*NH*T*T] ← P_h = causal_softmax(scale · Q_h K_hᵀ), the first half of attention_forward; on
+namespace detail {
+
+// Where each head sits in a fused qkv row [q: NH*hs | k: KVH*hs | v: KVH*hs]. Query head h = kv·g + j
+// (g = NH/KVH query heads per kv head, j = 0..g-1) reads kv head kv: the j-th heads of all groups
+// are g·hs columns apart in q (and in out, dout), g·T·T apart in att, while kv heads are hs apart.
+struct AttentionLayout {
+  int NH, KVH, hs;
+  int group() const { return NH / KVH; }
+  int q_cols() const { return NH * hs; }
+  int k_offset() const { return NH * hs; }
+  int v_offset() const { return (NH + KVH) * hs; }
+  int row() const { return (NH + 2 * KVH) * hs; }
+  long seq_qkv(int T) const { return static_cast<long>(T) * row(); }
+  long seq_out(int T) const { return static_cast<long>(T) * q_cols(); }
+  long seq_att(int T) const { return static_cast<long>(NH) * T * T; }
+};
+
+}  // namespace detail
+
+// Grouped-query attention (GQA; KVH = NH is multi-head, KVH = 1 multi-query): query head h uses kv
+// head h / (NH/KVH), as torch's repeat_interleave of the kv heads (Hugging Face's repeat_kv).
+//   forward:  S_h = scale · Q_h K_kvᵀ,  P_h = causal_softmax(S_h),  O_h = P_h V_kv
+//   backward: dP_h, dS_h, dQ_h as for multi-head; dK_kv = scale · Σ_{h in kv's group} dS_hᵀ Q_h,
+//             dV_kv = Σ_{h in kv's group} P_hᵀ dO_h
+// Each product is one strided-batched GEMM per sequence and per j = 0..g-1, batched over the KVH
+// groups; dK and dV sum over j with beta 0 then 1 (16-bit Real rounds them after each j). With KVH
+// = NH (g = 1) the GEMM calls are exactly the multi-head ones, in the same order.
+
+// att [B*NH*T*T] ← P_h = causal_softmax(scale · Q_h K_kvᵀ), the first half of attention_forward; on
 // its own it recomputes the probabilities for backward (selective recomputation), bit for bit.
+// qkv is [B*T*(NH+2KVH)*hs].
 template <class Real>
 void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv, int B, int T,
-                             int C, int NH) {
+                             int NH, int KVH, int hs) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+  const detail::AttentionLayout L{NH, KVH, hs};
+  const int g = L.group();
   const accum_t<Real> scale = accum_t<Real>(1.0 / std::sqrt(static_cast<double>(hs)));
-  const long seq_qkv = static_cast<long>(T) * C3;
-  const long seq_att = static_cast<long>(NH) * T * T;
   const long tt = static_cast<long>(T) * T;
 
-  // S_h = scale · Q_h K_hᵀ, for every head of every sequence.
+  // S_h = scale · Q_h K_kvᵀ, for every head of every sequence.
   for (int b = 0; b < B; ++b) {
-    const Real* q = qkv.data() + b * seq_qkv;
-    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, q, C3, hs, q + C, C3, hs,
-                               accum_t<Real>(0), att.data() + b * seq_att, T, tt, NH);
+    const Real* q = qkv.data() + b * L.seq_qkv(T);
+    for (int j = 0; j < g; ++j) {
+      gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, q + j * hs, L.row(),
+                                 long{g} * hs, q + L.k_offset(), L.row(), hs, accum_t<Real>(0),
+                                 att.data() + b * L.seq_att(T) + j * tt, T, g * tt, KVH);
+    }
   }
   detail::causal_softmax_forward<Real>(space, att, B * NH * T, T);
 }
 
-// out [B*T*C] and att [B*NH*T*T] are written. qkv is [B*T*3C].
+// out [B*T*NH*hs] and att [B*NH*T*T] are written. qkv is [B*T*(NH+2KVH)*hs].
 template <class Real>
 void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv,
-                       int B, int T, int C, int NH) {
+                       int B, int T, int NH, int KVH, int hs) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
-  const long seq_qkv = static_cast<long>(T) * C3;
-  const long seq_att = static_cast<long>(NH) * T * T;
+  const detail::AttentionLayout L{NH, KVH, hs};
+  const int g = L.group();
   const long tt = static_cast<long>(T) * T;
 
-  attention_probabilities<Real>(space, att, qkv, B, T, C, NH);
-  // O_h = P_h V_h, written into the head's columns of out.
+  attention_probabilities<Real>(space, att, qkv, B, T, NH, KVH, hs);
+  // O_h = P_h V_kv, written into the head's columns of out.
   for (int b = 0; b < B; ++b) {
-    const Real* v = qkv.data() + b * seq_qkv + 2 * C;
-    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1),
-                               att.data() + b * seq_att, T, tt, v, C3, hs, accum_t<Real>(0),
-                               out.data() + static_cast<long>(b) * T * C, C, hs, NH);
+    const Real* v = qkv.data() + b * L.seq_qkv(T) + L.v_offset();
+    for (int j = 0; j < g; ++j) {
+      gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1),
+                                 att.data() + b * L.seq_att(T) + j * tt, T, g * tt, v, L.row(), hs, accum_t<Real>(0),
+                                 out.data() + b * L.seq_out(T) + j * hs, L.q_cols(), long{g} * hs, KVH);
+    }
   }
 }
 
-// dqkv [B*T*3C] is written (=), every column. datt [B*NH*T*T] is scratch (holds dS afterwards).
-// att is the forward's P. No argument may share memory with another.
+// dqkv [B*T*(NH+2KVH)*hs] is written (=), every column. datt [B*NH*T*T] is scratch (holds dS
+// afterwards). att is the forward's P. No argument may share memory with another.
+template <class Real>
+void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt, CVec<std::type_identity_t<Real>> dout,
+                        CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> att, int B, int T, int NH,
+                        int KVH, int hs) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
+  const detail::AttentionLayout L{NH, KVH, hs};
+  const int g = L.group();
+  const int row = L.row();
+  const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
+  const long tt = static_cast<long>(T) * T;
+  const long q_stride = long{g} * hs;  // between the j-th query heads of consecutive groups
+
+  for (int b = 0; b < B; ++b) {
+    const Real* v = qkv.data() + b * L.seq_qkv(T) + L.v_offset();
+    for (int j = 0; j < g; ++j) {
+      const Real* dout_j = dout.data() + b * L.seq_out(T) + j * hs;
+      const long att_j = b * L.seq_att(T) + j * tt;
+      // dP_h = dO_h V_kvᵀ
+      gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, A(1), dout_j, L.q_cols(), q_stride,
+                                 v, row, hs, A(0), datt.data() + att_j, T, g * tt, KVH);
+      // dV_kv (+)= P_hᵀ dO_h
+      gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, A(1), att.data() + att_j, T,
+                                 g * tt, dout_j, L.q_cols(), q_stride, A(j == 0 ? 0 : 1),
+                                 dqkv.data() + b * L.seq_qkv(T) + L.v_offset(), row, hs, KVH);
+    }
+  }
+  detail::causal_softmax_backward<Real>(space, datt, att, B * NH * T, T);
+  for (int b = 0; b < B; ++b) {
+    const Real* q = qkv.data() + b * L.seq_qkv(T);
+    Real* dq = dqkv.data() + b * L.seq_qkv(T);
+    for (int j = 0; j < g; ++j) {
+      const Real* ds_j = datt.data() + b * L.seq_att(T) + j * tt;
+      // dQ_h = scale · dS_h K_kv
+      gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds_j, T, g * tt,
+                                 q + L.k_offset(), row, hs, A(0), dq + j * hs, row, q_stride, KVH);
+      // dK_kv (+)= scale · dS_hᵀ Q_h
+      gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds_j, T, g * tt, q + j * hs,
+                                 row, q_stride, A(j == 0 ? 0 : 1), dq + L.k_offset(), row, hs, KVH);
+    }
+  }
+}
+
+// Multi-head attention, C = NH·hs channels, qkv [B*T*3C]: the KVH = NH case of the functions above.
+template <class Real>
+void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv, int B, int T,
+                             int C, int NH) {
+  attention_probabilities<Real>(space, att, qkv, B, T, NH, NH, C / NH);
+}
+
+template <class Real>
+void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att, CVec<std::type_identity_t<Real>> qkv,
+                       int B, int T, int C, int NH) {
+  attention_forward<Real>(space, out, att, qkv, B, T, NH, NH, C / NH);
+}
+
 template <class Real>
 void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt, CVec<std::type_identity_t<Real>> dout,
                         CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> att, int B, int T, int C,
                         int NH) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
-  const accum_t<Real> scale = accum_t<Real>(1.0 / std::sqrt(static_cast<double>(hs)));
-  const long seq_qkv = static_cast<long>(T) * C3;
-  const long seq_out = static_cast<long>(T) * C;
-  const long seq_att = static_cast<long>(NH) * T * T;
-  const long tt = static_cast<long>(T) * T;
-
-  for (int b = 0; b < B; ++b) {
-    const Real* v = qkv.data() + b * seq_qkv + 2 * C;
-    const Real* dout_b = dout.data() + b * seq_out;
-    const Real* att_b = att.data() + b * seq_att;
-    // dP_h = dO_h V_hᵀ
-    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, accum_t<Real>(1), dout_b, C, hs, v,
-                               C3, hs, accum_t<Real>(0), datt.data() + b * seq_att, T, tt, NH);
-    // dV_h = P_hᵀ dO_h
-    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1), att_b, T, tt,
-                               dout_b, C, hs, accum_t<Real>(0), dqkv.data() + b * seq_qkv + 2 * C, C3, hs, NH);
-  }
-  detail::causal_softmax_backward<Real>(space, datt, att, B * NH * T, T);
-  for (int b = 0; b < B; ++b) {
-    const Real* q = qkv.data() + b * seq_qkv;
-    const Real* ds = datt.data() + b * seq_att;
-    Real* dq = dqkv.data() + b * seq_qkv;
-    // dQ_h = scale · dS_h K_h
-    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt, q + C, C3, hs,
-                               accum_t<Real>(0), dq, C3, hs, NH);
-    // dK_h = scale · dS_hᵀ Q_h
-    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds, T, tt, q, C3, hs,
-                               accum_t<Real>(0), dq + C, C3, hs, NH);
-  }
+  attention_backward<Real>(space, dqkv, datt, dout, qkv, att, B, T, NH, NH, C / NH);
 }
 
 }  // namespace meshtrain

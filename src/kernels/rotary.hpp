@@ -1,0 +1,95 @@
+// Rotary position embedding (RoPE) with Hugging Face Llama's half-split ("rotate_half") convention.
+//
+// Sizes: N rows (= B*T), T time, hs head size (even), half = hs/2; a row holds `heads` heads of hs
+// columns each at columns h*hs .. h*hs+hs-1, rows row_stride elements apart (in the fused qkv row
+// [q: NH*hs | k: KV*hs | v: KV*hs], heads = NH + KV rotates q and k and leaves v alone).
+//   angle(t, i) = t · theta^(−2i/hs),  i < half,  t = n % T (the row's position in its sequence)
+//   forward:  x'[i]      = x[i] · cos − x[i+half] · sin
+//             x'[i+half] = x[i+half] · cos + x[i] · sin
+//   backward: the transpose, a rotation by −angle:
+//             dx[i]      = dx'[i] · cos + dx'[i+half] · sin
+//             dx[i+half] = dx'[i+half] · cos − dx'[i] · sin
+// Both run in place, in accum_t<Real>, and round each element once.
+//
+// cos and sin are tabulated once on the host in double (angle products up to T·1 lose nothing to a
+// float angle) and stored in accum_t<Real> in device memory.
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <cmath>
+#include <type_traits>
+
+namespace meshtrain {
+
+// cos and sin of angle(t, i), each [T * hs/2], row t.
+template <class A>
+struct RotaryTable {
+  Buffer<A> cos, sin;
+};
+
+template <class A>
+RotaryTable<A> make_rotary_table(int T, int hs, double theta) {
+  const int half = hs / 2;
+  const std::size_t count = static_cast<std::size_t>(T) * half;
+  RotaryTable<A> table{Buffer<A>("meshtrain::rotary::cos", count), Buffer<A>("meshtrain::rotary::sin", count)};
+  auto cos = Kokkos::create_mirror_view(table.cos);
+  auto sin = Kokkos::create_mirror_view(table.sin);
+  for (int i = 0; i < half; ++i) {
+    const double frequency = std::pow(theta, -2.0 * i / hs);
+    for (int t = 0; t < T; ++t) {
+      const double angle = t * frequency;
+      cos(static_cast<std::size_t>(t) * half + i) = A(std::cos(angle));
+      sin(static_cast<std::size_t>(t) * half + i) = A(std::sin(angle));
+    }
+  }
+  Kokkos::deep_copy(table.cos, cos);
+  Kokkos::deep_copy(table.sin, sin);
+  return table;
+}
+
+namespace detail {
+
+// Rotates every (i, i+half) pair of every head by `direction` · angle (+1 forward, −1 backward).
+template <class Real>
+void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const RotaryTable<accum_t<Real>>& table,
+                  int N, int T, int row_stride, int heads, int hs, int direction) {
+  static_assert(reachable_v<Vec<Real>>);
+  using A = accum_t<Real>;
+  const int half = hs / 2;
+  const CVec<A> cos(table.cos.data(), table.cos.extent(0));  // the views, not the struct, go to the device
+  const CVec<A> sin(table.sin.data(), table.sin.extent(0));
+  const A sign = A(direction);
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * heads * half), KOKKOS_LAMBDA(long p) {
+        const int i = p % half;
+        const long head = p / half;  // n * heads + h
+        const long n = head / heads;
+        const long lo = n * row_stride + (head % heads) * hs + i;
+        const long angle = (n % T) * half + i;
+        const A c = cos(angle);
+        const A s = sign * sin(angle);
+        const A x0 = x(lo);
+        const A x1 = x(lo + half);
+        x(lo) = Real(x0 * c - x1 * s);
+        x(lo + half) = Real(x1 * c + x0 * s);
+      });
+}
+
+}  // namespace detail
+
+// x [N*row_stride] is rotated in place; columns outside the `heads` heads are untouched.
+template <class Real>
+void rotary_forward(const ExecSpace& space, Vec<Real> x, const RotaryTable<accum_t<Real>>& table, int N, int T,
+                    int row_stride, int heads, int hs) {
+  detail::rotate_heads<Real>(space, "meshtrain::rotary::forward", x, table, N, T, row_stride, heads, hs, 1);
+}
+
+// dx [N*row_stride] is rotated back in place (the transpose of the forward).
+template <class Real>
+void rotary_backward(const ExecSpace& space, Vec<Real> dx, const RotaryTable<accum_t<Real>>& table, int N, int T,
+                     int row_stride, int heads, int hs) {
+  detail::rotate_heads<Real>(space, "meshtrain::rotary::backward", dx, table, N, T, row_stride, heads, hs, -1);
+}
+
+}  // namespace meshtrain

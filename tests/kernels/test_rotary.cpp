@@ -1,0 +1,98 @@
+// Rotary embedding against Hugging Face's formulation written out (x·cos + rotate_half(x)·sin over
+// the whole head, with the frequencies from exp/log), the backward as its transpose and against
+// central differences, the table against its closed form.
+#include "kernels/rotary.hpp"
+
+#include "kernel_test_utils.hpp"
+
+namespace meshtrain::test {
+namespace {
+
+// A fused qkv row as LLaMA's: 3 query heads and 1 kv head rotated, the v head left alone.
+constexpr int B = 2, T = 5, N = B * T, NH = 3, KV = 1, hs = 6, heads = NH + KV, row = (NH + 2 * KV) * hs;
+constexpr double kTheta = 10000.0;
+
+// x'[d] = x[d]·cos(angle_d) + rotate_half(x)[d]·sin(angle_d), rotate_half(x) = [−x2, x1], the
+// angle of column d being that of d mod hs/2.
+Host rotary_reference(const Host& x) {
+  Host y = x;
+  const int half = hs / 2;
+  for (int n = 0; n < N; ++n)
+    for (int h = 0; h < heads; ++h) {
+      const int base = n * row + h * hs;
+      for (int d = 0; d < hs; ++d) {
+        const double frequency = std::exp(-std::log(kTheta) * (2.0 * (d % half)) / hs);
+        const double angle = (n % T) * frequency;
+        const double rotated = d < half ? -x[base + d + half] : x[base + d - half];
+        y[base + d] = x[base + d] * std::cos(angle) + rotated * std::sin(angle);
+      }
+    }
+  return y;
+}
+
+template <class Real>
+Host run_rotary(const Host& x, bool backward) {
+  ExecSpace space;
+  const auto table = make_rotary_table<accum_t<Real>>(T, hs, kTheta);
+  auto d_x = to_device<Real>(x);
+  if (backward)
+    rotary_backward(space, vec(d_x), table, N, T, row, heads, hs);
+  else
+    rotary_forward(space, vec(d_x), table, N, T, row, heads, hs);
+  return to_host(d_x);
+}
+
+template <class Real>
+class Rotary : public ::testing::Test {
+ protected:
+  static constexpr double kTol = std::is_same_v<Real, double> ? 1e-13 : 1e-5;
+};
+using Precisions = ::testing::Types<double, float>;
+TYPED_TEST_SUITE(Rotary, Precisions);
+
+TYPED_TEST(Rotary, ForwardMatchesRotateHalfAndLeavesValuesAlone) {
+  const Host x = random_vector(N * row, 71);
+  const Host got = run_rotary<TypeParam>(x, false);
+  const Host want = rotary_reference(x);
+  expect_close(got, want, this->kTol, "x'");
+  for (int n = 0; n < N; ++n)
+    for (int c = heads * hs; c < row; ++c)
+      EXPECT_EQ(got[n * row + c], double(TypeParam(x[n * row + c]))) << "v column " << c << " of row " << n;
+  for (int c = 0; c < heads * hs; ++c)  // position 0: no rotation
+    EXPECT_NEAR(got[c], x[c], this->kTol) << "column " << c << " at t = 0";
+}
+
+// ⟨R x, y⟩ = ⟨x, Rᵀ y⟩, and Rᵀ R = 1 (a rotation).
+TYPED_TEST(Rotary, BackwardIsTheTransposeAndTheInverse) {
+  const Host x = random_vector(N * row, 72), y = random_vector(N * row, 73);
+  EXPECT_NEAR(dot(run_rotary<TypeParam>(x, false), y), dot(x, run_rotary<TypeParam>(y, true)), 100 * this->kTol);
+  ExecSpace space;
+  const auto table = make_rotary_table<accum_t<TypeParam>>(T, hs, kTheta);
+  auto d_x = to_device<TypeParam>(x);
+  rotary_forward(space, vec(d_x), table, N, T, row, heads, hs);
+  rotary_backward(space, vec(d_x), table, N, T, row, heads, hs);
+  expect_close(to_host(d_x), x, this->kTol, "Rᵀ R x");
+}
+
+TEST(Rotary, BackwardMatchesFiniteDifferences) {
+  Host x = random_vector(N * row, 74);
+  const Host r = random_vector(N * row, 75);
+  const Host num = numeric_gradient(x, [&] { return dot(run_rotary<double>(x, false), r); });
+  expect_close(run_rotary<double>(r, true), num, 1e-6, "dx");
+}
+
+// cos(t·θ^(−2i/hs)) and sin of it, row t: frequency 1 in column 0, 1/θ^(2/hs) in column 1.
+TEST(Rotary, TableHoldsTheAnglesOfEachPosition) {
+  const int half = hs / 2;
+  const auto table = make_rotary_table<double>(T, hs, kTheta);
+  const Host cos = to_host(table.cos), sin = to_host(table.sin);
+  ASSERT_EQ(cos.size(), std::size_t(T * half));
+  for (int t = 0; t < T; ++t) {
+    EXPECT_DOUBLE_EQ(cos[t * half], std::cos(double(t)));
+    EXPECT_DOUBLE_EQ(sin[t * half], std::sin(double(t)));
+    EXPECT_NEAR(sin[t * half + 1], std::sin(t / std::cbrt(kTheta)), 1e-15);  // θ^(−2/6) = 1/∛θ
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain::test
