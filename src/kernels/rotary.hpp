@@ -33,18 +33,18 @@ RotaryTable<A> make_rotary_table(int T, int hs, double theta) {
   const int half = hs / 2;
   const std::size_t count = static_cast<std::size_t>(T) * half;
   RotaryTable<A> table{Buffer<A>("meshtrain::rotary::cos", count), Buffer<A>("meshtrain::rotary::sin", count)};
-  auto cos = Kokkos::create_mirror_view(table.cos);
-  auto sin = Kokkos::create_mirror_view(table.sin);
+  auto cosines = Kokkos::create_mirror_view(table.cos);
+  auto sines = Kokkos::create_mirror_view(table.sin);
   for (int i = 0; i < half; ++i) {
     const double frequency = std::pow(theta, -2.0 * i / hs);
     for (int t = 0; t < T; ++t) {
       const double angle = t * frequency;
-      cos(static_cast<std::size_t>(t) * half + i) = A(std::cos(angle));
-      sin(static_cast<std::size_t>(t) * half + i) = A(std::sin(angle));
+      cosines(static_cast<std::size_t>(t) * half + i) = A(std::cos(angle));
+      sines(static_cast<std::size_t>(t) * half + i) = A(std::sin(angle));
     }
   }
-  Kokkos::deep_copy(table.cos, cos);
-  Kokkos::deep_copy(table.sin, sin);
+  Kokkos::deep_copy(table.cos, cosines);
+  Kokkos::deep_copy(table.sin, sines);
   return table;
 }
 
@@ -57,8 +57,8 @@ void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const 
   static_assert(reachable_v<Vec<Real>>);
   using A = accum_t<Real>;
   const int half = hs / 2;
-  const CVec<A> cos(table.cos.data(), table.cos.extent(0));  // the views, not the struct, go to the device
-  const CVec<A> sin(table.sin.data(), table.sin.extent(0));
+  const CVec<A> cosines(table.cos.data(), table.cos.extent(0));  // the views, not the struct, go to the device
+  const CVec<A> sines(table.sin.data(), table.sin.extent(0));
   const A sign = A(direction);
   Kokkos::parallel_for(
       label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * heads * half), KOKKOS_LAMBDA(long p) {
@@ -67,8 +67,8 @@ void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const 
         const long n = head / heads;
         const long lo = n * row_stride + (head % heads) * hs + i;
         const long angle = (n % T) * half + i;
-        const A c = cos(angle);
-        const A s = sign * sin(angle);
+        const A c = cosines(angle);
+        const A s = sign * sines(angle);
         const A x0 = x(lo);
         const A x1 = x(lo + half);
         x(lo) = Real(x0 * c - x1 * s);

@@ -2,7 +2,7 @@
 //
 // Sizes: N rows (= B*T), H hidden width. gate_up [N, 2H]: row n is [gate (H) | up (H)], the two
 // projections computed by one GEMM; out [N, H].
-//   forward:  out = silu(g) · u,  silu(g) = g · σ(g),  σ(g) = 1 / (1 + exp(−g))
+//   forward:  out = silu(g) · u,  silu(g) = g · σ(g) = g / (1 + exp(−g)),  σ(g) = 1 / (1 + exp(−g))
 //   backward: dg = dout · u · σ(g) · (1 + g · (1 − σ(g))),  du = dout · silu(g)
 //             (silu'(g) = σ + g σ (1 − σ))
 // Computed in accum_t<Real>, rounded once at the store. exp(−g) = ∞ for very negative g gives
@@ -16,6 +16,25 @@
 
 namespace meshtrain {
 
+namespace detail {
+
+// What both passes read for out[i] (row n = i / H, column j = i % H): the gate element's index in
+// gate_up (up is H after it), g, u and σ(g).
+template <class A>
+struct SwiGluInputs {
+  long gate;
+  A g, u, sig;
+};
+
+template <class A, class View>
+KOKKOS_INLINE_FUNCTION SwiGluInputs<A> swiglu_inputs(const View& gate_up, long i, int H) {
+  const long gate = (i / H) * 2 * H + i % H;
+  const A g = gate_up(gate);
+  return {gate, g, A(gate_up(gate + H)), A(1) / (A(1) + fast_exp(-g))};
+}
+
+}  // namespace detail
+
 // out [N*H] is written.
 template <class Real>
 void swiglu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_t<Real>> gate_up, int N, int H) {
@@ -24,10 +43,8 @@ void swiglu_forward(const ExecSpace& space, Vec<Real> out, CVec<std::type_identi
   Kokkos::parallel_for(
       "meshtrain::swiglu::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * H),
       KOKKOS_LAMBDA(long i) {
-        const long gate = (i / H) * 2 * H + i % H;
-        const A g = gate_up(gate);
-        const A u = gate_up(gate + H);
-        out(i) = Real(g / (A(1) + fast_exp(-g)) * u);
+        const auto in = detail::swiglu_inputs<A>(gate_up, i, H);
+        out(i) = Real(in.g * in.sig * in.u);
       });
 }
 
@@ -40,13 +57,10 @@ void swiglu_backward(const ExecSpace& space, Vec<Real> dgate_up, CVec<std::type_
   Kokkos::parallel_for(
       "meshtrain::swiglu::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * H),
       KOKKOS_LAMBDA(long i) {
-        const long gate = (i / H) * 2 * H + i % H;
-        const A g = gate_up(gate);
-        const A u = gate_up(gate + H);
+        const auto in = detail::swiglu_inputs<A>(gate_up, i, H);
         const A d = dout(i);
-        const A sig = A(1) / (A(1) + fast_exp(-g));
-        dgate_up(gate) = Real(d * u * sig * (A(1) + g * (A(1) - sig)));
-        dgate_up(gate + H) = Real(d * g * sig);
+        dgate_up(in.gate) = Real(d * in.u * in.sig * (A(1) + in.g * (A(1) - in.sig)));
+        dgate_up(in.gate + H) = Real(d * in.g * in.sig);
       });
 }
 

@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace meshtrain::test {
@@ -148,6 +149,14 @@ inline void expect_close_normwise(const Host& actual, const Host& expected, doub
   ASSERT_GT(scale, 0.0) << what << ": the expected values are all zero, the check would be empty";
   EXPECT_LE(worst / scale, tol) << what << ": worst error at element " << worst_i << ": actual " << actual[worst_i]
                                 << ", expected " << expected[worst_i] << ", largest expected magnitude " << scale;
+}
+
+// The precisions a kernel is checked in against a double reference (typed suites), and the
+// tolerance of each.
+using DoubleAndFloat = ::testing::Types<double, float>;
+template <class Real>
+constexpr double tolerance_for(double in_double, double in_float) {
+  return std::is_same_v<Real, double> ? in_double : in_float;
 }
 
 template <class Real>

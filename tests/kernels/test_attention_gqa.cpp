@@ -53,12 +53,10 @@ AttentionRun run_attention(const Host& qkv, const Host& dout, int kvh, bool mult
 }
 
 template <class Real>
-class GroupedQueryAttention : public ::testing::Test {
- protected:
-  static constexpr double kTol = std::is_same_v<Real, double> ? 1e-13 : 1e-5;
-};
-using Precisions = ::testing::Types<double, float>;
-TYPED_TEST_SUITE(GroupedQueryAttention, Precisions);
+class GroupedQueryAttention : public ::testing::Test {};
+TYPED_TEST_SUITE(GroupedQueryAttention, DoubleAndFloat);
+template <class Real>
+constexpr double kTol = tolerance_for<Real>(1e-13, 1e-5);
 
 TYPED_TEST(GroupedQueryAttention, EqualsMultiHeadOnRepeatedKvHeads) {
   for (const int kvh : {1, NH / 2, NH}) {
@@ -68,8 +66,8 @@ TYPED_TEST(GroupedQueryAttention, EqualsMultiHeadOnRepeatedKvHeads) {
     const Host dout = random_vector(B * T * C, 200 + kvh);
     const auto gqa = run_attention<TypeParam>(qkv, dout, kvh, false);
     const auto mha = run_attention<TypeParam>(repeat_kv(qkv, kvh), dout, kvh, true);
-    expect_close(gqa.out, mha.out, this->kTol, "out");
-    expect_close(gqa.att, mha.att, this->kTol, "att");
+    expect_close(gqa.out, mha.out, kTol<TypeParam>, "out");
+    expect_close(gqa.att, mha.att, kTol<TypeParam>, "att");
     Host dq, want_dq, dk, want_dk, dv, want_dv;
     for (int n = 0; n < B * T; ++n) {
       for (int c = 0; c < C; ++c) {
@@ -89,9 +87,9 @@ TYPED_TEST(GroupedQueryAttention, EqualsMultiHeadOnRepeatedKvHeads) {
           want_dv.push_back(v_sum);
         }
     }
-    expect_close(dq, want_dq, this->kTol, "dq");
-    expect_close(dk, want_dk, 10 * this->kTol, "dk = Σ over the group of the multi-head dk");
-    expect_close(dv, want_dv, 10 * this->kTol, "dv = Σ over the group of the multi-head dv");
+    expect_close(dq, want_dq, kTol<TypeParam>, "dq");
+    expect_close(dk, want_dk, 10 * kTol<TypeParam>, "dk = Σ over the group of the multi-head dk");
+    expect_close(dv, want_dv, 10 * kTol<TypeParam>, "dv = Σ over the group of the multi-head dv");
   }
 }
 

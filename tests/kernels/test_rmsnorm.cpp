@@ -72,12 +72,10 @@ RmsNormGradients run_backward(const Host& dout, const Host& x, const Host& w, co
 }
 
 template <class Real>
-class RmsNorm : public ::testing::Test {
- protected:
-  static constexpr double kTol = std::is_same_v<Real, double> ? 1e-12 : 1e-5;
-};
-using Precisions = ::testing::Types<double, float>;
-TYPED_TEST_SUITE(RmsNorm, Precisions);
+class RmsNorm : public ::testing::Test {};
+TYPED_TEST_SUITE(RmsNorm, DoubleAndFloat);
+template <class Real>
+constexpr double kTol = tolerance_for<Real>(1e-12, 1e-5);
 
 TYPED_TEST(RmsNorm, ForwardMatchesDirectLoop) {
   // Rows of very different scales: rstd must follow each row.
@@ -86,8 +84,8 @@ TYPED_TEST(RmsNorm, ForwardMatchesDirectLoop) {
   const Host w = random_vector(C, 12, 0.5, 1.5);
   const auto got = run_forward<TypeParam>(x, w, N, C);
   const auto want = rmsnorm_reference(x, w, N, C);
-  expect_close(got.out, want.out, this->kTol, "out");
-  expect_close(got.rstd, want.rstd, this->kTol, "rstd");
+  expect_close(got.out, want.out, kTol<TypeParam>, "out");
+  expect_close(got.rstd, want.rstd, kTol<TypeParam>, "rstd");
 }
 
 TYPED_TEST(RmsNorm, BackwardAccumulatesTheJacobianProduct) {
@@ -99,8 +97,8 @@ TYPED_TEST(RmsNorm, BackwardAccumulatesTheJacobianProduct) {
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) want_dw[c] += dout[n * C + c] * x[n * C + c] * rstd[n];
   const auto got = run_backward<TypeParam>(dout, x, w, random_vector(N * C, 24), random_vector(C, 25), N, C);
-  expect_close(got.dinp, rmsnorm_input_gradient_reference(dout, x, w, N, C), 10 * this->kTol, "dinp");
-  expect_close(got.dweight, want_dw, 10 * this->kTol, "dweight");
+  expect_close(got.dinp, rmsnorm_input_gradient_reference(dout, x, w, N, C), 10 * kTol<TypeParam>, "dinp");
+  expect_close(got.dweight, want_dw, 10 * kTol<TypeParam>, "dweight");
 }
 
 TEST(RmsNorm, BackwardMatchesFiniteDifferences) {

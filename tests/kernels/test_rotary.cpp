@@ -43,35 +43,33 @@ Host run_rotary(const Host& x, bool backward) {
 }
 
 template <class Real>
-class Rotary : public ::testing::Test {
- protected:
-  static constexpr double kTol = std::is_same_v<Real, double> ? 1e-13 : 1e-5;
-};
-using Precisions = ::testing::Types<double, float>;
-TYPED_TEST_SUITE(Rotary, Precisions);
+class Rotary : public ::testing::Test {};
+TYPED_TEST_SUITE(Rotary, DoubleAndFloat);
+template <class Real>
+constexpr double kTol = tolerance_for<Real>(1e-13, 1e-5);
 
 TYPED_TEST(Rotary, ForwardMatchesRotateHalfAndLeavesValuesAlone) {
   const Host x = random_vector(N * row, 71);
   const Host got = run_rotary<TypeParam>(x, false);
   const Host want = rotary_reference(x);
-  expect_close(got, want, this->kTol, "x'");
+  expect_close(got, want, kTol<TypeParam>, "x'");
   for (int n = 0; n < N; ++n)
     for (int c = heads * hs; c < row; ++c)
       EXPECT_EQ(got[n * row + c], double(TypeParam(x[n * row + c]))) << "v column " << c << " of row " << n;
   for (int c = 0; c < heads * hs; ++c)  // position 0: no rotation
-    EXPECT_NEAR(got[c], x[c], this->kTol) << "column " << c << " at t = 0";
+    EXPECT_NEAR(got[c], x[c], kTol<TypeParam>) << "column " << c << " at t = 0";
 }
 
 // ⟨R x, y⟩ = ⟨x, Rᵀ y⟩, and Rᵀ R = 1 (a rotation).
 TYPED_TEST(Rotary, BackwardIsTheTransposeAndTheInverse) {
   const Host x = random_vector(N * row, 72), y = random_vector(N * row, 73);
-  EXPECT_NEAR(dot(run_rotary<TypeParam>(x, false), y), dot(x, run_rotary<TypeParam>(y, true)), 100 * this->kTol);
+  EXPECT_NEAR(dot(run_rotary<TypeParam>(x, false), y), dot(x, run_rotary<TypeParam>(y, true)), 100 * kTol<TypeParam>);
   ExecSpace space;
   const auto table = make_rotary_table<accum_t<TypeParam>>(T, hs, kTheta);
   auto d_x = to_device<TypeParam>(x);
   rotary_forward(space, vec(d_x), table, N, T, row, heads, hs);
   rotary_backward(space, vec(d_x), table, N, T, row, heads, hs);
-  expect_close(to_host(d_x), x, this->kTol, "Rᵀ R x");
+  expect_close(to_host(d_x), x, kTol<TypeParam>, "Rᵀ R x");
 }
 
 TEST(Rotary, BackwardMatchesFiniteDifferences) {

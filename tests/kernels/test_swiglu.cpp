@@ -53,20 +53,18 @@ Host run_backward(const Host& dout, const Host& gate_up) {
 }
 
 template <class Real>
-class SwiGlu : public ::testing::Test {
- protected:
-  static constexpr double kTol = std::is_same_v<Real, double> ? 1e-13 : 1e-5;
-};
-using Precisions = ::testing::Types<double, float>;
-TYPED_TEST_SUITE(SwiGlu, Precisions);
+class SwiGlu : public ::testing::Test {};
+TYPED_TEST_SUITE(SwiGlu, DoubleAndFloat);
+template <class Real>
+constexpr double kTol = tolerance_for<Real>(1e-13, 1e-5);
 
 TYPED_TEST(SwiGlu, ForwardAndBackwardMatchTheClosedForm) {
   Host gate_up = random_vector(N * 2 * H, 51, -6.0, 6.0);
   gate_up[0] = -200.0;  // exp(200) overflows float: σ = 0, no NaN
   gate_up[1] = 200.0;
   const Host dout = random_vector(N * H, 52);
-  expect_close(run_forward<TypeParam>(gate_up), swiglu_reference(gate_up), this->kTol, "out");
-  expect_close(run_backward<TypeParam>(dout, gate_up), swiglu_gradient_reference(dout, gate_up), this->kTol,
+  expect_close(run_forward<TypeParam>(gate_up), swiglu_reference(gate_up), kTol<TypeParam>, "out");
+  expect_close(run_backward<TypeParam>(dout, gate_up), swiglu_gradient_reference(dout, gate_up), kTol<TypeParam>,
                "dgate_up");
 }
 
