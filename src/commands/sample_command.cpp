@@ -7,7 +7,7 @@
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
 #include "train/checkpointing.hpp"
 
 #include <Random123/philox.h>
@@ -102,8 +102,8 @@ int sample_command(const Args& args, MPI_Comm comm) {
   }
 
   ExecSpace space;
-  Gpt2<float> model(space, cfg.model, 1);
-  Checkpointer(cfg, model.layout(), comm).load_weights(o.checkpoint, model.weights());
+  const auto model = make_language_model<float>(space, cfg.model, 1);
+  Checkpointer(cfg, model->layout(), comm).load_weights(o.checkpoint, model->weights());
   Buffer<int> inputs("meshtrain::sample::inputs", T);
   auto host_inputs = Kokkos::create_mirror_view(inputs);
   Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);
@@ -119,7 +119,7 @@ int sample_command(const Args& args, MPI_Comm comm) {
     Kokkos::deep_copy(host_inputs, 0);
     for (int t = 0; t < n; ++t) host_inputs(t) = context[context.size() - n + t];
     Kokkos::deep_copy(inputs, host_inputs);
-    const CVec<float> logits = model.forward_logits(CVec<int>(inputs.data(), T));
+    const CVec<float> logits = model->forward_logits(CVec<int>(inputs.data(), T));
     Kokkos::deep_copy(logits_row, Kokkos::subview(logits, std::make_pair(std::size_t(n - 1) * V, std::size_t(n) * V)));
     const int next = draw_token(logits_row.data(), V, o.temperature, uniform_draw(o.seed, i));
     context.push_back(next);

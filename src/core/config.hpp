@@ -184,6 +184,9 @@ struct ModelConfig {
     return (two_thirds + multiple_of - 1) / multiple_of * multiple_of;
   }
   int head_size() const { return d_model / heads; }
+  // gpt2's output head is its token embedding wte: with a pipeline the first and the last stage
+  // both hold it and sum its gradient. llama's lm_head is a matrix of its own.
+  bool ties_output_head() const { return arch == Arch::gpt2; }
 };
 
 struct TrainConfig {

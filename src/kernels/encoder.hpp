@@ -54,7 +54,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
       });
 }
 
-// dwte and dwpe accumulate (+=); dout is [N*C].
+// dwte and dwpe accumulate (+=); dout is [N*C]. An empty dwpe: a model without a position table.
 template <class Real>
 void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe, CVec<std::type_identity_t<Real>> dout,
                       CVec<std::int32_t> tokens, int B, int T, int C, int V, VocabRange range = {}) {
@@ -78,6 +78,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe, CV
                                [&](int c) { dwte(e + c) = Real(A(dwte(e + c)) + A(dout(o + c))); });
         }
       });
+  if (dwpe.extent(0) == 0) return;  // no position table (llama)
   // dwpe[t,c]: one team per position, summing the batch in order into one accumulator per channel
   // (rounded to Real once, not once per sequence).
   Kokkos::parallel_for(

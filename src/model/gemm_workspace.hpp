@@ -1,6 +1,6 @@
-// The float workspace that the host's 16-bit GEMMs (kernels/gemm.hpp) need for one GPT-2 rank, so
+// The float workspace that the host's 16-bit GEMMs (kernels/gemm.hpp) need for one model rank, so
 // that the trainer can reserve it before the first step and count it as memory category `workspace`:
-//   reserve_gemm_workspace(gpt2_gemm_workspace_bytes<bf16>(model, micro_batch, tp));
+//   reserve_gemm_workspace(model_gemm_workspace_bytes<bf16>(model, micro_batch, tp));
 // 0 for float and double, and on CUDA builds.
 #pragma once
 
@@ -31,6 +31,32 @@ std::size_t gpt2_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 
   std::size_t bytes = 0;
   for (const GemmShape& s : products) bytes = std::max(bytes, gemm_workspace_bytes_for<Real>(s));
   return bytes;
+}
+
+// The same for a llama rank: every product of model/llama_forward.cpp and llama_backward.cpp.
+template <class Real>
+std::size_t llama_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 1) {
+  const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, hs = m.head_size();
+  const int Vl = (m.vocab + tp - 1) / tp, Hl = m.mlp_hidden() / tp;
+  const int Q = m.heads / tp * hs, QKV = (m.heads + 2 * m.kv_head_count()) / tp * hs;
+  const GemmShape products[] = {
+      {N, Vl, C},  {N, C, Vl},  {Vl, C, N},          // lm_head: logits, dnorm, dlm_head
+      {N, QKV, C}, {N, C, QKV}, {QKV, C, N},         // q|k|v: forward, input and weight gradients
+      {N, C, Q},   {N, Q, C},   {C, Q, N},           // o_proj
+      {N, 2 * Hl, C}, {N, C, 2 * Hl}, {2 * Hl, C, N},  // gate|up
+      {N, C, Hl},  {N, Hl, C},  {C, Hl, N},          // down_proj
+      {T, T, hs},  {T, hs, T},                       // attention, per sequence and head
+  };
+  std::size_t bytes = 0;
+  for (const GemmShape& s : products) bytes = std::max(bytes, gemm_workspace_bytes_for<Real>(s));
+  return bytes;
+}
+
+// The workspace of the family model.arch names.
+template <class Real>
+std::size_t model_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 1) {
+  return m.arch == Arch::llama ? llama_gemm_workspace_bytes<Real>(m, batch, tp)
+                               : gpt2_gemm_workspace_bytes<Real>(m, batch, tp);
 }
 
 }  // namespace meshtrain

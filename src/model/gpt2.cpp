@@ -9,10 +9,8 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <type_traits>
 
 namespace meshtrain {
@@ -40,32 +38,6 @@ template ActivationSizes gpt2_activation_elements<float>(const ModelConfig&, int
 template ActivationSizes gpt2_activation_elements<double>(const ModelConfig&, int, int, StagePlace, int, Recompute);
 template ActivationSizes gpt2_activation_elements<bf16>(const ModelConfig&, int, int, StagePlace, int, Recompute);
 template ActivationSizes gpt2_activation_elements<fp16>(const ModelConfig&, int, int, StagePlace, int, Recompute);
-
-void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin,
-                        Recompute recompute) {
-  const double B = batch, T = m.seq_len, C = m.d_model, V = m.vocab, NH = m.heads;
-  // The largest single tensors the kernels index with int.
-  const double largest = std::max({B * T * V, B * NH * T * T, B * T * 4 * C, V * C, 4 * C * C});
-  if (largest >= double(std::numeric_limits<int>::max())) {
-    input_error(
-        "{}: model of d_model {}, vocab {}, seq_len {}, heads {} with micro_batch {} has a tensor of {:.3g} "
-        "elements, more than the 2^31 − 1 one tensor may hold: make it smaller",
-        origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
-  }
-  const ActivationSizes activations = gpt2_activation_elements(m, batch, 1, {}, 1, recompute);
-  const double parameters = double(ParameterLayout(m).total());
-  const double bytes = sizeof(float) * (parameters * (1 + state_buffers) + double(activations.total()));
-  if constexpr (std::is_same_v<MemSpace, HostSpace>) {
-    const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-    if (bytes > physical) {
-      input_error(
-          "{}: the model ({:.3g} parameters) with micro_batch {} needs {:.1f} GiB for weights, gradients, "
-          "optimizer state and activations, more than this machine's {:.1f} GiB: reduce model.* or "
-          "train.micro_batch",
-          origin, parameters, batch, bytes / (1 << 30), physical / (1 << 30));
-    }
-  }
-}
 
 template <class Real>
 Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,

@@ -11,6 +11,7 @@
 // Size letters: B micro-batch, T context, C channels, NH heads, V vocab, L layers, N = B·T.
 #pragma once
 
+#include "model/language_model.hpp"
 #include "model/parameter_store.hpp"
 #include "model/parameters.hpp"
 #include "parallel/comm.hpp"
@@ -83,14 +84,6 @@ struct BackwardScratch {
   Vec<Real> dfch;       // (N, 4C)
 };
 
-// Elements of one rank's activation buffers: `kept`, the activations of all pipeline slots, and
-// `scratch`, backward's scratch plus the block set shared under recomputation (once per rank).
-struct ActivationSizes {
-  std::size_t kept = 0;
-  std::size_t scratch = 0;
-  std::size_t total() const { return kept + scratch; }
-};
-
 // What Gpt2<Real> allocates for these arguments (the same carving code, without allocating), in
 // elements of Real.
 template <class Real = float>
@@ -98,61 +91,39 @@ ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, in
                                          Recompute recompute);
 
 template <class Real>
-class Gpt2 {
+class Gpt2 final : public LanguageModel<Real> {
  public:
-  using Accum = accum_t<Real>;  // loss and per-row statistics: float for bf16/fp16, else Real
+  using typename LanguageModel<Real>::Accum;
+  using typename LanguageModel<Real>::ReadyFrom;
 
-  // `tp` is the tensor-parallel group (none: the whole model on this rank); `place` the pipeline
-  // stage this rank computes; `slots` how many micro-batches' activations it keeps at once;
-  // `recompute` which of them backward recomputes instead. `store`: where weights and gradients
-  // live (ZeRO); none: the model owns flat buffers of them, weights() and grads().
+  // The arguments of make_language_model (model/language_model.hpp).
   Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
        int slots = 1, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr);
 
-  const ParameterLayout& layout() const { return layout_; }
+  const ParameterLayout& layout() const override { return layout_; }
   const ModelConfig& model() const { return layout_.model(); }
-  int batch() const { return batch_; }
+  int batch() const override { return batch_; }
   Recompute recompute() const { return recompute_; }
-  ActivationSizes activation_elements() const { return {activation_buffer_.extent(0), scratch_buffer_.extent(0)}; }
-  // The flat buffers, when the model owns them (no store); empty otherwise.
-  Vec<Real> weights() const { return slice(weights_, 0, weights_.extent(0)); }
-  Vec<Real> grads() const { return slice(grads_, 0, grads_.extent(0)); }
-  // Bytes of the buffers the model allocated: weights and gradients (without a store), activations
-  // with backward's scratch.
+  ActivationSizes activation_elements() const override {
+    return {activation_buffer_.extent(0), scratch_buffer_.extent(0)};
+  }
+  Vec<Real> weights() const override { return slice(weights_, 0, weights_.extent(0)); }
+  Vec<Real> grads() const override { return slice(grads_, 0, grads_.extent(0)); }
+  // Bytes of the buffers the model allocated: weights and gradients (without a store).
   std::size_t weight_bytes() const { return weights_.extent(0) * sizeof(Real); }
   std::size_t grad_bytes() const { return grads_.extent(0) * sizeof(Real); }
-  std::size_t activation_bytes() const {
-    return (activation_buffer_.extent(0) + scratch_buffer_.extent(0)) * sizeof(Real);
-  }
+  void zero_grads() override;
 
-  // Mean cross-entropy over the B·T targets. Also leaves dloss/dlogits · grad_scale in the logits
-  // buffer for backward(): grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate.
-  Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale);
-  // Accumulates this micro-batch's gradients into grads() (call forward() first). As it goes it
-  // calls ready_from(offset), meaning every gradient at flat offset ≥ offset is now final for this
-  // pass, so data-parallel reduction of that range can start (see state/gradient_reduction.hpp).
-  using ReadyFrom = std::function<void(std::size_t offset)>;
-  void backward(CVec<int> inputs, const ReadyFrom& ready_from = {});
-  void zero_grads();
-
-  // Inference: logits (N, V) for `inputs`, no loss.
-  CVec<Real> forward_logits(CVec<int> inputs);
-
-  // One pipeline stage's part, for micro-batch activations kept in `slot` (forward and backward
-  // above are these on a single stage). A stage that is not first reads its input from
-  // stage_input(slot), where the previous stage's activation is received; one that is not last
-  // starts backward from output_gradient(), where the next stage's gradient is received, and
-  // leaves the gradient of its input in input_gradient() for the previous stage.
-  void stage_forward(int slot, CVec<int> inputs);
-  Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale);  // last stage
-  void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {});
-  Vec<Real> stage_input(int slot) const { return slots_[slot].encoded; }  // (N, C)
-  CVec<Real> stage_output(int slot) const;                                // (N, C)
-  Vec<Real> output_gradient() const { return scratch_.dresidual; }        // (N, C)
-  CVec<Real> input_gradient() const { return scratch_.dresidual; }        // (N, C)
+  CVec<Real> forward_logits(CVec<int> inputs) override;
+  void stage_forward(int slot, CVec<int> inputs) override;
+  Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale) override;
+  void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) override;
+  Vec<Real> stage_input(int slot) const override { return slots_[slot].encoded; }
+  CVec<Real> stage_output(int slot) const override;
+  Vec<Real> output_gradient() const override { return scratch_.dresidual; }
+  CVec<Real> input_gradient() const override { return scratch_.dresidual; }
 
  private:
-  void cross_entropy(ActivationTensors<Real>& a, CVec<int> targets, Accum grad_scale);
   // Block l (of this stage) from its input x into s, using `proj` as c_proj's output. Without
   // `to_output` it stops once s holds what backward reads (before the MLP's c_proj).
   void block_forward(int l, CVec<Real> x, const BlockActivations<Real>& s, Vec<Real> proj, bool to_output);
@@ -191,13 +162,6 @@ class Gpt2 {
   std::vector<ActivationTensors<Real>> slots_;
   BackwardScratch<Real> scratch_;
 };
-
-// Throws InputError, naming `origin` (e.g. "the config" or a checkpoint path), when the model cannot
-// be built: a tensor too large for the kernels' 32-bit sizes, or weights, `state_buffers` more flat
-// parameter-sized buffers (gradients, moments) and the activations of `batch` sequences (kept as
-// `recompute` says) that need more memory than the machine has.
-void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin,
-                        Recompute recompute = Recompute::none);
 
 extern template class Gpt2<float>;
 extern template class Gpt2<double>;

@@ -11,11 +11,6 @@
 namespace meshtrain {
 
 template <class Real>
-void Gpt2<Real>::backward(CVec<int> inputs, const ReadyFrom& ready_from) {
-  stage_backward(0, inputs, ready_from);
-}
-
-template <class Real>
 void Gpt2<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
   auto report = [&](std::size_t offset) {
     if (ready_from) ready_from(offset);
@@ -98,7 +93,6 @@ void Gpt2<Real>::block_backward(int slot, int l) {
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).
 #define MESHTRAIN_GPT2_BACKWARD(Real)                                         \
-  template void Gpt2<Real>::backward(CVec<int>, const ReadyFrom&);            \
   template void Gpt2<Real>::stage_backward(int, CVec<int>, const ReadyFrom&); \
   template void Gpt2<Real>::head_backward(int);                               \
   template void Gpt2<Real>::block_backward(int, int);

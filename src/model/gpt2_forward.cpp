@@ -91,12 +91,6 @@ void Gpt2<Real>::recompute_block(int slot, int l) {
 }
 
 template <class Real>
-typename Gpt2<Real>::Accum Gpt2<Real>::forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
-  stage_forward(0, inputs);
-  return stage_loss(0, targets, grad_scale);
-}
-
-template <class Real>
 CVec<Real> Gpt2<Real>::forward_logits(CVec<int> inputs) {
   stage_forward(0, inputs);
   space_.fence();
@@ -109,7 +103,6 @@ CVec<Real> Gpt2<Real>::forward_logits(CVec<int> inputs) {
   template void Gpt2<Real>::stage_forward(int, CVec<int>);                                                  \
   template void Gpt2<Real>::block_forward(int, CVec<Real>, const BlockActivations<Real>&, Vec<Real>, bool); \
   template void Gpt2<Real>::recompute_block(int, int);                                                      \
-  template Gpt2<Real>::Accum Gpt2<Real>::forward(CVec<int>, CVec<int>, Accum);                              \
   template CVec<Real> Gpt2<Real>::forward_logits(CVec<int>);
 MESHTRAIN_GPT2_FORWARD(float)
 MESHTRAIN_GPT2_FORWARD(double)

@@ -68,49 +68,95 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
       first_layer_(place.stage * model.layers / place.stages),
       end_layer_((place.stage + 1) * model.layers / place.stages),
       unit_align_(unit_align) {
-  const std::uint64_t C = model.d_model, V = model.vocab;
-  // Vocabulary-parallel wte: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary; only the real
-  // rows belong to the tensor (and the checkpoint), the rest of the local array is padding.
-  const std::uint64_t rows = padded_vocab_ / tp, first = rows * tp_rank;
+  if (model.arch == Arch::llama) {
+    add_llama_tensors();
+  } else {
+    add_gpt2_tensors();
+  }
+  close_unit();
+}
+
+// Vocabulary-parallel rows of a [V, C] table: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary;
+// only the real rows belong to the tensor (and the checkpoint), the rest of the local array is padding.
+void ParameterLayout::add_vocabulary_table(const std::string& name) {
+  const std::uint64_t C = model_.d_model, V = model_.vocab;
+  const std::uint64_t rows = padded_vocab_ / tp_, first = rows * tp_rank_;
   Piece vocab = whole({V, C});
   vocab.offset[0] = std::min(first, V);
   vocab.block[0] = first < V ? std::min(rows, V - first) : 0;
+  add(name, {V, C}, {rows, C}, vocab, InitKind::normal, tp_ == 1);
+}
+
+// Dimension `dim` of `shape` split over the tensor-parallel ranks (`groups` equal groups, each cut alike).
+void ParameterLayout::add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,
+                                std::uint64_t groups, InitKind init) {
+  Piece p = split(shape, dim, groups, tp_, tp_rank_);
+  add(name, shape, local_of(p), p, init, tp_ == 1);
+}
+
+void ParameterLayout::add_gpt2_tensors() {
+  const std::uint64_t C = model_.d_model;
   // The first stage embeds, the last stage's head reuses wte: both hold it (tied, gradients summed).
-  if (place.first() || place.last()) {
+  if (place_.first() || place_.last()) {
     start_unit("wte", -1);
-    add("wte.weight", {V, C}, {rows, C}, vocab, InitKind::normal, tp == 1);
+    add_vocabulary_table("wte.weight");
   }
-  if (place.first()) {
+  if (place_.first()) {
     start_unit("wpe", -1);
-    add_replicated("wpe.weight", {std::uint64_t(model.seq_len), C}, InitKind::normal);
+    add_replicated("wpe.weight", {std::uint64_t(model_.seq_len), C}, InitKind::normal);
   }
   for (int l = first_layer_; l < end_layer_; ++l) {
     const std::string h = fmt::format("h.{}.", l);
     start_unit(fmt::format("h.{}", l), l);
-    auto sharded = [&](const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim, std::uint64_t groups,
-                       InitKind init) {
-      Piece p = split(shape, dim, groups, tp, tp_rank);
-      add(h + name, shape, local_of(p), p, init, tp == 1);
-    };
     add_replicated(h + "ln_1.weight", {C}, InitKind::ones);
     add_replicated(h + "ln_1.bias", {C}, InitKind::zeros);
-    sharded("attn.c_attn.weight", {C, 3 * C}, 1, 3, InitKind::normal);  // column-parallel, by heads
-    sharded("attn.c_attn.bias", {3 * C}, 0, 3, InitKind::zeros);
-    sharded("attn.c_proj.weight", {C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
+    add_split(h + "attn.c_attn.weight", {C, 3 * C}, 1, 3, InitKind::normal);  // column-parallel, by heads
+    add_split(h + "attn.c_attn.bias", {3 * C}, 0, 3, InitKind::zeros);
+    add_split(h + "attn.c_proj.weight", {C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
     add_replicated(h + "attn.c_proj.bias", {C}, InitKind::zeros);
     add_replicated(h + "ln_2.weight", {C}, InitKind::ones);
     add_replicated(h + "ln_2.bias", {C}, InitKind::zeros);
-    sharded("mlp.c_fc.weight", {C, 4 * C}, 1, 1, InitKind::normal);  // column-parallel
-    sharded("mlp.c_fc.bias", {4 * C}, 0, 1, InitKind::zeros);
-    sharded("mlp.c_proj.weight", {4 * C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
+    add_split(h + "mlp.c_fc.weight", {C, 4 * C}, 1, 1, InitKind::normal);  // column-parallel
+    add_split(h + "mlp.c_fc.bias", {4 * C}, 0, 1, InitKind::zeros);
+    add_split(h + "mlp.c_proj.weight", {4 * C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
     add_replicated(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
   }
-  if (place.last()) {
+  if (place_.last()) {
     start_unit("ln_f", -1);
     add_replicated("ln_f.weight", {C}, InitKind::ones);
     add_replicated("ln_f.bias", {C}, InitKind::zeros);
   }
-  close_unit();
+}
+
+// torch Linear layout [out, in]: a column-parallel product splits dimension 0 (its output rows), a
+// row-parallel one dimension 1. q, k and v of a block are consecutive, and so are gate and up, so
+// each trio or pair is one [Σ out, C] matrix in the flat buffer (one GEMM).
+void ParameterLayout::add_llama_tensors() {
+  const std::uint64_t C = model_.d_model, hs = model_.head_size(), H = model_.mlp_hidden();
+  const std::uint64_t q_rows = std::uint64_t(model_.heads) * hs, kv_rows = std::uint64_t(model_.kv_head_count()) * hs;
+  if (place_.first()) {
+    start_unit("embed_tokens", -1);
+    add_vocabulary_table("embed_tokens.weight");
+  }
+  for (int l = first_layer_; l < end_layer_; ++l) {
+    const std::string h = fmt::format("layers.{}.", l);
+    start_unit(fmt::format("layers.{}", l), l);
+    add_replicated(h + "input_layernorm.weight", {C}, InitKind::ones);
+    add_split(h + "self_attn.q_proj.weight", {q_rows, C}, 0, 1, InitKind::normal);  // column-parallel, by heads
+    add_split(h + "self_attn.k_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
+    add_split(h + "self_attn.v_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
+    add_split(h + "self_attn.o_proj.weight", {C, q_rows}, 1, 1, InitKind::normal_residual);  // row-parallel
+    add_replicated(h + "post_attention_layernorm.weight", {C}, InitKind::ones);
+    add_split(h + "mlp.gate_proj.weight", {H, C}, 0, 1, InitKind::normal);  // column-parallel
+    add_split(h + "mlp.up_proj.weight", {H, C}, 0, 1, InitKind::normal);
+    add_split(h + "mlp.down_proj.weight", {C, H}, 1, 1, InitKind::normal_residual);  // row-parallel
+  }
+  if (place_.last()) {
+    start_unit("norm", -1);
+    add_replicated("norm.weight", {C}, InitKind::ones);
+    start_unit("lm_head", -1);
+    add_vocabulary_table("lm_head.weight");
+  }
 }
 
 void ParameterLayout::start_unit(std::string name, int block) {
@@ -217,17 +263,35 @@ template struct ParameterTensors<double>;
 template struct ParameterTensors<bf16>;
 template struct ParameterTensors<fp16>;
 
-double flops_per_token(const ParameterLayout& layout) {
-  // The whole model's count, whatever piece this rank holds.
+namespace {
+
+// Whether a tensor's elements count in the 6·N of a token's FLOPs (llm.c counts every parameter,
+// gpt2's wpe included): a table that only looks rows up is no product's matrix — llama's
+// embed_tokens, and gpt2's tied wte on a stage without the output head (its product is the head's).
+bool counts_in_flops(const TensorInfo& t, const ParameterLayout& layout) {
+  if (t.name == "embed_tokens.weight") return false;
+  return t.name != "wte.weight" || layout.place().last();
+}
+
+}  // namespace
+
+double stage_flops_per_token(const ParameterLayout& layout) {
   const auto& m = layout.model();
   double parameters = 0;
-  const ParameterLayout whole_model(m);
-  for (const TensorInfo& t : whole_model.tensors()) {
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!counts_in_flops(t, layout)) continue;
     double n = 1;
     for (auto d : t.shape) n *= double(d);
     parameters += n;
   }
-  return 6.0 * parameters + 6.0 * m.layers * double(m.d_model) * m.seq_len;
+  // Attention's two products, QKᵀ and PV, over all query heads (grouped-query attention shares
+  // keys and values, not these products).
+  return 6.0 * parameters + 6.0 * layout.stage_layers() * double(m.d_model) * m.seq_len;
+}
+
+double flops_per_token(const ParameterLayout& layout) {
+  // The whole model's count, whatever piece this rank holds.
+  return stage_flops_per_token(ParameterLayout(layout.model()));
 }
 
 }  // namespace meshtrain

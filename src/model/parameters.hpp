@@ -139,6 +139,11 @@ class ParameterLayout {
   void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,
            InitKind init, bool replicated);
   void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init);
+  void add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim, std::uint64_t groups,
+                 InitKind init);
+  void add_vocabulary_table(const std::string& name);
+  void add_gpt2_tensors();
+  void add_llama_tensors();
   void start_unit(std::string name, int block);
   void close_unit();
 
@@ -188,7 +193,11 @@ struct ParameterTensors {
   static ParameterTensors bind(const ParameterLayout& layout, const Where& where);
 };
 
-// FLOPs of one token's forward and backward pass, as llm.c counts them: 6·N + 6·L·C·T.
+// FLOPs of one token's forward and backward pass, as llm.c counts them: 6·N + 6·L·C·T, N the
+// parameters of the products (llama: all but embed_tokens, a lookup), L·C·T the attention's.
 double flops_per_token(const ParameterLayout& layout);
+// The same for the tensors and blocks `layout` holds (one pipeline stage's share; the stages sum to
+// flops_per_token). Global shapes: the whole tensor-parallel group's count.
+double stage_flops_per_token(const ParameterLayout& layout);
 
 }  // namespace meshtrain

@@ -4,7 +4,7 @@
 
 #include "core/accumulation.hpp"
 #include "model/gemm_workspace.hpp"
-#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
 #include "parallel/schedule.hpp"
 #include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
@@ -17,9 +17,9 @@ template <class Real>
 MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots) {
   MemoryBytes m;
   const ActivationSizes activations =
-      gpt2_activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute);
+      activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute);
   m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * activations.total());
-  m[MemoryCategory::workspace] = std::int64_t(gpt2_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
+  m[MemoryCategory::workspace] = std::int64_t(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
   return m;
 }
 

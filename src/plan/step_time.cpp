@@ -39,12 +39,6 @@
 namespace meshtrain {
 namespace {
 
-double tensor_elements(const TensorInfo& t) {
-  double n = 1;
-  for (auto d : t.shape) n *= double(d);
-  return n;
-}
-
 using CollectiveTime = double (*)(double bytes, int ranks, const Link& link);
 
 // c calls of B bytes in all: f(B) + (c − 1) · f(0), each call's latency and the bytes' bandwidth.
@@ -104,14 +98,7 @@ Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& clus
 }
 
 double stage_flops_per_token(const ModelConfig& model, int stage, int stages) {
-  const ParameterLayout layout(model, 1, 0, StagePlace{stage, stages});
-  double parameters = 0;
-  for (const TensorInfo& t : layout.tensors()) {
-    // The tied wte is one matrix: its FLOPs are the output head's, on the last stage.
-    if (t.name == "wte.weight" && !layout.place().last()) continue;
-    parameters += tensor_elements(t);
-  }
-  return 6.0 * parameters + 6.0 * layout.stage_layers() * double(model.d_model) * model.seq_len;
+  return stage_flops_per_token(ParameterLayout(model, 1, 0, StagePlace{stage, stages}));
 }
 
 std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, const Cluster& cluster) {

@@ -169,7 +169,7 @@ RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridP
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
-    if (place.first() || place.last()) {
+    if ((place.first() || place.last()) && cfg.model.ties_output_head()) {
       // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).
       const ZeroStage zero{cfg.parallel.zero};
       const ShardMap map(layout, zero.shard_group_size(grid.dp), 0);

@@ -33,23 +33,24 @@ class ModelOn final : public Computation {
           const PipelineParts& pipeline)
       : space_(space),
         copy_(space, fp32),
-        model_(space, cfg.model, cfg.train.micro_batch, tp, place,
-               pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), cfg.train.recompute, &copy_),
-        workspace_(gpt2_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
+        model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, tp, place,
+                                         pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
+                                         cfg.train.recompute, &copy_)),
+        workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
     // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
     if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
-      executor_.emplace(pipeline.schedule, model_, *pipeline.loader, *pipeline.pp,
+      executor_.emplace(pipeline.schedule, *model_, *pipeline.loader, *pipeline.pp,
                         [this](std::size_t offset) { ready_from(offset); });
     }
   }
 
   double forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale) override {
-    return double(model_.forward(inputs, targets, accum_t<Real>(grad_scale * loss_scale)));
+    return double(model_->forward(inputs, targets, accum_t<Real>(grad_scale * loss_scale)));
   }
   void backward(CVec<int> inputs, double loss_scale) override {
     loss_scale_ = loss_scale;
-    model_.backward(inputs, [this](std::size_t offset) { ready_from(offset); });
+    model_->backward(inputs, [this](std::size_t offset) { ready_from(offset); });
   }
   double run_pipeline(std::int64_t step, double grad_scale, double loss_scale) override {
     if (!executor_) throw std::logic_error("ModelState::run_pipeline without a pipeline schedule");
@@ -68,7 +69,7 @@ class ModelOn final : public Computation {
   }
   MemoryBytes memory() const override {
     MemoryBytes m = copy_.memory();
-    m[MemoryCategory::activations] += std::int64_t(model_.activation_bytes());
+    m[MemoryCategory::activations] += std::int64_t(model_->activation_bytes());
     m[MemoryCategory::workspace] += std::int64_t(workspace_);
     return m;
   }
@@ -86,7 +87,7 @@ class ModelOn final : public Computation {
 
   ExecSpace space_;
   WorkingCopy<Real> copy_;
-  Gpt2<Real> model_;
+  std::unique_ptr<LanguageModel<Real>> model_;
   std::size_t workspace_;
   std::optional<PipelineExecutor<Real>> executor_;
   double loss_scale_ = 1.0;

@@ -6,11 +6,12 @@
 //                  their data-parallel reduction, moments, held as the ZeRO stage says;
 //   WorkingCopy<Real> (state/working_copy.hpp)  where the model computes: the fp32 states
 //                  themselves, or their 16-bit copy;
-//   a Gpt2<Real> over that copy, and with pipeline parallelism its stage's executor.
+//   the model family's LanguageModel<Real> over that copy, and with pipeline parallelism its stage's
+//   executor.
 #pragma once
 
 #include "core/config.hpp"
-#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/comm.hpp"
 #include "state/loss_scaler.hpp"

@@ -6,8 +6,8 @@
 namespace meshtrain {
 
 template <class Real>
-PipelineExecutor<Real>::PipelineExecutor(std::vector<Action> actions, Gpt2<Real>& model, BatchLoader& loader,
-                                         Comm& pipeline, typename Gpt2<Real>::ReadyFrom ready_from)
+PipelineExecutor<Real>::PipelineExecutor(std::vector<Action> actions, LanguageModel<Real>& model, BatchLoader& loader,
+                                         Comm& pipeline, typename LanguageModel<Real>::ReadyFrom ready_from)
     : actions_(std::move(actions)),
       model_(model),
       loader_(loader),

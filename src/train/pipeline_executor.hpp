@@ -7,7 +7,7 @@
 // (the micro-batch is the tag).
 #pragma once
 
-#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/schedule.hpp"
 #include "train/batch_loader.hpp"
@@ -16,13 +16,13 @@
 
 namespace meshtrain {
 
-// Over a Gpt2<Real> of any precision: activations and gradients travel in Real.
+// Over a LanguageModel<Real> of any precision: activations and gradients travel in Real.
 template <class Real>
 class PipelineExecutor {
  public:
   // `ready_from` receives backward's progress reports (ZeRO-2/3 reduce each unit as it finishes).
-  PipelineExecutor(std::vector<Action> actions, Gpt2<Real>& model, BatchLoader& loader, Comm& pipeline,
-                   typename Gpt2<Real>::ReadyFrom ready_from = {});
+  PipelineExecutor(std::vector<Action> actions, LanguageModel<Real>& model, BatchLoader& loader, Comm& pipeline,
+                   typename LanguageModel<Real>::ReadyFrom ready_from = {});
 
   // Runs the step's schedule; returns Σ over micro-batches of their mean loss (last stage; 0 elsewhere).
   double run(std::int64_t step, accum_t<Real> grad_scale);
@@ -31,10 +31,10 @@ class PipelineExecutor {
   int take_slot(int micro);
 
   std::vector<Action> actions_;
-  Gpt2<Real>& model_;
+  LanguageModel<Real>& model_;
   BatchLoader& loader_;
   Comm& pipeline_;
-  typename Gpt2<Real>::ReadyFrom ready_from_;
+  typename LanguageModel<Real>::ReadyFrom ready_from_;
   std::vector<int> slot_of_;
   std::vector<int> free_slots_;
 };

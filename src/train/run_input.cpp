@@ -5,7 +5,7 @@
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
 #include "train/training_groups.hpp"
 
 namespace meshtrain {

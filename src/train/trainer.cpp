@@ -123,7 +123,7 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       input_(agree_on_run_input(cfg, comm)),
       topology_(comm, input_.grid),
       place_{topology_.position().pp_rank, input_.grid.pp},
-      groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic),
+      groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic, cfg.model.ties_output_head()),
       schedule_(stage_schedule(cfg, input_.grid, place_, input_.accum)),
       loader_(input_.stream, input_.order, cfg.train.micro_batch, cfg.model.seq_len,
               topology_.position().dp_rank * input_.accum),

@@ -41,7 +41,7 @@ bool nccl_usable() {
 }
 
 TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
-                               const std::string& traffic_path)
+                               const std::string& traffic_path, bool tied_head)
     : traffic(traffic_path) {
   // Each group's waits are watched under its name (parallel/watchdog.hpp).
   const auto open = [&](const char* name, MPI_Comm group, double& seconds) {
@@ -51,7 +51,7 @@ TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, co
   dp = open("dp", topology.dp_comm(), comm_seconds);
   tp = open("tp", topology.tp_comm(), comm_seconds);
   pp = open("pp", topology.pp_comm(), idle_seconds);
-  if (topology.layout().pp > 1) {
+  if (topology.layout().pp > 1 && tied_head) {
     // The Comm keeps a duplicate; the split itself is freed when `split` goes.
     const mpi::OwnedComm split = tied_embedding_comm(topology);
     if (split.get() != MPI_COMM_NULL) tied = open("tied", split.get(), comm_seconds);

@@ -20,8 +20,9 @@ bool nccl_usable();
 class TrainingGroups {
  public:
   // Collective over the Topology's world. `traffic_path`: log.traffic (empty: nothing counted).
+  // `tied_head`: the model's output head is its embedding (ModelConfig::ties_output_head).
   TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
-                 const std::string& traffic_path);
+                 const std::string& traffic_path, bool tied_head);
   TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
   TrainingGroups& operator=(const TrainingGroups&) = delete;
 
@@ -32,7 +33,7 @@ class TrainingGroups {
   std::unique_ptr<Comm> tp;
   std::unique_ptr<Comm> pp;  // timed as idle: its waits are the pipeline's bubble
   // The first and the last stage of one pipeline (same dp and tp rank) both hold the tied wte and
-  // sum its gradients in this group; null on the other stages and without a pipeline.
+  // sum its gradients in this group; null on the other stages, without a pipeline and for an untied head.
   std::unique_ptr<Comm> tied;
 };
 

@@ -4,38 +4,12 @@
 #pragma once
 
 #include "model/gpt2.hpp"
+#include "model/impl/carver.hpp"
 
 #include <string>
 #include <vector>
 
 namespace meshtrain::carving {
-
-// Hands out consecutive views of one flat buffer. Run once without a base to count the elements,
-// then again over the allocated buffer: both passes make the same calls, so the offsets agree.
-template <class Real>
-class Carver {
- public:
-  explicit Carver(Real* base) : base_(base) {}
-  Vec<Real> take(std::size_t count) {
-    Vec<Real> view(base_ == nullptr ? nullptr : base_ + used_, base_ == nullptr ? 0 : count);
-    used_ += count;
-    return view;
-  }
-  // A view of another element type T (per-row statistics in accum_t<Real>), aligned for T.
-  template <class T>
-  Vec<T> take_as(std::size_t count) {
-    static_assert(sizeof(T) % sizeof(Real) == 0);
-    constexpr std::size_t ratio = sizeof(T) / sizeof(Real);
-    used_ = (used_ + ratio - 1) / ratio * ratio;
-    Vec<Real> raw = take(count * ratio);
-    return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.extent(0) / ratio);
-  }
-  std::size_t used() const { return used_; }
-
- private:
-  Real* base_;
-  std::size_t used_ = 0;
-};
 
 // Sizes of this rank's activations: C, T and B whole; heads, MLP columns and vocabulary rows its share.
 struct LocalDims {
@@ -58,18 +32,6 @@ inline LocalDims local_dims(const ModelConfig& m, int batch, int tp, int layers,
           layers,
           head};
 }
-
-// Which fields of a block's activations a carve takes from the buffer; the others are views of
-// another set (or empty).
-struct BlockFields {
-  bool att;     // the attention probabilities
-  bool rest;    // everything else backward reads
-  bool output;  // residual3: the next block's input, or the stage's output
-};
-
-// What each micro-batch keeps of a block under `recompute`, and what the one shared set holds.
-inline BlockFields kept_fields(Recompute r) { return {r == Recompute::none, r != Recompute::full, true}; }
-inline BlockFields shared_fields(Recompute r) { return {r != Recompute::none, r == Recompute::full, false}; }
 
 // One block's activations: the fields `take` names from `c`, the others the views of `other`.
 template <class Real>
@@ -151,16 +113,6 @@ std::vector<ActivationTensors<Real>> carve_slots(Carver<Real>& c, const LocalDim
   std::vector<ActivationTensors<Real>> sets;
   for (int k = 0; k < slots; ++k) sets.push_back(carve_activations(c, d, recompute, shared));
   return sets;
-}
-
-// Allocates a buffer exactly as large as `carve` needs and carves it.
-template <class Real, class Tensors, class CarveFn>
-Tensors allocate_and_carve(Buffer<Real>& buffer, const char* label, CarveFn carve) {
-  Carver<Real> counter(nullptr);
-  carve(counter);
-  buffer = Buffer<Real>(std::string(label), counter.used());
-  Carver<Real> carver(buffer.data());
-  return carve(carver);
 }
 
 }  // namespace meshtrain::carving

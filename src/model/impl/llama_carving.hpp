@@ -1,0 +1,85 @@
+// How Llama lays its activations and backward's scratch out in one flat buffer each (the pattern
+// of model/impl/activation_carving.hpp: counted once, then carved over the allocation). Internal
+// to model/llama.cpp.
+#pragma once
+
+#include "model/impl/carver.hpp"
+#include "model/llama.hpp"
+
+#include <vector>
+
+namespace meshtrain::carving {
+
+template <class Real>
+LlamaBlockActivations<Real> carve_llama_block(Carver<Real>& c, const LlamaDims& d, BlockFields take,
+                                              const LlamaBlockActivations<Real>& other = {}) {
+  const std::size_t N = d.N, C = d.C;
+  auto pick = [&](bool taken, std::size_t count, const Vec<Real>& view) { return taken ? c.take(count) : view; };
+  auto pick_stat = [&](bool taken, std::size_t count, const Vec<accum_t<Real>>& view) {
+    return taken ? c.template take_as<accum_t<Real>>(count) : view;
+  };
+  LlamaBlockActivations<Real> b;
+  b.ln1 = pick(take.rest, N * C, other.ln1);
+  b.ln1_rstd = pick_stat(take.rest, N, other.ln1_rstd);
+  b.qkv = pick(take.rest, N * d.qkv_cols(), other.qkv);
+  b.atty = pick(take.rest, N * d.q_cols(), other.atty);
+  b.att = pick(take.att, d.B * d.NHl * d.T * d.T, other.att);
+  b.residual2 = pick(take.rest, N * C, other.residual2);
+  b.ln2 = pick(take.rest, N * C, other.ln2);
+  b.ln2_rstd = pick_stat(take.rest, N, other.ln2_rstd);
+  b.gate_up = pick(take.rest, N * 2 * d.Hl, other.gate_up);
+  b.swiglu = pick(take.rest, N * d.Hl, other.swiglu);
+  b.residual3 = pick(take.output, N * C, other.residual3);
+  return b;
+}
+
+template <class Real>
+LlamaActivations<Real> carve_llama_activations(Carver<Real>& c, const LlamaDims& d, Recompute recompute,
+                                               const LlamaBlockActivations<Real>& shared) {
+  const std::size_t N = d.N, C = d.C;
+  LlamaActivations<Real> a;
+  a.encoded = c.take(N * C);
+  for (int l = 0; l < d.layers; ++l) a.blocks.push_back(carve_llama_block(c, d, kept_fields(recompute), shared));
+  a.proj = c.take(N * C);
+  if (!d.head) return a;
+  a.norm = c.take(N * C);
+  a.norm_rstd = c.template take_as<accum_t<Real>>(N);
+  a.logits = c.take(N * d.Vl);
+  a.losses = c.template take_as<accum_t<Real>>(N);
+  a.row_max = c.template take_as<accum_t<Real>>(N);
+  a.partials = c.template take_as<accum_t<Real>>(2 * N);
+  return a;
+}
+
+// What a rank holds once, whatever its slots: backward's scratch and the shared block set.
+template <class Real>
+struct LlamaRankScratch {
+  LlamaScratch<Real> backward;
+  LlamaBlockActivations<Real> shared;  // empty under Recompute::none
+};
+
+template <class Real>
+LlamaRankScratch<Real> carve_llama_rank_scratch(Carver<Real>& c, const LlamaDims& d, Recompute recompute) {
+  const std::size_t N = d.N, C = d.C;
+  LlamaRankScratch<Real> r;
+  LlamaScratch<Real>& s = r.backward;
+  s.dresidual = c.take(N * C);
+  s.dln = c.take(N * C);
+  s.datty = c.take(N * d.q_cols());
+  s.dqkv = c.take(N * d.qkv_cols());
+  s.datt = c.take(d.B * d.NHl * d.T * d.T);
+  s.dswiglu = c.take(N * d.Hl);
+  s.dgate_up = c.take(N * 2 * d.Hl);
+  if (recompute != Recompute::none) r.shared = carve_llama_block(c, d, shared_fields(recompute));
+  return r;
+}
+
+template <class Real>
+std::vector<LlamaActivations<Real>> carve_llama_slots(Carver<Real>& c, const LlamaDims& d, int slots,
+                                                      Recompute recompute, const LlamaBlockActivations<Real>& shared) {
+  std::vector<LlamaActivations<Real>> sets;
+  for (int k = 0; k < slots; ++k) sets.push_back(carve_llama_activations(c, d, recompute, shared));
+  return sets;
+}
+
+}  // namespace meshtrain::carving

@@ -1,0 +1,71 @@
+// The family factory, the activation sizes of either family, and the check that a model fits.
+#include "model/language_model.hpp"
+
+#include "core/errors.hpp"
+#include "model/gpt2.hpp"
+#include "model/llama.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+namespace meshtrain {
+
+template <class Real>
+std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
+                                                         Comm* tp, StagePlace place, int slots, Recompute recompute,
+                                                         ParameterStore<Real>* store) {
+  if (model.arch == Arch::llama) {
+    return std::make_unique<Llama<Real>>(space, model, batch, tp, place, slots, recompute, store);
+  }
+  return std::make_unique<Gpt2<Real>>(space, model, batch, tp, place, slots, recompute, store);
+}
+
+template <class Real>
+ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
+                                    Recompute recompute) {
+  if (model.arch == Arch::llama) return llama_activation_elements<Real>(model, batch, tp, place, slots, recompute);
+  return gpt2_activation_elements<Real>(model, batch, tp, place, slots, recompute);
+}
+
+#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                               \
+  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(const ExecSpace&, const ModelConfig&, int, \
+                                                                          Comm*, StagePlace, int, Recompute,         \
+                                                                          ParameterStore<Real>*);                    \
+  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute);
+MESHTRAIN_LANGUAGE_MODEL(float)
+MESHTRAIN_LANGUAGE_MODEL(double)
+MESHTRAIN_LANGUAGE_MODEL(bf16)
+MESHTRAIN_LANGUAGE_MODEL(fp16)
+#undef MESHTRAIN_LANGUAGE_MODEL
+
+void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin,
+                        Recompute recompute) {
+  const double B = batch, T = m.seq_len, C = m.d_model, V = m.vocab, NH = m.heads, H = m.mlp_hidden();
+  // The largest single tensors the kernels index with int (the SwiGLU pair is one (N, 2H) tensor).
+  const double mlp = m.arch == Arch::llama ? 2 * H : H;
+  const double largest = std::max({B * T * V, B * NH * T * T, B * T * mlp, V * C, mlp * C});
+  if (largest >= double(std::numeric_limits<int>::max())) {
+    input_error(
+        "{}: model of d_model {}, vocab {}, seq_len {}, heads {} with micro_batch {} has a tensor of {:.3g} "
+        "elements, more than the 2^31 − 1 one tensor may hold: make it smaller",
+        origin, m.d_model, m.vocab, m.seq_len, m.heads, batch, largest);
+  }
+  const ActivationSizes activations = activation_elements(m, batch, 1, {}, 1, recompute);
+  const double parameters = double(ParameterLayout(m).total());
+  const double bytes = sizeof(float) * (parameters * (1 + state_buffers) + double(activations.total()));
+  if constexpr (std::is_same_v<MemSpace, HostSpace>) {
+    const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (bytes > physical) {
+      input_error(
+          "{}: the model ({:.3g} parameters) with micro_batch {} needs {:.1f} GiB for weights, gradients, "
+          "optimizer state and activations, more than this machine's {:.1f} GiB: reduce model.* or "
+          "train.micro_batch",
+          origin, parameters, batch, bytes / (1 << 30), physical / (1 << 30));
+    }
+  }
+}
+
+}  // namespace meshtrain

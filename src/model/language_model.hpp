@@ -1,0 +1,94 @@
+// What training, the pipeline executor and `sample` ask of a model family (share/docs/usage.md,
+// Model families): GPT-2 (model/gpt2.hpp) and LLaMA (model/llama.hpp) both compute one micro-batch
+// shape on one rank, or one rank of a tensor-parallel group, over the flat buffers of their
+// ParameterLayout, for one pipeline stage. make_language_model() builds the family model.arch names.
+//
+// Size letters: B micro-batch, T context, C channels, N = B·T.
+#pragma once
+
+#include "model/parameter_store.hpp"
+#include "model/parameters.hpp"
+#include "parallel/comm.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace meshtrain {
+
+// Elements of one rank's activation buffers: `kept`, the activations of all pipeline slots, and
+// `scratch`, backward's scratch plus the block set shared under recomputation (once per rank).
+struct ActivationSizes {
+  std::size_t kept = 0;
+  std::size_t scratch = 0;
+  std::size_t total() const { return kept + scratch; }
+};
+
+template <class Real>
+class LanguageModel {
+ public:
+  using Accum = accum_t<Real>;  // loss and per-row statistics: float for bf16/fp16, else Real
+  // Backward's progress: every gradient at flat offset ≥ offset is final for this pass, so the
+  // data-parallel reduction of that range can start (see state/gradient_reduction.hpp).
+  using ReadyFrom = std::function<void(std::size_t offset)>;
+
+  virtual ~LanguageModel() = default;
+
+  virtual const ParameterLayout& layout() const = 0;
+  const ModelConfig& model() const { return layout().model(); }
+  virtual int batch() const = 0;
+  // The flat buffers, when the model owns them (no ParameterStore); empty otherwise.
+  virtual Vec<Real> weights() const = 0;
+  virtual Vec<Real> grads() const = 0;
+  virtual ActivationSizes activation_elements() const = 0;
+  std::size_t activation_bytes() const { return activation_elements().total() * sizeof(Real); }
+  virtual void zero_grads() = 0;
+
+  // One pipeline stage's part, for micro-batch activations kept in `slot`. A stage that is not
+  // first reads its input from stage_input(slot), where the previous stage's activation is
+  // received; one that is not last starts backward from output_gradient(), where the next stage's
+  // gradient is received, and leaves the gradient of its input in input_gradient().
+  virtual void stage_forward(int slot, CVec<int> inputs) = 0;
+  // Last stage: the mean cross-entropy over the B·T targets; leaves dloss/dlogits · grad_scale for
+  // backward (grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate).
+  virtual Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale) = 0;
+  // Accumulates the micro-batch's gradients (call stage_forward and, on the last stage, stage_loss first).
+  virtual void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) = 0;
+  virtual Vec<Real> stage_input(int slot) const = 0;    // (N, C)
+  virtual CVec<Real> stage_output(int slot) const = 0;  // (N, C)
+  virtual Vec<Real> output_gradient() const = 0;        // (N, C)
+  virtual CVec<Real> input_gradient() const = 0;        // (N, C)
+  // Inference: logits (N, V) for `inputs`, no loss.
+  virtual CVec<Real> forward_logits(CVec<int> inputs) = 0;
+
+  // The whole model on one stage: forward and loss, and backward.
+  Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
+    stage_forward(0, inputs);
+    return stage_loss(0, targets, grad_scale);
+  }
+  void backward(CVec<int> inputs, const ReadyFrom& ready_from = {}) { stage_backward(0, inputs, ready_from); }
+};
+
+// The family model.arch names, with the arguments of Gpt2's constructor: `tp` the tensor-parallel
+// group (none: the whole model on this rank); `place` the pipeline stage; `slots` how many
+// micro-batches' activations it keeps at once; `recompute` which of them backward recomputes;
+// `store` where weights and gradients live (ZeRO; none: the model owns flat buffers).
+template <class Real>
+std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
+                                                         Comm* tp = nullptr, StagePlace place = {}, int slots = 1,
+                                                         Recompute recompute = Recompute::none,
+                                                         ParameterStore<Real>* store = nullptr);
+
+// What make_language_model's model allocates for these arguments, in elements of Real.
+template <class Real = float>
+ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
+                                    Recompute recompute);
+
+// Throws InputError, naming `origin` (e.g. "the config" or a checkpoint path), when the model cannot
+// be built: a tensor too large for the kernels' 32-bit sizes, or weights, `state_buffers` more flat
+// parameter-sized buffers (gradients, moments) and the activations of `batch` sequences (kept as
+// `recompute` says) that need more memory than the machine has.
+void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin,
+                        Recompute recompute = Recompute::none);
+
+}  // namespace meshtrain

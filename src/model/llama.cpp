@@ -1,0 +1,123 @@
+// Llama's construction: the parameters bound to their buffers, the activations carved; the
+// activation sizes. Forward, loss and backward are in llama_forward.cpp and llama_backward.cpp.
+#include "model/llama.hpp"
+
+#include "model/impl/llama_carving.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace meshtrain {
+
+using carving::allocate_and_carve;
+using carving::carve_llama_rank_scratch;
+using carving::carve_llama_slots;
+using carving::Carver;
+using carving::LlamaRankScratch;
+
+template <class Real>
+LlamaTensors<Real> LlamaTensors<Real>::bind(const ParameterLayout& layout, const Where& where) {
+  auto view = [&](const std::string& name) {
+    const TensorInfo* t = layout.find_if_held(name);
+    return t == nullptr ? Vec<Real>() : Vec<Real>(where(*t), t->numel);
+  };
+  // The tensors `names` as one view: they must follow one another in memory.
+  auto joined = [&](const std::string& prefix, std::initializer_list<const char*> names) {
+    Real* first = nullptr;
+    std::size_t numel = 0;
+    for (const char* name : names) {
+      const TensorInfo& t = layout.find(prefix + name);
+      if (first != nullptr && where(t) != first + numel) {
+        throw std::logic_error(fmt::format("llama tensor {}{} does not follow the one before it", prefix, name));
+      }
+      if (first == nullptr) first = where(t);
+      numel += t.numel;
+    }
+    return Vec<Real>(first, numel);
+  };
+  LlamaTensors p;
+  p.embed = view("embed_tokens.weight");
+  for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
+    const std::string h = fmt::format("layers.{}.", l);
+    LlamaBlockTensors<Real> b;
+    b.attn_norm = view(h + "input_layernorm.weight");
+    b.qkv = joined(h, {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
+    b.o = view(h + "self_attn.o_proj.weight");
+    b.mlp_norm = view(h + "post_attention_layernorm.weight");
+    b.gate_up = joined(h, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+    b.down = view(h + "mlp.down_proj.weight");
+    p.blocks.push_back(b);
+  }
+  p.norm = view("norm.weight");
+  p.lm_head = view("lm_head.weight");
+  return p;
+}
+
+template <class Real>
+ActivationSizes llama_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
+                                          Recompute recompute) {
+  const int layers = ParameterLayout(model, tp, 0, place).stage_layers();
+  const LlamaDims dims = llama_dims(model, batch, tp, layers, place.last());
+  Carver<Real> kept(nullptr), scratch(nullptr);
+  const LlamaBlockActivations<Real> shared = carve_llama_rank_scratch(scratch, dims, recompute).shared;
+  carve_llama_slots(kept, dims, slots, recompute, shared);
+  return {kept.used(), scratch.used()};
+}
+
+template <class Real>
+Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,
+                   Recompute recompute, ParameterStore<Real>* store)
+    : space_(space),
+      // The kernels that wrote a buffer finish before a collective reads it.
+      tp_(tp, [space] { space.fence(); }),
+      copy_to_(tp_),
+      reduce_from_(tp_),
+      vocab_statistics_(tp_),
+      store_(store),
+      layout_(store ? store->layout() : ParameterLayout(model, tp_.size(), tp_.rank(), place)),
+      dims_(llama_dims(model, batch, layout_.tp(), layout_.stage_layers(), place.last())),
+      batch_(batch),
+      recompute_(recompute),
+      rotary_(make_rotary_table<Accum>(model.seq_len, model.head_size(), model.rope_theta)),
+      weights_("meshtrain::llama::weights", store ? 0 : layout_.total()),
+      grads_("meshtrain::llama::grads", store ? 0 : layout_.total()) {
+  if (model.arch != Arch::llama) throw std::logic_error("Llama built for a model whose arch is not llama");
+  for (int l = 0; l < layout_.stage_layers(); ++l) {
+    const std::string first = fmt::format("layers.{}.input_layernorm.weight", layout_.first_layer() + l);
+    block_offsets_.push_back(layout_.find(first).offset);
+  }
+  if (place.last()) norm_offset_ = layout_.find("norm.weight").offset;
+  const Vec<Real> w = weights(), g = grads();
+  params_ = LlamaTensors<Real>::bind(layout_, [&](const TensorInfo& t) {
+    return store ? store->weight(t) : w.data() + t.offset;
+  });
+  dparams_ = LlamaTensors<Real>::bind(layout_, [&](const TensorInfo& t) {
+    return store ? store->grad(t) : g.data() + t.offset;
+  });
+  const LlamaRankScratch<Real> rank = allocate_and_carve<Real, LlamaRankScratch<Real>>(
+      scratch_buffer_, "meshtrain::llama::backward_scratch",
+      [&](Carver<Real>& c) { return carve_llama_rank_scratch(c, dims_, recompute); });
+  scratch_ = rank.backward;
+  slots_ = allocate_and_carve<Real, std::vector<LlamaActivations<Real>>>(
+      activation_buffer_, "meshtrain::llama::activations",
+      [&](Carver<Real>& c) { return carve_llama_slots(c, dims_, slots, recompute, rank.shared); });
+}
+
+template <class Real>
+void Llama<Real>::zero_grads() {
+  Kokkos::deep_copy(space_, grads_, Real(0));
+}
+
+#define MESHTRAIN_LLAMA(Real)                                                                                 \
+  template struct LlamaTensors<Real>;                                                                         \
+  template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int,      \
+                                                           Recompute);                                        \
+  template class Llama<Real>;
+MESHTRAIN_LLAMA(float)
+MESHTRAIN_LLAMA(double)
+MESHTRAIN_LLAMA(bf16)
+MESHTRAIN_LLAMA(fp16)
+#undef MESHTRAIN_LLAMA
+
+}  // namespace meshtrain

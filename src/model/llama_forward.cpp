@@ -1,0 +1,126 @@
+// Llama's forward pass: a pipeline stage's embedding, blocks, final norm and output head, the
+// recomputation of a block for backward, inference, and the loss (model/impl/output_loss.hpp).
+#include "model/llama.hpp"
+
+#include "kernels/attention.hpp"
+#include "kernels/encoder.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/residual.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rotary.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/impl/output_loss.hpp"
+
+namespace meshtrain {
+
+// The embed_tokens rows this rank holds (first stage); no position table, so nothing else is added.
+template <class Real>
+VocabRange Llama<Real>::embedding_rows() const {
+  const TensorInfo& t = layout_.find("embed_tokens.weight");
+  return {int(t.piece.offset[0]), int(t.piece.block[0]), false};
+}
+
+template <class Real>
+CVec<Real> Llama<Real>::stage_output(int slot) const {
+  const auto& a = slots_[slot];
+  return a.blocks.empty() ? CVec<Real>(a.encoded) : CVec<Real>(a.blocks.back().residual3);
+}
+
+template <class Real>
+void Llama<Real>::stage_forward(int slot, CVec<int> inputs) {
+  const LlamaDims& d = dims_;
+  const int N = int(d.N), C = int(d.C), Vl = int(d.Vl);
+  auto& a = slots_[slot];
+  const auto& p = params_;
+  if (layout_.place().first()) {
+    // Vocabulary-parallel lookup: each rank its rows, zeros for the others, summed over the group.
+    encoder_forward(space_, a.encoded, inputs, p.embed, CVec<Real>(), int(d.B), int(d.T), C, embedding_rows());
+    reduce_from_.forward(span_of(a.encoded));
+  }
+  CVec<Real> x = a.encoded;
+  for (int l = 0; l < layout_.stage_layers(); ++l) {
+    need_block(l);
+    block_forward(l, x, a.blocks[l], a.proj, true);
+    x = a.blocks[l].residual3;
+  }
+  resident_ = {slot, layout_.stage_layers() - 1};
+  if (!layout_.place().last()) return;
+  rmsnorm_forward(space_, a.norm, a.norm_rstd, x, p.norm, N, C, model().norm_eps);
+  // Output head, column-parallel by vocabulary rows: logits = norm · lm_headᵀ.
+  copy_to_.forward(span_of(a.norm));
+  linear_forward<Real>(space_, a.logits, a.norm, p.lm_head, N, C, Vl);
+}
+
+// x → residual2 = x + o(attention(rope(q), rope(k), v)) → residual3 = residual2 + down(swiglu(gate, up)).
+// Without `to_output` it stops once s holds what backward reads (before down_proj).
+template <class Real>
+void Llama<Real>::block_forward(int l, CVec<Real> x, const LlamaBlockActivations<Real>& s, Vec<Real> proj,
+                                bool to_output) {
+  const LlamaDims& d = dims_;
+  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), hs = int(d.hs), Hl = int(d.Hl);
+  const int NHl = int(d.NHl), KVl = int(d.KVl), Q = int(d.q_cols()), QKV = int(d.qkv_cols());
+  const double eps = model().norm_eps;
+  const auto& w = params_.blocks[l];
+  rmsnorm_forward(space_, s.ln1, s.ln1_rstd, x, w.attn_norm, N, C, eps);
+  copy_to_.forward(span_of(s.ln1));
+  linear_forward<Real>(space_, s.qkv, s.ln1, w.qkv, N, C, QKV);
+  rotary_forward(space_, s.qkv, rotary_, N, T, QKV, NHl + KVl, hs);  // the q heads, then the k heads
+  attention_forward(space_, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
+  linear_forward<Real>(space_, proj, s.atty, w.o, N, Q, C);
+  reduce_from_.forward(span_of(proj));
+  residual_forward(space_, s.residual2, x, proj, N * C);
+  rmsnorm_forward(space_, s.ln2, s.ln2_rstd, s.residual2, w.mlp_norm, N, C, eps);
+  copy_to_.forward(span_of(s.ln2));
+  linear_forward<Real>(space_, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+  swiglu_forward(space_, s.swiglu, s.gate_up, N, Hl);
+  if (!to_output) return;
+  linear_forward<Real>(space_, proj, s.swiglu, w.down, N, Hl, C);
+  reduce_from_.forward(span_of(proj));
+  residual_forward(space_, s.residual3, s.residual2, proj, N * C);
+}
+
+template <class Real>
+void Llama<Real>::recompute_block(int slot, int l) {
+  if (recompute_ == Recompute::none || resident_ == std::pair{slot, l}) return;
+  const auto& a = slots_[slot];
+  const auto& s = a.blocks[l];
+  if (recompute_ == Recompute::selective) {
+    attention_probabilities(space_, s.att, s.qkv, int(dims_.B), int(dims_.T), int(dims_.NHl), int(dims_.KVl),
+                            int(dims_.hs));
+  } else {
+    block_forward(l, l == 0 ? a.encoded : a.blocks[l - 1].residual3, s, a.proj, false);
+  }
+  resident_ = {slot, l};
+}
+
+template <class Real>
+CVec<Real> Llama<Real>::forward_logits(CVec<int> inputs) {
+  stage_forward(0, inputs);
+  space_.fence();
+  return slots_[0].logits;
+}
+
+template <class Real>
+typename Llama<Real>::Accum Llama<Real>::stage_loss(int slot, CVec<int> targets, Accum grad_scale) {
+  const auto& a = slots_[slot];
+  const output_loss::HeadBuffers<Real> head{a.logits, a.losses, a.row_max, a.partials};
+  return output_loss::mean_cross_entropy(space_, tp_.active(), vocab_statistics_, head, targets, int(dims_.N),
+                                         layout_, layout_.find("lm_head.weight"), grad_scale);
+}
+
+// Each member is instantiated in the file that defines it (the class's own in llama.cpp).
+#define MESHTRAIN_LLAMA_FORWARD(Real)                                                                            \
+  template VocabRange Llama<Real>::embedding_rows() const;                                                        \
+  template CVec<Real> Llama<Real>::stage_output(int) const;                                                      \
+  template void Llama<Real>::stage_forward(int, CVec<int>);                                                      \
+  template void Llama<Real>::block_forward(int, CVec<Real>, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
+  template void Llama<Real>::recompute_block(int, int);                                                          \
+  template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                    \
+  template Llama<Real>::Accum Llama<Real>::stage_loss(int, CVec<int>, Accum);
+MESHTRAIN_LLAMA_FORWARD(float)
+MESHTRAIN_LLAMA_FORWARD(double)
+MESHTRAIN_LLAMA_FORWARD(bf16)
+MESHTRAIN_LLAMA_FORWARD(fp16)
+#undef MESHTRAIN_LLAMA_FORWARD
+
+}  // namespace meshtrain
