@@ -171,8 +171,8 @@ void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att, CVe
 // afterwards). att is the forward's P. No argument may share memory with another.
 template <class Real>
 void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt, CVec<std::type_identity_t<Real>> dout,
-                        CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> att, int B, int T, int NH,
-                        int KVH, int hs) {
+                        CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> att, int B, int T,
+                        int NH, int KVH, int hs) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   const detail::AttentionLayout L{NH, KVH, hs};
@@ -191,8 +191,8 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt, 
       gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, A(1), dout_j, L.q_cols(), q_stride,
                                  v, row, hs, A(0), datt.data() + att_j, T, g * tt, KVH);
       // dV_kv (+)= P_hᵀ dO_h
-      gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, A(1), att.data() + att_j, T,
-                                 g * tt, dout_j, L.q_cols(), q_stride, A(j == 0 ? 0 : 1),
+      gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, A(1), att.data() + att_j, T, g * tt,
+                                 dout_j, L.q_cols(), q_stride, A(j == 0 ? 0 : 1),
                                  dqkv.data() + b * L.seq_qkv(T) + L.v_offset(), row, hs, KVH);
     }
   }

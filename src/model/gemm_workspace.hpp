@@ -40,12 +40,12 @@ std::size_t llama_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp =
   const int Vl = (m.vocab + tp - 1) / tp, Hl = m.mlp_hidden() / tp;
   const int Q = m.heads / tp * hs, QKV = (m.heads + 2 * m.kv_head_count()) / tp * hs;
   const GemmShape products[] = {
-      {N, Vl, C},  {N, C, Vl},  {Vl, C, N},          // lm_head: logits, dnorm, dlm_head
-      {N, QKV, C}, {N, C, QKV}, {QKV, C, N},         // q|k|v: forward, input and weight gradients
-      {N, C, Q},   {N, Q, C},   {C, Q, N},           // o_proj
+      {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // lm_head: logits, dnorm, dlm_head
+      {N, QKV, C},    {N, C, QKV},    {QKV, C, N},     // q|k|v: forward, input and weight gradients
+      {N, C, Q},      {N, Q, C},      {C, Q, N},       // o_proj
       {N, 2 * Hl, C}, {N, C, 2 * Hl}, {2 * Hl, C, N},  // gate|up
-      {N, C, Hl},  {N, Hl, C},  {C, Hl, N},          // down_proj
-      {T, T, hs},  {T, hs, T},                       // attention, per sequence and head
+      {N, C, Hl},     {N, Hl, C},     {C, Hl, N},      // down_proj
+      {T, T, hs},     {T, hs, T},                      // attention, per sequence and head
   };
   std::size_t bytes = 0;
   for (const GemmShape& s : products) bytes = std::max(bytes, gemm_workspace_bytes_for<Real>(s));

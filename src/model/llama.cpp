@@ -89,12 +89,10 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
   }
   if (place.last()) norm_offset_ = layout_.find("norm.weight").offset;
   const Vec<Real> w = weights(), g = grads();
-  params_ = LlamaTensors<Real>::bind(layout_, [&](const TensorInfo& t) {
-    return store ? store->weight(t) : w.data() + t.offset;
-  });
-  dparams_ = LlamaTensors<Real>::bind(layout_, [&](const TensorInfo& t) {
-    return store ? store->grad(t) : g.data() + t.offset;
-  });
+  params_ = LlamaTensors<Real>::bind(
+      layout_, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; });
+  dparams_ = LlamaTensors<Real>::bind(
+      layout_, [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; });
   const LlamaRankScratch<Real> rank = allocate_and_carve<Real, LlamaRankScratch<Real>>(
       scratch_buffer_, "meshtrain::llama::backward_scratch",
       [&](Carver<Real>& c) { return carve_llama_rank_scratch(c, dims_, recompute); });
@@ -109,10 +107,9 @@ void Llama<Real>::zero_grads() {
   Kokkos::deep_copy(space_, grads_, Real(0));
 }
 
-#define MESHTRAIN_LLAMA(Real)                                                                                 \
-  template struct LlamaTensors<Real>;                                                                         \
-  template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int,      \
-                                                           Recompute);                                        \
+#define MESHTRAIN_LLAMA(Real)                                                                                         \
+  template struct LlamaTensors<Real>;                                                                                 \
+  template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute); \
   template class Llama<Real>;
 MESHTRAIN_LLAMA(float)
 MESHTRAIN_LLAMA(double)

@@ -75,13 +75,13 @@ template <class Real>
 struct LlamaActivations {
   Vec<Real> encoded;  // (N, C)
   std::vector<LlamaBlockActivations<Real>> blocks;
-  Vec<Real> proj;               // (N, C)   o_proj and down_proj outputs before the residual add
-  Vec<Real> norm;               // (N, C)
+  Vec<Real> proj;                // (N, C)   o_proj and down_proj outputs before the residual add
+  Vec<Real> norm;                // (N, C)
   Vec<accum_t<Real>> norm_rstd;  // (N)
-  Vec<Real> logits;             // (N, Vl); after a training forward it holds dlogits
-  Vec<accum_t<Real>> losses;    // (N)
-  Vec<accum_t<Real>> row_max;   // (N)
-  Vec<accum_t<Real>> partials;  // (2N)
+  Vec<Real> logits;              // (N, Vl); after a training forward it holds dlogits
+  Vec<accum_t<Real>> losses;     // (N)
+  Vec<accum_t<Real>> row_max;    // (N)
+  Vec<accum_t<Real>> partials;   // (2N)
 };
 
 template <class Real>

@@ -104,18 +104,18 @@ template <class Real>
 typename Llama<Real>::Accum Llama<Real>::stage_loss(int slot, CVec<int> targets, Accum grad_scale) {
   const auto& a = slots_[slot];
   const output_loss::HeadBuffers<Real> head{a.logits, a.losses, a.row_max, a.partials};
-  return output_loss::mean_cross_entropy(space_, tp_.active(), vocab_statistics_, head, targets, int(dims_.N),
-                                         layout_, layout_.find("lm_head.weight"), grad_scale);
+  return output_loss::mean_cross_entropy(space_, tp_.active(), vocab_statistics_, head, targets, int(dims_.N), layout_,
+                                         layout_.find("lm_head.weight"), grad_scale);
 }
 
 // Each member is instantiated in the file that defines it (the class's own in llama.cpp).
-#define MESHTRAIN_LLAMA_FORWARD(Real)                                                                            \
+#define MESHTRAIN_LLAMA_FORWARD(Real)                                                                             \
   template VocabRange Llama<Real>::embedding_rows() const;                                                        \
-  template CVec<Real> Llama<Real>::stage_output(int) const;                                                      \
-  template void Llama<Real>::stage_forward(int, CVec<int>);                                                      \
+  template CVec<Real> Llama<Real>::stage_output(int) const;                                                       \
+  template void Llama<Real>::stage_forward(int, CVec<int>);                                                       \
   template void Llama<Real>::block_forward(int, CVec<Real>, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
-  template void Llama<Real>::recompute_block(int, int);                                                          \
-  template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                    \
+  template void Llama<Real>::recompute_block(int, int);                                                           \
+  template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                     \
   template Llama<Real>::Accum Llama<Real>::stage_loss(int, CVec<int>, Accum);
 MESHTRAIN_LLAMA_FORWARD(float)
 MESHTRAIN_LLAMA_FORWARD(double)

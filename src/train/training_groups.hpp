@@ -21,8 +21,8 @@ class TrainingGroups {
  public:
   // Collective over the Topology's world. `traffic_path`: log.traffic (empty: nothing counted).
   // `tied_head`: the model's output head is its embedding (ModelConfig::ties_output_head).
-  TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
-                 const std::string& traffic_path, bool tied_head);
+  TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space, const std::string& traffic_path,
+                 bool tied_head);
   TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
   TrainingGroups& operator=(const TrainingGroups&) = delete;
 

@@ -24,7 +24,8 @@ Host repeat_kv(const Host& qkv, int kvh) {
     for (int c = 0; c < C; ++c) mha[n * 3 * C + c] = qkv[n * gqa_row(kvh) + c];
     for (int p = 1; p <= 2; ++p)
       for (int h = 0; h < NH; ++h)
-        for (int i = 0; i < hs; ++i) mha[n * 3 * C + p * C + h * hs + i] = qkv[n * gqa_row(kvh) + kv_column(kvh, p, h / g, i)];
+        for (int i = 0; i < hs; ++i)
+          mha[n * 3 * C + p * C + h * hs + i] = qkv[n * gqa_row(kvh) + kv_column(kvh, p, h / g, i)];
   }
   return mha;
 }

@@ -37,10 +37,11 @@ std::map<std::string, Host> run_rmsnorm(const std::map<std::string, Host>& in) {
 
 TYPED_TEST(LlamaLowPrecision, RmsNormComputesInFloatAndRoundsOnce) {
   using H = TypeParam;
-  const std::map<std::string, Host> in = {
-      {"x", rounded<H>(random_vector(N * C, 1, -3, 3))}, {"w", rounded<H>(random_vector(C, 2, 0.5, 1.5))},
-      {"dout", rounded<H>(random_vector(N * C, 3))},     {"dinp0", rounded<H>(random_vector(N * C, 4))},
-      {"dw0", rounded<H>(random_vector(C, 5))}};
+  const std::map<std::string, Host> in = {{"x", rounded<H>(random_vector(N * C, 1, -3, 3))},
+                                          {"w", rounded<H>(random_vector(C, 2, 0.5, 1.5))},
+                                          {"dout", rounded<H>(random_vector(N * C, 3))},
+                                          {"dinp0", rounded<H>(random_vector(N * C, 4))},
+                                          {"dw0", rounded<H>(random_vector(C, 5))}};
   const auto f = run_rmsnorm<float>(in);
   const auto h = run_rmsnorm<H>(in);
   expect_close(h.at("rstd"), f.at("rstd"), 1e-6, "rstd");

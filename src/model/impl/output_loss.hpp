@@ -37,8 +37,7 @@ accum_t<Real> mean_cross_entropy(const ExecSpace& space, bool tp_active, const V
   if (!tp_active) {
     softmax_cross_entropy(space, a.losses, a.logits, a.logits, targets, N, layout.model().vocab, grad_scale);
   } else {
-    const VocabColumns cols{layout.padded_vocab() / layout.tp(), int(table.piece.block[0]),
-                            int(table.piece.offset[0])};
+    const VocabColumns cols{layout.padded_vocab() / layout.tp(), int(table.piece.block[0]), int(table.piece.offset[0])};
     vocab_parallel_row_max(space, a.row_max, a.logits, N, cols);
     statistics.max_over_vocabulary(span_of(a.row_max));
     vocab_parallel_row_partials(space, a.partials, a.logits, a.row_max, targets, N, cols);
