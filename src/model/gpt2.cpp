@@ -53,10 +53,6 @@ Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Co
       recompute_(recompute),
       weights_("meshtrain::gpt2::weights", store ? 0 : layout_.total()),
       grads_("meshtrain::gpt2::grads", store ? 0 : layout_.total()) {
-  for (int l = 0; l < layout_.stage_layers(); ++l) {
-    block_offsets_.push_back(layout_.find(fmt::format("h.{}.ln_1.weight", layout_.first_layer() + l)).offset);
-  }
-  if (place.last()) lnf_offset_ = layout_.find("ln_f.weight").offset;
   if (store) {
     params_ = ParameterTensors<Real>::bind(layout_, [&](const TensorInfo& t) { return store->weight(t); });
     dparams_ = ParameterTensors<Real>::bind(layout_, [&](const TensorInfo& t) { return store->grad(t); });

@@ -148,8 +148,6 @@ class Gpt2 final : public LanguageModel<Real> {
   VocabParallelStatistics vocab_statistics_;
   ParameterStore<Real>* store_;
   ParameterLayout layout_;
-  std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
-  std::size_t lnf_offset_ = 0;
   int batch_;
   Recompute recompute_;
   std::pair<int, int> resident_{-1, -1};  // (slot, block) whose activations the shared set holds

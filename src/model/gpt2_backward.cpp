@@ -7,34 +7,22 @@
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/matmul.hpp"
+#include "model/impl/backward_sweep.hpp"
 
 namespace meshtrain {
 
 template <class Real>
 void Gpt2<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
-  auto report = [&](std::size_t offset) {
-    if (ready_from) ready_from(offset);
-  };
-  const StagePlace& place = layout_.place();
-  if (place.last()) {
-    head_backward(slot);
-    report(lnf_offset_);
-  }  // else scratch_.dresidual holds the next stage's gradient, received by the caller
-  for (int l = layout_.stage_layers() - 1; l >= 0; --l) {
-    block_backward(slot, l);
-    report(block_offsets_[l]);
-  }
-  if (place.first()) {
-    // wte has the head's gradient too, so the embeddings are final only now.
-    const auto& m = model();
-    const auto& d = scratch_;
-    const TensorInfo& wte = layout_.find("wte.weight");
-    const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), true};
-    reduce_from_.backward(span_of(d.dresidual));
-    encoder_backward(space_, dparams_.wte, dparams_.wpe, d.dresidual, inputs, batch_, m.seq_len, m.d_model, m.vocab,
-                     vocab);
-  }  // else scratch_.dresidual is now the gradient of the stage's input, for the previous stage
-  report(0);
+  backward_sweep<Real>(
+      layout_, ready_from, [&] { head_backward(slot); }, [&](int l) { block_backward(slot, l); },
+      [&] {
+        const auto& m = model();
+        const TensorInfo& wte = layout_.find("wte.weight");
+        const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), true};
+        reduce_from_.backward(span_of(scratch_.dresidual));
+        encoder_backward(space_, dparams_.wte, dparams_.wpe, scratch_.dresidual, inputs, batch_, m.seq_len, m.d_model,
+                         m.vocab, vocab);
+      });
 }
 
 // Output head (tied): dlnf = dlogits · wte (summed over the vocabulary shards), dwte += dlogitsᵀ · lnf;

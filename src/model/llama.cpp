@@ -83,11 +83,6 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
       weights_("meshtrain::llama::weights", store ? 0 : layout_.total()),
       grads_("meshtrain::llama::grads", store ? 0 : layout_.total()) {
   if (model.arch != Arch::llama) throw std::logic_error("Llama built for a model whose arch is not llama");
-  for (int l = 0; l < layout_.stage_layers(); ++l) {
-    const std::string first = fmt::format("layers.{}.input_layernorm.weight", layout_.first_layer() + l);
-    block_offsets_.push_back(layout_.find(first).offset);
-  }
-  if (place.last()) norm_offset_ = layout_.find("norm.weight").offset;
   const Vec<Real> w = weights(), g = grads();
   params_ = LlamaTensors<Real>::bind(
       layout_, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; });

@@ -174,8 +174,6 @@ class Llama final : public LanguageModel<Real> {
   ParameterStore<Real>* store_;
   ParameterLayout layout_;
   LlamaDims dims_;
-  std::vector<std::size_t> block_offsets_;  // flat offset of each block's first tensor
-  std::size_t norm_offset_ = 0;
   int batch_;
   Recompute recompute_;
   std::pair<int, int> resident_{-1, -1};  // (slot, block) whose activations the shared set holds

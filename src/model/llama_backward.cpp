@@ -8,29 +8,19 @@
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rotary.hpp"
 #include "kernels/swiglu.hpp"
+#include "model/impl/backward_sweep.hpp"
 
 namespace meshtrain {
 
 template <class Real>
 void Llama<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
-  auto report = [&](std::size_t offset) {
-    if (ready_from) ready_from(offset);
-  };
-  const StagePlace& place = layout_.place();
-  if (place.last()) {
-    head_backward(slot);
-    report(norm_offset_);
-  }  // else scratch_.dresidual holds the next stage's gradient, received by the caller
-  for (int l = layout_.stage_layers() - 1; l >= 0; --l) {
-    block_backward(slot, l);
-    report(block_offsets_[l]);
-  }
-  if (place.first()) {
-    reduce_from_.backward(span_of(scratch_.dresidual));
-    encoder_backward(space_, dparams_.embed, Vec<Real>(), scratch_.dresidual, inputs, int(dims_.B), int(dims_.T),
-                     int(dims_.C), model().vocab, embedding_rows());
-  }  // else scratch_.dresidual is now the gradient of the stage's input, for the previous stage
-  report(0);
+  backward_sweep<Real>(
+      layout_, ready_from, [&] { head_backward(slot); }, [&](int l) { block_backward(slot, l); },
+      [&] {
+        reduce_from_.backward(span_of(scratch_.dresidual));
+        encoder_backward(space_, dparams_.embed, Vec<Real>(), scratch_.dresidual, inputs, int(dims_.B), int(dims_.T),
+                         int(dims_.C), model().vocab, embedding_rows());
+      });
 }
 
 // Output head: dnorm = dlogits · lm_head (summed over the vocabulary shards), dlm_head += dlogitsᵀ ·

@@ -179,6 +179,19 @@ std::size_t ParameterLayout::unit_at(std::size_t offset) const {
   throw std::out_of_range(fmt::format("flat offset {} lies in no shard unit", offset));
 }
 
+std::size_t ParameterLayout::block_begin(int l) const {
+  for (const ShardUnit& u : units_) {
+    if (u.block == first_layer_ + l) return u.begin;
+  }
+  throw std::out_of_range(fmt::format("stage of blocks {}..{} has no block {}", first_layer_, end_layer_ - 1, l));
+}
+
+std::size_t ParameterLayout::head_begin() const {
+  std::size_t begin = total_;
+  for (auto u = units_.rbegin(); u != units_.rend() && u->block < 0 && place_.last(); ++u) begin = u->begin;
+  return begin;
+}
+
 void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init) {
   Piece p = whole(shape);
   add(std::move(name), shape, shape, p, init, true);

@@ -119,6 +119,11 @@ class ParameterLayout {
   int unit_align() const { return unit_align_; }
   // Index of the unit holding flat offset `offset`.
   std::size_t unit_at(std::size_t offset) const;
+  // Where backward's progress reports fall (LanguageModel::ReadyFrom): the first flat offset of
+  // this stage's block l (0-based within the stage), and of the output head's units, those after
+  // the last block (the last stage; total() elsewhere).
+  std::size_t block_begin(int l) const;
+  std::size_t head_begin() const;
   const TensorInfo& find(const std::string& name) const;
   const TensorInfo* find_if_held(const std::string& name) const;
   const ModelConfig& model() const { return model_; }

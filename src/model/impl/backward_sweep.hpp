@@ -1,0 +1,30 @@
+// The order of a pipeline stage's backward pass, the same for every family, with backward's
+// progress reports (LanguageModel::ReadyFrom): the output head on the last stage, the blocks from
+// the last down, the embedding on the first stage. Each report says that every gradient at a flat
+// offset at or past it is final. Internal to model/.
+#pragma once
+
+#include "model/language_model.hpp"
+
+namespace meshtrain {
+
+template <class Real, class HeadFn, class BlockFn, class EmbeddingFn>
+void backward_sweep(const ParameterLayout& layout, const typename LanguageModel<Real>::ReadyFrom& ready_from,
+                    HeadFn head, BlockFn block, EmbeddingFn embedding) {
+  auto report = [&](std::size_t offset) {
+    if (ready_from) ready_from(offset);
+  };
+  if (layout.place().last()) {
+    head();
+    report(layout.head_begin());
+  }  // else the stage's output gradient holds the next stage's, received by the caller
+  for (int l = layout.stage_layers() - 1; l >= 0; --l) {
+    block(l);
+    report(layout.block_begin(l));
+  }
+  // The embedding's gradient is final only now (gpt2's tied wte has the head's part too).
+  if (layout.place().first()) embedding();
+  report(0);
+}
+
+}  // namespace meshtrain
