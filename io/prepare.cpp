@@ -6,6 +6,7 @@
 #include "io/output_guard.hpp"
 #include "io/token_shard.hpp"
 #include "io/tokenizer.hpp"
+#include "io/utf8.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,7 +23,9 @@ void append_bytes(const std::string& path, std::vector<std::uint16_t>& tokens) {
 }
 
 void append_ids(const std::string& path, const Tokenizer& tokenizer, std::vector<std::uint16_t>& tokens) {
-  for (int id : tokenizer.encode(read_regular_file(path, "text file"))) tokens.push_back(std::uint16_t(id));
+  const std::string text = read_regular_file(path, "text file");
+  require_utf8_text(fmt::format("text file '{}'", path), text);
+  for (int id : tokenizer.encode(text)) tokens.push_back(std::uint16_t(id));
 }
 
 // Before anything is read: the shard must not replace a file it is made from, or a checkpoint.

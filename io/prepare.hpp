@@ -19,9 +19,9 @@ inline constexpr int byte_vocab = 256;
 std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out);
 
 // The same with the ids of the SentencePiece model at `tokenizer` (io/tokenizer.hpp): each file is
-// encoded on its own and the ids concatenated in the order given. Also InputError when the model
-// cannot be loaded, has more pieces than a uint16 shard holds (io::max_tokenizer_vocab), or is
-// what `out` would replace.
+// encoded on its own and the ids concatenated in the order given. Also InputError when a text is
+// not UTF-8 (io/utf8.hpp), or the model cannot be loaded, has more pieces than a uint16 shard
+// holds (io::max_tokenizer_vocab), or is what `out` would replace.
 std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, const std::string& tokenizer,
                                   const std::string& out);
 

@@ -89,7 +89,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const auto status = model->processor.LoadFromSerializedProto(bytes);
   if (!status.ok() || model->processor.GetPieceSize() == 0) {
     input_error("tokenizer '{}' is not a SentencePiece model ({}); make one with meshtrain tokenizer train", path,
-                status.ok() ? "it has no pieces" : reason(status));
+                status.ok()                 ? "it has no pieces"
+                : status.ToString().empty() ? "it does not parse"
+                                            : reason(status));
   }
   return Tokenizer(path, tokenizer_hash(bytes), std::move(model));
 }
@@ -125,9 +127,10 @@ std::string train_bpe_model(const std::vector<std::string_view>& lines, int voca
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(training_options(vocab), &iterator, &model);
   if (!status.ok()) {
-    input_error("--vocab {}: SentencePiece cannot train it from these texts: {} (meshtrain keeps character_coverage at "
-                "{}: change --vocab)",
-                vocab, reason(status), character_coverage);
+    input_error(
+        "--vocab {}: SentencePiece cannot train it from these texts: {} (meshtrain keeps character_coverage at "
+        "{}: change --vocab)",
+        vocab, reason(status), character_coverage);
   }
   return model;
 }

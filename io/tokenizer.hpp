@@ -34,9 +34,11 @@ class Tokenizer {
   // tokenizer_hash of the model file's bytes, as they were parsed: what a checkpoint records.
   std::uint64_t content_hash() const { return hash_; }
 
-  // The ids of `text`, which may hold any bytes (byte fallback covers what the pieces do not).
+  // The ids of `text`: any UTF-8 (byte fallback covers characters the pieces do not). SentencePiece
+  // reads each byte of an ill-formed UTF-8 sequence as U+FFFD (io/utf8.hpp checks texts first).
   std::vector<int> encode(std::string_view text) const;
-  // The text of `ids`; decode(encode(t)) == t for every t (share/docs/usage.md, Tokenizers).
+  // The text of `ids`; decode(encode(t)) == t for every UTF-8 t with the models train_bpe_model
+  // makes (share/docs/usage.md, Tokenizers).
   // InputError for an id outside [0, vocab_size()).
   std::string decode(std::span<const int> ids) const;
 

@@ -6,6 +6,7 @@
 #include "io/atomic_file.hpp"
 #include "io/output_guard.hpp"
 #include "io/tokenizer.hpp"
+#include "io/utf8.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,7 +44,10 @@ TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int
   require_safe_output("--out", out, text_files, {atomic_temporary_path(out)});
 
   std::vector<std::string> texts;
-  for (const std::string& path : text_files) texts.push_back(read_regular_file(path, "text file"));
+  for (const std::string& path : text_files) {
+    texts.push_back(read_regular_file(path, "text file"));
+    require_utf8_text(fmt::format("text file '{}'", path), texts.back());
+  }
   std::vector<std::string_view> lines;
   for (const std::string& text : texts) append_lines(text, lines);
   if (lines.empty()) {

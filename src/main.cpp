@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
-      {"train", train_command},     {"prepare", prepare_command}, {"tokenizer", tokenizer_command},
-      {"sample", sample_command},   {"inspect", inspect_command}, {"export", export_command},
+      {"train", train_command},   {"prepare", prepare_command}, {"tokenizer", tokenizer_command},
+      {"sample", sample_command}, {"inspect", inspect_command}, {"export", export_command},
       {"plan", plan_command}};
 
   int code = exit_code::finished;

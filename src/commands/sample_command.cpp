@@ -5,11 +5,12 @@
 // (commands/sample_text.hpp); byte-level models (vocab 256) print text; others print token ids.
 #include "commands/commands.hpp"
 
+#include "commands/sample_text.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
-#include "commands/sample_text.hpp"
 #include "core/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/utf8.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpointing.hpp"
 
@@ -39,8 +40,8 @@ SampleOptions parse_sample_options(const Args& args, bool& help) {
   SampleOptions o;
   po::options_description options("meshtrain sample");
   options.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (any layout)")(
-      "prompt", po::value(&o.prompt), "text to continue")(
-      "tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate")(
+      "prompt", po::value(&o.prompt), "text to continue")("tokens", po::value(&o.tokens)->default_value(o.tokens),
+                                                          "tokens to generate")(
       "temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
       "tokenizer", po::value(&o.tokenizer),
@@ -113,6 +114,7 @@ class TokenPrinter {
 std::vector<int> encode_prompt(const std::string& prompt, const std::optional<io::Tokenizer>& tokenizer, int vocab) {
   std::vector<int> context;
   if (tokenizer) {
+    io::require_utf8_text("--prompt", prompt);
     context = tokenizer->encode(prompt);
   } else {
     for (unsigned char c : prompt) context.push_back(c);

@@ -24,7 +24,8 @@ int train_subcommand(const Args& args, MPI_Comm comm) {
   std::vector<std::string> texts;
   int vocab = 0;  // missing: refused with the valid range
   std::string out;
-  po::options_description options("meshtrain tokenizer train: a SentencePiece BPE model (byte fallback, exact round trips)");
+  po::options_description options(
+      "meshtrain tokenizer train: a SentencePiece BPE model (byte fallback, exact round trips)");
   options.add_options()("text", po::value(&texts)->multitoken(), "text files to learn from (one sentence a line)")(
       "vocab", po::value(&vocab), "pieces in the model, <unk> and the 256 byte pieces included (258..65536)")(
       "out", po::value(&out), "the model file to write");

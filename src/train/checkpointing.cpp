@@ -135,11 +135,7 @@ struct Checkpointer::Snapshot {
 
 Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm,
                            TokenizerRecord tokenizer)
-    : config_(config),
-      layout_(layout),
-      comm_(comm),
-      tokenizer_(std::move(tokenizer)),
-      threads_(mpi_threads_usable()) {
+    : config_(config), layout_(layout), comm_(comm), tokenizer_(std::move(tokenizer)), threads_(mpi_threads_usable()) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_dup(comm, background_comm_.out()), "is every rank creating the Checkpointer?");
 }
 

@@ -45,9 +45,10 @@ void agree_on_same_tokenizer(const TokenizerRecord& mine, MPI_Comm comm) {
   }
   agree_on_input(comm, [&] {
     if (mine.hash != first) {
-      input_error("data.tokenizer '{}' differs between ranks: xxh64 {} on rank {}, {} on rank 0; every rank must read "
-                  "the same file",
-                  mine.path, io::hash_hex(mine.hash), mpi::rank_of(comm), io::hash_hex(first));
+      input_error(
+          "data.tokenizer '{}' differs between ranks: xxh64 {} on rank {}, {} on rank 0; every rank must read "
+          "the same file",
+          mine.path, io::hash_hex(mine.hash), mpi::rank_of(comm), io::hash_hex(first));
     }
   });
 }

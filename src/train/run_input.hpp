@@ -14,7 +14,7 @@ namespace meshtrain {
 
 struct RunInput {
   Layout grid;
-  int accum = 0;  // micro-batches per rank per step
+  int accum = 0;              // micro-batches per rank per step
   TokenizerRecord tokenizer;  // data.tokenizer and its hash, the same on every rank (empty: byte-level)
   io::TokenStream stream;
   DataOrder order;
