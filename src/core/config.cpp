@@ -200,11 +200,12 @@ void require_positive_real(const char* key, double v) {
 void validate_family(const ModelConfig& m) {
   if (m.arch == Arch::gpt2) {
     const ModelConfig defaults;
-    const std::pair<const char*, bool> llama_only[] = {{"model.kv_heads", m.kv_heads == defaults.kv_heads},
-                                                       {"model.ffn_hidden", m.ffn_hidden == defaults.ffn_hidden},
-                                                       {"model.multiple_of", m.multiple_of == defaults.multiple_of},
-                                                       {"model.rope_theta", m.rope_theta == defaults.rope_theta},
-                                                       {"model.norm_eps", m.norm_eps == defaults.norm_eps}};
+    const std::pair<const char*, bool> llama_only[] = {
+        {"model.kv_heads", m.kv_heads == defaults.kv_heads},
+        {"model.ffn_hidden", m.ffn_hidden == defaults.ffn_hidden},
+        {"model.multiple_of", m.multiple_of == defaults.multiple_of},
+        {"model.rope_theta", m.rope_theta == defaults.rope_theta},
+        {"model.norm_eps", m.norm_eps == defaults.norm_eps}};
     for (const auto& [key, is_default] : llama_only) {
       if (!is_default) input_error("{} is a llama key: set model.arch = llama, or leave {} out", key, key);
     }
@@ -213,8 +214,7 @@ void validate_family(const ModelConfig& m) {
   if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
     input_error("model.kv_heads = {} is invalid: it must divide model.heads = {} (0: heads)", m.kv_heads, m.heads);
   }
-  if (m.ffn_hidden < 0)
-    input_error("model.ffn_hidden = {} is invalid: it must be >= 0 (0: the LLaMA rule)", m.ffn_hidden);
+  if (m.ffn_hidden < 0) input_error("model.ffn_hidden = {} is invalid: it must be >= 0 (0: the LLaMA rule)", m.ffn_hidden);
   require_positive("model.multiple_of", m.multiple_of);
   require_positive_real("model.rope_theta", m.rope_theta);
   require_positive_real("model.norm_eps", m.norm_eps);

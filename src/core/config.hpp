@@ -165,7 +165,7 @@ struct ModelConfig {
   int heads = 2;
   int d_model = 64;
   int vocab = 256;
-  int seq_len = 64;  // T: context length (gpt2: also the rows of wpe)
+  int seq_len = 64;         // T: context length (gpt2: also the rows of wpe)
   Arch arch = Arch::gpt2;
   int kv_heads = 0;         // key/value heads of grouped-query attention (0: heads, multi-head)
   int ffn_hidden = 0;       // SwiGLU hidden size (0: the LLaMA rule, see mlp_hidden())
