@@ -1,15 +1,17 @@
-// meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH]
+// meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH] [--ids]
 //
 // Autoregressive generation from any checkpoint: the model shape comes from the config stored in
 // the file. A checkpoint that records a tokenizer encodes the prompt and prints text with it
-// (commands/sample_text.hpp); byte-level models (vocab 256) print text; others print token ids.
+// (commands/sample_tokenizer.hpp, io/decoded_text.hpp); byte-level models (vocab 256) print text; others print token
+// ids.
 #include "commands/commands.hpp"
 
-#include "commands/sample_text.hpp"
+#include "commands/sample_tokenizer.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/decoded_text.hpp"
 #include "io/utf8.hpp"
 #include "model/gpt2.hpp"
 #include "train/checkpointing.hpp"
@@ -34,6 +36,7 @@ struct SampleOptions {
   double temperature = 1.0;
   std::uint64_t seed = 42;
   std::string tokenizer;  // in place of the file the checkpoint records
+  bool ids = false;       // print token ids, not text
 };
 
 SampleOptions parse_sample_options(const Args& args, bool& help) {
@@ -45,9 +48,11 @@ SampleOptions parse_sample_options(const Args& args, bool& help) {
       "temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
       "tokenizer", po::value(&o.tokenizer),
-      "the checkpoint's tokenizer at another path (its recorded hash must match)");
+      "the checkpoint's tokenizer at another path (its recorded hash must match)")(
+      "ids", po::bool_switch(&o.ids), "print the token ids (the prompt's too) instead of text");
   constexpr const char* usage =
-      "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH]";
+      "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH] "
+      "[--ids]";
   help = print_help_if_asked(args, options, usage);
   if (help) return o;
   parse_options(args, options, usage);
@@ -84,11 +89,14 @@ double uniform_draw(std::uint64_t seed, std::uint64_t index) {
   return r123::u01<double>(generator(counter, key)[0]) * (1.0 - 1e-12);
 }
 
-// Prints each token as it comes: decoded by the tokenizer, as a byte (byte-level models) or as its id.
+// Prints each token as it comes: decoded by `text_with` (a tokenizer, or none), as a byte
+// (`bytes`: byte-level models) or as its id.
 class TokenPrinter {
  public:
-  TokenPrinter(const std::optional<io::Tokenizer>& tokenizer, bool bytes) : bytes_(bytes) {
-    if (tokenizer) decoded_.emplace(*tokenizer);
+  TokenPrinter(const io::Tokenizer* text_with, bool bytes) : bytes_(bytes) {
+    if (text_with) {
+      decoded_.emplace(*text_with, [](std::string_view text) { std::fwrite(text.data(), 1, text.size(), stdout); });
+    }
   }
   void add(int token) {
     if (decoded_) {
@@ -107,7 +115,7 @@ class TokenPrinter {
 
  private:
   bool bytes_;
-  std::optional<DecodedPrinter> decoded_;
+  std::optional<io::DecodedText> decoded_;
 };
 
 // The prompt's ids: the tokenizer's, or its bytes.
@@ -152,7 +160,7 @@ int sample_command(const Args& args, MPI_Comm comm) {
   Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);
 
   const int rank = mpi::rank_of(comm);
-  TokenPrinter printer(tokenizer, V == 256);
+  TokenPrinter printer(o.ids || !tokenizer ? nullptr : &*tokenizer, !o.ids && V == 256);
   if (rank == 0) {
     for (int t : context) printer.add(t);
   }

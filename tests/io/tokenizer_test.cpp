@@ -4,6 +4,7 @@
 // sizes and files that are no model; the content hash against XXH64's published values; a subword
 // shard decodes back to its texts.
 #include "io/tokenizer.hpp"
+#include "io/decoded_text.hpp"
 #include "io/prepare.hpp"
 #include "io/token_shard.hpp"
 #include "io/tokenizer_training.hpp"
@@ -75,6 +76,42 @@ TEST_F(TrainedModel, ASubwordShardDecodesToItsTextsInOrder) {
   const Tokenizer tok = Tokenizer::load(dir / "tok.model");
   EXPECT_EQ(tok.decode(std::vector<int>(ids.begin(), ids.end())), "lazy fox\n" + training_text());
   EXPECT_LT(n, training_text().size() / 2);  // subwords, not bytes
+}
+
+// Characters the model has no piece for come as several byte pieces: what is handed on while one is
+// incomplete holds no U+FFFD, is always a prefix of the text, and is the whole text at the end.
+TEST_F(TrainedModel, DecodedTextHandsOnOnlyFinishedCharacters) {
+  const Tokenizer tok = Tokenizer::load(dir / "tok.model");
+  const std::string text = "the \xe6\x97\xa5\xe6\x9c\xac dog \xf0\x9f\x99\x82\xc3\xa9";
+  const std::vector<int> ids = tok.encode(text);
+  ASSERT_GT(ids.size(), 12u);  // the 4 + 6 + 2 bytes of the CJK, emoji and é characters go by bytes
+  std::string handed;
+  int chunks = 0;
+  DecodedText decoded(tok, [&](std::string_view chunk) {
+    EXPECT_EQ(chunk.find("\xef\xbf\xbd"), std::string_view::npos) << "U+FFFD handed on";
+    handed += chunk;
+    ++chunks;
+  });
+  for (int id : ids) {
+    decoded.add(id);
+    EXPECT_EQ(text.compare(0, handed.size(), handed), 0) << "not a prefix: " << handed;
+  }
+  decoded.finish();
+  EXPECT_EQ(handed, text);
+  EXPECT_LT(chunks, int(ids.size()));  // byte pieces of one character were held back together
+}
+
+// An ill-formed sequence stays U+FFFD: handed on at the latest by finish().
+TEST_F(TrainedModel, DecodedTextFinishHandsOnAHeldBackTail) {
+  const Tokenizer tok = Tokenizer::load(dir / "tok.model");
+  std::string handed;
+  DecodedText decoded(tok, [&](std::string_view chunk) { handed += chunk; });
+  decoded.add(tok.encode("dog")[0]);
+  decoded.add(tok.encode("\xe6\x97\xa5")[0]);  // the first byte of three
+  const std::string before_finish = handed;
+  decoded.finish();
+  EXPECT_EQ(handed, before_finish + "\xef\xbf\xbd");
+  EXPECT_EQ(handed, tok.decode(std::vector<int>{tok.encode("dog")[0], tok.encode("\xe6\x97\xa5")[0]}));
 }
 
 TEST_F(TrainedModel, OutOfRangeIdsAreRefused) {
