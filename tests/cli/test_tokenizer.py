@@ -202,6 +202,13 @@ class Tokenizers(CliCase):
         ck = self.train_subword(steps=2)
         self.assertEqual(h5_attr(ck, "tokenizer"), "tok.model")
         self.assertEqual(h5_attr(ck, "tokenizer_xxh64"), xxh64(file_bytes(self.path("tok.model"))))
+        # Two ranks (each reads the model and agrees on its hash) write the same attributes.
+        self.run_ok(train_args({**SUBWORD_MODEL, "data.train": "shard.bin", "data.tokenizer": "tok.model",
+                                "checkpoint.dir": "ck2", "train.steps": 2, "parallel.dp": 2}),
+                    launcher=[cli.MPIEXEC, "-n", "2"])
+        ck2 = self.path("ck2", cli.read_latest(self.path("ck2")))
+        for attr in ("tokenizer", "tokenizer_xxh64"):
+            self.assertEqual(h5_attr(ck2, attr), h5_attr(ck, attr), attr)
         p = self.run_ok(["inspect", ck])
         self.assertIn(f"tokenizer: tok.model (tokenizer_xxh64 {xxh64(file_bytes(self.model))})", p.stdout)
         # Byte-level runs record none, and read as byte-level, as files from before tokenizers do.
