@@ -59,6 +59,9 @@ inline constexpr const char* data_order = "data_order";      // string: data.ord
 inline constexpr const char* loss_scale = "loss_scale";      // real: fp16's dynamic loss scale
 inline constexpr const char* loss_scale_clean_steps = "loss_scale_clean_steps";  // int: its clean steps
 inline constexpr const char* checksum_algorithm = "checksum_algorithm";          // string: io::checksum_algorithm
+// The tokenizer of the data (data.tokenizer), where one was set; without them a checkpoint is byte-level.
+inline constexpr const char* tokenizer = "tokenizer";              // string: the model file's path, as given
+inline constexpr const char* tokenizer_xxh64 = "tokenizer_xxh64";  // string: its bytes' XXH64, 16 hex digits
 }  // namespace attr
 
 // The attribute every dataset carries (uint64).

@@ -1,10 +1,12 @@
-// Byte-level tokenization of text files into a token shard.
+// Text files into a token shard: bytes, or a tokenizer's ids.
 #include "io/prepare.hpp"
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
 #include "io/output_guard.hpp"
 #include "io/token_shard.hpp"
+#include "io/tokenizer.hpp"
+#include "io/utf8.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,19 +22,52 @@ void append_bytes(const std::string& path, std::vector<std::uint16_t>& tokens) {
   });
 }
 
-}  // namespace
+void append_ids(const std::string& path, const Tokenizer& tokenizer, std::vector<std::uint16_t>& tokens) {
+  const std::string text = read_regular_file(path, "text file");
+  require_utf8_text(fmt::format("text file '{}'", path), text);
+  for (int id : tokenizer.encode(text)) tokens.push_back(std::uint16_t(id));
+}
 
-std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out) {
+// Before anything is read: the shard must not replace a file it is made from, or a checkpoint.
+void require_texts_and_output(const std::vector<std::string>& text_files, const std::string& out,
+                              const std::vector<std::string>& inputs) {
   if (text_files.empty()) input_error("no text files given to tokenize (--text FILE...)");
   if (out.empty()) input_error("no output shard given (--out SHARD.bin)");
-  // Before anything is read: the shard must not replace a text it is made from, or a checkpoint.
-  require_safe_output("--out", out, text_files);
-  std::vector<std::uint16_t> tokens;
-  for (const std::string& path : text_files) append_bytes(path, tokens);
+  require_safe_output("--out", out, inputs);
+}
+
+std::size_t write_nonempty_shard(const std::vector<std::string>& text_files, const std::string& out,
+                                 const std::vector<std::uint16_t>& tokens) {
   if (tokens.empty())
     input_error("the text files {} are all empty; there is nothing to tokenize", fmt::join(text_files, ", "));
   write_token_shard(out, tokens);
   return tokens.size();
+}
+
+}  // namespace
+
+std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out) {
+  require_texts_and_output(text_files, out, text_files);
+  std::vector<std::uint16_t> tokens;
+  for (const std::string& path : text_files) append_bytes(path, tokens);
+  return write_nonempty_shard(text_files, out, tokens);
+}
+
+std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, const std::string& tokenizer_path,
+                                  const std::string& out) {
+  std::vector<std::string> inputs = text_files;
+  inputs.push_back(tokenizer_path);
+  require_texts_and_output(text_files, out, inputs);
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
+  if (tokenizer.vocab_size() > max_tokenizer_vocab) {
+    input_error(
+        "tokenizer '{}' has {} pieces, but token shards hold uint16 ids: at most {} pieces fit (train one with "
+        "meshtrain tokenizer train --vocab N, N <= {})",
+        tokenizer_path, tokenizer.vocab_size(), max_tokenizer_vocab, max_tokenizer_vocab);
+  }
+  std::vector<std::uint16_t> tokens;
+  for (const std::string& path : text_files) append_ids(path, tokenizer, tokens);
+  return write_nonempty_shard(text_files, out, tokens);
 }
 
 }  // namespace meshtrain::io

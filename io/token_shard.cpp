@@ -3,6 +3,7 @@
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
+#include "io/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -220,55 +221,25 @@ void write_token_shard(const std::string& path, std::span<const std::uint16_t> t
     input_error("cannot write token shard {}: {} tokens, but a shard holds at most {}; split the text", path,
                 tokens.size(), std::numeric_limits<std::int32_t>::max());
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) input_error("cannot create token shard {}: {} (writing {})", path, std::strerror(errno), tmp);
+  write_file_atomically(path, "token shard", [&](const std::function<void(std::string_view)>& write) {
+    unsigned char header[token_shard_header_bytes] = {};
+    store_i32le(header, token_shard_magic);
+    store_i32le(header + 4, token_shard_version);
+    store_i32le(header + 8, static_cast<std::int32_t>(tokens.size()));
+    write(std::string_view(reinterpret_cast<const char*>(header), sizeof header));
 
-  auto abandon = [&](const char* what, int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    input_error("cannot write token shard {}: {} failed: {}", path, what, std::strerror(err));
-  };
-  auto write_all = [&](const unsigned char* p, std::size_t n) {
-    while (n > 0) {
-      const ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        abandon("write", errno);
+    std::string buffer;
+    constexpr std::size_t chunk = 1 << 20;
+    for (std::size_t at = 0; at < tokens.size(); at += chunk) {
+      const std::size_t n = std::min(chunk, tokens.size() - at);
+      buffer.resize(2 * n);
+      for (std::size_t i = 0; i < n; ++i) {
+        buffer[2 * i] = static_cast<char>(tokens[at + i] & 0xff);
+        buffer[2 * i + 1] = static_cast<char>(tokens[at + i] >> 8);
       }
-      p += w;
-      n -= static_cast<std::size_t>(w);
+      write(buffer);
     }
-  };
-
-  unsigned char header[token_shard_header_bytes] = {};
-  store_i32le(header, token_shard_magic);
-  store_i32le(header + 4, token_shard_version);
-  store_i32le(header + 8, static_cast<std::int32_t>(tokens.size()));
-  write_all(header, sizeof header);
-
-  std::vector<unsigned char> buffer;
-  constexpr std::size_t chunk = 1 << 20;
-  for (std::size_t at = 0; at < tokens.size(); at += chunk) {
-    const std::size_t n = std::min(chunk, tokens.size() - at);
-    buffer.resize(2 * n);
-    for (std::size_t i = 0; i < n; ++i) {
-      buffer[2 * i] = static_cast<unsigned char>(tokens[at + i] & 0xff);
-      buffer[2 * i + 1] = static_cast<unsigned char>(tokens[at + i] >> 8);
-    }
-    write_all(buffer.data(), buffer.size());
-  }
-  if (::fsync(fd) != 0) abandon("fsync", errno);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    input_error("cannot write token shard {}: close failed: {}", path, std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    input_error("cannot write token shard {}: rename from {} failed: {}", path, tmp, std::strerror(err));
-  }
+  });
 }
 
 }  // namespace meshtrain::io

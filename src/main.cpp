@@ -26,8 +26,11 @@ constexpr const char* usage =
     "\n"
     "commands:\n"
     "  train    [--config FILE.ini] [--section.key VALUE ...]   train a GPT-2 model\n"
-    "  prepare  --text FILE... --out SHARD.bin                  byte-level token shard\n"
-    "  sample   --checkpoint FILE --prompt TEXT --tokens N      generate text\n"
+    "  prepare  --text FILE... [--tokenizer TOK.model] --out SHARD.bin\n"
+    "                                                           token shard: bytes, or a tokenizer's ids\n"
+    "  tokenizer train --text FILE... --vocab N --out TOK.model\n"
+    "                                                           a SentencePiece BPE tokenizer\n"
+    "  sample   --checkpoint FILE --prompt TEXT --tokens N      generate text (with its tokenizer)\n"
     "  plan     --world N [train keys] [--cluster PRESET] [--json] [--search]\n"
     "                                                           per-rank memory and step time of a layout\n"
     "  inspect  FILE                                            describe a checkpoint\n"
@@ -82,8 +85,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
-      {"train", train_command},     {"prepare", prepare_command}, {"sample", sample_command},
-      {"inspect", inspect_command}, {"export", export_command},   {"plan", plan_command}};
+      {"train", train_command},   {"prepare", prepare_command}, {"tokenizer", tokenizer_command},
+      {"sample", sample_command}, {"inspect", inspect_command}, {"export", export_command},
+      {"plan", plan_command}};
 
   int code = exit_code::finished;
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

@@ -13,6 +13,7 @@ using Args = std::vector<std::string>;
 
 int train_command(const Args& args, MPI_Comm comm);
 int prepare_command(const Args& args, MPI_Comm comm);
+int tokenizer_command(const Args& args, MPI_Comm comm);
 int sample_command(const Args& args, MPI_Comm comm);
 int inspect_command(const Args& args, MPI_Comm comm);
 int plan_command(const Args& args, MPI_Comm comm);

@@ -1,4 +1,4 @@
-// meshtrain inspect FILE: a checkpoint's step, layout, loss scale, config and tensors, every
+// meshtrain inspect FILE: a checkpoint's step, layout, loss scale, tokenizer, config and tensors, every
 // tensor's checksum verified by io's one verifier (io/checksum_verifier.hpp), the loader's, and
 // every value checked finite by the reader as it is read.
 #include "commands/commands.hpp"
@@ -56,6 +56,14 @@ void print_attributes(const io::CheckpointReader& reader) {
   if (auto v = reader.double_attribute(attr::loss_scale)) fmt::print("{}: {}\n", attr::loss_scale, *v);
   if (auto v = reader.int_attribute(attr::loss_scale_clean_steps)) {
     fmt::print("{}: {}\n", attr::loss_scale_clean_steps, *v);
+  }
+  // The tokenizer of the data; files without one (older ones too) are byte-level.
+  const auto tokenizer = reader.string_attribute(attr::tokenizer);
+  if (tokenizer) {
+    fmt::print("{}: {} ({} {})\n", attr::tokenizer, *tokenizer, attr::tokenizer_xxh64,
+               reader.string_attribute(attr::tokenizer_xxh64).value_or("<missing>"));
+  } else {
+    fmt::print("{}: none recorded (byte-level)\n", attr::tokenizer);
   }
 }
 

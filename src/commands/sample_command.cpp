@@ -1,12 +1,18 @@
-// meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]
+// meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH] [--ids]
 //
 // Autoregressive generation from any checkpoint: the model shape comes from the config stored in
-// the file. Byte-level models (vocab 256) print text; others print token ids.
+// the file. A checkpoint that records a tokenizer encodes the prompt and prints text with it
+// (commands/sample_tokenizer.hpp, io/decoded_text.hpp); byte-level models (vocab 256) print text; others print token
+// ids.
 #include "commands/commands.hpp"
 
+#include "commands/sample_tokenizer.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
+#include "io/checkpoint_file.hpp"
+#include "io/decoded_text.hpp"
+#include "io/utf8.hpp"
 #include "model/language_model.hpp"
 #include "train/checkpointing.hpp"
 
@@ -29,18 +35,24 @@ struct SampleOptions {
   int tokens = 256;
   double temperature = 1.0;
   std::uint64_t seed = 42;
+  std::string tokenizer;  // in place of the file the checkpoint records
+  bool ids = false;       // print token ids, not text
 };
 
 SampleOptions parse_sample_options(const Args& args, bool& help) {
   SampleOptions o;
   po::options_description options("meshtrain sample");
   options.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (any layout)")(
-      "prompt", po::value(&o.prompt), "text to continue (byte-level models)")(
-      "tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate")(
+      "prompt", po::value(&o.prompt), "text to continue")("tokens", po::value(&o.tokens)->default_value(o.tokens),
+                                                          "tokens to generate")(
       "temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")(
-      "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed");
+      "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
+      "tokenizer", po::value(&o.tokenizer),
+      "the checkpoint's tokenizer at another path (its recorded hash must match)")(
+      "ids", po::bool_switch(&o.ids), "print the token ids (the prompt's too) instead of text");
   constexpr const char* usage =
-      "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S]";
+      "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH] "
+      "[--ids]";
   help = print_help_if_asked(args, options, usage);
   if (help) return o;
   parse_options(args, options, usage);
@@ -77,12 +89,54 @@ double uniform_draw(std::uint64_t seed, std::uint64_t index) {
   return r123::u01<double>(generator(counter, key)[0]) * (1.0 - 1e-12);
 }
 
-void print_token(int token, bool bytes) {
-  if (bytes) {
-    std::fputc(token, stdout);
-  } else {
-    fmt::print("{} ", token);
+// Prints each token as it comes: decoded by `text_with` (a tokenizer, or none), as a byte
+// (`bytes`: byte-level models) or as its id.
+class TokenPrinter {
+ public:
+  TokenPrinter(const io::Tokenizer* text_with, bool bytes) : bytes_(bytes) {
+    if (text_with) {
+      decoded_.emplace(*text_with, [](std::string_view text) { std::fwrite(text.data(), 1, text.size(), stdout); });
+    }
   }
+  void add(int token) {
+    if (decoded_) {
+      decoded_->add(token);
+    } else if (bytes_) {
+      std::fputc(token, stdout);
+    } else {
+      fmt::print("{} ", token);
+    }
+    std::fflush(stdout);
+  }
+  void finish() {
+    if (decoded_) decoded_->finish();
+    fmt::print("\n");
+  }
+
+ private:
+  bool bytes_;
+  std::optional<io::DecodedText> decoded_;
+};
+
+// The prompt's ids: the tokenizer's, or its bytes.
+std::vector<int> encode_prompt(const std::string& prompt, const std::optional<io::Tokenizer>& tokenizer, int vocab) {
+  std::vector<int> context;
+  if (tokenizer) {
+    io::require_utf8_text("--prompt", prompt);
+    context = tokenizer->encode(prompt);
+  } else {
+    for (unsigned char c : prompt) context.push_back(c);
+  }
+  for (int t : context) {
+    if (t >= vocab) input_error("the prompt holds token {} but the model's vocab is {}", t, vocab);
+  }
+  return context;
+}
+
+// The tokenizer the checkpoint records (or --tokenizer's file), checked.
+std::optional<io::Tokenizer> checkpoint_tokenizer(const SampleOptions& o, MPI_Comm comm) {
+  const io::CheckpointReader reader(o.checkpoint, comm);
+  return sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint);
 }
 
 }  // namespace
@@ -93,13 +147,10 @@ int sample_command(const Args& args, MPI_Comm comm) {
   if (help) return 0;
   const Config cfg = read_checkpoint_config(o.checkpoint, comm);
   const int T = cfg.model.seq_len, V = cfg.model.vocab;
-  const bool bytes = V == 256;
-
-  std::vector<int> context;
-  for (unsigned char c : o.prompt) context.push_back(c);
-  for (int t : context) {
-    if (t >= V) input_error("the prompt holds byte {} but the model's vocab is {}", t, V);
-  }
+  const std::optional<io::Tokenizer> tokenizer = checkpoint_tokenizer(o, comm);
+  // Ids a tokenizer does not know (the model's vocabulary may be padded beyond it) are never drawn.
+  const int drawable = tokenizer ? std::min(V, tokenizer->vocab_size()) : V;
+  std::vector<int> context = encode_prompt(o.prompt, tokenizer, V);
 
   ExecSpace space;
   const auto model = make_language_model<float>(space, cfg.model, 1);
@@ -109,8 +160,9 @@ int sample_command(const Args& args, MPI_Comm comm) {
   Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);
 
   const int rank = mpi::rank_of(comm);
+  TokenPrinter printer(o.ids || !tokenizer ? nullptr : &*tokenizer, !o.ids && V == 256);
   if (rank == 0) {
-    for (int t : context) print_token(t, bytes);
+    for (int t : context) printer.add(t);
   }
   for (int i = 0; i < o.tokens; ++i) {
     // The model sees the last T tokens; positions after the context are padding that causal
@@ -121,14 +173,11 @@ int sample_command(const Args& args, MPI_Comm comm) {
     Kokkos::deep_copy(inputs, host_inputs);
     const CVec<float> logits = model->forward_logits(CVec<int>(inputs.data(), T));
     Kokkos::deep_copy(logits_row, Kokkos::subview(logits, std::make_pair(std::size_t(n - 1) * V, std::size_t(n) * V)));
-    const int next = draw_token(logits_row.data(), V, o.temperature, uniform_draw(o.seed, i));
+    const int next = draw_token(logits_row.data(), drawable, o.temperature, uniform_draw(o.seed, i));
     context.push_back(next);
-    if (rank == 0) {
-      print_token(next, bytes);
-      std::fflush(stdout);
-    }
+    if (rank == 0) printer.add(next);
   }
-  if (rank == 0) fmt::print("\n");
+  if (rank == 0) printer.finish();
   return 0;
 }
 

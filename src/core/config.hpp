@@ -228,7 +228,8 @@ struct ParallelConfig {
 };
 
 struct DataConfig {
-  std::string train;  // a token shard or a glob of them
+  std::string train;      // a token shard or a glob of them
+  std::string tokenizer;  // the SentencePiece model the shards were made with (empty: byte-level)
   SampleOrder order = SampleOrder::sequential;
 };
 

@@ -5,9 +5,11 @@
 #include "core/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/checkpoint_schema.hpp"
+#include "io/tokenizer.hpp"
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <filesystem>
 #include <optional>
 
@@ -56,7 +58,8 @@ void read_loss_scale(const io::CheckpointReader& reader, const std::string& path
 
 }  // namespace
 
-Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingProgress& progress) {
+Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingProgress& progress,
+                           const TokenizerRecord& tokenizer) {
   Attributes a = {{attr::format, std::string(io::schema::format_name)},
                   {attr::version, io::schema::version},
                   {attr::step, progress.step},
@@ -69,6 +72,10 @@ Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingPr
   if (progress.loss_scale > 0) {
     a.emplace_back(attr::loss_scale, progress.loss_scale);
     a.emplace_back(attr::loss_scale_clean_steps, progress.loss_scale_clean_steps);
+  }
+  if (!tokenizer.path.empty()) {
+    a.emplace_back(attr::tokenizer, tokenizer.path);
+    a.emplace_back(attr::tokenizer_xxh64, io::hash_hex(tokenizer.hash));
   }
   return a;
 }
@@ -104,6 +111,19 @@ Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {
   const auto text = reader.string_attribute(attr::config);
   if (!text) input_error("'{}' has no {} attribute: it is not a meshtrain checkpoint", path, attr::config);
   return config_from_ini(*text, fmt::format("config stored in '{}'", path));
+}
+
+TokenizerRecord read_tokenizer_record(const io::CheckpointReader& reader, const std::string& path) {
+  const auto tokenizer = reader.string_attribute(attr::tokenizer);
+  if (!tokenizer || tokenizer->empty()) return {};
+  const std::string hex = reader.string_attribute(attr::tokenizer_xxh64).value_or("");
+  TokenizerRecord record{*tokenizer, 0};
+  const auto [end, error] = std::from_chars(hex.data(), hex.data() + hex.size(), record.hash, 16);
+  if (hex.size() != 16 || error != std::errc() || end != hex.data() + hex.size()) {
+    input_error("checkpoint '{}' records tokenizer '{}' but its {} is '{}', not 16 hex digits", path, *tokenizer,
+                attr::tokenizer_xxh64, hex);
+  }
+  return record;
 }
 
 }  // namespace meshtrain

@@ -28,11 +28,20 @@ struct TrainingProgress {
   std::int64_t loss_scale_clean_steps = 0;
 };
 
+// The tokenizer a checkpoint's data was made with (share/docs/usage.md, Tokenizers): data.tokenizer
+// and the XXH64 of its bytes when training started. An empty path is byte-level.
+struct TokenizerRecord {
+  std::string path;
+  std::uint64_t hash = 0;
+};
+
 using AttributeValue = std::variant<std::string, std::int64_t, double>;
 using Attributes = std::vector<std::pair<std::string, AttributeValue>>;
 
-// The root attributes of a checkpoint of `progress`, written by a run of `config` over `comm`.
-Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingProgress& progress);
+// The root attributes of a checkpoint of `progress`, written by a run of `config` over `comm` on
+// data made with `tokenizer`.
+Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingProgress& progress,
+                           const TokenizerRecord& tokenizer);
 
 // The progress attributes of a checkpoint, checked: a meshtrain checkpoint, of a model of the
 // config's shape, with valid counts. InputError naming `path` otherwise.
@@ -40,5 +49,9 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
 
 // Reads the resolved config stored in a checkpoint (for sample and inspect).
 Config read_checkpoint_config(const std::string& path, MPI_Comm comm);
+
+// The tokenizer a checkpoint records; byte-level (empty) for files without one, such as those
+// written before tokenizers. InputError naming `path` when the hash is not 16 hex digits.
+TokenizerRecord read_tokenizer_record(const io::CheckpointReader& reader, const std::string& path);
 
 }  // namespace meshtrain

@@ -36,8 +36,9 @@ struct FinishedSave {
 
 class Checkpointer {
  public:
-  // Collective over `comm` (it duplicates it for background saves).
-  Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm);
+  // Collective over `comm` (it duplicates it for background saves). Saves record `tokenizer`, the
+  // one the run's data was made with (byte-level when empty).
+  Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm, TokenizerRecord tokenizer = {});
   // Waits for a background save still in flight.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -77,6 +78,7 @@ class Checkpointer {
   const Config& config_;
   const ParameterLayout& layout_;
   MPI_Comm comm_;
+  TokenizerRecord tokenizer_;
   mpi::OwnedComm background_comm_;  // the background thread's collectives
   bool threads_ = false;
   std::unique_ptr<Snapshot> snapshot_;

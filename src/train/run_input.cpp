@@ -5,6 +5,8 @@
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
+#include "io/tokenizer.hpp"
 #include "model/language_model.hpp"
 #include "train/training_groups.hpp"
 
@@ -20,6 +22,37 @@ io::TokenStream open_training_data(const Config& cfg) {
   return stream;
 }
 
+// data.tokenizer, when set: a SentencePiece model whose ids the model's vocabulary holds.
+TokenizerRecord check_tokenizer(const Config& cfg) {
+  if (cfg.data.tokenizer.empty()) return {};
+  const io::Tokenizer tokenizer = io::Tokenizer::load(cfg.data.tokenizer);
+  if (cfg.model.vocab < tokenizer.vocab_size()) {
+    input_error(
+        "model.vocab = {} is smaller than the vocabulary of data.tokenizer '{}', {} pieces: set --model.vocab {} "
+        "or more",
+        cfg.model.vocab, cfg.data.tokenizer, tokenizer.vocab_size(), tokenizer.vocab_size());
+  }
+  return {cfg.data.tokenizer, tokenizer.content_hash()};
+}
+
+// Every rank must have read the same tokenizer file: checkpoints record one hash, written by all.
+void agree_on_same_tokenizer(const TokenizerRecord& mine, MPI_Comm comm) {
+  if (mine.path.empty()) return;  // data.tokenizer is the same on every rank (core/config_agreement)
+  std::uint64_t first = mine.hash;
+  {
+    const WatchedWait watched(collective_ticket(comm, "broadcast", 1));
+    MESHTRAIN_MPI_CHECK(MPI_Bcast(&first, 1, MPI_UINT64_T, 0, comm), "is the communicator valid?");
+  }
+  agree_on_input(comm, [&] {
+    if (mine.hash != first) {
+      input_error(
+          "data.tokenizer '{}' differs between ranks: xxh64 {} on rank {}, {} on rank 0; every rank must read "
+          "the same file",
+          mine.path, io::hash_hex(mine.hash), mpi::rank_of(comm), io::hash_hex(first));
+    }
+  });
+}
+
 }  // namespace
 
 RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
@@ -27,6 +60,7 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &world), "is MPI initialized, and the communicator valid?");
   Layout grid;
   int accum = 0;
+  TokenizerRecord tokenizer;
   io::TokenStream stream = agree_on_input(comm, [&] {
     if (cfg.parallel.backend == CommBackend::nccl && !nccl_usable()) {
       input_error(
@@ -36,13 +70,15 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);
     require_model_fits(cfg.model, cfg.train.micro_batch, 3, "the config", cfg.train.recompute);
+    tokenizer = check_tokenizer(cfg);
     return open_training_data(cfg);
   });
+  agree_on_same_tokenizer(tokenizer, comm);
   // The windows depend on the data's size, so the order is agreed once the data is.
   DataOrder order = agree_on_input(comm, [&] {
     return DataOrder(stream.size(), cfg.model.seq_len, cfg.train.global_batch, cfg.data.order, cfg.train.seed);
   });
-  return RunInput{grid, accum, std::move(stream), std::move(order)};
+  return RunInput{grid, accum, std::move(tokenizer), std::move(stream), std::move(order)};
 }
 
 }  // namespace meshtrain

@@ -1,10 +1,11 @@
 // The input of a training run, agreed by every rank before anything is written: the grid, the
-// gradient accumulation, the token data and its order.
+// gradient accumulation, the tokenizer, the token data and its order.
 #pragma once
 
 #include "core/config.hpp"
 #include "io/token_shard.hpp"
 #include "parallel/topology.hpp"
+#include "train/checkpoint_attributes.hpp"
 #include "train/data_order.hpp"
 
 #include <mpi.h>
@@ -13,7 +14,8 @@ namespace meshtrain {
 
 struct RunInput {
   Layout grid;
-  int accum = 0;  // micro-batches per rank per step
+  int accum = 0;              // micro-batches per rank per step
+  TokenizerRecord tokenizer;  // data.tokenizer and its hash, the same on every rank (empty: byte-level)
   io::TokenStream stream;
   DataOrder order;
 };

@@ -8,6 +8,7 @@
 #include "core/kernel_backend.hpp"
 #include "core/mpi_check.hpp"
 #include "io/metrics_writer.hpp"
+#include "io/tokenizer.hpp"
 #include "kernels/blas_info.hpp"
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
@@ -132,7 +133,7 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       state_(space_, cfg, StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm}, place_,
              PipelineParts{schedule_, &loader_, groups_.pp.get()}),
       allocation_s_(seconds_since(allocation_start_)),
-      checkpointer_(cfg, state_.layout(), comm) {}
+      checkpointer_(cfg, state_.layout(), comm, input_.tokenizer) {}
 
 int TrainingRun::run() {
   const RunStart start = start_run(cfg_, comm_, checkpointer_, state_, input_.order);
@@ -202,6 +203,9 @@ void TrainingRun::print_start(double initialization_s) const {
     fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), groups_.dp->backend());
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", input_.stream.size(),
                input_.stream.paths().size(), input_.order.windows(), cfg_.data.order);
+    if (!input_.tokenizer.path.empty()) {
+      fmt::print("tokenizer: {} (xxh64 {})\n", input_.tokenizer.path, io::hash_hex(input_.tokenizer.hash));
+    }
     fmt::print("{}\n", effective_batch_line(cfg_.train.micro_batch, input_.grid.dp, input_.accum, cfg_.model.seq_len));
     // The library behind every GEMM, and the fix when OpenBLAS runs generic kernels here.
     const BlasInfo blas = blas_info();

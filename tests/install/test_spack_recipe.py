@@ -143,7 +143,7 @@ def main():
 
     deps = [(a[0], k.get("when"), k.get("type")) for a, k in directives("depends_on")]
     for name in ("mpi", "hdf5@1.10:+mpi", "kokkos@4:", "blas", "boost@1.74:+program_options", "fmt",
-                 "nlohmann-json@3.10:", "random123", "xxhash"):
+                 "nlohmann-json@3.10:", "random123", "xxhash", "sentencepiece"):
         check((name, None, None) in deps, f"no unconditional depends_on({name!r})")
     check(("googletest", None, "test") in deps, "googletest is not a test dependency")
     check(("kokkos+cuda+cuda_lambda", "+cuda", None) in deps, "+cuda does not ask for kokkos+cuda+cuda_lambda")

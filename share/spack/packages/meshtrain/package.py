@@ -45,13 +45,15 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("fmt")
     depends_on("nlohmann-json@3.10:")
     depends_on("random123")
-    depends_on("xxhash")  # checkpoint checksums
+    depends_on("xxhash")  # checkpoint checksums, tokenizer hashes
+    depends_on("sentencepiece")  # subword tokenizers (io/tokenizer.cpp)
 
     depends_on("googletest", type="test")
     # The end-to-end tests drive the binary from Python and read checkpoints with h5py.
     depends_on("python@3:", type="test")
     depends_on("py-numpy", type="test")
     depends_on("py-h5py", type="test")
+    depends_on("py-sentencepiece", type="test")  # tests/cli/test_tokenizer.py
 
     def cmake_args(self):
         spec = self.spec

@@ -1,0 +1,138 @@
+// The SentencePiece calls behind io/tokenizer.hpp, and the training options they are made with.
+#include "io/tokenizer.hpp"
+
+#include "core/errors.hpp"
+#include "core/regular_file.hpp"
+
+#include <fmt/format.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <xxhash.h>
+
+#include <stdexcept>
+#include <unordered_map>
+
+namespace meshtrain::io {
+
+struct Tokenizer::Model {
+  sentencepiece::SentencePieceProcessor processor;
+};
+
+namespace {
+
+// SentencePiece's reason without its source location: "Internal: ./src/x.cc(580) [check] reason".
+std::string reason(const sentencepiece::util::Status& status) {
+  const std::string text = status.ToString();
+  const auto end_of_check = text.find("] ");
+  return end_of_check == std::string::npos ? text : text.substr(end_of_check + 2);
+}
+
+// The training sentences, one line at a time, as SentencePiece's trainer asks for them.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<std::string_view>& lines) : lines_(lines) { load(); }
+  bool done() const override { return at_ >= lines_.size(); }
+  void Next() override {
+    ++at_;
+    load();
+  }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void load() {
+    if (!done()) value_.assign(lines_[at_]);
+  }
+  const std::vector<std::string_view>& lines_;
+  std::size_t at_ = 0;
+  std::string value_;
+};
+
+// The characters that get pieces of their own; the rarest rest go by their bytes.
+constexpr const char* character_coverage = "0.9995";
+
+// The trainer's options (share/docs/usage.md, Tokenizers, which gives the reasons): exact round
+// trips (byte fallback, no normalisation, whitespace kept as it is), no control pieces but <unk>,
+// and one thread with a fixed seed, so that the same text gives the same file.
+std::unordered_map<std::string, std::string> training_options(int vocab) {
+  return {{"model_type", "bpe"},
+          {"vocab_size", std::to_string(vocab)},
+          {"byte_fallback", "true"},
+          {"character_coverage", character_coverage},
+          {"normalization_rule_name", "identity"},
+          {"remove_extra_whitespaces", "false"},
+          {"add_dummy_prefix", "false"},
+          {"allow_whitespace_only_pieces", "true"},
+          {"split_digits", "true"},
+          {"unk_id", "0"},
+          {"bos_id", "-1"},
+          {"eos_id", "-1"},
+          {"pad_id", "-1"},
+          {"num_threads", "1"},
+          {"minloglevel", "1"}};  // warnings and errors only: no progress log on stderr
+}
+
+constexpr unsigned training_seed = 1337;
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::string path, std::uint64_t hash, std::unique_ptr<Model> model)
+    : path_(std::move(path)), hash_(hash), model_(std::move(model)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  // The bytes are read once, so the hash is of exactly the model that is parsed.
+  const std::string bytes = read_regular_file(path, "tokenizer");
+  auto model = std::make_unique<Model>();
+  const auto status = model->processor.LoadFromSerializedProto(bytes);
+  if (!status.ok() || model->processor.GetPieceSize() == 0) {
+    input_error("tokenizer '{}' is not a SentencePiece model ({}); make one with meshtrain tokenizer train", path,
+                status.ok()                 ? "it has no pieces"
+                : status.ToString().empty() ? "it does not parse"
+                                            : reason(status));
+  }
+  return Tokenizer(path, tokenizer_hash(bytes), std::move(model));
+}
+
+int Tokenizer::vocab_size() const { return model_->processor.GetPieceSize(); }
+
+std::vector<int> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = model_->processor.Encode(text, &ids);
+  if (!status.ok()) throw std::runtime_error(fmt::format("tokenizer '{}': encoding failed: {}", path_, reason(status)));
+  return ids;
+}
+
+std::string Tokenizer::decode(std::span<const int> ids) const {
+  for (int id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      input_error("token {} is outside tokenizer '{}' (ids 0 to {})", id, path_, vocab_size() - 1);
+    }
+  }
+  std::string text;
+  const auto status = model_->processor.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  if (!status.ok()) throw std::runtime_error(fmt::format("tokenizer '{}': decoding failed: {}", path_, reason(status)));
+  return text;
+}
+
+std::uint64_t tokenizer_hash(std::string_view file_bytes) { return XXH64(file_bytes.data(), file_bytes.size(), 0); }
+
+std::string hash_hex(std::uint64_t hash) { return fmt::format("{:016x}", hash); }
+
+std::string train_bpe_model(const std::vector<std::string_view>& lines, int vocab) {
+  sentencepiece::SetRandomGeneratorSeed(training_seed);
+  LineIterator iterator(lines);
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(training_options(vocab), &iterator, &model);
+  if (!status.ok()) {
+    input_error(
+        "--vocab {}: SentencePiece cannot train it from these texts: {} (meshtrain keeps character_coverage at "
+        "{}: change --vocab)",
+        vocab, reason(status), character_coverage);
+  }
+  return model;
+}
+
+}  // namespace meshtrain::io

@@ -1,0 +1,65 @@
+// Subword tokenizers (share/docs/usage.md, Tokenizers): a SentencePiece BPE model, loaded, used to
+// encode and decode, and trained. io/tokenizer.cpp is the one file that includes SentencePiece, so
+// the rest of the code sees only this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshtrain::io {
+
+// Token shards hold uint16 ids: a tokenizer for them has at most this many pieces.
+inline constexpr int max_tokenizer_vocab = 65536;
+// The pieces every model has before it learns any: <unk> and the 256 byte pieces of byte fallback.
+inline constexpr int tokenizer_meta_pieces = 1 + 256;
+
+// A loaded SentencePiece model. Move-only; encoding and decoding are const and thread-safe.
+class Tokenizer {
+ public:
+  // Reads the model file at `path` (a regular file, core/regular_file.hpp) and parses it.
+  // InputError naming the file when it is not a SentencePiece model.
+  static Tokenizer load(const std::string& path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  const std::string& path() const { return path_; }
+  // The pieces of the model: every id it gives is below this.
+  int vocab_size() const;
+  // tokenizer_hash of the model file's bytes, as they were parsed: what a checkpoint records.
+  std::uint64_t content_hash() const { return hash_; }
+
+  // The ids of `text`: any UTF-8 (byte fallback covers characters the pieces do not). SentencePiece
+  // reads each byte of an ill-formed UTF-8 sequence as U+FFFD (io/utf8.hpp checks texts first).
+  std::vector<int> encode(std::string_view text) const;
+  // The text of `ids`; decode(encode(t)) == t for every UTF-8 t with the models train_bpe_model
+  // makes (share/docs/usage.md, Tokenizers).
+  // InputError for an id outside [0, vocab_size()).
+  std::string decode(std::span<const int> ids) const;
+
+ private:
+  struct Model;
+  Tokenizer(std::string path, std::uint64_t hash, std::unique_ptr<Model> model);
+
+  std::string path_;
+  std::uint64_t hash_ = 0;
+  std::unique_ptr<Model> model_;
+};
+
+// A tokenizer's content hash: XXH64 (seed 0) of the model file's bytes, as the project hashes elsewhere.
+std::uint64_t tokenizer_hash(std::string_view file_bytes);
+// A tokenizer's hash as 16 lowercase hex digits: how checkpoints store it and messages print it.
+std::string hash_hex(std::uint64_t hash);
+
+// Trains a BPE model of `vocab` pieces on `lines` (each a sentence, without its newline) with the
+// options of share/docs/usage.md, Tokenizers, and returns the model file's bytes: the same lines
+// and vocab give the same bytes. InputError with SentencePiece's reason when it cannot train that
+// vocabulary from these lines (too small for their characters, or more pieces than they offer).
+std::string train_bpe_model(const std::vector<std::string_view>& lines, int vocab);
+
+}  // namespace meshtrain::io
