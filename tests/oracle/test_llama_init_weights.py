@@ -74,11 +74,9 @@ def main():
             failures.append(f"{name}: exit {got} (expected {code}), the output must name {name} and {needle!r}:\n{out}")
         else:
             print(f"ok    {name}: exit {got}" + (f", names {needle}" if needle else ""))
-    if failures:
-        print("FAIL:\n" + "\n".join(failures))
-        return 1
-    print(f"{len(cases)} of {len(cases)} init-weights cases as expected")
-    return 0
+    print(f"{len(cases) - len(failures)} of {len(cases)} init-weights cases as expected")
+    print("\n".join(["FAIL:"] + failures) if failures else "OK")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
