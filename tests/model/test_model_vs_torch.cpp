@@ -154,8 +154,12 @@ TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(References, ModelVsTorch, ::testing::ValuesIn(reference_files()),
-                         [](const auto& info) { return std::filesystem::path(info.param).stem().string(); });
+// Each case is named by its file, e.g. References/ModelVsTorch.LossLogitsAndEveryGradient/torch_reference_llama_mqa.
+std::string case_name(const ::testing::TestParamInfo<std::string>& reference) {
+  return std::filesystem::path(reference.param).stem().string();
+}
+
+INSTANTIATE_TEST_SUITE_P(References, ModelVsTorch, ::testing::ValuesIn(reference_files()), case_name);
 
 }  // namespace
 }  // namespace meshtrain
