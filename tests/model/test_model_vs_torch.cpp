@@ -35,6 +35,12 @@ class Hdf5File {
     H5Dclose(ds);
     return out;
   }
+  // Links (datasets, groups) in group `name`.
+  std::size_t members(const char* name) const {
+    H5G_info_t info{};
+    EXPECT_GE(H5Gget_info_by_name(id_, name, &info, H5P_DEFAULT), 0) << name;
+    return std::size_t(info.nlinks);
+  }
   long attribute(const char* name) const { return scalar<long>(name, H5T_NATIVE_LONG); }
   double real_attribute(const char* name) const { return scalar<double>(name, H5T_NATIVE_DOUBLE); }
   // A variable-length string attribute, as h5py writes a str.
@@ -116,6 +122,8 @@ TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
     std::copy(values.begin(), values.end(), w.data() + t.offset);
   }
   Kokkos::deep_copy(model.weights(), w);
+  // Every tensor torch holds is one of the model's (torch has no bias, no extra table meshtrain lacks).
+  ASSERT_EQ(ref.members("/model"), model.layout().tensors().size());
 
   Buffer<int> inputs("inputs", N), targets("targets", N);
   const auto in = ref.read<int>("/inputs", H5T_NATIVE_INT);
