@@ -28,7 +28,7 @@ ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" "$
 # wrapper's test has nothing to do with the host backend and stays in the release pass.
 cmake --preset openmp
 cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
-  test_recompute_tp test_gpt2_tp_low_precision test_gpt2_vs_torch
+  test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch
 ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' -E '^test_cublas_gemm$' "$@"
 MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"
 

@@ -2,7 +2,8 @@
 """End-to-end oracle check (ctest labels: oracle): meshtrain's training vs. the PyTorch reference.
 
 Writes a random token shard (odd vocab 67, 1133 tokens = 47 windows, so the order wraps) and
-random init weights for a shape the other tests do not use (layers 2, heads 3, d_model 36,
+random init weights for a shape the other tests do not use (--arch gpt2: layers 2, heads 3,
+d_model 36; --arch llama: layers 2, heads 4, kv_heads 2, d_model 40, SwiGLU width 52; both
 seq_len 24, micro_batch 2, global_batch 6 -> accum 3, 10 steps, warmup 3, lr 1e-3, min_lr 1e-4,
 weight_decay 0.1), runs `meshtrain train` on them, runs the float64 reference (gpt2_torch.train)
 from the same float32 weights and data, and compares per step:
@@ -10,13 +11,13 @@ loss (--rtol, default 1e-4), lr (1e-9 relative), grad_norm (1e-3 relative), and 
 cumulative `tokens` is step * global_batch * seq_len.
 Init: matrices/embeddings normal(0, 0.1) (larger than GPT-2's 0.02 so that the loss depends
 visibly on the weights: with 0.02 it sits within 1e-6 of ln 67 and a wrong attention scale or a
-missing causal mask passes), biases normal(0, 0.1), LayerNorm weights 1 + normal(0, 0.1).
+missing causal mask passes), biases normal(0, 0.1), norm weights 1 + normal(0, 0.1).
 Cases: cosine (cosine decay, grad_clip 1.2: 5 of the 10 steps clip; leaving clipping out shows
 by step 5 in both loss and grad_norm) and constant (constant lr, grad_clip 0).
 Exit 0 on agreement, 1 on any mismatch or failed run.
 
 usage: /usr/bin/python3 compare_training.py --meshtrain build/bin/meshtrain --workdir DIR
-       [--case cosine|constant] [--rtol 1e-4] [--set SECTION.KEY=VALUE ...] [--launcher "mpiexec -n 4"]
+       [--arch gpt2|llama] [--case cosine|constant] [--rtol 1e-4] [--set SECTION.KEY=VALUE ...] [--launcher "mpiexec -n 4"]
 --set changes the case's config (other shapes: --set model.vocab=101 --set model.d_model=60);
 --launcher starts meshtrain under it (parallel layouts give the single-rank answer too).
 """
@@ -32,15 +33,20 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch  # noqa: E402
 
+SHAPES = {
+    "gpt2": {"layers": 2, "heads": 3, "d_model": 36, "vocab": 67, "seq_len": 24},
+    "llama": {"arch": "llama", "layers": 2, "heads": 4, "kv_heads": 2, "d_model": 40, "ffn_hidden": 52,
+              "vocab": 67, "seq_len": 24},
+}
 CASES = {
     "cosine": {"decay": "cosine", "grad_clip": 1.2},
     "constant": {"decay": "constant", "grad_clip": 0.0},
 }
 
 
-def make_config(case):
+def make_config(arch, case):
     return {
-        "model": {"layers": 2, "heads": 3, "d_model": 36, "vocab": 67, "seq_len": 24},
+        "model": dict(SHAPES[arch]),
         "train": {"micro_batch": 2, "global_batch": 6, "steps": 10, "seed": 4242, "precision": "fp32"},
         "optim": {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 3, "decay": CASES[case]["decay"],
                   "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
@@ -57,6 +63,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--meshtrain", required=True, help="path of the meshtrain binary")
     ap.add_argument("--workdir", required=True, help="scratch directory (recreated)")
+    ap.add_argument("--arch", choices=sorted(SHAPES), default="gpt2", help="model family")
     ap.add_argument("--case", choices=sorted(CASES), default="cosine")
     ap.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of the loss")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -64,7 +71,7 @@ def main():
     ap.add_argument("--launcher", default="", help='command to start meshtrain with, e.g. "mpiexec -n 4"')
     args = ap.parse_args()
 
-    cfg = make_config(args.case)
+    cfg = make_config(args.arch, args.case)
     try:
         gpt2_torch.apply_sets(cfg, args.set)
     except ValueError as e:
@@ -103,7 +110,7 @@ def main():
 
     tol = {"loss": args.rtol, "lr": 1e-9, "grad_norm": 1e-3}
     failures = []
-    print(f"\ncase {args.case}: tolerances {tol}")
+    print(f"\n{args.arch}, case {args.case}: tolerances {tol}")
     print(f"{'step':>4} {'loss meshtrain':>15} {'loss torch':>15} {'lr meshtrain':>13} {'lr torch':>13}"
           f" {'gnorm meshtrain':>15} {'gnorm torch':>15}")
     for s in range(t["steps"]):
@@ -127,7 +134,7 @@ def main():
     if failures:
         print("FAIL: meshtrain's training differs from the PyTorch reference:\n  " + "\n  ".join(failures))
         return 1
-    print(f"OK: {t['steps']} steps of meshtrain match the PyTorch reference ({args.case})")
+    print(f"OK: {t['steps']} steps of meshtrain match the PyTorch reference ({args.arch}, {args.case})")
     return 0
 
 

@@ -3,9 +3,10 @@
 
 A plain GPT-2 whose parameter names and shapes are exactly those of a meshtrain checkpoint's
 /model group (Hugging Face names without `transformer.`, Conv1D layout [in, out], y = x W + b,
-output head tied to wte), plus the pieces the oracle scripts share: INI config with the trainer's
-defaults and `--section.key value` overrides, token shards and the `sequential` data order, the
-learning-rate schedule, and an AdamW training loop built on torch.optim.AdamW.
+output head tied to wte), plus the pieces the oracle scripts share for both families (build_model
+builds llama_torch.Llama when model.arch = llama): INI config with the trainer's defaults and
+`--section.key value` overrides, token shards and the `sequential` data order, the learning-rate
+schedule, and an AdamW training loop built on torch.optim.AdamW.
 
 Run with Debian's interpreter: /usr/bin/python3 (torch 1.13, h5py, numpy).
 """
@@ -20,12 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import llama_torch
+
 # ----------------------------------------------------------------------------------------------
 # Config: the same keys and defaults as the C++ trainer. Keys the oracle does not use (data.*,
 # checkpoint.*, parallel.* ...) are kept as strings so one INI serves both programs.
 
 DEFAULTS = {
-    "model": {"layers": 2, "heads": 2, "d_model": 64, "vocab": 256, "seq_len": 64},
+    "model": {"layers": 2, "heads": 2, "d_model": 64, "vocab": 256, "seq_len": 64, "arch": "gpt2",
+              "kv_heads": 0, "ffn_hidden": 0, "multiple_of": 256, "rope_theta": 1e4, "norm_eps": 1e-5},
     "train": {"micro_batch": 4, "global_batch": 4, "steps": 10, "seed": 1337},
     "optim": {"lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 2, "decay": "cosine",
               "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},
@@ -206,7 +210,12 @@ class GPT2(nn.Module):
 
 
 def build_model(cfg, dtype=torch.float64):
-    m = cfg["model"]
+    """The family model.arch names, with the trainer's defaults for keys the config leaves out."""
+    m = {**DEFAULTS["model"], **cfg["model"]}
+    if m["arch"] == "llama":
+        return llama_torch.build(m, dtype)
+    if m["arch"] != "gpt2":
+        raise ValueError(f"model.arch = {m['arch']!r}: valid values are gpt2, llama")
     return GPT2(m["layers"], m["heads"], m["d_model"], m["vocab"], m["seq_len"], dtype)
 
 
@@ -216,14 +225,15 @@ def torch_dtype(name):
 
 def random_init(model, seed, std=0.02, small=0.1):
     """Random weights for tests: matrices and embeddings normal(0, std); biases normal(0, small);
-    LayerNorm weights 1 + normal(0, small), so that every gradient path is exercised."""
+    norm weights (the 1-D `.weight`s: LayerNorm's, RMSNorm's) 1 + normal(0, small), so that every
+    gradient path is exercised."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g, dtype=torch.float64)
             if p.dim() >= 2:
                 p.copy_(noise * std)
-            elif ".ln_" in "." + name and name.endswith(".weight"):
+            elif name.endswith(".weight"):
                 p.copy_(1.0 + noise * small)
             else:
                 p.copy_(noise * small)

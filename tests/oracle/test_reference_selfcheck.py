@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Self-checks of the PyTorch oracle (gpt2_torch.py) against things independent of it:
+"""Self-checks of the PyTorch oracle (gpt2_torch.py, llama_torch.py) against things independent of it:
 central finite differences of the float64 loss, hand-computed learning rates, a numpy AdamW +
 clipping written from share/docs/usage.md, Model and optimizer, hand-indexed data windows, causality, gradient
 accumulation invariance, HDF5 round trips and make_reference.py's file layout.
@@ -16,9 +16,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch as g  # noqa: E402
+import llama_torch  # noqa: E402
 import make_reference  # noqa: E402
 
 SHAPE = dict(layers=2, heads=3, d_model=12, vocab=11, seq_len=7)
+# Grouped-query (2 kv heads of 4, head size 4), a SwiGLU width of 10, θ small enough to turn every pair.
+LLAMA = dict(layers=2, heads=4, kv_heads=2, d_model=16, ffn_hidden=10, vocab=SHAPE["vocab"], rope_theta=50.0,
+             norm_eps=1e-5)
 CHECKS = []
 
 
@@ -36,6 +40,10 @@ def small_cfg(over=None):
 
 def tiny_model(seed=1):
     return g.random_init(g.GPT2(**SHAPE, dtype=torch.float64), seed)
+
+
+def tiny_llama(seed=1):
+    return g.random_init(g.build_model({"model": {"arch": "llama", **LLAMA}}), seed, std=0.2)
 
 
 def batch(B, seed=2):
@@ -61,9 +69,25 @@ def names_and_shapes():
 
 
 @check
-def finite_differences():
+def llama_names_and_shapes():
+    V, C, H, hs = LLAMA["vocab"], LLAMA["d_model"], LLAMA["ffn_hidden"], LLAMA["d_model"] // LLAMA["heads"]
+    want = {"embed_tokens.weight": (V, C), "norm.weight": (C,), "lm_head.weight": (V, C)}
+    for l in range(LLAMA["layers"]):
+        p = f"layers.{l}."
+        want.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
+                     p + "self_attn.q_proj.weight": (LLAMA["heads"] * hs, C),
+                     p + "self_attn.k_proj.weight": (LLAMA["kv_heads"] * hs, C),
+                     p + "self_attn.v_proj.weight": (LLAMA["kv_heads"] * hs, C),
+                     p + "self_attn.o_proj.weight": (C, LLAMA["heads"] * hs),
+                     p + "mlp.gate_proj.weight": (H, C), p + "mlp.up_proj.weight": (H, C), p + "mlp.down_proj.weight": (C, H)})
+    got = {n: tuple(p.shape) for n, p in tiny_llama().named_parameters()}
+    assert got == want, f"parameter names/shapes differ: {set(got.items()) ^ set(want.items())}"
+    # The LLaMA rule by hand: ⌊8·40/3⌋ = 106 -> 112 (multiple of 16); ⌊8·48/3⌋ = 128 stays.
+    assert [llama_torch.hidden_size(c, 0, 16) for c in (40, 48)] == [112, 128]
+
+
+def check_finite_differences(model):
     """Autograd vs central differences for several elements of every tensor (float64)."""
-    model = tiny_model()
     x, y = batch(3)
     model(x, y).backward()
     rng = np.random.default_rng(3)
@@ -83,6 +107,66 @@ def finite_differences():
             worst = max(worst, err / max(abs(fd), 1e-4))
             assert err < 1e-7 * abs(fd) + 1e-10, f"{name}[{idx}]: autograd {grad[idx].item():.10g} vs fd {fd:.10g}"
     print(f"  worst finite-difference error (relative, floor 1e-4) {worst:.2e}")
+
+
+@check
+def finite_differences():
+    check_finite_differences(tiny_model())
+
+
+@check
+def llama_finite_differences():
+    check_finite_differences(tiny_llama())
+
+
+@check
+def llama_forward_by_hand():
+    """Loss from an independent numpy forward pass: rotation of each (i, i + hs/2) pair by
+    t·θ^(−2i/hs), query head h reading kv head h // (NH/KV), explicit loops over heads and rows."""
+    model = tiny_llama()
+    x, y = batch(2)
+    P = {n: p.detach().numpy() for n, p in model.named_parameters()}
+    T, C, NH, KV = SHAPE["seq_len"], LLAMA["d_model"], LLAMA["heads"], LLAMA["kv_heads"]
+    hs = C // NH
+    half = hs // 2
+
+    def rms(v, w):
+        return v / np.sqrt((v ** 2).mean(-1, keepdims=True) + LLAMA["norm_eps"]) * w
+
+    def rope(head):  # [T, hs]
+        out = head.copy()
+        for t in range(T):
+            for i in range(half):
+                a = t * LLAMA["rope_theta"] ** (-2 * i / hs)
+                out[t, i] = head[t, i] * math.cos(a) - head[t, i + half] * math.sin(a)
+                out[t, i + half] = head[t, i + half] * math.cos(a) + head[t, i] * math.sin(a)
+        return out
+
+    total = 0.0
+    for b in range(x.shape[0]):
+        h = P["embed_tokens.weight"][x[b].numpy()]
+        for l in range(LLAMA["layers"]):
+            p = f"layers.{l}."
+            a = rms(h, P[p + "input_layernorm.weight"])
+            q, k, v = (a @ P[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+            out = np.zeros((T, NH * hs))
+            for hd in range(NH):
+                kv = hd // (NH // KV)
+                qh, kh = rope(q[:, hd * hs:(hd + 1) * hs]), rope(k[:, kv * hs:(kv + 1) * hs])
+                for i in range(T):
+                    s = qh[i] @ kh[:i + 1].T / math.sqrt(hs)
+                    w = np.exp(s - s.max())
+                    out[i, hd * hs:(hd + 1) * hs] = (w / w.sum()) @ v[:i + 1, kv * hs:(kv + 1) * hs]
+            h = h + out @ P[p + "self_attn.o_proj.weight"].T
+            m = rms(h, P[p + "post_attention_layernorm.weight"])
+            gate, up = m @ P[p + "mlp.gate_proj.weight"].T, m @ P[p + "mlp.up_proj.weight"].T
+            h = h + (gate / (1 + np.exp(-gate)) * up) @ P[p + "mlp.down_proj.weight"].T
+        logits = rms(h, P["norm.weight"]) @ P["lm_head.weight"].T
+        lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+        total += (lse - logits[np.arange(T), y[b].numpy()]).sum()
+    ref = total / (x.shape[0] * T)
+    got = model(x, y).item()
+    assert abs(got - ref) < 1e-12 * max(1, abs(ref)), f"loss {got!r} vs by hand {ref!r}"
 
 
 @check

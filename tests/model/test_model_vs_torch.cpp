@@ -1,13 +1,17 @@
-// The model against an independent PyTorch implementation (tests/oracle/make_reference.py): the
-// same weights and batch must give torch's logits, loss and every gradient. Read with the plain
-// HDF5 C API, so that meshtrain's own io/ is not part of what is checked.
-#include "model/gpt2.hpp"
+// Each model family against an independent PyTorch implementation (tests/oracle/make_reference.py,
+// one reference file per case, the family in its `arch` attribute): the same weights and batch must
+// give torch's logits, loss and every gradient, in double. Read with the plain HDF5 C API, so that
+// meshtrain's own io/ is not part of what is checked.
+#include "model/language_model.hpp"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
 #include <cmath>
+#include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace meshtrain {
 namespace {
@@ -31,33 +35,86 @@ class Hdf5File {
     H5Dclose(ds);
     return out;
   }
-  long attribute(const char* name) const {
-    long value = 0;
+  // Links (datasets, groups) in group `name`.
+  std::size_t members(const char* name) const {
+    H5G_info_t info{};
+    EXPECT_GE(H5Gget_info_by_name(id_, name, &info, H5P_DEFAULT), 0) << name;
+    return std::size_t(info.nlinks);
+  }
+  long attribute(const char* name) const { return scalar<long>(name, H5T_NATIVE_LONG); }
+  double real_attribute(const char* name) const { return scalar<double>(name, H5T_NATIVE_DOUBLE); }
+  // A variable-length string attribute, as h5py writes a str.
+  std::string text_attribute(const char* name) const {
     const hid_t a = H5Aopen(id_, name, H5P_DEFAULT);
-    H5Aread(a, H5T_NATIVE_LONG, &value);
+    EXPECT_GE(a, 0) << name;
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    char* text = nullptr;
+    EXPECT_GE(H5Aread(a, type, &text), 0) << name;
+    std::string out = text != nullptr ? text : "";
+    H5free_memory(text);
+    H5Tclose(type);
+    H5Aclose(a);
+    return out;
+  }
+
+ private:
+  template <class T>
+  T scalar(const char* name, hid_t type) const {
+    T value{};
+    const hid_t a = H5Aopen(id_, name, H5P_DEFAULT);
+    EXPECT_GE(a, 0) << name;
+    EXPECT_GE(H5Aread(a, type, &value), 0) << name;
     H5Aclose(a);
     return value;
   }
 
- private:
   hid_t id_;
 };
 
 double relative_error(double got, double want) { return std::fabs(got - want) / std::max(1e-6, std::fabs(want)); }
 
-TEST(Gpt2VsTorch, LossLogitsAndEveryGradient) {
-  const Hdf5File ref(MESHTRAIN_TORCH_REFERENCE);
-  ASSERT_TRUE(ref.ok()) << "reference file missing: " << MESHTRAIN_TORCH_REFERENCE;
+// The shape the reference file was made for.
+ModelConfig reference_model(const Hdf5File& ref) {
   ModelConfig m;
   m.layers = int(ref.attribute("layers"));
   m.heads = int(ref.attribute("heads"));
   m.d_model = int(ref.attribute("d_model"));
   m.vocab = int(ref.attribute("vocab"));
   m.seq_len = int(ref.attribute("seq_len"));
+  const std::string arch = ref.text_attribute("arch");
+  EXPECT_TRUE(arch == "gpt2" || arch == "llama") << "arch " << arch;
+  if (arch == "llama") {
+    m.arch = Arch::llama;
+    m.kv_heads = int(ref.attribute("kv_heads"));
+    m.ffn_hidden = int(ref.attribute("ffn_hidden"));
+    m.multiple_of = int(ref.attribute("multiple_of"));
+    m.rope_theta = ref.real_attribute("rope_theta");
+    m.norm_eps = ref.real_attribute("norm_eps");
+  }
+  return m;
+}
+
+// MESHTRAIN_TORCH_REFERENCES: the reference files, comma-separated.
+std::vector<std::string> reference_files() {
+  std::vector<std::string> files;
+  std::istringstream list(MESHTRAIN_TORCH_REFERENCES);
+  for (std::string path; std::getline(list, path, ',');) files.push_back(path);
+  return files;
+}
+
+class ModelVsTorch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
+  const Hdf5File ref(GetParam());
+  ASSERT_TRUE(ref.ok()) << "reference file missing: " << GetParam();
+  const ModelConfig m = reference_model(ref);
   const int B = int(ref.attribute("batch")), N = B * m.seq_len;
 
   ExecSpace space;
-  Gpt2<double> model(space, m, B);
+  const auto family = make_language_model<double>(space, m, B);
+  LanguageModel<double>& model = *family;
   auto w = Kokkos::create_mirror_view(model.weights());
   for (const TensorInfo& t : model.layout().tensors()) {
     const auto values = ref.read<double>("/model/" + t.name, H5T_NATIVE_DOUBLE);
@@ -65,6 +122,8 @@ TEST(Gpt2VsTorch, LossLogitsAndEveryGradient) {
     std::copy(values.begin(), values.end(), w.data() + t.offset);
   }
   Kokkos::deep_copy(model.weights(), w);
+  // Every tensor torch holds is one of the model's (torch has no bias, no extra table meshtrain lacks).
+  ASSERT_EQ(ref.members("/model"), model.layout().tensors().size());
 
   Buffer<int> inputs("inputs", N), targets("targets", N);
   const auto in = ref.read<int>("/inputs", H5T_NATIVE_INT);
@@ -102,6 +161,13 @@ TEST(Gpt2VsTorch, LossLogitsAndEveryGradient) {
     EXPECT_LE(max_diff, 1e-9 * std::max(1.0, max_abs)) << t.name << " max |Δ| " << max_diff;
   }
 }
+
+// Each case is named by its file, e.g. References/ModelVsTorch.LossLogitsAndEveryGradient/torch_reference_llama_mqa.
+std::string case_name(const ::testing::TestParamInfo<std::string>& reference) {
+  return std::filesystem::path(reference.param).stem().string();
+}
+
+INSTANTIATE_TEST_SUITE_P(References, ModelVsTorch, ::testing::ValuesIn(reference_files()), case_name);
 
 }  // namespace
 }  // namespace meshtrain
