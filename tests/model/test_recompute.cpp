@@ -1,7 +1,7 @@
 // Activation recomputation on one rank: selective and full give bitwise the losses, stage outputs,
 // input gradients and parameter gradients of none, for whole models and for first, middle and last
-// pipeline stages with several micro-batches in flight; and they allocate what the formulas below,
-// written out independently of the carving code, say.
+// pipeline stages with several micro-batches in flight, for both families; and they allocate what
+// the formulas below, written out independently of the carving code, say.
 #include "recompute_harness.hpp"
 
 #include "core/errors.hpp"
@@ -53,6 +53,29 @@ void expect_modes_agree(const Case& c) {
   }
 }
 
+// A llama of the GPT-2 case's sizes with kv_heads key/value heads and a SwiGLU width of ffn.
+ModelConfig llama(ModelConfig m, int kv_heads, int ffn) {
+  m.arch = Arch::llama;
+  m.kv_heads = kv_heads;
+  m.ffn_hidden = ffn;
+  return m;
+}
+
+const Case llama_cases[] = {
+    {llama({3, 4, 16, 11, 5}, 2, 20), 2, {0, 1}, 2},  // grouped-query, the whole model, two in flight
+    {llama({1, 2, 8, 7, 6}, 1, 12), 1, {0, 1}, 1},    // multi-query, one block
+    {llama({5, 2, 8, 13, 6}, 1, 12), 2, {0, 3}, 2},   // first stage
+    {llama({5, 2, 8, 13, 6}, 2, 12), 2, {1, 3}, 3},   // middle stage, multi-head
+    {llama({5, 2, 8, 13, 6}, 1, 12), 2, {2, 3}, 2},   // last stage
+};
+
+TEST(Recompute, LlamaIdenticalToNone) {
+  for (const Case& c : llama_cases) {
+    expect_modes_agree<float>(c);
+    expect_modes_agree<double>(c);
+  }
+}
+
 TEST(Recompute, FloatIdenticalToNone) {
   for (const Case& c : cases) expect_modes_agree<float>(c);
 }
@@ -94,6 +117,64 @@ ActivationSizes expected_sizes(const ModelConfig& m, int batch, int tp, StagePla
       return {slots * (L * N * C + slot_rest), backward + block - N * C};
   }
   return {};
+}
+
+// The element counts of a llama, written out per field from llama.hpp's shape comments.
+ActivationSizes expected_llama_sizes(const ModelConfig& m, int batch, int tp, StagePlace place, int slots,
+                                     Recompute r) {
+  const std::size_t B = batch, T = m.seq_len, C = m.d_model, N = B * T, hs = C / m.heads;
+  const std::size_t NH = m.heads / tp, KV = m.kv_heads / tp, H = m.ffn_hidden / tp;
+  const std::size_t Vl = (std::size_t(m.vocab) + tp - 1) / tp;
+  const std::size_t L = (place.stage + 1) * m.layers / place.stages - place.stage * m.layers / place.stages;
+  const std::size_t att = B * NH * T * T, qkv = N * (NH + 2 * KV) * hs, atty = N * NH * hs;
+  // ln1, residual2, ln2, residual3 (N·C); two rstds (N); qkv, atty; gate|up (2H) and swiglu (H).
+  const std::size_t block = 4 * N * C + 2 * N + qkv + atty + 3 * N * H + att;
+  // norm output and rstd, logits, losses, row maxima, partials: the last stage only.
+  const std::size_t head = place.last() ? N * C + N + N * Vl + N + N + 2 * N : 0;
+  const std::size_t slot_rest = N * C + N * C + head;                 // encoded, proj, head
+  const std::size_t backward = 2 * N * C + atty + qkv + att + 3 * N * H;  // dresidual, dln, datty, dqkv, datt, dswiglu, dgate_up
+  switch (r) {
+    case Recompute::none: return {slots * (L * block + slot_rest), backward};
+    case Recompute::selective: return {slots * (L * (block - att) + slot_rest), backward + att};
+    case Recompute::full: return {slots * (L * N * C + slot_rest), backward + block - N * C};
+  }
+  return {};
+}
+
+TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
+  struct Sizing {
+    ModelConfig model;
+    int batch, tp;
+    StagePlace place;
+    int slots;
+  };
+  const Sizing sizings[] = {
+      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1}, {llama({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
+      {llama({5, 8, 32, 13, 6}, 4, 24), 3, 4, {1, 3}, 3}, {llama({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
+      {llama({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
+  };
+  for (const Sizing& s : sizings) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const ActivationSizes want = expected_llama_sizes(s.model, s.batch, s.tp, s.place, s.slots, r);
+      const ActivationSizes got = llama_activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r);
+      EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " mode " << int(r);
+      EXPECT_EQ(got.scratch, want.scratch) << "L" << s.model.layers << " tp " << s.tp << " mode " << int(r);
+      EXPECT_EQ(activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r).total(), want.total());
+    }
+  }
+}
+
+TEST(Recompute, LlamaAllocatesWhatTheSizingSays) {
+  ExecSpace space;
+  const ModelConfig m = llama({5, 2, 8, 13, 6}, 1, 12);
+  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const Llama<float> model(space, m, 3, nullptr, place, 2, r);
+      const ActivationSizes want = expected_llama_sizes(m, 3, 1, place, 2, r);
+      EXPECT_EQ(model.activation_elements().kept, want.kept);
+      EXPECT_EQ(model.activation_elements().scratch, want.scratch);
+    }
+  }
 }
 
 TEST(Recompute, ActivationElementsFollowTheFormulas) {
