@@ -60,7 +60,7 @@ inline constexpr const char* data_order = "data_order";      // string: data.ord
 inline constexpr const char* loss_scale = "loss_scale";      // real: fp16's dynamic loss scale
 inline constexpr const char* loss_scale_clean_steps = "loss_scale_clean_steps";  // int: its clean steps
 inline constexpr const char* checksum_algorithm = "checksum_algorithm";          // string: io::checksum_algorithm
-inline constexpr const char* model_family = "model_family";  // string: model.arch ("gpt2", "llama")
+inline constexpr const char* model_family = "model_family";                      // string: model.arch ("gpt2", "llama")
 }  // namespace attr
 
 // The family of meshtrain checkpoints written before attr::model_family: GPT-2, the only one then.

@@ -51,7 +51,8 @@ void print_attributes(const io::CheckpointReader& reader) {
   }
   if (auto family = schema::model_family(reader)) {
     const bool recorded = reader.string_attribute(attr::model_family).has_value();
-    fmt::print("{}: {}{}\n", attr::model_family, *family, recorded ? "" : " (not recorded: written before the families)");
+    fmt::print("{}: {}{}\n", attr::model_family, *family,
+               recorded ? "" : " (not recorded: written before the families)");
   }
   for (const char* name : {attr::version, attr::step, attr::tokens, attr::samples_seen, attr::seed}) {
     if (auto v = reader.int_attribute(name)) fmt::print("{}: {}\n", name, *v);

@@ -48,8 +48,8 @@ std::optional<Arch> recorded_family(const io::CheckpointReader& reader, const st
   if (!name) return std::nullopt;
   const std::optional<Arch> family = from_name<Arch>(*name);
   if (!family) {
-    input_error("checkpoint '{}': {} = '{}' is no model family this build knows ({})", path, attr::model_family,
-                *name, valid_names<Arch>());
+    input_error("checkpoint '{}': {} = '{}' is no model family this build knows ({})", path, attr::model_family, *name,
+                valid_names<Arch>());
   }
   if (const auto text = reader.string_attribute(attr::config)) {
     const Arch stored = config_from_ini(*text, fmt::format("config stored in '{}'", path)).model.arch;

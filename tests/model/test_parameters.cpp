@@ -60,9 +60,9 @@ TEST(LlamaLayout, NamesShapesInitAndCountByHand) {
   for (const TensorInfo& t : layout.tensors()) names.push_back(t.name);
   std::vector<std::string> want = {"embed_tokens.weight"};
   for (int l = 0; l < 3; ++l) {
-    for (const char* n : {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                          "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
-                          "mlp.down_proj"}) {
+    for (const char* n :
+         {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+          "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
       want.push_back(fmt::format("layers.{}.{}.weight", l, n));
     }
   }
@@ -105,11 +105,16 @@ TEST(LlamaLayout, TensorParallelPiecesByHand) {
   // Rank 1 of 2: query heads 3..5 (rows 12..23), kv head 1 (rows 4..7) — the kv head those query
   // heads read (h / (NH/KV) = 1); SwiGLU columns 18..35; vocabulary rows 19..36 of the padded 38.
   const HandPiece pieces[] = {
-      {"layers.0.self_attn.q_proj.weight", {12, 24}, 12 * 24}, {"layers.0.self_attn.k_proj.weight", {4, 24}, 4 * 24},
-      {"layers.0.self_attn.v_proj.weight", {4, 24}, 4 * 24},   {"layers.0.self_attn.o_proj.weight", {24, 12}, 12},
-      {"layers.0.mlp.gate_proj.weight", {18, 24}, 18 * 24},     {"layers.0.mlp.up_proj.weight", {18, 24}, 18 * 24},
-      {"layers.0.mlp.down_proj.weight", {24, 18}, 18},          {"embed_tokens.weight", {19, 24}, 19 * 24},
-      {"lm_head.weight", {19, 24}, 19 * 24},                    {"norm.weight", {24}, 0},
+      {"layers.0.self_attn.q_proj.weight", {12, 24}, 12 * 24},
+      {"layers.0.self_attn.k_proj.weight", {4, 24}, 4 * 24},
+      {"layers.0.self_attn.v_proj.weight", {4, 24}, 4 * 24},
+      {"layers.0.self_attn.o_proj.weight", {24, 12}, 12},
+      {"layers.0.mlp.gate_proj.weight", {18, 24}, 18 * 24},
+      {"layers.0.mlp.up_proj.weight", {18, 24}, 18 * 24},
+      {"layers.0.mlp.down_proj.weight", {24, 18}, 18},
+      {"embed_tokens.weight", {19, 24}, 19 * 24},
+      {"lm_head.weight", {19, 24}, 19 * 24},
+      {"norm.weight", {24}, 0},
   };
   for (const HandPiece& p : pieces) {
     const TensorInfo& t = rank1.find(p.name);

@@ -63,7 +63,7 @@ ModelConfig llama(ModelConfig m, int kv_heads, int ffn) {
 
 const Case llama_cases[] = {
     {llama({3, 4, 16, 11, 5}, 2, 20), 2, {0, 1}, 2},  // grouped-query, the whole model, two in flight
-    {llama({1, 2, 8, 7, 6}, 1, 12), 1, {0, 1}, 1},    // multi-query, one block
+    {llama({1, 2, 8, 7, 6}, 1, 12), 1, {0, 1}, 2},    // multi-query, one block, two in flight
     {llama({5, 2, 8, 13, 6}, 1, 12), 2, {0, 3}, 2},   // first stage
     {llama({5, 2, 8, 13, 6}, 2, 12), 2, {1, 3}, 3},   // middle stage, multi-head
     {llama({5, 2, 8, 13, 6}, 1, 12), 2, {2, 3}, 2},   // last stage
@@ -131,8 +131,9 @@ ActivationSizes expected_llama_sizes(const ModelConfig& m, int batch, int tp, St
   const std::size_t block = 4 * N * C + 2 * N + qkv + atty + 3 * N * H + att;
   // norm output and rstd, logits, losses, row maxima, partials: the last stage only.
   const std::size_t head = place.last() ? N * C + N + N * Vl + N + N + 2 * N : 0;
-  const std::size_t slot_rest = N * C + N * C + head;                 // encoded, proj, head
-  const std::size_t backward = 2 * N * C + atty + qkv + att + 3 * N * H;  // dresidual, dln, datty, dqkv, datt, dswiglu, dgate_up
+  const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
+  // dresidual, dln (N·C); datty, dqkv, datt; dswiglu and dgate_up (3·H).
+  const std::size_t backward = 2 * N * C + atty + qkv + att + 3 * N * H;
   switch (r) {
     case Recompute::none: return {slots * (L * block + slot_rest), backward};
     case Recompute::selective: return {slots * (L * (block - att) + slot_rest), backward + att};
@@ -149,8 +150,10 @@ TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
     int slots;
   };
   const Sizing sizings[] = {
-      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1}, {llama({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
-      {llama({5, 8, 32, 13, 6}, 4, 24), 3, 4, {1, 3}, 3}, {llama({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
+      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1},
+      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
+      {llama({5, 8, 32, 13, 6}, 4, 24), 3, 4, {1, 3}, 3},
+      {llama({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
       {llama({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
   };
   for (const Sizing& s : sizings) {
