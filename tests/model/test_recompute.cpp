@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 
 namespace meshtrain {
@@ -142,13 +143,42 @@ ActivationSizes expected_llama_sizes(const ModelConfig& m, int batch, int tp, St
   return {};
 }
 
+struct Sizing {
+  ModelConfig model;
+  int batch, tp;
+  StagePlace place;
+  int slots;
+};
+using SizeFunction = ActivationSizes (*)(const ModelConfig&, int, int, StagePlace, int, Recompute);
+
+// What `sizing` says for each case and mode against what `formula` says.
+void expect_sizes_follow(std::span<const Sizing> sizings, SizeFunction sizing, SizeFunction formula) {
+  for (const Sizing& s : sizings) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const ActivationSizes want = formula(s.model, s.batch, s.tp, s.place, s.slots, r);
+      const ActivationSizes got = sizing(s.model, s.batch, s.tp, s.place, s.slots, r);
+      EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
+                                     << " mode " << int(r);
+      EXPECT_EQ(got.scratch, want.scratch)
+          << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage << " mode " << int(r);
+    }
+  }
+}
+
+// What the model of m (either family) allocates against `sizing`, for whole models and two stages.
+void expect_model_allocates(const ModelConfig& m, SizeFunction sizing) {
+  ExecSpace space;
+  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const auto model = make_language_model<float>(space, m, 3, nullptr, place, 2, r);
+      const ActivationSizes want = sizing(m, 3, 1, place, 2, r);
+      EXPECT_EQ(model->activation_elements().kept, want.kept);
+      EXPECT_EQ(model->activation_elements().scratch, want.scratch);
+    }
+  }
+}
+
 TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
-  struct Sizing {
-    ModelConfig model;
-    int batch, tp;
-    StagePlace place;
-    int slots;
-  };
   const Sizing sizings[] = {
       {llama({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1},
       {llama({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
@@ -156,52 +186,22 @@ TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
       {llama({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
       {llama({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
   };
-  for (const Sizing& s : sizings) {
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const ActivationSizes want = expected_llama_sizes(s.model, s.batch, s.tp, s.place, s.slots, r);
-      const ActivationSizes got = llama_activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r);
-      EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " mode " << int(r);
-      EXPECT_EQ(got.scratch, want.scratch) << "L" << s.model.layers << " tp " << s.tp << " mode " << int(r);
-      EXPECT_EQ(activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r).total(), want.total());
-    }
-  }
+  expect_sizes_follow(sizings, &llama_activation_elements<float>, &expected_llama_sizes);
+  // The family dispatch of the planner and require_model_fits.
+  expect_sizes_follow(sizings, &activation_elements<float>, &expected_llama_sizes);
 }
 
 TEST(Recompute, LlamaAllocatesWhatTheSizingSays) {
-  ExecSpace space;
-  const ModelConfig m = llama({5, 2, 8, 13, 6}, 1, 12);
-  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const Llama<float> model(space, m, 3, nullptr, place, 2, r);
-      const ActivationSizes want = expected_llama_sizes(m, 3, 1, place, 2, r);
-      EXPECT_EQ(model.activation_elements().kept, want.kept);
-      EXPECT_EQ(model.activation_elements().scratch, want.scratch);
-    }
-  }
+  expect_model_allocates(llama({5, 2, 8, 13, 6}, 1, 12), &expected_llama_sizes);
 }
 
 TEST(Recompute, ActivationElementsFollowTheFormulas) {
-  struct Sizing {
-    ModelConfig model;
-    int batch, tp;
-    StagePlace place;
-    int slots;
-  };
   const Sizing sizings[] = {
       {{3, 2, 8, 11, 5}, 2, 1, {0, 1}, 1},           {{12, 12, 768, 50257, 1024}, 4, 1, {0, 1}, 1},
       {{12, 12, 768, 50257, 1024}, 4, 4, {1, 4}, 4}, {{5, 2, 8, 13, 6}, 2, 2, {2, 3}, 3},
       {{5, 4, 16, 13, 6}, 3, 4, {0, 2}, 2},
   };
-  for (const Sizing& s : sizings) {
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const ActivationSizes want = expected_sizes(s.model, s.batch, s.tp, s.place, s.slots, r);
-      const ActivationSizes got = gpt2_activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r);
-      EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
-                                     << " mode " << int(r);
-      EXPECT_EQ(got.scratch, want.scratch)
-          << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage << " mode " << int(r);
-    }
-  }
+  expect_sizes_follow(sizings, &gpt2_activation_elements<float>, &expected_sizes);
   // GPT-2 small, micro-batch 4, T 1024, one rank: per block the probabilities are 4·12·1024² = 50.3M
   // elements of the 79.2M a block keeps; full keeps 3.1M per block.
   const ModelConfig small{12, 12, 768, 50257, 1024};
@@ -214,16 +214,7 @@ TEST(Recompute, ActivationElementsFollowTheFormulas) {
 }
 
 TEST(Recompute, ModelAllocatesWhatTheSizingSays) {
-  ExecSpace space;
-  const ModelConfig m{5, 2, 8, 13, 6};
-  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const Gpt2<float> model(space, m, 3, nullptr, place, 2, r);
-      const ActivationSizes want = gpt2_activation_elements(m, 3, 1, place, 2, r);
-      EXPECT_EQ(model.activation_elements().kept, want.kept);
-      EXPECT_EQ(model.activation_elements().scratch, want.scratch);
-    }
-  }
+  expect_model_allocates(ModelConfig{5, 2, 8, 13, 6}, &gpt2_activation_elements<float>);
 }
 
 }  // namespace
