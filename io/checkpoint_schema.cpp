@@ -24,6 +24,12 @@ void require_known_version(const CheckpointReader& reader) {
       format_name);
 }
 
+std::optional<std::string> model_family(const CheckpointReader& reader) {
+  if (auto family = reader.string_attribute(attr::model_family)) return family;
+  if (reader.string_attribute(attr::format) == format_name) return std::string(family_before_attribute);
+  return std::nullopt;
+}
+
 std::vector<std::string> model_tensors(const CheckpointReader& reader) {
   std::vector<std::string> names = reader.datasets(model_group);
   if (names.empty()) {

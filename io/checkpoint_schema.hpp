@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,11 @@ inline constexpr const char* checksum_algorithm = "checksum_algorithm";         
 // The tokenizer of the data (data.tokenizer), where one was set; without them a checkpoint is byte-level.
 inline constexpr const char* tokenizer = "tokenizer";              // string: the model file's path, as given
 inline constexpr const char* tokenizer_xxh64 = "tokenizer_xxh64";  // string: its bytes' XXH64, 16 hex digits
+inline constexpr const char* model_family = "model_family";                      // string: model.arch ("gpt2", "llama")
 }  // namespace attr
+
+// The family of meshtrain checkpoints written before attr::model_family: GPT-2, the only one then.
+inline constexpr const char* family_before_attribute = "gpt2";
 
 // The attribute every dataset carries (uint64).
 inline constexpr const char* checksum_attribute = "checksum";
@@ -78,6 +83,11 @@ bool requires_checksums(const CheckpointReader& reader);
 // or a damaged attribute), before anything is loaded from it: InputError naming the version found
 // and the versions read. Files without the meshtrain `format` (h5py's weights) pass.
 void require_known_version(const CheckpointReader& reader);
+
+// The model family whose tensors a file holds: its model_family attribute, family_before_attribute
+// for a meshtrain checkpoint without one, and nothing for a weights file from another tool (h5py),
+// which says nothing of its family (its tensor names must match the model's).
+std::optional<std::string> model_family(const CheckpointReader& reader);
 
 // The tensors under /model (relative names, sorted); InputError saying what is missing when there
 // are none, as in an HDF5 file that is no checkpoint or weights file.

@@ -1,6 +1,7 @@
 // meshtrain export FILE --format safetensors --out OUT: a checkpoint's /model (whatever layout wrote
-// it: the tensors are stored whole) as a safetensors file with Hugging Face GPT-2 names and shapes
-// (Conv1D [in, out], no `transformer.` prefix), float32, for other tools.
+// it: the tensors are stored whole) as a safetensors file in the checkpoint's names and shapes
+// (gpt2: Hugging Face GPT-2's, Conv1D [in, out]; llama: Hugging Face Llama's, [out, in]), float32,
+// for other tools.
 #include "commands/commands.hpp"
 
 #include "core/command_line.hpp"
@@ -73,6 +74,7 @@ int export_command(const Args& args, MPI_Comm comm) {
   const std::vector<io::NamedTensor> tensors = read_verified_model(reader);
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"source", path}};
   if (auto step = reader.int_attribute(schema::attr::step)) metadata[schema::attr::step] = std::to_string(*step);
+  if (auto family = schema::model_family(reader)) metadata[schema::attr::model_family] = *family;
   io::write_safetensors(out, tensors, metadata);
   fmt::print("wrote {} tensors from {} to {}\n", tensors.size(), path, out);
   return 0;

@@ -1,4 +1,4 @@
-// meshtrain inspect FILE: a checkpoint's step, layout, loss scale, tokenizer, config and tensors, every
+// meshtrain inspect FILE: a checkpoint's model family, step, layout, loss scale, tokenizer, config and tensors, every
 // tensor's checksum verified by io's one verifier (io/checksum_verifier.hpp), the loader's, and
 // every value checked finite by the reader as it is read.
 #include "commands/commands.hpp"
@@ -48,6 +48,11 @@ void print_attributes(const io::CheckpointReader& reader) {
   namespace attr = schema::attr;
   for (const char* name : {attr::format, attr::layout, attr::data_order}) {
     if (auto v = reader.string_attribute(name)) fmt::print("{}: {}\n", name, *v);
+  }
+  if (auto family = schema::model_family(reader)) {
+    const bool recorded = reader.string_attribute(attr::model_family).has_value();
+    fmt::print("{}: {}{}\n", attr::model_family, *family,
+               recorded ? "" : " (not recorded: written before the families)");
   }
   for (const char* name : {attr::version, attr::step, attr::tokens, attr::samples_seen, attr::seed}) {
     if (auto v = reader.int_attribute(name)) fmt::print("{}: {}\n", name, *v);

@@ -43,6 +43,26 @@ void require_same_model(const Config& stored, const Config& wanted, const std::s
   check("model.seq_len", a.seq_len, b.seq_len);
 }
 
+// The family a checkpoint records, checked against the model.arch of its stored config (where
+// there is one); nothing for a weights file from another tool.
+std::optional<Arch> recorded_family(const io::CheckpointReader& reader, const std::string& path) {
+  const std::optional<std::string> name = io::schema::model_family(reader);
+  if (!name) return std::nullopt;
+  const std::optional<Arch> family = from_name<Arch>(*name);
+  if (!family) {
+    input_error("checkpoint '{}': {} = '{}' is no model family this build knows ({})", path, attr::model_family, *name,
+                valid_names<Arch>());
+  }
+  if (const auto text = reader.string_attribute(attr::config)) {
+    const Arch stored = config_from_ini(*text, fmt::format("config stored in '{}'", path)).model.arch;
+    if (stored != *family) {
+      input_error("checkpoint '{}' is inconsistent: {} = '{}' but its stored config has model.arch = {}", path,
+                  attr::model_family, *name, stored);
+    }
+  }
+  return family;
+}
+
 // fp16's loss scale and its clean steps into progress, where the file has both.
 void read_loss_scale(const io::CheckpointReader& reader, const std::string& path, TrainingProgress& progress) {
   const auto scale = reader.double_attribute(attr::loss_scale);
@@ -68,7 +88,8 @@ Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingPr
                   {attr::config, config.to_ini()},
                   {attr::layout, layout_description(comm, config.parallel)},
                   {attr::seed, std::int64_t(config.train.seed)},
-                  {attr::data_order, std::string(name_of(config.data.order))}};
+                  {attr::data_order, std::string(name_of(config.data.order))},
+                  {attr::model_family, std::string(name_of(config.model.arch))}};
   if (progress.loss_scale > 0) {
     a.emplace_back(attr::loss_scale, progress.loss_scale);
     a.emplace_back(attr::loss_scale_clean_steps, progress.loss_scale_clean_steps);
@@ -93,6 +114,7 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
     input_error("checkpoint '{}' lacks the {}, {} or {} attribute, or they are invalid: it cannot be resumed", path,
                 attr::config, attr::step, attr::tokens);
   }
+  require_same_family(reader, config, path);
   const Config stored = config_from_ini(*config_text, fmt::format("config stored in '{}'", path));
   require_same_model(stored, config, path);
   TrainingProgress progress{*step, *tokens};
@@ -105,11 +127,21 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
   return progress;
 }
 
+void require_same_family(const io::CheckpointReader& reader, const Config& config, const std::string& path) {
+  const std::optional<Arch> family = recorded_family(reader, path);
+  if (!family || *family == config.model.arch) return;
+  input_error(
+      "checkpoint '{}' holds a {} model, but the config asks for model.arch = {}: a checkpoint loads only into "
+      "its own family; set --model.arch {} or start from a {} checkpoint",
+      path, *family, config.model.arch, *family, config.model.arch);
+}
+
 Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {
   if (!std::filesystem::exists(path)) input_error("checkpoint '{}': no such file", path);
   io::CheckpointReader reader(path, comm);
   const auto text = reader.string_attribute(attr::config);
   if (!text) input_error("'{}' has no {} attribute: it is not a meshtrain checkpoint", path, attr::config);
+  recorded_family(reader, path);
   return config_from_ini(*text, fmt::format("config stored in '{}'", path));
 }
 

@@ -47,7 +47,13 @@ Attributes root_attributes(const Config& config, MPI_Comm comm, const TrainingPr
 // config's shape, with valid counts. InputError naming `path` otherwise.
 TrainingProgress read_progress(const io::CheckpointReader& reader, const Config& config, const std::string& path);
 
-// Reads the resolved config stored in a checkpoint (for sample and inspect).
+// Refuses a checkpoint of another model family than the config's model.arch (InputError naming
+// both families), or one whose model_family disagrees with its stored config's model.arch. A
+// weights file from another tool records no family and passes (its tensor names are checked).
+void require_same_family(const io::CheckpointReader& reader, const Config& config, const std::string& path);
+
+// Reads the resolved config stored in a checkpoint (for sample and inspect), its family checked
+// against the file's model_family.
 Config read_checkpoint_config(const std::string& path, MPI_Comm comm);
 
 // The tokenizer a checkpoint records; byte-level (empty) for files without one, such as those

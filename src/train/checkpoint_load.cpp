@@ -125,6 +125,7 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   std::vector<std::uint64_t> sums(plan.size(), 0);
   const bool checked = agree_on_input(comm_, [&] {
     io::schema::require_known_version(*reader);
+    require_same_family(*reader, config_, path);
     require_same_tensors(*reader, plan, sources.size());
     read_pieces(*reader, plan, layout_, sources, sums);
     return io::schema::requires_checksums(*reader);

@@ -56,6 +56,9 @@ TINY = {
     "train.micro_batch": "2", "train.global_batch": "4",
 }
 
+# The tiny model as a llama: grouped-query attention (2 query heads over 1 kv head), SwiGLU width 24.
+LLAMA = {"model.arch": "llama", "model.kv_heads": "1", "model.ffn_hidden": "24"}
+
 # Text that means the program crashed or leaked an internal failure instead of reporting bad input.
 CRASH_MARKERS = ["Traceback", "terminate called", "what():", "Segmentation fault", "core dumped", "Aborted",
                  "HDF5-DIAG", "Assertion", "Sanitizer", "failure on rank", "Kokkos::abort", "std::"]
@@ -331,6 +334,65 @@ class BadInput(CliCase):
         p = self.rejects({"parallel.tp": "2"}, needles=["parallel.tp", "world size 3"], launcher=[MPIEXEC, "-n", "3"])
         self.assertEqual(p.returncode, 2, describe(p))
         self.assertEqual(p.stderr.count("error:"), 1, "the message is printed once\n" + describe(p))
+
+    # --- llama's keys and the tensor-parallel split they allow (share/docs/usage.md, Model families)
+
+    def test_llama_key_under_gpt2(self):
+        self.rejects({"model.kv_heads": 1}, needles=["model.kv_heads", "model.arch = llama"])
+
+    def test_llama_kv_heads_do_not_divide_heads(self):
+        self.rejects({"model.arch": "llama", "model.heads": 4, "model.kv_heads": 3},
+                     needles=["model.kv_heads = 3", "model.heads = 4"])
+
+    def test_llama_odd_head_size(self):
+        self.rejects({"model.arch": "llama", "model.d_model": 18}, needles=["= 9 is odd", "even"])
+
+    def test_llama_tp_does_not_divide_kv_heads(self):
+        self.rejects({"model.arch": "llama", "model.heads": 4, "model.kv_heads": 2, "parallel.tp": 4},
+                     needles=["parallel.tp = 4", "model.kv_heads = 2"])
+
+    def test_llama_tp_does_not_divide_the_swiglu_width(self):
+        self.rejects({"model.arch": "llama", "model.ffn_hidden": 45, "parallel.tp": 2},
+                     needles=["parallel.tp = 2", "SwiGLU hidden size 45"])
+
+    # --- a checkpoint of the other model family, as resume or initial weights
+
+    def llama_checkpoint(self):
+        """A 1-step llama checkpoint, written outside ck."""
+        p = run(train_args({**LLAMA, "data.train": "shard.bin", "checkpoint.dir": "llama", "train.steps": 1}), self.dir)
+        self.assertEqual(p.returncode, 0, describe(p))
+        return os.path.join("llama", "step_00000001.h5")
+
+    def gpt2_checkpoint(self, family="gpt2"):
+        """A copy of the fixture's gpt2 checkpoint outside ck, its model_family set to `family` (None: removed,
+        as in files written before the attribute)."""
+        path = self.path("gpt2.h5")
+        shutil.copy(self.path("ck", "step_00000002.h5"), path)
+        with h5py.File(path, "r+") as f:
+            self.assertEqual(f.attrs["model_family"], "gpt2", "the writer records the family")
+            if family is None:
+                del f.attrs["model_family"]
+            else:
+                f.attrs["model_family"] = family
+        return "gpt2.h5"
+
+    def test_gpt2_checkpoint_under_llama(self):
+        gpt2 = self.gpt2_checkpoint()
+        for source in ({"checkpoint.resume": gpt2}, {"checkpoint.init_weights": gpt2, "checkpoint.resume": "never"}):
+            self.rejects({**LLAMA, **source}, needles=[gpt2, "holds a gpt2 model", "model.arch = llama"])
+
+    def test_llama_checkpoint_under_gpt2(self):
+        llama = self.llama_checkpoint()
+        for source in ({"checkpoint.resume": llama}, {"checkpoint.init_weights": llama, "checkpoint.resume": "never"}):
+            self.rejects(source, needles=[llama, "holds a llama model", "model.arch = gpt2"])
+
+    def test_checkpoint_without_family_reads_as_gpt2(self):
+        self.rejects({**LLAMA, "checkpoint.resume": self.gpt2_checkpoint(None)}, needles=["holds a gpt2 model"])
+
+    def test_checkpoint_family_against_its_stored_config(self):
+        self.rejects({**LLAMA, "checkpoint.resume": self.gpt2_checkpoint("llama")},
+                     needles=["inconsistent", "model_family = 'llama'", "model.arch = gpt2"])
+        self.rejects({"checkpoint.resume": self.gpt2_checkpoint("mamba")}, needles=["'mamba'", "gpt2, llama"])
 
     # --- token shards
 
@@ -807,6 +869,30 @@ class Commands(CliCase):
         self.assertEqual(len(names), 16, names)  # 1 layer: 12 per block + wte, wpe, ln_f.weight, ln_f.bias
         missing = [n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}(?![\w.])", p.stdout)]
         self.assertEqual(missing, [], f"inspect does not list these /model tensors\n{p.stdout}")
+
+    def test_inspect_and_sample_llama(self):
+        """inspect prints a llama checkpoint's family and its Hugging Face Llama tensors, and a gpt2 file's
+        family (recorded, or not recorded in a file from before the attribute); sample prints text from
+        the llama's weights."""
+        random_shard(self.path("shard.bin"), 2000)
+        self.run_ok(train_args({**LLAMA, "data.train": "shard.bin", "checkpoint.dir": "ck", "train.steps": 2}))
+        llama = self.path("ck", "step_00000002.h5")
+        p = self.run_ok(["inspect", llama])
+        self.assertRegex(p.stdout, r"(?m)^model_family: llama$")
+        names = ["embed_tokens.weight", "norm.weight", "lm_head.weight"] + [
+            f"layers.0.{n}.weight" for n in ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                                             "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+                                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+        self.assertEqual(sorted(names), sorted(k[len("model/"):] for k in h5_tensors(llama, ("model",))))
+        for name, shape in (("self_attn.k_proj", "8, 16"), ("mlp.down_proj", "16, 24")):
+            self.assertRegex(p.stdout, rf"(?m)^\s*layers\.0\.{re.escape(name)}\.weight\s+\[{shape}\]$")
+        self.assertRegex(self.run_ok(["inspect", self.checkpoint]).stdout, r"(?m)^model_family: gpt2$")
+        shutil.copy(self.checkpoint, self.path("old.h5"))
+        with h5py.File(self.path("old.h5"), "r+") as f:
+            del f.attrs["model_family"]
+        self.assertRegex(self.run_ok(["inspect", "old.h5"]).stdout, r"(?m)^model_family: gpt2 \(not recorded")
+        out = self.run_ok(["sample", "--checkpoint", llama, "--prompt", "The ", "--tokens", 24, "--seed", "1"])
+        self.assertTrue(out.stdout_bytes.startswith(b"The ") and len(out.stdout_bytes) >= 28, out.stdout_bytes)
 
     def test_inspect_loss_scale(self):
         """inspect prints an fp16 checkpoint's loss scale and clean steps as the file stores them (h5py),

@@ -6,7 +6,10 @@ final checkpoint is exported. The file is then parsed here by hand from the form
 (8-byte little-endian header length, JSON header, tensors back to back, 8-byte aligned), every
 tensor must equal the checkpoint's /model dataset bit for bit, and the tensors must load strictly
 (every name and shape, nothing missing or extra) into the PyTorch GPT-2 of tests/oracle, whose
-parameters carry Hugging Face's GPT-2 names. Bad input exits 2 and writes nothing.
+parameters carry Hugging Face's GPT-2 names. A llama trained under tp 2 exports likewise: its
+tensors equal the checkpoint's, under Hugging Face Llama's names and torch Linear shapes [out, in]
+as tests/common/llama_tensors.py writes them from the definition. Bad input exits 2 and writes
+nothing.
 
 usage: test_export.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC]
 """
@@ -23,10 +26,14 @@ import h5py
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "oracle"), os.path.join(HERE, "..", "common")]
 import gpt2_torch  # noqa: E402
+import llama_tensors  # noqa: E402
 
 MODEL = {"layers": 2, "heads": 4, "d_model": 32, "vocab": 67, "seq_len": 16}
+# Grouped-query (4 query heads over 2 kv heads), a SwiGLU width that is no power of two.
+LLAMA = {**MODEL, "arch": "llama", "kv_heads": 2, "ffn_hidden": 44}
 
 
 def run(cmd, expect=0):
@@ -90,6 +97,47 @@ def refusals_to_destroy(meshtrain, work, ckpt):
     return failures
 
 
+def train_and_export(args, work, model, name, shard):
+    """Trains `model` 3 steps under tp 2 and exports its final checkpoint: (checkpoint, safetensors file)."""
+    keys = [x for k, v in model.items() for x in (f"--model.{k}", str(v))]
+    ck = os.path.join(work, name)
+    run(args.mpiexec.split() + ["-n", "2", args.meshtrain, "train"] + keys +
+        ["--parallel.tp", "2", "--train.steps", "3", "--data.train", shard, "--checkpoint.dir", ck,
+         "--checkpoint.resume", "never"])
+    ckpt = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+    out = os.path.join(work, f"{name}.safetensors")
+    run([args.meshtrain, "export", ckpt, "--format", "safetensors", "--out", out])
+    return ckpt, out
+
+
+def llama_export(args, work, shard):
+    """The llama's export: every tensor the checkpoint's, bit for bit, in the names and [out, in]
+    shapes of Hugging Face Llama; as torch tensors, q_proj maps C channels to heads·hs outputs."""
+    ckpt, out = train_and_export(args, work, LLAMA, "llama", shard)
+    tensors, metadata = read_safetensors(out)
+    want = llama_tensors.shapes(LLAMA)
+    failures = [] if metadata.get("model_family") == "llama" else [f"llama: metadata {metadata} names no llama"]
+    if set(tensors) != set(want):
+        failures.append(f"llama: names differ from Hugging Face Llama's: {sorted(set(tensors) ^ set(want))}")
+    with h5py.File(ckpt, "r") as f:
+        if f.attrs.get("model_family") != "llama":
+            failures.append(f"llama: the checkpoint records model_family {f.attrs.get('model_family')!r}")
+        for name in sorted(set(tensors) & set(want)):
+            if tensors[name].shape != want[name]:
+                failures.append(f"llama: {name} has shape {tensors[name].shape}, Hugging Face's is {want[name]}")
+            elif not np.array_equal(tensors[name], f["model"][name][...]):
+                failures.append(f"llama: {name} differs from the checkpoint's /model/{name}")
+    q = torch.nn.Linear(32, 32, bias=False)
+    with torch.no_grad():
+        q.weight.copy_(torch.from_numpy(tensors["layers.0.self_attn.q_proj.weight"].copy()))
+        k = torch.from_numpy(tensors["layers.0.self_attn.k_proj.weight"].copy())
+        if q(torch.ones(1, 32)).shape != (1, 32) or (torch.ones(1, 32) @ k.t()).shape != (1, 16):
+            failures.append("llama: q_proj and k_proj do not map C = 32 channels to 32 and 16 outputs")
+    print(f"llama: exported {len(tensors)} tensors in Hugging Face Llama names and shapes"
+          f"{': FAILED' if failures else ''}")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--meshtrain", required=True)
@@ -101,15 +149,9 @@ def main():
     os.makedirs(work)
     shard = os.path.join(work, "shard.bin")
     gpt2_torch.write_shard(shard, np.random.default_rng(1).integers(0, MODEL["vocab"], size=4000))
-    keys = [x for k, v in MODEL.items() for x in (f"--model.{k}", str(v))]
-    run(args.mpiexec.split() + ["-n", "2", args.meshtrain, "train"] + keys +
-        ["--parallel.tp", "2", "--train.steps", "3", "--data.train", shard, "--checkpoint.dir", os.path.join(work, "ck"),
-         "--checkpoint.resume", "never"])
-    ckpt = os.path.join(work, "ck", open(os.path.join(work, "ck", "latest")).read().strip())
-    out = os.path.join(work, "model.safetensors")
-    run([args.meshtrain, "export", ckpt, "--format", "safetensors", "--out", out])
+    ckpt, out = train_and_export(args, work, MODEL, "ck", shard)
 
-    failures = []
+    failures = llama_export(args, work, shard)
     tensors, metadata = read_safetensors(out)
     with h5py.File(ckpt, "r") as f:
         stored = {name: f["model"][name][...] for name in f["model"]}

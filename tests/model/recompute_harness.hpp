@@ -1,10 +1,13 @@
-// Shared by the recomputation tests: drives one Gpt2 the way the pipeline executor does (several
-// micro-batches' forwards in their slots, then their backwards in another order) and records
-// everything a caller can observe — losses, stage outputs, input gradients, parameter gradients — so
-// that the runs of two recomputation modes can be compared bit for bit.
+// Shared by the recomputation tests: drives one model of either family (model.arch) the way the
+// pipeline executor does (several micro-batches' forwards in their slots, then their backwards in
+// another order) and records everything a caller can observe — losses, stage outputs, input
+// gradients, parameter gradients — so that the runs of two recomputation modes can be compared bit
+// for bit.
 #pragma once
 
 #include "model/gpt2.hpp"
+#include "model/language_model.hpp"
+#include "model/llama.hpp"
 
 #include <gtest/gtest.h>
 
@@ -28,9 +31,9 @@ inline double hashed_unit(const std::string& name, std::int64_t index) {
   return double(z >> 11) / double(1ull << 52) - 1.0;
 }
 
-// Weights with non-trivial LayerNorm and bias values, so every gradient path carries signal.
+// Weights with non-trivial norm weights and bias values, so every gradient path carries signal.
 template <class Real>
-void fill_weights(Gpt2<Real>& model) {
+void fill_weights(LanguageModel<Real>& model) {
   auto w = Kokkos::create_mirror_view(model.weights());
   for (const TensorInfo& t : model.layout().tensors()) {
     const double base = t.init == InitKind::ones ? 1.0 : 0.0;
@@ -74,7 +77,8 @@ template <class Real>
 Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace place, int slots, Recompute recompute,
                                  Comm* tp = nullptr) {
   ExecSpace space;
-  Gpt2<Real> model(space, m, batch, tp, place, slots, recompute);
+  const auto made = make_language_model<Real>(space, m, batch, tp, place, slots, recompute);
+  LanguageModel<Real>& model = *made;
   fill_weights(model);
   model.zero_grads();
   const int N = batch * m.seq_len;

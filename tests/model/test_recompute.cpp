@@ -1,7 +1,7 @@
 // Activation recomputation on one rank: selective and full give bitwise the losses, stage outputs,
 // input gradients and parameter gradients of none, for whole models and for first, middle and last
-// pipeline stages with several micro-batches in flight; and they allocate what the formulas below,
-// written out independently of the carving code, say.
+// pipeline stages with several micro-batches in flight, for both families; and they allocate what
+// the formulas below, written out independently of the carving code, say.
 #include "recompute_harness.hpp"
 
 #include "core/errors.hpp"
@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 
 namespace meshtrain {
@@ -50,6 +51,29 @@ void expect_modes_agree(const Case& c) {
     const auto other = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, mode);
     test::expect_same_run(none, other, c.place, name);
     EXPECT_LT(other.sizes.total(), none.sizes.total()) << name << " must allocate less than none";
+  }
+}
+
+// A llama of the GPT-2 case's sizes with kv_heads key/value heads and a SwiGLU width of ffn.
+ModelConfig llama(ModelConfig m, int kv_heads, int ffn) {
+  m.arch = Arch::llama;
+  m.kv_heads = kv_heads;
+  m.ffn_hidden = ffn;
+  return m;
+}
+
+const Case llama_cases[] = {
+    {llama({3, 4, 16, 11, 5}, 2, 20), 2, {0, 1}, 2},  // grouped-query, the whole model, two in flight
+    {llama({1, 2, 8, 7, 6}, 1, 12), 1, {0, 1}, 2},    // multi-query, one block, two in flight
+    {llama({5, 2, 8, 13, 6}, 1, 12), 2, {0, 3}, 2},   // first stage
+    {llama({5, 2, 8, 13, 6}, 2, 12), 2, {1, 3}, 3},   // middle stage, multi-head
+    {llama({5, 2, 8, 13, 6}, 1, 12), 2, {2, 3}, 2},   // last stage
+};
+
+TEST(Recompute, LlamaIdenticalToNone) {
+  for (const Case& c : llama_cases) {
+    expect_modes_agree<float>(c);
+    expect_modes_agree<double>(c);
   }
 }
 
@@ -96,28 +120,88 @@ ActivationSizes expected_sizes(const ModelConfig& m, int batch, int tp, StagePla
   return {};
 }
 
-TEST(Recompute, ActivationElementsFollowTheFormulas) {
-  struct Sizing {
-    ModelConfig model;
-    int batch, tp;
-    StagePlace place;
-    int slots;
-  };
-  const Sizing sizings[] = {
-      {{3, 2, 8, 11, 5}, 2, 1, {0, 1}, 1},           {{12, 12, 768, 50257, 1024}, 4, 1, {0, 1}, 1},
-      {{12, 12, 768, 50257, 1024}, 4, 4, {1, 4}, 4}, {{5, 2, 8, 13, 6}, 2, 2, {2, 3}, 3},
-      {{5, 4, 16, 13, 6}, 3, 4, {0, 2}, 2},
-  };
+// The element counts of a llama, written out per field from llama.hpp's shape comments.
+ActivationSizes expected_llama_sizes(const ModelConfig& m, int batch, int tp, StagePlace place, int slots,
+                                     Recompute r) {
+  const std::size_t B = batch, T = m.seq_len, C = m.d_model, N = B * T, hs = C / m.heads;
+  const std::size_t NH = m.heads / tp, KV = m.kv_heads / tp, H = m.ffn_hidden / tp;
+  const std::size_t Vl = (std::size_t(m.vocab) + tp - 1) / tp;
+  const std::size_t L = (place.stage + 1) * m.layers / place.stages - place.stage * m.layers / place.stages;
+  const std::size_t att = B * NH * T * T, qkv = N * (NH + 2 * KV) * hs, atty = N * NH * hs;
+  // ln1, residual2, ln2, residual3 (N·C); two rstds (N); qkv, atty; gate|up (2H) and swiglu (H).
+  const std::size_t block = 4 * N * C + 2 * N + qkv + atty + 3 * N * H + att;
+  // norm output and rstd, logits, losses, row maxima, partials: the last stage only.
+  const std::size_t head = place.last() ? N * C + N + N * Vl + N + N + 2 * N : 0;
+  const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
+  // dresidual, dln (N·C); datty, dqkv, datt; dswiglu and dgate_up (3·H).
+  const std::size_t backward = 2 * N * C + atty + qkv + att + 3 * N * H;
+  switch (r) {
+    case Recompute::none: return {slots * (L * block + slot_rest), backward};
+    case Recompute::selective: return {slots * (L * (block - att) + slot_rest), backward + att};
+    case Recompute::full: return {slots * (L * N * C + slot_rest), backward + block - N * C};
+  }
+  return {};
+}
+
+struct Sizing {
+  ModelConfig model;
+  int batch, tp;
+  StagePlace place;
+  int slots;
+};
+using SizeFunction = ActivationSizes (*)(const ModelConfig&, int, int, StagePlace, int, Recompute);
+
+// What `sizing` says for each case and mode against what `formula` says.
+void expect_sizes_follow(std::span<const Sizing> sizings, SizeFunction sizing, SizeFunction formula) {
   for (const Sizing& s : sizings) {
     for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const ActivationSizes want = expected_sizes(s.model, s.batch, s.tp, s.place, s.slots, r);
-      const ActivationSizes got = gpt2_activation_elements(s.model, s.batch, s.tp, s.place, s.slots, r);
+      const ActivationSizes want = formula(s.model, s.batch, s.tp, s.place, s.slots, r);
+      const ActivationSizes got = sizing(s.model, s.batch, s.tp, s.place, s.slots, r);
       EXPECT_EQ(got.kept, want.kept) << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage
                                      << " mode " << int(r);
       EXPECT_EQ(got.scratch, want.scratch)
           << "L" << s.model.layers << " tp " << s.tp << " stage " << s.place.stage << " mode " << int(r);
     }
   }
+}
+
+// What the model of m (either family) allocates against `sizing`, for whole models and two stages.
+void expect_model_allocates(const ModelConfig& m, SizeFunction sizing) {
+  ExecSpace space;
+  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const auto model = make_language_model<float>(space, m, 3, nullptr, place, 2, r);
+      const ActivationSizes want = sizing(m, 3, 1, place, 2, r);
+      EXPECT_EQ(model->activation_elements().kept, want.kept);
+      EXPECT_EQ(model->activation_elements().scratch, want.scratch);
+    }
+  }
+}
+
+TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
+  const Sizing sizings[] = {
+      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1},
+      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
+      {llama({5, 8, 32, 13, 6}, 4, 24), 3, 4, {1, 3}, 3},
+      {llama({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
+      {llama({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
+  };
+  expect_sizes_follow(sizings, &llama_activation_elements<float>, &expected_llama_sizes);
+  // The family dispatch of the planner and require_model_fits.
+  expect_sizes_follow(sizings, &activation_elements<float>, &expected_llama_sizes);
+}
+
+TEST(Recompute, LlamaAllocatesWhatTheSizingSays) {
+  expect_model_allocates(llama({5, 2, 8, 13, 6}, 1, 12), &expected_llama_sizes);
+}
+
+TEST(Recompute, ActivationElementsFollowTheFormulas) {
+  const Sizing sizings[] = {
+      {{3, 2, 8, 11, 5}, 2, 1, {0, 1}, 1},           {{12, 12, 768, 50257, 1024}, 4, 1, {0, 1}, 1},
+      {{12, 12, 768, 50257, 1024}, 4, 4, {1, 4}, 4}, {{5, 2, 8, 13, 6}, 2, 2, {2, 3}, 3},
+      {{5, 4, 16, 13, 6}, 3, 4, {0, 2}, 2},
+  };
+  expect_sizes_follow(sizings, &gpt2_activation_elements<float>, &expected_sizes);
   // GPT-2 small, micro-batch 4, T 1024, one rank: per block the probabilities are 4·12·1024² = 50.3M
   // elements of the 79.2M a block keeps; full keeps 3.1M per block.
   const ModelConfig small{12, 12, 768, 50257, 1024};
@@ -130,16 +214,7 @@ TEST(Recompute, ActivationElementsFollowTheFormulas) {
 }
 
 TEST(Recompute, ModelAllocatesWhatTheSizingSays) {
-  ExecSpace space;
-  const ModelConfig m{5, 2, 8, 13, 6};
-  for (StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}}) {
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const Gpt2<float> model(space, m, 3, nullptr, place, 2, r);
-      const ActivationSizes want = gpt2_activation_elements(m, 3, 1, place, 2, r);
-      EXPECT_EQ(model.activation_elements().kept, want.kept);
-      EXPECT_EQ(model.activation_elements().scratch, want.scratch);
-    }
-  }
+  expect_model_allocates(ModelConfig{5, 2, 8, 13, 6}, &gpt2_activation_elements<float>);
 }
 
 }  // namespace

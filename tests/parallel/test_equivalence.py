@@ -15,6 +15,8 @@ bitwise the run of A that never left: every step's loss, grad norm, lr and token
 checkpoint's /model and /optim (exact resumption, share/docs/usage.md, Checkpoints). That uninterrupted run is
 trained once too, and shared with a --layout A or --reference A given as well.
 An item SECTION.KEY=VALUE of a layout sets that key for it (e.g. tp=2,train.recompute=full).
+Both model families train here: --set model.arch=llama starts every layout from random Hugging
+Face Llama weights (tests/common/llama_tensors.py) instead of GPT-2's.
 
 With --reference LAYOUT the runs are compared with that layout's instead of one rank's; with
 --exact every loss, grad norm and final weight must be bitwise equal (for runs that compute the
@@ -35,8 +37,10 @@ import time
 import h5py
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "oracle"), os.path.join(HERE, "..", "common")]
 import gpt2_torch  # noqa: E402
+import llama_tensors  # noqa: E402
 
 BASE = {
     "model": {"layers": 4, "heads": 4, "d_model": 32, "vocab": 71, "seq_len": 16},
@@ -160,7 +164,29 @@ def read_run(out):
     return {"metrics": metrics, "model": model, "optim": optim}
 
 
-def compare_close(layout, got, ref, args, d_model):
+def family(model):
+    return model.get("arch", "gpt2")
+
+
+def write_init_weights(model, path):
+    """Random initial weights for the family model.arch names, the one file every layout starts from."""
+    if family(model) == "llama":
+        llama_tensors.save_random_weights(model, path, seed=3)
+        return
+    reference = gpt2_torch.build_model({"model": model})
+    gpt2_torch.random_init(reference, seed=3, std=0.1)
+    gpt2_torch.save_weights(reference, path)
+
+
+def comparable(model):
+    """The elements of each trained tensor that training determines (gpt2: gpt2_torch.comparable;
+    llama has no bias whose gradient is exactly zero, so all of them)."""
+    if family(model) == "llama":
+        return lambda name, values, d_model: values
+    return gpt2_torch.comparable
+
+
+def compare_close(layout, got, ref, args, model):
     """Every step's loss (rtol) and grad norm (10 rtol), and the final weights (wtol); bitwise under --exact."""
     failures = []
     for r, q in zip(ref["metrics"], got["metrics"]):
@@ -180,7 +206,7 @@ def compare_close(layout, got, ref, args, d_model):
         if differ:
             failures.append(f"{layout}: final weights of {', '.join(differ[:5])} … are not bitwise equal")
         return failures
-    determined = gpt2_torch.comparable
+    determined, d_model = comparable(model), model["d_model"]
     worst = max(float(np.max(np.abs(determined(k, weights[k], d_model) - determined(k, ref_weights[k], d_model))))
                 for k in ref_weights)
     print(f"  final weights: max |difference| {worst:.2e}")
@@ -254,9 +280,7 @@ def main():
     ini, shard, init = (os.path.join(work, n) for n in ("cfg.ini", "shard.bin", "init.h5"))
     m = cfg["model"]
     gpt2_torch.write_shard(shard, np.random.default_rng(5).integers(0, m["vocab"], size=m["seq_len"] * 97 + 3))
-    model = gpt2_torch.build_model({"model": m})
-    gpt2_torch.random_init(model, seed=3, std=0.1)
-    gpt2_torch.save_weights(model, init)
+    write_init_weights(m, init)
     gpt2_torch.write_config(ini, cfg)
     common = ["--config", ini, "--data.train", shard, "--checkpoint.init_weights", init,
               "--checkpoint.resume", "never"]
@@ -276,7 +300,7 @@ def main():
             print(f"  FAIL: {e}")
             failures.append(f"{layout}: {str(e).splitlines()[0]}")
             continue
-        failures += compare_close(layout, got, ref, args, m["d_model"])
+        failures += compare_close(layout, got, ref, args, m)
         got_steps = [r["step"] for r in got["metrics"]]
         if got_steps != list(range(1, steps + 1)):
             failures.append(f"{layout}: metrics of steps {got_steps}, expected 1 to {steps} once each")
