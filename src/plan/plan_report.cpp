@@ -98,8 +98,17 @@ std::string model_line(const ModelConfig& m) {
                      m.seq_len, parameters / 1e6, rate_text(flops_per_token(ParameterLayout(m)), ""));
 }
 
+// The shape with the widths each family derives (kv heads, the MLP's hidden size), the parameter
+// count and FLOPs per token: what bench/benchmark.py builds its PyTorch model from.
 nlohmann::json model_json(const ModelConfig& m) {
   return {{"arch", name_of(m.arch)},
+          {"layers", m.layers},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_head_count()},
+          {"d_model", m.d_model},
+          {"mlp_hidden", m.mlp_hidden()},
+          {"vocab", m.vocab},
+          {"seq_len", m.seq_len},
           {"parameters", ParameterLayout(m).total()},
           {"flops_per_token", flops_per_token(ParameterLayout(m))}};
 }
