@@ -32,7 +32,8 @@ ROOT = os.path.dirname(HERE)
 
 def model_shape(binary, config_path):
     """The planner's model object (family, widths, parameters, FLOPs per token) and the batch."""
-    plan = run_json([os.path.join(binary, "meshtrain"), "plan", "--config", config_path, "--world", "1", "--json"])
+    plan = json.loads(subprocess.run([os.path.join(binary, "meshtrain"), "plan", "--config", config_path, "--world",
+                                      "1", "--json"], check=True, capture_output=True, text=True).stdout)
     shape = dict(plan["model"])
     shape.update(batch=plan["effective_batch"]["micro_batch"], accum=plan["effective_batch"]["accum"])
     return shape
