@@ -2,10 +2,11 @@
 // training benchmark is compared with. Prints one JSON line, with the BLAS that ran: library,
 // kernel set (OpenBLAS's core: OPENBLAS_CORETYPE or its own choice) and threads.
 //
-// usage: bench_sgemm [--model-shapes N C V] [--seconds S]
+// usage: bench_sgemm [--model-shapes N C V | --llama-shapes N C V QKV H] [--seconds S]
 // With --model-shapes it times the GEMMs of one GPT-2 block at N rows (B·T) and C channels plus the
-// output head over V (the products that dominate a training step, forward and backward), else a
-// square 2048 product.
+// output head over V (the products that dominate a training step, forward and backward); with
+// --llama-shapes those of one llama block (q|k|v QKV = (heads + 2·kv_heads)·head_size wide, o_proj,
+// gate|up 2H wide, down_proj from H) and its lm_head; else a square 2048 product.
 #include "kernels/blas_info.hpp"
 #include "kernels/gemm.hpp"
 
@@ -26,11 +27,10 @@ struct Product {
   GemmShape s;
 };
 
-// The forward and backward products of one block and of the head, in the trainer's layouts.
-std::vector<Product> model_products(int N, int C, int V) {
+// The forward and backward products of one block's linear layers, given as (in, out) channels,
+// and of the head, in the trainer's layouts.
+std::vector<Product> model_products(int N, int C, int V, const std::vector<std::pair<int, int>>& layers) {
   std::vector<Product> p;
-  // (in, out) channels of c_attn, attn.c_proj, c_fc and mlp.c_proj.
-  const std::pair<int, int> layers[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
   for (auto [ic, oc] : layers) {
     p.push_back({Trans::no, Trans::no, {N, oc, ic}});   // forward
     p.push_back({Trans::no, Trans::yes, {N, ic, oc}});  // dinp
@@ -82,11 +82,19 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[++i]);
     } else if (arg == "--model-shapes" && i + 3 < argc) {
       const int N = std::atoi(argv[i + 1]), C = std::atoi(argv[i + 2]), V = std::atoi(argv[i + 3]);
-      products = model_products(N, C, V);
+      // c_attn, attn.c_proj, c_fc and mlp.c_proj.
+      products = model_products(N, C, V, {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}});
       what = fmt::format("GPT-2 block and head GEMMs, N={} C={} V={}", N, C, V);
       i += 3;
+    } else if (arg == "--llama-shapes" && i + 5 < argc) {
+      const int N = std::atoi(argv[i + 1]), C = std::atoi(argv[i + 2]), V = std::atoi(argv[i + 3]);
+      const int QKV = std::atoi(argv[i + 4]), H = std::atoi(argv[i + 5]);
+      // q|k|v, o_proj (from the query heads' C channels), gate|up and down_proj.
+      products = model_products(N, C, V, {{C, QKV}, {C, C}, {C, 2 * H}, {H, C}});
+      what = fmt::format("llama block and head GEMMs, N={} C={} V={} QKV={} H={}", N, C, V, QKV, H);
+      i += 5;
     } else {
-      fmt::print(stderr, "usage: bench_sgemm [--model-shapes N C V] [--seconds S]\n");
+      fmt::print(stderr, "usage: bench_sgemm [--model-shapes N C V | --llama-shapes N C V QKV H] [--seconds S]\n");
       return 2;
     }
   }

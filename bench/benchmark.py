@@ -1,16 +1,21 @@
 #!/usr/bin/python3
-"""Training throughput of meshtrain on a named config, beside the machine's sgemm rate and
-PyTorch eager on the same shape, batch and cores, all measured in this one run.
+"""Training throughput of meshtrain on named configs — by default a GPT-2 and a llama of
+comparable shape — beside the machine's sgemm rate and PyTorch eager on the same shape, batch and
+cores, all measured in this one run.
 
-usage: bench/benchmark.py [--build build/release] [--config jobs/bench/gpt2_l6_c384.ini]
+usage: bench/benchmark.py [--build build/release]
+                          [--config jobs/bench/gpt2_l6_c384.ini jobs/bench/llama_l6_c384.ini]
                           [--steps 12] [--warmup 2] [--torch-threads 1]
 
-Prints tokens/s and model FLOP/s (6N + 6·L·C·T per token, llm.c's count) for meshtrain and for
-PyTorch, and each as a fraction of the sgemm rate meshtrain's GEMM dispatch reaches on the
-model's own GEMM shapes. Steps before --warmup are not counted; the median step is reported.
+For each config: tokens/s and model FLOP/s (6N + 6·L·C·T per token, llm.c's count; llama's N
+leaves out embed_tokens, a lookup) for meshtrain and for PyTorch (bench/torch_gpt2_bench.py,
+bench/torch_llama_bench.py), each as a fraction of the sgemm rate meshtrain's GEMM dispatch
+reaches on that model's own GEMM shapes; then the ratios meshtrain / PyTorch per family and
+llama / gpt2 per implementation. The shape, derived widths and FLOPs per token come from
+`meshtrain plan --json` (the planner's model object), and PyTorch's own count of its model must
+agree with it. Steps before --warmup are not counted; the median step is reported.
 """
 import argparse
-import configparser
 import json
 import os
 import subprocess
@@ -25,13 +30,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def model_shape(config_path):
-    ini = configparser.ConfigParser()
-    ini.read(config_path)
-    m, t = ini["model"], ini["train"]
-    return dict(layers=int(m["layers"]), heads=int(m["heads"]), d_model=int(m["d_model"]),
-                vocab=int(m["vocab"]), seq_len=int(m["seq_len"]),
-                batch=int(t["micro_batch"]), global_batch=int(t["global_batch"]))
+def model_shape(binary, config_path):
+    """The planner's model object (family, widths, parameters, FLOPs per token) and the batch."""
+    plan = json.loads(subprocess.run([os.path.join(binary, "meshtrain"), "plan", "--config", config_path, "--world",
+                                      "1", "--json"], check=True, capture_output=True, text=True).stdout)
+    shape = dict(plan["model"])
+    shape.update(batch=plan["effective_batch"]["micro_batch"], accum=plan["effective_batch"]["accum"])
+    return shape
 
 
 def write_random_shard(path, tokens, vocab, seed=0):
@@ -48,66 +53,100 @@ def run_json(cmd, env=None):
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
-    ap.add_argument("--config", default=os.path.join(ROOT, "jobs", "bench", "gpt2_l6_c384.ini"))
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--torch-threads", type=int, default=1)
-    args = ap.parse_args()
+def sgemm_shapes(shape, n_rows):
+    """bench_sgemm's arguments for the products of one block and the head of this family."""
+    common = [str(n_rows), str(shape["d_model"]), str(shape["vocab"])]
+    if shape["arch"] == "llama":
+        head_size = shape["d_model"] // shape["heads"]
+        qkv = (shape["heads"] + 2 * shape["kv_heads"]) * head_size
+        return ["--llama-shapes"] + common + [str(qkv), str(shape["mlp_hidden"])]
+    return ["--model-shapes"] + common
 
-    shape = model_shape(args.config)
-    if shape["global_batch"] != shape["batch"]:
-        sys.exit("benchmark configs use one micro-batch per step (global_batch == micro_batch)")
-    n_rows = shape["batch"] * shape["seq_len"]
-    binary = os.path.join(args.build, "bin")
 
-    roofline = run_json([os.path.join(binary, "bench_sgemm"), "--model-shapes", str(n_rows),
-                         str(shape["d_model"]), str(shape["vocab"]), "--seconds", "3"])
-    sgemm = roofline["sgemm_flops_per_s"]
+def torch_command(shape, args):
+    """The PyTorch baseline of this family on the same shape and batch."""
+    family = [os.path.join(HERE, "torch_gpt2_bench.py")]
+    if shape["arch"] == "llama":
+        family = [os.path.join(HERE, "torch_llama_bench.py"), "--kv_heads", str(shape["kv_heads"]),
+                  "--ffn_hidden", str(shape["mlp_hidden"])]
+    return ["/usr/bin/python3"] + family + [
+        "--layers", str(shape["layers"]), "--heads", str(shape["heads"]), "--d_model", str(shape["d_model"]),
+        "--vocab", str(shape["vocab"]), "--seq_len", str(shape["seq_len"]), "--batch", str(shape["batch"]),
+        "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.torch_threads)]
 
+
+def meshtrain_tokens_per_s(binary, config, n_rows, vocab, args):
+    """Median tokens/s of meshtrain's steps after the warm-up, on random tokens."""
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "tokens.bin")
-        write_random_shard(shard, n_rows * (args.steps + 1) + 1, shape["vocab"])
+        write_random_shard(shard, n_rows * (args.steps + 1) + 1, vocab)
         metrics = os.path.join(tmp, "metrics.jsonl")
-        subprocess.run([os.path.join(binary, "meshtrain"), "train", "--config", args.config,
+        subprocess.run([os.path.join(binary, "meshtrain"), "train", "--config", config,
                         "--data.train", shard, "--train.steps", str(args.steps),
                         "--checkpoint.dir", os.path.join(tmp, "ckpt"), "--log.metrics", metrics,
                         "--log.every", str(args.steps)], check=True, stdout=subprocess.DEVNULL)
         records = trainer_output.read_metrics(metrics)
-    counted = trainer_output.after_warmup(records, args.warmup)
-    ours_tps = trainer_output.median_after_warmup(records, "tokens_per_s", args.warmup)
-    flops_per_token = counted[0]["model_flops_per_s"] / counted[0]["tokens_per_s"]
+    return trainer_output.median_after_warmup(records, "tokens_per_s", args.warmup)
 
-    env = dict(os.environ)
-    torch = run_json(["/usr/bin/python3", os.path.join(HERE, "torch_gpt2_bench.py"),
-                      "--layers", str(shape["layers"]), "--heads", str(shape["heads"]),
-                      "--d_model", str(shape["d_model"]), "--vocab", str(shape["vocab"]),
-                      "--seq_len", str(shape["seq_len"]), "--batch", str(shape["batch"]),
-                      "--steps", str(args.steps), "--warmup", str(args.warmup),
-                      "--threads", str(args.torch_threads)], env=env)
 
-    rows = [("meshtrain", ours_tps), ("pytorch eager", torch["tokens_per_s"])]
-    print(f"config {os.path.relpath(args.config, ROOT)}: L{shape['layers']} H{shape['heads']} "
-          f"C{shape['d_model']} V{shape['vocab']} T{shape['seq_len']}, {shape['batch']}x{shape['seq_len']} "
-          f"tokens/step, fp32, {os.cpu_count()} cores")
-    print(f"flops per token (6N + 6LCT): {flops_per_token / 1e6:.2f} M")
-    print(f"meshtrain's BLAS: {roofline['blas']}, kernels {roofline['blas_kernels'] or '-'}, "
-          f"{roofline['blas_threads']} threads (OPENBLAS_CORETYPE {os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
-          f"PyTorch's: {torch['blas']}, kernels {torch['blas_kernels'] or '-'}")
-    print(f"sgemm on the model's GEMM shapes: {sgemm / 1e9:.1f} GFLOP/s")
-    print(f"{'':15} {'tokens/s':>10} {'GFLOP/s':>9} {'of sgemm':>9}")
-    for name, tps in rows:
-        flops = tps * flops_per_token
-        print(f"{name:15} {tps:10.0f} {flops / 1e9:9.1f} {flops / sgemm:9.2f}")
-    print(f"meshtrain / pytorch: {ours_tps / torch['tokens_per_s']:.2f}x")
-    print(json.dumps({"meshtrain_tokens_per_s": ours_tps, "torch_tokens_per_s": torch["tokens_per_s"],
-                      "sgemm_flops_per_s": sgemm, "flops_per_token": flops_per_token,
-                      "meshtrain_fraction_of_sgemm": ours_tps * flops_per_token / sgemm,
-                      "torch_fraction_of_sgemm": torch["tokens_per_s"] * flops_per_token / sgemm,
-                      "blas": roofline["blas"], "blas_kernels": roofline["blas_kernels"],
-                      "torch_blas": torch["blas"], "torch_blas_kernels": torch["blas_kernels"]}))
+def bench_config(binary, config, args):
+    """sgemm on the model's shapes, meshtrain and PyTorch for one config: a dict of figures."""
+    shape = model_shape(binary, config)
+    if shape["accum"] != 1:
+        sys.exit(f"{config}: benchmark configs use one micro-batch per step (global_batch == micro_batch)")
+    n_rows = shape["batch"] * shape["seq_len"]
+    roofline = run_json([os.path.join(binary, "bench_sgemm")] + sgemm_shapes(shape, n_rows) + ["--seconds", "3"])
+    ours = meshtrain_tokens_per_s(binary, config, n_rows, shape["vocab"], args)
+    torch = run_json(torch_command(shape, args))
+    if abs(torch["flops_per_token"] - shape["flops_per_token"]) > 1e-9 * shape["flops_per_token"]:
+        sys.exit(f"{config}: PyTorch's model counts {torch['flops_per_token']} FLOP per token, the planner "
+                 f"{shape['flops_per_token']}: not the same model")
+    return dict(config=os.path.relpath(config, ROOT), shape=shape, sgemm_flops_per_s=roofline["sgemm_flops_per_s"],
+                meshtrain_tokens_per_s=ours, torch_tokens_per_s=torch["tokens_per_s"],
+                flops_per_token=shape["flops_per_token"], blas=roofline["blas"],
+                blas_kernels=roofline["blas_kernels"], blas_threads=roofline["blas_threads"],
+                torch_blas=torch["blas"], torch_blas_kernels=torch["blas_kernels"])
+
+
+def print_config(r):
+    s = r["shape"]
+    widths = f" KV{s['kv_heads']} SwiGLU {s['mlp_hidden']}" if s["arch"] == "llama" else ""
+    print(f"config {r['config']}: {s['arch']} L{s['layers']} H{s['heads']}{widths} C{s['d_model']} V{s['vocab']} "
+          f"T{s['seq_len']}, {s['batch']}x{s['seq_len']} tokens/step, fp32, {os.cpu_count()} cores")
+    print(f"  {s['parameters'] / 1e6:.2f}M parameters, {r['flops_per_token'] / 1e6:.2f} MFLOP per token; "
+          f"sgemm on the model's GEMM shapes: {r['sgemm_flops_per_s'] / 1e9:.1f} GFLOP/s")
+    print(f"  {'':15} {'tokens/s':>10} {'GFLOP/s':>9} {'of sgemm':>9}")
+    for name, tps in (("meshtrain", r["meshtrain_tokens_per_s"]), ("pytorch eager", r["torch_tokens_per_s"])):
+        flops = tps * r["flops_per_token"]
+        print(f"  {name:15} {tps:10.0f} {flops / 1e9:9.1f} {flops / r['sgemm_flops_per_s']:9.2f}")
+    print(f"  meshtrain / pytorch: {r['meshtrain_tokens_per_s'] / r['torch_tokens_per_s']:.2f}x")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    ap.add_argument("--config", nargs="+", default=[os.path.join(ROOT, "jobs", "bench", name)
+                                                    for name in ("gpt2_l6_c384.ini", "llama_l6_c384.ini")])
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--torch-threads", type=int, default=1)
+    args = ap.parse_args()
+    binary = os.path.join(args.build, "bin")
+
+    results = [bench_config(binary, config, args) for config in args.config]
+    first = results[0]
+    print(f"meshtrain's BLAS: {first['blas']}, kernels {first['blas_kernels'] or '-'}, {first['blas_threads']} "
+          f"threads (OPENBLAS_CORETYPE {os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
+          f"PyTorch's: {first['torch_blas']}, kernels {first['torch_blas_kernels'] or '-'}")
+    for r in results:
+        print_config(r)
+    by_arch = {r["shape"]["arch"]: r for r in results}
+    if "gpt2" in by_arch and "llama" in by_arch:
+        g, l = by_arch["gpt2"], by_arch["llama"]
+        for who, key in (("meshtrain", "meshtrain_tokens_per_s"), ("pytorch", "torch_tokens_per_s")):
+            print(f"llama / gpt2, {who}: {l[key] / g[key]:.2f}x tokens/s, "
+                  f"{l[key] * l['flops_per_token'] / (g[key] * g['flops_per_token']):.2f}x model FLOP/s")
+    print(json.dumps({"results": results}))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,34 @@ nlohmann::json memory_json(const MemoryBytes& m) {
   return out;
 }
 
+// "model: 6 layers, 6 heads, d_model 384, …: 10.84M parameters, 68.6 M FLOP per token"; llama's line
+// names the family and the widths gpt2 fixes (kv heads, the SwiGLU hidden size).
+std::string model_line(const ModelConfig& m) {
+  const double parameters = double(ParameterLayout(m).total());
+  const std::string family =
+      m.arch == Arch::llama
+          ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers, m.heads,
+                        m.kv_head_count(), m.d_model, m.mlp_hidden())
+          : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
+  return fmt::format("model: {}, vocab {}, seq_len {}: {:.2f}M parameters, {} FLOP per token\n", family, m.vocab,
+                     m.seq_len, parameters / 1e6, rate_text(flops_per_token(ParameterLayout(m)), ""));
+}
+
+// The shape with the widths each family derives (kv heads, the MLP's hidden size), the parameter
+// count and FLOPs per token: what bench/benchmark.py builds its PyTorch model from.
+nlohmann::json model_json(const ModelConfig& m) {
+  return {{"arch", name_of(m.arch)},
+          {"layers", m.layers},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_head_count()},
+          {"d_model", m.d_model},
+          {"mlp_hidden", m.mlp_hidden()},
+          {"vocab", m.vocab},
+          {"seq_len", m.seq_len},
+          {"parameters", ParameterLayout(m).total()},
+          {"flops_per_token", flops_per_token(ParameterLayout(m))}};
+}
+
 // Everything of plan_json but per_rank.
 nlohmann::json summary_json(const Plan& plan) {
   const Config& cfg = plan.cfg;
@@ -97,6 +125,7 @@ nlohmann::json summary_json(const Plan& plan) {
   }
   const Cluster& c = plan.cluster;
   return {
+      {"model", model_json(cfg.model)},
       {"layout",
        {{"world", l.world()},
         {"dp", l.dp},
@@ -141,13 +170,8 @@ nlohmann::json summary_json(const Plan& plan) {
 std::string plan_table(const Plan& plan) {
   const Config& cfg = plan.cfg;
   const ModelConfig& m = cfg.model;
-  const double parameters = double(ParameterLayout(m).total());
   std::string out;
-  out += fmt::format(
-      "model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters, "
-      "{} FLOP per token\n",
-      m.layers, m.heads, m.d_model, m.vocab, m.seq_len, parameters / 1e6,
-      rate_text(flops_per_token(ParameterLayout(m)), "").c_str());
+  out += model_line(m);
   out += fmt::format("training: {}, recompute {}, zero {}, schedule {}\n", cfg.train.precision, cfg.train.recompute,
                      cfg.parallel.zero, cfg.parallel.schedule);
   out += cluster_line(plan) + "\n";

@@ -3,9 +3,11 @@
 // What one step of one pipeline stage costs, per rank of that stage:
 //
 //   compute  = m · b·T · F_stage · r / t / R
-//              F_stage: the stage's model FLOPs per token (6·N + 6·L·C·T split by stage), r the
-//              recomputation factor (full: the forward runs twice, 8/6; selective: the attention
-//              scores' forward again, + 2·L·C·T), R the rank's FLOP/s = peak · efficiency, divided
+//              F_stage: the stage's model FLOPs per token (6·N + 6·L·C·T split by stage, N the
+//              family's product matrices: stage_flops_per_token), r the recomputation factor (full:
+//              the forward runs twice, 8/6; selective: the attention scores' forward again,
+//              + 2·L·C·T, the query heads' width NH·hs being C in both families), R the rank's
+//              FLOP/s = peak · efficiency, divided
 //              by the node's ranks on a host-only cluster (they share its cores), and slower by
 //              1 + serial_fraction · (cores/ranks − 1) when fewer ranks than cores leave some idle.
 //   comm     = the step's traffic as the trainer makes it (plan/traffic.hpp: calls and bytes per
@@ -14,7 +16,7 @@
 //              f(B) + (c − 1) · f(0): every call pays its latency, the bytes their bandwidth.
 //              tp comm: the tensor-parallel all-reduces over t ranks. pp comm: the stage's sends
 //              (a receive is the neighbour's send, counted there), the loss sum over p ranks and
-//              the tied wte gradient over 2. dp comm: the loss sum, the gradient buckets or ZeRO's
+//              gpt2's tied wte gradient over 2 (llama's lm_head is untied: none). dp comm: the loss sum, the gradient buckets or ZeRO's
 //              reduce-scatters, and ZeRO's all-gathers, over d ranks.
 //   bubble   = (p − 1)/m · (compute + tp comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).

@@ -18,7 +18,7 @@ struct StepTime {
   int stage = 0;         // the pipeline stage these figures are for
   double compute_s = 0;  // forward and backward (and recomputation) FLOPs of m micro-batches
   double tp_comm_s = 0;  // tensor-parallel all-reduces
-  double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, the tied wte gradient
+  double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, gpt2's tied wte gradient
   double dp_comm_s = 0;  // the loss sum, gradient reduction over dp, ZeRO's gathers
   double bubble_s = 0;   // pipeline fill and drain
   double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + bubble_s; }
@@ -37,8 +37,11 @@ double point_to_point_s(double bytes, const Link& link);
 Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster, int world);
 
 // Model FLOPs per token of pipeline stage `stage` (llm.c's count, 6·N + 6·L·C·T, split by stage:
-// each stage's blocks; wpe on the first stage, the tied wte — the output head's GEMM — on the last).
-// The stages sum to flops_per_token(). Without recomputation.
+// each stage's blocks; gpt2's wpe on the first stage and its tied wte — the output head's GEMM — on
+// the last; llama's lm_head and norm on the last, its embed_tokens, a lookup, nowhere). N is every
+// product's matrix of the family: gpt2's 3C-wide c_attn and 4C-wide MLP, llama's q, k, v (kv heads
+// narrower under grouped-query attention) and SwiGLU's gate, up and down (model/parameters.hpp,
+// flops_per_token). The stages sum to flops_per_token(). Without recomputation.
 double stage_flops_per_token(const ModelConfig& model, int stage, int stages);
 
 // The step time of every pipeline stage, and the slowest one (what the step takes).

@@ -13,15 +13,18 @@
 //         (ZeRO 1–2), or the non-block units (ZeRO 3), in the compute type: fp32, or the 16-bit
 //         copy's own gathers in 16 bits (state/working_copy.hpp); ZeRO 3 also gathers blocks
 //         (zero3_block_gathers).
-//   tp    (tp > 1; model/gpt2.cpp) per micro-batch, of b·T·C elements of the compute type: the
-//         vocabulary-parallel embedding (first stage), two per block forward (attention and MLP
-//         projections), the head's input gradient (last stage), two per block backward, one more
-//         per block whose forward full recomputation reruns; the vocabulary-parallel loss's row
+//   tp    (tp > 1; model/gpt2_*.cpp and model/llama_*.cpp make the same sums) per micro-batch, of
+//         b·T·C elements of the compute type: the vocabulary-parallel embedding (first stage), two
+//         per block forward (the row-parallel projections: gpt2's two c_proj, llama's o_proj and
+//         down_proj), the head's input gradient (last stage), two per block backward (the inputs
+//         of the column-parallel products: c_attn and c_fc, q|k|v and gate|up), one more per
+//         block whose forward full recomputation reruns; the vocabulary-parallel loss's row
 //         maxima (b·T floats) and partial sums (2·b·T floats) on the last stage.
 //   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
 //         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
-//   tied  (pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the tensor
-//         (ZeRO 0) or the rank's shard of its unit (train/model_state.cpp).
+//   tied  (gpt2, pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the
+//         tensor (ZeRO 0) or the rank's shard of its unit (train/model_state.cpp). llama's untied
+//         lm_head has no such group (ModelConfig::ties_output_head).
 #pragma once
 
 #include "core/config.hpp"

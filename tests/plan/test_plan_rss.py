@@ -7,7 +7,7 @@ metrics record (rank 0's VmHWM, written by the trainer), then compares it with `
 of `meshtrain plan --json` on the same keys. A metrics file without `memory.peak_rss` fails the test:
 the trainer must report it.
 
-usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15]
+usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15] [--arch gpt2|llama]
 """
 import argparse
 import json
@@ -36,6 +36,17 @@ CASES = [
     ("dp2_zero3", 2, ["--parallel.zero", "3"]),
     ("dp2_zero1_bf16", 2, ["--parallel.zero", "1", "--train.precision", "bf16"]),
 ]
+# --arch llama: L4 H8 KV4 C512 with the LLaMA rule's SwiGLU width (8·512/3 rounded up to 1536):
+# 12.9M parameters (embed_tokens and lm_head untied), states again ~200 MiB. The cases cover
+# grouped-query tensor parallelism, an untied pipeline and ZeRO's sharding in 16 bits.
+LLAMA_MODEL = ["--model.arch", "llama", "--model.kv_heads", "4"] + MODEL
+LLAMA_CASES = [
+    ("llama_single", 1, []),
+    ("llama_tp2", 2, ["--parallel.tp", "2"]),
+    ("llama_pp2_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
+    ("llama_dp2_zero3_bf16", 2, ["--parallel.zero", "3", "--train.precision", "bf16"]),
+]
+FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES)}
 
 
 def write_shard(path, tokens):
@@ -49,17 +60,19 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--arch", choices=sorted(FAMILIES), default="gpt2", help="the model family's model and cases")
     opts = ap.parse_args()
+    model, cases = FAMILIES[opts.arch]
     shutil.rmtree(opts.workdir, ignore_errors=True)
     os.makedirs(opts.workdir)
     shard = os.path.join(opts.workdir, "shard.bin")
     write_shard(shard, 100_000)
     failures = []
     print(f"{'case':<12} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
-    for name, ranks, extra in CASES:
+    for name, ranks, extra in cases:
         work, run_keys = case_keys(opts.workdir, name, shard)
         metrics = os.path.join(work, "metrics.jsonl")
-        keys = MODEL + extra + run_keys + ["--log.metrics", metrics]
+        keys = model + extra + run_keys + ["--log.metrics", metrics]
         plan = plan_json(opts.meshtrain, ranks, keys)
         if isinstance(plan, str):
             failures.append(f"{name}: {plan}")

@@ -1,0 +1,99 @@
+// The planner on the llama family: parameter count, FLOPs per token, per-stage FLOPs, per-rank
+// state memory and the step-time model's compute and traffic, each against a count worked out here
+// by hand from the shape (not taken from the model code).
+#include "model/parameters.hpp"
+#include "plan/memory_plan.hpp"
+#include "plan/step_time.hpp"
+#include "plan/traffic.hpp"
+
+#include <gtest/gtest.h>
+
+namespace meshtrain {
+namespace {
+
+// C 64, NH 4 (head size 16), KV 2, SwiGLU hidden 176 (not a power of two), V 259 (odd: tp pads
+// it), L 2, T 32.
+ModelConfig small_llama() {
+  ModelConfig m{2, 4, 64, 259, 32};
+  m.arch = Arch::llama;
+  m.kv_heads = 2;
+  m.ffn_hidden = 176;
+  return m;
+}
+
+// By hand, C 64, hs 16, q rows NH·hs = 64, k and v rows KV·hs = 32, H 176:
+//   one block: input_layernorm 64 + q 64·64 = 4096 + k 32·64 = 2048 + v 2048 + o 64·64 = 4096
+//              + post_attention_layernorm 64 + gate, up, down 3 · 176·64 = 33792      = 46,208
+//   embed_tokens 259·64 = 16,576; norm 64; lm_head (untied) 259·64 = 16,576
+//   parameters  = 2 · 46,208 + 16,576 + 64 + 16,576                                     = 125,632
+//   FLOPs/token = 6 · (125,632 − 16,576, embed_tokens being a lookup) + 6·L·C·T
+//               = 6 · 109,056 + 6 · 2 · 64 · 32 = 654,336 + 24,576                      = 678,912
+constexpr double block_parameters = 46'208, table = 16'576, attention_per_block = 6.0 * 64 * 32;
+
+TEST(LlamaPlan, ParametersAndFlopsPerTokenByHand) {
+  const ParameterLayout layout(small_llama());
+  EXPECT_EQ(layout.total(), 125'632u);
+  EXPECT_DOUBLE_EQ(flops_per_token(layout), 678'912.0);
+  // pp 2, one block a stage: stage 0 the block (embed_tokens adds nothing), stage 1 the block, norm
+  // and lm_head.
+  EXPECT_DOUBLE_EQ(stage_flops_per_token(small_llama(), 0, 2), 6 * block_parameters + attention_per_block);
+  EXPECT_DOUBLE_EQ(stage_flops_per_token(small_llama(), 1, 2),
+                   6 * (block_parameters + 64 + table) + attention_per_block);
+}
+
+// tp 2 × dp 2, ZeRO 1, fp32. A tp rank's share, by hand: per block the two norms whole (128), q and
+// o half (2 · 2048), k and v half (2 · 1024), gate, up and down half (3 · 5632) = 23,168; the
+// padded vocabulary 260 / 2 = 130 rows of embed_tokens and of lm_head (8,320 each); norm 64:
+// 2 · 23,168 + 2 · 8,320 + 64 = 63,040 elements, every unit even, so ZeRO 1 halves the moments.
+TEST(LlamaPlan, StateMemoryOfATensorParallelRankByHand) {
+  Config cfg;
+  cfg.model = small_llama();
+  cfg.parallel.zero = 1;
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 4;
+  const std::int64_t local = 63'040;
+  for (int tp_rank : {0, 1}) {
+    const MemoryBytes m = planned_rank_memory(cfg, Layout{2, 2, 1}, GridPosition{1, tp_rank, 0});
+    EXPECT_EQ(m[MemoryCategory::weights], 4 * local) << "tp rank " << tp_rank;
+    EXPECT_EQ(m[MemoryCategory::grads], 4 * local);
+    EXPECT_EQ(m[MemoryCategory::optimizer], 2 * 4 * local / 2);
+    EXPECT_EQ(m[MemoryCategory::master], 0);
+    EXPECT_GT(m[MemoryCategory::activations], 0);
+  }
+}
+
+// dp 1 × tp 2 × pp 2 on one node: compute from the hand count, tp sums as gpt2's (the same
+// row-parallel products per block), and no tied-head group (lm_head is untied).
+TEST(LlamaPlan, StepTimeComputeAndTrafficByHand) {
+  Config cfg;
+  cfg.model = small_llama();
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 8;  // m = 4 micro-batches
+  Cluster c;
+  c.ranks_per_node = 4;
+  c.host_only = false;
+  c.peak_flops_fp32 = 1e12;
+  c.efficiency = 0.5;
+  c.intra = {1e10, 1e-6};
+  c.inter = c.intra;
+  const Layout layout{1, 2, 2};
+  const std::vector<StepTime> stages = stage_step_times(cfg, layout, c);
+  ASSERT_EQ(stages.size(), 2u);
+  const double m = 4, b = 2, T = 32, t = 2, rate = 1e12 * 0.5;
+  const double stage_flops[] = {6 * block_parameters + attention_per_block,
+                                6 * (block_parameters + 64 + table) + attention_per_block};
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(stages[s].compute_s, m * b * T * stage_flops[s] / t / rate, 1e-15) << "stage " << s;
+    const RankTraffic traffic = predicted_traffic(cfg, layout, GridPosition{0, 0, s});
+    EXPECT_EQ(traffic.count("tied"), 0u);
+    // One block a stage: 2 sums forward and 2 backward per micro-batch, the embedding's on stage 0,
+    // the head's input gradient and the loss's two on stage 1.
+    const std::int64_t wide = m * (4 + 1), rows = std::int64_t(b * T);
+    const TrafficCount& sums = traffic.at("tp")[Collective::allreduce];
+    EXPECT_EQ(sums.calls, s == 0 ? wide : wide + 2 * std::int64_t(m));
+    EXPECT_EQ(sums.bytes, wide * rows * 64 * 4 + (s == 0 ? 0 : std::int64_t(m) * 3 * rows * 4));
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain
