@@ -52,15 +52,16 @@ CASES = [
                                              "--train.recompute", "full"]),
 ]
 # --arch llama: the same shape with grouped-query attention (4 heads, 2 kv heads: one a tp rank at
-# tp 2) and a SwiGLU width of 88; the untied lm_head leaves pipelines no "tied" group. No pipeline
-# under ZeRO 2-3 yet: a stage whose first unit is a block (every llama stage but the first; gpt2's
-# middle stages) reports offset 0 twice per backward and reduce-scatters every unit twice.
+# tp 2) and a SwiGLU width of 88; the untied lm_head leaves pipelines no "tied" group. The second
+# stage's first unit is a block (lm_head comes last): its backward reaches offset 0 at block 0, and
+# each unit must still be reduce-scattered once per micro-batch.
 LLAMA_MODEL = ["--model.arch", "llama", "--model.kv_heads", "2", "--model.ffn_hidden", "88"] + MODEL
 LLAMA_CASES = [
     ("llama_dp2_zero2_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "2", "--train.precision", "bf16"]),
     ("llama_tp2_bf16_recompute", 2, ["--parallel.tp", "2", "--train.precision", "bf16",
                                      "--train.recompute", "full"]),
     ("llama_pp2_1f1b_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
+    ("llama_dp2_pp2_zero2", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "2"]),
     ("llama_dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "3",
                                      "--train.precision", "bf16"]),
 ]
