@@ -63,7 +63,7 @@ inline constexpr const char* checksum_algorithm = "checksum_algorithm";         
 // The tokenizer of the data (data.tokenizer), where one was set; without them a checkpoint is byte-level.
 inline constexpr const char* tokenizer = "tokenizer";              // string: the model file's path, as given
 inline constexpr const char* tokenizer_xxh64 = "tokenizer_xxh64";  // string: its bytes' XXH64, 16 hex digits
-inline constexpr const char* model_family = "model_family";                      // string: model.arch ("gpt2", "llama")
+inline constexpr const char* model_family = "model_family";        // string: model.arch ("gpt2", "llama")
 }  // namespace attr
 
 // The family of meshtrain checkpoints written before attr::model_family: GPT-2, the only one then.

@@ -89,11 +89,10 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 // names the family and the widths gpt2 fixes (kv heads, the SwiGLU hidden size).
 std::string model_line(const ModelConfig& m) {
   const double parameters = double(ParameterLayout(m).total());
-  const std::string family =
-      m.arch == Arch::llama
-          ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers, m.heads,
-                        m.kv_head_count(), m.d_model, m.mlp_hidden())
-          : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
+  const std::string family = m.arch == Arch::llama
+                                 ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers,
+                                               m.heads, m.kv_head_count(), m.d_model, m.mlp_hidden())
+                                 : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
   return fmt::format("model: {}, vocab {}, seq_len {}: {:.2f}M parameters, {} FLOP per token\n", family, m.vocab,
                      m.seq_len, parameters / 1e6, rate_text(flops_per_token(ParameterLayout(m)), ""));
 }

@@ -16,8 +16,8 @@
 //              f(B) + (c − 1) · f(0): every call pays its latency, the bytes their bandwidth.
 //              tp comm: the tensor-parallel all-reduces over t ranks. pp comm: the stage's sends
 //              (a receive is the neighbour's send, counted there), the loss sum over p ranks and
-//              gpt2's tied wte gradient over 2 (llama's lm_head is untied: none). dp comm: the loss sum, the gradient buckets or ZeRO's
-//              reduce-scatters, and ZeRO's all-gathers, over d ranks.
+//              gpt2's tied wte gradient over 2 (llama's lm_head is untied: none). dp comm: the loss sum, the gradient
+//              buckets or ZeRO's reduce-scatters, and ZeRO's all-gathers, over d ranks.
 //   bubble   = (p − 1)/m · (compute + tp comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
