@@ -240,6 +240,36 @@ class Tokenizers(CliCase):
         words = [p for p in generated if len(p.lstrip("\u2581")) > 1 and not self.sp.is_byte(self.sp.piece_to_id(p))]
         self.assertGreater(len(words), 10, f"few subword pieces in {generated}")
 
+    def test_a_llama_from_dp2_tp2_pp2_zero1_resumes_under_one_rank_and_tp4_and_samples_subwords(self):
+        """Issue 14's end to end: a llama checkpoint written under dp2·tp2·pp2·ZeRO-1 on a subword
+        shard resumes under one rank and under tp4, and both give the same losses; sample prints the
+        independent decoder's text of its ids, with words in it."""
+        if not cli.MPIEXEC:
+            self.skipTest("no mpiexec")
+        self.prepare(CORPUS)
+        keys = {**SUBWORD_MODEL, "model.arch": "llama", "model.layers": 2, "model.heads": 8, "model.kv_heads": 4,
+                "model.d_model": 64, "model.ffn_hidden": 96, "train.micro_batch": 2, "train.global_batch": 8,
+                "train.steps": 8, "data.train": "shard.bin", "data.tokenizer": "tok.model"}
+        three_d = {"parallel.dp": 2, "parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 1, "train.stop_after": 4}
+        self.run_ok(train_args({**keys, **three_d}), codes=(3,), launcher=[cli.MPIEXEC, "-n", "8"], timeout=120)
+        losses = {}
+        for name, ranks, layout in (("one", 1, {}), ("tp4", 4, {"parallel.tp": 4})):
+            shutil.copytree(self.path("ck"), self.path(name))
+            self.run_ok(train_args({**keys, **layout, "checkpoint.dir": name, "log.metrics": f"{name}.jsonl"}),
+                        launcher=[cli.MPIEXEC, "-n", str(ranks)], timeout=120)
+            losses[name] = [m["loss"] for m in cli.read_metrics(self.path(f"{name}.jsonl"))]
+        self.assertEqual(len(losses["one"]), 4, "the resumed runs train steps 5 to 8")
+        np.testing.assert_allclose(losses["tp4"], losses["one"], rtol=1e-5)
+        ck = self.path("tp4", cli.read_latest(self.path("tp4")))
+        sample = ["sample", "--checkpoint", ck, "--prompt", "The computer", "--tokens", "30", "--temperature", "0.8",
+                  "--seed", "5"]
+        text = self.run_ok(sample).stdout_bytes.decode("utf-8")
+        ids = [int(t) for t in self.run_ok(sample + ["--ids"]).stdout.split()]
+        self.assertEqual(text, self.sp.decode(ids) + "\n", "sample's text is not the independent decoder's")
+        generated = [self.sp.id_to_piece(i) for i in ids[len(self.sp.encode("The computer")):]]
+        words = [p for p in generated if len(p.lstrip("\u2581")) > 1 and not self.sp.is_byte(self.sp.piece_to_id(p))]
+        self.assertGreater(len(words), 5, f"few subword pieces in {generated}")
+
     def test_sample_refuses_a_changed_tokenizer_and_follows_one_moved(self):
         ck = self.train_subword(steps=2)
         recorded = xxh64(file_bytes(self.path("tok.model")))
