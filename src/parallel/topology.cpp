@@ -144,13 +144,13 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
         "choose parallel.tp among {}",
         parallel.tp, model.heads, divisors(model.heads));
   // llama: each tp rank holds whole key/value heads (no replication of kv heads across tp ranks)
-  // and an equal share of the SwiGLU columns.
+  // and an equal share of the SwiGLU columns (gpt2's 4·C follows from the heads' split).
   if (model.kv_head_count() % parallel.tp != 0)
     input_error(
         "parallel.tp = {} does not divide model.kv_heads = {} (tensor parallelism gives each rank whole key/value "
         "heads; replicating kv heads over tp ranks is not supported): choose parallel.tp among {}",
         parallel.tp, model.kv_head_count(), divisors(model.kv_head_count()));
-  if (model.mlp_hidden() % parallel.tp != 0)
+  if (model.arch == Arch::llama && model.mlp_hidden() % parallel.tp != 0)
     input_error(
         "parallel.tp = {} does not divide the SwiGLU hidden size {} (model.ffn_hidden, or the LLaMA rule's): "
         "choose parallel.tp among {}, or a model.ffn_hidden that tp divides",
