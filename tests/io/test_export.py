@@ -8,7 +8,7 @@ tensor must equal the checkpoint's /model dataset bit for bit, and the tensors m
 (every name and shape, nothing missing or extra) into the PyTorch GPT-2 of tests/oracle, whose
 parameters carry Hugging Face's GPT-2 names. A llama trained under tp 2 exports likewise: its
 tensors equal the checkpoint's, under Hugging Face Llama's names and torch Linear shapes [out, in]
-as tests/common/llama_tensors.py writes them from the definition. Bad input exits 2 and writes
+as the PyTorch oracle (tests/oracle/llama_torch.py) names and shapes them from the definition. Bad input exits 2 and writes
 nothing.
 
 usage: test_export.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC]
@@ -27,9 +27,8 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "oracle"), os.path.join(HERE, "..", "common")]
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import gpt2_torch  # noqa: E402
-import llama_tensors  # noqa: E402
 
 MODEL = {"layers": 2, "heads": 4, "d_model": 32, "vocab": 67, "seq_len": 16}
 # Grouped-query (4 query heads over 2 kv heads), a SwiGLU width that is no power of two.
@@ -115,7 +114,7 @@ def llama_export(args, work, shard):
     shapes of Hugging Face Llama; as torch tensors, q_proj maps C channels to heads·hs outputs."""
     ckpt, out = train_and_export(args, work, LLAMA, "llama", shard)
     tensors, metadata = read_safetensors(out)
-    want = llama_tensors.shapes(LLAMA)
+    want = {name: tuple(p.shape) for name, p in gpt2_torch.build_model({"model": LLAMA}).named_parameters()}
     failures = [] if metadata.get("model_family") == "llama" else [f"llama: metadata {metadata} names no llama"]
     if set(tensors) != set(want):
         failures.append(f"llama: names differ from Hugging Face Llama's: {sorted(set(tensors) ^ set(want))}")

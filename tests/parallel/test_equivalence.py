@@ -15,8 +15,8 @@ bitwise the run of A that never left: every step's loss, grad norm, lr and token
 checkpoint's /model and /optim (exact resumption, share/docs/usage.md, Checkpoints). That uninterrupted run is
 trained once too, and shared with a --layout A or --reference A given as well.
 An item SECTION.KEY=VALUE of a layout sets that key for it (e.g. tp=2,train.recompute=full).
-Both model families train here: --set model.arch=llama starts every layout from random Hugging
-Face Llama weights (tests/common/llama_tensors.py) instead of GPT-2's.
+Both model families train here: --set model.arch=llama starts every layout from random weights of
+the PyTorch oracle's Llama (tests/oracle/llama_torch.py) instead of GPT-2's.
 
 With --reference LAYOUT the runs are compared with that layout's instead of one rank's; with
 --exact every loss, grad norm and final weight must be bitwise equal (for runs that compute the
@@ -38,9 +38,8 @@ import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "oracle"), os.path.join(HERE, "..", "common")]
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import gpt2_torch  # noqa: E402
-import llama_tensors  # noqa: E402
 
 BASE = {
     "model": {"layers": 4, "heads": 4, "d_model": 32, "vocab": 71, "seq_len": 16},
@@ -170,9 +169,6 @@ def family(model):
 
 def write_init_weights(model, path):
     """Random initial weights for the family model.arch names, the one file every layout starts from."""
-    if family(model) == "llama":
-        llama_tensors.save_random_weights(model, path, seed=3)
-        return
     reference = gpt2_torch.build_model({"model": model})
     gpt2_torch.random_init(reference, seed=3, std=0.1)
     gpt2_torch.save_weights(reference, path)
