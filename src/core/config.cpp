@@ -82,6 +82,18 @@ class KeyTable {
     add("model.multiple_of", cfg.model.multiple_of, "llama: the SwiGLU hidden size's rounding when ffn_hidden is 0");
     add("model.rope_theta", cfg.model.rope_theta, "llama: rotary position embedding base theta");
     add("model.norm_eps", cfg.model.norm_eps, "llama: RMSNorm epsilon");
+    add("model.experts", cfg.model.experts, "llama: routed experts E of each MoE block (0: dense MLPs)");
+    add("model.experts_per_token", cfg.model.experts_per_token, "MoE: experts k each token is routed to");
+    add("model.moe_every", cfg.model.moe_every, "MoE: block l has routed experts when l % moe_every == 0");
+    add("model.shared_experts", cfg.model.shared_experts,
+        "MoE: shared experts every token passes (one SwiGLU of shared_experts x expert width)");
+    add("model.expert_hidden", cfg.model.expert_hidden, "MoE: SwiGLU width of one expert (0: the dense width)");
+    add("model.capacity_factor", cfg.model.capacity_factor,
+        "MoE: an expert takes ceil(factor x tokens x k / E) of a micro-batch's assignments (0: no drops)");
+    add("model.normalize_gates", cfg.model.normalize_gates,
+        "MoE: renormalise the k chosen router probabilities to sum 1 (false: the raw probabilities)");
+    add("model.aux_loss_coef", cfg.model.aux_loss_coef, "MoE: weight of the load-balancing auxiliary loss");
+    add("model.z_loss_coef", cfg.model.z_loss_coef, "MoE: weight of the router z-loss");
     add("train.micro_batch", cfg.train.micro_batch, "sequences per micro-batch on one data-parallel rank");
     add("train.global_batch", cfg.train.global_batch, "sequences per optimizer step over all ranks and accumulation");
     add("train.steps", cfg.train.steps, "optimizer steps in total (the schedule spans these)");
@@ -110,6 +122,8 @@ class KeyTable {
     add("parallel.dp", cfg.parallel.dp, "data-parallel degree (0: world / (tp x pp))");
     add("parallel.tp", cfg.parallel.tp, "tensor-parallel degree");
     add("parallel.pp", cfg.parallel.pp, "pipeline-parallel degree");
+    add("parallel.ep", cfg.parallel.ep,
+        "expert-parallel degree: the experts sharded over ep ranks of each data-parallel group (divides dp)");
     add("parallel.zero", cfg.parallel.zero,
         "ZeRO stage: 0 none, 1 optimizer state sharded over dp, 2 + gradients, 3 + parameters");
     add_choice("parallel.schedule", cfg.parallel.schedule, "pipeline schedule: {}");
@@ -196,6 +210,40 @@ void require_positive_real(const char* key, double v) {
   if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
 }
 
+// The MoE keys: valid values when model.experts > 0, their defaults otherwise.
+void validate_experts(const ModelConfig& m) {
+  if (m.experts < 0) input_error("model.experts = {} is invalid: it must be >= 0 (0: dense MLPs)", m.experts);
+  if (m.experts == 0) {
+    const ModelConfig d;
+    const std::pair<const char*, bool> moe_only[] = {
+        {"model.experts_per_token", m.experts_per_token == d.experts_per_token},
+        {"model.moe_every", m.moe_every == d.moe_every},
+        {"model.shared_experts", m.shared_experts == d.shared_experts},
+        {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
+        {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
+        {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
+        {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
+        {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}};
+    for (const auto& [key, is_default] : moe_only) {
+      if (!is_default) input_error("{} is a mixture-of-experts key: set model.experts > 0, or leave {} out", key, key);
+    }
+    return;
+  }
+  if (m.experts > 1024) input_error("model.experts = {} is invalid: at most 1024 experts", m.experts);
+  if (m.experts_per_token < 1 || m.experts_per_token > m.experts) {
+    input_error("model.experts_per_token = {} is invalid: it must lie in 1 .. model.experts = {}",
+                m.experts_per_token, m.experts);
+  }
+  require_positive("model.moe_every", m.moe_every);
+  if (m.shared_experts < 0) input_error("model.shared_experts = {} is invalid: it must be >= 0", m.shared_experts);
+  if (m.expert_hidden < 0) {
+    input_error("model.expert_hidden = {} is invalid: it must be >= 0 (0: the dense SwiGLU width)", m.expert_hidden);
+  }
+  require_non_negative("model.capacity_factor", m.capacity_factor);
+  require_non_negative("model.aux_loss_coef", m.aux_loss_coef);
+  require_non_negative("model.z_loss_coef", m.z_loss_coef);
+}
+
 // The llama keys: valid values under llama, their defaults under gpt2 (which has no use for them).
 void validate_family(const ModelConfig& m) {
   if (m.arch == Arch::gpt2) {
@@ -204,7 +252,8 @@ void validate_family(const ModelConfig& m) {
                                                        {"model.ffn_hidden", m.ffn_hidden == defaults.ffn_hidden},
                                                        {"model.multiple_of", m.multiple_of == defaults.multiple_of},
                                                        {"model.rope_theta", m.rope_theta == defaults.rope_theta},
-                                                       {"model.norm_eps", m.norm_eps == defaults.norm_eps}};
+                                                       {"model.norm_eps", m.norm_eps == defaults.norm_eps},
+                                                       {"model.experts", m.experts == defaults.experts}};
     for (const auto& [key, is_default] : llama_only) {
       if (!is_default) input_error("{} is a llama key: set model.arch = llama, or leave {} out", key, key);
     }
@@ -218,6 +267,7 @@ void validate_family(const ModelConfig& m) {
   require_positive("model.multiple_of", m.multiple_of);
   require_positive_real("model.rope_theta", m.rope_theta);
   require_positive_real("model.norm_eps", m.norm_eps);
+  validate_experts(m);
   if (m.head_size() % 2 != 0) {
     input_error(
         "model.d_model / model.heads = {} is odd: rotary position embedding rotates pairs of a head's channels, "
@@ -276,6 +326,7 @@ void validate(const Config& c) {
     input_error("parallel.dp = {} is invalid: it must be >= 0 (0: world / (tp x pp))", c.parallel.dp);
   if (c.parallel.tp < 1) input_error("parallel.tp = {} is invalid: it must be >= 1", c.parallel.tp);
   if (c.parallel.pp < 1) input_error("parallel.pp = {} is invalid: it must be >= 1", c.parallel.pp);
+  if (c.parallel.ep < 1) input_error("parallel.ep = {} is invalid: it must be >= 1", c.parallel.ep);
   if (c.parallel.zero < 0 || c.parallel.zero > 3) {
     input_error(
         "parallel.zero = {} is invalid: valid stages are 0 (none), 1 (optimizer state sharded over dp), "
@@ -378,6 +429,14 @@ std::string config_help() {
   std::ostringstream out;
   out << KeyTable(cfg).options();
   return out.str();
+}
+
+// ⌈factor · tokens · k / E⌉, at least 1. The tolerance keeps a quotient that is whole in exact
+// arithmetic (1.25 · 64 · 2 / 4 = 40) from rounding up to the next integer; the oracle's rule is the same.
+int ModelConfig::expert_capacity(int tokens) const {
+  if (experts == 0 || capacity_factor == 0) return 0;
+  const double want = capacity_factor * double(tokens) * double(experts_per_token) / double(experts);
+  return std::max(1, int(std::ceil(want - 1e-9)));
 }
 
 }  // namespace meshtrain

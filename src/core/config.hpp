@@ -172,6 +172,16 @@ struct ModelConfig {
   int multiple_of = 256;    // the LLaMA rule rounds the SwiGLU hidden size up to a multiple of this
   double rope_theta = 1e4;  // rotary position embedding base θ
   double norm_eps = 1e-5;   // RMSNorm epsilon
+  // Mixture of experts (llama; share/docs/usage.md, Mixture of experts). experts = 0: every MLP dense.
+  int experts = 0;               // E routed experts of each MoE block
+  int experts_per_token = 2;     // k: experts each token is routed to
+  int moe_every = 1;             // block l is MoE when l % moe_every == 0
+  int shared_experts = 0;        // S: a dense SwiGLU of width S · expert hidden that every token passes
+  int expert_hidden = 0;         // SwiGLU width of one expert (0: mlp_hidden())
+  double capacity_factor = 0;    // tokens an expert takes: ⌈factor · N · k / E⌉ of a micro-batch's N (0: no drops)
+  bool normalize_gates = true;   // gate weights: the k probabilities renormalised to sum 1 (Mixtral)
+  double aux_loss_coef = 0.01;   // weight of the Switch/GShard load-balancing loss
+  double z_loss_coef = 0;        // weight of the router z-loss
 
   // Key/value heads: kv_heads, or heads when it is 0 (always heads under gpt2).
   int kv_head_count() const { return arch == Arch::llama && kv_heads > 0 ? kv_heads : heads; }
@@ -184,6 +194,13 @@ struct ModelConfig {
     return (two_thirds + multiple_of - 1) / multiple_of * multiple_of;
   }
   int head_size() const { return d_model / heads; }
+  // Whether block l's MLP is routed experts (always false when experts = 0).
+  bool is_moe_block(int l) const { return experts > 0 && l % moe_every == 0; }
+  int moe_blocks() const { return experts > 0 ? (layers + moe_every - 1) / moe_every : 0; }
+  int expert_hidden_size() const { return expert_hidden > 0 ? expert_hidden : mlp_hidden(); }
+  int shared_hidden() const { return shared_experts * expert_hidden_size(); }
+  // Assignments an expert keeps out of a micro-batch of `tokens` tokens (0: no limit).
+  int expert_capacity(int tokens) const;
   // gpt2's output head is its token embedding wte: with a pipeline the first and the last stage
   // both hold it and sum its gradient. llama's lm_head is a matrix of its own.
   bool ties_output_head() const { return arch == Arch::gpt2; }
@@ -221,6 +238,7 @@ struct ParallelConfig {
   int tp = 1;
   int pp = 1;
   int zero = 0;
+  int ep = 1;  // expert-parallel degree: experts sharded over ep ranks inside each dp group
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   CommBackend backend = CommBackend::automatic;
   double bucket_mb = 25;  // data-parallel gradient bucket size, MiB

@@ -147,9 +147,11 @@ void ParameterLayout::add_llama_tensors() {
     add_split(h + "self_attn.v_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
     add_split(h + "self_attn.o_proj.weight", {C, q_rows}, 1, 1, InitKind::normal_residual);  // row-parallel
     add_replicated(h + "post_attention_layernorm.weight", {C}, InitKind::ones);
-    add_split(h + "mlp.gate_proj.weight", {H, C}, 0, 1, InitKind::normal);  // column-parallel
-    add_split(h + "mlp.up_proj.weight", {H, C}, 0, 1, InitKind::normal);
-    add_split(h + "mlp.down_proj.weight", {C, H}, 1, 1, InitKind::normal_residual);  // row-parallel
+    if (model_.is_moe_block(l)) {
+      add_expert_tensors(h);
+    } else {
+      add_swiglu(h + "mlp.", H);
+    }
   }
   if (place_.last()) {
     start_unit("norm", -1);
@@ -157,6 +159,27 @@ void ParameterLayout::add_llama_tensors() {
     start_unit("lm_head", -1);
     add_vocabulary_table("lm_head.weight");
   }
+}
+
+// One SwiGLU's gate_proj, up_proj (column-parallel) and down_proj (row-parallel), names under `prefix`.
+void ParameterLayout::add_swiglu(const std::string& prefix, std::uint64_t hidden) {
+  const std::uint64_t C = model_.d_model;
+  add_split(prefix + "gate_proj.weight", {hidden, C}, 0, 1, InitKind::normal);
+  add_split(prefix + "up_proj.weight", {hidden, C}, 0, 1, InitKind::normal);
+  add_split(prefix + "down_proj.weight", {C, hidden}, 1, 1, InitKind::normal_residual);
+}
+
+// An MoE block's MLP: the router (replicated over tp: every tp rank routes the same tokens alike),
+// each expert's SwiGLU split as the dense one, then the shared experts' SwiGLU. An expert's three
+// tensors are consecutive, so its gate|up is one [2H, C] matrix (one GEMM per expert).
+void ParameterLayout::add_expert_tensors(const std::string& block) {
+  const std::uint64_t C = model_.d_model, E = model_.experts;
+  add_replicated(block + "mlp.gate.weight", {E, C}, InitKind::normal);
+  for (std::uint64_t e = 0; e < E; ++e) {
+    add_swiglu(fmt::format("{}mlp.experts.{}.", block, e), model_.expert_hidden_size());
+    for (std::size_t i = tensors_.size() - 3; i < tensors_.size(); ++i) tensors_[i].expert = int(e);
+  }
+  if (model_.shared_experts > 0) add_swiglu(block + "mlp.shared_experts.", model_.shared_hidden());
 }
 
 void ParameterLayout::start_unit(std::string name, int block) {
@@ -288,12 +311,16 @@ bool counts_in_flops(const TensorInfo& t, const ParameterLayout& layout) {
 
 }  // namespace
 
+double active_share(const TensorInfo& t, const ModelConfig& m) {
+  return t.expert >= 0 ? double(m.experts_per_token) / double(m.experts) : 1.0;
+}
+
 double stage_flops_per_token(const ParameterLayout& layout) {
   const auto& m = layout.model();
   double parameters = 0;
   for (const TensorInfo& t : layout.tensors()) {
     if (!counts_in_flops(t, layout)) continue;
-    double n = 1;
+    double n = active_share(t, m);
     for (auto d : t.shape) n *= double(d);
     parameters += n;
   }

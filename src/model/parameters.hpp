@@ -77,6 +77,7 @@ struct TensorInfo {
   std::size_t numel = 0;                   // elements of local_shape
   InitKind init = InitKind::zeros;
   bool decays = false;  // AdamW weight decay applies (tensors of two or more dimensions)
+  int expert = -1;      // the routed expert (global index) whose weight this is, or -1
 
   // The global row-major index of local element `local`, or -1 for padding (vocab rows past V).
   std::int64_t global_index(std::uint64_t local) const { return piece_index().global_index(local); }
@@ -149,6 +150,8 @@ class ParameterLayout {
   void add_vocabulary_table(const std::string& name);
   void add_gpt2_tensors();
   void add_llama_tensors();
+  void add_swiglu(const std::string& prefix, std::uint64_t hidden);
+  void add_expert_tensors(const std::string& block);
   void start_unit(std::string name, int block);
   void close_unit();
 
@@ -198,8 +201,12 @@ struct ParameterTensors {
   static ParameterTensors bind(const ParameterLayout& layout, const Where& where);
 };
 
+// The share of a token's forward that passes through tensor t: k/E for a routed expert's weights
+// (each token visits k of E experts; the plan assumes none is dropped), 1 otherwise.
+double active_share(const TensorInfo& t, const ModelConfig& m);
 // FLOPs of one token's forward and backward pass, as llm.c counts them: 6·N + 6·L·C·T, N the
-// parameters of the products (llama: all but embed_tokens, a lookup), L·C·T the attention's.
+// parameters of the products a token passes (llama: all but embed_tokens, a lookup; MoE: k of the
+// E experts, active_share), L·C·T the attention's.
 double flops_per_token(const ParameterLayout& layout);
 // The same for the tensors and blocks `layout` holds (one pipeline stage's share; the stages sum to
 // flops_per_token). Global shapes: the whole tensor-parallel group's count.

@@ -155,6 +155,11 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
         "parallel.tp = {} does not divide the SwiGLU hidden size {} (model.ffn_hidden, or the LLaMA rule's): "
         "choose parallel.tp among {}, or a model.ffn_hidden that tp divides",
         parallel.tp, model.mlp_hidden(), divisors(model.mlp_hidden()));
+  if (model.experts > 0 && model.expert_hidden_size() % parallel.tp != 0)
+    input_error(
+        "parallel.tp = {} does not divide the expert SwiGLU width {} (model.expert_hidden, or the dense width): "
+        "choose parallel.tp among {}, or a model.expert_hidden that tp divides",
+        parallel.tp, model.expert_hidden_size(), divisors(model.expert_hidden_size()));
   if (parallel.pp > model.layers)
     input_error("parallel.pp = {} exceeds model.layers = {} (each pipeline stage needs at least one layer)",
                 parallel.pp, model.layers);
