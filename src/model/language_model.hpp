@@ -8,6 +8,7 @@
 
 #include "model/parameter_store.hpp"
 #include "model/parameters.hpp"
+#include "model/router_statistics.hpp"
 #include "parallel/comm.hpp"
 
 #include <functional>
@@ -61,12 +62,25 @@ class LanguageModel {
   // Inference: logits (N, V) for `inputs`, no loss.
   virtual CVec<Real> forward_logits(CVec<int> inputs) = 0;
 
+  // Mixture of experts: the weight `grad_scale` that the coming micro-batches' losses carry in the
+  // step's objective (stage_loss's grad_scale, times the fp16 loss scale). Stages without the loss
+  // need it for their MoE blocks' auxiliary losses, which join the objective with the same weight.
+  void set_loss_weight(Accum grad_scale) { loss_weight_ = grad_scale; }
+  Accum loss_weight() const { return loss_weight_; }
+  // What the stage's routers saw since the last clear (empty without MoE blocks).
+  virtual RouterStatistics router_statistics() const { return {}; }
+  virtual void clear_router_statistics() {}
+
   // The whole model on one stage: forward and loss, and backward.
   Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
+    set_loss_weight(grad_scale);
     stage_forward(0, inputs);
     return stage_loss(0, targets, grad_scale);
   }
   void backward(CVec<int> inputs, const ReadyFrom& ready_from = {}) { stage_backward(0, inputs, ready_from); }
+
+ private:
+  Accum loss_weight_ = Accum(1);
 };
 
 // The family model.arch names, with the arguments of Gpt2's constructor: `tp` the tensor-parallel
