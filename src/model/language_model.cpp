@@ -16,24 +16,24 @@ namespace meshtrain {
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
                                                          Comm* tp, StagePlace place, int slots, Recompute recompute,
-                                                         ParameterStore<Real>* store) {
+                                                         ParameterStore<Real>* store, Comm* ep) {
   if (model.arch == Arch::llama) {
-    return std::make_unique<Llama<Real>>(space, model, batch, tp, place, slots, recompute, store);
+    return std::make_unique<Llama<Real>>(space, model, batch, tp, place, slots, recompute, store, ep);
   }
   return std::make_unique<Gpt2<Real>>(space, model, batch, tp, place, slots, recompute, store);
 }
 
 template <class Real>
 ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                    Recompute recompute) {
-  if (model.arch == Arch::llama) return llama_activation_elements<Real>(model, batch, tp, place, slots, recompute);
+                                    Recompute recompute, int ep) {
+  if (model.arch == Arch::llama) return llama_activation_elements<Real>(model, batch, tp, place, slots, recompute, ep);
   return gpt2_activation_elements<Real>(model, batch, tp, place, slots, recompute);
 }
 
 #define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                      \
   template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                  \
-      const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, int, Recompute, ParameterStore<Real>*); \
-  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute);
+      const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, int, Recompute, ParameterStore<Real>*, Comm*); \
+  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, int);
 MESHTRAIN_LANGUAGE_MODEL(float)
 MESHTRAIN_LANGUAGE_MODEL(double)
 MESHTRAIN_LANGUAGE_MODEL(bf16)
@@ -45,7 +45,10 @@ void require_model_fits(const ModelConfig& m, int batch, int state_buffers, cons
   const double B = batch, T = m.seq_len, C = m.d_model, V = m.vocab, NH = m.heads, H = m.mlp_hidden();
   // The largest single tensors the kernels index with int (the SwiGLU pair is one (N, 2H) tensor).
   const double mlp = m.arch == Arch::llama ? 2 * H : H;
-  const double largest = std::max({B * T * V, B * NH * T * T, B * T * mlp, V * C, mlp * C});
+  // An MoE block's expert rows: up to all N·k assignments, each with an expert's gate|up.
+  const double expert_rows = double(m.experts > 0 ? m.experts_per_token : 0) * B * T;
+  const double largest = std::max({B * T * V, B * NH * T * T, B * T * mlp, V * C, mlp * C,
+                                   expert_rows * 2 * m.expert_hidden_size(), expert_rows * C});
   if (largest >= double(std::numeric_limits<int>::max())) {
     input_error(
         "{}: model of d_model {}, vocab {}, seq_len {}, heads {} with micro_batch {} has a tensor of {:.3g} "

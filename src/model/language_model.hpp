@@ -86,17 +86,18 @@ class LanguageModel {
 // The family model.arch names, with the arguments of Gpt2's constructor: `tp` the tensor-parallel
 // group (none: the whole model on this rank); `place` the pipeline stage; `slots` how many
 // micro-batches' activations it keeps at once; `recompute` which of them backward recomputes;
-// `store` where weights and gradients live (ZeRO; none: the model owns flat buffers).
+// `store` where weights and gradients live (ZeRO; none: the model owns flat buffers); `ep` the
+// expert-parallel group (llama's MoE blocks; none: every expert on this rank).
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
                                                          Comm* tp = nullptr, StagePlace place = {}, int slots = 1,
                                                          Recompute recompute = Recompute::none,
-                                                         ParameterStore<Real>* store = nullptr);
+                                                         ParameterStore<Real>* store = nullptr, Comm* ep = nullptr);
 
 // What make_language_model's model allocates for these arguments, in elements of Real.
 template <class Real = float>
 ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                    Recompute recompute);
+                                    Recompute recompute, int ep = 1);
 
 // Throws InputError, naming `origin` (e.g. "the config" or a checkpoint path), when the model cannot
 // be built: a tensor too large for the kernels' 32-bit sizes, or weights, `state_buffers` more flat

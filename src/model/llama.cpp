@@ -23,10 +23,10 @@ LlamaTensors<Real> LlamaTensors<Real>::bind(const ParameterLayout& layout, const
     return t == nullptr ? Vec<Real>() : Vec<Real>(where(*t), t->numel);
   };
   // The tensors `names` as one view: they must follow one another in memory.
-  auto joined = [&](const std::string& prefix, std::initializer_list<const char*> names) {
+  auto joined = [&](const std::string& prefix, const std::vector<std::string>& names) {
     Real* first = nullptr;
     std::size_t numel = 0;
-    for (const char* name : names) {
+    for (const std::string& name : names) {
       const TensorInfo& t = layout.find(prefix + name);
       if (first != nullptr && where(t) != first + numel) {
         throw std::logic_error(fmt::format("llama tensor {}{} does not follow the one before it", prefix, name));
@@ -45,8 +45,25 @@ LlamaTensors<Real> LlamaTensors<Real>::bind(const ParameterLayout& layout, const
     b.qkv = joined(h, {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
     b.o = view(h + "self_attn.o_proj.weight");
     b.mlp_norm = view(h + "post_attention_layernorm.weight");
-    b.gate_up = joined(h, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
-    b.down = view(h + "mlp.down_proj.weight");
+    if (!layout.model().is_moe_block(l)) {
+      b.gate_up = joined(h, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+      b.down = view(h + "mlp.down_proj.weight");
+    } else {
+      if (layout.model().shared_experts > 0) {
+        b.gate_up = joined(h, {"mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"});
+        b.down = view(h + "mlp.shared_experts.down_proj.weight");
+      }
+      b.router = view(h + "mlp.gate.weight");
+      // The experts this rank holds (all of them, or its expert-parallel share), in order.
+      std::vector<std::string> names;
+      for (int e = 0; e < layout.model().experts; ++e) {
+        if (layout.find_if_held(fmt::format("{}mlp.experts.{}.gate_proj.weight", h, e)) == nullptr) continue;
+        for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
+          names.push_back(fmt::format("mlp.experts.{}.{}.weight", e, part));
+        }
+      }
+      b.experts = joined(h, names);
+    }
     p.blocks.push_back(b);
   }
   p.norm = view("norm.weight");
@@ -56,9 +73,10 @@ LlamaTensors<Real> LlamaTensors<Real>::bind(const ParameterLayout& layout, const
 
 template <class Real>
 ActivationSizes llama_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                          Recompute recompute) {
-  const int layers = ParameterLayout(model, tp, 0, place).stage_layers();
-  const LlamaDims dims = llama_dims(model, batch, tp, layers, place.last());
+                                          Recompute recompute, int ep) {
+  const ParameterLayout layout(model, tp, 0, place);
+  const LlamaDims dims =
+      llama_dims(model, batch, tp, layout.first_layer(), layout.stage_layers(), place.last(), ep);
   Carver<Real> kept(nullptr), scratch(nullptr);
   const LlamaBlockActivations<Real> shared = carve_llama_rank_scratch(scratch, dims, recompute).shared;
   carve_llama_slots(kept, dims, slots, recompute, shared);
@@ -67,7 +85,7 @@ ActivationSizes llama_activation_elements(const ModelConfig& model, int batch, i
 
 template <class Real>
 Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,
-                   Recompute recompute, ParameterStore<Real>* store)
+                   Recompute recompute, ParameterStore<Real>* store, Comm* ep)
     : space_(space),
       // The kernels that wrote a buffer finish before a collective reads it.
       tp_(tp, [space] { space.fence(); }),
@@ -75,8 +93,10 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
       reduce_from_(tp_),
       vocab_statistics_(tp_),
       store_(store),
+      exchange_(ep, model.experts),
       layout_(store ? store->layout() : ParameterLayout(model, tp_.size(), tp_.rank(), place)),
-      dims_(llama_dims(model, batch, layout_.tp(), layout_.stage_layers(), place.last())),
+      dims_(llama_dims(model, batch, layout_.tp(), layout_.first_layer(), layout_.stage_layers(), place.last(),
+                       exchange_.size())),
       batch_(batch),
       recompute_(recompute),
       rotary_(make_rotary_table<Accum>(model.seq_len, model.head_size(), model.rope_theta)),
@@ -95,6 +115,27 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
   slots_ = allocate_and_carve<Real, std::vector<LlamaActivations<Real>>>(
       activation_buffer_, "meshtrain::llama::activations",
       [&](Carver<Real>& c) { return carve_llama_slots(c, dims_, slots, recompute, rank.shared); });
+  host_routing_.assign(std::size_t(slots), std::vector<HostRouting>(std::size_t(dims_.layers)));
+  for (int l = 0; l < dims_.layers; ++l) {
+    if (!dims_.moe(l)) continue;
+    for (auto& per_slot : host_routing_) {
+      per_slot[l].counts.assign(2 * dims_.E + 1, 0);
+      per_slot[l].exchange.reserve(exchange_.size(), int(dims_.E));
+    }
+    router_statistics_.blocks.push_back(layout_.first_layer() + l);
+  }
+  router_statistics_.experts = int(dims_.E);
+  clear_router_statistics();
+}
+
+template <class Real>
+void Llama<Real>::clear_router_statistics() {
+  RouterStatistics& r = router_statistics_;
+  r.routed.assign(r.blocks.size() * std::size_t(r.experts), 0.0);
+  r.kept.assign(r.routed.size(), 0.0);
+  r.aux_loss.assign(r.blocks.size(), 0.0);
+  r.z_loss.assign(r.blocks.size(), 0.0);
+  r.passes = 0;
 }
 
 template <class Real>
@@ -104,7 +145,8 @@ void Llama<Real>::zero_grads() {
 
 #define MESHTRAIN_LLAMA(Real)                                                                                         \
   template struct LlamaTensors<Real>;                                                                                 \
-  template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute); \
+  template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, \
+                                                           int);                                                   \
   template class Llama<Real>;
 MESHTRAIN_LLAMA(float)
 MESHTRAIN_LLAMA(double)

@@ -20,39 +20,114 @@
 #pragma once
 
 #include "kernels/encoder.hpp"
+#include "kernels/grouped_linear.hpp"
+#include "kernels/moe_router.hpp"
+#include "model/impl/expert_exchange.hpp"
 #include "kernels/rotary.hpp"
 #include "model/language_model.hpp"
 #include "parallel/tensor_parallel_mappings.hpp"
 
+#include <algorithm>
 #include <span>
 #include <utility>
 #include <vector>
 
 namespace meshtrain {
 
-// This rank's sizes: B, T, C whole; heads, SwiGLU columns and vocabulary rows its share.
+// This rank's sizes: B, T, C whole; heads, SwiGLU columns and vocabulary rows its share. The MoE
+// sizes (share/docs/usage.md, Mixture of experts) are 0 without experts.
 struct LlamaDims {
   std::size_t B, T, C, N, NHl, KVl, hs, Hl, Vl;
-  int layers;  // blocks of this pipeline stage
-  bool head;   // the stage ends in the final norm, lm_head and the loss (the last stage)
+  int layers;       // blocks of this pipeline stage
+  bool head;        // the stage ends in the final norm, lm_head and the loss (the last stage)
+  int first_layer;  // global index of the stage's block 0
+  int moe_every;
+  std::size_t E, k;  // routed experts, experts per token
+  std::size_t Hel;   // one expert's SwiGLU columns on this rank
+  std::size_t Hsl;   // the shared experts' SwiGLU columns on this rank (0: none)
+  std::size_t R;     // rows of the expert-ordered token buffers: N·k, or fewer under a capacity
+  int capacity;      // assignments an expert keeps of a micro-batch (0: all)
+  std::size_t ep;    // expert-parallel ranks the experts are spread over
+  std::size_t El;    // experts this rank holds (E / ep)
+  // Rows an ep rank's experts may receive: R without expert parallelism; else each of the ep
+  // senders' rows for El experts at most (all N·k of them when nothing is dropped).
+  std::size_t Rr;
   std::size_t q_cols() const { return NHl * hs; }
   std::size_t qkv_cols() const { return (NHl + 2 * KVl) * hs; }
+  bool moe(int l) const { return E > 0 && (first_layer + l) % moe_every == 0; }
+  // The dense SwiGLU's columns of block l: its MLP's, or an MoE block's shared experts'.
+  std::size_t dense_cols(int l) const { return moe(l) ? Hsl : Hl; }
+  std::size_t widest_dense_cols() const {
+    std::size_t widest = 0;
+    for (int l = 0; l < layers; ++l) widest = std::max(widest, dense_cols(l));
+    return widest;
+  }
+  bool any_moe() const {
+    for (int l = 0; l < layers; ++l) {
+      if (moe(l)) return true;
+    }
+    return false;
+  }
 };
 
-inline LlamaDims llama_dims(const ModelConfig& m, int batch, int tp, int layers, bool head) {
+inline LlamaDims llama_dims(const ModelConfig& m, int batch, int tp, int first_layer, int layers, bool head,
+                            int ep = 1) {
   const std::size_t t = std::size_t(tp), padded = (std::size_t(m.vocab) + t - 1) / t * t;
+  const std::size_t N = std::size_t(batch) * m.seq_len, E = std::size_t(m.experts);
+  const std::size_t k = E > 0 ? std::size_t(m.experts_per_token) : 0;
+  const int capacity = m.expert_capacity(int(N));
+  const std::size_t R = capacity > 0 ? std::min(N * k, E * std::size_t(capacity)) : N * k;
+  const std::size_t P = std::size_t(ep), El = E / P;
+  const std::size_t per_sender = capacity > 0 ? std::min(N * k, El * std::size_t(capacity)) : N * k;
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),
-          std::size_t(batch) * m.seq_len,
+          N,
           std::size_t(m.heads) / t,
           std::size_t(m.kv_head_count()) / t,
           std::size_t(m.head_size()),
           std::size_t(m.mlp_hidden()) / t,
           padded / t,
           layers,
-          head};
+          head,
+          first_layer,
+          m.moe_every,
+          E,
+          k,
+          E > 0 ? std::size_t(m.expert_hidden_size()) / t : 0,
+          E > 0 ? std::size_t(m.shared_hidden()) / t : 0,
+          R,
+          capacity,
+          P,
+          El,
+          P > 1 ? P * per_sender : R};
 }
+
+// An MoE block's routing on the host: counts as MoeActivations::counts holds them, and the row
+// group of each expert (the grouped products' argument).
+struct HostRouting {
+  std::vector<int> counts;  // routed (E) | row offsets (E+1)
+  ExchangePlan exchange;    // where the rows go and the received rows' groups
+  int rows() const { return counts.back(); }
+  const int* offsets() const { return counts.data() + (counts.size() - 1) / 2; }
+};
+
+// What an MoE block keeps of its routing and its experts' products for backward.
+template <class Real>
+struct MoeActivations {
+  Vec<accum_t<Real>> probs;  // (N, E) router probabilities
+  Vec<accum_t<Real>> lse;    // (N)    log Σ exp of the router logits
+  Vec<accum_t<Real>> gate;   // (N, k) gate weights
+  Vec<int> expert;           // (N, k) chosen experts
+  Vec<int> slot;             // (N, k) row of each assignment in the expert-ordered buffers, −1 dropped
+  Vec<int> row_token;        // (R)    token of each row
+  Vec<int> counts;           // (2E+1) routed (E) | row offsets (E+1): one copy to the host
+  Vec<Real> xs;              // (R, C)      the normed tokens in expert order
+  Vec<Real> received;        // (Rr, C)     the rows this rank's experts compute (xs itself at ep 1)
+  Vec<Real> gate_up;         // (Rr, 2Hel)  each received row's expert gate | up
+  Vec<Real> act;             // (Rr, Hel)   silu(gate) · up
+  Vec<Real> ys;              // (R, C)      each row's expert output (this tp rank's partial sum)
+};
 
 // Activations one llama block keeps for its backward pass (views of the shared set where
 // recomputation does not keep them).
@@ -66,8 +141,9 @@ struct LlamaBlockActivations {
   Vec<Real> residual2;          // (N, C)       x + attn(...)
   Vec<Real> ln2;                // (N, C)       post_attention_layernorm output
   Vec<accum_t<Real>> ln2_rstd;  // (N)
-  Vec<Real> gate_up;            // (N, 2Hl)     gate | up
+  Vec<Real> gate_up;            // (N, 2Hl)     gate | up (an MoE block: its shared experts')
   Vec<Real> swiglu;             // (N, Hl)      silu(gate) · up
+  MoeActivations<Real> moe;     // an MoE block's routing and experts
   Vec<Real> residual3;          // (N, C)       block output
 };
 
@@ -93,9 +169,18 @@ struct LlamaScratch {
   Vec<Real> datt;       // (B, NHl, T, T)
   Vec<Real> dswiglu;    // (N, Hl)
   Vec<Real> dgate_up;   // (N, 2Hl)
+  // MoE blocks: router logits (forward) and their gradient (backward); the gate weights' gradient;
+  // the experts' output rows' gradient, then their input rows'; the experts' hidden gradients.
+  Vec<Real> router_logits;           // (N, E)
+  Vec<accum_t<Real>> dgate;          // (N, k)
+  Vec<Real> drows;                   // (R, C)
+  Vec<Real> dreceived;               // (Rr, C)  the experts' side of drows (drows itself at ep 1); forward's outputs
+  Vec<Real> dexpert_act;             // (Rr, Hel)
+  Vec<Real> dexpert_gate_up;         // (Rr, 2Hel)
 };
 
-// One block's weights (or gradients): qkv spans q_proj, k_proj and v_proj, gate_up gate_proj and up_proj.
+// One block's weights (or gradients): qkv spans q_proj, k_proj and v_proj, gate_up gate_proj and
+// up_proj (an MoE block: its shared experts', empty without them).
 template <class Real>
 struct LlamaBlockTensors {
   Vec<Real> attn_norm;  // (C)
@@ -104,6 +189,8 @@ struct LlamaBlockTensors {
   Vec<Real> mlp_norm;   // (C)
   Vec<Real> gate_up;    // (2Hl, C)
   Vec<Real> down;       // (C, Hl)
+  Vec<Real> router;     // (E, C)  MoE blocks only
+  Vec<Real> experts;    // E × [gate (Hel, C) | up (Hel, C) | down (C, Hel)], expert after expert
 };
 
 template <class Real>
@@ -121,7 +208,7 @@ struct LlamaTensors {
 // What Llama<Real> allocates for these arguments, in elements of Real.
 template <class Real = float>
 ActivationSizes llama_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                          Recompute recompute);
+                                          Recompute recompute, int ep = 1);
 
 template <class Real>
 class Llama final : public LanguageModel<Real> {
@@ -130,8 +217,10 @@ class Llama final : public LanguageModel<Real> {
   using typename LanguageModel<Real>::ReadyFrom;
 
   // The arguments of make_language_model (model/language_model.hpp).
+  // `ep`: the expert-parallel group (none: every expert on this rank).
   Llama(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
-        int slots = 1, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr);
+        int slots = 1, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr,
+        Comm* ep = nullptr);
 
   const ParameterLayout& layout() const override { return layout_; }
   const ModelConfig& model() const { return layout_.model(); }
@@ -151,9 +240,25 @@ class Llama final : public LanguageModel<Real> {
   CVec<Real> stage_output(int slot) const override;
   Vec<Real> output_gradient() const override { return scratch_.dresidual; }
   CVec<Real> input_gradient() const override { return scratch_.dresidual; }
+  RouterStatistics router_statistics() const override { return router_statistics_; }
+  void clear_router_statistics() override;
 
  private:
-  void block_forward(int l, CVec<Real> x, const LlamaBlockActivations<Real>& s, Vec<Real> proj, bool to_output);
+  // Without `to_output` (recomputation) it stops once s holds what backward reads.
+  void block_forward(int slot, int l, CVec<Real> x, const LlamaBlockActivations<Real>& s, Vec<Real> proj,
+                     bool to_output);
+  // The MLP of block l into proj (before the tensor-parallel reduction): dense, or routed experts
+  // plus shared ones. An MoE block records its router's statistics only with `to_output`.
+  void mlp_forward(int slot, int l, const LlamaBlockActivations<Real>& s, Vec<Real> proj, bool to_output);
+  void moe_forward(int slot, int l, const LlamaBlockActivations<Real>& s, Vec<Real> proj, bool to_output);
+  // dL/d(normed MLP input) into scratch_.dln from dL/d proj in scratch_.dresidual (before the
+  // tensor-parallel sum of copy_to_'s backward; the router's part, the same on every rank, after).
+  void mlp_backward(int slot, int l);
+  void moe_backward(int slot, int l);
+  void router_input_backward(int slot, int l);
+  // Copies an MoE block's routed counts and row offsets to the host and sets its experts' row groups.
+  void read_routing(int slot, int l);
+  void record_routing(int l, const HostRouting& host, const RouterLosses& losses);
   void recompute_block(int slot, int l);
   void head_backward(int slot);
   void block_backward(int slot, int l);
@@ -172,6 +277,7 @@ class Llama final : public LanguageModel<Real> {
   ReduceFromRegion reduce_from_;
   VocabParallelStatistics vocab_statistics_;
   ParameterStore<Real>* store_;
+  ExpertExchange exchange_;
   ParameterLayout layout_;
   LlamaDims dims_;
   int batch_;
@@ -186,6 +292,9 @@ class Llama final : public LanguageModel<Real> {
   LlamaTensors<Real> dparams_;
   std::vector<LlamaActivations<Real>> slots_;
   LlamaScratch<Real> scratch_;
+  // Each slot's MoE blocks' routing as the host needs it ([slot][block]), read again by backward.
+  std::vector<std::vector<HostRouting>> host_routing_;
+  RouterStatistics router_statistics_;
 };
 
 extern template class Llama<float>;

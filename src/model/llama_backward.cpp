@@ -41,7 +41,7 @@ template <class Real>
 void Llama<Real>::block_backward(int slot, int l) {
   need_block(l);
   const LlamaDims& dm = dims_;
-  const int B = int(dm.B), T = int(dm.T), C = int(dm.C), N = int(dm.N), hs = int(dm.hs), Hl = int(dm.Hl);
+  const int B = int(dm.B), T = int(dm.T), C = int(dm.C), N = int(dm.N), hs = int(dm.hs);
   const int NHl = int(dm.NHl), KVl = int(dm.KVl), Q = int(dm.q_cols()), QKV = int(dm.qkv_cols());
   const auto& a = slots_[slot];
   const auto& w = params_.blocks[l];
@@ -52,10 +52,9 @@ void Llama<Real>::block_backward(int slot, int l) {
   recompute_block(slot, l);
   // MLP branch; d.dresidual becomes dL/d residual2.
   reduce_from_.backward(span_of(d.dresidual));
-  linear_backward<Real>(space_, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hl, C);
-  swiglu_backward(space_, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
-  linear_backward<Real>(space_, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+  mlp_backward(slot, l);
   copy_to_.backward(span_of(d.dln));
+  if (dm.moe(l)) router_input_backward(slot, l);
   rmsnorm_backward(space_, d.dresidual, dw.mlp_norm, d.dln, s.residual2, w.mlp_norm, s.ln2_rstd, N, C);
   // Attention branch; d.dresidual becomes dL/d x.
   reduce_from_.backward(span_of(d.dresidual));
@@ -67,11 +66,27 @@ void Llama<Real>::block_backward(int slot, int l) {
   rmsnorm_backward(space_, d.dresidual, dw.attn_norm, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
 }
 
+// The dense SwiGLU's backward: scratch_.dresidual holds dL/d proj; leaves dL/d ln2 (this rank's
+// part) in scratch_.dln.
+template <class Real>
+void Llama<Real>::mlp_backward(int slot, int l) {
+  if (dims_.moe(l)) return moe_backward(slot, l);
+  const int N = int(dims_.N), C = int(dims_.C), Hl = int(dims_.Hl);
+  const auto& s = slots_[slot].blocks[l];
+  const auto& w = params_.blocks[l];
+  const auto& dw = dparams_.blocks[l];
+  const auto& d = scratch_;
+  linear_backward<Real>(space_, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hl, C);
+  swiglu_backward(space_, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
+  linear_backward<Real>(space_, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+}
+
 // Each member is instantiated in the file that defines it (the class's own in llama.cpp).
 #define MESHTRAIN_LLAMA_BACKWARD(Real)                                         \
   template void Llama<Real>::stage_backward(int, CVec<int>, const ReadyFrom&); \
   template void Llama<Real>::head_backward(int);                               \
-  template void Llama<Real>::block_backward(int, int);
+  template void Llama<Real>::block_backward(int, int);                         \
+  template void Llama<Real>::mlp_backward(int, int);
 MESHTRAIN_LLAMA_BACKWARD(float)
 MESHTRAIN_LLAMA_BACKWARD(double)
 MESHTRAIN_LLAMA_BACKWARD(bf16)

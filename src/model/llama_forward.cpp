@@ -40,10 +40,11 @@ void Llama<Real>::stage_forward(int slot, CVec<int> inputs) {
   CVec<Real> x = a.encoded;
   for (int l = 0; l < layout_.stage_layers(); ++l) {
     need_block(l);
-    block_forward(l, x, a.blocks[l], a.proj, true);
+    block_forward(slot, l, x, a.blocks[l], a.proj, true);
     x = a.blocks[l].residual3;
   }
   resident_ = {slot, layout_.stage_layers() - 1};
+  if (dims_.any_moe()) ++router_statistics_.passes;
   if (!layout_.place().last()) return;
   rmsnorm_forward(space_, a.norm, a.norm_rstd, x, p.norm, N, C, model().norm_eps);
   // Output head, column-parallel by vocabulary rows: logits = norm · lm_headᵀ.
@@ -51,13 +52,12 @@ void Llama<Real>::stage_forward(int slot, CVec<int> inputs) {
   linear_forward<Real>(space_, a.logits, a.norm, p.lm_head, N, C, Vl);
 }
 
-// x → residual2 = x + o(attention(rope(q), rope(k), v)) → residual3 = residual2 + down(swiglu(gate, up)).
-// Without `to_output` it stops once s holds what backward reads (before down_proj).
+// x → residual2 = x + o(attention(rope(q), rope(k), v)) → residual3 = residual2 + mlp(rmsnorm(residual2)).
 template <class Real>
-void Llama<Real>::block_forward(int l, CVec<Real> x, const LlamaBlockActivations<Real>& s, Vec<Real> proj,
+void Llama<Real>::block_forward(int slot, int l, CVec<Real> x, const LlamaBlockActivations<Real>& s, Vec<Real> proj,
                                 bool to_output) {
   const LlamaDims& d = dims_;
-  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), hs = int(d.hs), Hl = int(d.Hl);
+  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), hs = int(d.hs);
   const int NHl = int(d.NHl), KVl = int(d.KVl), Q = int(d.q_cols()), QKV = int(d.qkv_cols());
   const double eps = model().norm_eps;
   const auto& w = params_.blocks[l];
@@ -71,12 +71,21 @@ void Llama<Real>::block_forward(int l, CVec<Real> x, const LlamaBlockActivations
   residual_forward(space_, s.residual2, x, proj, N * C);
   rmsnorm_forward(space_, s.ln2, s.ln2_rstd, s.residual2, w.mlp_norm, N, C, eps);
   copy_to_.forward(span_of(s.ln2));
-  linear_forward<Real>(space_, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
-  swiglu_forward(space_, s.swiglu, s.gate_up, N, Hl);
+  mlp_forward(slot, l, s, proj, to_output);
   if (!to_output) return;
-  linear_forward<Real>(space_, proj, s.swiglu, w.down, N, Hl, C);
   reduce_from_.forward(span_of(proj));
   residual_forward(space_, s.residual3, s.residual2, proj, N * C);
+}
+
+// The dense SwiGLU: down(silu(gate) · up) of ln2; backward reads gate_up and swiglu, not the output.
+template <class Real>
+void Llama<Real>::mlp_forward(int slot, int l, const LlamaBlockActivations<Real>& s, Vec<Real> proj, bool to_output) {
+  if (dims_.moe(l)) return moe_forward(slot, l, s, proj, to_output);
+  const int N = int(dims_.N), C = int(dims_.C), Hl = int(dims_.Hl);
+  const auto& w = params_.blocks[l];
+  linear_forward<Real>(space_, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+  swiglu_forward(space_, s.swiglu, s.gate_up, N, Hl);
+  if (to_output) linear_forward<Real>(space_, proj, s.swiglu, w.down, N, Hl, C);
 }
 
 template <class Real>
@@ -88,7 +97,7 @@ void Llama<Real>::recompute_block(int slot, int l) {
     attention_probabilities(space_, s.att, s.qkv, int(dims_.B), int(dims_.T), int(dims_.NHl), int(dims_.KVl),
                             int(dims_.hs));
   } else {
-    block_forward(l, l == 0 ? a.encoded : a.blocks[l - 1].residual3, s, a.proj, false);
+    block_forward(slot, l, l == 0 ? a.encoded : a.blocks[l - 1].residual3, s, a.proj, false);
   }
   resident_ = {slot, l};
 }
@@ -113,7 +122,9 @@ typename Llama<Real>::Accum Llama<Real>::stage_loss(int slot, CVec<int> targets,
   template VocabRange Llama<Real>::embedding_rows() const;                                                        \
   template CVec<Real> Llama<Real>::stage_output(int) const;                                                       \
   template void Llama<Real>::stage_forward(int, CVec<int>);                                                       \
-  template void Llama<Real>::block_forward(int, CVec<Real>, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
+  template void Llama<Real>::block_forward(int, int, CVec<Real>, const LlamaBlockActivations<Real>&, Vec<Real>,  \
+                                           bool);                                                              \
+  template void Llama<Real>::mlp_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool);      \
   template void Llama<Real>::recompute_block(int, int);                                                           \
   template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                     \
   template Llama<Real>::Accum Llama<Real>::stage_loss(int, CVec<int>, Accum);

@@ -329,6 +329,20 @@ double stage_flops_per_token(const ParameterLayout& layout) {
   return 6.0 * parameters + 6.0 * layout.stage_layers() * double(m.d_model) * m.seq_len;
 }
 
+double active_parameters(const ParameterLayout& layout) {
+  const ParameterLayout whole(layout.model());
+  double active = 0;
+  for (const TensorInfo& t : whole.tensors()) active += active_share(t, whole.model()) * double(t.numel);
+  return active;
+}
+
+std::string parameter_count_text(const ModelConfig& model) {
+  const ParameterLayout whole(model);
+  const double total = double(whole.total());
+  if (model.experts == 0) return fmt::format("{:.2f}M parameters", total / 1e6);
+  return fmt::format("{:.2f}M parameters total, {:.2f}M active per token", total / 1e6, active_parameters(whole) / 1e6);
+}
+
 double flops_per_token(const ParameterLayout& layout) {
   // The whole model's count, whatever piece this rank holds.
   return stage_flops_per_token(ParameterLayout(layout.model()));

@@ -204,6 +204,12 @@ struct ParameterTensors {
 // The share of a token's forward that passes through tensor t: k/E for a routed expert's weights
 // (each token visits k of E experts; the plan assumes none is dropped), 1 otherwise.
 double active_share(const TensorInfo& t, const ModelConfig& m);
+// Parameters a token's forward passes through, over the whole model (every tensor counted once,
+// whatever piece `layout` holds): all of them for a dense model; an MoE model's routed experts
+// count k/E (share/docs/usage.md, Mixture of experts: total against active parameters).
+double active_parameters(const ParameterLayout& layout);
+// "10.84M parameters", or for an MoE model "12.31M parameters total, 4.12M active per token".
+std::string parameter_count_text(const ModelConfig& model);
 // FLOPs of one token's forward and backward pass, as llm.c counts them: 6·N + 6·L·C·T, N the
 // parameters of the products a token passes (llama: all but embed_tokens, a lookup; MoE: k of the
 // E experts, active_share), L·C·T the attention's.

@@ -87,14 +87,20 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 
 // "model: 6 layers, 6 heads, d_model 384, …: 10.84M parameters, 68.6 M FLOP per token"; llama's line
 // names the family and the widths gpt2 fixes (kv heads, the SwiGLU hidden size).
+// An MoE model adds its experts and both parameter counts: all that memory holds, and the share
+// one token's forward passes through (compute).
 std::string model_line(const ModelConfig& m) {
-  const double parameters = double(ParameterLayout(m).total());
-  const std::string family = m.arch == Arch::llama
-                                 ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers,
-                                               m.heads, m.kv_head_count(), m.d_model, m.mlp_hidden())
-                                 : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
-  return fmt::format("model: {}, vocab {}, seq_len {}: {:.2f}M parameters, {} FLOP per token\n", family, m.vocab,
-                     m.seq_len, parameters / 1e6, rate_text(flops_per_token(ParameterLayout(m)), ""));
+  std::string family = m.arch == Arch::llama
+                           ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers,
+                                         m.heads, m.kv_head_count(), m.d_model, m.mlp_hidden())
+                           : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
+  if (m.experts > 0) {
+    family += fmt::format(", MoE {} experts of width {}, top-{}, {} of {} blocks", m.experts, m.expert_hidden_size(),
+                          m.experts_per_token, m.moe_blocks(), m.layers);
+    if (m.shared_experts > 0) family += fmt::format(", {} shared", m.shared_experts);
+  }
+  return fmt::format("model: {}, vocab {}, seq_len {}: {}, {} FLOP per token\n", family, m.vocab, m.seq_len,
+                     parameter_count_text(m), rate_text(flops_per_token(ParameterLayout(m)), ""));
 }
 
 // The shape with the widths each family derives (kv heads, the MLP's hidden size), the parameter
@@ -109,6 +115,9 @@ nlohmann::json model_json(const ModelConfig& m) {
           {"vocab", m.vocab},
           {"seq_len", m.seq_len},
           {"parameters", ParameterLayout(m).total()},
+          {"active_parameters", active_parameters(ParameterLayout(m))},
+          {"experts", m.experts},
+          {"experts_per_token", m.experts > 0 ? m.experts_per_token : 0},
           {"flops_per_token", flops_per_token(ParameterLayout(m))}};
 }
 

@@ -67,6 +67,8 @@ class ModelOn final : public Computation {
       }
     }
   }
+  RouterStatistics router_statistics() const override { return model_->router_statistics(); }
+  void clear_router_statistics() override { model_->clear_router_statistics(); }
   MemoryBytes memory() const override {
     MemoryBytes m = copy_.memory();
     m[MemoryCategory::activations] += std::int64_t(model_->activation_bytes());

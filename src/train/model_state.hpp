@@ -56,6 +56,9 @@ class Computation {
   virtual void poison_next_gradient() = 0;
   // Bytes: the typed copy, activations, GEMM workspace.
   virtual MemoryBytes memory() const = 0;
+  // What the stage's routers saw since the step began (model/router_statistics.hpp).
+  virtual RouterStatistics router_statistics() const = 0;
+  virtual void clear_router_statistics() = 0;
 };
 
 class ModelState {
@@ -86,7 +89,12 @@ class ModelState {
   // One step's gradients: zero_grads(); arm() before the last backward pass of the step (pipeline
   // schedules, which interleave micro-batches, never arm); finish_gradients() completes the
   // data-parallel mean and the tied wte sum.
-  void zero_grads() { optimizer_.reduction().start_step(); }
+  void zero_grads() {
+    optimizer_.reduction().start_step();
+    compute_->clear_router_statistics();
+  }
+  // The step's router statistics of this rank's MoE blocks (empty without them).
+  RouterStatistics router_statistics() const { return compute_->router_statistics(); }
   void arm() { optimizer_.reduction().arm(); }
   void finish_gradients() { optimizer_.reduction().finish(groups_.tied); }
 

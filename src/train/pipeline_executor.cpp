@@ -38,6 +38,7 @@ double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) 
   const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
   const int previous = place.stage - 1, next = place.stage + 1;
   ExecSpace space;
+  model_.set_loss_weight(grad_scale);  // every stage's MoE blocks weigh their auxiliary losses by it
   double loss = 0;
   for (const Action& a : actions_) {
     switch (a.kind) {

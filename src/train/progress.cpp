@@ -22,6 +22,14 @@ std::string si(double v) {
   return u == 0 ? fmt::format("{:.0f} ", v) : fmt::format("{:.{}f} {}", v, v < 10 ? 2 : v < 100 ? 1 : 0, units[u]);
 }
 
+nlohmann::json moe_json(const MoeStepMetrics& m) {
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const MoeBlockLoad& b : m.blocks) {
+    blocks.push_back({{"block", b.block}, {"routed", b.routed}, {"min", b.min}, {"max", b.max}, {"dropped", b.dropped}});
+  }
+  return {{"aux_loss", m.aux_loss}, {"z_loss", m.z_loss}, {"dropped", m.dropped}, {"blocks", blocks}};
+}
+
 }  // namespace
 
 std::string startup_line(double since_process_start_s, double allocation_s, double initialization_s) {
@@ -47,6 +55,10 @@ std::string progress_line(const StepReport& r) {
       fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {}tok/s | {}FLOP/s", r.step, width, r.steps,
                   r.loss, r.lr, r.grad_norm, si(r.tokens_per_s), si(r.model_flops_per_s));
   if (r.mfu > 0) line += fmt::format(" | MFU {:.1f}%", 100.0 * r.mfu);
+  if (r.moe != nullptr) {
+    line += fmt::format(" | moe aux {:.3f} drop {:.1f}% load {:.2f}-{:.2f}", r.moe->aux_loss, 100.0 * r.moe->dropped,
+                        r.moe->min_relative_load(), r.moe->max_relative_load());
+  }
   line += fmt::format(" | {} elapsed, ETA {}", format_duration(r.elapsed_s), format_duration(r.eta_s));
   return line;
 }
@@ -66,6 +78,7 @@ nlohmann::json metrics_record(const StepReport& r) {
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   if (r.skipped) j["skipped"] = true;
   if (r.nonfinite) j["nonfinite"] = true;  // JSON has no NaN or Inf: the loss or grad_norm reads null
+  if (r.moe != nullptr) j["moe"] = moe_json(*r.moe);
   return j;
 }
 

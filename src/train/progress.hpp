@@ -3,6 +3,7 @@
 
 #include "core/accumulation.hpp"
 #include "core/memory_ledger.hpp"
+#include "train/moe_metrics.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -29,13 +30,16 @@ struct StepReport {
   double loss_scale = 0;                // fp16: the dynamic loss scale after this step (else 0)
   bool skipped = false;                 // the update was skipped (fp16 overflow, or train.nonfinite = skip)
   bool nonfinite = false;               // the loss or the gradient norm was not finite
+  const MoeStepMetrics* moe = nullptr;  // the step's expert loads and auxiliary losses (MoE models)
 };
 
 // `start-up 3.12 s (process start to the first step): state allocated in 2.01 s, weights initialised in
 // 0.61 s`; a negative time is left out (unknown, or not initialised: resumed).
 std::string startup_line(double since_process_start_s, double allocation_s, double initialization_s);
 
-// `step    12/200 | loss 3.2154 | lr 3.00e-04 | norm 1.234 | 12.3k tok/s | 1.2 GFLOP/s | MFU 12.3% | 1m02s, ETA 3m10s`
+// `step    12/200 | loss 3.2154 | lr 3.00e-04 | norm 1.234 | 12.3k tok/s | 1.2 GFLOP/s | MFU 12.3% | 1m02s, ETA 3m10s`,
+// and for an MoE model before the times `moe aux 1.013 drop 0.4% load 0.82-1.31` (the experts'
+// least and most load relative to an even one).
 std::string progress_line(const StepReport& r);
 
 // One JSON-lines record: step, loss, lr, grad_norm, tokens, step_time_s, tokens_per_s, mfu, ...

@@ -170,7 +170,11 @@ int TrainingRun::run() {
     longest_step_s = std::max(longest_step_s, step_s);
     timing_.add_step(step_s, groups_.comm_seconds - comm_before, groups_.idle_seconds - idle_before);
     const double elapsed = seconds_since(job_start);
-    log_step(metrics, step_report(result, progress, step_s, elapsed, steps_this_job));
+    const std::optional<MoeStepMetrics> moe =
+        step_moe_metrics(state_.router_statistics(), cfg_.model, topology_.position().tp_rank == 0, comm_);
+    StepReport report = step_report(result, progress, step_s, elapsed, steps_this_job);
+    if (moe) report.moe = &*moe;
+    log_step(metrics, report);
     if (result.outcome == StepOutcome::stopped) return stop_nonfinite(result, progress.step);
     const bool finished = progress.step == cfg_.train.steps;
     print_timing(progress.step, finished);
@@ -196,9 +200,9 @@ void TrainingRun::print_start(double initialization_s) const {
     fmt::print("{}\n", grid_table);
     fmt::print("{}\n", kernel_backend_line());
     if (const auto warning = wait_policy_warning()) fmt::print("{}\n", *warning);
-    fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {:.2f}M parameters\n", cfg_.model.layers,
+    fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {}\n", cfg_.model.layers,
                cfg_.model.heads, cfg_.model.d_model, cfg_.model.vocab, cfg_.model.seq_len,
-               ParameterLayout(cfg_.model).total() / 1e6);
+               parameter_count_text(cfg_.model));
     // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
     fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), groups_.dp->backend());
     fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", input_.stream.size(),

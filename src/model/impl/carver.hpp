@@ -20,14 +20,22 @@ class Carver {
     used_ += count;
     return view;
   }
-  // A view of another element type T (per-row statistics in accum_t<Real>), aligned for T.
+  // A view of another element type T (per-row statistics in accum_t<Real>, the routers' indices),
+  // aligned for T: a T larger than Real starts at a multiple of its size, a smaller one takes whole
+  // elements of Real.
   template <class T>
   Vec<T> take_as(std::size_t count) {
-    static_assert(sizeof(T) % sizeof(Real) == 0);
-    constexpr std::size_t ratio = sizeof(T) / sizeof(Real);
-    used_ = (used_ + ratio - 1) / ratio * ratio;
-    Vec<Real> raw = take(count * ratio);
-    return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.extent(0) / ratio);
+    static_assert(sizeof(T) % sizeof(Real) == 0 || sizeof(Real) % sizeof(T) == 0);
+    if constexpr (sizeof(T) >= sizeof(Real)) {
+      constexpr std::size_t ratio = sizeof(T) / sizeof(Real);
+      used_ = (used_ + ratio - 1) / ratio * ratio;
+      Vec<Real> raw = take(count * ratio);
+      return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.extent(0) / ratio);
+    } else {
+      constexpr std::size_t per_real = sizeof(Real) / sizeof(T);
+      Vec<Real> raw = take((count + per_real - 1) / per_real);
+      return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.data() == nullptr ? 0 : count);
+    }
   }
   std::size_t used() const { return used_; }
 

@@ -1,0 +1,104 @@
+// Expert parallelism's token exchange (share/docs/usage.md, Mixture of experts): an MoE block's
+// rows, in global expert order on the rank that routed them, travel by all-to-all to the ep rank
+// that holds their expert, and the experts' outputs travel back the same way. Ep rank r holds
+// experts [r·El, (r+1)·El), so the rows for r are one contiguous run of the sender's rows.
+//
+// A received buffer holds the rows from source 0, then source 1, …, each source's rows in its
+// expert order: the experts' grouped products run over ep·El row groups, one per (source, local
+// expert). Without an expert-parallel group (ep 1) nothing travels: the received rows are the
+// routed rows and the groups are the E experts'. Internal to model/.
+#pragma once
+
+#include "core/exec.hpp"
+#include "kernels/grouped_linear.hpp"
+#include "parallel/comm.hpp"
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace meshtrain {
+
+// One micro-batch's exchange for one MoE block, on the host: built once by plan_exchange after the
+// routing, read by forward's two all-to-alls and backward's two.
+struct ExchangePlan {
+  std::vector<std::size_t> send_rows, send_first;  // per ep peer: rows to it and the first of them
+  std::vector<std::size_t> recv_rows, recv_first;  // per ep peer: rows from it and where they land
+  std::vector<std::int64_t> sent_counts, received_counts;  // per expert: E kept counts | El per source
+  std::vector<RowGroup> groups;                            // (ep·El): the received rows by source and expert
+  std::size_t received = 0;                                // rows received in total
+  std::vector<std::size_t> send_elements, send_displs, recv_elements, recv_displs;  // × C, for alltoallv
+
+  void reserve(int ep, int experts) {
+    for (auto* v : {&send_rows, &send_first, &recv_rows, &recv_first, &send_elements, &send_displs, &recv_elements,
+                    &recv_displs}) {
+      v->assign(std::size_t(ep), 0);
+    }
+    sent_counts.assign(std::size_t(experts), 0);
+    received_counts.assign(std::size_t(experts), 0);
+    groups.assign(std::size_t(experts), RowGroup{});
+  }
+};
+
+class ExpertExchange {
+ public:
+  // `ep` the expert-parallel group (none, or a group of one: nothing travels); E experts in all.
+  ExpertExchange(Comm* ep, int experts) : ep_(ep != nullptr && ep->size() > 1 ? ep : nullptr), experts_(experts) {}
+
+  int size() const { return ep_ ? ep_->size() : 1; }
+  int rank() const { return ep_ ? ep_->rank() : 0; }
+  int local_experts() const { return experts_ / size(); }
+  bool moves() const { return ep_ != nullptr; }
+
+  // From the routing's row offsets over the E experts (offsets[e] … offsets[e+1]: expert e's rows),
+  // every rank of the group alike: the counts travel once (an all-to-all of E integers).
+  void plan_exchange(ExchangePlan& p, const int* offsets, std::size_t row_elements) const {
+    const int P = size(), El = local_experts();
+    for (int e = 0; e < experts_; ++e) p.sent_counts[std::size_t(e)] = offsets[e + 1] - offsets[e];
+    if (moves()) {
+      ep_->alltoall(p.sent_counts.data(), p.received_counts.data(), std::size_t(El));
+    } else {
+      p.received_counts = p.sent_counts;
+    }
+    std::size_t landed = 0;
+    for (int peer = 0; peer < P; ++peer) {
+      const std::size_t q = std::size_t(peer);
+      p.send_first[q] = std::size_t(offsets[peer * El]);
+      p.send_rows[q] = std::size_t(offsets[(peer + 1) * El]) - p.send_first[q];
+      p.recv_first[q] = landed;
+      for (int e = 0; e < El; ++e) {
+        const std::size_t rows = std::size_t(p.received_counts[q * El + e]);
+        p.groups[q * El + e] = RowGroup{int(landed), int(rows), e};
+        landed += rows;
+      }
+      p.recv_rows[q] = landed - p.recv_first[q];
+      p.send_elements[q] = p.send_rows[q] * row_elements;
+      p.send_displs[q] = p.send_first[q] * row_elements;
+      p.recv_elements[q] = p.recv_rows[q] * row_elements;
+      p.recv_displs[q] = p.recv_first[q] * row_elements;
+    }
+    p.received = landed;
+  }
+
+  // Rows in the sender's expert order → the experts' ranks (forward's dispatch, backward's output
+  // gradients). The kernels that wrote `rows` must be done (the caller fences).
+  template <class Real>
+  void dispatch(const ExchangePlan& p, const Real* rows, Real* received) const {
+    if (!moves()) return;
+    ep_->alltoallv(rows, p.send_elements.data(), p.send_displs.data(), received, p.recv_elements.data(),
+                   p.recv_displs.data());
+  }
+  // The reverse: the experts' results back to the ranks that routed the rows.
+  template <class Real>
+  void give_back(const ExchangePlan& p, const Real* received, Real* rows) const {
+    if (!moves()) return;
+    ep_->alltoallv(received, p.recv_elements.data(), p.recv_displs.data(), rows, p.send_elements.data(),
+                   p.send_displs.data());
+  }
+
+ private:
+  Comm* ep_;
+  int experts_;
+};
+
+}  // namespace meshtrain
