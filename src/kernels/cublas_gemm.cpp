@@ -10,8 +10,11 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
+#include <vector>
 
 namespace meshtrain::cublas {
 namespace {
@@ -24,6 +27,16 @@ void check(cublasStatus_t status, const char* call, const char* file, int line) 
                   file, line, call, cublasGetStatusName(status), cublasGetStatusString(status)));
 }
 #define MESHTRAIN_CUBLAS_CHECK(call) check((call), #call, __FILE__, __LINE__)
+
+void check(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  throw std::runtime_error(
+      fmt::format("{}:{}: {} failed: {} ({})\nHINT: cudaErrorNoDevice or InsufficientDriver "
+                  "means no usable GPU or driver (check nvidia-smi and CUDA_VISIBLE_DEVICES); "
+                  "MemoryAllocation means the GPU is out of memory",
+                  file, line, call, cudaGetErrorName(status), cudaGetErrorString(status)));
+}
+#define MESHTRAIN_CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
 
 cublasOperation_t op(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -42,12 +55,45 @@ cublasHandle_t handle_for(void* stream) {
   return owner.handle;
 }
 
+// Copies `pointers` into device memory on `stream` and returns the device copy, for the pointer
+// arrays of grouped products. One block per host thread and stream, reused by every call after:
+// the copy is queued behind the products already on the stream that read the block, and a block
+// too small is freed and reallocated in stream order (cudaFreeAsync, cudaMallocAsync), so no call
+// waits for the GPU. cudaMemcpyAsync has read the pageable host array by the time it returns.
+const void* const* staged_pointers(void* stream, const std::vector<const void*>& pointers) {
+  struct Block {
+    void* data = nullptr;
+    std::size_t count = 0;
+  };
+  struct Blocks {
+    std::unordered_map<void*, Block> by_stream;
+    ~Blocks() {
+      for (auto& entry : by_stream) cudaFree(entry.second.data);
+    }
+  };
+  thread_local Blocks blocks;
+  const auto s = static_cast<cudaStream_t>(stream);
+  Block& block = blocks.by_stream[stream];
+  if (pointers.size() > block.count) {
+    if (block.data != nullptr) MESHTRAIN_CUDA_CHECK(cudaFreeAsync(block.data, s));
+    block.data = nullptr;
+    block.count = 0;
+    const std::size_t count = std::max<std::size_t>(pointers.size(), 64);
+    MESHTRAIN_CUDA_CHECK(cudaMallocAsync(&block.data, count * sizeof(void*), s));
+    block.count = count;
+  }
+  MESHTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(block.data, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
+  return static_cast<const void* const*>(block.data);
+}
+
 }  // namespace
 
-// The cuBLAS type of a 16-bit storage type.
+// The cuBLAS type of a storage type that goes through the Ex entry points (float in grouped products).
 template <class Real>
 constexpr cudaDataType_t data_type() {
-  static_assert(is_low_precision_v<Real>);
+  static_assert(is_low_precision_v<Real> || std::is_same_v<Real, float>);
+  if constexpr (std::is_same_v<Real, float>) return CUDA_R_32F;
   return std::is_same_v<Real, bf16> ? CUDA_R_16BF : CUDA_R_16F;
 }
 
@@ -87,11 +133,56 @@ void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape 
   }
 }
 
+// Each problem is its own group of one (its own shape); the per-group arrays stay on the host, only
+// the pointer arrays go to the device: [B_0 … B_{n−1} | A_0 … | C_0 …] in one staged block, the
+// operands swapped for column-major as in gemm.
+template <class Real>
+void gemm_grouped(void* stream, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
+                  accum_t<Real> alpha, accum_t<Real> beta) {
+  const int count = static_cast<int>(problems.size());
+  if (count == 0) return;
+  cublasHandle_t h = handle_for(stream);
+  const std::vector<cublasOperation_t> op_first(count, op(trans_b)), op_second(count, op(trans_a));
+  const std::vector<accum_t<Real>> alphas(count, alpha), betas(count, beta);
+  const std::vector<int> group_size(count, 1);
+  std::vector<int> m(count), n(count), k(count), ld_first(count), ld_second(count), ldc(count);
+  std::vector<const void*> pointers(3 * std::size_t(count));
+  for (int i = 0; i < count; ++i) {
+    const GemmProblem<Real>& p = problems[i];
+    m[i] = p.shape.n;
+    n[i] = p.shape.m;
+    k[i] = p.shape.k;
+    ld_first[i] = p.ldb;
+    ld_second[i] = p.lda;
+    ldc[i] = p.ldc;
+    pointers[i] = p.b;
+    pointers[count + i] = p.a;
+    pointers[2 * count + i] = p.c;
+  }
+  const void* const* device = staged_pointers(stream, pointers);
+  const void* const* first = device;
+  const void* const* second = device + count;
+  void* const* out = const_cast<void* const*>(device + 2 * count);
+  if constexpr (std::is_same_v<Real, double>) {
+    MESHTRAIN_CUBLAS_CHECK(cublasDgemmGroupedBatched(
+        h, op_first.data(), op_second.data(), m.data(), n.data(), k.data(), alphas.data(),
+        reinterpret_cast<const double* const*>(first), ld_first.data(), reinterpret_cast<const double* const*>(second),
+        ld_second.data(), betas.data(), reinterpret_cast<double* const*>(out), ldc.data(), count, group_size.data()));
+  } else {
+    const cudaDataType_t t = data_type<Real>();
+    MESHTRAIN_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+        h, op_first.data(), op_second.data(), m.data(), n.data(), k.data(), alphas.data(), first, t, ld_first.data(),
+        second, t, ld_second.data(), betas.data(), out, t, ldc.data(), count, group_size.data(), CUBLAS_COMPUTE_32F));
+  }
+}
+
 #define MESHTRAIN_INSTANTIATE_CUBLAS(Real)                                                                        \
   template void gemm<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, const Real*, int,     \
                            accum_t<Real>, Real*, int);                                                            \
   template void gemm_strided_batched<Real>(void*, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, long, \
-                                           const Real*, int, long, accum_t<Real>, Real*, int, long, int);
+                                           const Real*, int, long, accum_t<Real>, Real*, int, long, int);         \
+  template void gemm_grouped<Real>(void*, Trans, Trans, std::span<const GemmProblem<Real>>, accum_t<Real>,        \
+                                   accum_t<Real>);
 
 MESHTRAIN_INSTANTIATE_CUBLAS(float)
 MESHTRAIN_INSTANTIATE_CUBLAS(double)

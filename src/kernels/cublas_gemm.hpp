@@ -7,6 +7,8 @@
 #include "core/half_types.hpp"
 #include "kernels/gemm_types.hpp"
 
+#include <span>
+
 namespace meshtrain::cublas {
 
 // Row-major products as in kernels/gemm.hpp, run on `stream` (a cudaStream_t). Real is float,
@@ -21,5 +23,13 @@ template <class Real>
 void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
                           const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
                           accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
+
+// One grouped call for all the problems (each its own group of one): cublasGemmGroupedBatchedEx
+// for float, bf16 and fp16 (CUBLAS_COMPUTE_32F), cublasDgemmGroupedBatched for double. The A, B
+// and C pointer arrays must be in device memory: they are staged, on `stream`, through a device
+// buffer kept per host thread and stream and grown (stream-ordered) when a call needs more.
+template <class Real>
+void gemm_grouped(void* stream, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
+                  accum_t<Real> alpha, accum_t<Real> beta);
 
 }  // namespace meshtrain::cublas

@@ -15,6 +15,7 @@
 #include "kernels/gemm_types.hpp"
 
 #include <cstddef>
+#include <span>
 
 namespace meshtrain {
 
@@ -28,12 +29,20 @@ void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, 
                           const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
                           accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
 
+// Independent products of different shapes, C_i = alpha · op(A_i) · op(B_i) + beta · C_i, with the
+// same transposes, alpha and beta. They may run concurrently (CUDA: one cublasGemmGroupedBatchedEx,
+// double through cublasDgemmGroupedBatched), so no problem may write memory another reads or writes;
+// products that must add into one C in order are separate calls. The host runs them in order.
+template <class Real>
+void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
+                  accum_t<Real> alpha, accum_t<Real> beta);
+
 // The host's 16-bit products share one float workspace (memory category `workspace`): allocated on
 // first need, grown when a larger product needs more, never shrunk, reused by every product after.
 // A product is done in row panels of C, so its workspace is bounded by op(B) (k·n floats) plus a
 // panel of op(A) and of C, not by the whole m·n result.
 //
-// Bytes that products of this shape (each matrix of a batch in turn) need: 0 for float and double,
+// Bytes that products of this shape (each matrix of a batch or group in turn) need: 0 for float and double,
 // and on CUDA builds (cuBLAS needs none).
 template <class Real>
 std::size_t gemm_workspace_bytes_for(GemmShape shape);

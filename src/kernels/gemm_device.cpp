@@ -24,6 +24,12 @@ void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, 
 }
 
 template <class Real>
+void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
+                  accum_t<Real> alpha, accum_t<Real> beta) {
+  cublas::gemm_grouped<Real>(space.cuda_stream(), trans_a, trans_b, problems, alpha, beta);
+}
+
+template <class Real>
 std::size_t gemm_workspace_bytes_for(GemmShape) {
   return 0;
 }

@@ -119,6 +119,31 @@ void gemm_low_precision(Trans ta, Trans tb, GemmShape s, float alpha, const Real
   }
 }
 
+// Runs `count` products in order, problem(i) giving the i-th (a GemmProblem<Real>): every entry
+// point of the dispatch comes here. 16-bit products hold the workspace, sized for the largest, for
+// the whole run.
+template <class Real, class Problem>
+void gemm_in_order(const ExecSpace& space, Trans trans_a, Trans trans_b, int count, Problem problem,
+                   accum_t<Real> alpha, accum_t<Real> beta) {
+  space.fence();  // earlier kernels on this space must have produced the operands
+  if constexpr (is_low_precision_v<Real>) {
+    std::size_t floats = 0;
+    for (int i = 0; i < count; ++i) floats = std::max(floats, panels_for(problem(i).shape).floats);
+    Workspace& w = workspace();
+    const std::lock_guard<std::mutex> lock(w.mutex);
+    float* ws = w.at_least(floats);
+    for (int i = 0; i < count; ++i) {
+      const GemmProblem<Real> p = problem(i);
+      gemm_low_precision(trans_a, trans_b, p.shape, alpha, p.a, p.lda, p.b, p.ldb, beta, p.c, p.ldc, ws);
+    }
+  } else {
+    for (int i = 0; i < count; ++i) {
+      const GemmProblem<Real> p = problem(i);
+      cblas_gemm(trans_a, trans_b, p.shape, alpha, p.a, p.lda, p.b, p.ldb, beta, p.c, p.ldc);
+    }
+  }
+}
+
 }  // namespace
 
 #if !defined(KOKKOS_ENABLE_CUDA)
@@ -154,36 +179,26 @@ void release_gemm_workspace() {
 template <class Real>
 void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha, const Real* a,
           int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc) {
-  space.fence();  // earlier kernels on this space must have produced A and B
-  if constexpr (is_low_precision_v<Real>) {
-    Workspace& w = workspace();
-    const std::lock_guard<std::mutex> lock(w.mutex);
-    float* ws = w.at_least(panels_for(shape).floats);
-    gemm_low_precision(trans_a, trans_b, shape, alpha, a, lda, b, ldb, beta, c, ldc, ws);
-  } else {
-    cblas_gemm(trans_a, trans_b, shape, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
+  const GemmProblem<Real> problem{shape, a, lda, b, ldb, c, ldc};
+  gemm_in_order<Real>(
+      space, trans_a, trans_b, 1, [&](int) { return problem; }, alpha, beta);
 }
 
 template <class Real>
 void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
                           const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
                           accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch) {
-  space.fence();
-  if constexpr (is_low_precision_v<Real>) {
-    Workspace& w = workspace();
-    const std::lock_guard<std::mutex> lock(w.mutex);
-    float* ws = w.at_least(panels_for(shape).floats);
-    for (int i = 0; i < batch; ++i) {
-      gemm_low_precision(trans_a, trans_b, shape, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                         c + i * stride_c, ldc, ws);
-    }
-  } else {
-    for (int i = 0; i < batch; ++i) {
-      cblas_gemm(trans_a, trans_b, shape, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
-                 ldc);
-    }
-  }
+  const auto matrix = [&](int i) {
+    return GemmProblem<Real>{shape, a + i * stride_a, lda, b + i * stride_b, ldb, c + i * stride_c, ldc};
+  };
+  gemm_in_order<Real>(space, trans_a, trans_b, batch, matrix, alpha, beta);
+}
+
+template <class Real>
+void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
+                  accum_t<Real> alpha, accum_t<Real> beta) {
+  gemm_in_order<Real>(
+      space, trans_a, trans_b, static_cast<int>(problems.size()), [&](int i) { return problems[i]; }, alpha, beta);
 }
 
 #include "kernels/gemm_instantiations.inc"

@@ -1,0 +1,183 @@
+// The mixture-of-experts router after its logits GEMM: softmax, top-k and gates, the load-balancing
+// and z losses, and the gradient of all three back to the logits (share/docs/usage.md, Mixture of
+// experts).
+//
+// Sizes: N tokens, E experts, k experts per token. A = accum_t<Real>: the router runs in float for
+// 16-bit models (fp32, fp64 for fp64 runs, as usage.md says) and stores probs, gate, lse in it.
+//   forward:  p[n,:] = softmax(z[n,:]) (max-subtracted),  lse[n] = log Σ_e exp z[n,e]
+//             expert[n,:] = the k largest p[n,e] in descending order, equal ones by lower e first
+//             gate[n,j] = p[n,e_j] / S_n, S_n = Σ_{i<k} p[n,e_i] (normalize), else p[n,e_j]
+//   losses:   aux = E · Σ_e f_e · P_e,  f_e = routed[e] / (N·k),  P_e = (1/N) Σ_n p[n,e]
+//             z = (1/N) Σ_n lse[n]²
+//   backward: dp[n,e] = aux_weight · E · f_e / N                       (∂aux/∂p; f carries no gradient)
+//                     + (e = e_j: (dgate_j − Σ_i dgate_i g_i) / S       normalize
+//                                  dgate_j                              otherwise)
+//             dz[n,e] = p (dp − Σ_e' p dp) + z_weight · (2/N) · lse[n] · p     (softmax; ∂lse/∂z = p)
+//
+// One team per token for the row kernels. Top-k is k rounds of two exact team reductions (the
+// largest p left, then the lowest expert holding it), so ties resolve the same on every backend.
+#pragma once
+
+#include "core/exec.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/fast_math.hpp"
+
+#include <type_traits>
+
+namespace meshtrain {
+
+// probs [N*E], lse [N], expert [N*k], gate [N*k] are written.
+template <class Real>
+void router_forward(const ExecSpace& space, Vec<accum_t<Real>> probs, Vec<int> expert, Vec<accum_t<Real>> gate,
+                    Vec<accum_t<Real>> lse, CVec<Real> logits, int N, int E, int k, bool normalize) {
+  static_assert(reachable_v<CVec<Real>> && reachable_v<Vec<int>>);
+  using A = accum_t<Real>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "meshtrain::moe_router::forward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * E;
+        const long chosen = static_cast<long>(n) * k;
+        A row_max;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, E),
+            [&](int e, A& m) {
+              if (A(logits(row + e)) > m) m = logits(row + e);
+            },
+            Kokkos::Max<A>(row_max));
+        A sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, E), [&](int e, A& acc) { acc += fast_exp(A(logits(row + e)) - row_max); },
+            sum);
+        const A inv = A(1) / sum;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, E),
+                             [&](int e) { probs(row + e) = fast_exp(A(logits(row + e)) - row_max) * inv; });
+        team.team_barrier();  // the top-k rounds read every thread's probabilities
+        // Round j takes the largest (p, −e) below round j−1's in lexicographic order: the largest p
+        // left, and of the experts holding it the lowest index.
+        A last_p = 0;
+        int last_e = -1;
+        A chosen_sum = 0;
+        for (int j = 0; j < k; ++j) {
+          const auto below_last = [&](int e) {
+            const A p = probs(row + e);
+            return last_e < 0 || p < last_p || (p == last_p && e > last_e);
+          };
+          A best_p;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, E),
+              [&](int e, A& m) {
+                if (below_last(e) && probs(row + e) > m) m = probs(row + e);
+              },
+              Kokkos::Max<A>(best_p));
+          int best_e;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, E),
+              [&](int e, int& m) {
+                if (below_last(e) && probs(row + e) == best_p && e < m) m = e;
+              },
+              Kokkos::Min<int>(best_e));
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { expert(chosen + j) = best_e; });
+          last_p = best_p;
+          last_e = best_e;
+          chosen_sum += best_p;
+        }
+        // Every thread holds the same chosen_sum (each added the reductions' results in order j).
+        team.team_barrier();
+        const A divisor = normalize ? chosen_sum : A(1);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k),
+                             [&](int j) { gate(chosen + j) = probs(row + expert(chosen + j)) / divisor; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(n) = row_max + kmath::log(sum); });
+      });
+}
+
+// The two auxiliary losses of one MoE block (plain values; the caller weights them).
+struct RouterLosses {
+  double aux, z;
+};
+
+// routed [E]: assignments routed to each expert before capacity (moe_assign's). Summed in double in
+// a fixed order: each expert's column of p in row chunks of kReduceChunk, each chunk in row order,
+// the chunk terms combined by Kokkos' reduction (fixed for a backend and thread count, as
+// chunked_sum); z through squared_norm. Fences (the values come back to the host).
+template <class A>
+RouterLosses router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> routed, int N, int E, int k) {
+  static_assert(reachable_v<CVec<A>> && reachable_v<CVec<int>>);
+  const long chunks = (static_cast<long>(N) + kReduceChunk - 1) / kReduceChunk;
+  double weighted = 0;  // Σ_e routed[e] · Σ_n p[n,e]
+  Kokkos::parallel_reduce(
+      "meshtrain::moe_router::aux_loss", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks * E),
+      KOKKOS_LAMBDA(long i, double& acc) {
+        const int e = static_cast<int>(i % E);  // neighbouring threads read neighbouring columns
+        const long begin = (i / E) * kReduceChunk;
+        const long end = begin + kReduceChunk < N ? begin + kReduceChunk : N;
+        double column = 0;
+        for (long n = begin; n < end; ++n) column += static_cast<double>(probs(n * E + e));
+        acc += static_cast<double>(routed(e)) * column;
+      },
+      weighted);
+  const double tokens = N;
+  return {E * weighted / (tokens * k * tokens), squared_norm<A>(space, lse, N) / tokens};
+}
+
+namespace detail {
+
+// ∂/∂p[n,e] of the weighted aux loss plus the gates' term, for one token: `chosen` points at its
+// k experts and gate gradients, `gate_term` = Σ_i dgate_i g_i (normalize) and `inv_sum` = 1/S, or
+// 0 and 1 without normalisation.
+template <class A>
+struct RouterProbGradient {
+  CVec<int> expert;
+  CVec<A> dgate;
+  CVec<int> routed;
+  long chosen;
+  int k;
+  A aux_scale, gate_term, inv_sum;
+
+  KOKKOS_INLINE_FUNCTION A operator()(int e) const {
+    A dp = aux_scale * A(routed(e));
+    for (int j = 0; j < k; ++j) {
+      if (expert(chosen + j) == e) dp += (dgate(chosen + j) - gate_term) * inv_sum;
+    }
+    return dp;
+  }
+};
+
+}  // namespace detail
+
+// dlogits [N*E] is written (=). dgate [N*k] is the gates' gradient; probs, expert, lse the forward's;
+// routed as in router_losses; aux_weight and z_weight multiply aux and z in the objective.
+template <class Real>
+void router_backward(const ExecSpace& space, Vec<Real> dlogits, CVec<accum_t<std::type_identity_t<Real>>> dgate,
+                     CVec<accum_t<std::type_identity_t<Real>>> probs, CVec<int> expert,
+                     CVec<accum_t<std::type_identity_t<Real>>> lse, CVec<int> routed, accum_t<Real> aux_weight,
+                     accum_t<Real> z_weight, int N, int E, int k, bool normalize) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<int>>);
+  using A = accum_t<Real>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const A aux_scale = aux_weight * A(E) / (A(N) * A(k) * A(N));
+  const A z_scale = z_weight * A(2) / A(N);
+  Kokkos::parallel_for(
+      "meshtrain::moe_router::backward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * E;
+        const long chosen = static_cast<long>(n) * k;
+        // S and Σ_i dgate_i g_i in choice order, the same on every thread (k is small).
+        A sum = 0;
+        for (int j = 0; j < k; ++j) sum += probs(row + expert(chosen + j));
+        A gate_term = 0;
+        for (int j = 0; j < k; ++j) gate_term += dgate(chosen + j) * probs(row + expert(chosen + j)) / sum;
+        const detail::RouterProbGradient<A> dp{
+            expert, dgate, routed, chosen, k, aux_scale, normalize ? gate_term : A(0), normalize ? A(1) / sum : A(1)};
+        A p_dot_dp = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, E), [&](int e, A& acc) { acc += probs(row + e) * dp(e); }, p_dot_dp);
+        const A lse_term = z_scale * lse(n);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, E), [&](int e) {
+          const A p = probs(row + e);
+          dlogits(row + e) = Real(p * (dp(e) - p_dot_dp) + lse_term * p);
+        });
+      });
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,217 @@
+// The MoE router: softmax, top-k and gates against a double loop (top-k by a stable sort, ties
+// included), the aux and z losses against their closed forms, the backward against central
+// differences of Σ dgate·gate + aux_weight·aux + z_weight·z, float against double, bitwise reruns,
+// and bf16 logits (the router computes in float) against the double loop.
+#include "kernels/moe_router.hpp"
+
+#include "kernel_test_utils.hpp"
+#include "low_precision_utils.hpp"
+#include "moe_reference.hpp"
+
+#include <cmath>
+
+namespace meshtrain::test {
+namespace {
+
+struct Shape {
+  int N, E, k;
+  bool normalize;
+};
+// E not a power of two, k = 1, 2, 3, gates normalised or not.
+const Shape kShapes[] = {{6, 3, 1, true}, {7, 5, 2, true}, {5, 5, 3, false}, {9, 8, 3, true}, {4, 3, 2, false}};
+
+struct Routing {
+  Host probs, gate, lse;
+  Ints expert;
+};
+
+Routing reference_router(const Host& z, const Shape& s) {
+  Routing r{Host(s.N * s.E), Host(s.N * s.k), Host(s.N), {}};
+  for (int n = 0; n < s.N; ++n) {
+    const auto first = z.begin() + n * s.E;
+    const double m = *std::max_element(first, first + s.E);
+    double sum = 0;
+    for (int e = 0; e < s.E; ++e) sum += std::exp(z[n * s.E + e] - m);
+    Host p(s.E);
+    for (int e = 0; e < s.E; ++e) p[e] = r.probs[n * s.E + e] = std::exp(z[n * s.E + e] - m) / sum;
+    r.lse[n] = m + std::log(sum);
+    const Ints top = top_k(p, s.k);
+    double chosen = 0;
+    for (int e : top) chosen += p[e];
+    for (int j = 0; j < s.k; ++j) {
+      r.expert.push_back(top[j]);
+      r.gate[n * s.k + j] = s.normalize ? p[top[j]] / chosen : p[top[j]];
+    }
+  }
+  return r;
+}
+
+template <class Real>
+struct DeviceRouting {
+  using A = accum_t<Real>;
+  Buffer<A> probs, gate, lse;
+  Buffer<int> expert;
+};
+
+template <class Real>
+DeviceRouting<Real> route(const Host& z, const Shape& s) {
+  using A = accum_t<Real>;
+  ExecSpace space;
+  auto logits = to_device<Real>(z);
+  DeviceRouting<Real> d{to_device<A>(nan_filled(s.N * s.E)), to_device<A>(nan_filled(s.N * s.k)),
+                        to_device<A>(nan_filled(s.N)), to_device(Ints(s.N * s.k, -7))};
+  router_forward(space, vec(d.probs), vec(d.expert), vec(d.gate), vec(d.lse), cvec(logits), s.N, s.E, s.k, s.normalize);
+  return d;
+}
+
+template <class Real>
+Routing run_router(const Host& z, const Shape& s) {
+  const auto d = route<Real>(z, s);
+  return {to_host(d.probs), to_host(d.gate), to_host(d.lse), raw(d.expert)};
+}
+
+// Logits with ties: row 0 all equal (experts 0 … k−1), row 1 two equal maxima (the lower first).
+Host tied_logits(const Shape& s, std::uint64_t seed) {
+  Host z = random_vector(s.N * s.E, seed, -3.0, 3.0);
+  for (int e = 0; e < s.E; ++e) z[e] = 0.5;
+  z[s.E + s.E - 1] = z[s.E + 1] = 4.0;
+  return z;
+}
+
+void expect_routing_close(const Routing& actual, const Routing& expected, double tol) {
+  EXPECT_EQ(actual.expert, expected.expert);
+  expect_close(actual.probs, expected.probs, tol, "probs");
+  expect_close(actual.gate, expected.gate, tol, "gate");
+  expect_close(actual.lse, expected.lse, tol, "lse");
+}
+
+template <class Real>
+class MoeRouter : public ::testing::Test {};
+TYPED_TEST_SUITE(MoeRouter, DoubleAndFloat);
+template <class Real>
+constexpr double kTol = tolerance_for<Real>(1e-13, 1e-5);
+
+TYPED_TEST(MoeRouter, ForwardMatchesTheDoubleLoopTiesIncluded) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " E " << s.E << " k " << s.k);
+    const Host z = tied_logits(s, 10 + s.E);
+    const Routing r = run_router<TypeParam>(z, s);
+    expect_routing_close(r, reference_router(z, s), kTol<TypeParam>);
+    for (int j = 0; j < s.k; ++j) EXPECT_EQ(r.expert[j], j) << "all-equal row";
+    EXPECT_EQ(r.expert[s.k], 1) << "of two equal maxima the lower expert comes first";
+  }
+}
+
+TEST(MoeRouter, Bf16LogitsRouteInFloat) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " E " << s.E << " k " << s.k);
+    const Host z = rounded<bf16>(tied_logits(s, 20 + s.E));
+    expect_routing_close(run_router<bf16>(z, s), reference_router(z, s), 1e-5);
+  }
+}
+
+// aux = E · Σ_e routed[e]/(N·k) · mean_n p[n,e], z = mean_n lse², on arbitrary inputs; N = 5000
+// spans two row chunks of the column sums.
+template <class A>
+RouterLosses losses_of(const Host& probs, const Host& lse, const Ints& routed, int N, int E, int k) {
+  auto p = to_device<A>(probs), l = to_device<A>(lse);
+  auto r = to_device(routed);
+  return router_losses(ExecSpace{}, cvec(p), cvec(l), cvec(r), N, E, k);
+}
+
+TEST(MoeRouter, LossesMatchTheirClosedForms) {
+  for (const auto& [N, E, k] : {std::tuple{6, 3, 1}, std::tuple{5000, 5, 2}}) {
+    const Host probs = random_vector(N * E, 31, 0.0, 1.0), lse = random_vector(N, 32, -2.0, 3.0);
+    Ints routed(E);
+    for (int e = 0; e < E; ++e) routed[e] = 3 * e + 1;
+    double aux = 0, z = 0;
+    for (int e = 0; e < E; ++e) {
+      double column = 0;
+      for (int n = 0; n < N; ++n) column += probs[n * E + e];
+      aux += double(routed[e]) / (N * k) * column / N;
+    }
+    aux *= E;
+    for (double v : lse) z += v * v / N;
+    const RouterLosses got = losses_of<double>(probs, lse, routed, N, E, k);
+    EXPECT_NEAR(got.aux, aux, 1e-12 * aux) << "N " << N;
+    EXPECT_NEAR(got.z, z, 1e-12 * z) << "N " << N;
+    const RouterLosses in_float = losses_of<float>(probs, lse, routed, N, E, k);
+    EXPECT_NEAR(in_float.aux, aux, 1e-6 * aux) << "N " << N;
+    EXPECT_NEAR(in_float.z, z, 1e-6 * z) << "N " << N;
+  }
+}
+
+constexpr double kAuxWeight = 0.3, kZWeight = 0.2;
+
+Ints routed_counts(const Ints& expert, int E) {
+  Ints routed(E, 0);
+  for (int e : expert) ++routed[e];
+  return routed;
+}
+
+template <class Real>
+Host run_backward(const DeviceRouting<Real>& d, const Host& dgate, const Ints& routed, const Shape& s) {
+  auto g = to_device<accum_t<Real>>(dgate);
+  auto r = to_device(routed);
+  auto dlogits = to_device<Real>(nan_filled(s.N * s.E));  // written, not accumulated
+  router_backward(ExecSpace{}, vec(dlogits), cvec(g), cvec(d.probs), cvec(d.expert), cvec(d.lse), cvec(r), kAuxWeight,
+                  kZWeight, s.N, s.E, s.k, s.normalize);
+  return to_host(dlogits);
+}
+
+// The objective through the forward kernels, with `routed` and the routing held fixed (the random
+// logits keep every top-k choice far from a tie, and the check below sees that it holds).
+double objective(const Host& z, const Host& dgate, const Ints& routed, const Ints& expert, const Shape& s) {
+  const auto d = route<double>(z, s);
+  EXPECT_EQ(raw(d.expert), expert) << "a perturbation changed the routing";
+  const RouterLosses l = router_losses(ExecSpace{}, cvec(d.probs), cvec(d.lse), cvec(to_device(routed)), s.N, s.E, s.k);
+  return dot(to_host(d.gate), dgate) + kAuxWeight * l.aux + kZWeight * l.z;
+}
+
+TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " E " << s.E << " k " << s.k);
+    Host z = random_vector(s.N * s.E, 40 + s.E, -2.0, 2.0);
+    const Host dgate = random_vector(s.N * s.k, 41);
+    const auto d = route<double>(z, s);
+    const Ints expert = raw(d.expert);
+    const Ints routed = routed_counts(expert, s.E);
+    const Host num = numeric_gradient(z, [&] { return objective(z, dgate, routed, expert, s); });
+    expect_close(run_backward<double>(d, dgate, routed, s), num, 1e-6, "dlogits");
+  }
+}
+
+TEST(MoeRouter, FloatBackwardMatchesDouble) {
+  const Shape s{7, 5, 2, true};
+  const Host z = random_vector(s.N * s.E, 50, -2.0, 2.0), dgate = random_vector(s.N * s.k, 51);
+  const Ints routed = routed_counts(raw(route<double>(z, s).expert), s.E);
+  expect_close(run_backward<float>(route<float>(z, s), dgate, routed, s),
+               run_backward<double>(route<double>(z, s), dgate, routed, s), 1e-4, "dlogits");
+}
+
+TEST(MoeRouter, FloatRerunsAreBitwiseEqual) {
+  const Shape s{64, 5, 2, true};
+  const Host z = random_vector(s.N * s.E, 60, -2.0, 2.0), dgate = random_vector(s.N * s.k, 61);
+  const auto run = [&] {
+    const auto d = route<float>(z, s);
+    const Ints routed = routed_counts(raw(d.expert), s.E);
+    auto r = to_device(routed);
+    const RouterLosses l = router_losses(ExecSpace{}, cvec(d.probs), cvec(d.lse), cvec(r), s.N, s.E, s.k);
+    auto g = to_device<float>(dgate);
+    auto dlogits = to_device<float>(nan_filled(s.N * s.E));
+    router_backward(ExecSpace{}, vec(dlogits), cvec(g), cvec(d.probs), cvec(d.expert), cvec(d.lse), cvec(r), 0.1f,
+                    0.01f, s.N, s.E, s.k, s.normalize);
+    return std::tuple{raw(d.probs), raw(d.gate), raw(d.lse), raw(d.expert), l.aux, l.z, raw(dlogits)};
+  };
+  const auto first = run(), second = run();
+  EXPECT_TRUE(bitwise_equal(std::get<0>(first), std::get<0>(second))) << "probs";
+  EXPECT_TRUE(bitwise_equal(std::get<1>(first), std::get<1>(second))) << "gate";
+  EXPECT_TRUE(bitwise_equal(std::get<2>(first), std::get<2>(second))) << "lse";
+  EXPECT_EQ(std::get<3>(first), std::get<3>(second)) << "expert";
+  EXPECT_EQ(std::get<4>(first), std::get<4>(second)) << "aux";
+  EXPECT_EQ(std::get<5>(first), std::get<5>(second)) << "z";
+  EXPECT_TRUE(bitwise_equal(std::get<6>(first), std::get<6>(second))) << "dlogits";
+}
+
+}  // namespace
+}  // namespace meshtrain::test
