@@ -368,7 +368,8 @@ def train(model, tokens, cfg, steps=None, log=None):
     (share/docs/usage.md, Mixture of experts, Objective).
     Returns {"loss": [...], "lr": [...], "grad_norm": [...]}, one entry per step (loss: the
     cross-entropy alone), and with MoE blocks "moe_aux" and "moe_z": Σ over the blocks of the mean
-    over the step's micro-batches of each micro-batch's aux and z (coefficients not applied)."""
+    over the step's micro-batches of each micro-batch's aux and z (coefficients not applied), and
+    "moe_dropped": the fraction of the step's assignments (all blocks) that capacity dropped."""
     t, o = cfg["train"], cfg["optim"]
     T, G, mb = cfg["model"]["seq_len"], t["global_batch"], t["micro_batch"]
     if G % mb:
@@ -378,11 +379,12 @@ def train(model, tokens, cfg, steps=None, log=None):
     params = list(model.parameters())
     opt = make_optimizer(model, cfg)
     moe = model.moe_blocks()
-    hist = {"loss": [], "lr": [], "grad_norm": [], **({"moe_aux": [], "moe_z": []} if moe else {})}
+    hist = {"loss": [], "lr": [], "grad_norm": [], **({"moe_aux": [], "moe_z": [], "moe_dropped": []} if moe else {})}
     for s in range(steps):
         inputs, targets = step_windows(tokens, s, G, T)
         opt.zero_grad(set_to_none=True)
         step_loss = step_aux = step_z = 0.0
+        routed = kept = 0
         for k in range(accum):
             rows = slice(k * mb, (k + 1) * mb)
             loss = model(inputs[rows], targets[rows])
@@ -390,6 +392,8 @@ def train(model, tokens, cfg, steps=None, log=None):
             step_loss += loss.item() / accum
             step_aux += sum(block.router.aux.item() for _, block in moe) / accum
             step_z += sum(block.router.z.item() for _, block in moe) / accum
+            routed += sum(int(block.router.routed.sum()) for _, block in moe)
+            kept += sum(int(block.router.kept.sum()) for _, block in moe)
         if o["grad_clip"] > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, o["grad_clip"]))
         else:
@@ -404,6 +408,7 @@ def train(model, tokens, cfg, steps=None, log=None):
         if moe:
             hist["moe_aux"].append(step_aux)
             hist["moe_z"].append(step_z)
+            hist["moe_dropped"].append((routed - kept) / routed)
         if log:
             log(f"step {s + 1:4d}  loss {step_loss:.6f}  lr {lr:.3e}  grad_norm {norm:.6f}")
     return hist
