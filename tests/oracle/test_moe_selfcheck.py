@@ -101,6 +101,9 @@ def ties_go_to_the_lower_index():
     p = torch.tensor([[0.2, 0.4, 0.4], [1 / 3, 1 / 3, 1 / 3], [0.4, 0.2, 0.4], [0.1, 0.1, 0.8]])
     assert llama_torch.top_k(p, 2).tolist() == [[1, 2], [0, 1], [0, 2], [2, 0]]
     assert llama_torch.top_k(p, 1).flatten().tolist() == [1, 0, 0, 2]
+    # Rows torch.topk orders otherwise ([4, 3] and [12, 14, 13] with torch 1.13).
+    assert llama_torch.top_k(torch.tensor([[0.1, 0.1, 0.1, 0.35, 0.35]]), 2).tolist() == [[3, 4]]
+    assert llama_torch.top_k(torch.full((1, 20), 0.05), 3).tolist() == [[0, 1, 2]]
 
 
 @check
