@@ -112,7 +112,7 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-# The [model] keys of a mixture of experts and the trainer's defaults (src/core/config.hpp).
+# The [model] keys of a mixture of experts and the trainer's defaults (share/docs/usage.md, Keys).
 MOE_DEFAULTS = {"experts": 0, "experts_per_token": 2, "moe_every": 1, "shared_experts": 0, "expert_hidden": 0,
                 "capacity_factor": 0.0, "normalize_gates": True, "aux_loss_coef": 0.01, "z_loss_coef": 0.0}
 
@@ -137,9 +137,9 @@ def kept_assignments(chosen, capacity, experts):
     (GShard): every token's first choice (j = 0) in token order, then every second choice, ...; an
     expert keeps the first `capacity` assignments that reach it (0: all)."""
     N, k = chosen.shape
-    queue = chosen.t().reshape(-1)                        # the assignments in priority order
     if capacity == 0:
         return torch.ones(N, k, dtype=torch.bool)
+    queue = chosen.t().reshape(-1)                        # the assignments in priority order
     arrivals = F.one_hot(queue, experts)
     place = (arrivals.cumsum(0) * arrivals).sum(-1) - 1   # assignments ahead of it at its expert
     return (place < capacity).view(k, N).t()
