@@ -1,7 +1,9 @@
 // Each model family against an independent PyTorch implementation (tests/oracle/make_reference.py,
 // one reference file per case, the family in its `arch` attribute): the same weights and batch must
-// give torch's logits, loss and every gradient, in double. Read with the plain HDF5 C API, so that
-// meshtrain's own io/ is not part of what is checked.
+// give torch's logits, loss and every gradient, in double; a mixture of experts also torch's routing
+// counts and aux and z losses (share/docs/usage.md, Mixture of experts), its gradients those of the
+// whole objective. Read with the plain HDF5 C API, so that meshtrain's own io/ is not part of what is
+// checked.
 #include "model/language_model.hpp"
 
 #include <gtest/gtest.h>
@@ -41,6 +43,8 @@ class Hdf5File {
     EXPECT_GE(H5Gget_info_by_name(id_, name, &info, H5P_DEFAULT), 0) << name;
     return std::size_t(info.nlinks);
   }
+  bool has_attribute(const char* name) const { return H5Aexists(id_, name) > 0; }
+  bool has_link(const char* name) const { return H5Lexists(id_, name, H5P_DEFAULT) > 0; }
   long attribute(const char* name) const { return scalar<long>(name, H5T_NATIVE_LONG); }
   double real_attribute(const char* name) const { return scalar<double>(name, H5T_NATIVE_DOUBLE); }
   // A variable-length string attribute, as h5py writes a str.
@@ -93,7 +97,46 @@ ModelConfig reference_model(const Hdf5File& ref) {
     m.rope_theta = ref.real_attribute("rope_theta");
     m.norm_eps = ref.real_attribute("norm_eps");
   }
+  if (ref.has_attribute("experts")) {  // a mixture of experts; absent: dense
+    m.experts = int(ref.attribute("experts"));
+    m.experts_per_token = int(ref.attribute("experts_per_token"));
+    m.moe_every = int(ref.attribute("moe_every"));
+    m.shared_experts = int(ref.attribute("shared_experts"));
+    m.expert_hidden = int(ref.attribute("expert_hidden"));
+    m.capacity_factor = ref.real_attribute("capacity_factor");
+    m.normalize_gates = ref.attribute("normalize_gates") != 0;
+    m.aux_loss_coef = ref.real_attribute("aux_loss_coef");
+    m.z_loss_coef = ref.real_attribute("z_loss_coef");
+  }
   return m;
+}
+
+// One forward pass's routing against torch's: the MoE blocks, the counts exactly, the losses to 1e-10.
+void expect_router_statistics(const Hdf5File& ref, const RouterStatistics& got) {
+  const auto blocks = ref.read<long>("/expected/moe/blocks", H5T_NATIVE_LONG);
+  const auto routed = ref.read<long>("/expected/moe/routed", H5T_NATIVE_LONG);
+  const auto kept = ref.read<long>("/expected/moe/kept", H5T_NATIVE_LONG);
+  const auto aux = ref.read<double>("/expected/moe/aux", H5T_NATIVE_DOUBLE);
+  const auto z = ref.read<double>("/expected/moe/z", H5T_NATIVE_DOUBLE);
+  EXPECT_EQ(got.passes, 1);
+  ASSERT_EQ(got.blocks, std::vector<int>(blocks.begin(), blocks.end()));
+  const int E = int(ref.attribute("experts"));
+  ASSERT_EQ(got.experts, E);
+  ASSERT_EQ(got.routed.size(), routed.size());
+  ASSERT_EQ(got.kept.size(), kept.size());
+  ASSERT_EQ(got.aux_loss.size(), blocks.size());
+  ASSERT_EQ(got.z_loss.size(), blocks.size());
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    for (int e = 0; e < E; ++e) {
+      const std::size_t i = b * std::size_t(E) + std::size_t(e);
+      EXPECT_EQ(got.routed_at(b, e), double(routed[i])) << "block " << blocks[b] << " expert " << e << " routed";
+      EXPECT_EQ(got.kept_at(b, e), double(kept[i])) << "block " << blocks[b] << " expert " << e << " kept";
+    }
+    EXPECT_LT(relative_error(got.aux_loss[b], aux[b]), 1e-10) << "block " << blocks[b] << " aux " << got.aux_loss[b]
+                                                              << " vs torch " << aux[b];
+    EXPECT_LT(relative_error(got.z_loss[b], z[b]), 1e-10) << "block " << blocks[b] << " z " << got.z_loss[b]
+                                                          << " vs torch " << z[b];
+  }
 }
 
 // MESHTRAIN_TORCH_REFERENCES: the reference files, comma-separated.
@@ -143,7 +186,13 @@ TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
   }
 
   model.zero_grads();
+  model.clear_router_statistics();
   const double loss = model.forward(din, dtg, 1.0 / N);
+  if (ref.has_link("/expected/moe")) {
+    expect_router_statistics(ref, model.router_statistics());
+  } else {
+    EXPECT_TRUE(model.router_statistics().empty());
+  }
   model.backward(din);
   const double want_loss = ref.read<double>("/expected/loss", H5T_NATIVE_DOUBLE).at(0);
   EXPECT_LT(relative_error(loss, want_loss), 1e-10) << loss << " vs torch " << want_loss;

@@ -3,12 +3,17 @@
 
 Writes a random token shard (odd vocab 67, 1133 tokens = 47 windows, so the order wraps) and
 random init weights for a shape the other tests do not use (--arch gpt2: layers 2, heads 3,
-d_model 36; --arch llama: layers 2, heads 4, kv_heads 2, d_model 40, SwiGLU width 52; both
-seq_len 24, micro_batch 2, global_batch 6 -> accum 3, 10 steps, warmup 3, lr 1e-3, min_lr 1e-4,
-weight_decay 0.1), runs `meshtrain train` on them, runs the float64 reference (gpt2_torch.train)
-from the same float32 weights and data, and compares per step:
-loss (--rtol, default 1e-4), lr (1e-9 relative), grad_norm (1e-3 relative), and that the
-cumulative `tokens` is step * global_batch * seq_len.
+d_model 36; --arch llama: layers 2, heads 4, kv_heads 2, d_model 40, SwiGLU width 52; --arch moe:
+that llama with a mixture of experts in both blocks, 5 experts of width 24, k 2, capacity 1.25
+(an expert keeps 24 of a micro-batch's 96 assignments), one shared expert, aux_loss_coef 0.05,
+z_loss_coef 0.01; all seq_len 24, micro_batch 2, global_batch 6 -> accum 3, 10 steps, warmup 3,
+lr 1e-3, min_lr 1e-4, weight_decay 0.1), runs `meshtrain train` on them, runs the float64
+reference (gpt2_torch.train, whose objective adds the aux and z terms) from the same float32
+weights and data, and compares per step:
+loss (the cross-entropy; --rtol, default 1e-4), lr (1e-9 relative), grad_norm (1e-3 relative),
+that the cumulative `tokens` is step * global_batch * seq_len, and under MoE the metrics' `moe`
+object (share/docs/usage.md, Mixture of experts): aux_loss and z_loss (1e-4 relative; Σ over the
+blocks of the step's mean per micro-batch) and dropped (the fraction of assignments, 1e-9).
 Init: matrices/embeddings normal(0, 0.1) (larger than GPT-2's 0.02 so that the loss depends
 visibly on the weights: with 0.02 it sits within 1e-6 of ln 67 and a wrong attention scale or a
 missing causal mask passes), biases normal(0, 0.1), norm weights 1 + normal(0, 0.1).
@@ -17,7 +22,7 @@ by step 5 in both loss and grad_norm) and constant (constant lr, grad_clip 0).
 Exit 0 on agreement, 1 on any mismatch or failed run.
 
 usage: /usr/bin/python3 compare_training.py --meshtrain build/bin/meshtrain --workdir DIR
-       [--arch gpt2|llama] [--case cosine|constant] [--rtol 1e-4] [--set SECTION.KEY=VALUE ...] [--launcher "mpiexec -n 4"]
+       [--arch gpt2|llama|moe] [--case cosine|constant] [--rtol 1e-4] [--set SECTION.KEY=VALUE ...] [--launcher "mpiexec -n 4"]
 --set changes the case's config (other shapes: --set model.vocab=101 --set model.d_model=60);
 --launcher starts meshtrain under it (parallel layouts give the single-rank answer too).
 """
@@ -38,6 +43,10 @@ SHAPES = {
     "llama": {"arch": "llama", "layers": 2, "heads": 4, "kv_heads": 2, "d_model": 40, "ffn_hidden": 52,
               "vocab": 67, "seq_len": 24},
 }
+SHAPES["moe"] = {**SHAPES["llama"], "experts": 5, "experts_per_token": 2, "expert_hidden": 24, "shared_experts": 1,
+                 "capacity_factor": 1.25, "aux_loss_coef": 0.05, "z_loss_coef": 0.01}
+# metrics file's moe object key -> (gpt2_torch.train's history key, relative tolerance; dropped: absolute)
+MOE_METRICS = {"aux_loss": ("moe_aux", 1e-4), "z_loss": ("moe_z", 1e-4), "dropped": ("moe_dropped", 1e-9)}
 CASES = {
     "cosine": {"decay": "cosine", "grad_clip": 1.2},
     "constant": {"decay": "constant", "grad_clip": 0.0},
@@ -59,11 +68,32 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def is_number(value):
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def moe_failures(step, row, ref):
+    """The differences of a metrics line's `moe` object from the reference's step (0-based)."""
+    moe = row.get("moe")
+    if not isinstance(moe, dict):
+        return [f"step {step + 1}: the metrics line has no moe object"]
+    out = []
+    for key, (ref_key, tol) in MOE_METRICS.items():
+        value, want = moe.get(key), ref[ref_key][step]
+        if not is_number(value):
+            off = math.inf
+        else:
+            off = abs(value - want) if key == "dropped" else rel(value, want)
+        if off > tol:
+            out.append(f"step {step + 1}: moe.{key} meshtrain {value} vs torch {want:.10g} (tolerance {tol})")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--meshtrain", required=True, help="path of the meshtrain binary")
     ap.add_argument("--workdir", required=True, help="scratch directory (recreated)")
-    ap.add_argument("--arch", choices=sorted(SHAPES), default="gpt2", help="model family")
+    ap.add_argument("--arch", choices=sorted(SHAPES), default="gpt2", help="model family (moe: llama with experts)")
     ap.add_argument("--case", choices=sorted(CASES), default="cosine")
     ap.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of the loss")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -122,10 +152,15 @@ def main():
               f" {ref['lr'][s]:13.6e} {r.get('grad_norm', math.nan):15.8f} {ref['grad_norm'][s]:15.8f}")
         for key in tol:
             value = r.get(key)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or rel(value, ref[key][s]) > tol[key]:
+            if not is_number(value) or rel(value, ref[key][s]) > tol[key]:
                 failures.append(f"step {s + 1}: {key} meshtrain {value} vs torch {ref[key][s]:.10g}"
                                 f" (relative tolerance {tol[key]})")
+        if "moe_aux" in ref:
+            moe = r.get("moe") if isinstance(r.get("moe"), dict) else {}
+            print(f"{'':4} moe aux {moe.get('aux_loss', math.nan):12.8f} vs {ref['moe_aux'][s]:12.8f}"
+                  f"  z {moe.get('z_loss', math.nan):12.8f} vs {ref['moe_z'][s]:12.8f}"
+                  f"  dropped {moe.get('dropped', math.nan):.6f} vs {ref['moe_dropped'][s]:.6f}")
+            failures += moe_failures(s, r, ref)
         if r.get("tokens") != (s + 1) * t["global_batch"] * m["seq_len"]:
             failures.append(f"step {s + 1}: tokens {r.get('tokens')}, expected {(s + 1) * t['global_batch'] * m['seq_len']}")
     clip = cfg["optim"]["grad_clip"]

@@ -29,17 +29,28 @@ import llama_torch
 
 DEFAULTS = {
     "model": {"layers": 2, "heads": 2, "d_model": 64, "vocab": 256, "seq_len": 64, "arch": "gpt2",
-              "kv_heads": 0, "ffn_hidden": 0, "multiple_of": 256, "rope_theta": 1e4, "norm_eps": 1e-5},
+              "kv_heads": 0, "ffn_hidden": 0, "multiple_of": 256, "rope_theta": 1e4, "norm_eps": 1e-5,
+              **llama_torch.MOE_DEFAULTS},
     "train": {"micro_batch": 4, "global_batch": 4, "steps": 10, "seed": 1337},
     "optim": {"lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 2, "decay": "cosine",
               "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},
 }
 
 
+def parse_bool(text):
+    """true/false (also yes/no, on/off, 1/0, any case), as the trainer reads a bool; bool("false") is True."""
+    words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+    if text.strip().lower() not in words:
+        raise ValueError(f"{text!r} is not true or false")
+    return words[text.strip().lower()]
+
+
 def _typed(section, key, text):
     default = DEFAULTS.get(section, {}).get(key)
     if default is None or isinstance(default, str):
         return text.strip()
+    if isinstance(default, bool):
+        return parse_bool(text)
     return type(default)(text.strip())
 
 
@@ -64,10 +75,14 @@ def load_config(path=None, overrides=()):
 
 
 def write_config(path, cfg):
-    """Writes {section: {key: value}} as the INI file both programs read (a float as its round-trip repr)."""
+    """Writes {section: {key: value}} as the INI file both programs read (a float as its round-trip
+    repr, a bool as true or false)."""
+    def text(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
     with open(path, "w") as f:
         for section, keys in cfg.items():
-            f.write(f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + "\n")
+            f.write(f"[{section}]\n" + "".join(f"{k} = {text(v)}\n" for k, v in keys.items()) + "\n")
 
 
 def parse_overrides(argv):
@@ -208,6 +223,14 @@ class GPT2(nn.Module):
         logits = self.logits(tokens)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
+    # The mixture-of-experts interface of llama_torch.Llama: GPT-2 has no MoE blocks, so its
+    # objective adds nothing to the mean cross-entropy.
+    def moe_blocks(self):
+        return []
+
+    def auxiliary_loss(self):
+        return 0.0
+
 
 def build_model(cfg, dtype=torch.float64):
     """The family model.arch names, with the trainer's defaults for keys the config leaves out."""
@@ -341,7 +364,12 @@ def global_grad_norm(params):
 
 def train(model, tokens, cfg, steps=None, log=None):
     """Runs `steps` optimizer steps (default train.steps; the schedule always spans train.steps).
-    Returns {"loss": [...], "lr": [...], "grad_norm": [...]}, one entry per step."""
+    Each micro-batch's objective is its mean cross-entropy + model.auxiliary_loss(), weighted 1/accum
+    (share/docs/usage.md, Mixture of experts, Objective).
+    Returns {"loss": [...], "lr": [...], "grad_norm": [...]}, one entry per step (loss: the
+    cross-entropy alone), and with MoE blocks "moe_aux" and "moe_z": Σ over the blocks of the mean
+    over the step's micro-batches of each micro-batch's aux and z (coefficients not applied), and
+    "moe_dropped": the fraction of the step's assignments (all blocks) that capacity dropped."""
     t, o = cfg["train"], cfg["optim"]
     T, G, mb = cfg["model"]["seq_len"], t["global_batch"], t["micro_batch"]
     if G % mb:
@@ -350,16 +378,22 @@ def train(model, tokens, cfg, steps=None, log=None):
     steps = t["steps"] if steps is None else steps
     params = list(model.parameters())
     opt = make_optimizer(model, cfg)
-    hist = {"loss": [], "lr": [], "grad_norm": []}
+    moe = model.moe_blocks()
+    hist = {"loss": [], "lr": [], "grad_norm": [], **({"moe_aux": [], "moe_z": [], "moe_dropped": []} if moe else {})}
     for s in range(steps):
         inputs, targets = step_windows(tokens, s, G, T)
         opt.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss = step_aux = step_z = 0.0
+        routed = kept = 0
         for k in range(accum):
             rows = slice(k * mb, (k + 1) * mb)
             loss = model(inputs[rows], targets[rows])
-            (loss / accum).backward()
+            ((loss + model.auxiliary_loss()) / accum).backward()
             step_loss += loss.item() / accum
+            step_aux += sum(block.router.aux.item() for _, block in moe) / accum
+            step_z += sum(block.router.z.item() for _, block in moe) / accum
+            routed += sum(int(block.router.routed.sum()) for _, block in moe)
+            kept += sum(int(block.router.kept.sum()) for _, block in moe)
         if o["grad_clip"] > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, o["grad_clip"]))
         else:
@@ -371,6 +405,10 @@ def train(model, tokens, cfg, steps=None, log=None):
         hist["loss"].append(step_loss)
         hist["lr"].append(lr)
         hist["grad_norm"].append(norm)
+        if moe:
+            hist["moe_aux"].append(step_aux)
+            hist["moe_z"].append(step_z)
+            hist["moe_dropped"].append((routed - kept) / routed)
         if log:
             log(f"step {s + 1:4d}  loss {step_loss:.6f}  lr {lr:.3e}  grad_norm {norm:.6f}")
     return hist

@@ -11,11 +11,18 @@ RMSNorm: y = x · rstd · w, rstd = 1/sqrt(mean(x²) + eps), weight only. Rotary
 Face's half-split convention (rotate_half), positions 0..T−1, frequency i = θ^(−2i/hs), i < hs/2.
 Grouped-query attention: kv head h // (NH/KV) serves query head h; causal softmax with scale
 1/sqrt(hs). SwiGLU hidden size: ffn_hidden, or the LLaMA rule multiple_of·⌈⌊8C/3⌋/multiple_of⌉.
+Mixture of experts (share/docs/usage.md, Mixture of experts): with model.experts E > 0, block l's
+MLP (l mod moe_every = 0) is E routed SwiGLU experts of width expert_hidden behind a router, plus
+shared experts; the MoE class below states the routing. After each forward every MoE block holds
+its pass's RouterPass (aux, z, routed and kept counts), and Llama.auxiliary_loss() is the pass's
+coefficient-weighted aux and z terms, which the training objective adds to the mean cross-entropy.
 Parameter names and shapes are a meshtrain checkpoint's /model group (Hugging Face Llama names
-without `model.`, torch Linear layout [out, in]); gpt2_torch.build_model builds this family when
-model.arch = llama, and the config, data, schedule and training loop of gpt2_torch serve both.
+without `model.`, torch Linear layout [out, in]; the MoE names of usage.md); gpt2_torch.build_model
+builds this family when model.arch = llama, and the config, data, schedule and training loop of
+gpt2_torch serve both.
 """
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -105,13 +112,93 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+# The [model] keys of a mixture of experts and the trainer's defaults (share/docs/usage.md, Keys).
+MOE_DEFAULTS = {"experts": 0, "experts_per_token": 2, "moe_every": 1, "shared_experts": 0, "expert_hidden": 0,
+                "capacity_factor": 0.0, "normalize_gates": True, "aux_loss_coef": 0.01, "z_loss_coef": 0.0}
+
+
+def expert_capacity(capacity_factor, tokens, k, experts):
+    """Assignments one expert keeps of a micro-batch's `tokens`: max(1, ⌈f·N·k/E⌉), 0 for no limit
+    (f = 0). The 1e-9 keeps a product that is whole in exact arithmetic but rounds just above it
+    (1.1·25·2/5 = 11.000000000000002) from taking one more."""
+    if capacity_factor == 0:
+        return 0
+    return max(1, math.ceil(capacity_factor * tokens * k / experts - 1e-9))
+
+
+def top_k(p, k):
+    """[N, k] each row's experts of the k largest probabilities, largest first. A stable sort of −p
+    keeps equal probabilities in index order: a tie goes to the lower expert index."""
+    return torch.sort(-p, dim=-1, stable=True).indices[:, :k]
+
+
+def kept_assignments(chosen, capacity, experts):
+    """[N, k] bool: which assignments (token n to expert chosen[n, j]) their expert computes. Priority
+    (GShard): every token's first choice (j = 0) in token order, then every second choice, ...; an
+    expert keeps the first `capacity` assignments that reach it (0: all)."""
+    N, k = chosen.shape
+    if capacity == 0:
+        return torch.ones(N, k, dtype=torch.bool)
+    queue = chosen.t().reshape(-1)                        # the assignments in priority order
+    arrivals = F.one_hot(queue, experts)
+    place = (arrivals.cumsum(0) * arrivals).sum(-1) - 1   # assignments ahead of it at its expert
+    return (place < capacity).view(k, N).t()
+
+
+class RouterPass(NamedTuple):
+    """What one MoE block's router saw in one forward pass."""
+    aux: torch.Tensor     # load-balancing loss E·Σ_e f_e·P_e (differentiable through P)
+    z: torch.Tensor       # router z-loss mean_n (logsumexp_e z_{n,e})²
+    routed: torch.Tensor  # [E] int64: assignments routed to each expert, before capacity
+    kept: torch.Tensor    # [E] int64: assignments each expert computed
+
+
+class MoE(nn.Module):
+    """y = Σ_{kept j} g_j · experts[e_j](x) + shared_experts(x) over the N = B·T tokens of the pass:
+    router logits z = gate(x) [N, E], p = softmax(z) in the model's dtype, e_j the top-k experts of
+    p, g_j = p_{e_j} (normalised to Σ_j g_j = 1 with normalize_gates); dropped assignments add
+    nothing and the kept gates are not renormalised."""
+
+    def __init__(self, c, experts, k, hidden, shared, capacity_factor, normalize_gates, dtype):
+        super().__init__()
+        if not 1 <= k <= experts:
+            raise ValueError(f"experts_per_token {k} is not in 1 .. experts {experts}")
+        self.k, self.capacity_factor, self.normalize_gates = k, capacity_factor, normalize_gates
+        self.gate = Linear(c, experts, dtype)
+        self.experts = nn.ModuleList(MLP(c, hidden, dtype) for _ in range(experts))
+        self.shared_experts = MLP(c, shared * hidden, dtype) if shared > 0 else None
+        self.router = None   # the RouterPass of the last forward
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1])
+        N, E = rows.shape[0], len(self.experts)
+        logits = self.gate(rows)
+        p = torch.softmax(logits, dim=-1)
+        chosen = top_k(p, self.k)
+        gates = p.gather(1, chosen)
+        if self.normalize_gates:
+            gates = gates / gates.sum(-1, keepdim=True)
+        kept = kept_assignments(chosen, expert_capacity(self.capacity_factor, N, self.k, E), E)
+        y = torch.zeros_like(rows)
+        for e, expert in enumerate(self.experts):
+            token, j = torch.nonzero((chosen == e) & kept, as_tuple=True)
+            y = y.index_add(0, token, gates[token, j, None] * expert(rows[token]))
+        if self.shared_experts is not None:
+            y = y + self.shared_experts(rows)
+        routed = torch.bincount(chosen.reshape(-1), minlength=E)
+        share = routed.to(p.dtype) / (N * self.k)            # f_e: counts, so no gradient
+        self.router = RouterPass(aux=E * (share * p.mean(0)).sum(), z=torch.logsumexp(logits, -1).pow(2).mean(),
+                                 routed=routed, kept=torch.bincount(chosen[kept], minlength=E))
+        return y.view(x.shape)
+
+
 class Block(nn.Module):
-    def __init__(self, c, heads, kv_heads, hidden, theta, eps, dtype):
+    def __init__(self, c, heads, kv_heads, theta, eps, dtype, mlp):
         super().__init__()
         self.input_layernorm = RMSNorm(c, eps, dtype)
         self.self_attn = Attention(c, heads, kv_heads, theta, dtype)
         self.post_attention_layernorm = RMSNorm(c, eps, dtype)
-        self.mlp = MLP(c, hidden, dtype)
+        self.mlp = mlp
 
     def forward(self, x):
         x = x + self.self_attn(self.input_layernorm(x))
@@ -125,18 +212,39 @@ class Embedding(nn.Module):
 
 
 class Llama(nn.Module):
+    """`moe`: the MOE_DEFAULTS keys (left out: those defaults; experts 0 is the dense model)."""
+
     def __init__(self, layers, heads, d_model, vocab, kv_heads=0, ffn_hidden=0, multiple_of=256,
-                 rope_theta=1e4, norm_eps=1e-5, dtype=torch.float64):
+                 rope_theta=1e4, norm_eps=1e-5, dtype=torch.float64, moe=None):
         super().__init__()
         if d_model % heads or (d_model // heads) % 2:
             raise ValueError(f"d_model {d_model} / heads {heads} is not an even head size")
         kv_heads = kv_heads or heads
         hidden = hidden_size(d_model, ffn_hidden, multiple_of)
+        moe = {**MOE_DEFAULTS, **(moe or {})}
+        self.aux_loss_coef, self.z_loss_coef = moe["aux_loss_coef"], moe["z_loss_coef"]
+
+        def mlp(l):
+            if moe["experts"] == 0 or l % moe["moe_every"]:
+                return MLP(d_model, hidden, dtype)
+            return MoE(d_model, moe["experts"], moe["experts_per_token"], moe["expert_hidden"] or hidden,
+                       moe["shared_experts"], moe["capacity_factor"], moe["normalize_gates"], dtype)
+
         self.embed_tokens = Embedding(vocab, d_model, dtype)
-        self.layers = nn.ModuleList(Block(d_model, heads, kv_heads, hidden, rope_theta, norm_eps, dtype)
-                                    for _ in range(layers))
+        self.layers = nn.ModuleList(Block(d_model, heads, kv_heads, rope_theta, norm_eps, dtype, mlp(l))
+                                    for l in range(layers))
         self.norm = RMSNorm(d_model, norm_eps, dtype)
         self.lm_head = Linear(d_model, vocab, dtype)
+
+    def moe_blocks(self):
+        """[(l, MoE)] the MoE blocks in order."""
+        return [(l, block.mlp) for l, block in enumerate(self.layers) if isinstance(block.mlp, MoE)]
+
+    def auxiliary_loss(self):
+        """aux_loss_coef · Σ aux + z_loss_coef · Σ z over the MoE blocks of the last forward: what a
+        micro-batch adds to its mean cross-entropy in the objective (0 without MoE blocks)."""
+        return sum(self.aux_loss_coef * moe.router.aux + self.z_loss_coef * moe.router.z
+                   for _, moe in self.moe_blocks())
 
     def logits(self, tokens):
         x = self.embed_tokens.weight[tokens]
@@ -151,6 +259,8 @@ class Llama(nn.Module):
 
 
 def build(m, dtype=torch.float64):
-    """The model of a config's [model] section (seq_len needs no table: rope works for any T)."""
+    """The model of a config's [model] section (seq_len needs no table: rope works for any T); MoE
+    keys left out take MOE_DEFAULTS."""
     return Llama(m["layers"], m["heads"], m["d_model"], m["vocab"], m["kv_heads"], m["ffn_hidden"],
-                 m["multiple_of"], m["rope_theta"], m["norm_eps"], dtype)
+                 m["multiple_of"], m["rope_theta"], m["norm_eps"], dtype,
+                 moe={key: m[key] for key in MOE_DEFAULTS if key in m})

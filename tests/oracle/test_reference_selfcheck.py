@@ -86,10 +86,15 @@ def llama_names_and_shapes():
     assert [llama_torch.hidden_size(c, 0, 16) for c in (40, 48)] == [112, 128]
 
 
+def objective(model, x, y):
+    """A micro-batch's training objective: mean cross-entropy + the MoE blocks' weighted aux and z terms."""
+    return model(x, y) + model.auxiliary_loss()
+
+
 def check_finite_differences(model):
-    """Autograd vs central differences for several elements of every tensor (float64)."""
+    """Autograd vs central differences of the objective for several elements of every tensor (float64)."""
     x, y = batch(3)
-    model(x, y).backward()
+    objective(model, x, y).backward()
     rng = np.random.default_rng(3)
     worst = 0.0
     for name, p in model.named_parameters():
@@ -98,9 +103,9 @@ def check_finite_differences(model):
             h, orig = 1e-5, flat[idx].item()
             with torch.no_grad():
                 flat[idx] = orig + h
-                up = model(x, y).item()
+                up = objective(model, x, y).item()
                 flat[idx] = orig - h
-                down = model(x, y).item()
+                down = objective(model, x, y).item()
                 flat[idx] = orig
             fd = (up - down) / (2 * h)
             err = abs(fd - grad[idx].item())
@@ -346,19 +351,20 @@ def hdf5_round_trip_and_make_reference():
                 assert np.abs(f[f"expected/grads/{n}"][()]).max() > 0, f"{n}: gradient is zero"
 
 
-def main():
+def run(checks):
+    """Runs every check, reports each, and returns the exit status (1 if any failed)."""
     failed = 0
-    for fn in CHECKS:
+    for fn in checks:
         try:
             fn()
             print(f"ok    {fn.__name__}")
         except Exception as e:  # report every check, then fail
             failed += 1
             print(f"FAIL  {fn.__name__}: {type(e).__name__}: {e}")
-    print(f"{len(CHECKS) - failed} of {len(CHECKS)} checks passed")
+    print(f"{len(checks) - failed} of {len(checks)} checks passed")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    sys.exit(main())
+    sys.exit(run(CHECKS))
