@@ -474,10 +474,10 @@ class NcclComm final : public Comm {
   void exchange(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
                 const std::size_t* recv_counts, const std::size_t* recv_displs, ncclDataType_t type) {
     if (send_counts[rank_] != recv_counts[rank_]) {
-      throw std::invalid_argument(fmt::format(
-          "alltoallv: group rank {} sends itself {} elements but expects {} (send_counts[{}] must equal "
-          "recv_counts[{}])",
-          rank_, send_counts[rank_], recv_counts[rank_], rank_, rank_));
+      throw std::invalid_argument(
+          fmt::format("alltoallv: group rank {} sends itself {} elements but expects {} (send_counts[{}] must equal "
+                      "recv_counts[{}])",
+                      rank_, send_counts[rank_], recv_counts[rank_], rank_, rank_));
     }
     launch_group();
     MESHTRAIN_NCCL_CHECK(ncclGroupStart(), comm());
