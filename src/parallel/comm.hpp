@@ -14,6 +14,7 @@
 #include "core/half_types.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -89,6 +90,24 @@ class Comm {
   virtual Request isend(const fp16* data, std::size_t count, int peer, int tag) = 0;
   virtual Request irecv(bf16* data, std::size_t count, int peer, int tag) = 0;
   virtual Request irecv(fp16* data, std::size_t count, int peer, int tag) = 0;
+
+  // All-to-all (expert parallelism's token exchange, share/docs/design.md, Parallelism): group
+  // rank q receives send[send_displs[q], + send_counts[q]) into its recv at recv_displs[this rank],
+  // so recv_counts[p] must equal peer p's send_counts[this rank]. The four arrays are host memory,
+  // one entry per group rank, in elements; the buffers are in the backend's memory space and must
+  // not overlap. Counts may be zero, blocks may come in any order and leave gaps (untouched).
+  virtual void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
+                         const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
+  virtual void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs,
+                         double* recv, const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
+  virtual void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
+                         const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
+  virtual void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
+                         const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
+  // recv[p · n, + n) ← peer p's send[this rank · n, + n), n = count_per_peer: the token counts each
+  // rank tells the others before an alltoallv. Host memory on every backend (the caller needs the
+  // counts on the host to build the alltoallv's arrays).
+  virtual void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) = 0;
 };
 
 // MPI counts are int, buffers are not: the MPI backend moves a buffer in calls of at most this many

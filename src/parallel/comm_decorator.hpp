@@ -21,7 +21,7 @@ namespace meshtrain {
 struct CallShape {
   Collective kind;
   std::int64_t bytes;  // the whole buffer's (parallel/counting_comm.hpp)
-  std::size_t count;   // the call's count argument, in elements
+  std::size_t count;   // the call's count argument, in elements (all-to-all: the elements it sends to other ranks)
   int peer = -1;       // a message's peer (a group rank); -1 for a collective
 };
 
@@ -116,6 +116,29 @@ class CommDecorator : public Comm {
   Request irecv(bf16* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
   Request irecv(fp16* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
 
+  void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs, double* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  // count_per_peer elements to each of the other size − 1 ranks.
+  void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) final {
+    const std::size_t to_others = count_per_peer * static_cast<std::size_t>(inner_->size() - 1);
+    blocking({Collective::alltoall, bytes<std::int64_t>(to_others), to_others},
+             [&] { inner_->alltoall(send, recv, count_per_peer); });
+  }
+
  protected:
   virtual void around(const CallShape& shape, CallRef<void> call) = 0;
   virtual Request started(const CallShape& shape, CallRef<Request> call) = 0;
@@ -166,6 +189,18 @@ class CommDecorator : public Comm {
   Request irecv_from(T* data, std::size_t count, int peer, int tag) {
     return nonblocking({Collective::recv, bytes<T>(count), count, peer},
                        [&] { return inner_->irecv(data, count, peer, tag); });
+  }
+
+  // The elements of an all-to-all that leave this rank: every block but its own.
+  template <class T>
+  void exchange(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
+                const std::size_t* recv_counts, const std::size_t* recv_displs) {
+    std::size_t to_others = 0;
+    for (int p = 0; p < inner_->size(); ++p) {
+      if (p != inner_->rank()) to_others += send_counts[p];
+    }
+    blocking({Collective::alltoall, bytes<T>(to_others), to_others},
+             [&] { inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs); });
   }
 
   std::unique_ptr<Comm> inner_;

@@ -12,12 +12,20 @@
 //              non-blocking one stages every round at once, a copy of the send buffer that its
 //              request keeps until it completes);
 //   iallgather, ireduce_scatter: the same pieces and rounds, all in flight, one Request over them;
-//   16-bit allreduce_sum: consecutive pieces, each reduced as below.
+//   16-bit allreduce_sum: consecutive pieces, each reduced as below;
+//   alltoallv, alltoall: each block a message of consecutive pieces (below).
 // A message is received in the same chunks as it was sent (both sides use the same max_chunk), and
 // chunks with the same peer and tag cannot overtake each other, so the pieces arrive in order.
 //
 // The Comm owns a duplicate of the caller's communicator (its messages never match the caller's)
 // whose error handler returns errors, so every failing call throws mpi::Error with a HINT.
+//
+// All-to-all: MPI_Alltoallv takes int counts and int displacements, and a token buffer's
+// displacements can pass INT_MAX before any count does. So each block travels as a message
+// (MPI_Isend / MPI_Irecv, in chunks as above) on a second duplicate, made by the Comm's first
+// all-to-all (collective, as that call is), whose messages cannot match send/recv's whatever their
+// tags; the rank's own block is copied. Every receive is posted before any send, and rank r sends
+// to r + 1, r + 2, … so that the ranks do not all start with the same peer.
 //
 // bf16 and fp16 travel as MPI_UINT16_T (their bits). Their allreduce_sum accumulates in fp32 and
 // rounds once, which no reduction operator on a 16-bit datatype can do: MPI combines partial
@@ -34,6 +42,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -71,12 +80,20 @@ template <>
 MPI_Datatype mpi_type<fp16>() {
   return MPI_UINT16_T;
 }
+template <>
+MPI_Datatype mpi_type<std::int64_t>() {
+  return MPI_INT64_T;
+}
 
 // The elements' name in messages: "floats", "bf16 values".
 template <class T>
 constexpr const char* elements() {
   if constexpr (std::is_same_v<T, float>)
     return "floats";
+  else if constexpr (std::is_same_v<T, double>)
+    return "doubles";
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return "int64 values";
   else
     return std::is_same_v<T, bf16> ? "bf16 values" : "fp16 values";
 }
@@ -288,6 +305,30 @@ class MpiComm final : public Comm {
     return irecv_from(data, count, peer, tag);
   }
 
+  void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs, double* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+  // Equal blocks: the same messages as alltoallv's.
+  void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) override {
+    const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), count_per_peer);
+    std::vector<std::size_t> displs(static_cast<std::size_t>(size_));
+    for (std::size_t p = 0; p < displs.size(); ++p) displs[p] = p * count_per_peer;
+    exchange(send, counts.data(), displs.data(), recv, counts.data(), displs.data());
+  }
+
  private:
   template <class T>
   void allreduce(T* data, std::size_t count, MPI_Op op) {
@@ -442,29 +483,76 @@ class MpiComm final : public Comm {
   template <class T>
   Request isend_to(const T* data, std::size_t count, int peer, int tag) {
     check_peer(peer, tag, "isend");
-    std::vector<MPI_Request> requests;
-    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
-      requests.push_back(MPI_REQUEST_NULL);
-      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, mpi_type<T>(), peer, tag, comm_.get(), &requests.back()),
-                          p2p_hint);
-    });
-    return pending(std::move(requests), {}, mpi_type<T>(),
-                   fmt::format("isend of {} {} to peer {} tag {}", count, elements<T>(), peer, tag));
+    return start_send(comm_.get(), data, count, peer, tag,
+                      fmt::format("isend of {} {} to peer {} tag {}", count, elements<T>(), peer, tag));
   }
 
   template <class T>
   Request irecv_from(T* data, std::size_t count, int peer, int tag) {
     check_peer(peer, tag, "irecv");
+    return start_recv(comm_.get(), data, count, peer, tag,
+                      fmt::format("irecv of {} {} from peer {} tag {}", count, elements<T>(), peer, tag));
+  }
+
+  // A message in chunks on `comm` (this Comm's own, or the all-to-all's), one MPI_Isend or
+  // MPI_Irecv per chunk; a receive's request checks that every chunk brought what it expected.
+  template <class T>
+  Request start_send(MPI_Comm comm, const T* data, std::size_t count, int peer, int tag, std::string what) const {
+    std::vector<MPI_Request> requests;
+    for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
+      requests.push_back(MPI_REQUEST_NULL);
+      MESHTRAIN_MPI_CHECK(MPI_Isend(data + offset, n, mpi_type<T>(), peer, tag, comm, &requests.back()), p2p_hint);
+    });
+    return pending(std::move(requests), {}, mpi_type<T>(), std::move(what));
+  }
+  template <class T>
+  Request start_recv(MPI_Comm comm, T* data, std::size_t count, int peer, int tag, std::string what) const {
     std::vector<MPI_Request> requests;
     std::vector<int> expected;
     for_each_chunk(count, max_chunk_, [&](std::size_t offset, int n) {
       requests.push_back(MPI_REQUEST_NULL);
       expected.push_back(n);
-      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, mpi_type<T>(), peer, tag, comm_.get(), &requests.back()),
-                          p2p_hint);
+      MESHTRAIN_MPI_CHECK(MPI_Irecv(data + offset, n, mpi_type<T>(), peer, tag, comm, &requests.back()), p2p_hint);
     });
-    return pending(std::move(requests), std::move(expected), mpi_type<T>(),
-                   fmt::format("irecv of {} {} from peer {} tag {}", count, elements<T>(), peer, tag));
+    return pending(std::move(requests), std::move(expected), mpi_type<T>(), std::move(what));
+  }
+
+  // All-to-all as messages (see the file comment).
+  template <class T>
+  void exchange(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
+                const std::size_t* recv_counts, const std::size_t* recv_displs) {
+    const int me = rank_;
+    if (send_counts[me] != recv_counts[me]) {
+      throw std::invalid_argument(
+          fmt::format("alltoallv: group rank {} sends itself {} {} but expects {} (send_counts[{}] must equal "
+                      "recv_counts[{}])",
+                      me, send_counts[me], elements<T>(), recv_counts[me], me, me));
+    }
+    const MPI_Comm comm = exchange_comm();
+    std::vector<Request> messages;
+    for (int k = 1; k < size_; ++k) {
+      const int from = (me + size_ - k) % size_;
+      messages.push_back(
+          start_recv(comm, recv + recv_displs[from], recv_counts[from], from, 0,
+                     fmt::format("alltoallv: the {} {} from group rank {}", recv_counts[from], elements<T>(), from)));
+    }
+    for (int k = 1; k < size_; ++k) {
+      const int to = (me + k) % size_;
+      messages.push_back(
+          start_send(comm, send + send_displs[to], send_counts[to], to, 0,
+                     fmt::format("alltoallv: the {} {} to group rank {}", send_counts[to], elements<T>(), to)));
+    }
+    std::copy_n(send + send_displs[me], send_counts[me], recv + recv_displs[me]);
+    for (Request& message : messages) message.wait();
+  }
+
+  // The all-to-all's communicator, made by the first all-to-all (every rank of the group makes it
+  // there, since every rank makes that call).
+  MPI_Comm exchange_comm() {
+    if (exchange_.get() != MPI_COMM_NULL) return exchange_.get();
+    MESHTRAIN_MPI_CHECK(MPI_Comm_dup(comm_.get(), exchange_.out()), collective_hint);
+    MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(exchange_.get(), MPI_ERRORS_RETURN), "is MPI initialised?");
+    return exchange_.get();
   }
 
   static Request pending(std::vector<MPI_Request> requests, std::vector<int> expected, MPI_Datatype type,
@@ -489,6 +577,7 @@ class MpiComm final : public Comm {
   }
 
   mpi::OwnedComm comm_;
+  mpi::OwnedComm exchange_;  // the all-to-all's, once one has run
   std::size_t max_chunk_;
   int rank_ = 0, size_ = 1, tag_ub_ = 32767;
   struct Scratch16 {

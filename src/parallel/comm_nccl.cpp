@@ -20,6 +20,14 @@
 // as they do with MPI. NCCL has no tags: messages between two ranks match in issue order, so tags
 // are checked for range but ignored, and both sides must issue their messages in the same order.
 //
+// All-to-all: alltoallv is one ncclGroupStart / ncclSend and ncclRecv per other peer with a
+// block / ncclGroupEnd on the stream (after launching the thread's open point-to-point group, as
+// any collective does), the rank's own block a device-to-device copy on the same stream; it
+// returns once the stream has done it all. alltoall exchanges host memory (token counts, which the
+// caller needs on the host to build the alltoallv's arrays): it runs on an MPI Comm over the same
+// ranks (parallel/comm_mpi.cpp), made from the bootstrap communicator, and does not touch the
+// stream.
+//
 // bf16 and fp16 use ncclBfloat16 and ncclFloat16. NCCL sums them its own way: each step of its
 // ring or tree adds two 16-bit values (in float or in half arithmetic, by GPU and version) and
 // stores the partial as 16 bits again, so a sum over P ranks is rounded up to P − 1 times, where
@@ -33,6 +41,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -265,8 +274,9 @@ class NcclRequest final : public Request::Impl {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t stream)
-      : comm_(std::move(comm)), rank_(rank), size_(size), stream_(stream) {}
+  // `host`: an MPI Comm over the same ranks in the same order, for the host-memory alltoall.
+  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t stream, std::unique_ptr<Comm> host)
+      : comm_(std::move(comm)), rank_(rank), size_(size), stream_(stream), host_(std::move(host)) {}
 
   // Launches this thread's open group, which may hold this communicator's messages.
   ~NcclComm() override {
@@ -380,6 +390,26 @@ class NcclComm final : public Comm {
     return irecv_from(data, count, ncclFloat16, "fp16 values", peer, tag);
   }
 
+  void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclFloat);
+  }
+  void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs, double* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclDouble);
+  }
+  void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclBfloat16);
+  }
+  void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
+    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclFloat16);
+  }
+  void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) override {
+    host_->alltoall(send, recv, count_per_peer);
+  }
+
  private:
   ncclComm_t comm() const { return comm_->get(); }
 
@@ -439,6 +469,35 @@ class NcclComm final : public Comm {
     return in_group(fmt::format("irecv of {} {} from peer {}", count, elements, peer));
   }
 
+  // One NCCL group of the blocks to and from the other ranks, the own block copied on the stream.
+  template <class T>
+  void exchange(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
+                const std::size_t* recv_counts, const std::size_t* recv_displs, ncclDataType_t type) {
+    if (send_counts[rank_] != recv_counts[rank_]) {
+      throw std::invalid_argument(
+          fmt::format("alltoallv: group rank {} sends itself {} elements but expects {} (send_counts[{}] must equal "
+                      "recv_counts[{}])",
+                      rank_, send_counts[rank_], recv_counts[rank_], rank_, rank_));
+    }
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclGroupStart(), comm());
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (send_counts[peer] > 0) {
+        MESHTRAIN_NCCL_CHECK(ncclSend(send + send_displs[peer], send_counts[peer], type, peer, comm(), stream_),
+                             comm());
+      }
+      if (recv_counts[peer] > 0) {
+        MESHTRAIN_NCCL_CHECK(ncclRecv(recv + recv_displs[peer], recv_counts[peer], type, peer, comm(), stream_),
+                             comm());
+      }
+    }
+    MESHTRAIN_NCCL_CHECK(ncclGroupEnd(), comm());
+    MESHTRAIN_CUDA_CHECK(cudaMemcpyAsync(recv + recv_displs[rank_], send + send_displs[rank_],
+                                         send_counts[rank_] * sizeof(T), cudaMemcpyDeviceToDevice, stream_));
+    complete("alltoallv");
+  }
+
   // Waits for everything enqueued on the stream so far.
   void complete(const char* what) {
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream_));
@@ -470,6 +529,7 @@ class NcclComm final : public Comm {
   cudaStream_t stream_;
   Event done_;
   DeviceFloat token_;
+  std::unique_ptr<Comm> host_;
 };
 
 // Every rank of `comm` learns whether any failed at a step; the lowest failing rank's message
@@ -541,8 +601,9 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream) {
     if (handle != nullptr) ncclCommAbort(handle);
     throw;
   }
-  return std::make_unique<NcclComm>(std::make_shared<NcclHandle>(handle), rank, size,
-                                    static_cast<cudaStream_t>(stream));
+  auto nccl = std::make_shared<NcclHandle>(handle);
+  return std::make_unique<NcclComm>(std::move(nccl), rank, size, static_cast<cudaStream_t>(stream),
+                                    make_mpi_comm(comm));
 }
 
 }  // namespace meshtrain

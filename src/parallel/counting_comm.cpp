@@ -12,7 +12,7 @@ namespace meshtrain {
 const char* collective_name(Collective kind) {
   // In the order of the enumeration.
   static constexpr std::array<const char*, collective_kinds> names = {
-      "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier"};
+      "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier", "alltoall"};
   return names[static_cast<std::size_t>(kind)];
 }
 

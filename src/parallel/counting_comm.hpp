@@ -5,6 +5,9 @@
 //   reduce-scatter: the send buffer, size · recv_count elements;
 //   all-gather: the receive buffer, size · send_count elements;
 //   barrier: no bytes;
+//   all-to-all (alltoallv, alltoall): the blocks this rank sends to the other ranks; its own block
+//              is copied in memory, not sent, so it is not counted (nor is what it receives: that
+//              is counted at its senders);
 // each element the size of the type that travels (float 4, double 8, bf16 and fp16 2). A message is
 // counted at its sender as a send and at its receiver as a recv. The trainer counts each group's
 // calls (`log.traffic`, share/docs/usage.md) and the planner predicts the same figures
@@ -21,9 +24,9 @@
 
 namespace meshtrain {
 
-enum class Collective { allreduce, reduce_scatter, allgather, broadcast, send, recv, barrier };
-inline constexpr int collective_kinds = 7;
-// "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier".
+enum class Collective { allreduce, reduce_scatter, allgather, broadcast, send, recv, barrier, alltoall };
+inline constexpr int collective_kinds = 8;
+// "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier", "alltoall".
 const char* collective_name(Collective kind);
 
 struct TrafficCount {
@@ -42,7 +45,7 @@ struct GroupTraffic {
   bool operator==(const GroupTraffic&) const = default;
 };
 
-// A rank's traffic by group name ("dp", "tp", "pp", "tied").
+// A rank's traffic by group name ("dp", "tp", "pp", "tied", "ep", "edp").
 using RankTraffic = std::map<std::string, GroupTraffic>;
 
 // Adds every call on the returned Comm to `counts`, which the caller owns and must outlive it.

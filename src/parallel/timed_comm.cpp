@@ -35,30 +35,40 @@ class TimedRequest final : public Request::Impl {
 
 class TimedComm final : public CommDecorator {
  public:
-  TimedComm(std::unique_ptr<Comm> inner, double& seconds) : CommDecorator(std::move(inner)), seconds_(seconds) {}
+  TimedComm(std::unique_ptr<Comm> inner, double& seconds, double& all_to_all_seconds)
+      : CommDecorator(std::move(inner)), seconds_(seconds), all_to_all_seconds_(all_to_all_seconds) {}
 
  private:
-  void around(const CallShape&, CallRef<void> call) override {
-    Stopwatch watch(seconds_);
+  void around(const CallShape& shape, CallRef<void> call) override {
+    Stopwatch watch(counter(shape));
     call();
   }
   // Starting counts too (an MPI library may move data then), and so does the wait.
-  Request started(const CallShape&, CallRef<Request> call) override {
+  Request started(const CallShape& shape, CallRef<Request> call) override {
     Request inner;
     {
-      Stopwatch watch(seconds_);
+      Stopwatch watch(counter(shape));
       inner = call();
     }
-    return Request(std::make_unique<TimedRequest>(std::move(inner), seconds_));
+    return Request(std::make_unique<TimedRequest>(std::move(inner), counter(shape)));
+  }
+
+  double& counter(const CallShape& shape) const {
+    return shape.kind == Collective::alltoall ? all_to_all_seconds_ : seconds_;
   }
 
   double& seconds_;
+  double& all_to_all_seconds_;
 };
 
 }  // namespace
 
 std::unique_ptr<Comm> make_timed_comm(std::unique_ptr<Comm> inner, double& seconds) {
-  return std::make_unique<TimedComm>(std::move(inner), seconds);
+  return make_timed_comm(std::move(inner), seconds, seconds);
+}
+
+std::unique_ptr<Comm> make_timed_comm(std::unique_ptr<Comm> inner, double& seconds, double& all_to_all_seconds) {
+  return std::make_unique<TimedComm>(std::move(inner), seconds, all_to_all_seconds);
 }
 
 }  // namespace meshtrain

@@ -10,5 +10,8 @@
 namespace meshtrain {
 
 std::unique_ptr<Comm> make_timed_comm(std::unique_ptr<Comm> inner, double& seconds);
+// The same, with the all-to-all calls' time added to `all_to_all_seconds` instead: the timing table
+// shows expert parallelism's token exchange apart from the other collectives (train/rank_timing.hpp).
+std::unique_ptr<Comm> make_timed_comm(std::unique_ptr<Comm> inner, double& seconds, double& all_to_all_seconds);
 
 }  // namespace meshtrain

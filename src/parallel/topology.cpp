@@ -25,6 +25,22 @@
 // With 4 ranks per node (ranks placed in blocks, as srun and mpiexec do by default) the nodes hold
 // 0-3, 4-7, 8-11 and 12-15: every tp group stays inside a node, which carries the most frequent
 // traffic, and each pipeline stage has a node of its own.
+//
+// Expert parallelism splits each dp group (Megatron's convention): dp_rank = edp_rank · ep +
+// ep_rank. dp 4 × ep 2 × tp 2, 8 ranks (tests/parallel/test_topology.cpp holds it too):
+//
+//     rank      0  1  2  3  4  5  6  7
+//     dp_rank   0  0  1  1  2  2  3  3
+//     ep_rank   0  0  1  1  0  0  1  1
+//     edp_rank  0  0  0  0  1  1  1  1
+//
+//     4 ep groups (same tp, pp and edp rank: the routed experts shared out, tokens exchanged all-to-all)
+//         [0 2] [1 3] [4 6] [5 7]
+//     4 edp groups (same tp, pp and ep rank: the replicas of the same experts, their gradients reduced)
+//         [0 4] [1 5] [2 6] [3 7]
+//
+// Expert-parallel peers are neighbouring dp ranks, so with tp × ep ranks per node the token
+// exchange stays inside a node, as tp's traffic does.
 #include "parallel/topology.hpp"
 
 #include "core/errors.hpp"
@@ -63,12 +79,16 @@ void check_layout(const Layout& layout) {
         fmt::format("layout dp {} × tp {} × pp {}: every degree must be at least 1 "
                     "(Topology::resolve turns parallel.dp = 0 into a number)",
                     layout.dp, layout.tp, layout.pp));
+  if (layout.ep < 1 || layout.dp % layout.ep != 0)
+    throw std::invalid_argument(
+        fmt::format("layout dp {} with ep {}: ep must be at least 1 and divide dp", layout.dp, layout.ep));
 }
 
-std::string divisors(int n) {
+// "1, 2, 3, 6": the divisors of n, or of n and m both.
+std::string divisors(int n, int m = 0) {
   std::string out;
   for (int d = 1; d <= n; ++d)
-    if (n % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
+    if (n % d == 0 && m % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
   return out;
 }
 
@@ -132,6 +152,7 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
   if (parallel.pp < 1) input_error("parallel.pp = {} must be at least 1", parallel.pp);
   if (parallel.dp < 0)
     input_error("parallel.dp = {} must be at least 1 (or 0: world size / (parallel.tp × parallel.pp))", parallel.dp);
+  if (parallel.ep < 1) input_error("parallel.ep = {} must be at least 1 (1: no expert parallelism)", parallel.ep);
 
   if (parallel.tp > model.heads)
     input_error(
@@ -163,9 +184,19 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
   if (parallel.pp > model.layers)
     input_error("parallel.pp = {} exceeds model.layers = {} (each pipeline stage needs at least one layer)",
                 parallel.pp, model.layers);
+  if (parallel.ep > 1 && model.experts == 0)
+    input_error(
+        "parallel.ep = {} with model.experts = 0: expert parallelism shares out routed experts, and a dense model "
+        "has none: set model.experts (a multiple of {}), or parallel.ep = 1",
+        parallel.ep, parallel.ep);
+  if (model.experts > 0 && model.experts % parallel.ep != 0)
+    input_error(
+        "parallel.ep = {} does not divide model.experts = {} (each expert-parallel rank holds an equal share of "
+        "whole experts): choose parallel.ep among {}",
+        parallel.ep, model.experts, divisors(model.experts));
 
   const std::int64_t model_ranks = std::int64_t{parallel.tp} * parallel.pp;
-  Layout layout{parallel.dp, parallel.tp, parallel.pp};
+  Layout layout{parallel.dp, parallel.tp, parallel.pp, parallel.ep};
   if (parallel.dp == 0) {
     if (world % model_ranks != 0)
       input_error(
@@ -179,6 +210,15 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
         "degrees whose product is {}",
         parallel.dp, parallel.tp, parallel.pp, model_ranks * parallel.dp, world, world, world);
   }
+  // Expert-parallel groups are cut out of the data-parallel ones.
+  if (layout.dp % layout.ep != 0)
+    input_error(
+        "parallel.ep = {} does not divide the data-parallel degree {} ({}): expert-parallel groups are made of "
+        "data-parallel ranks: choose parallel.ep among {} (the divisors of both dp {} and model.experts = {})",
+        layout.ep, layout.dp,
+        parallel.dp == 0 ? fmt::format("world size {} / (tp {} × pp {})", world, parallel.tp, parallel.pp)
+                         : std::string("parallel.dp"),
+        divisors(layout.dp, model.experts), layout.dp, model.experts);
   return layout;
 }
 
@@ -201,6 +241,8 @@ GridPosition Topology::position(const Layout& layout, int global_rank) {
   position.tp_rank = global_rank % layout.tp;
   position.dp_rank = (global_rank / layout.tp) % layout.dp;
   position.pp_rank = global_rank / (layout.tp * layout.dp);
+  position.ep_rank = position.dp_rank % layout.ep;
+  position.edp_rank = position.dp_rank / layout.ep;
   return position;
 }
 
@@ -215,7 +257,7 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
                     layout.dp, layout.tp, layout.pp, layout.world(), size));
 
   // Built in owners first, so that a failure halfway frees what was already made.
-  mpi::OwnedComm own_world, tp, dp, pp, model;
+  mpi::OwnedComm own_world, tp, dp, pp, model, ep, edp;
   MESHTRAIN_MPI_CHECK(MPI_Comm_dup(world, own_world.out()),
                       "MPI_Comm_dup is collective: does every rank construct the Topology?");
   // Failures in the group communicators (which inherit this handler) come back as mpi::Error with
@@ -224,23 +266,31 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
                       "the MPI library refused MPI_ERRORS_RETURN on a duplicated communicator");
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(own_world.get(), &rank_), "is the duplicated world communicator valid?");
   position_ = position(layout, rank_);
-  const auto [d, t, p] = position_;
+  const int d = position_.dp_rank, t = position_.tp_rank, p = position_.pp_rank;
+  const int e = position_.ep_rank, r = position_.edp_rank;
 
-  // Colors number the groups in the order of dp_groups/tp_groups/pp_groups; keys keep the natural
-  // order, so a rank's rank in each group communicator is its coordinate along that group.
+  // Colors number the groups in the order of tp_groups, dp_groups, pp_groups, ep_groups and
+  // edp_groups; keys keep the natural order, so a rank's rank in each group communicator is its
+  // coordinate along that group.
   split(own_world.get(), d + layout.dp * p, t, tp);
   split(own_world.get(), t + layout.tp * p, d, dp);
   split(own_world.get(), t + layout.tp * d, p, pp);
   split(own_world.get(), d, t + layout.tp * p, model);
+  split(own_world.get(), t + layout.tp * (r + layout.edp() * p), e, ep);
+  split(own_world.get(), t + layout.tp * (e + layout.ep * p), r, edp);
 
   world_ = own_world.release();
   tp_ = tp.release();
   dp_ = dp.release();
   pp_ = pp.release();
   model_ = model.release();
+  ep_ = ep.release();
+  edp_ = edp.release();
 }
 
 Topology::~Topology() {
+  mpi::OwnedComm::free_comm(edp_);
+  mpi::OwnedComm::free_comm(ep_);
   mpi::OwnedComm::free_comm(model_);
   mpi::OwnedComm::free_comm(pp_);
   mpi::OwnedComm::free_comm(dp_);
@@ -298,6 +348,32 @@ Groups pp_groups(const Layout& layout) {
   return groups;
 }
 
+// An ep group is one replica of the whole set of experts: ep neighbouring dp ranks, the edp rank
+// numbering the replicas. Loops ordered so that the groups come in order of their first rank.
+Groups ep_groups(const Layout& layout) {
+  Groups groups;
+  for (int p = 0; p < layout.pp; ++p)
+    for (int replica = 0; replica < layout.edp(); ++replica)
+      for (int t = 0; t < layout.tp; ++t) {
+        auto& group = groups.emplace_back();
+        for (int e = 0; e < layout.ep; ++e)
+          group.push_back(Topology::global_rank(layout, {replica * layout.ep + e, t, p}));
+      }
+  return groups;
+}
+
+Groups edp_groups(const Layout& layout) {
+  Groups groups;
+  for (int p = 0; p < layout.pp; ++p)
+    for (int e = 0; e < layout.ep; ++e)
+      for (int t = 0; t < layout.tp; ++t) {
+        auto& group = groups.emplace_back();
+        for (int replica = 0; replica < layout.edp(); ++replica)
+          group.push_back(Topology::global_rank(layout, {replica * layout.ep + e, t, p}));
+      }
+  return groups;
+}
+
 std::string describe_grid(const Layout& layout, const std::vector<std::string>& hosts) {
   check_layout(layout);
   const int world = layout.world();
@@ -317,11 +393,18 @@ std::string describe_grid(const Layout& layout, const std::vector<std::string>& 
 
   const bool compact = world > full_listing_max_ranks;
   const Groups tp = tp_groups(layout);
-  std::string out =
-      fmt::format("layout: dp {} × tp {} × pp {} = {} rank{} on {} host{}\n", layout.dp, layout.tp, layout.pp, world,
-                  plural(static_cast<std::size_t>(world)), by_host.size(), plural(by_host.size()));
+  // With expert parallelism the dp degree shows its two factors, and the ep and edp groups follow dp's.
+  const bool experts_split = layout.ep > 1;
+  const std::string dp = experts_split ? fmt::format("{} (ep {} × edp {})", layout.dp, layout.ep, layout.edp())
+                                       : fmt::format("{}", layout.dp);
+  std::string out = fmt::format("layout: dp {} × tp {} × pp {} = {} rank{} on {} host{}\n", dp, layout.tp, layout.pp,
+                                world, plural(static_cast<std::size_t>(world)), by_host.size(), plural(by_host.size()));
   out += groups_line("tp", tp, compact) + "\n";
   out += groups_line("dp", dp_groups(layout), compact) + "\n";
+  if (experts_split) {
+    out += groups_line("ep", ep_groups(layout), compact) + "\n";
+    out += groups_line("edp", edp_groups(layout), compact) + "\n";
+  }
   out += groups_line("pp", pp_groups(layout), compact) + "\n";
 
   const bool elide_hosts = by_host.size() > max_listed_hosts;

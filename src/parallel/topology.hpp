@@ -1,7 +1,10 @@
 // The process grid (share/docs/design.md, Parallelism): world = dp × tp × pp, global ranks ordered tp
 // fastest, then dp, then pp (Megatron's default: tensor-parallel peers are neighbours, so they
-// share a node's fast links), and the MPI sub-communicators of every group. Built once and passed
-// explicitly; there are no global communicators.
+// share a node's fast links), and the MPI sub-communicators of every group. Expert parallelism
+// divides the data-parallel group, as Megatron does: dp = ep × edp, the ep neighbouring dp ranks
+// of an expert-parallel group sharing out the routed experts, the edp ranks that hold the same
+// experts reducing their gradients. Built once and passed explicitly; there are no global
+// communicators.
 #pragma once
 
 #include "core/config.hpp"
@@ -15,18 +18,24 @@ namespace meshtrain {
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
+  int ep = 1;  // expert-parallel degree, a divisor of dp
   int world() const { return dp * tp * pp; }
+  int edp() const { return dp / ep; }  // expert-data-parallel degree: the replicas of one expert
 };
 
 struct GridPosition {
   int dp_rank = 0, tp_rank = 0, pp_rank = 0;
+  // Derived from dp_rank by Topology::position (global_rank reads only the three above):
+  // dp_rank = edp_rank · ep + ep_rank, so expert-parallel peers are neighbouring dp ranks.
+  int ep_rank = 0, edp_rank = 0;
 };
 
 class Topology {
  public:
   // The layout asked for by `parallel` on `world` ranks (dp = 0: world / (tp × pp)); InputError
   // naming every number when it does not fit (`dp 3 × tp 2 × pp 1 = 6 ≠ world 8`), or when tp
-  // exceeds heads or does not divide them, or pp exceeds layers.
+  // exceeds heads or does not divide them, or pp exceeds layers, or ep does not divide dp and the
+  // experts (ep > 1 needs model.experts > 0).
   static Layout resolve(const ParallelConfig& parallel, const ModelConfig& model, int world);
 
   // Pure rank arithmetic, no MPI.
@@ -47,6 +56,8 @@ class Topology {
   MPI_Comm tp_comm() const { return tp_; }        // same dp and pp rank
   MPI_Comm pp_comm() const { return pp_; }        // same dp and tp rank
   MPI_Comm model_comm() const { return model_; }  // same dp rank: all of one model replica (tp × pp)
+  MPI_Comm ep_comm() const { return ep_; }        // same tp, pp and edp rank: one expert-parallel group
+  MPI_Comm edp_comm() const { return edp_; }      // same tp, pp and ep rank: the ranks holding the same experts
   bool first_stage() const { return position_.pp_rank == 0; }
   bool last_stage() const { return position_.pp_rank == layout_.pp - 1; }
 
@@ -60,6 +71,7 @@ class Topology {
   int rank_ = 0;
   MPI_Comm world_ = MPI_COMM_NULL;
   MPI_Comm dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL, model_ = MPI_COMM_NULL;
+  MPI_Comm ep_ = MPI_COMM_NULL, edp_ = MPI_COMM_NULL;
 };
 
 // The groups of each kind as lists of global ranks, in group order (for describe() and tests):
@@ -67,6 +79,11 @@ class Topology {
 std::vector<std::vector<int>> dp_groups(const Layout& layout);
 std::vector<std::vector<int>> tp_groups(const Layout& layout);
 std::vector<std::vector<int>> pp_groups(const Layout& layout);
+// Each dp group cut into runs of ep neighbouring dp ranks (ep groups), and the ranks of a dp group
+// with the same ep rank (edp groups): for dp4·ep2·tp2 [0 2] [1 3] [4 6] [5 7] and
+// [0 4] [1 5] [2 6] [3 7]. Groups ordered by their first rank, as the others are.
+std::vector<std::vector<int>> ep_groups(const Layout& layout);
+std::vector<std::vector<int>> edp_groups(const Layout& layout);
 
 // describe()'s text for a given placement, without MPI: hosts[r] is global rank r's host name
 // (hosts.size() == layout.world()). What describe() returns on rank 0; tests use it for multi-host

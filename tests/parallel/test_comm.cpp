@@ -7,8 +7,10 @@
 // the group's shape, never through MPI. Values are small integers (or doubles exact to the last
 // bit), so every comparison is exact. bf16 and fp16 sums are held to the sum in double of the same
 // inputs, rounded once. The non-blocking reduce-scatter and all-gathers are held to their blocking
-// twins bit for bit, on values whose sums round. The MPI backend runs with the default chunk and with tiny
-// chunks (1, 3, 1000 elements), which splits every message the way a >2^31-element buffer is split.
+// twins bit for bit, on values whose sums round. All-to-all blocks arrive bit for bit where the
+// displacements put them (uneven, zero and asymmetric counts, gaps left untouched). The MPI backend
+// runs with the default chunk and with tiny chunks (1, 3, 1000 elements), which splits every
+// message the way a >2^31-element buffer is split.
 // The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
 // rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
 #include "core/mpi_check.hpp"
@@ -360,11 +362,11 @@ void check_allgather(const Case& t, std::size_t count) {
       t.label + " allgather");
 }
 
-// The bits of a float, bf16 or fp16, for comparisons that tell -0 from +0.
+// The bits of a float, double, bf16 or fp16, for comparisons that tell -0 from +0 (and NaNs apart).
 template <class T>
-std::uint32_t bits_of(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::uint32_t b = 0;
+std::uint64_t bits_of(T x) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t> b = 0;
     std::memcpy(&b, &x, sizeof b);
     return b;
   } else {
@@ -373,7 +375,8 @@ std::uint32_t bits_of(T x) {
 }
 
 template <class T>
-void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what,
+                      const char* reference = "the blocking call's") {
   std::size_t wrong = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (bits_of(got[i]) != bits_of(want[i]) && wrong++ == 0) first = i;
@@ -381,9 +384,9 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, con
   EXPECT_EQ(got.size(), want.size()) << what;
   if (wrong == 0) return;
   const std::string message = fmt::format(
-      "rank {}: {}: {} of {} elements differ from the blocking call's; first at "
+      "rank {}: {}: {} of {} elements differ from {}; first at "
       "{}: bits 0x{:x}, want 0x{:x}",
-      world_rank(), what, wrong, got.size(), first, bits_of(got[first]), bits_of(want[first]));
+      world_rank(), what, wrong, got.size(), reference, first, bits_of(got[first]), bits_of(want[first]));
   if (world_rank() != 0) std::fprintf(stderr, "%s\n", message.c_str());
   ADD_FAILURE() << message;
 }
@@ -703,6 +706,96 @@ void check_moves_16(const Case& t, std::size_t count) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// All-to-all. Group rank s sends group rank q a block of blocks(s, q) · n elements,
+// blocks(s, q) = (2s + q + 1) mod 3 ∈ {0, 1, 2}: uneven, zero for some pairs (the rank itself
+// among them), and not symmetric (blocks(0, 1) = 2, blocks(1, 0) = 0), so swapped send and
+// receive counts show. The send buffer holds the blocks in reverse peer order with a one-element
+// gap after each, the receive buffer in peer order after a gap of two each: displacements that
+// are neither the counts' prefix sums nor in rank order, and gaps that must stay untouched.
+
+int blocks(int sender, int receiver) { return (2 * sender + receiver + 1) % 3; }
+
+// Element i of the block world rank `sender` sends group rank `to`: integers exact in float
+// (doubles: plus a fraction float cannot hold), or for the 16-bit types a bit pattern.
+template <class T>
+T exchanged(long sender, int to, std::size_t i) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    const double fraction = std::is_same_v<T, double> ? std::ldexp(double(i % 4096), -30) : 0.0;
+    return T(100000.0 * double(sender) + 1000.0 * to + double(i % 997) + fraction);
+  } else {
+    return pattern<T>(sender, 10 + to, i);
+  }
+}
+
+template <class T>
+T untouched() {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return T(-1);
+  } else {
+    return T::from_bits(0xdead);
+  }
+}
+
+// Displacements of blocks of counts[p] elements each followed by `gap` (after `lead` elements),
+// laid out in the order `order` lists the peers; returns the buffer's length.
+std::size_t lay_out(const std::vector<std::size_t>& counts, const std::vector<int>& order, std::size_t lead,
+                    std::size_t gap, std::vector<std::size_t>& displs) {
+  displs.assign(counts.size(), 0);
+  std::size_t at = lead;
+  for (const int p : order) {
+    displs[std::size_t(p)] = at;
+    at += counts[std::size_t(p)] + gap;
+  }
+  return at;
+}
+
+template <class T>
+void check_alltoallv(const Case& t, std::size_t n) {
+  const int m = t.group.size(), g = t.group.rank();
+  const long w = world_rank();
+  const std::size_t ranks = std::size_t(m);
+  std::vector<std::size_t> send_counts(ranks), recv_counts(ranks), send_displs, recv_displs;
+  std::vector<int> up(ranks), down(ranks);
+  for (int p = 0; p < m; ++p) {
+    send_counts[std::size_t(p)] = std::size_t(blocks(g, p)) * n;
+    recv_counts[std::size_t(p)] = std::size_t(blocks(p, g)) * n;
+    up[std::size_t(p)] = p;
+    down[std::size_t(p)] = m - 1 - p;
+  }
+  const std::size_t send_size = lay_out(send_counts, down, 0, 1, send_displs);
+  const std::size_t recv_size = lay_out(recv_counts, up, 2, 2, recv_displs);
+
+  std::vector<T> out(send_size, untouched<T>()), want(recv_size, untouched<T>());
+  for (int p = 0; p < m; ++p) {
+    for (std::size_t i = 0; i < send_counts[std::size_t(p)]; ++i)
+      out[send_displs[std::size_t(p)] + i] = exchanged<T>(w, p, i);
+    for (std::size_t i = 0; i < recv_counts[std::size_t(p)]; ++i)
+      want[recv_displs[std::size_t(p)] + i] = exchanged<T>(t.group.world_of(p), g, i);
+  }
+  Buffer<T> send(t.space, out), recv(t.space, std::vector<T>(recv_size, untouched<T>()));
+  t.comm.alltoallv(send.data(), send_counts.data(), send_displs.data(), recv.data(), recv_counts.data(),
+                   recv_displs.data());
+  expect_same_bits(recv.read(), want, t.label + " alltoallv(" + precision_name<T>() + ")", "the closed form");
+  expect_same_bits(send.read(), out, t.label + " alltoallv(" + precision_name<T>() + ") send buffer",
+                   "what it held before");
+}
+
+// Block q of world rank w's send: w·2^40 + q·2^20 + i, which only 64 bits hold. Host memory on
+// every backend.
+void check_alltoall(const Case& t, std::size_t n) {
+  const int m = t.group.size(), g = t.group.rank();
+  auto value = [](long sender, long to, std::size_t i) {
+    return (std::int64_t(sender) << 40) + (std::int64_t(to) << 20) + std::int64_t(i);
+  };
+  std::vector<std::int64_t> send(n * std::size_t(m)), recv(n * std::size_t(m), -1);
+  for (std::size_t j = 0; j < send.size(); ++j) send[j] = value(world_rank(), long(j / n), j % n);
+  t.comm.alltoall(send.data(), recv.data(), n);
+  std::size_t wrong = 0;
+  for (std::size_t j = 0; j < recv.size(); ++j) wrong += recv[j] != value(t.group.world_of(int(j / n)), g, j % n);
+  EXPECT_EQ(wrong, 0u) << t.label << " alltoall: rank " << world_rank();
+}
+
 void check_everything(Comm& comm, const Group& group, Space space, const std::string& label,
                       const std::vector<std::size_t>& counts, bool tags_match) {
   Case base{comm, group, space, label};
@@ -723,6 +816,11 @@ void check_everything(Comm& comm, const Group& group, Space space, const std::st
     check_allreduce_16<fp16>(t, count);
     check_moves_16<bf16>(t, count);
     check_moves_16<fp16>(t, count);
+    check_alltoallv<float>(t, count);
+    check_alltoallv<double>(t, count);
+    check_alltoallv<bf16>(t, count);
+    check_alltoallv<fp16>(t, count);
+    check_alltoall(t, count);
   }
   check_barrier(base);
 }
@@ -841,6 +939,23 @@ TEST(MpiComm, MakesOneMpiCallPerChunk) {
             }),
             concat(pieces("MPI_Isend", count, chunk), pieces("MPI_Recv", count, chunk)));
 
+  // All-to-all: a message per other rank, all receives posted before the sends, each in chunks;
+  // the rank's own block is copied.
+  const std::vector<std::size_t> counts(m, count);
+  std::vector<std::size_t> displs(m);
+  for (std::size_t p = 0; p < m; ++p) displs[p] = p * count;
+  std::vector<std::pair<std::string, int>> receives, sends;
+  for (std::size_t peer = 1; peer < m; ++peer) {
+    receives = concat(receives, pieces("MPI_Irecv", count, chunk));
+    sends = concat(sends, pieces("MPI_Isend", count, chunk));
+  }
+  EXPECT_EQ(calls_of([&] {
+              comm->alltoallv(a.data(), counts.data(), displs.data(), b.data(), counts.data(), displs.data());
+            }),
+            concat(receives, sends));
+  std::vector<std::int64_t> tokens(count * m, 1), told(count * m);
+  EXPECT_EQ(calls_of([&] { comm->alltoall(tokens.data(), told.data(), count); }), concat(receives, sends));
+
   auto whole = make_mpi_comm(MPI_COMM_WORLD);
   EXPECT_EQ(calls_of([&] { whole->allreduce_sum(a.data(), count); }), pieces("MPI_Allreduce", count, count));
   EXPECT_EQ(calls_of([&] { whole->reduce_scatter_sum(a.data(), b.data(), count); }),
@@ -879,7 +994,14 @@ TEST(MpiComm, ZeroCountsAreNoOps) {
   EXPECT_FALSE(comm->iallgather(&f, &f, 0).pending());
   EXPECT_FALSE(comm->isend(&x, 0, comm->rank(), 0).pending());
   EXPECT_FALSE(comm->irecv(&x, 0, comm->rank(), 0).pending());
+  const std::vector<std::size_t> none(std::size_t(comm->size()), 0);
+  float y = 7.0f;
+  comm->alltoallv(&x, none.data(), none.data(), &y, none.data(), none.data());
+  std::int64_t told = 8;
+  comm->alltoall(&told, &told, 0);
   EXPECT_EQ(x, 5.0f);
+  EXPECT_EQ(y, 7.0f);
+  EXPECT_EQ(told, 8);
   EXPECT_EQ(d, 6.0);
 }
 
@@ -941,6 +1063,13 @@ TEST(MpiComm, RejectsBadArgumentsWithTheNumbers) {
   EXPECT_TRUE(contains(message_of<std::invalid_argument>([&] { comm->isend(&x, 1, 0, -3); }), "tag -3"));
   const std::string root = message_of<std::invalid_argument>([&] { comm->broadcast(&x, 1, n + 2); });
   EXPECT_TRUE(contains(root, "root " + std::to_string(n + 2)) && contains(root, ranks)) << root;
+  // A rank's block to itself is copied: its send and receive count must agree.
+  std::vector<std::size_t> counts(std::size_t(n), 0), displs(std::size_t(n), 0);
+  std::vector<std::size_t> expected = counts;
+  counts[std::size_t(comm->rank())] = 1;
+  const std::string self = message_of<std::invalid_argument>(
+      [&] { comm->alltoallv(&x, counts.data(), displs.data(), &x, expected.data(), displs.data()); });
+  EXPECT_TRUE(contains(self, "sends itself 1 floats but expects 0")) << self;
   // Beyond INT_MAX a count is split into chunks; only a total that no memory can hold is refused.
   const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
   EXPECT_TRUE(contains(message_of<std::length_error>([&] { comm->allgather(&x, &x, huge); }), "do not fit"));

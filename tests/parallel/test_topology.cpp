@@ -2,9 +2,10 @@
 //
 // Rank arithmetic and groups are checked against tables written out here by hand (the 16-rank
 // example of Megatron's parallel_state docstring and other layouts) and against a brute-force
-// enumeration of "tp fastest, then dp, then pp" that shares no code with the formula. With the
-// real MPI_COMM_WORLD, every layout whose product is the world size is built and each group
-// communicator is checked by reducing and gathering the global ranks over it.
+// enumeration of "tp fastest, then dp, then pp" that shares no code with the formula; so are the
+// expert-parallel groups (ep, edp) of layouts that split dp. With the real MPI_COMM_WORLD, every
+// layout whose product is the world size is built, with every ep that divides its dp, and each
+// group communicator is checked by reducing and gathering the global ranks over it.
 #include "parallel/topology.hpp"
 
 #include "core/errors.hpp"
@@ -29,16 +30,18 @@ namespace {
 
 using Groups = std::vector<std::vector<int>>;
 
-Layout make_layout(int dp, int tp, int pp) {
+Layout make_layout(int dp, int tp, int pp, int ep = 1) {
   Layout layout;
   layout.dp = dp;
   layout.tp = tp;
   layout.pp = pp;
+  layout.ep = ep;
   return layout;
 }
 
 std::string name(const Layout& layout) {
-  return "dp" + std::to_string(layout.dp) + "·tp" + std::to_string(layout.tp) + "·pp" + std::to_string(layout.pp);
+  return "dp" + std::to_string(layout.dp) + (layout.ep > 1 ? "·ep" + std::to_string(layout.ep) : "") + "·tp" +
+         std::to_string(layout.tp) + "·pp" + std::to_string(layout.pp);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,6 +120,42 @@ const HandTable* hand_table(const Layout& layout) {
   return nullptr;
 }
 
+// Expert parallelism: the ep and edp groups of layouts written out by hand from
+// rank = tp_rank + tp · (dp_rank + dp · pp_rank) and dp_rank = edp_rank · ep + ep_rank.
+struct ExpertTable {
+  Layout layout;
+  Groups ep, edp;
+};
+
+const std::vector<ExpertTable>& expert_tables() {
+  static const std::vector<ExpertTable> tables = {
+      // dp ranks 0 0 1 1 2 2 3 3 over ranks 0-7: ep pairs dp ranks {0 1} and {2 3}, edp {0 2} and {1 3}.
+      {make_layout(4, 2, 1, 2), {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
+      {make_layout(8, 1, 1, 2), {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {{0, 2, 4, 6}, {1, 3, 5, 7}}},
+      {make_layout(8, 1, 1, 4), {{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
+      {make_layout(8, 1, 1, 8), {{0, 1, 2, 3, 4, 5, 6, 7}}, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}},
+      {make_layout(4, 1, 2, 2), {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
+      {make_layout(4, 1, 2, 4), {{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}},
+      {make_layout(2, 2, 1, 2), {{0, 2}, {1, 3}}, {{0}, {1}, {2}, {3}}},
+      {make_layout(2, 1, 1, 2), {{0, 1}}, {{0}, {1}}},
+      // ep 1: single-rank ep groups, edp = dp.
+      {make_layout(2, 2, 2, 1), {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}, {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
+      // ep 3 of dp 6 under tp 2: dp ranks 0 … 5 are ranks {0 1} {2 3} … {10 11}.
+      {make_layout(6, 2, 1, 3),
+       {{0, 2, 4}, {1, 3, 5}, {6, 8, 10}, {7, 9, 11}},
+       {{0, 6}, {1, 7}, {2, 8}, {3, 9}, {4, 10}, {5, 11}}},
+  };
+  return tables;
+}
+
+const ExpertTable* expert_table(const Layout& layout) {
+  for (const auto& table : expert_tables())
+    if (table.layout.dp == layout.dp && table.layout.tp == layout.tp && table.layout.pp == layout.pp &&
+        table.layout.ep == layout.ep)
+      return &table;
+  return nullptr;
+}
+
 // Every (dp, tp, pp) whose product is `world`.
 std::vector<Layout> layouts_of(int world) {
   std::vector<Layout> layouts;
@@ -144,6 +183,30 @@ std::vector<std::tuple<int, int, int>> counted_positions(const Layout& layout) {
     for (int d = 0; d < layout.dp; ++d)
       for (int t = 0; t < layout.tp; ++t) positions.emplace_back(d, t, p);
   return positions;
+}
+
+// The layout with every expert-parallel degree its dp allows.
+std::vector<Layout> with_every_ep(const std::vector<Layout>& layouts) {
+  std::vector<Layout> out;
+  for (const auto& layout : layouts)
+    for (int ep = 1; ep <= layout.dp; ++ep)
+      if (layout.dp % ep == 0) out.push_back(make_layout(layout.dp, layout.tp, layout.pp, ep));
+  return out;
+}
+
+// Expert groups by brute force from the counted positions: ranks that agree on tp and pp rank and
+// on which run of ep dp ranks they are in (ep groups) or on their place in it (edp groups).
+Groups brute_force_expert_groups(const Layout& layout, bool ep_group) {
+  const auto positions = counted_positions(layout);
+  std::map<std::tuple<int, int, int>, std::vector<int>> by_key;
+  for (int r = 0; r < static_cast<int>(positions.size()); ++r) {
+    const auto [d, t, p] = positions[static_cast<std::size_t>(r)];
+    by_key[{t, p, ep_group ? d / layout.ep : d % layout.ep}].push_back(r);
+  }
+  Groups groups;
+  for (auto& [key, members] : by_key) groups.push_back(members);
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  return groups;
 }
 
 // Groups by brute force from the counted positions: ranks that agree on every coordinate but
@@ -250,6 +313,51 @@ TEST(TopologyArithmetic, EveryRankIsInExactlyOneGroupOfEachKind) {
   }
 }
 
+TEST(TopologyArithmetic, ExpertGroupsMatchTheHandTables) {
+  for (const auto& table : expert_tables()) {
+    SCOPED_TRACE(name(table.layout));
+    EXPECT_EQ(ep_groups(table.layout), table.ep);
+    EXPECT_EQ(edp_groups(table.layout), table.edp);
+    // The tables and the brute force are independent; agreeing, they vouch for each other.
+    EXPECT_EQ(brute_force_expert_groups(table.layout, true), table.ep);
+    EXPECT_EQ(brute_force_expert_groups(table.layout, false), table.edp);
+  }
+}
+
+TEST(TopologyArithmetic, ExpertGroupsMatchTheBruteForceForEveryLayout) {
+  for (const auto& layout : with_every_ep(many_layouts())) {
+    SCOPED_TRACE(name(layout));
+    EXPECT_EQ(ep_groups(layout), brute_force_expert_groups(layout, true));
+    EXPECT_EQ(edp_groups(layout), brute_force_expert_groups(layout, false));
+    EXPECT_EQ(static_cast<int>(ep_groups(layout).size()), layout.world() / layout.ep);
+    EXPECT_EQ(static_cast<int>(edp_groups(layout).size()), layout.world() / layout.edp());
+  }
+}
+
+TEST(TopologyArithmetic, ExpertRanksSplitTheDataParallelRank) {
+  // dp4·ep2·tp2 and dp6·ep3·tp2, by hand: rank → (ep rank, edp rank).
+  const std::vector<std::pair<Layout, std::vector<std::pair<int, int>>>> tables = {
+      {make_layout(4, 2, 1, 2), {{0, 0}, {0, 0}, {1, 0}, {1, 0}, {0, 1}, {0, 1}, {1, 1}, {1, 1}}},
+      {make_layout(6, 2, 1, 3),
+       {{0, 0}, {0, 0}, {1, 0}, {1, 0}, {2, 0}, {2, 0}, {0, 1}, {0, 1}, {1, 1}, {1, 1}, {2, 1}, {2, 1}}}};
+  for (const auto& [layout, ranks] : tables) {
+    SCOPED_TRACE(name(layout));
+    for (int r = 0; r < layout.world(); ++r) {
+      const GridPosition position = Topology::position(layout, r);
+      EXPECT_EQ(position.ep_rank, ranks[static_cast<std::size_t>(r)].first) << "rank " << r;
+      EXPECT_EQ(position.edp_rank, ranks[static_cast<std::size_t>(r)].second) << "rank " << r;
+    }
+  }
+  // ep 1: every rank is ep rank 0, its edp rank its dp rank.
+  for (int r = 0; r < 8; ++r) {
+    const GridPosition position = Topology::position(make_layout(2, 2, 2), r);
+    EXPECT_EQ(position.ep_rank, 0);
+    EXPECT_EQ(position.edp_rank, position.dp_rank);
+  }
+  EXPECT_THROW(Topology::position(make_layout(4, 1, 1, 3), 0), std::invalid_argument);
+  EXPECT_THROW(Topology::position(make_layout(4, 1, 1, 0), 0), std::invalid_argument);
+}
+
 TEST(TopologyArithmetic, PositionsOutsideTheLayoutAreRejected) {
   const Layout layout = make_layout(2, 2, 2);
   EXPECT_THROW(Topology::position(layout, 8), std::out_of_range);
@@ -351,6 +459,44 @@ TEST(TopologyResolve, PipelineStagesNeedALayerEach) {
                   {"parallel.pp = 5", "exceeds model.layers = 4", "at least one layer"});
 }
 
+ParallelConfig with_ep(ParallelConfig parallel, int ep) {
+  parallel.ep = ep;
+  return parallel;
+}
+
+ModelConfig with_experts(ModelConfig model, int experts) {
+  model.arch = Arch::llama;
+  model.experts = experts;
+  return model;
+}
+
+TEST(TopologyResolve, ExpertParallelSplitsTheDataParallelGroup) {
+  const ModelConfig moe = with_experts(model_with(12, 8), 8);
+  const Layout layout = Topology::resolve(with_ep(parallel_with(0, 2, 1), 2), moe, 8);
+  EXPECT_EQ(layout.dp, 4);
+  EXPECT_EQ(layout.ep, 2);
+  EXPECT_EQ(layout.edp(), 2);
+  EXPECT_EQ(layout.world(), 8);
+  EXPECT_EQ(Topology::resolve(with_ep(parallel_with(8, 1, 1), 8), moe, 8).edp(), 1);
+  EXPECT_EQ(Topology::resolve(parallel_with(0, 1, 1), moe, 8).ep, 1);                // experts without ep
+  EXPECT_EQ(Topology::resolve(parallel_with(0, 1, 1), model_with(12, 8), 8).ep, 1);  // dense
+}
+
+TEST(TopologyResolve, ExpertParallelMustDivideDataParallelAndTheExperts) {
+  const ModelConfig moe = with_experts(model_with(12, 8), 6);
+  expect_mentions(resolve_error(with_ep(parallel_with(0, 1, 1), 3), moe, 8),
+                  {"parallel.ep = 3", "does not divide the data-parallel degree 8", "world size 8 / (tp 1 × pp 1)",
+                   "choose parallel.ep among 1, 2 ", "dp 8 and model.experts = 6"});
+  expect_mentions(resolve_error(with_ep(parallel_with(4, 2, 1), 6), moe, 8),
+                  {"parallel.ep = 6", "does not divide the data-parallel degree 4 (parallel.dp)", "among 1, 2 "});
+  expect_mentions(resolve_error(with_ep(parallel_with(0, 1, 1), 4), moe, 8),
+                  {"parallel.ep = 4", "does not divide model.experts = 6", "choose parallel.ep among 1, 2, 3, 6"});
+  expect_mentions(resolve_error(with_ep(parallel_with(0, 1, 1), 2), model_with(12, 8), 8),
+                  {"parallel.ep = 2 with model.experts = 0", "set model.experts (a multiple of 2)", "parallel.ep = 1"});
+  expect_mentions(resolve_error(with_ep(parallel_with(0, 1, 1), 0), moe, 8), {"parallel.ep = 0", "at least 1"});
+  expect_mentions(resolve_error(with_ep(parallel_with(0, 1, 1), -2), moe, 8), {"parallel.ep = -2"});
+}
+
 TEST(TopologyResolve, DegreesBelowOneAreRejected) {
   expect_mentions(resolve_error(parallel_with(0, 0, 1), model_with(6, 4), 8), {"parallel.tp = 0"});
   expect_mentions(resolve_error(parallel_with(0, 1, 0), model_with(6, 4), 8), {"parallel.pp = 0"});
@@ -387,6 +533,17 @@ TEST(TopologyDescribe, SmallGridOnOneHost) {
             "dp groups (1): [0]\n"
             "pp groups (1): [0]\n"
             "host solo: rank 0\n");
+}
+
+TEST(TopologyDescribe, ExpertParallelGroupsFollowTheDataParallelOnes) {
+  EXPECT_EQ(describe_grid(make_layout(4, 2, 1, 2), std::vector<std::string>(8, "node01")),
+            "layout: dp 4 (ep 2 × edp 2) × tp 2 × pp 1 = 8 ranks on 1 host\n"
+            "tp groups (4): [0 1] [2 3] [4 5] [6 7]\n"
+            "dp groups (2): [0 2 4 6] [1 3 5 7]\n"
+            "ep groups (4): [0 2] [1 3] [4 6] [5 7]\n"
+            "edp groups (4): [0 4] [1 5] [2 6] [3 7]\n"
+            "pp groups (8): [0] [1] [2] [3] [4] [5] [6] [7]\n"
+            "host node01: ranks 0-7\n");
 }
 
 TEST(TopologyDescribe, Megatron16OnFourNodesListsEveryGroup) {
@@ -553,6 +710,27 @@ TEST(TopologyMpi, EveryLayoutOfTheWorldBuildsItsGroups) {
   }
 }
 
+TEST(TopologyMpi, EveryExpertParallelDegreeBuildsItsGroups) {
+  const int world = world_size();
+  const int me = world_rank();
+  for (const auto& layout : with_every_ep(layouts_of(world))) {
+    // ep 1 once, on the all-dp layout (one-rank ep groups, edp = dp): 8 oversubscribed ranks split
+    // communicators slowly.
+    if (layout.ep == 1 && layout.dp != world) continue;
+    SCOPED_TRACE(name(layout));
+    const ExpertTable* table = expert_table(layout);
+    const Groups ep = table ? table->ep : ep_groups(layout);
+    const Groups edp = table ? table->edp : edp_groups(layout);
+    const Topology topology(MPI_COMM_WORLD, layout);
+    const GridPosition position = Topology::position(layout, me);
+    EXPECT_EQ(topology.position().ep_rank, position.ep_rank);
+    EXPECT_EQ(topology.position().edp_rank, position.edp_rank);
+    expect_group(topology.ep_comm(), group_of(ep, me), me, "ep");
+    expect_group(topology.edp_comm(), group_of(edp, me), me, "edp");
+    expect_group(topology.dp_comm(), group_of(dp_groups(layout), me), me, "dp");
+  }
+}
+
 int freed_count = 0;
 
 int count_free(MPI_Comm, int, void*, void*) {
@@ -567,12 +745,12 @@ TEST(TopologyMpi, DestructorFreesEveryCommunicator) {
   freed_count = 0;
   {
     const Topology topology(MPI_COMM_WORLD, make_layout(world_size(), 1, 1));
-    for (MPI_Comm comm :
-         {topology.world(), topology.tp_comm(), topology.dp_comm(), topology.pp_comm(), topology.model_comm()})
+    for (MPI_Comm comm : {topology.world(), topology.tp_comm(), topology.dp_comm(), topology.pp_comm(),
+                          topology.model_comm(), topology.ep_comm(), topology.edp_comm()})
       MPI_Comm_set_attr(comm, keyval, nullptr);
     EXPECT_EQ(freed_count, 0);
   }
-  EXPECT_EQ(freed_count, 5);
+  EXPECT_EQ(freed_count, 7);
   MPI_Comm_free_keyval(&keyval);
 }
 
