@@ -4,6 +4,8 @@
 // rank's piece, the shard units, and q|k|v and gate|up lying contiguous.
 #include "model/parameters.hpp"
 
+#include "common/small_moe.hpp"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -184,19 +186,8 @@ TEST(LlamaLayout, ShardUnitsPerStage) {
   EXPECT_EQ(odd.units()[1].begin, 890u);
 }
 
-// small_llama with E = 6 routed experts of width 8 in blocks 0 and 2 (moe_every 2) and one shared
-// expert of width 8.
-ModelConfig small_moe() {
-  ModelConfig m = small_llama();
-  m.experts = 6;
-  m.moe_every = 2;
-  m.shared_experts = 1;
-  m.expert_hidden = 8;
-  return m;
-}
-
-// Expert parallelism by hand: ep rank r holds experts [r·E/ep, (r+1)·E/ep) of each MoE block in a
-// unit of their own after the block's, the router and the shared expert staying in the block's.
+// Expert parallelism by hand on small_moe(6, 8), E = 6: ep rank r holds experts [r·E/ep, (r+1)·E/ep) of each MoE block
+// in a unit of their own after the block's, the router and the shared expert staying in the block's.
 TEST(LlamaLayout, ExpertParallelTensorsAndUnitsByHand) {
   struct Case {
     int ep;
@@ -204,7 +195,7 @@ TEST(LlamaLayout, ExpertParallelTensorsAndUnitsByHand) {
   };
   for (const Case& c : {Case{2, {3, 4, 5}}, Case{3, {2, 3}}}) {
     SCOPED_TRACE(testing::Message() << "ep " << c.ep);
-    const ParameterLayout layout(small_moe(), 1, 0, StagePlace{}, 1, c.ep, 1);
+    const ParameterLayout layout(small_moe(6, 8), 1, 0, StagePlace{}, 1, c.ep, 1);
     EXPECT_EQ(layout.local_experts(), int(c.experts.size()));
     EXPECT_EQ(layout.first_expert(), c.experts.front());
     std::vector<std::string> want = {"embed_tokens.weight"};
@@ -264,16 +255,16 @@ TEST(LlamaLayout, ExpertParallelTensorsAndUnitsByHand) {
     EXPECT_EQ(layout.block_begin(2), 888u + 2304 + experts_unit + 4176);
     EXPECT_EQ(layout.head_begin(), layout.units()[6].begin);
     // FLOPs stay the whole model's.
-    EXPECT_DOUBLE_EQ(flops_per_token(layout), flops_per_token(ParameterLayout(small_moe())));
+    EXPECT_DOUBLE_EQ(flops_per_token(layout), flops_per_token(ParameterLayout(small_moe(6, 8))));
   }
 }
 
 TEST(LlamaLayout, ExpertRanksHoldEveryExpertOnceAndTheRestAlike) {
-  const ParameterLayout whole(small_moe());
+  const ParameterLayout whole(small_moe(6, 8));
   for (int ep : {1, 2, 3, 6}) {
     std::map<std::string, int> held;
     for (int r = 0; r < ep; ++r) {
-      const ParameterLayout rank(small_moe(), 1, 0, StagePlace{}, 1, ep, r);
+      const ParameterLayout rank(small_moe(6, 8), 1, 0, StagePlace{}, 1, ep, r);
       for (const TensorInfo& t : rank.tensors()) ++held[t.name];
     }
     for (const TensorInfo& t : whole.tensors()) {

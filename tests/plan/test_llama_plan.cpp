@@ -23,6 +23,15 @@ ModelConfig small_llama() {
   return m;
 }
 
+// A run of small_llama, fp32, ZeRO 0.
+Config llama_run(int micro_batch, int global_batch) {
+  Config cfg;
+  cfg.model = small_llama();
+  cfg.train.micro_batch = micro_batch;
+  cfg.train.global_batch = global_batch;
+  return cfg;
+}
+
 // By hand, C 64, hs 16, q rows NH·hs = 64, k and v rows KV·hs = 32, H 176:
 //   one block: input_layernorm 64 + q 64·64 = 4096 + k 32·64 = 2048 + v 2048 + o 64·64 = 4096
 //              + post_attention_layernorm 64 + gate, up, down 3 · 176·64 = 33792      = 46,208
@@ -48,11 +57,8 @@ TEST(LlamaPlan, ParametersAndFlopsPerTokenByHand) {
 // padded vocabulary 260 / 2 = 130 rows of embed_tokens and of lm_head (8,320 each); norm 64:
 // 2 · 23,168 + 2 · 8,320 + 64 = 63,040 elements, every unit even, so ZeRO 1 halves the moments.
 TEST(LlamaPlan, StateMemoryOfATensorParallelRankByHand) {
-  Config cfg;
-  cfg.model = small_llama();
+  Config cfg = llama_run(2, 4);
   cfg.parallel.zero = 1;
-  cfg.train.micro_batch = 2;
-  cfg.train.global_batch = 4;
   const std::int64_t local = 63'040;
   for (int tp_rank : {0, 1}) {
     const MemoryBytes m = planned_rank_memory(cfg, Layout{2, 2, 1}, GridPosition{1, tp_rank, 0});
@@ -67,10 +73,7 @@ TEST(LlamaPlan, StateMemoryOfATensorParallelRankByHand) {
 // dp 1 × tp 2 × pp 2 on one node: compute from the hand count, tp sums as gpt2's (the same
 // row-parallel products per block), and no tied-head group (lm_head is untied).
 TEST(LlamaPlan, StepTimeComputeAndTrafficByHand) {
-  Config cfg;
-  cfg.model = small_llama();
-  cfg.train.micro_batch = 2;
-  cfg.train.global_batch = 8;  // m = 4 micro-batches
+  const Config cfg = llama_run(2, 8);  // m = 4 micro-batches
   Cluster c;
   c.ranks_per_node = 4;
   c.host_only = false;
@@ -102,14 +105,11 @@ TEST(LlamaPlan, StepTimeComputeAndTrafficByHand) {
 // 12,672; its experts' unit 2 · 3·16·64 = 6,144; the dense units 16,576 + 12,672 + 46,208 + 64 +
 // 16,576 = 92,096. Every unit is a multiple of 4: ZeRO pads nothing.
 TEST(LlamaPlan, ExpertParallelStateMemoryAndTrafficByHand) {
-  Config cfg;
-  cfg.model = small_llama();
+  Config cfg = llama_run(2, 8);
   cfg.model.experts = 4;
   cfg.model.moe_every = 2;
   cfg.model.expert_hidden = 16;
   cfg.parallel.ep = 2;
-  cfg.train.micro_batch = 2;
-  cfg.train.global_batch = 8;
   const Layout grid{4, 1, 1};
   const std::int64_t dense = 92'096, experts = 6'144;
   for (int zero : {0, 1}) {

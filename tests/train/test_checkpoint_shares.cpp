@@ -7,6 +7,8 @@
 #include "state/state_source.hpp"
 #include "train/checkpointing.hpp"
 
+#include "common/small_moe.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,24 +67,11 @@ TEST(CheckpointShares, ZeroSharesAreEvenAcrossTheGroup) {
   }
 }
 
-// A llama of 3 blocks whose blocks 0 and 2 have E = 4 routed experts (width 6) and a shared expert.
-ModelConfig small_moe() {
-  ModelConfig m{3, 6, 24, 37, 9};
-  m.arch = Arch::llama;
-  m.kv_heads = 2;
-  m.ffn_hidden = 36;
-  m.experts = 4;
-  m.moe_every = 2;
-  m.shared_experts = 1;
-  m.expert_hidden = 6;
-  return m;
-}
-
 // Expert parallelism: the saved elements of every rank of a dp 4 · ep 2 world (dp rank d is ep
 // rank d mod 2 and expert-data-parallel rank d / 2), marked element by element, cover every
 // element of every tensor of the model exactly once — under tensor and pipeline parallelism too.
 TEST(CheckpointShares, ExpertParallelWorldSavesEveryElementOnce) {
-  const ModelConfig model = small_moe();
+  const ModelConfig model = small_moe(4, 6);
   const ParameterLayout whole(model);
   const int dp = 4, ep = 2;
   for (int tp : {1, 2}) {

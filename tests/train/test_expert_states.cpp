@@ -8,46 +8,26 @@
 //   - the gradient reduction: rank d's gradients are (d + 1)·v, so a dense element sums to
 //     v·Σ_d (d + 1) and an expert's to v·Σ (d + 1) over the dp ranks with that expert's ep rank;
 //   - the gradient norm over the world: every element of the whole model counted once;
-//   - ZeRO-3's gather of an MoE block's two units (its own, its experts') over their two groups,
-//     against the same weights initialised whole.
+//   - each block whole when it computes (at ZeRO 3 an MoE block's two units, its own and its
+//     experts', gathered over their two groups), against the same weights initialised whole.
 #include "model/init.hpp"
 #include "parallel/comm.hpp"
 #include "state/optimizer_state.hpp"
 #include "state/state_memory.hpp"
 #include "state/working_copy.hpp"
 
+#include "common/small_moe.hpp"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <vector>
 
 namespace meshtrain {
 namespace {
-
-// 3 llama blocks; blocks 0 and 2 with E = 4 routed experts (width 6) and a shared expert.
-ModelConfig small_moe() {
-  ModelConfig m{3, 6, 24, 37, 9};
-  m.arch = Arch::llama;
-  m.kv_heads = 2;
-  m.ffn_hidden = 36;
-  m.experts = 4;
-  m.moe_every = 2;
-  m.shared_experts = 1;
-  m.expert_hidden = 6;
-  return m;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // The world as one dp group, and its ep and edp groups in Megatron's placement.
 struct ExpertGroups {
@@ -55,7 +35,7 @@ struct ExpertGroups {
   std::unique_ptr<Comm> dp, ep_group, edp;
 
   explicit ExpertGroups(int ep_degree) : ep(ep_degree), dp(make_mpi_comm(MPI_COMM_WORLD)) {
-    const int d = world_rank();
+    const int d = dp->rank();
     MPI_Comm ep_comm = MPI_COMM_NULL, edp_comm = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, d / ep, d, &ep_comm);
     MPI_Comm_split(MPI_COMM_WORLD, d % ep, d, &edp_comm);
@@ -66,7 +46,7 @@ struct ExpertGroups {
   }
   int ep_rank() const { return ep_group->rank(); }
   ParameterLayout layout(ZeroStage stage) const {
-    return ParameterLayout(small_moe(), 1, 0, StagePlace{}, stage.shard_group_size(dp->size()), ep, ep_rank());
+    return ParameterLayout(small_moe(4, 6), 1, 0, StagePlace{}, stage.shard_group_size(dp->size()), ep, ep_rank());
   }
 };
 
@@ -94,42 +74,44 @@ double rank_sum(const TensorInfo& t, int dp, int ep, int experts) {
   return s;
 }
 
-std::vector<int> expert_degrees() {
-  std::vector<int> degrees;
+// Runs `body` for ep = 1, 2 and 4 where it divides the world, and ZeRO 0–3.
+void for_each_case(const std::function<void(const ExpertGroups&, ZeroStage)>& body) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
   for (int ep : {1, 2, 4}) {
-    if (world_size() % ep == 0) degrees.push_back(ep);
+    if (world % ep != 0) continue;
+    const ExpertGroups g(ep);
+    for (int zero = 0; zero <= 3; ++zero) {
+      SCOPED_TRACE(testing::Message() << "ep " << ep << " zero " << zero);
+      body(g, ZeroStage{zero});
+    }
   }
-  return degrees;
 }
 
 constexpr std::size_t small_buckets = 4096;  // bytes: several buckets per run of units
 
 TEST(ExpertStates, PlannedBytesAreAllocatedAndExpertUnitsShardOverEdp) {
-  ExecSpace space;
-  const int dp = world_size();
-  for (int ep : expert_degrees()) {
-    const ExpertGroups g(ep);
-    for (int zero = 0; zero <= 3; ++zero) {
-      SCOPED_TRACE(testing::Message() << "ep " << ep << " zero " << zero);
-      const ZeroStage stage{zero};
-      const ParameterLayout layout = g.layout(stage);
-      const OptimizerState state(space, layout, stage, *g.dp, *g.edp, true, small_buckets);
-      const MemoryBytes planned = planned_state_memory(layout, dp, stage, Precision::fp32);
-      for (int c = 0; c < memory_categories; ++c) {
-        EXPECT_EQ(state.memory().bytes[c], planned.bytes[c]) << category_name(MemoryCategory(c));
-      }
-      std::size_t moments = 0;  // elements of one moment: each unit's slice of its group
-      for (const ShardUnit& u : layout.units()) moments += zero == 0 ? u.size() : u.size() / (u.experts ? dp / ep : dp);
-      EXPECT_EQ(state.memory()[MemoryCategory::optimizer], std::int64_t(2 * sizeof(float) * moments));
+  for_each_case([](const ExpertGroups& g, ZeroStage stage) {
+    const int dp = g.dp->size();
+    const ParameterLayout layout = g.layout(stage);
+    const OptimizerState state(ExecSpace(), layout, stage, *g.dp, *g.edp, true, small_buckets);
+    const MemoryBytes planned = planned_state_memory(layout, dp, stage, Precision::fp32);
+    for (int c = 0; c < memory_categories; ++c) {
+      EXPECT_EQ(state.memory().bytes[c], planned.bytes[c]) << category_name(MemoryCategory(c));
     }
-  }
+    std::size_t moments = 0;  // elements of one moment: each unit's slice of its group
+    for (const ShardUnit& u : layout.units()) {
+      moments += stage.shards() ? u.size() / (u.experts ? dp / g.ep : dp) : u.size();
+    }
+    EXPECT_EQ(state.memory()[MemoryCategory::optimizer], std::int64_t(2 * sizeof(float) * moments));
+  });
 }
 
 // Writes rank d's gradients (d + 1)·v unit by unit from the end, as backward does, and reduces.
-void reduce_fake_gradients(OptimizerState& state) {
+void reduce_fake_gradients(OptimizerState& state, int dp_rank) {
   const ParameterLayout& layout = state.layout();
   const ShardMap& map = state.map();
-  const float factor = float(world_rank() + 1);
+  const float factor = float(dp_rank + 1);
   state.reduction().start_step();
   state.reduction().arm();
   for (std::size_t u = map.units(); u-- > 0;) {
@@ -145,74 +127,65 @@ void reduce_fake_gradients(OptimizerState& state) {
 }
 
 TEST(ExpertStates, ReductionSumsExpertGradientsOverEdpOnlyAndTheNormCountsEachOnce) {
-  ExecSpace space;
-  const int dp = world_size();
-  const ModelConfig model = small_moe();
+  const ModelConfig model = small_moe(4, 6);
   const ParameterLayout whole(model);
-  for (int ep : expert_degrees()) {
-    const ExpertGroups g(ep);
-    for (int zero = 0; zero <= 3; ++zero) {
-      SCOPED_TRACE(testing::Message() << "ep " << ep << " zero " << zero);
-      const ZeroStage stage{zero};
-      const ParameterLayout layout = g.layout(stage);
-      OptimizerState state(space, layout, stage, *g.dp, *g.edp, true, small_buckets);
-      reduce_fake_gradients(state);
-      for (const TensorInfo& t : layout.tensors()) {
-        const io::ElementRange run = state.map().owned_run(t);
-        const std::vector<float> got = to_host(state.grads().element(t, run.first), run.count);
-        for (std::size_t j = 0; j < run.count; ++j) {
-          const std::int64_t e = t.global_index(run.first + j);
-          ASSERT_EQ(double(got[j]), v(t, e) * rank_sum(t, dp, ep, model.experts)) << t.name << " element " << e;
-        }
+  for_each_case([&](const ExpertGroups& g, ZeroStage stage) {
+    const int dp = g.dp->size();
+    const ParameterLayout layout = g.layout(stage);
+    OptimizerState state(ExecSpace(), layout, stage, *g.dp, *g.edp, true, small_buckets);
+    reduce_fake_gradients(state, g.dp->rank());
+    for (const TensorInfo& t : layout.tensors()) {
+      const io::ElementRange run = state.map().owned_run(t);
+      const std::vector<float> got = to_host(state.grads().element(t, run.first), run.count);
+      for (std::size_t j = 0; j < run.count; ++j) {
+        const std::int64_t e = t.global_index(run.first + j);
+        ASSERT_EQ(double(got[j]), v(t, e) * rank_sum(t, dp, g.ep, model.experts)) << t.name << " element " << e;
       }
-      double norm = state.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
-      MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      double want = 0;
-      for (const TensorInfo& t : whole.tensors()) {
-        for (std::size_t i = 0; i < t.numel; ++i) {
-          const double x = v(t, std::int64_t(i)) * rank_sum(t, dp, ep, model.experts);
-          want += x * x;
-        }
-      }
-      EXPECT_DOUBLE_EQ(norm, want);
     }
-  }
+    double norm = state.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
+    MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double want = 0;
+    for (const TensorInfo& t : whole.tensors()) {
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        const double x = v(t, std::int64_t(i)) * rank_sum(t, dp, g.ep, model.experts);
+        want += x * x;
+      }
+    }
+    EXPECT_DOUBLE_EQ(norm, want);
+  });
 }
 
-TEST(ExpertStates, ZeroThreeGathersBothUnitsOfABlock) {
-  ExecSpace space;
+// Every stage holds a block's units whole when it computes: published whole (ZeRO 0–2, each unit
+// gathered over its group from stage 1), or at ZeRO 3 gathered on demand, the block's own unit over
+// dp and its experts' over edp, with the next block prefetched.
+TEST(ExpertStates, EachBlockIsWholeWhenItComputes) {
   constexpr std::uint64_t seed = 17;
-  for (int ep : expert_degrees()) {
-    SCOPED_TRACE(testing::Message() << "ep " << ep);
-    const ExpertGroups g(ep);
-    const ZeroStage stage{3};
+  for_each_case([&](const ExpertGroups& g, ZeroStage stage) {
+    const ExecSpace space;
     const ParameterLayout layout = g.layout(stage);
     OptimizerState state(space, layout, stage, *g.dp, *g.edp, true, small_buckets);
     WorkingCopy<float> copy(space, state);
     state.initialize(seed);
     copy.publish();
     // The same rank's tensors initialised whole, without shards or gathers.
-    const ParameterLayout whole(small_moe(), 1, 0, StagePlace{}, 1, ep, g.ep_rank());
+    const ParameterLayout whole(small_moe(4, 6), 1, 0, StagePlace{}, 1, g.ep, g.ep_rank());
     Buffer<float> reference("reference", whole.total());
     initialize_parameters(space, reference, whole, seed);
     const std::vector<float> want = to_host(reference.data(), whole.total());
     // Forward up, backward down: each block whole in its room when it is needed, prefetch or not.
     for (int block : {0, 1, 2, 2, 1, 0}) {
       copy.need_block(block);
-      std::size_t units = 0;
-      for (const std::size_t u : state.map().block_units(block)) {
-        ++units;
-        for (const TensorInfo& t : layout.tensors()) {
-          if (layout.unit_at(t.offset) != u) continue;
-          const std::vector<float> got = to_host(copy.weight(t), t.numel);
-          const std::size_t at = whole.find(t.name).offset;
-          EXPECT_EQ(got, std::vector<float>(want.begin() + long(at), want.begin() + long(at + t.numel)))
-              << "block " << block << " " << t.name;
-        }
+      const std::vector<std::size_t>& units = state.map().block_units(block);
+      EXPECT_EQ(units.size(), small_moe(4, 6).is_moe_block(block) ? 2u : 1u);
+      for (const TensorInfo& t : layout.tensors()) {
+        if (std::find(units.begin(), units.end(), layout.unit_at(t.offset)) == units.end()) continue;
+        const std::vector<float> got = to_host(copy.weight(t), t.numel);
+        const std::size_t at = whole.find(t.name).offset;
+        EXPECT_EQ(got, std::vector<float>(want.begin() + long(at), want.begin() + long(at + t.numel)))
+            << "block " << block << " " << t.name;
       }
-      EXPECT_EQ(units, small_moe().is_moe_block(block) ? 2u : 1u);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // group; a block's units end to end in its working room, which holds the largest block.
 #include "state/shard_map.hpp"
 
+#include "common/small_moe.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -10,25 +12,11 @@
 namespace meshtrain {
 namespace {
 
-// 3 llama blocks (C 24, 6 query heads over 2 kv heads, SwiGLU width 36, vocabulary 37), blocks 0
-// and 2 with E = 6 routed experts and one shared expert, all of width 8.
-ModelConfig small_moe() {
-  ModelConfig m{3, 6, 24, 37, 9};
-  m.arch = Arch::llama;
-  m.kv_heads = 2;
-  m.ffn_hidden = 36;
-  m.experts = 6;
-  m.moe_every = 2;
-  m.shared_experts = 1;
-  m.expert_hidden = 8;
-  return m;
-}
-
-// Units of ep rank 1 of 2 (experts 3..5), all multiples of 4, so dp 4 pads nothing:
+// small_moe(6, 8): units of ep rank 1 of 2 (experts 3..5), all multiples of 4, so dp 4 pads nothing:
 //   0 embed_tokens 888 | 1 layers.0 2304 | 2 layers.0.mlp.experts 3·576 | 3 layers.1 4176 |
 //   4 layers.2 2304 | 5 layers.2.mlp.experts 1728 | 6 norm 24 | 7 lm_head 888
 TEST(ShardMap, DenseUnitsOverDpExpertUnitsOverEdp) {
-  const ParameterLayout layout(small_moe(), 1, 0, StagePlace{}, 4, 2, 1);
+  const ParameterLayout layout(small_moe(6, 8), 1, 0, StagePlace{}, 4, 2, 1);
   // Data-parallel rank 3 of 4: ep rank 1, expert-data-parallel rank 1 of 2.
   const ShardMap map(layout, UnitGroups{4, 3, 2, 1});
   const std::vector<std::size_t> shard = {222, 576, 864, 1044, 576, 864, 6, 222};
@@ -61,7 +49,7 @@ TEST(ShardMap, BlockUnitsShareTheirRoom) {
   // ep 2: the dense block 1 (4176) is the largest; ep 1: an MoE block, 2304 + 6·576 = 5760.
   for (const auto& [ep, room] : {std::pair{2, std::size_t{4176}}, std::pair{1, std::size_t{5760}}}) {
     SCOPED_TRACE(testing::Message() << "ep " << ep);
-    const ParameterLayout layout(small_moe(), 1, 0, StagePlace{}, 4, ep, 0);
+    const ParameterLayout layout(small_moe(6, 8), 1, 0, StagePlace{}, 4, ep, 0);
     const ShardMap map(layout, UnitGroups{4, 0, 4 / ep, 0});
     const std::size_t resident = 888 + 24 + 888;
     EXPECT_EQ(map.block_rooms(), 2);
