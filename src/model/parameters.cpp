@@ -59,15 +59,22 @@ std::vector<std::uint64_t> local_of(const Piece& p) {
 
 }  // namespace
 
-ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, StagePlace place, int unit_align)
+ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, StagePlace place, int unit_align,
+                                 int ep, int ep_rank)
     : model_(model),
       tp_(tp),
       tp_rank_(tp_rank),
+      ep_(ep),
+      ep_rank_(ep_rank),
       padded_vocab_((model.vocab + tp - 1) / tp * tp),
       place_(place),
       first_layer_(place.stage * model.layers / place.stages),
       end_layer_((place.stage + 1) * model.layers / place.stages),
       unit_align_(unit_align) {
+  if (ep < 1 || ep_rank < 0 || ep_rank >= ep || model.experts % ep != 0) {
+    throw std::logic_error(
+        fmt::format("expert rank {} of {} cannot hold an equal share of {} experts", ep_rank, ep, model.experts));
+  }
   if (model.arch == Arch::llama) {
     add_llama_tensors();
   } else {
@@ -148,7 +155,7 @@ void ParameterLayout::add_llama_tensors() {
     add_split(h + "self_attn.o_proj.weight", {C, q_rows}, 1, 1, InitKind::normal_residual);  // row-parallel
     add_replicated(h + "post_attention_layernorm.weight", {C}, InitKind::ones);
     if (model_.is_moe_block(l)) {
-      add_expert_tensors(h);
+      add_expert_tensors(l);
     } else {
       add_swiglu(h + "mlp.", H);
     }
@@ -169,22 +176,26 @@ void ParameterLayout::add_swiglu(const std::string& prefix, std::uint64_t hidden
   add_split(prefix + "down_proj.weight", {C, hidden}, 1, 1, InitKind::normal_residual);
 }
 
-// An MoE block's MLP: the router (replicated over tp: every tp rank routes the same tokens alike),
-// each expert's SwiGLU split as the dense one, then the shared experts' SwiGLU. An expert's three
-// tensors are consecutive, so its gate|up is one [2H, C] matrix (one GEMM per expert).
-void ParameterLayout::add_expert_tensors(const std::string& block) {
+// An MoE block's MLP: the router (replicated over tp: every tp rank routes the same tokens alike)
+// and the shared experts' SwiGLU in the block's unit; then, in a unit of their own (reduced over
+// the expert-data-parallel group), this ep rank's routed experts, each SwiGLU split as the dense
+// one. An expert's three tensors are consecutive, so its gate|up is one [2H, C] matrix (one GEMM
+// per expert). Names and TensorInfo::expert keep the global expert index.
+void ParameterLayout::add_expert_tensors(int l) {
+  const std::string block = fmt::format("layers.{}.", l);
   const std::uint64_t C = model_.d_model, E = model_.experts;
   add_replicated(block + "mlp.gate.weight", {E, C}, InitKind::normal);
-  for (std::uint64_t e = 0; e < E; ++e) {
-    add_swiglu(fmt::format("{}mlp.experts.{}.", block, e), model_.expert_hidden_size());
-    for (std::size_t i = tensors_.size() - 3; i < tensors_.size(); ++i) tensors_[i].expert = int(e);
-  }
   if (model_.shared_experts > 0) add_swiglu(block + "mlp.shared_experts.", model_.shared_hidden());
+  start_unit(block + "mlp.experts", l, true);
+  for (int e = first_expert(); e < first_expert() + local_experts(); ++e) {
+    add_swiglu(fmt::format("{}mlp.experts.{}.", block, e), model_.expert_hidden_size());
+    for (std::size_t i = tensors_.size() - 3; i < tensors_.size(); ++i) tensors_[i].expert = e;
+  }
 }
 
-void ParameterLayout::start_unit(std::string name, int block) {
+void ParameterLayout::start_unit(std::string name, int block, bool experts) {
   close_unit();
-  units_.push_back({std::move(name), block, total_, total_});
+  units_.push_back({std::move(name), block, total_, total_, experts});
 }
 
 void ParameterLayout::close_unit() {

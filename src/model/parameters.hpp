@@ -97,13 +97,17 @@ struct StagePlace {
 };
 
 // A run of contiguous tensors that ZeRO shards and gathers as one (FSDP's unit): wte alone (the first
-// and last stage shard it alike, so their tied gradients add shard by shard), wpe, each block, ln_f.
+// and last stage shard it alike, so their tied gradients add shard by shard), wpe, each block, ln_f;
+// an MoE block has a second unit after its own, the routed experts this expert-parallel rank holds.
 // Its length is padded to a multiple of the layout's unit_align (the data-parallel degree under
 // ZeRO), so that every rank's shard is an equal, contiguous slice [begin + r·shard, … + shard).
+// Expert units are reduced and sharded over the expert-data-parallel group (dp / ep ranks, which
+// divides dp: the same padding serves), the others over the data-parallel group.
 struct ShardUnit {
-  std::string name;                // "wte", "wpe", "h.3", "ln_f"
+  std::string name;                // "wte", "wpe", "h.3", "ln_f", "layers.2.mlp.experts"
   int block = -1;                  // global block index, or -1
   std::size_t begin = 0, end = 0;  // flat range, padding included
+  bool experts = false;            // the routed experts of block `block` (held by one ep rank)
   std::size_t size() const { return end - begin; }
   std::size_t shard(int parts) const { return size() / std::size_t(parts); }
 };
@@ -111,8 +115,10 @@ struct ShardUnit {
 class ParameterLayout {
  public:
   // unit_align: every shard unit's length is padded to a multiple of it (1: no padding).
+  // ep, ep_rank: expert parallelism (Megatron's): each MoE block's E routed experts are split over
+  // the ep ranks, rank r holding experts [r·E/ep, (r+1)·E/ep).
   explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0, StagePlace place = {},
-                           int unit_align = 1);
+                           int unit_align = 1, int ep = 1, int ep_rank = 0);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }  // padding of the units included
@@ -121,7 +127,7 @@ class ParameterLayout {
   // Index of the unit holding flat offset `offset`.
   std::size_t unit_at(std::size_t offset) const;
   // Where backward's progress reports fall (LanguageModel::ReadyFrom): the first flat offset of
-  // this stage's block l (0-based within the stage), and of the output head's units, those after
+  // this stage's block l (0-based within the stage; its first unit), and of the output head's units, those after
   // the last block (the last stage; total() elsewhere).
   std::size_t block_begin(int l) const;
   std::size_t head_begin() const;
@@ -130,6 +136,11 @@ class ParameterLayout {
   const ModelConfig& model() const { return model_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
+  int ep() const { return ep_; }
+  int ep_rank() const { return ep_rank_; }
+  // The routed experts of each MoE block this rank holds: global experts [first_expert(), + local_experts()).
+  int local_experts() const { return model_.experts / ep_; }
+  int first_expert() const { return ep_rank_ * local_experts(); }
   // Vocabulary rows of wte across all tp ranks: V rounded up to a multiple of tp.
   int padded_vocab() const { return padded_vocab_; }
   const StagePlace& place() const { return place_; }
@@ -151,13 +162,14 @@ class ParameterLayout {
   void add_gpt2_tensors();
   void add_llama_tensors();
   void add_swiglu(const std::string& prefix, std::uint64_t hidden);
-  void add_expert_tensors(const std::string& block);
-  void start_unit(std::string name, int block);
+  void add_expert_tensors(int l);
+  void start_unit(std::string name, int block, bool experts = false);
   void close_unit();
 
   ModelConfig model_;
   int tp_ = 1;
   int tp_rank_ = 0;
+  int ep_ = 1, ep_rank_ = 0;
   int padded_vocab_ = 0;
   StagePlace place_;
   int first_layer_ = 0, end_layer_ = 0;
@@ -215,7 +227,8 @@ std::string parameter_count_text(const ModelConfig& model);
 // E experts, active_share), L·C·T the attention's.
 double flops_per_token(const ParameterLayout& layout);
 // The same for the tensors and blocks `layout` holds (one pipeline stage's share; the stages sum to
-// flops_per_token). Global shapes: the whole tensor-parallel group's count.
+// flops_per_token). Global shapes: the whole tensor-parallel group's count. A layout of ep 1: an
+// expert-parallel one holds only its rank's experts.
 double stage_flops_per_token(const ParameterLayout& layout);
 
 }  // namespace meshtrain

@@ -25,10 +25,17 @@ MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, in
 
 }  // namespace
 
+ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
+  const int ep = cfg.parallel.ep;
+  return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), ep,
+                         UnitGroups::ep_rank(position.dp_rank, ep));
+}
+
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
   const StagePlace place{position.pp_rank, grid.pp};
   const ZeroStage stage{cfg.parallel.zero};
-  const ParameterLayout layout(cfg.model, grid.tp, position.tp_rank, place, stage.shard_group_size(grid.dp));
+  const ParameterLayout layout = planned_layout(cfg, grid, position);
   MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots =

@@ -4,9 +4,15 @@
 
 #include "core/config.hpp"
 #include "core/memory_ledger.hpp"
+#include "model/parameters.hpp"
 #include "parallel/topology.hpp"
 
 namespace meshtrain {
+
+// The trainer's layout of the rank at `position` (train/model_state.cpp): its tensor-parallel
+// piece, its stage, the experts of its ep rank (parallel.ep; data-parallel rank d is ep rank
+// d mod ep: state/unit_groups.hpp), units padded to a multiple of dp under ZeRO.
+ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position);
 
 // Bytes by category that the trainer allocates on the rank at `position` of `grid` for `cfg`
 // (ZeRO stage, precision, recomputation, micro-batch and pipeline slots included).

@@ -11,6 +11,19 @@
 #include <map>
 
 namespace meshtrain {
+namespace {
+
+// Expert parallelism splits each data-parallel group into dp / ep groups of ep ranks, each holding
+// E / ep experts of every MoE block: both must divide.
+void require_expert_split(const Config& cfg, int dp) {
+  const int ep = cfg.parallel.ep;
+  if (dp % ep != 0 || cfg.model.experts % ep != 0) {
+    input_error("parallel.ep = {} must divide the data-parallel degree dp = {} and model.experts = {}", ep, dp,
+                cfg.model.experts);
+  }
+}
+
+}  // namespace
 
 Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage) {
   Plan plan;
@@ -18,6 +31,7 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   plan.cluster = cluster;
   plan.layout = Topology::resolve(cfg.parallel, cfg.model, world);
   const Layout& grid = plan.layout;
+  require_expert_split(cfg, grid.dp);
   plan.accum = accumulation_steps(cfg, grid.dp);
 
   const std::int64_t data = token_data_bytes(cfg.data.train);
@@ -98,6 +112,7 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
         parallel.pp = pp;
         Topology::resolve(parallel, cfg.model, world);
         accumulation_steps(cfg, candidate.dp);
+        require_expert_split(cfg, candidate.dp);
       } catch (const InputError&) {
         continue;
       }

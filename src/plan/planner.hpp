@@ -57,12 +57,13 @@ struct Plan {
 enum class RankCoverage { every, ends };
 
 // The plan of the layout cfg.parallel asks for on `world` ranks. InputError when that layout does
-// not fit the model or the world (Topology::resolve), or when global_batch is not a whole number of
-// micro_batch × dp.
+// not fit the model or the world (Topology::resolve), when global_batch is not a whole number of
+// micro_batch × dp, or when parallel.ep does not divide dp and model.experts.
 Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage = RankCoverage::every);
 
-// Every (dp, tp, pp) with dp·tp·pp = world that Topology::resolve accepts and whose accumulation is
-// whole, ranked by predicted step time (fastest first); memory with RankCoverage::ends.
+// Every (dp, tp, pp) with dp·tp·pp = world that Topology::resolve accepts, whose accumulation is
+// whole and whose dp parallel.ep divides (the search keeps ep as the config gives it), ranked by
+// predicted step time (fastest first); memory with RankCoverage::ends.
 std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world);
 
 // The (dp, tp, pp) candidates search_layouts considers, before ranking, in (tp, pp) order.

@@ -17,7 +17,9 @@
 //              tp comm: the tensor-parallel all-reduces over t ranks. pp comm: the stage's sends
 //              (a receive is the neighbour's send, counted there), the loss sum over p ranks and
 //              gpt2's tied wte gradient over 2 (llama's lm_head is untied: none). dp comm: the loss sum, the gradient
-//              buckets or ZeRO's reduce-scatters, and ZeRO's all-gathers, over d ranks.
+//              buckets or ZeRO's reduce-scatters, and ZeRO's all-gathers, over d ranks; under
+//              expert parallelism the routed experts' share of them over d / ep ranks (their group
+//              lies inside a dp group: its link is taken as the dp groups').
 //   bubble   = (p − 1)/m · (compute + tp comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
@@ -133,7 +135,8 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     st.pp_comm_s = pipeline_transfers_s + collectives_s(group(traffic, "pp"), p, pp_link) +
                    collectives_s(group(traffic, "tied"), 2, pp_link);
     st.bubble_s = double(p - 1) / m * (st.compute_s + st.tp_comm_s + pipeline_transfers_s);
-    st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link);
+    st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link) +
+                   collectives_s(group(traffic, "edp"), d / cfg.parallel.ep, dp_link);
     stages.push_back(st);
   }
   return stages;

@@ -19,7 +19,7 @@ struct StepTime {
   double compute_s = 0;  // forward and backward (and recomputation) FLOPs of m micro-batches
   double tp_comm_s = 0;  // tensor-parallel all-reduces
   double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, gpt2's tied wte gradient
-  double dp_comm_s = 0;  // the loss sum, gradient reduction over dp, ZeRO's gathers
+  double dp_comm_s = 0;  // the loss sum, gradient reduction over dp (experts': dp / ep), ZeRO's gathers
   double bubble_s = 0;   // pipeline fill and drain
   double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + bubble_s; }
 };

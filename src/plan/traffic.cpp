@@ -4,6 +4,7 @@
 #include "core/accumulation.hpp"
 #include "model/parameters.hpp"
 #include "parallel/schedule.hpp"
+#include "plan/memory_plan.hpp"
 #include "state/gradient_reduction.hpp"
 #include "state/shard_map.hpp"
 #include "state/zero_stage.hpp"
@@ -68,36 +69,49 @@ std::int64_t recomputed_blocks(const std::vector<Pass>& passes, int blocks) {
   return reruns;
 }
 
-void add_data_parallel(GroupTraffic& dp, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
+// The loss sum, and each unit's gradient reduction and weight gathers in its data-parallel group's
+// traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
+void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
                        const std::vector<Pass>& passes, int accum) {
-  dp.add(Collective::allreduce, 1, loss_bytes);
+  traffic["dp"].add(Collective::allreduce, 1, loss_bytes);
+  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
+  const auto group_of = [&](bool experts) -> GroupTraffic& {
+    return traffic[experts && groups.distinct() ? "edp" : "dp"];
+  };
   // What the stage shards and when it reduces, asked of the one place that says it.
   const ZeroStage stage{cfg.parallel.zero};
-  const std::int64_t total = std::int64_t(layout.total());
   if (!stage.shards()) {
     const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
-    const std::int64_t buckets = std::int64_t(gradient_buckets(layout.total(), bucket_bytes).size());
-    if (grid.dp > 1) dp.add(Collective::allreduce, buckets, total * fp32_bytes);
+    for (const GradientBucket& b : gradient_buckets(layout, groups.distinct(), bucket_bytes)) {
+      if (groups.size(b.experts) > 1) {
+        group_of(b.experts).add(Collective::allreduce, 1, std::int64_t(b.end - b.begin) * fp32_bytes);
+      }
+    }
     return;
   }
   const auto& units = layout.units();
   const std::int64_t reductions = stage.reduces_every_pass() ? accum : 1;
-  dp.add(Collective::reduce_scatter, reductions * std::int64_t(units.size()), reductions * total * fp32_bytes);
+  for (const ShardUnit& u : units) {
+    group_of(u.experts).add(Collective::reduce_scatter, reductions, reductions * std::int64_t(u.size()) * fp32_bytes);
+  }
 
   // After the update every unit the model reads whole is gathered in the compute type; blocks held
-  // as working units are gathered on demand instead.
+  // as working units are gathered on demand instead, each of a block's units in its group.
   const bool on_demand = stage.compute_weights() == Held::working_and_shard;
   const std::int64_t weight_bytes = compute_bytes(cfg.train.precision);
+  const auto gather = [&](const ShardUnit& u) {
+    group_of(u.experts).add(Collective::allgather, 1, std::int64_t(u.size()) * weight_bytes);
+  };
   for (const ShardUnit& u : units) {
-    if (!on_demand || u.block < 0) dp.add(Collective::allgather, 1, std::int64_t(u.size()) * weight_bytes);
+    if (!on_demand || u.block < 0) gather(u);
   }
   if (!on_demand) return;
   const int first_block = layout.first_layer();
   const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
   for (const int gathered : zero3_block_gathers(visits, layout.stage_layers())) {
-    const int block = first_block + gathered;
-    const auto unit = std::find_if(units.begin(), units.end(), [&](const ShardUnit& u) { return u.block == block; });
-    dp.add(Collective::allgather, 1, std::int64_t(unit->size()) * weight_bytes);
+    for (const ShardUnit& u : units) {
+      if (u.block == first_block + gathered) gather(u);
+    }
   }
 }
 
@@ -157,15 +171,13 @@ RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridP
   const int accum = accumulation_steps(cfg, grid.dp);
   const int stage = position.pp_rank;
   const StagePlace place{stage, grid.pp};
-  // The trainer's layout of this rank (train/model_state.cpp): ZeRO pads every unit to a multiple of dp.
-  const ParameterLayout layout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, place,
-                               ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp));
+  const ParameterLayout layout = planned_layout(cfg, grid, position);
   const std::vector<Pass> passes = step_passes(cfg, grid, stage, accum);
   const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
-  add_data_parallel(traffic["dp"], cfg, grid, layout, passes, accum);
+  add_data_parallel(traffic, cfg, grid, layout, passes, accum);
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);

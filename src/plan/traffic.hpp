@@ -13,6 +13,9 @@
 //         (ZeRO 1–2), or the non-block units (ZeRO 3), in the compute type: fp32, or the 16-bit
 //         copy's own gathers in 16 bits (state/working_copy.hpp); ZeRO 3 also gathers blocks
 //         (zero3_block_gathers).
+//   edp   (parallel.ep > 1) the dp rules' share of the routed experts' units: their buckets (cut
+//         apart from the dense units'), reduce-scatters and gathers go over the expert-data-parallel
+//         group of dp / ep ranks instead (state/unit_groups.hpp).
 //   tp    (tp > 1; model/gpt2_*.cpp and model/llama_*.cpp make the same sums) per micro-batch, of
 //         b·T·C elements of the compute type: the vocabulary-parallel embedding (first stage), two
 //         per block forward (the row-parallel projections: gpt2's two c_proj, llama's o_proj and

@@ -16,10 +16,14 @@ Vec<float> tied_wte(const PlacedState<float>& grads) {
 
 class BucketedAllReduce final : public GradientReduction {
  public:
-  BucketedAllReduce(const ExecSpace& space, const PlacedState<float>& grads, Comm& replicas, std::size_t bucket_bytes)
-      : space_(space), grads_(grads), replicas_(replicas) {
-    for (const auto& [begin, end] : gradient_buckets(grads.accumulated().extent(0), bucket_bytes)) {
-      buckets_.push_back({begin, end, Request(), false});
+  BucketedAllReduce(const ExecSpace& space, const PlacedState<float>& grads, const UnitComms& replicas,
+                    std::size_t bucket_bytes)
+      : space_(space), grads_(grads) {
+    const bool split = replicas.places().distinct();
+    for (const GradientBucket& b : gradient_buckets(grads.map().layout(), split, bucket_bytes)) {
+      Comm& group = b.experts ? *replicas.experts : *replicas.dense;
+      // A group of one rank has nothing to sum.
+      if (group.size() > 1) buckets_.push_back({b.begin, b.end, &group, Request(), false});
     }
   }
 
@@ -27,7 +31,7 @@ class BucketedAllReduce final : public GradientReduction {
   void arm() override { armed_ = true; }
 
   void ready_from(std::size_t offset) override {
-    if (!armed_ || replicas_.size() == 1) return;
+    if (!armed_) return;
     for (auto& b : buckets_) {
       if (b.started) continue;
       if (b.begin < offset) break;  // buckets are ordered from the end: the rest are not ready either
@@ -44,7 +48,6 @@ class BucketedAllReduce final : public GradientReduction {
       tied->allreduce_sum(wte.data(), wte.extent(0));
     }
     armed_ = false;
-    if (replicas_.size() == 1) return;
     for (auto& b : buckets_) {
       if (!b.started) start(b);
     }
@@ -59,29 +62,30 @@ class BucketedAllReduce final : public GradientReduction {
  private:
   struct Bucket {
     std::size_t begin, end;
+    Comm* replicas;
     Request request;
     bool started = false;
   };
   void start(Bucket& b) {
     space_.fence();  // the gradients come from kernels; they must be complete before MPI reads them
-    b.request = replicas_.iallreduce_sum(grads_.accumulated().data() + b.begin, b.end - b.begin);
+    b.request = b.replicas->iallreduce_sum(grads_.accumulated().data() + b.begin, b.end - b.begin);
     b.started = true;
   }
 
   ExecSpace space_;
   const PlacedState<float>& grads_;
-  Comm& replicas_;
-  std::vector<Bucket> buckets_;  // from the end of the buffer to its start
+  std::vector<Bucket> buckets_;  // from the end of the buffer to its start; those with replicas
   bool armed_ = false;
 };
 
 class UnitReduceScatter final : public GradientReduction {
  public:
-  UnitReduceScatter(const ExecSpace& space, const ZeroStage& stage, const PlacedState<float>& grads, Comm& group)
+  UnitReduceScatter(const ExecSpace& space, const ZeroStage& stage, const PlacedState<float>& grads,
+                    const UnitComms& groups)
       : space_(space),
         every_pass_(stage.reduces_every_pass()),
         grads_(grads),
-        group_(group),
+        groups_(groups),
         received_("meshtrain::zero::reduce_buffer", reduction_buffer_elements(grads.map(), stage)) {
     next_unit_ = grads.map().units();
   }
@@ -129,7 +133,8 @@ class UnitReduceScatter final : public GradientReduction {
   void start(std::size_t u) {
     complete();
     space_.fence();  // the gradients come from kernels; they must be complete before MPI reads them
-    in_flight_ = group_.ireduce_scatter_sum(grads_.unit_at(u), received_.data(), grads_.map().shard(u));
+    Comm& group = *groups_.of(grads_.map().unit(u));
+    in_flight_ = group.ireduce_scatter_sum(grads_.unit_at(u), received_.data(), grads_.map().shard(u));
     unit_in_flight_ = u;
   }
 
@@ -151,7 +156,7 @@ class UnitReduceScatter final : public GradientReduction {
   ExecSpace space_;
   bool every_pass_;
   const PlacedState<float>& grads_;
-  Comm& group_;
+  UnitComms groups_;
   Buffer<float> received_;
   Request in_flight_;  // the reduce-scatter of unit_in_flight_, if pending
   std::size_t unit_in_flight_ = 0;
@@ -163,19 +168,28 @@ class UnitReduceScatter final : public GradientReduction {
 }  // namespace
 
 std::unique_ptr<GradientReduction> make_gradient_reduction(const ExecSpace& space, const ZeroStage& stage,
-                                                           const PlacedState<float>& grads, Comm& dp, Comm* shard_group,
+                                                           const PlacedState<float>& grads, const UnitComms& groups,
                                                            std::size_t bucket_bytes) {
-  if (!stage.shards()) return std::make_unique<BucketedAllReduce>(space, grads, dp, bucket_bytes);
-  return std::make_unique<UnitReduceScatter>(space, stage, grads, *shard_group);
+  if (!stage.shards()) return std::make_unique<BucketedAllReduce>(space, grads, groups, bucket_bytes);
+  return std::make_unique<UnitReduceScatter>(space, stage, grads, groups);
 }
 
-std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t elements, std::size_t bucket_bytes) {
+std::vector<GradientBucket> gradient_buckets(const ParameterLayout& layout, bool split_experts,
+                                             std::size_t bucket_bytes) {
   const std::size_t per_bucket = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
-  std::vector<std::pair<std::size_t, std::size_t>> buckets;
-  for (std::size_t end = elements; end > 0;) {
-    const std::size_t begin = end > per_bucket ? end - per_bucket : 0;
-    buckets.emplace_back(begin, end);
-    end = begin;
+  const std::vector<ShardUnit>& units = layout.units();
+  std::vector<GradientBucket> buckets;
+  // Each run [units[first].begin, units[last].end) of one kind, from the end of the layout.
+  for (std::size_t last = units.size(); last > 0;) {
+    const bool experts = split_experts && units[last - 1].experts;
+    std::size_t first = last - 1;
+    while (first > 0 && (!split_experts || units[first - 1].experts == experts)) --first;
+    for (std::size_t end = units[last - 1].end; end > units[first].begin;) {
+      const std::size_t begin = end - units[first].begin > per_bucket ? end - per_bucket : units[first].begin;
+      buckets.push_back({begin, end, experts});
+      end = begin;
+    }
+    last = first;
   }
   return buckets;
 }

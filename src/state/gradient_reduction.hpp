@@ -7,10 +7,14 @@
 //                      buckets of about parallel.bucket_mb from its end (backward finishes tensors
 //                      in reverse layout order); each complete bucket's non-blocking all-reduce
 //                      over the replicas starts at once.
-//   UnitReduceScatter  ZeRO: each finished shard unit is reduce-scattered over the shard group into
+//   UnitReduceScatter  ZeRO: each finished shard unit is reduce-scattered over its shard group into
 //                      the owned slice; under stages 2–3 in every backward pass, accumulating into
 //                      the gradient shard and zeroing the unit's working gradients, under stage 1
 //                      in the step's last pass only.
+//
+// Under expert parallelism the routed experts' units are summed over the expert-data-parallel
+// group only (state/unit_groups.hpp): the ranks of the data-parallel group that hold other experts
+// have other tensors there. Stage 0's buckets then never straddle a dense and an expert unit.
 //
 // Per-rank gradients are scaled by 1/(global tokens), so the sums are the mean. Without arm()
 // (pipeline schedules interleave micro-batches) stage 0 and 1 reduce everything in finish().
@@ -43,14 +47,24 @@ class GradientReduction {
   virtual std::size_t buffer_bytes() const = 0;
 };
 
-// The strategy for `stage` over `grads` (the fp32 gradients, held as the stage says); `dp` the
-// data-parallel group, `shard_group` the ZeRO group (none at stage 0).
+// The strategy for `stage` over `grads` (the fp32 gradients, held as the stage says); `groups` the
+// units' data-parallel groups: the replicas of stage 0, ZeRO's shard groups.
 std::unique_ptr<GradientReduction> make_gradient_reduction(const ExecSpace& space, const ZeroStage& stage,
-                                                           const PlacedState<float>& grads, Comm& dp, Comm* shard_group,
+                                                           const PlacedState<float>& grads, const UnitComms& groups,
                                                            std::size_t bucket_bytes);
-// Stage 0's buckets over `elements` fp32 gradients: [begin, end) ranges of about `bucket_bytes`,
-// cut from the end of the buffer (the first one is the last to finish in backward).
-std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t elements, std::size_t bucket_bytes);
+
+// One of stage 0's buckets: flat range [begin, end), reduced over the expert units' group or the
+// dense units'.
+struct GradientBucket {
+  std::size_t begin = 0, end = 0;
+  bool experts = false;
+};
+// Stage 0's buckets over the whole fp32 gradients of `layout`: ranges of about `bucket_bytes`, cut
+// from the end of the buffer (the first one is the last to finish in backward); with
+// `split_experts` (the expert units have a group of their own), cut from the end of each run of
+// consecutive units of one kind.
+std::vector<GradientBucket> gradient_buckets(const ParameterLayout& layout, bool split_experts,
+                                             std::size_t bucket_bytes);
 // Elements of receive buffer the strategy for `stage` allocates.
 std::size_t reduction_buffer_elements(const ShardMap& map, const ZeroStage& stage);
 

@@ -7,21 +7,21 @@
 namespace meshtrain {
 
 OptimizerState::OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp,
-                               bool master_computes, std::size_t bucket_bytes)
+                               Comm& edp, bool master_computes, std::size_t bucket_bytes)
     : space_(space),
       stage_(stage),
-      map_(layout, stage.shard_group_size(dp.size()), stage.shard_rank(dp.rank())),
-      dp_(dp),
-      replica_(stage.replica_rank(dp.rank())),
+      data_parallel_{&dp, &edp},
+      replicas_(stage.replica_groups(data_parallel_.places())),
+      map_(layout, stage.shard_groups(data_parallel_.places())),
       master_("meshtrain::master_weights", map_, master_computes ? stage.compute_weights() : ZeroStage::master_copy()),
       grads_("meshtrain::fp32_grads", map_, stage.fp32_grads()),
       exp_avg_("meshtrain::adamw::exp_avg", map_, ZeroStage::moments()),
       exp_avg_sq_("meshtrain::adamw::exp_avg_sq", map_, ZeroStage::moments()),
-      reduction_(make_gradient_reduction(space, stage, grads_, dp, shard_group(), bucket_bytes)),
+      reduction_(make_gradient_reduction(space, stage, grads_, data_parallel_, bucket_bytes)),
       staging_(layout),
-      weights_source_(master_.where(), staging_, replica_, stage.replicas(dp.size())),
-      exp_avg_source_(exp_avg_.where(), staging_, replica_, stage.replicas(dp.size())),
-      exp_avg_sq_source_(exp_avg_sq_.where(), staging_, replica_, stage.replicas(dp.size())),
+      weights_source_(master_.where(), staging_, replicas_),
+      exp_avg_source_(exp_avg_.where(), staging_, replicas_),
+      exp_avg_sq_source_(exp_avg_sq_.where(), staging_, replicas_),
       master_computes_(master_computes) {}
 
 MemoryBytes OptimizerState::memory() const {
@@ -41,9 +41,10 @@ void OptimizerState::initialize(std::uint64_t seed) {
 }
 
 double OptimizerState::grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const {
-  if (replica_ != 0) return 0;  // replicas hold the same reduced gradients: one of them counts
   double sum = 0;
   for (const TensorInfo& t : layout().tensors()) {
+    // Replicas hold the same reduced gradients: one of them counts.
+    if (replicas_.rank(map_.unit(layout().unit_at(t.offset)).experts) != 0) continue;
     const io::ElementRange run = map_.owned_run(t);
     if (run.count == 0 || !counted(t)) continue;
     sum += squared_norm<float>(space_, Vec<float>(grads_.element(t, run.first), run.count), long(run.count));

@@ -4,7 +4,10 @@
 // on; under bf16/fp16 the model computes on a typed copy of them (state/working_copy.hpp).
 //
 // Everything is per owned run (state/shard_map.hpp): the update, the gradient norm and the
-// checkpoint. At stage 0 the shard group is the rank alone and the run is the whole tensor.
+// checkpoint. At stage 0 the shard group is the rank alone and the run is the whole tensor. Each
+// unit has its data-parallel group (state/unit_groups.hpp): the dense units the dp group, the
+// routed experts' units the expert-data-parallel group (edp, the dp / ep ranks holding the same
+// experts), which reduces and shards them, or at stage 0 holds their replicas.
 #pragma once
 
 #include "core/memory_ledger.hpp"
@@ -22,16 +25,20 @@ namespace meshtrain {
 
 class OptimizerState {
  public:
-  // `layout` padded for the shard group (unit_align = its size); `dp` the data-parallel group.
+  // `layout` padded for the shard groups (unit_align = dp under ZeRO); `dp` the data-parallel
+  // group, `edp` the expert-data-parallel group (without expert parallelism: dp again).
   // `master_computes`: fp32 runs, where the model computes on the master weights themselves.
-  OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp, bool master_computes,
-                 std::size_t bucket_bytes);
+  OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp, Comm& edp,
+                 bool master_computes, std::size_t bucket_bytes);
 
   const ParameterLayout& layout() const { return map_.layout(); }
   const ShardMap& map() const { return map_; }
   ZeroStage stage() const { return stage_; }
-  // The group ZeRO shards over, or none at stage 0.
-  Comm* shard_group() const { return stage_.shards() ? &dp_ : nullptr; }
+  // The groups ZeRO shards over, or none at stage 0; unit u's.
+  UnitComms shard_groups() const { return stage_.shards() ? data_parallel_ : UnitComms{}; }
+  Comm* shard_group(std::size_t u) const { return shard_groups().of(map_.unit(u)); }
+  // The ranks holding the same copy of each unit (stage 0: the data-parallel groups; ZeRO: none).
+  const UnitGroups& replicas() const { return replicas_; }
   const PlacedState<float>& master() const { return master_; }
   const PlacedState<float>& grads() const { return grads_; }
   GradientReduction& reduction() { return *reduction_; }
@@ -40,8 +47,8 @@ class OptimizerState {
 
   // Fresh master weights: every rank draws its owned slices (the caller publishes them).
   void initialize(std::uint64_t seed);
-  // Σ g² over the owned runs of the tensors `counted` admits, once per group of replicas (the
-  // caller sums over the world).
+  // Σ g² over the owned runs of the tensors `counted` admits, on replica 0 of each unit's
+  // replicas only (the caller sums over the world).
   double grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const;
   // AdamW on the owned runs; `step_for(t)` gives tensor t's step, weight decay included.
   void update(const std::function<AdamWStep(const TensorInfo&)>& step_for);
@@ -50,9 +57,9 @@ class OptimizerState {
  private:
   ExecSpace space_;
   ZeroStage stage_;
+  UnitComms data_parallel_;
+  UnitGroups replicas_;
   ShardMap map_;
-  Comm& dp_;
-  int replica_;
   PlacedState<float> master_, grads_, exp_avg_, exp_avg_sq_;
   std::unique_ptr<GradientReduction> reduction_;
   CheckpointStaging staging_;

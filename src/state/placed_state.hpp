@@ -15,6 +15,16 @@
 
 namespace meshtrain {
 
+// The communicators of a rank's unit groups (state/unit_groups.hpp): the dense units' and the
+// expert units' (one Comm without expert parallelism). Null: no group, as stage 0 shards over none.
+struct UnitComms {
+  Comm* dense = nullptr;
+  Comm* experts = nullptr;
+  Comm* of(const ShardUnit& u) const { return u.experts ? experts : dense; }
+  // Their sizes and this rank's places (both groups given).
+  UnitGroups places() const { return {dense->size(), dense->rank(), experts->size(), experts->rank()}; }
+};
+
 // Where the elements of a state held so are, over memory someone owns.
 template <class T>
 struct StatePlace {

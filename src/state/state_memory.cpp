@@ -9,7 +9,7 @@
 namespace meshtrain {
 
 MemoryBytes planned_state_memory(const ParameterLayout& layout, int dp, ZeroStage stage, Precision precision) {
-  const ShardMap map(layout, stage.shard_group_size(dp), 0);
+  const ShardMap map(layout, stage.shard_groups(UnitGroups::of_grid(dp, 0, layout.ep())));
   const bool fp32 = precision == Precision::fp32;
   MemoryBytes m;
   m[fp32 ? MemoryCategory::weights : MemoryCategory::master] =
@@ -24,11 +24,12 @@ MemoryBytes planned_state_memory(const ParameterLayout& layout, int dp, ZeroStag
 }
 
 std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, ZeroStage stage) {
-  const ShardMap map(layout, stage.shard_group_size(dp), stage.shard_rank(dp_rank));
+  const UnitGroups groups = UnitGroups::of_grid(dp, dp_rank, layout.ep());
+  const ShardMap map(layout, stage.shard_groups(groups));
   std::size_t n = 0;
   for (const TensorInfo& t : layout.tensors()) {
     if (!layout.holds_counted_copy(t)) continue;
-    n += StateSlices::saved_run(map, t, stage.replica_rank(dp_rank), stage.replicas(dp)).count;
+    n += StateSlices::saved_run(map, t, stage.replica_groups(groups)).count;
   }
   constexpr std::size_t saved_states = 3;  // the weights and the two moments
   return saved_states * n * sizeof(float);

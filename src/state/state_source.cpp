@@ -25,9 +25,11 @@ std::size_t CheckpointStaging::bytes_for(const ParameterLayout& layout) {
   return host_reachable ? 0 : largest_tensor(layout) * sizeof(float);
 }
 
-io::ElementRange StateSlices::saved_run(const ShardMap& map, const TensorInfo& t, int r, int replicas) {
+io::ElementRange StateSlices::saved_run(const ShardMap& map, const TensorInfo& t, const UnitGroups& replicas) {
   const io::ElementRange owned = map.owned_run(t);
-  const auto cut = [&](int k) { return owned.count * std::uint64_t(k) / std::uint64_t(replicas); };
+  const bool experts = map.unit(map.layout().unit_at(t.offset)).experts;
+  const int r = replicas.rank(experts), n = replicas.size(experts);
+  const auto cut = [&](int k) { return owned.count * std::uint64_t(k) / std::uint64_t(n); };
   return {owned.first + cut(r), cut(r + 1) - cut(r)};
 }
 

@@ -4,7 +4,8 @@
 // Saving needs no communication: across the data-parallel group the ranks' save ranges are
 // disjoint and together cover every tensor, so each element is written once and the group writes
 // in parallel (ZeRO owners write exactly the slices they own; replicas of a whole state split each
-// tensor in near-equal runs).
+// tensor in near-equal runs). Each unit has its group (state/unit_groups.hpp): a routed expert's
+// tensors are split among the expert-data-parallel ranks that hold that expert.
 #pragma once
 
 #include "core/exec.hpp"
@@ -51,29 +52,27 @@ class CheckpointStaging {
   Kokkos::View<float*, HostSpace> host_;
 };
 
-// The state at `where`, saved by this rank's share: its owned run of each tensor, split among
-// `replicas` ranks that hold the same state (replica r saves the r-th of near-equal runs). It loads
-// whole tensors when it holds them whole, else its owned runs.
+// The state at `where`, saved by this rank's share: its owned run of each tensor, split among the
+// ranks that hold the same copy of the tensor's unit, `replicas` (replica r of n saves the r-th of
+// n near-equal runs). It loads whole tensors when it holds them whole, else its owned runs.
 class StateSlices final : public StateSource {
  public:
-  StateSlices(const StatePlace<float>& where, CheckpointStaging& staging, int replica = 0, int replicas = 1)
-      : where_(where), staging_(staging), replica_(replica), replicas_(replicas) {}
+  StateSlices(const StatePlace<float>& where, CheckpointStaging& staging, const UnitGroups& replicas = {})
+      : where_(where), staging_(staging), replicas_(replicas) {}
 
-  io::ElementRange save_range(const TensorInfo& t) const override {
-    return saved_run(*where_.map, t, replica_, replicas_);
-  }
+  io::ElementRange save_range(const TensorInfo& t) const override { return saved_run(*where_.map, t, replicas_); }
   const float* saved_data(const TensorInfo& t) override;
   io::ElementRange load_range(const TensorInfo& t) const override;
   float* load_target(const TensorInfo& t) override;
   void commit_tensor(const TensorInfo& t) override;
 
-  // What replica r of `replicas` saves of tensor t under `map`.
-  static io::ElementRange saved_run(const ShardMap& map, const TensorInfo& t, int r, int replicas);
+  // What this rank, of the `replicas` of tensor t's unit, saves of t under `map`.
+  static io::ElementRange saved_run(const ShardMap& map, const TensorInfo& t, const UnitGroups& replicas);
 
  private:
   StatePlace<float> where_;
   CheckpointStaging& staging_;
-  int replica_, replicas_;
+  UnitGroups replicas_;
 };
 
 }  // namespace meshtrain

@@ -41,7 +41,7 @@ class WorkingCopy final : public ParameterStore<Real> {
         fp32_(fp32),
         weights_(own_or_master(fp32)),
         grads_(own_or_fp32_grads(fp32)),
-        gatherer_(space, *weights_, fp32.shard_group()) {
+        gatherer_(space, *weights_, fp32.shard_groups()) {
     next_ = tensors().size();
   }
 
@@ -71,7 +71,7 @@ class WorkingCopy final : public ParameterStore<Real> {
         convert<Real, float>(space_, weights_->owned_view(u), CVec<float>(fp32_.master().owned(u), n), n);
       }
       if (weights_->held() == Held::working_and_shard && map.is_block(u)) continue;
-      weights_->gather(space_, u, fp32_.shard_group());
+      weights_->gather(space_, u, fp32_.shard_group(u));
     }
     space_.fence();
   }

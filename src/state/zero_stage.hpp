@@ -10,6 +10,8 @@
 //            just before they compute.
 #pragma once
 
+#include "state/unit_groups.hpp"
+
 namespace meshtrain {
 
 // How one flat state is held on a rank (state/placed_state.hpp).
@@ -36,12 +38,12 @@ struct ZeroStage {
   // backward pass once gradients are working units (stages 2–3), else in the step's last pass.
   bool shards() const { return stage > 0; }
   bool reduces_every_pass() const { return stage >= 2; }
-  // The data-parallel ranks that share one shard of the states, and how many hold the same one.
+  // The data-parallel ranks that share one shard of the states (what the layout pads units for).
   int shard_group_size(int dp) const { return shards() ? dp : 1; }
-  int replicas(int dp) const { return shards() ? 1 : dp; }
-  // A data-parallel rank's place in its shard group, and among the replicas of its shard.
-  int shard_rank(int dp_rank) const { return shards() ? dp_rank : 0; }
-  int replica_rank(int dp_rank) const { return shards() ? 0 : dp_rank; }
+  // Of each unit's data-parallel group (state/unit_groups.hpp: dp, or edp for expert units), the
+  // group ZeRO shards the unit over, and the ranks that hold the same copy of it (its replicas).
+  UnitGroups shard_groups(const UnitGroups& dp) const { return shards() ? dp : UnitGroups{}; }
+  UnitGroups replica_groups(const UnitGroups& dp) const { return shards() ? UnitGroups{} : dp; }
 };
 
 }  // namespace meshtrain

@@ -6,8 +6,11 @@
 #include "model/gemm_workspace.hpp"
 #include "state/working_copy.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 namespace meshtrain {
 namespace {
@@ -15,11 +18,25 @@ namespace {
 int group_size(const Comm* c) { return c == nullptr ? 1 : c->size(); }
 int group_rank(const Comm* c) { return c == nullptr ? 0 : c->rank(); }
 
-// The layout of this rank's piece of the model; under ZeRO its units are padded to a multiple of dp.
+// The layout of this rank's piece of the model: its tensor-parallel piece, its stage, its experts;
+// under ZeRO its units are padded to a multiple of dp (and so of the expert units' dp / ep).
 ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace place) {
-  const int tp = group_size(g.tp);
+  const int tp = group_size(g.tp), ep = group_size(g.ep);
+  if (ep != cfg.parallel.ep) {
+    throw std::logic_error(
+        fmt::format("parallel.ep = {} but the expert-parallel group has {} ranks", cfg.parallel.ep, ep));
+  }
   return ParameterLayout(cfg.model, tp, tp > 1 ? group_rank(g.tp) : 0, place,
-                         ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)));
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)), ep,
+                         ep > 1 ? group_rank(g.ep) : 0);
+}
+
+// The group the expert units are reduced over: the dp group itself without expert parallelism
+// (whatever edp says), so that ep 1 reduces exactly as before.
+Comm& expert_data_parallel(const StateGroups& g) {
+  if (group_size(g.ep) == 1) return *g.dp;
+  if (g.edp == nullptr) throw std::logic_error("expert parallelism needs its expert-data-parallel group");
+  return *g.edp;
 }
 
 AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, double clip, std::int64_t i) {
@@ -112,7 +129,8 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
     : space_(space),
       groups_(groups),
       optimizer_(space, state_layout(cfg, groups, place), ZeroStage{cfg.parallel.zero}, *groups.dp,
-                 cfg.train.precision == Precision::fp32, std::size_t(cfg.parallel.bucket_mb * (1 << 20))),
+                 expert_data_parallel(groups), cfg.train.precision == Precision::fp32,
+                 std::size_t(cfg.parallel.bucket_mb * (1 << 20))),
       compute_(model_in_precision(space, cfg, optimizer_, groups.tp, place, pipeline)),
       fp16_(cfg.train.precision == Precision::fp16),
       scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window),

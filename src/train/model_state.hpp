@@ -30,6 +30,11 @@ struct StateGroups {
   Comm* dp = nullptr;              // data-parallel group (gradient reduction, ZeRO shards)
   Comm* tied = nullptr;            // first and last pipeline stage of one pipeline (the tied wte), or none
   MPI_Comm world = MPI_COMM_NULL;  // every rank: the gradient norm's sum
+  // Expert parallelism (parallel.ep): the ep ranks of the dp group that split each MoE block's
+  // experts (its rank: which experts this rank holds; none: ep 1), and the expert-data-parallel
+  // group, the dp / ep ranks holding the same experts, which reduces and shards them (none: dp).
+  Comm* ep = nullptr;
+  Comm* edp = nullptr;
 };
 
 // A pipeline stage's schedule, its micro-batches and its group (none without pipeline).

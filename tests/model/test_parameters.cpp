@@ -4,10 +4,13 @@
 // rank's piece, the shard units, and q|k|v and gate|up lying contiguous.
 #include "model/parameters.hpp"
 
+#include "common/small_moe.hpp"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 namespace meshtrain {
@@ -181,6 +184,94 @@ TEST(LlamaLayout, ShardUnitsPerStage) {
   const ParameterLayout odd(small_llama(), 1, 0, StagePlace{0, 2}, 5);
   EXPECT_EQ(odd.units()[0].size(), 890u);
   EXPECT_EQ(odd.units()[1].begin, 890u);
+}
+
+// Expert parallelism by hand on small_moe(6, 8), E = 6: ep rank r holds experts [r·E/ep, (r+1)·E/ep) of each MoE block
+// in a unit of their own after the block's, the router and the shared expert staying in the block's.
+TEST(LlamaLayout, ExpertParallelTensorsAndUnitsByHand) {
+  struct Case {
+    int ep;
+    std::vector<int> experts;  // those of ep rank 1
+  };
+  for (const Case& c : {Case{2, {3, 4, 5}}, Case{3, {2, 3}}}) {
+    SCOPED_TRACE(testing::Message() << "ep " << c.ep);
+    const ParameterLayout layout(small_moe(6, 8), 1, 0, StagePlace{}, 1, c.ep, 1);
+    EXPECT_EQ(layout.local_experts(), int(c.experts.size()));
+    EXPECT_EQ(layout.first_expert(), c.experts.front());
+    std::vector<std::string> want = {"embed_tokens.weight"};
+    const char* attention[] = {"input_layernorm",  "self_attn.q_proj", "self_attn.k_proj",
+                               "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm"};
+    for (int l = 0; l < 3; ++l) {
+      for (const char* n : attention) want.push_back(fmt::format("layers.{}.{}.weight", l, n));
+      const bool moe = l != 1;
+      for (const char* n : {"gate_proj", "up_proj", "down_proj"}) {
+        if (!moe) want.push_back(fmt::format("layers.{}.mlp.{}.weight", l, n));
+      }
+      if (!moe) continue;
+      want.push_back(fmt::format("layers.{}.mlp.gate.weight", l));
+      for (const char* n : {"gate_proj", "up_proj", "down_proj"}) {
+        want.push_back(fmt::format("layers.{}.mlp.shared_experts.{}.weight", l, n));
+      }
+      for (int e : c.experts) {
+        for (const char* n : {"gate_proj", "up_proj", "down_proj"}) {
+          want.push_back(fmt::format("layers.{}.mlp.experts.{}.{}.weight", l, e, n));
+        }
+      }
+    }
+    want.insert(want.end(), {"norm.weight", "lm_head.weight"});
+    std::vector<std::string> names;
+    for (const TensorInfo& t : layout.tensors()) {
+      names.push_back(t.name);
+      const std::size_t at = t.name.find("mlp.experts.");
+      EXPECT_EQ(t.expert, at == std::string::npos ? -1 : std::stoi(t.name.substr(at + 12))) << t.name;
+    }
+    EXPECT_EQ(names, want);
+
+    // Units: the block's own (attention 1584 + router 6·24 + shared expert 3·8·24 = 2304, or
+    // attention + dense SwiGLU 3·36·24 = 4176), each expert 3·8·24 = 576.
+    struct HandUnit {
+      std::string name;
+      int block;
+      bool experts;
+      std::size_t size;
+    };
+    const std::size_t experts_unit = 576 * c.experts.size();
+    const std::vector<HandUnit> units = {
+        {"embed_tokens", -1, false, 888}, {"layers.0", 0, false, 2304}, {"layers.0.mlp.experts", 0, true, experts_unit},
+        {"layers.1", 1, false, 4176},     {"layers.2", 2, false, 2304}, {"layers.2.mlp.experts", 2, true, experts_unit},
+        {"norm", -1, false, 24},          {"lm_head", -1, false, 888}};
+    ASSERT_EQ(layout.units().size(), units.size());
+    std::size_t begin = 0;
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const ShardUnit& got = layout.units()[u];
+      EXPECT_EQ(got.name, units[u].name);
+      EXPECT_EQ(got.block, units[u].block) << got.name;
+      EXPECT_EQ(got.experts, units[u].experts) << got.name;
+      EXPECT_EQ(got.begin, begin) << got.name;
+      EXPECT_EQ(got.size(), units[u].size) << got.name;
+      begin += units[u].size;
+    }
+    EXPECT_EQ(layout.block_begin(0), 888u);
+    EXPECT_EQ(layout.block_begin(2), 888u + 2304 + experts_unit + 4176);
+    EXPECT_EQ(layout.head_begin(), layout.units()[6].begin);
+    // FLOPs stay the whole model's.
+    EXPECT_DOUBLE_EQ(flops_per_token(layout), flops_per_token(ParameterLayout(small_moe(6, 8))));
+  }
+}
+
+TEST(LlamaLayout, ExpertRanksHoldEveryExpertOnceAndTheRestAlike) {
+  const ParameterLayout whole(small_moe(6, 8));
+  for (int ep : {1, 2, 3, 6}) {
+    std::map<std::string, int> held;
+    for (int r = 0; r < ep; ++r) {
+      const ParameterLayout rank(small_moe(6, 8), 1, 0, StagePlace{}, 1, ep, r);
+      for (const TensorInfo& t : rank.tensors()) ++held[t.name];
+    }
+    for (const TensorInfo& t : whole.tensors()) {
+      EXPECT_EQ(held[t.name], t.expert >= 0 ? 1 : ep) << "ep " << ep << " " << t.name;
+    }
+    EXPECT_EQ(held.size(), whole.tensors().size()) << "ep " << ep;
+  }
 }
 
 }  // namespace

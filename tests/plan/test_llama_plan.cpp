@@ -1,8 +1,10 @@
 // The planner on the llama family: parameter count, FLOPs per token, per-stage FLOPs, per-rank
 // state memory and the step-time model's compute and traffic, each against a count worked out here
 // by hand from the shape (not taken from the model code).
+#include "core/errors.hpp"
 #include "model/parameters.hpp"
 #include "plan/memory_plan.hpp"
+#include "plan/planner.hpp"
 #include "plan/step_time.hpp"
 #include "plan/traffic.hpp"
 
@@ -19,6 +21,15 @@ ModelConfig small_llama() {
   m.kv_heads = 2;
   m.ffn_hidden = 176;
   return m;
+}
+
+// A run of small_llama, fp32, ZeRO 0.
+Config llama_run(int micro_batch, int global_batch) {
+  Config cfg;
+  cfg.model = small_llama();
+  cfg.train.micro_batch = micro_batch;
+  cfg.train.global_batch = global_batch;
+  return cfg;
 }
 
 // By hand, C 64, hs 16, q rows NH·hs = 64, k and v rows KV·hs = 32, H 176:
@@ -46,11 +57,8 @@ TEST(LlamaPlan, ParametersAndFlopsPerTokenByHand) {
 // padded vocabulary 260 / 2 = 130 rows of embed_tokens and of lm_head (8,320 each); norm 64:
 // 2 · 23,168 + 2 · 8,320 + 64 = 63,040 elements, every unit even, so ZeRO 1 halves the moments.
 TEST(LlamaPlan, StateMemoryOfATensorParallelRankByHand) {
-  Config cfg;
-  cfg.model = small_llama();
+  Config cfg = llama_run(2, 4);
   cfg.parallel.zero = 1;
-  cfg.train.micro_batch = 2;
-  cfg.train.global_batch = 4;
   const std::int64_t local = 63'040;
   for (int tp_rank : {0, 1}) {
     const MemoryBytes m = planned_rank_memory(cfg, Layout{2, 2, 1}, GridPosition{1, tp_rank, 0});
@@ -65,10 +73,7 @@ TEST(LlamaPlan, StateMemoryOfATensorParallelRankByHand) {
 // dp 1 × tp 2 × pp 2 on one node: compute from the hand count, tp sums as gpt2's (the same
 // row-parallel products per block), and no tied-head group (lm_head is untied).
 TEST(LlamaPlan, StepTimeComputeAndTrafficByHand) {
-  Config cfg;
-  cfg.model = small_llama();
-  cfg.train.micro_batch = 2;
-  cfg.train.global_batch = 8;  // m = 4 micro-batches
+  const Config cfg = llama_run(2, 8);  // m = 4 micro-batches
   Cluster c;
   c.ranks_per_node = 4;
   c.host_only = false;
@@ -93,6 +98,49 @@ TEST(LlamaPlan, StepTimeComputeAndTrafficByHand) {
     EXPECT_EQ(sums.calls, s == 0 ? wide : wide + 2 * std::int64_t(m));
     EXPECT_EQ(sums.bytes, wide * rows * 64 * 4 + (s == 0 ? 0 : std::int64_t(m) * 3 * rows * 4));
   }
+}
+
+// Expert parallelism, dp 4 × ep 2: block 0 with E = 4 routed experts of width 16 (moe_every 2), a
+// rank holding 2 of them. By hand: block 0's own unit is the attention 12,416 + the router 4·64 =
+// 12,672; its experts' unit 2 · 3·16·64 = 6,144; the dense units 16,576 + 12,672 + 46,208 + 64 +
+// 16,576 = 92,096. Every unit is a multiple of 4: ZeRO pads nothing.
+TEST(LlamaPlan, ExpertParallelStateMemoryAndTrafficByHand) {
+  Config cfg = llama_run(2, 8);
+  cfg.model.experts = 4;
+  cfg.model.moe_every = 2;
+  cfg.model.expert_hidden = 16;
+  cfg.parallel.ep = 2;
+  const Layout grid{4, 1, 1};
+  const std::int64_t dense = 92'096, experts = 6'144;
+  for (int zero : {0, 1}) {
+    cfg.parallel.zero = zero;
+    for (int d = 0; d < 4; ++d) {
+      SCOPED_TRACE(testing::Message() << "zero " << zero << " dp rank " << d);
+      const MemoryBytes m = planned_rank_memory(cfg, grid, GridPosition{d, 0, 0});
+      EXPECT_EQ(m[MemoryCategory::weights], 4 * (dense + experts));
+      // ZeRO 1: the dense units' moments over dp 4, the experts' over the dp / ep = 2 ranks holding them.
+      EXPECT_EQ(m[MemoryCategory::optimizer], 2 * 4 * (zero == 0 ? dense + experts : dense / 4 + experts / 2));
+      const RankTraffic traffic = predicted_traffic(cfg, grid, GridPosition{d, 0, 0});
+      const GroupTraffic &dp = traffic.at("dp"), &edp = traffic.at("edp");
+      if (zero == 0) {
+        // The loss sum, then one bucket per run of dense units (embed_tokens..layers.0, layers.1..
+        // lm_head) and one for the experts' unit.
+        EXPECT_EQ(dp[Collective::allreduce].calls, 1 + 2);
+        EXPECT_EQ(dp[Collective::allreduce].bytes, 8 + 4 * dense);
+        EXPECT_EQ(edp[Collective::allreduce].calls, 1);
+        EXPECT_EQ(edp[Collective::allreduce].bytes, 4 * experts);
+      } else {
+        EXPECT_EQ(dp[Collective::reduce_scatter].calls, 5);
+        EXPECT_EQ(dp[Collective::reduce_scatter].bytes, 4 * dense);
+        EXPECT_EQ(edp[Collective::reduce_scatter].calls, 1);
+        EXPECT_EQ(edp[Collective::reduce_scatter].bytes, 4 * experts);
+        EXPECT_EQ(edp[Collective::allgather].bytes, 4 * experts);
+      }
+    }
+  }
+  EXPECT_NO_THROW(make_plan(cfg, 4, Cluster{}));
+  cfg.parallel.ep = 3;  // divides neither dp 4 nor E 4
+  EXPECT_THROW(make_plan(cfg, 4, Cluster{}), InputError);
 }
 
 }  // namespace
