@@ -155,7 +155,8 @@ int TrainingRun::run() {
   while (progress.step < cfg_.train.steps) {
     // The step.
     const auto step_start = Clock::now();
-    const double comm_before = groups_.comm_seconds, idle_before = groups_.idle_seconds;
+    const double comm_before = groups_.comm_seconds, idle_before = groups_.idle_seconds,
+                 all_to_all_before = groups_.all_to_all_seconds;
     groups_.traffic.begin_step();
     const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_, space_);
     groups_.traffic.end_step(comm_, topology_.position(), progress.step + 1 == cfg_.train.steps);
@@ -168,7 +169,8 @@ int TrainingRun::run() {
     // Its metrics.
     const double step_s = seconds_since(step_start);
     longest_step_s = std::max(longest_step_s, step_s);
-    timing_.add_step(step_s, groups_.comm_seconds - comm_before, groups_.idle_seconds - idle_before);
+    timing_.add_step(step_s, groups_.comm_seconds - comm_before, groups_.idle_seconds - idle_before,
+                     groups_.all_to_all_seconds - all_to_all_before);
     const double elapsed = seconds_since(job_start);
     const std::optional<MoeStepMetrics> moe =
         step_moe_metrics(state_.router_statistics(), cfg_.model, topology_.position().tp_rank == 0, comm_);

@@ -43,10 +43,11 @@ bool nccl_usable() {
 TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
                                const std::string& traffic_path, bool tied_head)
     : traffic(traffic_path) {
-  // Each group's waits are watched under its name (parallel/watchdog.hpp).
+  // Each group's waits are watched under its name (parallel/watchdog.hpp); all-to-alls are timed
+  // apart from the other collectives, whatever the group.
   const auto open = [&](const char* name, MPI_Comm group, double& seconds) {
     auto watched = make_watched_comm(open_group(backend, group, space), new_wait_group(group, name));
-    return traffic.counted(name, make_timed_comm(std::move(watched), seconds));
+    return traffic.counted(name, make_timed_comm(std::move(watched), seconds, all_to_all_seconds));
   };
   dp = open("dp", topology.dp_comm(), comm_seconds);
   tp = open("tp", topology.tp_comm(), comm_seconds);
@@ -56,6 +57,9 @@ TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, co
     const mpi::OwnedComm split = tied_embedding_comm(topology);
     if (split.get() != MPI_COMM_NULL) tied = open("tied", split.get(), comm_seconds);
   }
+  ep = open("ep", topology.ep_comm(), comm_seconds);
+  // With ep = 1 the edp group is the dp group: its Comm serves both (no second NCCL communicator).
+  if (topology.layout().ep > 1) edp_ = open("edp", topology.edp_comm(), comm_seconds);
 }
 
 }  // namespace meshtrain

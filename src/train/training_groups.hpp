@@ -26,15 +26,25 @@ class TrainingGroups {
   TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
   TrainingGroups& operator=(const TrainingGroups&) = delete;
 
-  double comm_seconds = 0;  // time inside collectives, all groups together
-  double idle_seconds = 0;  // time a pipeline stage waits for its neighbours
-  TrafficLog traffic;       // each group's calls and bytes, when log.traffic asks
+  double comm_seconds = 0;        // time inside collectives, all groups together, all-to-alls apart
+  double idle_seconds = 0;        // time a pipeline stage waits for its neighbours
+  double all_to_all_seconds = 0;  // time inside all-to-alls (expert parallelism's token exchange)
+  TrafficLog traffic;             // each group's calls and bytes, when log.traffic asks
   std::unique_ptr<Comm> dp;
   std::unique_ptr<Comm> tp;
   std::unique_ptr<Comm> pp;  // timed as idle: its waits are the pipeline's bubble
   // The first and the last stage of one pipeline (same dp and tp rank) both hold the tied wte and
   // sum its gradients in this group; null on the other stages, without a pipeline and for an untied head.
   std::unique_ptr<Comm> tied;
+  // One expert-parallel group (parallel.ep ranks of the dp group, which share out the routed
+  // experts and exchange tokens all-to-all); a single rank when ep = 1.
+  std::unique_ptr<Comm> ep;
+  // The expert-data-parallel group: the ranks holding the same experts, over which their gradients
+  // are reduced and their states ZeRO-sharded. With ep = 1 it is the dp group, and this its Comm.
+  Comm& edp() const { return edp_ ? *edp_ : *dp; }
+
+ private:
+  std::unique_ptr<Comm> edp_;  // ep > 1 only
 };
 
 }  // namespace meshtrain
