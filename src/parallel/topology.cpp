@@ -144,6 +144,21 @@ void split(MPI_Comm parent, int color, int key, mpi::OwnedComm& out) {
                       "layout? (Running out of communicators means Topologies are created and never destroyed.)");
 }
 
+// parallel.ep against the model (resolve checks it against dp once dp is known).
+void check_expert_degree(const ParallelConfig& parallel, const ModelConfig& model) {
+  if (parallel.ep < 1) input_error("parallel.ep = {} must be at least 1 (1: no expert parallelism)", parallel.ep);
+  if (parallel.ep > 1 && model.experts == 0)
+    input_error(
+        "parallel.ep = {} with model.experts = 0: expert parallelism shares out routed experts, and a dense model "
+        "has none: set model.experts (a multiple of {}), or parallel.ep = 1",
+        parallel.ep, parallel.ep);
+  if (model.experts > 0 && model.experts % parallel.ep != 0)
+    input_error(
+        "parallel.ep = {} does not divide model.experts = {} (each expert-parallel rank holds an equal share of "
+        "whole experts): choose parallel.ep among {}",
+        parallel.ep, model.experts, divisors(model.experts));
+}
+
 }  // namespace
 
 Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& model, int world) {
@@ -152,7 +167,6 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
   if (parallel.pp < 1) input_error("parallel.pp = {} must be at least 1", parallel.pp);
   if (parallel.dp < 0)
     input_error("parallel.dp = {} must be at least 1 (or 0: world size / (parallel.tp × parallel.pp))", parallel.dp);
-  if (parallel.ep < 1) input_error("parallel.ep = {} must be at least 1 (1: no expert parallelism)", parallel.ep);
 
   if (parallel.tp > model.heads)
     input_error(
@@ -184,16 +198,7 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
   if (parallel.pp > model.layers)
     input_error("parallel.pp = {} exceeds model.layers = {} (each pipeline stage needs at least one layer)",
                 parallel.pp, model.layers);
-  if (parallel.ep > 1 && model.experts == 0)
-    input_error(
-        "parallel.ep = {} with model.experts = 0: expert parallelism shares out routed experts, and a dense model "
-        "has none: set model.experts (a multiple of {}), or parallel.ep = 1",
-        parallel.ep, parallel.ep);
-  if (model.experts > 0 && model.experts % parallel.ep != 0)
-    input_error(
-        "parallel.ep = {} does not divide model.experts = {} (each expert-parallel rank holds an equal share of "
-        "whole experts): choose parallel.ep among {}",
-        parallel.ep, model.experts, divisors(model.experts));
+  check_expert_degree(parallel, model);
 
   const std::int64_t model_ranks = std::int64_t{parallel.tp} * parallel.pp;
   Layout layout{parallel.dp, parallel.tp, parallel.pp, parallel.ep};
