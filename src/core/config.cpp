@@ -231,8 +231,8 @@ void validate_experts(const ModelConfig& m) {
   }
   if (m.experts > 1024) input_error("model.experts = {} is invalid: at most 1024 experts", m.experts);
   if (m.experts_per_token < 1 || m.experts_per_token > m.experts) {
-    input_error("model.experts_per_token = {} is invalid: it must lie in 1 .. model.experts = {}",
-                m.experts_per_token, m.experts);
+    input_error("model.experts_per_token = {} is invalid: it must lie in 1 .. model.experts = {}", m.experts_per_token,
+                m.experts);
   }
   require_positive("model.moe_every", m.moe_every);
   if (m.shared_experts < 0) input_error("model.shared_experts = {} is invalid: it must be >= 0", m.shared_experts);

@@ -173,15 +173,15 @@ struct ModelConfig {
   double rope_theta = 1e4;  // rotary position embedding base θ
   double norm_eps = 1e-5;   // RMSNorm epsilon
   // Mixture of experts (llama; share/docs/usage.md, Mixture of experts). experts = 0: every MLP dense.
-  int experts = 0;               // E routed experts of each MoE block
-  int experts_per_token = 2;     // k: experts each token is routed to
-  int moe_every = 1;             // block l is MoE when l % moe_every == 0
-  int shared_experts = 0;        // S: a dense SwiGLU of width S · expert hidden that every token passes
-  int expert_hidden = 0;         // SwiGLU width of one expert (0: mlp_hidden())
-  double capacity_factor = 0;    // tokens an expert takes: ⌈factor · N · k / E⌉ of a micro-batch's N (0: no drops)
-  bool normalize_gates = true;   // gate weights: the k probabilities renormalised to sum 1 (Mixtral)
-  double aux_loss_coef = 0.01;   // weight of the Switch/GShard load-balancing loss
-  double z_loss_coef = 0;        // weight of the router z-loss
+  int experts = 0;              // E routed experts of each MoE block
+  int experts_per_token = 2;    // k: experts each token is routed to
+  int moe_every = 1;            // block l is MoE when l % moe_every == 0
+  int shared_experts = 0;       // S: a dense SwiGLU of width S · expert hidden that every token passes
+  int expert_hidden = 0;        // SwiGLU width of one expert (0: mlp_hidden())
+  double capacity_factor = 0;   // tokens an expert takes: ⌈factor · N · k / E⌉ of a micro-batch's N (0: no drops)
+  bool normalize_gates = true;  // gate weights: the k probabilities renormalised to sum 1 (Mixtral)
+  double aux_loss_coef = 0.01;  // weight of the Switch/GShard load-balancing loss
+  double z_loss_coef = 0;       // weight of the router z-loss
 
   // Key/value heads: kv_heads, or heads when it is 0 (always heads under gpt2).
   int kv_head_count() const { return arch == Arch::llama && kv_heads > 0 ? kv_heads : heads; }

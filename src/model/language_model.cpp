@@ -30,8 +30,8 @@ ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp,
   return gpt2_activation_elements<Real>(model, batch, tp, place, slots, recompute);
 }
 
-#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                      \
-  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                  \
+#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                             \
+  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                         \
       const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, int, Recompute, ParameterStore<Real>*, Comm*); \
   template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, int);
 MESHTRAIN_LANGUAGE_MODEL(float)

@@ -75,8 +75,7 @@ template <class Real>
 ActivationSizes llama_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                           Recompute recompute, int ep) {
   const ParameterLayout layout(model, tp, 0, place);
-  const LlamaDims dims =
-      llama_dims(model, batch, tp, layout.first_layer(), layout.stage_layers(), place.last(), ep);
+  const LlamaDims dims = llama_dims(model, batch, tp, layout.first_layer(), layout.stage_layers(), place.last(), ep);
   Carver<Real> kept(nullptr), scratch(nullptr);
   const LlamaBlockActivations<Real> shared = carve_llama_rank_scratch(scratch, dims, recompute).shared;
   carve_llama_slots(kept, dims, slots, recompute, shared);
@@ -94,7 +93,8 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
       vocab_statistics_(tp_),
       store_(store),
       exchange_(ep, model.experts),
-      layout_(store ? store->layout() : ParameterLayout(model, tp_.size(), tp_.rank(), place)),
+      layout_(store ? store->layout()
+                    : ParameterLayout(model, tp_.size(), tp_.rank(), place, 1, exchange_.size(), exchange_.rank())),
       dims_(llama_dims(model, batch, layout_.tp(), layout_.first_layer(), layout_.stage_layers(), place.last(),
                        exchange_.size())),
       batch_(batch),
@@ -103,6 +103,9 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
       weights_("meshtrain::llama::weights", store ? 0 : layout_.total()),
       grads_("meshtrain::llama::grads", store ? 0 : layout_.total()) {
   if (model.arch != Arch::llama) throw std::logic_error("Llama built for a model whose arch is not llama");
+  if (layout_.ep() != exchange_.size() || layout_.ep_rank() != exchange_.rank()) {
+    throw std::logic_error("Llama's expert-parallel group is not the one its parameter layout was made for");
+  }
   const Vec<Real> w = weights(), g = grads();
   params_ = LlamaTensors<Real>::bind(
       layout_, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; });
@@ -143,10 +146,10 @@ void Llama<Real>::zero_grads() {
   Kokkos::deep_copy(space_, grads_, Real(0));
 }
 
-#define MESHTRAIN_LLAMA(Real)                                                                                         \
-  template struct LlamaTensors<Real>;                                                                                 \
+#define MESHTRAIN_LLAMA(Real)                                                                                        \
+  template struct LlamaTensors<Real>;                                                                                \
   template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, \
-                                                           int);                                                   \
+                                                           int);                                                     \
   template class Llama<Real>;
 MESHTRAIN_LLAMA(float)
 MESHTRAIN_LLAMA(double)

@@ -22,8 +22,8 @@
 #include "kernels/encoder.hpp"
 #include "kernels/grouped_linear.hpp"
 #include "kernels/moe_router.hpp"
-#include "model/impl/expert_exchange.hpp"
 #include "kernels/rotary.hpp"
+#include "model/impl/expert_exchange.hpp"
 #include "model/language_model.hpp"
 #include "parallel/tensor_parallel_mappings.hpp"
 
@@ -171,12 +171,12 @@ struct LlamaScratch {
   Vec<Real> dgate_up;   // (N, 2Hl)
   // MoE blocks: router logits (forward) and their gradient (backward); the gate weights' gradient;
   // the experts' output rows' gradient, then their input rows'; the experts' hidden gradients.
-  Vec<Real> router_logits;           // (N, E)
-  Vec<accum_t<Real>> dgate;          // (N, k)
-  Vec<Real> drows;                   // (R, C)
-  Vec<Real> dreceived;               // (Rr, C)  the experts' side of drows (drows itself at ep 1); forward's outputs
-  Vec<Real> dexpert_act;             // (Rr, Hel)
-  Vec<Real> dexpert_gate_up;         // (Rr, 2Hel)
+  Vec<Real> router_logits;    // (N, E)
+  Vec<accum_t<Real>> dgate;   // (N, k)
+  Vec<Real> drows;            // (R, C)
+  Vec<Real> dreceived;        // (Rr, C)  the experts' side of drows (drows itself at ep 1); forward's outputs
+  Vec<Real> dexpert_act;      // (Rr, Hel)
+  Vec<Real> dexpert_gate_up;  // (Rr, 2Hel)
 };
 
 // One block's weights (or gradients): qkv spans q_proj, k_proj and v_proj, gate_up gate_proj and

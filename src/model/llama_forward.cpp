@@ -118,15 +118,14 @@ typename Llama<Real>::Accum Llama<Real>::stage_loss(int slot, CVec<int> targets,
 }
 
 // Each member is instantiated in the file that defines it (the class's own in llama.cpp).
-#define MESHTRAIN_LLAMA_FORWARD(Real)                                                                             \
-  template VocabRange Llama<Real>::embedding_rows() const;                                                        \
-  template CVec<Real> Llama<Real>::stage_output(int) const;                                                       \
-  template void Llama<Real>::stage_forward(int, CVec<int>);                                                       \
-  template void Llama<Real>::block_forward(int, int, CVec<Real>, const LlamaBlockActivations<Real>&, Vec<Real>,  \
-                                           bool);                                                              \
-  template void Llama<Real>::mlp_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool);      \
-  template void Llama<Real>::recompute_block(int, int);                                                           \
-  template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                     \
+#define MESHTRAIN_LLAMA_FORWARD(Real)                                                                                  \
+  template VocabRange Llama<Real>::embedding_rows() const;                                                             \
+  template CVec<Real> Llama<Real>::stage_output(int) const;                                                            \
+  template void Llama<Real>::stage_forward(int, CVec<int>);                                                            \
+  template void Llama<Real>::block_forward(int, int, CVec<Real>, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
+  template void Llama<Real>::mlp_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool);               \
+  template void Llama<Real>::recompute_block(int, int);                                                                \
+  template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                          \
   template Llama<Real>::Accum Llama<Real>::stage_loss(int, CVec<int>, Accum);
 MESHTRAIN_LLAMA_FORWARD(float)
 MESHTRAIN_LLAMA_FORWARD(double)

@@ -27,8 +27,9 @@ template <class Real>
 void Llama<Real>::read_routing(int slot, int l) {
   HostRouting& host = host_routing_[std::size_t(slot)][std::size_t(l)];
   const Vec<int> counts = slots_[slot].blocks[l].moe.counts;
-  Kokkos::deep_copy(space_, Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                                host.counts.data(), host.counts.size()),
+  Kokkos::deep_copy(space_,
+                    Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.counts.data(),
+                                                                                                   host.counts.size()),
                     Kokkos::subview(counts, std::pair<std::size_t, std::size_t>(0, host.counts.size())));
   space_.fence();  // the grouped products' sizes and the exchange's counts are read on the host
   exchange_.plan_exchange(host.exchange, host.offsets(), dims_.C);
@@ -144,11 +145,11 @@ void Llama<Real>::router_input_backward(int slot, int l) {
 }
 
 // Each member is instantiated in the file that defines it (the class's own in llama.cpp).
-#define MESHTRAIN_LLAMA_MOE(Real)                                                                          \
-  template void Llama<Real>::read_routing(int, int);                                                       \
+#define MESHTRAIN_LLAMA_MOE(Real)                                                                        \
+  template void Llama<Real>::read_routing(int, int);                                                     \
   template void Llama<Real>::moe_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
-  template void Llama<Real>::record_routing(int, const HostRouting&, const RouterLosses&);                  \
-  template void Llama<Real>::moe_backward(int, int);                                                       \
+  template void Llama<Real>::record_routing(int, const HostRouting&, const RouterLosses&);               \
+  template void Llama<Real>::moe_backward(int, int);                                                     \
   template void Llama<Real>::router_input_backward(int, int);
 MESHTRAIN_LLAMA_MOE(float)
 MESHTRAIN_LLAMA_MOE(double)

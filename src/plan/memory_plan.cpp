@@ -14,10 +14,10 @@ namespace {
 
 // The model's activations and, for 16-bit models on the host, their GEMMs' fp32 workspace.
 template <class Real>
-MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots) {
+MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots, int ep) {
   MemoryBytes m;
   const ActivationSizes activations =
-      activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute);
+      activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute, ep);
   m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * activations.total());
   m[MemoryCategory::workspace] = std::int64_t(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
   return m;
@@ -26,10 +26,8 @@ MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, in
 }  // namespace
 
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
-  const int ep = cfg.parallel.ep;
   return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
-                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), ep,
-                         UnitGroups::ep_rank(position.dp_rank, ep));
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank);
 }
 
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
@@ -42,10 +40,10 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
       grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum))
                   : 1;
   if (cfg.train.precision == Precision::fp32) {
-    m += planned_model_memory<float>(cfg, grid.tp, place, slots);
+    m += planned_model_memory<float>(cfg, grid.tp, place, slots, grid.ep);
   } else {
     // bf16 and fp16 models take the same bytes.
-    m += planned_model_memory<bf16>(cfg, grid.tp, place, slots);
+    m += planned_model_memory<bf16>(cfg, grid.tp, place, slots, grid.ep);
   }
   m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
   // Background saves copy the rank's share of the three states to host memory.

@@ -91,8 +91,8 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 // one token's forward passes through (compute).
 std::string model_line(const ModelConfig& m) {
   std::string family = m.arch == Arch::llama
-                           ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers,
-                                         m.heads, m.kv_head_count(), m.d_model, m.mlp_hidden())
+                           ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers, m.heads,
+                                         m.kv_head_count(), m.d_model, m.mlp_hidden())
                            : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
   if (m.experts > 0) {
     family += fmt::format(", MoE {} experts of width {}, top-{}, {} of {} blocks", m.experts, m.expert_hidden_size(),

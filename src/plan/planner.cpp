@@ -11,27 +11,12 @@
 #include <map>
 
 namespace meshtrain {
-namespace {
-
-// Expert parallelism splits each data-parallel group into dp / ep groups of ep ranks, each holding
-// E / ep experts of every MoE block: both must divide.
-void require_expert_split(const Config& cfg, int dp) {
-  const int ep = cfg.parallel.ep;
-  if (dp % ep != 0 || cfg.model.experts % ep != 0) {
-    input_error("parallel.ep = {} must divide the data-parallel degree dp = {} and model.experts = {}", ep, dp,
-                cfg.model.experts);
-  }
-}
-
-}  // namespace
-
 Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage) {
   Plan plan;
   plan.cfg = cfg;
   plan.cluster = cluster;
   plan.layout = Topology::resolve(cfg.parallel, cfg.model, world);
   const Layout& grid = plan.layout;
-  require_expert_split(cfg, grid.dp);
   plan.accum = accumulation_steps(cfg, grid.dp);
 
   const std::int64_t data = token_data_bytes(cfg.data.train);
@@ -104,7 +89,7 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
     if (world % tp != 0) continue;
     for (int pp = 1; pp <= world / tp; ++pp) {
       if ((world / tp) % pp != 0) continue;
-      const Layout candidate{world / (tp * pp), tp, pp};
+      const Layout candidate{world / (tp * pp), tp, pp, cfg.parallel.ep};
       try {
         ParallelConfig parallel = cfg.parallel;
         parallel.dp = candidate.dp;
@@ -112,7 +97,6 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
         parallel.pp = pp;
         Topology::resolve(parallel, cfg.model, world);
         accumulation_steps(cfg, candidate.dp);
-        require_expert_split(cfg, candidate.dp);
       } catch (const InputError&) {
         continue;
       }

@@ -46,13 +46,13 @@ AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, doubl
 template <class Real>
 class ModelOn final : public Computation {
  public:
-  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, Comm* tp, StagePlace place,
+  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, Comm* tp, Comm* ep, StagePlace place,
           const PipelineParts& pipeline)
       : space_(space),
         copy_(space, fp32),
         model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, tp, place,
                                          pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
-                                         cfg.train.recompute, &copy_)),
+                                         cfg.train.recompute, &copy_, ep)),
         workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
     // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
@@ -114,12 +114,12 @@ class ModelOn final : public Computation {
 };
 
 std::unique_ptr<Computation> model_in_precision(const ExecSpace& space, const Config& cfg, OptimizerState& fp32,
-                                                Comm* tp, StagePlace place, const PipelineParts& pipeline) {
+                                                Comm* tp, Comm* ep, StagePlace place, const PipelineParts& pipeline) {
   if (cfg.train.precision == Precision::bf16)
-    return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, tp, place, pipeline);
+    return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, tp, ep, place, pipeline);
   if (cfg.train.precision == Precision::fp16)
-    return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, tp, place, pipeline);
-  return std::make_unique<ModelOn<float>>(space, cfg, fp32, tp, place, pipeline);
+    return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, tp, ep, place, pipeline);
+  return std::make_unique<ModelOn<float>>(space, cfg, fp32, tp, ep, place, pipeline);
 }
 
 }  // namespace
@@ -131,7 +131,7 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       optimizer_(space, state_layout(cfg, groups, place), ZeroStage{cfg.parallel.zero}, *groups.dp,
                  expert_data_parallel(groups), cfg.train.precision == Precision::fp32,
                  std::size_t(cfg.parallel.bucket_mb * (1 << 20))),
-      compute_(model_in_precision(space, cfg, optimizer_, groups.tp, place, pipeline)),
+      compute_(model_in_precision(space, cfg, optimizer_, groups.tp, groups.ep, place, pipeline)),
       fp16_(cfg.train.precision == Precision::fp16),
       scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window),
       nonfinite_(cfg.train.nonfinite, cfg.train.nonfinite_skips) {}

@@ -14,10 +14,10 @@
 namespace meshtrain {
 
 struct MoeBlockLoad {
-  int block = 0;                // global block index
-  std::vector<double> routed;   // assignments routed to each expert in the step, before capacity
-  double min = 0, max = 0;      // of routed, over the experts
-  double dropped = 0;           // fraction of the block's assignments dropped
+  int block = 0;               // global block index
+  std::vector<double> routed;  // assignments routed to each expert in the step, before capacity
+  double min = 0, max = 0;     // of routed, over the experts
+  double dropped = 0;          // fraction of the block's assignments dropped
 };
 
 struct MoeStepMetrics {

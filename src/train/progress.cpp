@@ -25,7 +25,8 @@ std::string si(double v) {
 nlohmann::json moe_json(const MoeStepMetrics& m) {
   nlohmann::json blocks = nlohmann::json::array();
   for (const MoeBlockLoad& b : m.blocks) {
-    blocks.push_back({{"block", b.block}, {"routed", b.routed}, {"min", b.min}, {"max", b.max}, {"dropped", b.dropped}});
+    blocks.push_back(
+        {{"block", b.block}, {"routed", b.routed}, {"min", b.min}, {"max", b.max}, {"dropped", b.dropped}});
   }
   return {{"aux_loss", m.aux_loss}, {"z_loss", m.z_loss}, {"dropped", m.dropped}, {"blocks", blocks}};
 }

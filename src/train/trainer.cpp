@@ -130,8 +130,10 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
               topology_.position().dp_rank * input_.accum),
       shape_{input_.accum, input_.grid.dp, input_.grid.pp > 1,
              gradient_scale(cfg.train.micro_batch, cfg.model.seq_len, input_.accum, input_.grid.dp)},
-      state_(space_, cfg, StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm}, place_,
-             PipelineParts{schedule_, &loader_, groups_.pp.get()}),
+      state_(
+          space_, cfg,
+          StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm, groups_.ep.get(), &groups_.edp()},
+          place_, PipelineParts{schedule_, &loader_, groups_.pp.get()}),
       allocation_s_(seconds_since(allocation_start_)),
       checkpointer_(cfg, state_.layout(), comm, input_.tokenizer) {}
 

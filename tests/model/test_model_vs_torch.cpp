@@ -132,10 +132,10 @@ void expect_router_statistics(const Hdf5File& ref, const RouterStatistics& got) 
       EXPECT_EQ(got.routed_at(b, e), double(routed[i])) << "block " << blocks[b] << " expert " << e << " routed";
       EXPECT_EQ(got.kept_at(b, e), double(kept[i])) << "block " << blocks[b] << " expert " << e << " kept";
     }
-    EXPECT_LT(relative_error(got.aux_loss[b], aux[b]), 1e-10) << "block " << blocks[b] << " aux " << got.aux_loss[b]
-                                                              << " vs torch " << aux[b];
-    EXPECT_LT(relative_error(got.z_loss[b], z[b]), 1e-10) << "block " << blocks[b] << " z " << got.z_loss[b]
-                                                          << " vs torch " << z[b];
+    EXPECT_LT(relative_error(got.aux_loss[b], aux[b]), 1e-10)
+        << "block " << blocks[b] << " aux " << got.aux_loss[b] << " vs torch " << aux[b];
+    EXPECT_LT(relative_error(got.z_loss[b], z[b]), 1e-10)
+        << "block " << blocks[b] << " z " << got.z_loss[b] << " vs torch " << z[b];
   }
 }
 

@@ -22,8 +22,8 @@ namespace meshtrain {
 // One micro-batch's exchange for one MoE block, on the host: built once by plan_exchange after the
 // routing, read by forward's two all-to-alls and backward's two.
 struct ExchangePlan {
-  std::vector<std::size_t> send_rows, send_first;  // per ep peer: rows to it and the first of them
-  std::vector<std::size_t> recv_rows, recv_first;  // per ep peer: rows from it and where they land
+  std::vector<std::size_t> send_rows, send_first;          // per ep peer: rows to it and the first of them
+  std::vector<std::size_t> recv_rows, recv_first;          // per ep peer: rows from it and where they land
   std::vector<std::int64_t> sent_counts, received_counts;  // per expert: E kept counts | El per source
   std::vector<RowGroup> groups;                            // (ep·El): the received rows by source and expert
   std::size_t received = 0;                                // rows received in total
