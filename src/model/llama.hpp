@@ -171,12 +171,12 @@ struct LlamaScratch {
   Vec<Real> dgate_up;   // (N, 2Hl)
   // MoE blocks: router logits (forward) and their gradient (backward); the gate weights' gradient;
   // the experts' output rows' gradient, then their input rows'; the experts' hidden gradients.
-  Vec<Real> router_logits;    // (N, E)
-  Vec<accum_t<Real>> dgate;   // (N, k)
-  Vec<Real> drows;            // (R, C)
-  Vec<Real> dreceived;        // (Rr, C)  the experts' side of drows (drows itself at ep 1); forward's outputs
-  Vec<Real> dexpert_act;      // (Rr, Hel)
-  Vec<Real> dexpert_gate_up;  // (Rr, 2Hel)
+  Vec<accum_t<Real>> router_logits;  // (N, E) in fp32 (kernels/router_linear.hpp)
+  Vec<accum_t<Real>> dgate;          // (N, k)
+  Vec<Real> drows;                   // (R, C)
+  Vec<Real> dreceived;               // (Rr, C)  the experts' side of drows (drows itself at ep 1); forward's outputs
+  Vec<Real> dexpert_act;             // (Rr, Hel)
+  Vec<Real> dexpert_gate_up;         // (Rr, 2Hel)
 };
 
 // One block's weights (or gradients): qkv spans q_proj, k_proj and v_proj, gate_up gate_proj and

@@ -15,10 +15,10 @@
 // own input gradient, the same on every rank, joins after the CopyToRegion's sum.
 #include "model/llama.hpp"
 
-#include "kernels/gemm.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/moe_dispatch.hpp"
 #include "kernels/moe_router.hpp"
+#include "kernels/router_linear.hpp"
 #include "kernels/swiglu.hpp"
 
 namespace meshtrain {
@@ -41,9 +41,9 @@ void Llama<Real>::moe_forward(int slot, int l, const LlamaBlockActivations<Real>
   const int N = int(d.N), C = int(d.C), E = int(d.E), k = int(d.k), Hel = int(d.Hel), Hsl = int(d.Hsl);
   const auto& w = params_.blocks[l];
   const MoeActivations<Real>& m = s.moe;
-  const Vec<Real> logits = scratch_.router_logits;
-  linear_forward<Real>(space_, logits, s.ln2, w.router, N, C, E);
-  router_forward(space_, m.probs, m.expert, m.gate, m.lse, CVec<Real>(logits), N, E, k, model().normalize_gates);
+  const Vec<Accum> logits = scratch_.router_logits;
+  router_logits_forward<Real>(space_, logits, s.ln2, w.router, N, C, E);
+  router_forward<Accum>(space_, m.probs, m.expert, m.gate, m.lse, logits, N, E, k, model().normalize_gates);
   const Vec<int> routed = slice(m.counts, 0, d.E), offsets = slice(m.counts, d.E, d.E + 1);
   moe_assign(space_, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity);
   read_routing(slot, l);
@@ -126,9 +126,9 @@ void Llama<Real>::moe_backward(int slot, int l) {
   // as the micro-batch's mean cross-entropy (loss_weight per token, N tokens).
   const Accum per_pass = this->loss_weight() * Accum(N);
   const Vec<int> routed = slice(m.counts, 0, dm.E);
-  router_backward(space_, d.router_logits, CVec<Accum>(d.dgate), CVec<Accum>(m.probs), CVec<int>(m.expert),
-                  CVec<Accum>(m.lse), CVec<int>(routed), Accum(model().aux_loss_coef) * per_pass,
-                  Accum(model().z_loss_coef) * per_pass, N, E, k, model().normalize_gates);
+  router_backward<Accum>(space_, d.router_logits, CVec<Accum>(d.dgate), CVec<Accum>(m.probs), CVec<int>(m.expert),
+                         CVec<Accum>(m.lse), CVec<int>(routed), Accum(model().aux_loss_coef) * per_pass,
+                         Accum(model().z_loss_coef) * per_pass, N, E, k, model().normalize_gates);
 }
 
 // dW_r += dlogitsᵀ · ln2 and dln += dlogits · W_r, after the tensor-parallel sum of dln: the
@@ -138,10 +138,8 @@ void Llama<Real>::router_input_backward(int slot, int l) {
   const int N = int(dims_.N), C = int(dims_.C), E = int(dims_.E);
   const auto& s = slots_[slot].blocks[l];
   const auto& d = scratch_;
-  gemm<Real>(space_, Trans::yes, Trans::no, {E, C, N}, Accum(1), d.router_logits.data(), E, s.ln2.data(), C, Accum(1),
-             dparams_.blocks[l].router.data(), C);
-  gemm<Real>(space_, Trans::no, Trans::no, {N, C, E}, Accum(1), d.router_logits.data(), E,
-             params_.blocks[l].router.data(), C, Accum(1), d.dln.data(), C);
+  router_logits_backward<Real>(space_, d.dln, dparams_.blocks[l].router, d.router_logits, s.ln2,
+                               params_.blocks[l].router, N, C, E);
 }
 
 // Each member is instantiated in the file that defines it (the class's own in llama.cpp).

@@ -105,7 +105,7 @@ LlamaRankScratch<Real> carve_llama_rank_scratch(Carver<Real>& c, const LlamaDims
   s.dswiglu = c.take(N * d.widest_dense_cols());
   s.dgate_up = c.take(N * 2 * d.widest_dense_cols());
   if (d.any_moe()) {
-    s.router_logits = c.take(N * d.E);
+    s.router_logits = c.template take_as<accum_t<Real>>(N * d.E);
     s.dgate = c.template take_as<accum_t<Real>>(N * d.k);
     s.drows = c.take(d.R * C);
     s.dreceived = d.ep > 1 ? c.take(d.Rr * C) : s.drows;
