@@ -2,8 +2,10 @@
 # The test command: installs what is missing, configures, builds and runs the whole suite twice —
 # optimised (the `release` preset), then under AddressSanitizer and UndefinedBehaviorSanitizer
 # (`debug-asan`; the multi-rank equivalence runs, minutes each there, the peak-RSS check of the
-# planner, whose memory the sanitizers' shadow would falsify, and the Slurm and scaling-study runs,
-# which test scripts rather than the binary's memory, only in the first pass) — then runs the
+# planner, whose memory the sanitizers' shadow would falsify, the Slurm and scaling-study runs,
+# which test scripts rather than the binary's memory, and mixed_precision's dozens of training
+# runs, whose 16-bit paths the low-precision model tests cover under the sanitizers, only in the
+# first pass) — then runs the
 # kernel, model, oracle and equivalence tests on Kokkos' OpenMP backend with 2 threads (`openmp`:
 # a race between the kernels' teams shows there), and the kernel and model tests once more with
 # teams of 2 threads (MESHTRAIN_TEAM_SIZE=2: a race inside a team, as a GPU would run it), and,
@@ -22,16 +24,19 @@ ctest --preset release -j "$jobs" "$@"
 
 cmake --preset debug-asan
 cmake --build --preset debug-asan -j "$jobs"
-ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" "$@"
+ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" -E '^mixed_precision$' "$@"
 
 # Only what these tests run is built (the binary, for the oracle and equivalence runs); the cuBLAS
-# wrapper's test has nothing to do with the host backend and stays in the release pass. llama's
-# layouts (equivalence_llama*) run once, in the release pass: its kernels, model and PyTorch oracle
-# (one rank and tp2·pp2) run here too, which is what the threaded backend changes.
+# wrapper's test has nothing to do with the host backend and stays in the release pass. The
+# threaded backend changes the kernels, so their tests, the model's, the PyTorch oracles (gpt2,
+# llama and its mixture of experts, one rank and tp2·pp2) and gpt2's layouts under dp, tp, pp and
+# ZeRO run here; the resharding, 3-D and other families' layouts (the same kernels, more ranks) run
+# once, in the release pass.
 cmake --preset openmp
 cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
   test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch
-ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' -E '^(test_cublas_gemm|equivalence_llama.*)$' "$@"
+ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
+  -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts))$' "$@"
 MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
