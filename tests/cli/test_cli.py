@@ -355,6 +355,34 @@ class BadInput(CliCase):
         self.rejects({"model.arch": "llama", "model.ffn_hidden": 45, "parallel.tp": 2},
                      needles=["parallel.tp = 2", "SwiGLU hidden size 45"])
 
+    # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
+
+    def test_moe_key_under_gpt2(self):
+        self.rejects({"model.experts": 4}, needles=["model.experts", "model.arch = llama"])
+
+    def test_moe_key_without_experts(self):
+        self.rejects({**LLAMA, "model.capacity_factor": 1.5},
+                     needles=["model.capacity_factor", "model.experts > 0"])
+
+    def test_moe_more_choices_than_experts(self):
+        self.rejects({**LLAMA, "model.experts": 3, "model.experts_per_token": 4},
+                     needles=["model.experts_per_token = 4", "model.experts = 3"])
+
+    def test_moe_negative_capacity(self):
+        self.rejects({**LLAMA, "model.experts": 3, "model.capacity_factor": -1},
+                     needles=["model.capacity_factor = -1", ">= 0"])
+
+    def test_moe_tp_does_not_divide_the_expert_width(self):
+        self.rejects({**LLAMA, "model.kv_heads": 2, "model.experts": 3, "model.expert_hidden": 15, "parallel.tp": 2},
+                     needles=["parallel.tp = 2", "expert SwiGLU width 15"])
+
+    def test_ep_does_not_divide_dp(self):
+        self.rejects({**LLAMA, "model.experts": 6, "parallel.ep": 3}, needles=["parallel.ep = 3", "dp"])
+
+    def test_ep_without_experts(self):
+        self.rejects({**LLAMA, "parallel.ep": 2, "parallel.dp": 2},
+                     needles=["parallel.ep = 2", "model.experts"])
+
     # --- a checkpoint of the other model family, as resume or initial weights
 
     def llama_checkpoint(self):
