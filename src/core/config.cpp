@@ -210,23 +210,28 @@ void require_positive_real(const char* key, double v) {
   if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
 }
 
+// Keys that mean something only under another setting stay at their defaults without it: each
+// pair is a key and whether it is at its default; `what` says what it is and how to use it.
+void require_at_defaults(std::initializer_list<std::pair<const char*, bool>> keys, const char* what) {
+  for (const auto& [key, is_default] : keys) {
+    if (!is_default) input_error("{} is {}, or leave {} out", key, what, key);
+  }
+}
+
 // The MoE keys: valid values when model.experts > 0, their defaults otherwise.
 void validate_experts(const ModelConfig& m) {
   if (m.experts < 0) input_error("model.experts = {} is invalid: it must be >= 0 (0: dense MLPs)", m.experts);
   if (m.experts == 0) {
     const ModelConfig d;
-    const std::pair<const char*, bool> moe_only[] = {
-        {"model.experts_per_token", m.experts_per_token == d.experts_per_token},
-        {"model.moe_every", m.moe_every == d.moe_every},
-        {"model.shared_experts", m.shared_experts == d.shared_experts},
-        {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
-        {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
-        {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
-        {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
-        {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}};
-    for (const auto& [key, is_default] : moe_only) {
-      if (!is_default) input_error("{} is a mixture-of-experts key: set model.experts > 0, or leave {} out", key, key);
-    }
+    require_at_defaults({{"model.experts_per_token", m.experts_per_token == d.experts_per_token},
+                         {"model.moe_every", m.moe_every == d.moe_every},
+                         {"model.shared_experts", m.shared_experts == d.shared_experts},
+                         {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
+                         {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
+                         {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
+                         {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
+                         {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}},
+                        "a mixture-of-experts key: set model.experts > 0");
     return;
   }
   if (m.experts > 1024) input_error("model.experts = {} is invalid: at most 1024 experts", m.experts);
@@ -247,16 +252,14 @@ void validate_experts(const ModelConfig& m) {
 // The llama keys: valid values under llama, their defaults under gpt2 (which has no use for them).
 void validate_family(const ModelConfig& m) {
   if (m.arch == Arch::gpt2) {
-    const ModelConfig defaults;
-    const std::pair<const char*, bool> llama_only[] = {{"model.kv_heads", m.kv_heads == defaults.kv_heads},
-                                                       {"model.ffn_hidden", m.ffn_hidden == defaults.ffn_hidden},
-                                                       {"model.multiple_of", m.multiple_of == defaults.multiple_of},
-                                                       {"model.rope_theta", m.rope_theta == defaults.rope_theta},
-                                                       {"model.norm_eps", m.norm_eps == defaults.norm_eps},
-                                                       {"model.experts", m.experts == defaults.experts}};
-    for (const auto& [key, is_default] : llama_only) {
-      if (!is_default) input_error("{} is a llama key: set model.arch = llama, or leave {} out", key, key);
-    }
+    const ModelConfig d;
+    require_at_defaults({{"model.kv_heads", m.kv_heads == d.kv_heads},
+                         {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
+                         {"model.multiple_of", m.multiple_of == d.multiple_of},
+                         {"model.rope_theta", m.rope_theta == d.rope_theta},
+                         {"model.norm_eps", m.norm_eps == d.norm_eps},
+                         {"model.experts", m.experts == d.experts}},
+                        "a llama key: set model.arch = llama");
     return;
   }
   if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
