@@ -20,8 +20,9 @@ struct StepTime {
   double tp_comm_s = 0;  // tensor-parallel all-reduces
   double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, gpt2's tied wte gradient
   double dp_comm_s = 0;  // the loss sum, gradient reduction over dp (experts': dp / ep), ZeRO's gathers
+  double ep_comm_s = 0;  // expert parallelism's all-to-alls: the MoE blocks' token rows and their counts
   double bubble_s = 0;   // pipeline fill and drain
-  double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + bubble_s; }
+  double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + ep_comm_s + bubble_s; }
 };
 
 // Ring collectives over `ranks` ranks on `link`, for a buffer of `bytes` (the whole buffer, not a
@@ -30,6 +31,10 @@ struct StepTime {
 double ring_allreduce_s(double bytes, int ranks, const Link& link);
 double ring_reduce_scatter_s(double bytes, int ranks, const Link& link);
 double ring_allgather_s(double bytes, int ranks, const Link& link);
+// An all-to-all in which a rank sends `bytes` in all to the other ranks (what the counting Comm
+// counts; each rank receives as much meanwhile): p − 1 pairwise exchanges, each paying α, the bytes
+// β once: bytes/β + (p−1)·α. 0 for one rank.
+double alltoall_s(double bytes, int ranks, const Link& link);
 double point_to_point_s(double bytes, const Link& link);
 
 // The link a group's traffic crosses in a world of `world` ranks: the inter-node link when any

@@ -110,7 +110,7 @@ TEST(LlamaPlan, ExpertParallelStateMemoryAndTrafficByHand) {
   cfg.model.moe_every = 2;
   cfg.model.expert_hidden = 16;
   cfg.parallel.ep = 2;
-  const Layout grid{4, 1, 1};
+  const Layout grid{4, 1, 1, 2};
   const std::int64_t dense = 92'096, experts = 6'144;
   for (int zero : {0, 1}) {
     cfg.parallel.zero = zero;
