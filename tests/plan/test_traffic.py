@@ -80,19 +80,28 @@ def differences(counted, predicted):
     return out
 
 
-def check_case(opts, shard, model, name, ranks, extra):
+def plan_and_count(opts, shard, name, ranks, keys, logs=()):
+    """plan --json's per-rank entries by rank and the ranks `train` counted in its last step, each
+    run with `keys`, and the case's directory; or a list of failures. `logs`: (key, file name) of
+    further logs the run writes into the case's directory."""
     work, run_keys = case_keys(opts.workdir, name, shard)
     log = os.path.join(work, "traffic.json")
-    keys = model + extra + run_keys + ["--log.traffic", log]
+    keys = keys + run_keys + ["--log.traffic", log]
+    for key, file in logs:
+        keys += [key, os.path.join(work, file)]
     plan = plan_json(opts.meshtrain, ranks, keys)
     if isinstance(plan, str):
         return [plan]
-    predicted = {r["rank"]: r for r in plan["per_rank"]}
     failed = train(opts.mpiexec, opts.meshtrain, ranks, keys)
     if failed:
         return [failed]
     with open(log) as f:
         counted = json.load(f)["ranks"]
+    return {r["rank"]: r for r in plan["per_rank"]}, counted, work
+
+
+def rank_failures(counted, predicted, ranks, differ=differences):
+    """Every rank's position and traffic against the plan's (`differ`: the lines where they disagree)."""
     failures = []
     if sorted(r["rank"] for r in counted) != list(range(ranks)):
         failures.append(f"the log holds ranks {[r['rank'] for r in counted]}, not 0..{ranks - 1}")
@@ -103,8 +112,25 @@ def check_case(opts, shard, model, name, ranks, extra):
             failures.append(f"{where}: the plan puts it at {[plan_rank[k] for k in POSITION]}")
         if not r["traffic"]:
             failures.append(f"{where}: nothing counted")
-        failures += [f"{where}: {d}" for d in differences(r["traffic"], plan_rank["traffic"])]
+        failures += [f"{where}: {d}" for d in differ(r["traffic"], plan_rank["traffic"])]
     return failures
+
+
+def check_case(opts, shard, model, name, ranks, extra):
+    run = plan_and_count(opts, shard, name, ranks, model + extra)
+    if isinstance(run, list):
+        return run
+    predicted, counted, _ = run
+    return rank_failures(counted, predicted, ranks)
+
+
+def report(name, ranks, seconds, failures):
+    """The case's line, and its first failures."""
+    print(f"{'FAIL' if failures else 'ok  '} {name} ({ranks} ranks, {seconds:.1f} s)", flush=True)
+    for f in failures[:20]:
+        print(f"     {f}")
+    if len(failures) > 20:
+        print(f"     … and {len(failures) - 20} more")
 
 
 def main():
@@ -126,11 +152,7 @@ def main():
             continue
         start = time.monotonic()
         failures = check_case(opts, shard, model, name, ranks, extra)
-        print(f"{'FAIL' if failures else 'ok  '} {name} ({ranks} ranks, {time.monotonic() - start:.1f} s)", flush=True)
-        for f in failures[:20]:
-            print(f"     {f}")
-        if len(failures) > 20:
-            print(f"     … and {len(failures) - 20} more")
+        report(name, ranks, time.monotonic() - start, failures)
         failed += bool(failures)
     print(f"{failed} of {len(cases)} layouts disagree" if failed else "every rank's traffic is the plan's")
     return 1 if failed else 0
