@@ -45,8 +45,9 @@ Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& clus
 // each stage's blocks; gpt2's wpe on the first stage and its tied wte — the output head's GEMM — on
 // the last; llama's lm_head and norm on the last, its embed_tokens, a lookup, nowhere). N is every
 // product's matrix of the family: gpt2's 3C-wide c_attn and 4C-wide MLP, llama's q, k, v (kv heads
-// narrower under grouped-query attention) and SwiGLU's gate, up and down (model/parameters.hpp,
-// flops_per_token). The stages sum to flops_per_token(). Without recomputation.
+// narrower under grouped-query attention) and SwiGLU's gate, up and down, an MoE block's routed
+// experts counted k/E (active_share) (model/parameters.hpp, flops_per_token). The stages sum to flops_per_token().
+// Without recomputation.
 double stage_flops_per_token(const ModelConfig& model, int stage, int stages);
 
 // The step time of every pipeline stage, and the slowest one (what the step takes).

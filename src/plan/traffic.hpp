@@ -23,10 +23,10 @@
 //         of the column-parallel products: c_attn and c_fc, q|k|v and gate|up), one more per
 //         block whose forward full recomputation reruns; the vocabulary-parallel loss's row
 //         maxima (b·T floats) and partial sums (2·b·T floats) on the last stage.
-//   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
-//         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
 //         An MoE block's backward also sums its gate weights' gradient, b·T·k floats (the gates
 //         are a dot product with this rank's partial expert outputs; model/llama_moe.cpp).
+//   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
+//         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
 //   ep    (parallel.ep > 1) per MoE block of the stage and micro-batch, the token exchange's
 //         all-to-alls (model/impl/expert_exchange.hpp), counted as the sender's bytes to the other
 //         ranks: forward the kept counts, (ep − 1) · E/ep int64, and two alltoallv of token rows
@@ -65,8 +65,9 @@ std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int 
 // routing decides it at run time; the plan assumes an even load: every expert at its capacity when
 // model.capacity_factor sets one (min(N·k, E · capacity) rows kept, the rest dropped), else all N·k
 // assignments kept, spread evenly over the E experts, so that (ep − 1)/ep of the kept rows belong to
-// other ranks' experts and as many come back. Exact when every expert of every block overflows its
-// capacity in every micro-batch; dropless, it is the mean an unbiased router gives.
+// other ranks' experts and as many come back. Under a capacity that binds (E · capacity ≤ N·k) an
+// upper bound — no rank sends another more than capacity rows per expert — reached when every
+// expert overflows in every micro-batch; dropless, the mean an unbiased router gives.
 std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep);
 
 RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position);

@@ -39,48 +39,48 @@ void train_pass(const ModelConfig& m) {
   space.fence();
 }
 
-// C 32, 4 heads (2 kv), SwiGLU 24, L 2, V 61, T 16: N = 32 tokens a pass.
-ModelConfig small_llama() {
+// C 32, 4 heads (2 kv), SwiGLU 24, L 2, V 61, T 16 (N = 32 tokens a pass); `experts` routed
+// experts (top-2) of width `expert_hidden` in the blocks l with l mod `moe_every` = 0.
+struct Shape {
+  int experts = 0, expert_hidden = 0, shared_experts = 0, moe_every = 1;
+  double capacity_factor = 0;
+};
+
+ModelConfig llama(const Shape& s) {
   ModelConfig m{2, 4, 32, 61, 16};
   m.arch = Arch::llama;
   m.kv_heads = 2;
   m.ffn_hidden = 24;
+  m.experts = s.experts;
+  m.expert_hidden = s.expert_hidden;
+  m.shared_experts = s.shared_experts;
+  m.moe_every = s.moe_every;
+  m.capacity_factor = s.capacity_factor;
   return m;
 }
 
-void expect_reserved_is_used(const ModelConfig& m) {
+void expect_reserved_is_used(const Shape& shape) {
+  const ModelConfig m = llama(shape);
   release_gemm_workspace();
   train_pass(m);
   EXPECT_EQ(gemm_workspace_bytes(), llama_gemm_workspace_bytes<bf16>(m, 2));
   release_gemm_workspace();
 }
 
-TEST(LlamaGemmWorkspace, DenseIsWhatItsProductsGrow) { expect_reserved_is_used(small_llama()); }
+TEST(LlamaGemmWorkspace, DenseIsWhatItsProductsGrow) { expect_reserved_is_used({}); }
 
 // Routed experts wider than the SwiGLU's 24, in every block (no dense product runs). Under a
 // capacity, ⌈0.25 · 32 · 2 / 4⌉ = 4 of the 64 assignments an expert: every expert is full, its
 // products 4 rows tall, and at width 400 the largest of the model (the bound of N rows would be
 // twice the bytes). Dropless with k = E = 2, each expert takes every one of the N tokens.
 TEST(LlamaGemmWorkspace, RoutedExpertsWiderThanTheDenseSwiGLU) {
-  ModelConfig m = small_llama();
-  m.experts = 4;
-  m.expert_hidden = 400;
-  m.capacity_factor = 0.25;
-  expect_reserved_is_used(m);
-  m.experts = 2;
-  m.expert_hidden = 56;
-  m.capacity_factor = 0;
-  expect_reserved_is_used(m);
+  expect_reserved_is_used({.experts = 4, .expert_hidden = 400, .capacity_factor = 0.25});
+  expect_reserved_is_used({.experts = 2, .expert_hidden = 56});
 }
 
 // Three shared experts of width 16: a dense SwiGLU of 48 over every token, in the MoE block 0 only.
 TEST(LlamaGemmWorkspace, SharedExpertsWiderThanTheDenseSwiGLU) {
-  ModelConfig m = small_llama();
-  m.experts = 4;
-  m.expert_hidden = 16;
-  m.shared_experts = 3;
-  m.moe_every = 2;
-  expect_reserved_is_used(m);
+  expect_reserved_is_used({.experts = 4, .expert_hidden = 16, .shared_experts = 3, .moe_every = 2});
 }
 
 }  // namespace

@@ -179,8 +179,8 @@ TEST(LlamaPlan, MoeTotalAndActiveParametersAndFlopsByHand) {
   cfg.model = m;
   cfg.train.micro_batch = 2;
   cfg.train.global_batch = 2;
-  const std::string table = plan_table(make_plan(cfg, 1, Cluster{}));
-  EXPECT_EQ(table.substr(0, table.find('\n')),
+  const std::string text = plan_table(make_plan(cfg, 1, Cluster{}));
+  EXPECT_EQ(text.substr(0, text.find('\n')),
             "model: llama, 3 layers, 4 heads (2 kv), d_model 64, SwiGLU 176, MoE 6 experts of width 40, top-2, 2 of 3 "
             "blocks, 1 shared, vocab 97, seq_len 32: 0.19M parameters total, 0.13M active per token, 781.8 k FLOP per "
             "token");

@@ -15,20 +15,13 @@ everything else (the calls, the counts' all-to-all included) exactly.
 
 usage: test_moe_traffic.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--only NAME ...]
 """
-import argparse
 import json
 import math
 import os
-import shutil
 import sys
-import time
 
-import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'oracle'))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_torch  # noqa: E402
-from test_traffic import differences, plan_and_count, rank_failures, report  # noqa: E402
+from test_traffic import command_line, differences, plan_and_count, rank_failures, run_cases  # noqa: E402
 
 TOKENS, K, E, FACTOR = 2 * 16, 2, 4, 0.25  # micro_batch · seq_len, experts_per_token, experts, capacity_factor
 # Blocks 0 and 2 of 4 are MoE (moe_every 2), with one shared expert; 8 sequences a step.
@@ -92,27 +85,10 @@ def check_case(opts, shard, name, ranks, extra, saturated):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--meshtrain", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
-    ap.add_argument("--only", nargs="*", help="run only these cases")
-    opts = ap.parse_args()
-    shutil.rmtree(opts.workdir, ignore_errors=True)
-    os.makedirs(opts.workdir)
-    shard = os.path.join(opts.workdir, "shard.bin")
-    gpt2_torch.write_shard(shard, np.random.default_rng(0).integers(0, 71, size=20_000))
-    cases = [(c, True) for c in SATURATED] + [(DROPLESS, False)]
-    failed = 0
-    for (name, ranks, extra), saturated in cases:
-        if opts.only and name not in opts.only:
-            continue
-        start = time.monotonic()
-        failures = check_case(opts, shard, name, ranks, extra, saturated)
-        report(name, ranks, time.monotonic() - start, failures)
-        failed += bool(failures)
-    print(f"{failed} of {len(cases)} layouts disagree" if failed else "every rank's traffic is the plan's")
-    return 1 if failed else 0
+    opts = command_line(__doc__)
+    cases = [(name, ranks, (extra, True)) for name, ranks, extra in SATURATED]
+    cases.append((DROPLESS[0], DROPLESS[1], (DROPLESS[2], False)))
+    return run_cases(opts, cases, lambda shard, name, ranks, case: check_case(opts, shard, name, ranks, *case))
 
 
 if __name__ == "__main__":

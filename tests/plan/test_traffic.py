@@ -124,38 +124,46 @@ def check_case(opts, shard, model, name, ranks, extra):
     return rank_failures(counted, predicted, ranks)
 
 
-def report(name, ranks, seconds, failures):
-    """The case's line, and its first failures."""
-    print(f"{'FAIL' if failures else 'ok  '} {name} ({ranks} ranks, {seconds:.1f} s)", flush=True)
-    for f in failures[:20]:
-        print(f"     {f}")
-    if len(failures) > 20:
-        print(f"     … and {len(failures) - 20} more")
-
-
-def main():
-    ap = argparse.ArgumentParser()
+def command_line(description, extra=()):
+    """The options every traffic test takes (and `extra`: (flag, add_argument's keywords) pairs)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--meshtrain", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--only", nargs="*", help="run only these cases")
-    ap.add_argument("--arch", choices=sorted(FAMILIES), default="gpt2", help="the model family's model and cases")
-    opts = ap.parse_args()
-    model, cases = FAMILIES[opts.arch]
+    for flag, keywords in extra:
+        ap.add_argument(flag, **keywords)
+    return ap.parse_args()
+
+
+def run_cases(opts, cases, check):
+    """A fresh work directory with a token shard, then check(shard, name, ranks, case) — the case's
+    failures — for each (name, ranks, case) of `cases` that --only names; 1 when any failed."""
     shutil.rmtree(opts.workdir, ignore_errors=True)
     os.makedirs(opts.workdir)
     shard = os.path.join(opts.workdir, "shard.bin")
     gpt2_torch.write_shard(shard, np.random.default_rng(0).integers(0, 71, size=20_000))
     failed = 0
-    for name, ranks, extra in cases:
+    for name, ranks, case in cases:
         if opts.only and name not in opts.only:
             continue
         start = time.monotonic()
-        failures = check_case(opts, shard, model, name, ranks, extra)
-        report(name, ranks, time.monotonic() - start, failures)
+        failures = check(shard, name, ranks, case)
+        print(f"{'FAIL' if failures else 'ok  '} {name} ({ranks} ranks, {time.monotonic() - start:.1f} s)", flush=True)
+        for f in failures[:20]:
+            print(f"     {f}")
+        if len(failures) > 20:
+            print(f"     … and {len(failures) - 20} more")
         failed += bool(failures)
     print(f"{failed} of {len(cases)} layouts disagree" if failed else "every rank's traffic is the plan's")
     return 1 if failed else 0
+
+
+def main():
+    opts = command_line(__doc__, [("--arch", {"choices": sorted(FAMILIES), "default": "gpt2",
+                                              "help": "the model family's model and cases"})])
+    model, cases = FAMILIES[opts.arch]
+    return run_cases(opts, cases, lambda shard, name, ranks, extra: check_case(opts, shard, model, name, ranks, extra))
 
 
 if __name__ == "__main__":
