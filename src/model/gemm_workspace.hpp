@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
+#include <vector>
 
 namespace meshtrain {
 
@@ -33,20 +35,39 @@ std::size_t gpt2_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 
   return bytes;
 }
 
-// The same for a llama rank: every product of model/llama_forward.cpp and llama_backward.cpp.
+// The three products each of a SwiGLU of `hidden` columns over `rows` rows runs, forward and
+// backward (gate|up, then down), in the order: forward, input gradient, weight gradient.
+inline void add_swiglu_products(std::vector<GemmShape>& products, int rows, int C, int hidden) {
+  const GemmShape swiglu[] = {
+      {rows, 2 * hidden, C}, {rows, C, 2 * hidden}, {2 * hidden, C, rows},  // gate|up
+      {rows, C, hidden},     {rows, hidden, C},     {C, hidden, rows},      // down
+  };
+  products.insert(products.end(), std::begin(swiglu), std::end(swiglu));
+}
+
+// The same for a llama rank: every product of model/llama_forward.cpp, llama_backward.cpp and
+// llama_moe.cpp. The dense SwiGLU's only when some block is dense; an MoE block's shared experts
+// over every row, and its routed experts' grouped products (each group's own shape,
+// kernels/gemm.hpp) over at most min(N, capacity) rows: a group is one expert's rows from one
+// sender, and a token goes to an expert at most once. The router's product runs in fp32 without
+// the workspace (kernels/router_linear.hpp). Dropless, the experts' rows are an upper bound.
 template <class Real>
 std::size_t llama_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 1) {
   const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, hs = m.head_size();
-  const int Vl = (m.vocab + tp - 1) / tp, Hl = m.mlp_hidden() / tp;
+  const int Vl = (m.vocab + tp - 1) / tp;
   const int Q = m.heads / tp * hs, QKV = (m.heads + 2 * m.kv_head_count()) / tp * hs;
-  const GemmShape products[] = {
-      {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // lm_head: logits, dnorm, dlm_head
-      {N, QKV, C},    {N, C, QKV},    {QKV, C, N},     // q|k|v: forward, input and weight gradients
-      {N, C, Q},      {N, Q, C},      {C, Q, N},       // o_proj
-      {N, 2 * Hl, C}, {N, C, 2 * Hl}, {2 * Hl, C, N},  // gate|up
-      {N, C, Hl},     {N, Hl, C},     {C, Hl, N},      // down_proj
-      {T, T, hs},     {T, hs, T},                      // attention, per sequence and head
+  std::vector<GemmShape> products = {
+      {N, Vl, C},  {N, C, Vl},  {Vl, C, N},   // lm_head: logits, dnorm, dlm_head
+      {N, QKV, C}, {N, C, QKV}, {QKV, C, N},  // q|k|v: forward, input and weight gradients
+      {N, C, Q},   {N, Q, C},   {C, Q, N},    // o_proj
+      {T, T, hs},  {T, hs, T},                // attention, per sequence and head
   };
+  if (m.moe_blocks() < m.layers) add_swiglu_products(products, N, C, m.mlp_hidden() / tp);
+  if (m.experts > 0) {
+    if (m.shared_experts > 0) add_swiglu_products(products, N, C, m.shared_hidden() / tp);
+    const int capacity = m.expert_capacity(N);
+    add_swiglu_products(products, capacity > 0 ? std::min(N, capacity) : N, C, m.expert_hidden_size() / tp);
+  }
   std::size_t bytes = 0;
   for (const GemmShape& s : products) bytes = std::max(bytes, gemm_workspace_bytes_for<Real>(s));
   return bytes;

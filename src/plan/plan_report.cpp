@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 namespace meshtrain {
@@ -65,8 +66,10 @@ std::string cluster_line(const Plan& plan) {
       rate_text(c.inter.bandwidth_Bps, "B"), seconds_text(c.inter.latency_s));
 }
 
+// "dp 4 × tp 1 × pp 1 = 4 ranks", with "(ep 2)" after it under expert parallelism.
 std::string layout_text(const Layout& l) {
-  return fmt::format("dp {} × tp {} × pp {} = {} rank{}", l.dp, l.tp, l.pp, l.world(), l.world() == 1 ? "" : "s");
+  return fmt::format("dp {} × tp {} × pp {} = {} rank{}{}", l.dp, l.tp, l.pp, l.world(), l.world() == 1 ? "" : "s",
+                     l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "");
 }
 
 nlohmann::json link_json(const Link& link) {
@@ -75,8 +78,8 @@ nlohmann::json link_json(const Link& link) {
 
 nlohmann::json step_json(const StepTime& st) {
   return {{"stage", st.stage},         {"compute_s", st.compute_s}, {"tp_comm_s", st.tp_comm_s},
-          {"pp_comm_s", st.pp_comm_s}, {"dp_comm_s", st.dp_comm_s}, {"bubble_s", st.bubble_s},
-          {"total_s", st.total_s()}};
+          {"pp_comm_s", st.pp_comm_s}, {"dp_comm_s", st.dp_comm_s}, {"ep_comm_s", st.ep_comm_s},
+          {"bubble_s", st.bubble_s},   {"total_s", st.total_s()}};
 }
 
 nlohmann::json memory_json(const MemoryBytes& m) {
@@ -139,6 +142,7 @@ nlohmann::json summary_json(const Plan& plan) {
         {"dp", l.dp},
         {"tp", l.tp},
         {"pp", l.pp},
+        {"ep", l.ep},
         {"zero", cfg.parallel.zero},
         {"schedule", name_of(cfg.parallel.schedule)},
         {"precision", name_of(cfg.train.precision)},
@@ -222,7 +226,8 @@ std::string plan_table(const Plan& plan) {
   const double total = st.total_s();
   for (auto [name, s] :
        {std::pair{"compute", st.compute_s}, std::pair{"tp comm", st.tp_comm_s}, std::pair{"pp comm", st.pp_comm_s},
-        std::pair{"dp comm", st.dp_comm_s}, std::pair{"bubble", st.bubble_s}}) {
+        std::pair{"dp comm", st.dp_comm_s}, std::pair{"ep comm", st.ep_comm_s}, std::pair{"bubble", st.bubble_s}}) {
+    if (std::string_view(name) == "ep comm" && plan.layout.ep == 1) continue;  // no expert parallelism: no line
     out += fmt::format("  {:<9} {:>12} {:>6.1f} %\n", name, seconds_text(s), total > 0 ? 100 * s / total : 0);
   }
   out += fmt::format("  {:<9} {:>12}   {}/s, {} model\n", "total", seconds_text(total),

@@ -19,8 +19,10 @@
 //              gpt2's tied wte gradient over 2 (llama's lm_head is untied: none). dp comm: the loss sum, the gradient
 //              buckets or ZeRO's reduce-scatters, and ZeRO's all-gathers, over d ranks; under
 //              expert parallelism the routed experts' share of them over d / ep ranks (their group
-//              lies inside a dp group: its link is taken as the dp groups').
-//   bubble   = (p − 1)/m · (compute + tp comm + the stage's sends): (p − 1) micro-batch slots of
+//              lies inside a dp group: its link is taken as the dp groups'). ep comm: the MoE
+//              blocks' all-to-alls over the ep ranks (their token rows as plan/traffic.hpp plans
+//              them: an even load, every expert at its capacity when there is one).
+//   bubble   = (p − 1)/m · (compute + tp comm + ep comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
 // Activations and ZeRO's weight gathers travel in the compute type (4 bytes under fp32, 2 under
@@ -88,6 +90,11 @@ double ring_reduce_scatter_s(double bytes, int ranks, const Link& link) {
 
 double ring_allgather_s(double bytes, int ranks, const Link& link) { return ring_reduce_scatter_s(bytes, ranks, link); }
 
+double alltoall_s(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1) return 0;
+  return bytes / link.bandwidth_Bps + (ranks - 1) * link.latency_s;
+}
+
 double point_to_point_s(double bytes, const Link& link) { return link.latency_s + bytes / link.bandwidth_Bps; }
 
 Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& cluster, int world) {
@@ -114,6 +121,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
   const Link tp_link = group_link(tp_groups(layout), cluster, world);
   const Link pp_link = group_link(pp_groups(layout), cluster, world);
   const Link dp_link = group_link(dp_groups(layout), cluster, world);
+  const Link ep_link = group_link(ep_groups(layout), cluster, world);
 
   std::vector<StepTime> stages;
   for (int s = 0; s < p; ++s) {
@@ -134,9 +142,10 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     const double pipeline_transfers_s = sends_s(group(traffic, "pp"), pp_link);
     st.pp_comm_s = pipeline_transfers_s + collectives_s(group(traffic, "pp"), p, pp_link) +
                    collectives_s(group(traffic, "tied"), 2, pp_link);
-    st.bubble_s = double(p - 1) / m * (st.compute_s + st.tp_comm_s + pipeline_transfers_s);
-    st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link) +
-                   collectives_s(group(traffic, "edp"), d / cfg.parallel.ep, dp_link);
+    st.ep_comm_s = priced(alltoall_s, group(traffic, "ep")[Collective::alltoall], layout.ep, ep_link);
+    st.bubble_s = double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + pipeline_transfers_s);
+    st.dp_comm_s =
+        collectives_s(group(traffic, "dp"), d, dp_link) + collectives_s(group(traffic, "edp"), layout.edp(), dp_link);
     stages.push_back(st);
   }
   return stages;

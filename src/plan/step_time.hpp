@@ -20,8 +20,9 @@ struct StepTime {
   double tp_comm_s = 0;  // tensor-parallel all-reduces
   double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, gpt2's tied wte gradient
   double dp_comm_s = 0;  // the loss sum, gradient reduction over dp (experts': dp / ep), ZeRO's gathers
+  double ep_comm_s = 0;  // expert parallelism's all-to-alls: the MoE blocks' token rows and their counts
   double bubble_s = 0;   // pipeline fill and drain
-  double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + bubble_s; }
+  double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + ep_comm_s + bubble_s; }
 };
 
 // Ring collectives over `ranks` ranks on `link`, for a buffer of `bytes` (the whole buffer, not a
@@ -30,6 +31,10 @@ struct StepTime {
 double ring_allreduce_s(double bytes, int ranks, const Link& link);
 double ring_reduce_scatter_s(double bytes, int ranks, const Link& link);
 double ring_allgather_s(double bytes, int ranks, const Link& link);
+// An all-to-all in which a rank sends `bytes` in all to the other ranks (what the counting Comm
+// counts; each rank receives as much meanwhile): p − 1 pairwise exchanges, each paying α, the bytes
+// β once: bytes/β + (p−1)·α. 0 for one rank.
+double alltoall_s(double bytes, int ranks, const Link& link);
 double point_to_point_s(double bytes, const Link& link);
 
 // The link a group's traffic crosses in a world of `world` ranks: the inter-node link when any
@@ -40,8 +45,9 @@ Link group_link(const std::vector<std::vector<int>>& groups, const Cluster& clus
 // each stage's blocks; gpt2's wpe on the first stage and its tied wte — the output head's GEMM — on
 // the last; llama's lm_head and norm on the last, its embed_tokens, a lookup, nowhere). N is every
 // product's matrix of the family: gpt2's 3C-wide c_attn and 4C-wide MLP, llama's q, k, v (kv heads
-// narrower under grouped-query attention) and SwiGLU's gate, up and down (model/parameters.hpp,
-// flops_per_token). The stages sum to flops_per_token(). Without recomputation.
+// narrower under grouped-query attention) and SwiGLU's gate, up and down, an MoE block's routed
+// experts counted k/E (active_share) (model/parameters.hpp, flops_per_token). The stages sum to flops_per_token().
+// Without recomputation.
 double stage_flops_per_token(const ModelConfig& model, int stage, int stages);
 
 // The step time of every pipeline stage, and the slowest one (what the step takes).

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -51,18 +52,19 @@ std::vector<BlockVisit> block_visits(const std::vector<Pass>& passes, int blocks
   return visits;
 }
 
-// Blocks whose forward full recomputation reruns before their backward: all but the one whose
-// activations are still resident (the model keeps the last block it ran, forward or recomputed).
-std::int64_t recomputed_blocks(const std::vector<Pass>& passes, int blocks) {
+// How often full recomputation reruns each stage block's forward before its backward: every time
+// but when its activations are still resident (the model keeps the last block it ran, forward or
+// recomputed). Indexed by the stage's block.
+std::vector<std::int64_t> recomputed_blocks(const std::vector<Pass>& passes, int blocks) {
   std::optional<std::pair<int, int>> resident;  // (micro-batch, block)
-  std::int64_t reruns = 0;
+  std::vector<std::int64_t> reruns(std::size_t(blocks), 0);
   for (const Pass& p : passes) {
     if (!p.backward) {
       resident = std::pair{p.micro, blocks - 1};
       continue;
     }
     for (int l = blocks - 1; l >= 0; --l) {
-      if (resident != std::pair{p.micro, l}) ++reruns;
+      if (resident != std::pair{p.micro, l}) ++reruns[std::size_t(l)];
       resident = std::pair{p.micro, l};
     }
   }
@@ -115,10 +117,27 @@ void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& gr
   }
 }
 
+// The stage's blocks (stage indices) whose MLP is routed experts.
+std::vector<int> moe_stage_blocks(const ParameterLayout& layout) {
+  std::vector<int> moe;
+  for (int l = 0; l < layout.stage_layers(); ++l) {
+    if (layout.model().is_moe_block(layout.first_layer() + l)) moe.push_back(l);
+  }
+  return moe;
+}
+
+// Σ of `reruns` over `blocks`.
+std::int64_t reruns_of(const std::vector<std::int64_t>& reruns, const std::vector<int>& blocks) {
+  std::int64_t n = 0;
+  for (const int l : blocks) n += reruns[std::size_t(l)];
+  return n;
+}
+
 void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLayout& layout,
                          const std::vector<Pass>& passes, std::int64_t activation_bytes, std::int64_t rows) {
   const StagePlace& place = layout.place();
   const std::int64_t L = layout.stage_layers();
+  const std::int64_t moe_blocks = std::int64_t(moe_stage_blocks(layout).size());
   for (const Pass& p : passes) {
     const std::int64_t wide = 2 * L + (p.backward ? (place.last() ? 1 : 0) : (place.first() ? 1 : 0));
     tp.add(Collective::allreduce, wide, wide * activation_bytes);
@@ -126,11 +145,40 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
       tp.add(Collective::allreduce, 1, rows * fp32_bytes);      // row maxima
       tp.add(Collective::allreduce, 1, 2 * rows * fp32_bytes);  // Σ exp and the target logit
     }
+    if (p.backward) {
+      // An MoE block's gate weights' gradient (b·T·k floats), a dot product with the partial ys.
+      const std::int64_t gates = rows * cfg.model.experts_per_token * fp32_bytes;
+      tp.add(Collective::allreduce, moe_blocks, moe_blocks * gates);
+    }
   }
   if (cfg.train.recompute == Recompute::full) {
-    const std::int64_t reruns = recomputed_blocks(passes, int(L));
+    const std::vector<std::int64_t> per_block = recomputed_blocks(passes, int(L));
+    const std::int64_t reruns = std::accumulate(per_block.begin(), per_block.end(), std::int64_t(0));
     tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
   }
+}
+
+// Expert parallelism's exchanges (model/impl/expert_exchange.hpp), per MoE block of the stage and
+// micro-batch: forward the kept counts (an all-to-all of E int64, El = E / ep to each peer), then
+// the rows to the experts' ranks and their outputs back (two alltoallv); backward the rows'
+// gradients there and back (two more); a forward that full recomputation reruns repeats its three.
+void add_expert_parallel(GroupTraffic& ep, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
+                         const std::vector<Pass>& passes, std::int64_t rows) {
+  const ModelConfig& m = cfg.model;
+  const std::vector<int> moe = moe_stage_blocks(layout);
+  const std::int64_t blocks = std::int64_t(moe.size());
+  const std::int64_t count_bytes =
+      std::int64_t(grid.ep - 1) * (m.experts / grid.ep) * std::int64_t(sizeof(std::int64_t));
+  const std::int64_t row_bytes =
+      planned_exchange_rows(m, rows, grid.ep) * m.d_model * compute_bytes(cfg.train.precision);
+  std::int64_t forwards = 0, backwards = 0;
+  for (const Pass& p : passes) (p.backward ? backwards : forwards) += blocks;
+  if (cfg.train.recompute == Recompute::full) {
+    forwards += reruns_of(recomputed_blocks(passes, layout.stage_layers()), moe);
+  }
+  ep.add(Collective::alltoall, forwards, forwards * count_bytes);
+  const std::int64_t exchanges = 2 * (forwards + backwards);
+  ep.add(Collective::alltoall, exchanges, exchanges * row_bytes);
 }
 
 void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int stage, int accum,
@@ -146,6 +194,13 @@ void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int s
 }
 
 }  // namespace
+
+std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep) {
+  const std::int64_t assignments = tokens * model.experts_per_token;
+  const int capacity = model.expert_capacity(int(tokens));
+  const std::int64_t kept = capacity > 0 ? std::min(assignments, std::int64_t(model.experts) * capacity) : assignments;
+  return kept * (ep - 1) / ep;
+}
 
 std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks) {
   const int rooms = std::min(blocks, 2);
@@ -179,6 +234,7 @@ RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridP
   RankTraffic traffic;
   add_data_parallel(traffic, cfg, grid, layout, passes, accum);
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
+  if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
     if ((place.first() || place.last()) && cfg.model.ties_output_head()) {

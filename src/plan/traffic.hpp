@@ -23,8 +23,15 @@
 //         of the column-parallel products: c_attn and c_fc, q|k|v and gate|up), one more per
 //         block whose forward full recomputation reruns; the vocabulary-parallel loss's row
 //         maxima (b·T floats) and partial sums (2·b·T floats) on the last stage.
+//         An MoE block's backward also sums its gate weights' gradient, b·T·k floats (the gates
+//         are a dot product with this rank's partial expert outputs; model/llama_moe.cpp).
 //   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
 //         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
+//   ep    (parallel.ep > 1) per MoE block of the stage and micro-batch, the token exchange's
+//         all-to-alls (model/impl/expert_exchange.hpp), counted as the sender's bytes to the other
+//         ranks: forward the kept counts, (ep − 1) · E/ep int64, and two alltoallv of token rows
+//         (to the experts' ranks and back), backward two more; a forward that full recomputation
+//         reruns repeats its three. The rows depend on the routing: planned_exchange_rows.
 //   tied  (gpt2, pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the
 //         tensor (ZeRO 0) or the rank's shard of its unit (train/model_state.cpp). llama's untied
 //         lm_head has no such group (ModelConfig::ties_output_head).
@@ -34,6 +41,7 @@
 #include "parallel/counting_comm.hpp"
 #include "parallel/topology.hpp"
 
+#include <cstdint>
 #include <vector>
 
 namespace meshtrain {
@@ -51,6 +59,16 @@ struct BlockVisit {
 // higher one, and turns when a block is visited twice in a row. A step starts with no room filled
 // (the update's gathers refill only the non-block units).
 std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks);
+
+// The rows of b·T = `tokens` tokens that one of an MoE block's four token all-to-alls sends from a
+// rank to the other `ep` − 1 ranks of its group (each row C elements of the compute type). The
+// routing decides it at run time; the plan assumes an even load: every expert at its capacity when
+// model.capacity_factor sets one (min(N·k, E · capacity) rows kept, the rest dropped), else all N·k
+// assignments kept, spread evenly over the E experts, so that (ep − 1)/ep of the kept rows belong to
+// other ranks' experts and as many come back. Under a capacity that binds (E · capacity ≤ N·k) an
+// upper bound — no rank sends another more than capacity rows per expert — reached when every
+// expert overflows in every micro-batch; dropless, the mean an unbiased router gives.
+std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep);
 
 RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position);
 

@@ -4,6 +4,7 @@
 #include "core/errors.hpp"
 #include "model/parameters.hpp"
 #include "plan/memory_plan.hpp"
+#include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "plan/step_time.hpp"
 #include "plan/traffic.hpp"
@@ -110,7 +111,7 @@ TEST(LlamaPlan, ExpertParallelStateMemoryAndTrafficByHand) {
   cfg.model.moe_every = 2;
   cfg.model.expert_hidden = 16;
   cfg.parallel.ep = 2;
-  const Layout grid{4, 1, 1};
+  const Layout grid{4, 1, 1, 2};
   const std::int64_t dense = 92'096, experts = 6'144;
   for (int zero : {0, 1}) {
     cfg.parallel.zero = zero;
@@ -141,6 +142,89 @@ TEST(LlamaPlan, ExpertParallelStateMemoryAndTrafficByHand) {
   EXPECT_NO_THROW(make_plan(cfg, 4, Cluster{}));
   cfg.parallel.ep = 3;  // divides neither dp 4 nor E 4
   EXPECT_THROW(make_plan(cfg, 4, Cluster{}), InputError);
+}
+
+// An MoE llama: L 3, V 97, C 64, NH 4, KV 2 (hs 16), dense SwiGLU 176, T 32; blocks 0 and 2 (moe_every
+// 2) with E 6 routed experts of width 40, top-2, and one shared expert of width 40.
+ModelConfig small_moe() {
+  ModelConfig m{3, 4, 64, 97, 32};
+  m.arch = Arch::llama;
+  m.kv_heads = 2;
+  m.ffn_hidden = 176;
+  m.experts = 6;
+  m.experts_per_token = 2;
+  m.expert_hidden = 40;
+  m.shared_experts = 1;
+  m.moe_every = 2;
+  return m;
+}
+
+// By hand:
+//   attention of a block: norms 2 · 64 + q 64·64 + k 32·64 + v 32·64 + o 64·64        = 12,416
+//   dense block 1: + gate, up, down 3 · 176·64 = 33,792                                = 46,208
+//   MoE blocks 0, 2: + router 6·64 = 384 + shared 3·40·64 = 7,680
+//                    + routed 6 · 3·40·64 = 46,080                                     = 66,560
+//   embed_tokens 97·64 = 6,208; norm 64; lm_head 6,208
+//   total      = 2 · 66,560 + 46,208 + 6,208 + 64 + 6,208                              = 191,808
+//   active     = total − 2 · (1 − k/E) · 46,080 = 191,808 − 2 · 30,720                 = 130,368
+//   FLOPs/tok  = 6 · (130,368 − 6,208, embed_tokens a lookup) + 6·L·C·T
+//              = 744,960 + 6 · 3 · 64 · 32 = 744,960 + 36,864                          = 781,824
+TEST(LlamaPlan, MoeTotalAndActiveParametersAndFlopsByHand) {
+  const ModelConfig m = small_moe();
+  const ParameterLayout layout(m);
+  EXPECT_EQ(layout.total(), 191'808u);
+  EXPECT_NEAR(active_parameters(layout), 130'368.0, 1e-6);  // k/E = 1/3 is not a binary fraction
+  EXPECT_DOUBLE_EQ(flops_per_token(layout), 781'824.0);
+  Config cfg;
+  cfg.model = m;
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 2;
+  const std::string text = plan_table(make_plan(cfg, 1, Cluster{}));
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "model: llama, 3 layers, 4 heads (2 kv), d_model 64, SwiGLU 176, MoE 6 experts of width 40, top-2, 2 of 3 "
+            "blocks, 1 shared, vocab 97, seq_len 32: 0.19M parameters total, 0.13M active per token, 781.8 k FLOP per "
+            "token");
+}
+
+// dp 2 × ep 2, fp32, b 2 · T 32 = N 64 tokens, k 2: 128 assignments a micro-batch; capacity
+// ⌈0.5 · 128 / 6⌉ = 11, so the plan keeps E · 11 = 66 rows and sends half, 33 rows of 64 floats =
+// 8,448 B, to the other rank in each token all-to-all; the counts' all-to-all sends the other rank
+// its El = 3 int64, 24 B. m = 8 / (2 · 2) = 2 micro-batches over 2 MoE blocks: forward 4 count
+// and 8 row all-to-alls, backward 8 row all-to-alls. Full recomputation reruns blocks 0 and 1 of
+// each micro-batch (block 2 is still resident): MoE block 0 repeats its 3 forward all-to-alls.
+TEST(LlamaPlan, ExpertParallelAllToAllsAndTheirTimeByHand) {
+  Config cfg;
+  cfg.model = small_moe();
+  cfg.model.capacity_factor = 0.5;
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 8;
+  cfg.parallel.dp = 2;
+  cfg.parallel.ep = 2;
+  const Layout grid{2, 1, 1, 2};
+  EXPECT_EQ(planned_exchange_rows(cfg.model, 64, 2), 33);
+  // One token's 2 assignments under a capacity of 1: the even spread keeps both (no expert over), sends 1.
+  EXPECT_EQ(planned_exchange_rows(cfg.model, 1, 2), 1);
+  const std::int64_t rows_bytes = 33 * 64 * 4, count_bytes = 3 * 8;
+  for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+    cfg.train.recompute = recompute;
+    const std::int64_t counts = recompute == Recompute::full ? 4 + 2 : 4, row_calls = 16 + 2 * (counts - 4);
+    for (int d = 0; d < 2; ++d) {
+      const TrafficCount ep = predicted_traffic(cfg, grid, GridPosition{d, 0, 0}).at("ep")[Collective::alltoall];
+      EXPECT_EQ(ep.calls, counts + row_calls) << "dp rank " << d;
+      EXPECT_EQ(ep.bytes, counts * count_bytes + row_calls * rows_bytes) << "dp rank " << d;
+    }
+    // Both ranks on one node: each all-to-all pays α once (p − 1 = 1), the bytes β.
+    Cluster c;
+    c.host_only = false;
+    c.peak_flops_fp32 = 1e12;
+    c.intra = {1e10, 1e-6};
+    const StepTime st = predict_step_time(cfg, grid, c);
+    const double bytes = double(counts * count_bytes + row_calls * rows_bytes);
+    EXPECT_NEAR(st.ep_comm_s, bytes / 1e10 + double(counts + row_calls) * 1e-6, 1e-15);
+    EXPECT_DOUBLE_EQ(st.total_s(), st.compute_s + st.dp_comm_s + st.ep_comm_s);
+  }
+  cfg.parallel.ep = 1;  // no expert parallelism: nothing travels, no ep group
+  EXPECT_EQ(predicted_traffic(cfg, Layout{2, 1, 1}, GridPosition{0, 0, 0}).count("ep"), 0u);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ class PlanCli(unittest.TestCase):
             self.assertGreater(r["peak_rss"], 0)
             self.assertEqual(r["device_bytes"], sum(r["memory"].values()) + 2**30)
         st = plan["step_time"]
-        parts = ["compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s"]
+        parts = ["compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "bubble_s"]
         self.assertAlmostEqual(sum(st[k] for k in parts), st["total_s"], delta=1e-12 * st["total_s"])
         self.assertGreater(st["tp_comm_s"], 0)
         self.assertGreater(st["bubble_s"], 0)

@@ -7,7 +7,7 @@ metrics record (rank 0's VmHWM, written by the trainer), then compares it with `
 of `meshtrain plan --json` on the same keys. A metrics file without `memory.peak_rss` fails the test:
 the trainer must report it.
 
-usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15] [--arch gpt2|llama]
+usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15] [--arch gpt2|llama|moe]
 """
 import argparse
 import json
@@ -46,7 +46,20 @@ LLAMA_CASES = [
     ("llama_pp2_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
     ("llama_dp2_zero3_bf16", 2, ["--parallel.zero", "3", "--train.precision", "bf16"]),
 ]
-FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES)}
+# --arch moe: that llama with blocks 0 and 2 MoE (4 routed experts of width 512, top-2, capacity
+# 1.25, and a shared expert): 14.4M parameters, 11.3M active. Expert parallelism (ep 2) shards the
+# routed experts and their states over the dp group; each case sets ep and ZeRO against fp32 and
+# bf16 (the experts' 16-bit grouped products take the host's GEMM workspace).
+MOE_MODEL = LLAMA_MODEL + ["--model.experts", "4", "--model.experts_per_token", "2", "--model.expert_hidden", "512",
+                           "--model.moe_every", "2", "--model.shared_experts", "1", "--model.capacity_factor", "1.25"]
+MOE_CASES = [
+    ("moe_dp2", 2, ["--parallel.dp", "2"]),
+    ("moe_dp2_zero3_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "3", "--train.precision", "bf16"]),
+    ("moe_dp2_ep2_bf16", 2, ["--parallel.dp", "2", "--parallel.ep", "2", "--train.precision", "bf16"]),
+    ("moe_dp4_ep2_zero3", 4, ["--parallel.dp", "4", "--parallel.ep", "2", "--parallel.zero", "3",
+                              "--train.global_batch", "4"]),
+]
+FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "moe": (MOE_MODEL, MOE_CASES)}
 
 
 def write_shard(path, tokens):
@@ -68,7 +81,7 @@ def main():
     shard = os.path.join(opts.workdir, "shard.bin")
     write_shard(shard, 100_000)
     failures = []
-    print(f"{'case':<12} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
+    print(f"{'case':<20} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
     for name, ranks, extra in cases:
         work, run_keys = case_keys(opts.workdir, name, shard)
         metrics = os.path.join(work, "metrics.jsonl")
@@ -92,10 +105,10 @@ def main():
             continue
         # Every category is sized by the code that allocates it: they must agree to the byte.
         for category, planned_bytes in planned_rank["memory"].items():
-            if category in last["memory"] and last["memory"][category] != planned_bytes:
-                failures.append(f"{name}: {category} planned {planned_bytes} B, allocated {last['memory'][category]} B")
+            if last["memory"].get(category) != planned_bytes:
+                failures.append(f"{name}: {category} planned {planned_bytes} B, allocated {last['memory'].get(category)} B")
         error = (predicted - measured) / measured
-        print(f"{name:<12} {predicted / 2**20:>14.1f} {measured / 2**20:>13.1f} {error:>+7.1%}")
+        print(f"{name:<20} {predicted / 2**20:>14.1f} {measured / 2**20:>13.1f} {error:>+7.1%}")
         if abs(error) > opts.tolerance:
             failures.append(f"{name}: predicted peak_rss {predicted} B, measured {measured} B: {error:+.1%}, "
                             f"beyond ±{opts.tolerance:.0%}")

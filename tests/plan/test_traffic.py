@@ -80,19 +80,28 @@ def differences(counted, predicted):
     return out
 
 
-def check_case(opts, shard, model, name, ranks, extra):
+def plan_and_count(opts, shard, name, ranks, keys, logs=()):
+    """plan --json's per-rank entries by rank and the ranks `train` counted in its last step, each
+    run with `keys`, and the case's directory; or a list of failures. `logs`: (key, file name) of
+    further logs the run writes into the case's directory."""
     work, run_keys = case_keys(opts.workdir, name, shard)
     log = os.path.join(work, "traffic.json")
-    keys = model + extra + run_keys + ["--log.traffic", log]
+    keys = keys + run_keys + ["--log.traffic", log]
+    for key, file in logs:
+        keys += [key, os.path.join(work, file)]
     plan = plan_json(opts.meshtrain, ranks, keys)
     if isinstance(plan, str):
         return [plan]
-    predicted = {r["rank"]: r for r in plan["per_rank"]}
     failed = train(opts.mpiexec, opts.meshtrain, ranks, keys)
     if failed:
         return [failed]
     with open(log) as f:
         counted = json.load(f)["ranks"]
+    return {r["rank"]: r for r in plan["per_rank"]}, counted, work
+
+
+def rank_failures(counted, predicted, ranks, differ=differences):
+    """Every rank's position and traffic against the plan's (`differ`: the lines where they disagree)."""
     failures = []
     if sorted(r["rank"] for r in counted) != list(range(ranks)):
         failures.append(f"the log holds ranks {[r['rank'] for r in counted]}, not 0..{ranks - 1}")
@@ -103,29 +112,43 @@ def check_case(opts, shard, model, name, ranks, extra):
             failures.append(f"{where}: the plan puts it at {[plan_rank[k] for k in POSITION]}")
         if not r["traffic"]:
             failures.append(f"{where}: nothing counted")
-        failures += [f"{where}: {d}" for d in differences(r["traffic"], plan_rank["traffic"])]
+        failures += [f"{where}: {d}" for d in differ(r["traffic"], plan_rank["traffic"])]
     return failures
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def check_case(opts, shard, model, name, ranks, extra):
+    run = plan_and_count(opts, shard, name, ranks, model + extra)
+    if isinstance(run, list):
+        return run
+    predicted, counted, _ = run
+    return rank_failures(counted, predicted, ranks)
+
+
+def command_line(description, extra=()):
+    """The options every traffic test takes (and `extra`: (flag, add_argument's keywords) pairs)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--meshtrain", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--only", nargs="*", help="run only these cases")
-    ap.add_argument("--arch", choices=sorted(FAMILIES), default="gpt2", help="the model family's model and cases")
-    opts = ap.parse_args()
-    model, cases = FAMILIES[opts.arch]
+    for flag, keywords in extra:
+        ap.add_argument(flag, **keywords)
+    return ap.parse_args()
+
+
+def run_cases(opts, cases, check):
+    """A fresh work directory with a token shard, then check(shard, name, ranks, case) — the case's
+    failures — for each (name, ranks, case) of `cases` that --only names; 1 when any failed."""
     shutil.rmtree(opts.workdir, ignore_errors=True)
     os.makedirs(opts.workdir)
     shard = os.path.join(opts.workdir, "shard.bin")
     gpt2_torch.write_shard(shard, np.random.default_rng(0).integers(0, 71, size=20_000))
     failed = 0
-    for name, ranks, extra in cases:
+    for name, ranks, case in cases:
         if opts.only and name not in opts.only:
             continue
         start = time.monotonic()
-        failures = check_case(opts, shard, model, name, ranks, extra)
+        failures = check(shard, name, ranks, case)
         print(f"{'FAIL' if failures else 'ok  '} {name} ({ranks} ranks, {time.monotonic() - start:.1f} s)", flush=True)
         for f in failures[:20]:
             print(f"     {f}")
@@ -134,6 +157,13 @@ def main():
         failed += bool(failures)
     print(f"{failed} of {len(cases)} layouts disagree" if failed else "every rank's traffic is the plan's")
     return 1 if failed else 0
+
+
+def main():
+    opts = command_line(__doc__, [("--arch", {"choices": sorted(FAMILIES), "default": "gpt2",
+                                              "help": "the model family's model and cases"})])
+    model, cases = FAMILIES[opts.arch]
+    return run_cases(opts, cases, lambda shard, name, ranks, extra: check_case(opts, shard, model, name, ranks, extra))
 
 
 if __name__ == "__main__":
