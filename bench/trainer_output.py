@@ -14,12 +14,15 @@ import subprocess
 #   per-rank time per step, steps 3–4 (4 ranks): min / median / max, slowest rank
 #     compute          0.0142 /   0.0245 /   0.0254 s   rank 0
 #     communication    0.0720 /   0.0990 /   0.1160 s   rank 2
+#     all-to-all       0.0131 /   0.0150 /   0.0177 s   rank 3      (only once an all-to-all took time)
 #     idle             0.0308 /   0.0491 /   0.0731 s   rank 1
 #     pipeline idle: 29.9 % of rank time, schedule bubble (p − 1)/(m + p − 1) = 33.3 %
 _TABLE_HEAD = re.compile(r"^per-rank time per step, steps (\d+)[–-](\d+) \((\d+) ranks?\)")
-_TABLE_ROW = re.compile(r"^\s+(compute|communication|idle)\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+) s\s+rank (\d+)")
+_TABLE_ROW = re.compile(r"^\s+(compute|communication|all-to-all|idle)\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+) s\s+rank (\d+)")
 _TABLE_PIPE = re.compile(r"^\s+pipeline idle: ([\d.]+) % of rank time, .*= ([\d.]+) %")
 TIMING_KINDS = ("compute", "communication", "idle")
+# The expert-parallel token exchange's row: a table without it had no all-to-all that took time.
+ALL_TO_ALL = "all-to-all"
 
 
 def read_metrics(path):
@@ -41,9 +44,10 @@ def median_after_warmup(records, key, warmup):
 
 def timing_tables(text):
     """Every per-rank timing table in a trainer's output, in order: dicts with `first` and `last`
-    (the steps it covers), `ranks`, and for each of compute / communication / idle a dict of
-    seconds per step (`min`, `median`, `max`) and the `slowest` rank; with pipeline parallelism
-    also `pipeline_idle` and `schedule_bubble` (fractions of all ranks' time)."""
+    (the steps it covers), `ranks`, and for each of compute / communication / idle, and all-to-all
+    where the table has that row, a dict of seconds per step (`min`, `median`, `max`) and the
+    `slowest` rank; with pipeline parallelism also `pipeline_idle` and `schedule_bubble` (fractions
+    of all ranks' time)."""
     tables = []
     for line in text.splitlines():
         m = _TABLE_HEAD.match(line)

@@ -6,10 +6,12 @@ usage: share/plot/plot_scaling.py scaling.csv [--out-dir DIR] [--title TEXT] [--
 Writes two PNGs into --out-dir (default: the CSV's directory):
   scaling_throughput.png  tokens/s against ranks (log-log, the baseline's ideal line dashed) and
                           scaling efficiency against ranks (ideal 1 dashed), one line per layout;
-  scaling_breakdown.png   per point, seconds per step stacked as compute / communication / idle
-                          (pipeline bubble and waits), medians over ranks, with the planner's
-                          predicted step time as a marker; below, the same as shares of the step
-                          (the CSV's comm_fraction and bubble_fraction).
+  scaling_breakdown.png   per point, seconds per step stacked as compute / communication /
+                          all-to-all (expert parallelism's token exchange; drawn when a point
+                          had one) / idle (pipeline bubble and waits), medians over ranks, with
+                          the planner's predicted step time as a marker; below, the same as
+                          shares of the step (the CSV's comm_fraction, all_to_all_fraction and
+                          bubble_fraction).
 Only rows whose status is `ok` are drawn. --dump-json writes the series as they were drawn, read
 back from the figures' artists (lines, bars, markers), so a test can compare them with the CSV.
 """
@@ -24,8 +26,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-STACK = (("compute_s", "compute", "#4c72b0"), ("comm_s", "communication", "#dd8452"),
-         ("idle_s", "idle (pipeline bubble, waits)", "#8c8c8c"))
+# (seconds column, share column, label, colour), bottom to top; the compute share is what the others leave.
+STACK = (("compute_s", None, "compute", "#4c72b0"), ("comm_s", "comm_fraction", "communication", "#dd8452"),
+         ("all_to_all_s", "all_to_all_fraction", "all-to-all (experts' tokens)", "#55a868"),
+         ("idle_s", "bubble_fraction", "idle (pipeline bubble, waits)", "#8c8c8c"))
 
 
 def read_rows(path):
@@ -37,7 +41,14 @@ def read_rows(path):
 
 
 def number(text):
-    return float(text) if text != "" else float("nan")
+    return float(text) if text not in ("", None) else float("nan")
+
+
+def stack_of(rows):
+    """STACK without the all-to-all layer when no point had one (no expert parallelism, or a CSV
+    from before the column): dense studies' plots keep their three layers."""
+    exchanged = any(number(r.get("all_to_all_s")) > 0 for r in rows)
+    return [layer for layer in STACK if exchanged or layer[0] != "all_to_all_s"]
 
 
 def by_layout(rows):
@@ -97,10 +108,10 @@ def plot_breakdown(rows, title, path):
                                      gridspec_kw={"height_ratios": [3, 2]})
     bars, shares = {}, {}
     bottom_s, bottom_f = [0.0] * len(order), [0.0] * len(order)
-    fractions = {"compute_s": [1 - number(r["comm_fraction"]) - number(r["bubble_fraction"]) for r in order],
-                 "comm_s": [number(r["comm_fraction"]) for r in order],
-                 "idle_s": [number(r["bubble_fraction"]) for r in order]}
-    for column, label, color in STACK:
+    stack = stack_of(order)
+    fractions = {column: [number(r[share]) for r in order] for column, share, _, _ in stack if share}
+    fractions["compute_s"] = [1 - sum(fractions[column][i] for column in fractions) for i in range(len(order))]
+    for column, _, label, color in stack:
         heights = [number(r[column]) for r in order]
         bars[column] = ax_s.bar(x, heights, 0.7, bottom=bottom_s, label=label, color=color)
         bottom_s = [b + (h if h == h else 0.0) for b, h in zip(bottom_s, heights)]
@@ -120,11 +131,11 @@ def plot_breakdown(rows, title, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend and title may reach past the axes
     dump = {"points": [r["point"] for r in order]}
-    for column, _, _ in STACK:
+    for column, share, _, _ in stack:
         dump[column] = [float(p.get_height()) for p in bars[column].patches]
-    dump["stack_bottom_s"] = {column: [float(p.get_y()) for p in bars[column].patches] for column, _, _ in STACK}
-    dump["comm_fraction"] = [float(p.get_height()) for p in shares["comm_s"].patches]
-    dump["bubble_fraction"] = [float(p.get_height()) for p in shares["idle_s"].patches]
+        if share:
+            dump[share] = [float(p.get_height()) for p in shares[column].patches]
+    dump["stack_bottom_s"] = {column: [float(p.get_y()) for p in bars[column].patches] for column, _, _, _ in stack}
     dump["predicted_step_time_s"] = [float(v) for v in predicted.get_ydata()]
     plt.close(fig)
     return dump

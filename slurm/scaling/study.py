@@ -51,15 +51,16 @@ STUDY_KEYS = {"name", "config", "ranks", "layouts", "scaling", "global_batch", "
 SLURM_KEYS = {"partition", "account", "time", "ranks_per_node", "cpus_per_task", "launcher", "options", "job_name"}
 SECTIONS = {"study", "keys", "plan", "slurm"}
 # Train keys that each point sets itself; a study names them in [study] (or not at all).
-POINT_KEYS = {"parallel.dp", "parallel.tp", "parallel.pp", "train.global_batch", "train.micro_batch", "train.steps",
+POINT_KEYS = {"parallel.dp", "parallel.tp", "parallel.pp", "parallel.ep", "train.global_batch", "train.micro_batch", "train.steps",
               "data.train", "checkpoint.dir", "checkpoint.resume", "checkpoint.every", "checkpoint.keep",
               "log.metrics", "log.timing_every"}
 LAYOUT_SEPARATORS = r"[·.*]"
 
 CSV_COLUMNS = [
-    "point", "status", "ranks", "layout", "dp", "tp", "pp", "zero", "schedule", "micro_batch", "accum",
+    "point", "status", "ranks", "layout", "dp", "tp", "pp", "ep", "zero", "schedule", "micro_batch", "accum",
     "global_batch", "tokens_per_step", "steps_measured", "step_time_s", "tokens_per_s", "tokens_per_s_per_rank",
-    "speedup", "efficiency", "compute_s", "comm_s", "idle_s", "comm_fraction", "bubble_fraction", "peak_rss_bytes",
+    "speedup", "efficiency", "compute_s", "comm_s", "all_to_all_s", "idle_s", "comm_fraction", "all_to_all_fraction",
+    "bubble_fraction", "peak_rss_bytes",
     "predicted_step_time_s", "predicted_tokens_per_s", "predicted_comm_fraction", "predicted_bubble_fraction",
     "predicted_peak_rss_bytes",
 ]
@@ -113,14 +114,15 @@ def as_int(section, key, value, minimum=None):
 
 def parse_layout(name):
     """A layout name — terms joined by `·`, `.` or `*`: dp, tp, pp (bare: all ranks the others leave;
-    with a number: that degree), zeroN, gpipe or 1f1b — as {dp, tp, pp: int, "rest" or None, zero,
-    schedule}. Unnamed degrees are 1, except dp, which takes the ranks left when no term is bare."""
-    layout = {"dp": None, "tp": None, "pp": None, "zero": None, "schedule": None}
+    with a number: that degree), epN (expert parallelism: a factor of dp, not of the ranks), zeroN,
+    gpipe or 1f1b — as {dp, tp, pp: int, "rest" or None, ep, zero, schedule}. Unnamed degrees are 1,
+    except dp, which takes the ranks left when no term is bare."""
+    layout = {"dp": None, "tp": None, "pp": None, "ep": None, "zero": None, "schedule": None}
     terms = [t.strip() for t in re.split(LAYOUT_SEPARATORS, name)]
     for term in terms:
-        m = re.fullmatch(r"(dp|tp|pp|zero)(\d*)|(gpipe|1f1b)", term)
+        m = re.fullmatch(r"(dp|tp|pp|ep|zero)(\d*)|(gpipe|1f1b)", term)
         if not m:
-            raise SpecError(f"layout {name!r}: {term!r} is not dp, dpN, tp, tpN, pp, ppN, zeroN, gpipe or 1f1b")
+            raise SpecError(f"layout {name!r}: {term!r} is not dp, dpN, tp, tpN, pp, ppN, epN, zeroN, gpipe or 1f1b")
         what = m.group(1) or "schedule"
         if layout[what] is not None:
             raise SpecError(f"layout {name!r}: {what} is given twice")
@@ -129,6 +131,9 @@ def parse_layout(name):
         elif m.group(2) == "":
             if what == "zero":
                 raise SpecError(f"layout {name!r}: zero needs its stage (zero1, zero2, zero3)")
+            if what == "ep":
+                raise SpecError(f"layout {name!r}: ep needs its degree (ep2, ep4, …): it splits each dp group, "
+                                "it takes no ranks of its own")
             layout[what] = "rest"
         else:
             n = int(m.group(2))
@@ -258,7 +263,8 @@ def point_keys(spec, dp, tp, pp, layout):
     keys = ["--config", spec["config"]] if spec["config"] else []
     for k, v in spec["keys"].items():
         keys += [f"--{k}", v]
-    keys += ["--parallel.dp", str(dp), "--parallel.tp", str(tp), "--parallel.pp", str(pp)]
+    keys += ["--parallel.dp", str(dp), "--parallel.tp", str(tp), "--parallel.pp", str(pp),
+             "--parallel.ep", str(layout["ep"] or 1)]
     if layout["zero"] is not None:
         keys += ["--parallel.zero", str(layout["zero"])]
     if layout["schedule"]:
@@ -322,7 +328,7 @@ def plan_points(spec, binary):
             index = len(points)
             points.append({
                 "index": index, "dir": os.path.join("points", f"{index:02d}-r{ranks}-{slug(name)}"),
-                "ranks": ranks, "layout": name, "dp": dp, "tp": tp, "pp": pp,
+                "ranks": ranks, "layout": name, "dp": dp, "tp": tp, "pp": pp, "ep": layout["ep"] or 1,
                 "zero": plan["layout"]["zero"], "schedule": plan["layout"]["schedule"],
                 "micro_batch": batch["micro_batch"], "accum": batch["accum"], "global_batch": batch["sequences"],
                 "tokens_per_step": batch["tokens"], "keys": keys, "plan_options": options,
@@ -445,8 +451,9 @@ def submit(args):
     study = write_study(spec, binary, points, skipped, out)
     print(f"{len(points)} point(s) of study {spec['name']!r} ({spec['scaling']} scaling) in {out}")
     for p in points:
+        experts = f" (ep {p['ep']})" if p["ep"] > 1 else ""
         print(f"  {p['index']:>3}  {plural(p['ranks'], 'rank'):>8}  {p['layout']:<14} "
-              f"dp {p['dp']} tp {p['tp']} pp {p['pp']}  micro_batch {p['micro_batch']} × dp {p['dp']} × accum {p['accum']} = {p['global_batch']} sequences")
+              f"dp {p['dp']}{experts} tp {p['tp']} pp {p['pp']}  micro_batch {p['micro_batch']} × dp {p['dp']} × accum {p['accum']} = {p['global_batch']} sequences")
     commands = sbatch_commands(spec, binary, points, out)
     with open(os.path.join(out, "sbatch.sh"), "w") as f:
         f.write("#!/usr/bin/env bash\n# The job arrays of this study, one per rank count (study.py submit).\n"
@@ -494,10 +501,32 @@ def read_exit_code(pdir):
         return None
 
 
+# (timing-table row, CSV column) of the measured breakdown, in the order the plot stacks them.
+BREAKDOWN = (("compute", "compute_s"), ("communication", "comm_s"), (trainer_output.ALL_TO_ALL, "all_to_all_s"),
+             ("idle", "idle_s"))
+
+
+def time_breakdown(tables):
+    """Seconds per step of each BREAKDOWN column and the shares of the step, from the timing tables
+    of the counted steps: each table is one window of steps, so its medians over ranks are weighted
+    by the steps it covers. A table without an all-to-all row had none that took time: 0."""
+    weights = [t["last"] - t["first"] + 1 for t in tables]
+    none = {"median": 0.0}
+    row = {column: sum(w * t.get(kind, none)["median"] for w, t in zip(weights, tables)) / sum(weights)
+           for kind, column in BREAKDOWN}
+    total = sum(row.values())
+    if total > 0:
+        row["comm_fraction"] = row["comm_s"] / total
+        row["all_to_all_fraction"] = row["all_to_all_s"] / total
+        row["bubble_fraction"] = row["idle_s"] / total
+    return row
+
+
 def measure_point(study, point, pdir):
     """The CSV row of one point: measured figures from its metrics and stdout, predicted from plan.json."""
     row = {k: point[k] for k in ("ranks", "layout", "dp", "tp", "pp", "zero", "schedule", "micro_batch", "accum",
                                  "global_batch", "tokens_per_step")}
+    row["ep"] = point.get("ep", 1)  # a study submitted before layouts had ep
     row["point"] = os.path.basename(point["dir"])
     code = read_exit_code(pdir)
     metrics_path = os.path.join(pdir, "metrics.jsonl")
@@ -525,14 +554,7 @@ def measure_point(study, point, pdir):
         with open(stdout_path, errors="replace") as f:
             tables = [t for t in trainer_output.timing_tables(f.read()) if t["first"] > study["warmup"]]
         if tables:
-            # Each table is one window of steps; weight its medians over ranks by the steps it covers.
-            weights = [t["last"] - t["first"] + 1 for t in tables]
-            for kind, column in (("compute", "compute_s"), ("communication", "comm_s"), ("idle", "idle_s")):
-                row[column] = sum(w * t[kind]["median"] for w, t in zip(weights, tables)) / sum(weights)
-            total = row["compute_s"] + row["comm_s"] + row["idle_s"]
-            if total > 0:
-                row["comm_fraction"] = row["comm_s"] / total
-                row["bubble_fraction"] = row["idle_s"] / total
+            row.update(time_breakdown(tables))
     plan_path = os.path.join(pdir, "plan.json")
     if os.path.exists(plan_path) and os.path.getsize(plan_path) > 0:
         with open(plan_path) as f:
@@ -589,7 +611,7 @@ def collect(args):
     print(f"study {study['name']!r}, {study['scaling']} scaling, medians of steps {study['warmup'] + 1}–"
           f"{study['steps']}")
     print(f"{'ranks':>5} {'layout':<14} {'batch':>6} {'step s':>8} {'pred s':>8} {'tok/s':>9} {'tok/s/rank':>10} "
-          f"{'eff':>5} {'comm':>5} {'bubble':>6} {'rss MiB':>8} {'pred':>7}  status")
+          f"{'eff':>5} {'comm':>5} {'a2a':>5} {'bubble':>6} {'rss MiB':>8} {'pred':>7}  status")
 
     def fmt(value, spec, scale=1.0):
         return format(value * scale, spec) if value is not None else "-"
@@ -597,7 +619,8 @@ def collect(args):
         print(f"{r['ranks']:>5} {r['layout']:<14} {r['global_batch']:>6} {fmt(r.get('step_time_s'), '8.4f')} "
               f"{fmt(r.get('predicted_step_time_s'), '8.4f')} {fmt(r.get('tokens_per_s'), '9.0f')} "
               f"{fmt(r.get('tokens_per_s_per_rank'), '10.0f')} {fmt(r.get('efficiency'), '5.2f')} "
-              f"{fmt(r.get('comm_fraction'), '5.0%')} {fmt(r.get('bubble_fraction'), '6.0%')} "
+              f"{fmt(r.get('comm_fraction'), '5.0%')} {fmt(r.get('all_to_all_fraction'), '5.0%')} "
+              f"{fmt(r.get('bubble_fraction'), '6.0%')} "
               f"{fmt(r.get('peak_rss_bytes'), '8.1f', 2**-20)} {fmt(r.get('predicted_peak_rss_bytes'), '7.1f', 2**-20)}"
               f"  {r['status']}")
     for s in study.get("skipped", []):

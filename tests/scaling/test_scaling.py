@@ -4,8 +4,9 @@
 usage: test_scaling.py --meshtrain BIN --mpiexec MPIEXEC --workdir DIR [-v]
 
 Runs a strong-scaling campaign of a tiny model with `study.py submit --local` (1, 2 and 4 ranks;
-layouts dp, pp2 and a bare tp, which the planner refuses at 4 ranks of a 2-head model) and a
-weak-scaling one from a JSON spec, collects both, and checks scaling.csv against what the jobs
+layouts dp, pp2 and a bare tp, which the planner refuses at 4 ranks of a 2-head model), a
+weak-scaling one from a JSON spec and a one-point expert-parallel one (a tiny mixture-of-experts
+llama at dp 2 × ep 2), collects them, and checks scaling.csv against what the jobs
 themselves wrote: medians recomputed here from the metrics files, the per-rank timing tables
 re-read here from the trainer's stdout, the effective batch and layout from the trainer's own
 lines, the plan from plan.json, and efficiency by its formula. The PNGs must be PNGs, and the
@@ -68,6 +69,26 @@ STRONG_POINTS = [(1, "dp", 1, 1, 1), (1, "tp", 1, 1, 1), (2, "dp", 2, 1, 1), (2,
                  (2, "tp", 1, 2, 1), (4, "dp", 4, 1, 1), (4, "dp·pp2", 2, 1, 2)]
 STRONG_SKIPS = [(1, "dp·pp2", "1 rank is not a multiple of pp2 = 2"), (4, "tp", "parallel.tp = 4 exceeds model.heads")]
 
+# A tiny llama MoE (4 experts, top-2) at 2 ranks with ep 2: the timing tables gain an all-to-all row.
+MOE_KEYS = TINY_KEYS + "model.arch = llama\nmodel.experts = 4\nmodel.capacity_factor = 1.25\n"
+MOE_WARMUP = 2
+MOE_SPEC = f"""[study]
+name = tiny-moe
+ranks = 2
+layouts = dp·ep2
+global_batch = 8
+micro_batch = 2
+steps = 5
+warmup = {MOE_WARMUP}
+out = moe
+data = shard.bin
+
+[keys]
+{MOE_KEYS}"""
+# Layouts the planner refuses on 2 ranks of that model, and the reason each skip must give.
+MOE_SKIPS = [("dp·ep4", "parallel.ep = 4 does not divide the data-parallel degree 2"),
+             ("dp·ep3", "parallel.ep = 3 does not divide model.experts = 4")]
+
 WEAK_WARMUP = 1
 WEAK_SPEC = {
     "study": {"name": "tiny-weak", "ranks": [1, 2], "layouts": ["dp"], "scaling": "weak",
@@ -100,7 +121,8 @@ def metrics(path):
 
 
 def timing_windows(text):
-    """[(first step, last step, {kind: median over ranks})] of the trainer's per-rank timing tables."""
+    """[(first step, last step, {kind: median over ranks})] of the trainer's per-rank timing tables
+    (compute, communication, all-to-all where a table has that row, idle)."""
     windows = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -108,9 +130,11 @@ def timing_windows(text):
         if not m:
             continue
         medians = {}
-        for row in lines[i + 1:i + 4]:
+        for row in lines[i + 1:i + 5]:
             # "  compute   0.0142 /   0.0245 /   0.0254 s   rank 0": name, min, /, median, /, max, s, rank, r
             parts = row.split()
+            if len(parts) != 9 or parts[-2] != "rank":
+                break
             medians[parts[0]] = float(parts[3])
         windows.append((int(m.group(1)), int(m.group(2)), medians))
     return windows
@@ -183,22 +207,28 @@ def check_rows_against_jobs(test, campaign, warmup):
             test.assertIsNotNone(m, "no effective-batch line in stdout.log")
             test.assertEqual([int(row[k]) for k in ("micro_batch", "dp", "accum", "global_batch", "tokens_per_step")],
                              [int(g) for g in m.groups()])
-            m = re.search(r"layout: dp (\d+) × tp (\d+) × pp (\d+) = (\d+) ranks?", log)
+            # "layout: dp 4 × tp 1 …", or with expert parallelism "layout: dp 4 (ep 2 × edp 2) × tp 1 …"
+            m = re.search(r"layout: dp (\d+)(?: \(ep (\d+) × edp \d+\))? × tp (\d+) × pp (\d+) = (\d+) ranks?", log)
             test.assertIsNotNone(m, "no layout line in stdout.log")
-            test.assertEqual([int(row[k]) for k in ("dp", "tp", "pp", "ranks")], [int(g) for g in m.groups()])
+            test.assertEqual([int(row[k]) for k in ("dp", "ep", "tp", "pp", "ranks")],
+                             [int(g or 1) for g in m.groups()])
             test.assertEqual([r["tokens"] for r in records], [r["step"] * int(row["tokens_per_step"]) for r in records])
 
             windows = [w for w in timing_windows(log) if w[0] > warmup]
             test.assertTrue(windows, "no timing table after the warm-up")
             test.assertEqual(sum(w[1] - w[0] + 1 for w in windows), len(counted))  # the tables cover the counted steps
             weight = sum(w[1] - w[0] + 1 for w in windows)
-            mean = {k: sum((w[1] - w[0] + 1) * w[2][k] for w in windows) / weight
-                    for k in ("compute", "communication", "idle")}
+            mean = {k: sum((w[1] - w[0] + 1) * w[2].get(k, 0.0) for w in windows) / weight
+                    for k in ("compute", "communication", "all-to-all", "idle")}
             total = sum(mean.values())
-            for column, kind in (("compute_s", "compute"), ("comm_s", "communication"), ("idle_s", "idle")):
+            for column, kind in (("compute_s", "compute"), ("comm_s", "communication"),
+                                 ("all_to_all_s", "all-to-all"), ("idle_s", "idle")):
                 test.assertTrue(close(float(row[column]), mean[kind], 1e-9), (column, row[column], mean[kind]))
             test.assertTrue(close(float(row["comm_fraction"]), mean["communication"] / total, 1e-9))
+            test.assertTrue(close(float(row["all_to_all_fraction"]), mean["all-to-all"] / total, 1e-9))
             test.assertTrue(close(float(row["bubble_fraction"]), mean["idle"] / total, 1e-9))
+            # the exchange is expert parallelism's alone: without it the table has no all-to-all row
+            test.assertEqual(float(row["all_to_all_s"]) > 0, int(row["ep"]) > 1, row["point"])
             if int(row["pp"]) == 1:
                 test.assertEqual(float(row["bubble_fraction"]), 0.0)
             else:
@@ -261,20 +291,28 @@ def check_plotted(test, rows, plot_json):
         test.assertEqual(drawn["efficiency"][name]["efficiency"], [float(r["efficiency"]) for r in rs])
     # A stacked bar keeps its bottom and top, so its height comes back as top − bottom: equal to the
     # CSV's value to within the rounding of that sum (relative 1e-12 of the top).
+    # The all-to-all layer is drawn, between communication and idle, exactly when a point had one.
     bd = drawn["breakdown"]
     by_point = {r["point"]: r for r in rows}
     test.assertEqual(sorted(bd["points"]), sorted(by_point))
+    exchanged = any(float(r["all_to_all_s"]) > 0 for r in rows)
+    test.assertEqual("all_to_all_s" in bd, exchanged)
     for i, point in enumerate(bd["points"]):
         r = by_point[point]
-        c, m, b = (float(r[k]) for k in ("compute_s", "comm_s", "idle_s"))
-        for column, want, top in (("compute_s", c, c), ("comm_s", m, c + m), ("idle_s", b, c + m + b),
-                                  ("comm_fraction", float(r["comm_fraction"]), 1.0),
-                                  ("bubble_fraction", float(r["bubble_fraction"]), 1.0)):
+        c, m, a, b = (float(r[k]) for k in ("compute_s", "comm_s", "all_to_all_s", "idle_s"))
+        checks = [("compute_s", c, c), ("comm_s", m, c + m), ("idle_s", b, c + m + a + b),
+                  ("comm_fraction", float(r["comm_fraction"]), 1.0),
+                  ("bubble_fraction", float(r["bubble_fraction"]), 1.0)]
+        if exchanged:
+            checks += [("all_to_all_s", a, c + m + a), ("all_to_all_fraction", float(r["all_to_all_fraction"]), 1.0)]
+        for column, want, top in checks:
             test.assertLessEqual(abs(bd[column][i] - want), 1e-12 * top, (point, column, bd[column][i], want))
         test.assertEqual(bd["predicted_step_time_s"][i], float(r["predicted_step_time_s"]), point)
         test.assertEqual(bd["stack_bottom_s"]["compute_s"][i], 0.0)
         test.assertEqual(bd["stack_bottom_s"]["comm_s"][i], c)
-        test.assertEqual(bd["stack_bottom_s"]["idle_s"][i], c + m)
+        if exchanged:
+            test.assertEqual(bd["stack_bottom_s"]["all_to_all_s"][i], c + m)
+        test.assertEqual(bd["stack_bottom_s"]["idle_s"][i], c + m + a)
 
 
 class CampaignOutputs:
@@ -406,6 +444,41 @@ class WeakScaling(CampaignOutputs, unittest.TestCase):
             self.assertEqual(int(row["global_batch"]), 4 * int(row["dp"]))
 
 
+class ExpertParallel(CampaignOutputs, unittest.TestCase):
+    """One MoE point at ep 2: its row says ep 2 and carries the all-to-all's time (the CSV checks
+    above recompute it from the trainer's table); the layouts the planner refuses are skipped."""
+    warmup = MOE_WARMUP
+
+    @classmethod
+    def setUpClass(cls):
+        cls.campaign = Campaign("moe.ini", MOE_SPEC, "moe")
+
+    def test_row_has_ep_and_all_to_all(self):
+        (row,) = self.campaign.rows()
+        self.assertEqual((row["layout"], int(row["dp"]), int(row["ep"])), ("dp·ep2", 2, 2))
+        self.assertGreater(float(row["all_to_all_s"]), 0.0)
+        self.assertGreater(float(row["all_to_all_fraction"]), 0.0)
+        with open(os.path.join(self.campaign.point_dir(row), "train.args")) as f:
+            args = f.read().split("\n")
+        self.assertEqual(args[args.index("--parallel.ep") + 1], "2")
+
+    def test_refused_ep_is_skipped(self):
+        spec = os.path.join(OPTS.workdir, "moe_skips.ini")
+        layouts = ", ".join(layout for layout, _ in MOE_SKIPS)
+        with open(spec, "w") as f:
+            f.write(MOE_SPEC.replace("dp·ep2", f"dp·ep2, {layouts}").replace("out = moe", "out = moe_skips"))
+        proc = run([sys.executable, STUDY, "submit", spec, "--dry-run", "--meshtrain", OPTS.meshtrain])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(OPTS.workdir, "moe_skips", "study.json")) as f:
+            study = json.load(f)
+        self.assertEqual([(p["layout"], p["ep"]) for p in study["points"]], [("dp·ep2", 2)])
+        skipped = {s["layout"]: s["reason"] for s in study["skipped"]}
+        self.assertEqual(set(skipped), {layout for layout, _ in MOE_SKIPS})
+        for layout, reason in MOE_SKIPS:
+            self.assertIn(reason, skipped[layout])
+            self.assertRegex(proc.stdout, rf"skip 2 ranks, {re.escape(layout)}: .*{re.escape(reason)}")
+
+
 class BadSpecs(unittest.TestCase):
     def check_refused(self, name, text, message):
         path = os.path.join(OPTS.workdir, name)
@@ -414,9 +487,24 @@ class BadSpecs(unittest.TestCase):
         proc = run([sys.executable, STUDY, "submit", path, "--dry-run", "--meshtrain", OPTS.meshtrain])
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
         self.assertIn(message, proc.stderr)
+        return proc
 
     def test_unknown_layout_term(self):
         self.check_refused("bad_layout.ini", STRONG_SPEC.replace("dp·pp2", "dp·qq2"), "'qq2' is not dp, dpN")
+
+    def test_ep_needs_its_degree(self):
+        self.check_refused("bad_ep.ini", MOE_SPEC.replace("dp·ep2", "dp·ep"), "ep needs its degree (ep2, ep4, …)")
+
+    def test_ep_given_twice(self):
+        self.check_refused("bad_ep_twice.ini", MOE_SPEC.replace("dp·ep2", "dp·ep2·ep4"), "ep is given twice")
+
+    def test_ep_of_a_dense_model(self):
+        """A dense model has no experts to share out: the planner refuses every point, each skip
+        says why, and with no point left submit exits 2."""
+        spec = re.sub(r"(?m)^layouts = .*$", "layouts = dp·ep2", STRONG_SPEC).replace("out = strong", "out = dense_ep")
+        proc = self.check_refused("bad_ep_dense.ini", spec, "no point left to run")
+        for ranks in (1, 2, 4):
+            self.assertRegex(proc.stdout, rf"skip {ranks} ranks?, dp·ep2: parallel.ep = 2 with model.experts = 0")
 
     def test_weak_needs_batch_per_dp(self):
         self.check_refused("bad_weak.ini", STRONG_SPEC.replace("scaling = strong", "scaling = weak"),
@@ -449,7 +537,7 @@ def main():
         f.write(header.tobytes() + np.random.default_rng(0).integers(0, 256, 100_000).astype("<u2").tobytes())
     start = time.monotonic()
     suite = unittest.TestSuite()
-    for case in (StrongScaling, WeakScaling, BadSpecs):
+    for case in (StrongScaling, WeakScaling, ExpertParallel, BadSpecs):
         suite.addTests(unittest.TestLoader().loadTestsFromTestCase(case))
     result = unittest.TextTestRunner(verbosity=2 if OPTS.verbose else 1, stream=sys.stdout).run(suite)
     print(f"scaling: {suite.countTestCases()} cases in {time.monotonic() - start:.1f} s")
