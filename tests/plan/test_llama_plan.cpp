@@ -213,7 +213,10 @@ TEST(LlamaPlan, ExpertParallelAllToAllsAndTheirTimeByHand) {
       EXPECT_EQ(ep.calls, counts + row_calls) << "dp rank " << d;
       EXPECT_EQ(ep.bytes, counts * count_bytes + row_calls * rows_bytes) << "dp rank " << d;
     }
-    // Both ranks on one node: each all-to-all pays α once (p − 1 = 1), the bytes β.
+    // Both ranks on one node: each all-to-all pays α once (p − 1 = 1), the bytes β; on p ranks, p − 1
+    // pairwise exchanges: 1 MB over 4 ranks at 1 GB/s and 10 µs, 1 ms + 30 µs.
+    EXPECT_DOUBLE_EQ(alltoall_s(1e6, 4, Link{1e9, 1e-5}), 1e-3 + 3e-5);
+    EXPECT_EQ(alltoall_s(1e6, 1, Link{1e9, 1e-5}), 0.0);
     Cluster c;
     c.host_only = false;
     c.peak_flops_fp32 = 1e12;
