@@ -61,7 +61,8 @@ CSV_COLUMNS = [
     "global_batch", "tokens_per_step", "steps_measured", "step_time_s", "tokens_per_s", "tokens_per_s_per_rank",
     "speedup", "efficiency", "compute_s", "comm_s", "all_to_all_s", "idle_s", "comm_fraction", "all_to_all_fraction",
     "bubble_fraction", "peak_rss_bytes",
-    "predicted_step_time_s", "predicted_tokens_per_s", "predicted_comm_fraction", "predicted_bubble_fraction",
+    "predicted_step_time_s", "predicted_tokens_per_s", "predicted_comm_fraction", "predicted_all_to_all_fraction",
+    "predicted_bubble_fraction",
     "predicted_peak_rss_bytes",
 ]
 
@@ -564,6 +565,7 @@ def measure_point(study, point, pdir):
         row["predicted_tokens_per_s"] = plan["tokens_per_s"]
         if st["total_s"] > 0:
             row["predicted_comm_fraction"] = (st["tp_comm_s"] + st["pp_comm_s"] + st["dp_comm_s"]) / st["total_s"]
+            row["predicted_all_to_all_fraction"] = st.get("ep_comm_s", 0.0) / st["total_s"]
             row["predicted_bubble_fraction"] = st["bubble_s"] / st["total_s"]
         row["predicted_peak_rss_bytes"] = plan["per_rank"][0]["peak_rss"]
     return row

@@ -244,6 +244,7 @@ def check_rows_against_jobs(test, campaign, warmup):
             test.assertTrue(close(float(row["predicted_tokens_per_s"]), plan["tokens_per_s"]))
             test.assertTrue(close(float(row["predicted_comm_fraction"]),
                                   (st["tp_comm_s"] + st["pp_comm_s"] + st["dp_comm_s"]) / st["total_s"], 1e-9))
+            test.assertTrue(close(float(row["predicted_all_to_all_fraction"]), st["ep_comm_s"] / st["total_s"], 1e-9))
             test.assertTrue(close(float(row["predicted_bubble_fraction"]), st["bubble_s"] / st["total_s"], 1e-9))
             test.assertEqual(int(row["predicted_peak_rss_bytes"]), plan["per_rank"][0]["peak_rss"])
 
