@@ -22,8 +22,8 @@ std::string layout_description(MPI_Comm comm, const ParallelConfig& parallel) {
   int world = 1;
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &world), "is the communicator valid?");
   const int dp = world / (parallel.tp * parallel.pp);
-  std::string text = fmt::format("world={} dp={} tp={} pp={} zero={}", world, dp, parallel.tp, parallel.pp,
-                                 parallel.zero);
+  std::string text =
+      fmt::format("world={} dp={} tp={} pp={} zero={}", world, dp, parallel.tp, parallel.pp, parallel.zero);
   if (parallel.ep > 1) text += fmt::format(" ep={}", parallel.ep);  // expert parallelism only where it was used
   return text;
 }
