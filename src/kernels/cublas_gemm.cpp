@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace meshtrain::cublas {
@@ -57,9 +58,10 @@ cublasHandle_t handle_for(void* stream) {
 
 // Copies `pointers` into device memory on `stream` and returns the device copy, for the pointer
 // arrays of grouped products. One block per host thread and stream, reused by every call after:
-// the copy is queued behind the products already on the stream that read the block, and a block
-// too small is freed and reallocated in stream order (cudaFreeAsync, cudaMallocAsync), so no call
-// waits for the GPU. cudaMemcpyAsync has read the pageable host array by the time it returns.
+// the copy is queued behind the products already on the stream that read the block. A block too
+// small is freed and reallocated (at least twice as large) in stream order, cudaFreeAsync and
+// cudaMallocAsync, so no call waits for the GPU. cudaMemcpyAsync has read the pageable host array
+// by the time it returns.
 const void* const* staged_pointers(void* stream, const std::vector<const void*>& pointers) {
   struct Block {
     void* data = nullptr;
@@ -75,10 +77,10 @@ const void* const* staged_pointers(void* stream, const std::vector<const void*>&
   const auto s = static_cast<cudaStream_t>(stream);
   Block& block = blocks.by_stream[stream];
   if (pointers.size() > block.count) {
-    if (block.data != nullptr) MESHTRAIN_CUDA_CHECK(cudaFreeAsync(block.data, s));
-    block.data = nullptr;
+    const std::size_t count = std::max({pointers.size(), 2 * block.count, std::size_t(64)});
+    void* old = std::exchange(block.data, nullptr);
     block.count = 0;
-    const std::size_t count = std::max<std::size_t>(pointers.size(), 64);
+    if (old != nullptr) MESHTRAIN_CUDA_CHECK(cudaFreeAsync(old, s));
     MESHTRAIN_CUDA_CHECK(cudaMallocAsync(&block.data, count * sizeof(void*), s));
     block.count = count;
   }

@@ -42,8 +42,8 @@ void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::spa
 // A product is done in row panels of C, so its workspace is bounded by op(B) (k·n floats) plus a
 // panel of op(A) and of C, not by the whole m·n result.
 //
-// Bytes that products of this shape (each matrix of a batch or group in turn) need: 0 for float and double,
-// and on CUDA builds (cuBLAS needs none).
+// Bytes that products of this shape (each matrix of a batch or group in turn) need: 0 for float and
+// double, and on CUDA builds (cuBLAS needs none).
 template <class Real>
 std::size_t gemm_workspace_bytes_for(GemmShape shape);
 // Grows the workspace to at least `bytes` now, so that a known largest product allocates nothing

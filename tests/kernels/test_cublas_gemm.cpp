@@ -1,5 +1,6 @@
 // The cuBLAS path of the GEMM dispatch. With a GPU: its row-major products (every transpose pair,
-// leading dimensions wider than the matrices, strided batches) against a naive host loop. Without
+// leading dimensions wider than the matrices, strided batches, grouped products of different
+// shapes) against a naive host loop. Without
 // one (CI): a call fails with cuBLAS's status and a HINT instead of crashing. The same for bf16 and
 // fp16 storage with float accumulation.
 #include "kernels/cublas_gemm.hpp"
@@ -140,6 +141,73 @@ TEST(CublasGemm, Bf16AndFp16ProductsAccumulateInFloat) {
   if (!gpu_present()) GTEST_SKIP() << "no GPU on this machine";
   check_low_precision_products<bf16>();
   check_low_precision_products<fp16>();
+}
+
+// Three problems of different shapes in one grouped call, each against the naive loop; C starts
+// non-zero so that beta is seen.
+template <class Real>
+void check_grouped_products(double tolerance) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const GemmShape shapes[] = {{5, 7, 3}, {1, 4, 6}, {8, 2, 5}};
+  for (Trans ta : {Trans::no, Trans::yes}) {
+    for (Trans tb : {Trans::no, Trans::yes}) {
+      std::vector<std::vector<double>> a, b, c0;
+      std::vector<int> lda, ldb;
+      std::vector<Real*> device;
+      std::vector<GemmProblem<Real>> problems;
+      for (const GemmShape& s : shapes) {
+        lda.push_back((ta == Trans::no ? s.k : s.m) + 1);
+        ldb.push_back((tb == Trans::no ? s.n : s.k) + 2);
+        const int rows_a = ta == Trans::no ? s.m : s.k, rows_b = tb == Trans::no ? s.k : s.n;
+        for (auto [matrix, size] :
+             {std::pair{&a, rows_a * lda.back()}, std::pair{&b, rows_b * ldb.back()}, std::pair{&c0, s.m * s.n}}) {
+          std::vector<double> values(size);
+          for (double& x : values) x = float(Real(u(rng)));  // exact in Real
+          std::vector<Real> stored(values.begin(), values.end());
+          Real* d = nullptr;
+          ASSERT_EQ(cudaMalloc(&d, size * sizeof(Real)), cudaSuccess);
+          cudaMemcpy(d, stored.data(), size * sizeof(Real), cudaMemcpyHostToDevice);
+          device.push_back(d);
+          matrix->push_back(values);
+        }
+        const std::size_t i = problems.size();
+        problems.push_back({s, device[3 * i], lda[i], device[3 * i + 1], ldb[i], device[3 * i + 2], s.n});
+      }
+      cublas::gemm_grouped<Real>(nullptr, ta, tb, problems, accum_t<Real>(1.5), accum_t<Real>(0.5));
+      for (std::size_t i = 0; i < problems.size(); ++i) {
+        const GemmShape s = shapes[i];
+        std::vector<Real> got(std::size_t(s.m) * s.n);
+        cudaMemcpy(got.data(), device[3 * i + 2], got.size() * sizeof(Real), cudaMemcpyDeviceToHost);
+        const auto product = naive(ta, tb, s, a[i], lda[i], b[i], ldb[i]);
+        for (std::size_t e = 0; e < got.size(); ++e) {
+          const double want = 1.5 * product[e] + 0.5 * c0[i][e];
+          ASSERT_NEAR(double(got[e]), want, tolerance * (1 + std::fabs(want))) << "problem " << i << " element " << e;
+        }
+      }
+      for (Real* d : device) cudaFree(d);
+    }
+  }
+}
+
+TEST(CublasGemm, GroupedProductsMatchNaiveLoops) {
+  if (!gpu_present()) GTEST_SKIP() << "no GPU on this machine";
+  check_grouped_products<double>(1e-12);
+  check_grouped_products<float>(1e-5);
+  check_grouped_products<bf16>(unit_roundoff<bf16>());
+  check_grouped_products<fp16>(unit_roundoff<fp16>());
+}
+
+TEST(CublasGemm, GroupedFailsWithAHintWithoutAGpu) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present; the product tests cover this build";
+  float c = 0;
+  const GemmProblem<float> problem{{1, 1, 1}, &c, 1, &c, 1, &c, 1};
+  try {
+    cublas::gemm_grouped<float>(nullptr, Trans::no, Trans::no, std::span(&problem, 1), 1.0f, 0.0f);
+    FAIL() << "cuBLAS ran without a GPU";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT:"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CublasGemm, Bf16FailsWithAHintWithoutAGpu) {
