@@ -22,18 +22,15 @@ namespace meshtrain {
 // One micro-batch's exchange for one MoE block, on the host: built once by plan_exchange after the
 // routing, read by forward's two all-to-alls and backward's two.
 struct ExchangePlan {
-  std::vector<std::size_t> send_rows, send_first;          // per ep peer: rows to it and the first of them
-  std::vector<std::size_t> recv_rows, recv_first;          // per ep peer: rows from it and where they land
   std::vector<std::int64_t> sent_counts, received_counts;  // per expert: E kept counts | El per source
   std::vector<RowGroup> groups;                            // (ep·El): the received rows by source and expert
   std::size_t received = 0;                                // rows received in total
-  std::vector<std::size_t> send_elements, send_displs, recv_elements, recv_displs;  // × C, for alltoallv
+  // Per ep peer, in elements (rows × C): what goes to it and where it starts in the routed rows,
+  // what comes from it and where it lands in the received ones (the alltoallv's arrays).
+  std::vector<std::size_t> send_elements, send_displs, recv_elements, recv_displs;
 
   void reserve(int ep, int experts) {
-    for (auto* v : {&send_rows, &send_first, &recv_rows, &recv_first, &send_elements, &send_displs, &recv_elements,
-                    &recv_displs}) {
-      v->assign(std::size_t(ep), 0);
-    }
+    for (auto* v : {&send_elements, &send_displs, &recv_elements, &recv_displs}) v->assign(std::size_t(ep), 0);
     sent_counts.assign(std::size_t(experts), 0);
     received_counts.assign(std::size_t(experts), 0);
     groups.assign(std::size_t(experts), RowGroup{});
@@ -62,20 +59,17 @@ class ExpertExchange {
     }
     std::size_t landed = 0;
     for (int peer = 0; peer < P; ++peer) {
-      const std::size_t q = std::size_t(peer);
-      p.send_first[q] = std::size_t(offsets[peer * El]);
-      p.send_rows[q] = std::size_t(offsets[(peer + 1) * El]) - p.send_first[q];
-      p.recv_first[q] = landed;
+      const std::size_t q = std::size_t(peer), first = landed;
       for (int e = 0; e < El; ++e) {
         const std::size_t rows = std::size_t(p.received_counts[q * El + e]);
         p.groups[q * El + e] = RowGroup{int(landed), int(rows), e};
         landed += rows;
       }
-      p.recv_rows[q] = landed - p.recv_first[q];
-      p.send_elements[q] = p.send_rows[q] * row_elements;
-      p.send_displs[q] = p.send_first[q] * row_elements;
-      p.recv_elements[q] = p.recv_rows[q] * row_elements;
-      p.recv_displs[q] = p.recv_first[q] * row_elements;
+      const std::size_t send_first = std::size_t(offsets[peer * El]);
+      p.send_displs[q] = send_first * row_elements;
+      p.send_elements[q] = (std::size_t(offsets[(peer + 1) * El]) - send_first) * row_elements;
+      p.recv_displs[q] = first * row_elements;
+      p.recv_elements[q] = (landed - first) * row_elements;
     }
     p.received = landed;
   }
