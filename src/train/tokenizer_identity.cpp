@@ -30,11 +30,14 @@ std::optional<std::string> tokenizer_change(const TokenizerRecord& recorded, con
       fmt::format("checkpoint '{}' ({}) was trained with tokenizer {}, but this run's data.tokenizer is {}", path, key,
                   describe(recorded), describe(run));
   if (policy == TokenizerChange::refuse) {
+    const std::string same_again =
+        recorded.path.empty()
+            ? std::string("train byte-level, as it was (without data.tokenizer)")
+            : fmt::format("give data.tokenizer the model it was trained with (xxh64 {})", io::hash_hex(recorded.hash));
     input_error(
-        "{}: its token ids mean other pieces than the run's (data.tokenizer_change = refuse); give the tokenizer "
-        "the checkpoint records as data.tokenizer, or set --data.tokenizer_change allow to train on the new "
-        "tokenizer's ids from these weights",
-        what);
+        "{}: its token ids mean other pieces than the run's (data.tokenizer_change = refuse); {}, or set "
+        "--data.tokenizer_change allow to train on the new tokenizer's ids from these weights",
+        what, same_again);
   }
   return fmt::format(
       "{}; loading it anyway (data.tokenizer_change = allow): every id now means the new tokenizer's "
