@@ -156,6 +156,14 @@ class FileChecks(cli.CliCase):
         self.edit(CHECKPOINT, lambda f: f.attrs.__setitem__("config", '{"model": {"layers": 1, "d_model": 16}}'))
         self.refused_by_every_reader(CHECKPOINT, CHECKPOINT, "attribute config", "invalid line", "INI")
 
+    def test_a_checkpoint_without_its_stored_config(self):
+        """The tools take the model's shape from the stored config: without it a meshtrain checkpoint is damaged.
+        (Resume refuses it too; init_weights checks the tensors against the run's model and needs none.)"""
+        self.edit(CHECKPOINT, lambda f: f.attrs.__delitem__("config"))
+        for args in (["inspect", CHECKPOINT], ["export", CHECKPOINT, "--format", "safetensors", "--out", "o.st"],
+                     ["sample", "--checkpoint", CHECKPOINT, "--prompt", "hi", "--tokens", "4"]):
+            self.refused(args, CHECKPOINT, "no config attribute")
+
     def test_sample_checks_shapes_before_allocating_the_stored_model(self):
         """A stored config of d_model 65536 (a 70 GB SwiGLU) over the 16-wide tensors: refused naming the first
         tensor, under a 4 GB address-space limit that the model's allocation would break."""
