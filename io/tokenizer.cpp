@@ -98,6 +98,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
 
 int Tokenizer::vocab_size() const { return model_->processor.GetPieceSize(); }
 
+bool Tokenizer::is_byte(int id) const { return model_->processor.IsByte(id); }
+
 std::vector<int> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
   const auto status = model_->processor.Encode(text, &ids);

@@ -37,6 +37,8 @@ class Tokenizer {
   // The ids of `text`: any UTF-8 (byte fallback covers characters the pieces do not). SentencePiece
   // reads each byte of an ill-formed UTF-8 sequence as U+FFFD (io/utf8.hpp checks texts first).
   std::vector<int> encode(std::string_view text) const;
+  // Whether `id` is one of the byte pieces of byte fallback (<0x00> ... <0xFF>).
+  bool is_byte(int id) const;
   // The text of `ids`; decode(encode(t)) == t for every UTF-8 t with the models train_bpe_model
   // makes (share/docs/usage.md, Tokenizers).
   // InputError for an id outside [0, vocab_size()).

@@ -13,6 +13,7 @@
 #include "io/output_guard.hpp"
 #include "io/safetensors_writer.hpp"
 #include "io/tensor_checksum.hpp"
+#include "train/checkpoint_contents.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -24,9 +25,11 @@ namespace {
 namespace schema = io::schema;
 
 // Every /model tensor read whole (each checked finite by the reader) and verified against its stored
-// checksum by io's one verifier, the one `inspect` and loading use, before anything is written.
+// checksum by io's one verifier, the one `inspect` and loading use, before anything is written; the
+// file checked first as loading checks it (train/checkpoint_contents.hpp): exactly its stored
+// config's tensors, in their shapes.
 std::vector<io::NamedTensor> read_verified_model(const io::CheckpointReader& reader) {
-  schema::require_known_version(reader);
+  checked_stored_model(reader, /*with_optimizer=*/false);
   std::vector<io::NamedTensor> tensors;
   std::vector<std::string> datasets;
   for (const std::string& name : schema::model_tensors(reader)) {

@@ -1,6 +1,6 @@
-// meshtrain inspect FILE: a checkpoint's model family, step, layout, loss scale, tokenizer, config and tensors, every
-// tensor's checksum verified by io's one verifier (io/checksum_verifier.hpp), the loader's, and
-// every value checked finite by the reader as it is read.
+// meshtrain inspect FILE: a checkpoint's model family, step, layout, loss scale, tokenizer, config and tensors, the
+// file checked as loading checks it (train/checkpoint_contents.hpp), every tensor's checksum verified by io's one
+// verifier (io/checksum_verifier.hpp), the loader's, and every value checked finite by the reader as it is read.
 #include "commands/commands.hpp"
 
 #include "core/command_line.hpp"
@@ -10,6 +10,7 @@
 #include "io/checkpoint_schema.hpp"
 #include "io/checksum_verifier.hpp"
 #include "io/tensor_checksum.hpp"
+#include "train/checkpoint_contents.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -110,10 +111,10 @@ int inspect_command(const Args& args, MPI_Comm comm) {
 
   fmt::print("file: {}\n", path);
   print_attributes(reader);
-  // What the file claims is printed first; a version this build cannot read, or a file without
-  // weights, is then refused like any other unusable checkpoint.
-  schema::require_known_version(reader);
-  schema::model_tensors(reader);
+  // What the file claims is printed first; then a file the trainer would refuse (a version this
+  // build cannot read, no weights, a stored config that does not parse or contradicts model_family,
+  // tensors that are not its model's) is refused with the loader's own checks.
+  checked_stored_model(reader, /*with_optimizer=*/true);
   print_tensors(reader);
   if (auto config = reader.string_attribute(schema::attr::config)) fmt::print("config:\n{}", *config);
   verify_file(reader);

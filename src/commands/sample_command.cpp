@@ -11,9 +11,11 @@
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/checkpoint_schema.hpp"
 #include "io/decoded_text.hpp"
 #include "io/utf8.hpp"
 #include "model/language_model.hpp"
+#include "train/checkpoint_contents.hpp"
 #include "train/checkpointing.hpp"
 
 #include <Random123/philox.h>
@@ -133,10 +135,25 @@ std::vector<int> encode_prompt(const std::string& prompt, const std::optional<io
   return context;
 }
 
-// The tokenizer the checkpoint records (or --tokenizer's file), checked.
-std::optional<io::Tokenizer> checkpoint_tokenizer(const SampleOptions& o, MPI_Comm comm) {
+// What sampling needs of the checkpoint before anything is allocated: its stored config, the file's
+// tensors checked against that config's model as loading checks them, and its tokenizer (or
+// --tokenizer's file), checked against the recorded hash.
+struct CheckedCheckpoint {
+  Config config;
+  std::optional<io::Tokenizer> tokenizer;
+};
+
+CheckedCheckpoint check_checkpoint(const SampleOptions& o, MPI_Comm comm) {
   const io::CheckpointReader reader(o.checkpoint, comm);
-  return sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint);
+  std::optional<Config> config = checked_stored_model(reader, /*with_optimizer=*/false);
+  if (!config) {
+    input_error(
+        "'{}' is a weights file without a stored config (no meshtrain {} attribute): sample needs a meshtrain "
+        "checkpoint, whose config gives the model's shape",
+        o.checkpoint, io::schema::attr::format);
+  }
+  return {std::move(*config),
+          sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint)};
 }
 
 }  // namespace
@@ -145,9 +162,10 @@ int sample_command(const Args& args, MPI_Comm comm) {
   bool help = false;
   const SampleOptions o = parse_sample_options(args, help);
   if (help) return 0;
-  const Config cfg = read_checkpoint_config(o.checkpoint, comm);
+  const CheckedCheckpoint checked = check_checkpoint(o, comm);
+  const Config& cfg = checked.config;
+  const std::optional<io::Tokenizer>& tokenizer = checked.tokenizer;
   const int T = cfg.model.seq_len, V = cfg.model.vocab;
-  const std::optional<io::Tokenizer> tokenizer = checkpoint_tokenizer(o, comm);
   // Ids a tokenizer does not know (the model's vocabulary may be padded beyond it) are never drawn.
   const int drawable = tokenizer ? std::min(V, tokenizer->vocab_size()) : V;
   std::vector<int> context = encode_prompt(o.prompt, tokenizer, V);

@@ -135,6 +135,8 @@ class KeyTable {
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
     add("data.tokenizer", cfg.data.tokenizer,
         "SentencePiece model the shards were made with (prepare --tokenizer); empty: byte-level");
+    add_choice("data.tokenizer_change", cfg.data.tokenizer_change,
+               "a checkpoint that records another tokenizer than data.tokenizer (or none): {}");
     add_choice("data.order", cfg.data.order, "{}");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
     add("checkpoint.every", cfg.checkpoint.every, "steps between checkpoints (0: only when the job leaves)");

@@ -33,6 +33,8 @@ enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
 enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
 enum class Arch { gpt2, llama };                      // model.arch: the model family
+// data.tokenizer_change: whether a checkpoint of another tokenizer than data.tokenizer may be loaded.
+enum class TokenizerChange { refuse, allow };
 
 template <class E>
 struct EnumName {
@@ -95,7 +97,13 @@ struct EnumNames<NonFinite> {
       {{NonFinite::stop, "stop", "exit 6, nothing saved over latest"},
        {NonFinite::skip, "skip", "drop the step's update, up to train.nonfinite_skips in a row"}}};
 };
-// The mode words only: any other value of checkpoint.resume names a file (ResumeFrom).
+template <>
+struct EnumNames<TokenizerChange> {
+  static constexpr std::string_view key = "data.tokenizer_change";
+  static constexpr std::array<EnumName<TokenizerChange>, 2> all{
+      {{TokenizerChange::refuse, "refuse", "exit 2"},
+       {TokenizerChange::allow, "allow", "a warning; every id then means the new tokenizer's piece"}}};
+};
 template <>
 struct EnumNames<Arch> {
   static constexpr std::string_view key = "model.arch";
@@ -103,6 +111,7 @@ struct EnumNames<Arch> {
       {{Arch::gpt2, "gpt2", "LayerNorm, GELU, learned positions, tied head"},
        {Arch::llama, "llama", "RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head"}}};
 };
+// The mode words only: any other value of checkpoint.resume names a file (ResumeFrom).
 template <>
 struct EnumNames<ResumeMode> {
   static constexpr std::string_view key = "checkpoint.resume";
@@ -248,6 +257,8 @@ struct ParallelConfig {
 struct DataConfig {
   std::string train;      // a token shard or a glob of them
   std::string tokenizer;  // the SentencePiece model the shards were made with (empty: byte-level)
+  // Whether a checkpoint (resumed, or checkpoint.init_weights) that records another tokenizer loads.
+  TokenizerChange tokenizer_change = TokenizerChange::refuse;
   SampleOrder order = SampleOrder::sequential;
 };
 

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <filesystem>
 #include <optional>
 
 namespace meshtrain {
@@ -46,6 +45,17 @@ void require_same_model(const Config& stored, const Config& wanted, const std::s
   check("model.seq_len", a.seq_len, b.seq_len);
 }
 
+Config parse_stored_config(const std::string& text, const std::string& path) {
+  try {
+    return config_from_ini(text, fmt::format("the config stored in '{}' (attribute {})", path, attr::config));
+  } catch (const InputError& e) {
+    input_error(
+        "{}; a checkpoint stores the resolved config of the run that wrote it as the INI meshtrain train reads "
+        "(`[model]` sections of `key = value` lines): the file is damaged, or from another program",
+        e.what());
+  }
+}
+
 // The family a checkpoint records, checked against the model.arch of its stored config (where
 // there is one); nothing for a weights file from another tool.
 std::optional<Arch> recorded_family(const io::CheckpointReader& reader, const std::string& path) {
@@ -57,7 +67,7 @@ std::optional<Arch> recorded_family(const io::CheckpointReader& reader, const st
                 valid_names<Arch>());
   }
   if (const auto text = reader.string_attribute(attr::config)) {
-    const Arch stored = config_from_ini(*text, fmt::format("config stored in '{}'", path)).model.arch;
+    const Arch stored = parse_stored_config(*text, path).model.arch;
     if (stored != *family) {
       input_error("checkpoint '{}' is inconsistent: {} = '{}' but its stored config has model.arch = {}", path,
                   attr::model_family, *name, stored);
@@ -118,7 +128,7 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
                 attr::config, attr::step, attr::tokens);
   }
   require_same_family(reader, config, path);
-  const Config stored = config_from_ini(*config_text, fmt::format("config stored in '{}'", path));
+  const Config stored = parse_stored_config(*config_text, path);
   require_same_model(stored, config, path);
   TrainingProgress progress{*step, *tokens};
   // Version 1 files knew only step · global_batch.
@@ -139,13 +149,11 @@ void require_same_family(const io::CheckpointReader& reader, const Config& confi
       path, *family, config.model.arch, *family, config.model.arch);
 }
 
-Config read_checkpoint_config(const std::string& path, MPI_Comm comm) {
-  if (!std::filesystem::exists(path)) input_error("checkpoint '{}': no such file", path);
-  io::CheckpointReader reader(path, comm);
+std::optional<Config> read_stored_config(const io::CheckpointReader& reader, const std::string& path) {
   const auto text = reader.string_attribute(attr::config);
-  if (!text) input_error("'{}' has no {} attribute: it is not a meshtrain checkpoint", path, attr::config);
+  if (!text) return std::nullopt;
   recorded_family(reader, path);
-  return config_from_ini(*text, fmt::format("config stored in '{}'", path));
+  return parse_stored_config(*text, path);
 }
 
 TokenizerRecord read_tokenizer_record(const io::CheckpointReader& reader, const std::string& path) {

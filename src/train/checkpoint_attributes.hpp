@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -52,9 +53,10 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
 // weights file from another tool records no family and passes (its tensor names are checked).
 void require_same_family(const io::CheckpointReader& reader, const Config& config, const std::string& path);
 
-// Reads the resolved config stored in a checkpoint (for sample and inspect), its family checked
-// against the file's model_family.
-Config read_checkpoint_config(const std::string& path, MPI_Comm comm);
+// The resolved config a checkpoint stores (attribute `config`), parsed as the trainer parses an INI
+// file and checked against the file's model_family; nothing for a file without one (a weights file
+// of another tool). InputError naming the file when it does not parse or names another family.
+std::optional<Config> read_stored_config(const io::CheckpointReader& reader, const std::string& path);
 
 // The tokenizer a checkpoint records; byte-level (empty) for files without one, such as those
 // written before tokenizers. InputError naming `path` when the hash is not 16 hex digits.

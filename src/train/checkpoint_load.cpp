@@ -11,11 +11,14 @@
 #include "io/checkpoint_schema.hpp"
 #include "io/checksum_verifier.hpp"
 #include "io/tensor_checksum.hpp"
+#include "train/checkpoint_contents.hpp"
 #include "train/checkpoint_plan.hpp"
+#include "train/tokenizer_identity.hpp"
+
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <optional>
-#include <set>
 
 namespace meshtrain {
 namespace {
@@ -51,31 +54,9 @@ void read_pieces(const io::CheckpointReader& reader, const std::vector<PlannedPi
   }
 }
 
-// The file must hold exactly the model's tensors in each group loaded, whose datasets the plan
-// lists: a file from a deeper or wider model would otherwise load its first layers and drop the
-// rest unseen. InputError naming the first extra or missing tensor.
-void require_same_tensors(const io::CheckpointReader& reader, const std::vector<PlannedPiece>& plan,
-                          std::size_t groups) {
-  const std::vector<std::string> wanted = dataset_names(plan);
-  const std::set<std::string> model(wanted.begin(), wanted.end());
-  for (std::size_t g = 0; g < groups; ++g) {
-    const char* group = io::schema::state_groups[g];
-    std::set<std::string> held;
-    for (const std::string& name : reader.datasets(group)) held.insert(io::schema::dataset(group, name));
-    for (const std::string& name : held) {
-      if (!model.contains(name)) {
-        input_error(
-            "'{}' holds {}, which this model has no place for: it is from another model ({} holds {} tensors, "
-            "this model {}); set the model keys to the file's",
-            reader.path(), name, group, held.size(), wanted.size() / groups);
-      }
-    }
-    for (const std::string& name : wanted) {
-      if (name.starts_with(std::string(group) + "/") && !held.contains(name)) {
-        input_error("'{}' has no dataset {}, which this model needs: it is from another model", reader.path(), name);
-      }
-    }
-  }
+// The state groups loaded, the first `groups` of io::schema::state_groups.
+std::vector<const char*> loaded_groups(std::size_t groups) {
+  return {io::schema::state_groups.begin(), io::schema::state_groups.begin() + groups};
 }
 
 // Every rank's sums added up and verified against the stored checksums; InputError naming the
@@ -100,13 +81,16 @@ TrainingProgress Checkpointer::load(const std::string& path, const TrainingTenso
   const std::vector<StateSource*> sources = sources_of(state);
   const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
   std::vector<std::uint64_t> sums(plan.size(), 0);
-  // Reads fail on the ranks that read the bad part; all agree before the next collective.
   const TrainingProgress progress = agree_on_input(comm_, [&] {
     io::schema::require_known_version(*reader);
-    TrainingProgress p = read_progress(*reader, config_, path);
-    require_same_tensors(*reader, plan, sources.size());
+    return read_progress(*reader, config_, path);
+  });
+  require_run_tokenizer(*reader, "checkpoint.resume", path);
+  // Reads fail on the ranks that read the bad part; all agree before the next collective.
+  agree_on_input(comm_, [&] {
+    // A file from a deeper or wider model would otherwise load its first layers and drop the rest unseen.
+    require_model_tensors(*reader, layout_.model(), loaded_groups(sources.size()), "this model");
     read_pieces(*reader, plan, layout_, sources, sums);
-    return p;
   });
   verify_sums(*reader, plan, sums, comm_);
   return progress;
@@ -123,14 +107,33 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   const std::vector<StateSource*> sources = {&weights};
   const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
   std::vector<std::uint64_t> sums(plan.size(), 0);
-  const bool checked = agree_on_input(comm_, [&] {
+  agree_on_input(comm_, [&] {
     io::schema::require_known_version(*reader);
     require_same_family(*reader, config_, path);
-    require_same_tensors(*reader, plan, sources.size());
+  });
+  require_run_tokenizer(*reader, "checkpoint.init_weights", path);
+  const bool checked = agree_on_input(comm_, [&] {
+    require_model_tensors(*reader, layout_.model(), loaded_groups(sources.size()), "this model");
     read_pieces(*reader, plan, layout_, sources, sums);
     return io::schema::requires_checksums(*reader);
   });
   if (checked) verify_sums(*reader, plan, sums, comm_);
+}
+
+void Checkpointer::require_run_tokenizer(const io::CheckpointReader& reader, const std::string& key,
+                                         const std::string& path) const {
+  if (!tokenizer_) return;  // the caller checks the tokenizer itself
+  const std::optional<TokenizerRecord> recorded =
+      agree_on_input(comm_, [&] { return recorded_tokenizer(reader, path); });
+  if (!recorded) return;  // a weights file of another tool says nothing of its ids
+  std::optional<std::string> warning;
+  try {
+    warning = agree_on_input(
+        comm_, [&] { return tokenizer_change(*recorded, *tokenizer_, config_.data.tokenizer_change, key, path); });
+  } catch (const AgreedInputError& e) {
+    throw TokenizerMismatch(e.what(), e.reporter());
+  }
+  if (warning && mpi::rank_of(comm_) == 0) fmt::print(stderr, "meshtrain train: warning: {}\n", *warning);
 }
 
 void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {

@@ -134,7 +134,7 @@ struct Checkpointer::Snapshot {
 };
 
 Checkpointer::Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm,
-                           TokenizerRecord tokenizer)
+                           std::optional<TokenizerRecord> tokenizer)
     : config_(config), layout_(layout), comm_(comm), tokenizer_(std::move(tokenizer)), threads_(mpi_threads_usable()) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_dup(comm, background_comm_.out()), "is every rank creating the Checkpointer?");
 }
@@ -172,7 +172,7 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
   // Ranks may create the file independently: the directory must exist first.
   agree_on_directory(config_.checkpoint.dir, comm_, target.expected.bytes);
   std::vector<PlannedPiece> plan = plan_pieces(layout_, {&state.weights, &state.exp_avg, &state.exp_avg_sq});
-  Attributes attributes = root_attributes(config_, comm_, progress, tokenizer_);
+  Attributes attributes = root_attributes(config_, comm_, progress, tokenizer_.value_or(TokenizerRecord{}));
   if (!background || !threads_) {
     std::function<const float*(std::size_t)> data = [&](std::size_t k) {
       return plan[k].source->saved_data(*plan[k].tensor);

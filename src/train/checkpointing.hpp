@@ -36,9 +36,12 @@ struct FinishedSave {
 
 class Checkpointer {
  public:
-  // Collective over `comm` (it duplicates it for background saves). Saves record `tokenizer`, the
-  // one the run's data was made with (byte-level when empty).
-  Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm, TokenizerRecord tokenizer = {});
+  // Collective over `comm` (it duplicates it for background saves). `tokenizer` is the one the
+  // run's data was made with (byte-level when its path is empty): saves record it, and loads refuse
+  // a checkpoint that records another (train/tokenizer_identity.hpp). Nothing: a reader that checks
+  // the tokenizer itself and saves nothing (`sample`).
+  Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm,
+               std::optional<TokenizerRecord> tokenizer = std::nullopt);
   // Waits for a background save still in flight.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -67,18 +70,24 @@ class Checkpointer {
   // tried when an earlier one cannot be loaded); none for `never` or an empty directory.
   std::vector<std::string> resume_candidates() const;
   // Restores weights, moments and progress from `path`, verifying every tensor's checksum; the
-  // model shape must match the config. A bad file is an InputError on every rank (the same one).
+  // model shape must match the config. A bad file is an InputError on every rank (the same one);
+  // a checkpoint of another tokenizer a TokenizerMismatch (unless data.tokenizer_change = allow).
   TrainingProgress load(const std::string& path, const TrainingTensors& state);
-  // Loads only /model from `path` (checkpoint.init_weights, or any checkpoint).
+  // Loads only /model from `path` (checkpoint.init_weights, or any checkpoint); a meshtrain
+  // checkpoint of another tokenizer is refused as load() refuses it.
   void load_weights(const std::string& path, StateSource& weights);
   void load_weights(const std::string& path, Vec<float> weights);
 
  private:
   struct Snapshot;
+  // Refuses (TokenizerMismatch, on every rank) or warns of a checkpoint of another tokenizer than
+  // the run's; `key` is the one that named the file. Collective.
+  void require_run_tokenizer(const io::CheckpointReader& reader, const std::string& key, const std::string& path) const;
+
   const Config& config_;
   const ParameterLayout& layout_;
   MPI_Comm comm_;
-  TokenizerRecord tokenizer_;
+  std::optional<TokenizerRecord> tokenizer_;
   mpi::OwnedComm background_comm_;  // the background thread's collectives
   bool threads_ = false;
   std::unique_ptr<Snapshot> snapshot_;

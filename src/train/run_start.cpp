@@ -5,6 +5,7 @@
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "train/checkpoint_dir_checks.hpp"
+#include "train/tokenizer_identity.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -40,6 +41,8 @@ TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::strin
         }
       }
       return progress;
+    } catch (const TokenizerMismatch&) {
+      throw;  // the run's tokenizer, not the file, is at odds: an older checkpoint would drop the steps since
     } catch (const AgreedInputError& e) {
       if (cfg.checkpoint.resume.mode != ResumeMode::automatic) throw;
       refused.push_back(fmt::format("{}: {}", candidates[i], e.what()));

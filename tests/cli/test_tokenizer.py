@@ -239,6 +239,10 @@ class Tokenizers(CliCase):
         generated = [self.sp.id_to_piece(i) for i in ids[len(prompt_ids):]]
         words = [p for p in generated if len(p.lstrip("\u2581")) > 1 and not self.sp.is_byte(self.sp.piece_to_id(p))]
         self.assertGreater(len(words), 10, f"few subword pieces in {generated}")
+        # A 20 KB prompt is printed back decoded in time linear in it: well within 20 s (it took 47 s).
+        prompt = text_of(CORPUS[0])[:20000]
+        p = self.run_ok(["sample", "--checkpoint", ck, "--prompt", prompt, "--tokens", "0"], timeout=20)
+        self.assertEqual(p.stdout_bytes.decode("utf-8"), prompt + "\n")
 
     def test_a_llama_from_dp2_tp2_pp2_zero1_resumes_under_one_rank_and_tp4_and_samples_subwords(self):
         """Issue 14's end to end: a llama checkpoint written under dp2·tp2·pp2·ZeRO-1 on a subword
@@ -286,6 +290,81 @@ class Tokenizers(CliCase):
         self.assert_bad_input(cli.run(sample + ["--tokenizer", "tok.model"], self.dir), "tok.model", changed, recorded)
         os.remove(self.path("tok.model"))
         self.assert_bad_input(cli.run(sample, self.dir), "tok.model", "does not exist", "--tokenizer")
+
+    # --- the tokenizer is part of a checkpoint's identity
+
+    def other_tokenizer(self, name="other.model"):
+        """A second tokenizer (500 pieces, from another fortune file); returns its hash."""
+        shutil.copy(os.path.join(FORTUNES, "art"), self.path("art.txt"))
+        self.run_ok(["tokenizer", "train", "--text", "art.txt", "--vocab", 500, "--out", name])
+        return xxh64(file_bytes(self.path(name)))
+
+    def subword_keys(self, **keys):
+        """A 2-step run on the subword shard (already prepared) with data.tokenizer tok.model, saving each step."""
+        return train_args({**SUBWORD_MODEL, "data.train": "shard.bin", "data.tokenizer": "tok.model",
+                           "train.steps": 2, "checkpoint.every": 1, **keys})
+
+    def test_resume_refuses_a_changed_dropped_or_added_tokenizer(self):
+        self.prepare(CORPUS)
+        self.run_ok(self.subword_keys())
+        recorded = xxh64(file_bytes(self.path("tok.model")))
+        changed = self.other_tokenizer()
+        # A byte-level checkpoint of the same vocabulary, for a tokenizer added on resume.
+        self.run_ok(self.subword_keys(**{"data.tokenizer": None, "checkpoint.dir": "bytes"}))
+        before = cli.tree_digest(self.dir)
+        named = os.path.join("ck", "step_00000002.h5")
+        cases = [
+            ({"data.tokenizer": "other.model"}, ["ck/step_00000002.h5", recorded, changed, "data.tokenizer_change"]),
+            ({"data.tokenizer": "other.model", "checkpoint.resume": named}, [named, recorded, changed]),
+            ({"data.tokenizer": None}, ["ck/step_00000002.h5", recorded, "none (byte-level)"]),
+            ({"checkpoint.dir": "bytes"}, ["bytes/step_00000002.h5", "none (byte-level)", recorded]),
+            # Weights for a fresh run: the same ids must mean the same pieces.
+            ({"data.tokenizer": "other.model", "checkpoint.dir": "new", "checkpoint.resume": "never",
+              "checkpoint.init_weights": named}, ["checkpoint.init_weights", named, recorded, changed]),
+        ]
+        for keys, needles in cases:
+            with self.subTest(keys=keys):
+                p = cli.run(self.subword_keys(**{"train.steps": 4, **keys}), self.dir)
+                self.assert_bad_input(p, *needles)
+                self.assertNotIn("falling back", p.stdout, "an older checkpoint is no way round a tokenizer change")
+        self.assertEqual(cli.tree_digest(self.dir), before, "a refused run changed a file")
+        # The same bytes at another path are the same tokenizer; new checkpoints record where it is now.
+        shutil.copy(self.path("tok.model"), self.path("moved.model"))
+        p = self.run_ok(self.subword_keys(**{"data.tokenizer": "moved.model", "train.steps": 3}))
+        self.assertNotIn("warning", p.stderr)
+        self.assertEqual(h5_attr(self.path("ck", "step_00000003.h5"), "tokenizer"), "moved.model")
+
+    def test_an_allowed_tokenizer_change_warns_and_is_recorded(self):
+        self.prepare(CORPUS)
+        self.run_ok(self.subword_keys())
+        recorded = xxh64(file_bytes(self.path("tok.model")))
+        changed = self.other_tokenizer()
+        p = self.run_ok(self.subword_keys(**{"data.tokenizer": "other.model", "data.tokenizer_change": "allow",
+                                             "train.steps": 3}))
+        self.assertIn("warning", p.stderr)
+        for needle in ("ck/step_00000002.h5", recorded, changed, "data.tokenizer_change = allow"):
+            self.assertIn(needle, p.stderr)
+        ck3 = self.path("ck", "step_00000003.h5")
+        self.assertEqual(h5_attr(ck3, "tokenizer"), "other.model")
+        self.assertEqual(h5_attr(ck3, "tokenizer_xxh64"), changed)
+        # Back to the first tokenizer without the key: refused, never by falling back to step 2 (which records
+        # it) and quietly dropping step 3.
+        before = cli.tree_digest(self.dir)
+        p = cli.run(self.subword_keys(**{"train.steps": 4}), self.dir)
+        self.assert_bad_input(p, "ck/step_00000003.h5", changed, recorded)
+        self.assertNotIn("falling back", p.stdout)
+        self.assertEqual(cli.tree_digest(self.dir), before)
+        # Initial weights of another tokenizer, allowed; a weights file of another tool records none and passes.
+        p = self.run_ok(self.subword_keys(**{"checkpoint.dir": "init", "checkpoint.resume": "never",
+                                             "checkpoint.init_weights": os.path.join("ck", "step_00000003.h5"),
+                                             "data.tokenizer_change": "allow"}))
+        self.assertIn("checkpoint.init_weights", p.stderr)
+        with h5py.File(ck3, "r") as f, h5py.File(self.path("weights.h5"), "w") as out:
+            for name, d in f["model"].items():
+                out["model/" + name] = d[()]
+        p = self.run_ok(self.subword_keys(**{"checkpoint.dir": "init2", "checkpoint.resume": "never",
+                                             "checkpoint.init_weights": "weights.h5"}))
+        self.assertNotIn("warning", p.stderr)
 
 
 GROUPS = {"tokenizer": Tokenizers}

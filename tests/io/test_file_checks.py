@@ -6,7 +6,10 @@ Each case builds a real bad file — an HDF5 file made with h5py declaring 10^11
 hundred bytes, a checkpoint with a NaN written into a tensor and its checksum recomputed here (by
 test_crash_safety.py's independent meshtrain-sum64, so only the finiteness check can refuse it), a
 checkpoint claiming format version 99, a deeper model's weights — and runs the real commands on it
-(inspect, export, sample, a named resume, checkpoint.init_weights). Each must exit 2 with a message
+(inspect, export, sample, a named resume, checkpoint.init_weights) — and a mixture-of-experts checkpoint
+with an expert tensor deleted or reshaped (its checksum still valid), a model_family its stored config
+contradicts, a stored config that is not INI, one that claims a 70 GB model over 16-wide tensors (sample
+under a 4 GB address-space limit), which the tools must refuse with the loader's own checks. Each must exit 2 with a message
 naming the culprit, and every file in the case directory must be byte for byte as before (sha256),
 with nothing added. export and prepare are pointed at their own inputs (by name, through a symlink
 and through a hard link), at a directory and at another checkpoint.
@@ -22,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_cli as cli  # noqa: E402
 from test_cli import describe, run, train_args, tree_digest  # noqa: E402
-from test_crash_safety import add_reference_checksums, verify_checkpoint  # noqa: E402
+from test_crash_safety import add_reference_checksums, sum64, verify_checkpoint  # noqa: E402
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -30,12 +33,19 @@ import numpy as np  # noqa: E402
 CHECKPOINT = os.path.join("ck", "step_00000002.h5")
 
 
+# The TINY model as a llama whose block is a mixture of 2 experts, each token routed to 1.
+MOE = {**cli.LLAMA, "model.experts": 2, "model.experts_per_token": 1}
+MOE_CHECKPOINT = os.path.join("moe", "step_00000002.h5")
+EXPERT = "model/layers.0.mlp.experts.1.up_proj.weight"  # [24, 16]: [SwiGLU width, d_model]
+
+
 def make_fixture(group):
-    """Two 2-step runs: ck/ of the 1-layer TINY model, deep/ of the same model with 2 layers."""
+    """Three 2-step runs: ck/ of the 1-layer TINY model, deep/ of the same model with 2 layers, moe/ of MOE."""
     d = cli.make_fixture(group)
-    p = run(train_args({"data.train": "shard.bin", "checkpoint.dir": "deep", "train.steps": 2, "model.layers": 2}), d)
-    if p.returncode != 0:
-        raise RuntimeError(f"fixture run failed: {describe(p)}")
+    for keys in ({"checkpoint.dir": "deep", "model.layers": 2}, {**MOE, "checkpoint.dir": "moe"}):
+        p = run(train_args({"data.train": "shard.bin", "train.steps": 2, **keys}), d)
+        if p.returncode != 0:
+            raise RuntimeError(f"fixture run failed: {describe(p)}")
     return d
 
 
@@ -50,7 +60,7 @@ class FileChecks(cli.CliCase):
 
     def setUp(self):
         super().setUp()
-        for name in ("shard.bin", "ck", "deep"):
+        for name in ("shard.bin", "ck", "deep", "moe"):
             src = os.path.join(self.fixture, name)
             (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, self.path(name))
 
@@ -62,13 +72,14 @@ class FileChecks(cli.CliCase):
         self.assertEqual(tree_digest(self.dir), before, f"meshtrain {' '.join(args)} wrote or changed files")
         return p
 
-    def refused_by_every_reader(self, name, *needles):
-        """inspect, export, sample, a named resume and init_weights all refuse `name`."""
+    def refused_by_every_reader(self, name, *needles, model=None):
+        """inspect, export, sample, a named resume and init_weights (of a run of `model`'s keys) all refuse `name`."""
         self.refused(["inspect", name], *needles)
         self.refused(["export", name, "--format", "safetensors", "--out", "out.safetensors"], *needles)
         p = self.refused(["sample", "--checkpoint", name, "--prompt", "hi", "--tokens", "4"], *needles)
         self.assertEqual(p.stdout, "", "sample printed text from a checkpoint it should refuse")
-        keys = {"data.train": "shard.bin", "checkpoint.dir": "new", "train.steps": 4, "log.metrics": "m.jsonl"}
+        keys = {**(model or {}), "data.train": "shard.bin", "checkpoint.dir": "new", "train.steps": 4,
+                "log.metrics": "m.jsonl"}
         self.refused(train_args({**keys, "checkpoint.resume": name}), *needles)
         self.refused(train_args({**keys, "checkpoint.resume": "never", "checkpoint.init_weights": name}), *needles)
 
@@ -103,6 +114,68 @@ class FileChecks(cli.CliCase):
         shutil.rmtree(self.path("ok"))
         deep = os.path.join("deep", "step_00000002.h5")
         self.refused(train_args({**keys, "checkpoint.init_weights": deep}), deep, "/model/h.1.")
+
+    # --- the tools check what the loader checks: the tensors, family and config the file stores
+
+    def assert_checksums_hold(self, path):
+        """Every dataset's stored checksum is sum64 of its data: checksum verification alone passes the file."""
+        with h5py.File(self.path(path), "r") as f:
+            datasets = []
+            f.visititems(lambda name, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset) else None)
+            for d in datasets:
+                self.assertEqual(int(d.attrs["checksum"]), sum64(d[()]), d.name)
+
+    def edit(self, path, change):
+        """change(h5py file) applied to `path` in place."""
+        with h5py.File(self.path(path), "r+") as f:
+            change(f)
+
+    def test_an_expert_tensor_missing(self):
+        self.edit(MOE_CHECKPOINT, lambda f: f.__delitem__(EXPERT))
+        self.assert_checksums_hold(MOE_CHECKPOINT)
+        self.refused_by_every_reader(MOE_CHECKPOINT, MOE_CHECKPOINT, f"has no dataset /{EXPERT}", "[24, 16]",
+                                     "needs", model=MOE)
+
+    def test_an_expert_tensor_reshaped(self):
+        def reshape(f):
+            a, checksum = f[EXPERT][()], f[EXPERT].attrs["checksum"]
+            del f[EXPERT]
+            f[EXPERT] = a.reshape(16, 24)  # the same elements in the same order: the same checksum
+            f[EXPERT].attrs["checksum"] = checksum
+        self.edit(MOE_CHECKPOINT, reshape)
+        self.assert_checksums_hold(MOE_CHECKPOINT)
+        self.refused_by_every_reader(MOE_CHECKPOINT, MOE_CHECKPOINT, f"/{EXPERT} has shape [16, 24]", "needs [24, 16]",
+                                     model=MOE)
+
+    def test_a_family_that_contradicts_the_stored_config(self):
+        self.edit(MOE_CHECKPOINT, lambda f: f.attrs.__setitem__("model_family", "gpt2"))
+        self.refused_by_every_reader(MOE_CHECKPOINT, MOE_CHECKPOINT, "inconsistent", "model_family = 'gpt2'",
+                                     "model.arch = llama", model=MOE)
+
+    def test_a_stored_config_that_is_not_ini(self):
+        self.edit(CHECKPOINT, lambda f: f.attrs.__setitem__("config", '{"model": {"layers": 1, "d_model": 16}}'))
+        self.refused_by_every_reader(CHECKPOINT, CHECKPOINT, "attribute config", "invalid line", "INI")
+
+    def test_a_checkpoint_without_its_stored_config(self):
+        """The tools take the model's shape from the stored config: without it a meshtrain checkpoint is damaged.
+        (Resume refuses it too; init_weights checks the tensors against the run's model and needs none.)"""
+        self.edit(CHECKPOINT, lambda f: f.attrs.__delitem__("config"))
+        for args in (["inspect", CHECKPOINT], ["export", CHECKPOINT, "--format", "safetensors", "--out", "o.st"],
+                     ["sample", "--checkpoint", CHECKPOINT, "--prompt", "hi", "--tokens", "4"]):
+            self.refused(args, CHECKPOINT, "no config attribute")
+
+    def test_sample_checks_shapes_before_allocating_the_stored_model(self):
+        """A stored config of d_model 65536 (a 70 GB SwiGLU) over the 16-wide tensors: refused naming the first
+        tensor, under a 4 GB address-space limit that the model's allocation would break."""
+        self.edit(MOE_CHECKPOINT, lambda f: f.attrs.__setitem__(
+            "config", f.attrs["config"].replace("d_model = 16", "d_model = 65536")))
+        limited = ("sh", "-c", 'ulimit -v 4000000 && exec "$@"', "sh")
+        needles = (MOE_CHECKPOINT, "/model/embed_tokens.weight has shape [256, 16]", "needs [256, 65536]")
+        p = self.refused(["sample", "--checkpoint", MOE_CHECKPOINT, "--prompt", "hi", "--tokens", "4"], *needles,
+                         launcher=limited)
+        self.assertEqual(p.stdout, "")
+        self.refused(["inspect", MOE_CHECKPOINT], *needles)
+        self.refused(["export", MOE_CHECKPOINT, "--format", "safetensors", "--out", "out.safetensors"], *needles)
 
     # --- non-finite tensors with valid checksums
 

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,47 @@ TEST_F(TrainedModel, DecodedTextFinishHandsOnAHeldBackTail) {
   decoded.finish();
   EXPECT_EQ(handed, before_finish + "\xef\xbf\xbd");
   EXPECT_EQ(handed, tok.decode(std::vector<int>{tok.encode("dog")[0], tok.encode("\xe6\x97\xa5")[0]}));
+}
+
+// Any ids, byte pieces of ill-formed UTF-8 among them: at every step what was handed on is a prefix
+// of the whole sequence's decoding (SentencePiece's, of all the ids at once), and after finish() it
+// is that decoding, though each step decodes only a window.
+TEST_F(TrainedModel, DecodedTextOfAnyIdsIsTheWholeDecoding) {
+  const Tokenizer tok = Tokenizer::load(dir / "tok.model");
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<int> ids(1 + random() % 60);
+    for (int& id : ids) {
+      // Half byte pieces (ids 1 to 256: <0x00> to <0xFF>), so that characters span pieces, and fail to.
+      id = random() % 2 ? 1 + int(random() % 256) : int(random() % vocab);
+    }
+    const std::string whole = tok.decode(ids);
+    std::string handed;
+    DecodedText decoded(tok, [&](std::string_view chunk) { handed += chunk; });
+    for (int id : ids) {
+      decoded.add(id);
+      ASSERT_EQ(whole.compare(0, handed.size(), handed), 0) << "not a prefix of the whole: " << handed;
+    }
+    decoded.finish();
+    EXPECT_EQ(handed, whole) << "trial " << trial;
+  }
+}
+
+// 20 KB of text (words, and characters that go by byte pieces) decoded a token at a time does work
+// linear in its ids: a few decodings of each. Decoding the whole list at every step, as sample once
+// did, is quadratic (47 s for a 20 KB prompt).
+TEST_F(TrainedModel, DecodedTextWorkIsLinearInTheIds) {
+  const Tokenizer tok = Tokenizer::load(dir / "tok.model");
+  std::string text;
+  while (text.size() < 20000) text += training_text().substr(0, 300) + "\xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x99\x82\n";
+  const std::vector<int> ids = tok.encode(text);
+  ASSERT_GT(ids.size(), 4000u);
+  std::string handed;
+  DecodedText decoded(tok, [&](std::string_view chunk) { handed += chunk; });
+  for (int id : ids) decoded.add(id);
+  decoded.finish();
+  EXPECT_EQ(handed, text);
+  EXPECT_LE(decoded.decoded_ids(), 4 * ids.size()) << ids.size() << " ids";
 }
 
 TEST_F(TrainedModel, OutOfRangeIdsAreRefused) {
