@@ -316,12 +316,12 @@ int TrainingRun::leave_log_failed(const TrainingProgress& progress) const {
   if (leader_) {
     fmt::print("{}", memory_end);
     std::fflush(stdout);
+    const bool finished = progress.step == cfg_.train.steps;
     fmt::print(stderr,
-               "meshtrain train: {} at step {} of {}, the checkpoint of step {} saved, but a log output could not be "
-               "written: make room for it (the message above names it), then resume with checkpoint.resume = auto "
-               "(exit code {})\n",
-               progress.step == cfg_.train.steps ? "training finished" : "leaving", progress.step, cfg_.train.steps,
-               progress.step, exit_code::log_failed);
+               "meshtrain train: {} at step {} of {} with its checkpoint saved, but a log output could not be written "
+               "(the message above names it): make room for it{} (exit code {})\n",
+               finished ? "training finished" : "leaving", progress.step, cfg_.train.steps,
+               finished ? "" : ", then resume with checkpoint.resume = auto", exit_code::log_failed);
   }
   return exit_code::log_failed;
 }
