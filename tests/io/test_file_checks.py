@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Files checked for what they are before they are used, and commands that never destroy their input
-(share/docs/usage.md: Files checked before they are used; Commands that never destroy their input).
+(share/docs/usage.md: Files checked before they are used; Outputs that never destroy a file).
 
 Each case builds a real bad file — an HDF5 file made with h5py declaring 10^11 elements in a few
 hundred bytes, a checkpoint with a NaN written into a tensor and its checksum recomputed here (by
