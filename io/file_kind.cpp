@@ -72,8 +72,10 @@ bool is_traffic_json(const std::string& path) {
 }
 
 bool is_metrics_jsonl(const std::string& path) {
-  std::string first = head(path, first_line_limit);
+  // Most first lines are short: every rank checks the file at start, so read more only if needed.
+  std::string first = head(path, 64 << 10);
   if (first.empty() || first.front() != '{') return false;
+  if (first.find('\n') == std::string::npos) first = head(path, first_line_limit);
   first.resize(std::min(first.size(), first.find('\n')));
   const nlohmann::json j = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("step");
