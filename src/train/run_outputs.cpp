@@ -6,6 +6,8 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/output_guard.hpp"
 
+#include <fnmatch.h>
+
 #include <filesystem>
 #include <utility>
 
@@ -77,6 +79,20 @@ void check_checkpoint_dir_names(const Config& cfg, const std::vector<io::NamedPa
   }
 }
 
+// A log that the data.train glob matches would be read as a shard by the next job (a resume).
+void refuse_logs_in_data_glob(const std::string& pattern, const std::vector<io::Output>& logs) {
+  if (pattern.find_first_of("*?[") == std::string::npos) return;
+  const std::string absolute_pattern = fs::absolute(pattern).lexically_normal().string();
+  for (const io::Output& log : logs) {
+    const std::string path = fs::absolute(log.path).lexically_normal().string();
+    if (::fnmatch(absolute_pattern.c_str(), path.c_str(), FNM_PATHNAME | FNM_PERIOD) != 0) continue;
+    input_error(
+        "{} '{}' is matched by the data.train glob '{}': the next job would read it as a token shard; refusing to "
+        "start, nothing was written\nHINT: write the log elsewhere, or narrow the glob",
+        log.label, log.path, pattern);
+  }
+}
+
 }  // namespace
 
 void check_run_outputs(const Config& cfg, const std::vector<std::string>& shards) {
@@ -87,6 +103,7 @@ void check_run_outputs(const Config& cfg, const std::vector<std::string>& shards
   std::vector<io::NamedPath> spared = inputs;
   for (const io::Output& log : logs) spared.push_back({log.label, log.path});
   check_checkpoint_dir_names(cfg, spared);
+  refuse_logs_in_data_glob(cfg.data.train, logs);
   for (io::NamedPath& checkpoint : resume_inputs(cfg)) inputs.push_back(std::move(checkpoint));
   for (const io::Output& log : logs) {
     std::vector<io::NamedPath> others = inputs;

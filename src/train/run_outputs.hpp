@@ -19,7 +19,8 @@ namespace meshtrain {
 //     existing file of another kind (log.metrics appends only to a metrics file, log.traffic
 //     replaces only a traffic file; an empty file is either);
 //   - an input or a log has a name in checkpoint.dir that its saves write, replace or delete
-//     (step_*.h5, latest, their temporaries), checkpoints being resumed apart.
+//     (step_*.h5, latest, their temporaries), checkpoints being resumed apart;
+//   - a log is matched by the data.train glob (the next job would read it as a shard).
 // Reads only: call it on every rank, each with its own view of the files, inside the agreement on
 // the run's input (train/run_input.hpp). `shards`: the files data.train names.
 void check_run_outputs(const Config& cfg, const std::vector<std::string>& shards);

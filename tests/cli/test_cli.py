@@ -349,7 +349,8 @@ class BadInput(CliCase):
                 ({"log.metrics": "logs.json", "log.traffic": "logs.json"}, (), ["same file as log.traffic"]),
                 ({"log.traffic": "ck"}, (), ["log.traffic 'ck'", "is a directory"]),
                 ({"log.metrics": "notes.txt"}, (), ["log.metrics 'notes.txt'", "not a metrics file"]),
-                ({"log.traffic": "shard.bin/t.json"}, (), ["log.traffic", "shard.bin exists but is not a directory"])):
+                ({"log.traffic": "shard.bin/t.json"}, (), ["log.traffic", "shard.bin exists but is not a directory"]),
+                ({"data.train": "*.bin", "log.metrics": "m.bin"}, (), ["log.metrics 'm.bin'", "data.train glob '*.bin'"])):
             with self.subTest(keys=keys):
                 self.rejects(keys, raw, needles)
                 self.assertEqual(tree_digest(self.dir), before, "a file of the case changed")
