@@ -174,6 +174,11 @@ void prune_checkpoints(const std::string& dir, int keep) {
   }
 }
 
+bool written_by_saves(const std::string& file_name) {
+  const std::string name = file_name.ends_with(".tmp") ? file_name.substr(0, file_name.size() - 4) : file_name;
+  return name == "latest" || checkpoint_step(name).has_value();
+}
+
 void ensure_directory(const std::string& dir) {
   if (dir.empty()) input_error("no directory given (checkpoint.dir is empty)");
   std::error_code ec;

@@ -42,6 +42,10 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 // files that a killed job left behind (call it when no save is in flight). Other files are untouched.
 void prune_checkpoints(const std::string& dir, int keep);
 
+// Whether a file of this name in a checkpoint directory is one its saves write, replace or delete:
+// step_*.h5 and `latest`, and their temporaries (step_*.h5.tmp, latest.tmp).
+bool written_by_saves(const std::string& file_name);
+
 // Creates dir (and its parents) if needed. Throws InputError if the path exists but is not a
 // directory, or cannot be created.
 void ensure_directory(const std::string& dir);

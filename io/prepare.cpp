@@ -3,6 +3,7 @@
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
+#include "io/atomic_file.hpp"
 #include "io/output_guard.hpp"
 #include "io/token_shard.hpp"
 #include "io/tokenizer.hpp"
@@ -28,12 +29,17 @@ void append_ids(const std::string& path, const Tokenizer& tokenizer, std::vector
   for (int id : tokenizer.encode(text)) tokens.push_back(std::uint16_t(id));
 }
 
-// Before anything is read: the shard must not replace a file it is made from, or a checkpoint.
+// Before anything is read: the shard must not replace a file it is made from, or a file of another kind.
 void require_texts_and_output(const std::vector<std::string>& text_files, const std::string& out,
-                              const std::vector<std::string>& inputs) {
+                              const std::string& tokenizer = {}) {
   if (text_files.empty()) input_error("no text files given to tokenize (--text FILE...)");
   if (out.empty()) input_error("no output shard given (--out SHARD.bin)");
-  require_safe_output("--out", out, inputs);
+  std::vector<NamedPath> inputs;
+  for (const std::string& text : text_files) inputs.push_back({"--text", text});
+  if (!tokenizer.empty()) inputs.push_back({"--tokenizer", tokenizer});
+  const Output shard{"--out", out, FileKind::token_shard, false, {atomic_temporary_path(out)}};
+  require_safe_output(shard, inputs);
+  require_output_directory(shard);
 }
 
 std::size_t write_nonempty_shard(const std::vector<std::string>& text_files, const std::string& out,
@@ -47,7 +53,7 @@ std::size_t write_nonempty_shard(const std::vector<std::string>& text_files, con
 }  // namespace
 
 std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out) {
-  require_texts_and_output(text_files, out, text_files);
+  require_texts_and_output(text_files, out);
   std::vector<std::uint16_t> tokens;
   for (const std::string& path : text_files) append_bytes(path, tokens);
   return write_nonempty_shard(text_files, out, tokens);
@@ -55,9 +61,7 @@ std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const
 
 std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, const std::string& tokenizer_path,
                                   const std::string& out) {
-  std::vector<std::string> inputs = text_files;
-  inputs.push_back(tokenizer_path);
-  require_texts_and_output(text_files, out, inputs);
+  require_texts_and_output(text_files, out, tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
   if (tokenizer.vocab_size() > max_tokenizer_vocab) {
     input_error(

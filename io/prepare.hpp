@@ -14,8 +14,8 @@ inline constexpr int byte_vocab = 256;
 // (written atomically), one token per byte. Returns the number of tokens written.
 // Throws InputError naming the file if an input is missing, not a regular file or unreadable,
 // if there are no inputs or they are all empty, or if `out` cannot be written; and, before anything
-// is read, if `out` would replace one of the inputs, a directory or an HDF5 file
-// (io/output_guard.hpp).
+// is read, if `out` would replace one of the inputs, a directory or a file that is not a token
+// shard (io/output_guard.hpp).
 std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out);
 
 // The same with the ids of the SentencePiece model at `tokenizer` (io/tokenizer.hpp): each file is

@@ -74,6 +74,16 @@ std::unordered_map<std::string, std::string> training_options(int vocab) {
 
 constexpr unsigned training_seed = 1337;
 
+// The test of a SentencePiece model, the loader's and the output guard's (is_sentencepiece_model):
+// the bytes parse into `processor` and the model has pieces. Empty when they do; else why not
+// (never empty: SentencePiece's reason can be).
+std::string parse_model(std::string_view bytes, sentencepiece::SentencePieceProcessor& processor) {
+  const auto status = processor.LoadFromSerializedProto(bytes);
+  if (status.ok()) return processor.GetPieceSize() > 0 ? std::string() : std::string("it has no pieces");
+  const std::string why = reason(status);
+  return why.empty() ? std::string("it does not parse") : why;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(std::string path, std::uint64_t hash, std::unique_ptr<Model> model)
@@ -86,14 +96,17 @@ Tokenizer Tokenizer::load(const std::string& path) {
   // The bytes are read once, so the hash is of exactly the model that is parsed.
   const std::string bytes = read_regular_file(path, "tokenizer");
   auto model = std::make_unique<Model>();
-  const auto status = model->processor.LoadFromSerializedProto(bytes);
-  if (!status.ok() || model->processor.GetPieceSize() == 0) {
+  const std::string problem = parse_model(bytes, model->processor);
+  if (!problem.empty()) {
     input_error("tokenizer '{}' is not a SentencePiece model ({}); make one with meshtrain tokenizer train", path,
-                status.ok()                 ? "it has no pieces"
-                : status.ToString().empty() ? "it does not parse"
-                                            : reason(status));
+                problem);
   }
   return Tokenizer(path, tokenizer_hash(bytes), std::move(model));
+}
+
+bool is_sentencepiece_model(std::string_view bytes) {
+  sentencepiece::SentencePieceProcessor processor;
+  return parse_model(bytes, processor).empty();
 }
 
 int Tokenizer::vocab_size() const { return model_->processor.GetPieceSize(); }

@@ -53,6 +53,9 @@ class Tokenizer {
   std::unique_ptr<Model> model_;
 };
 
+// Whether `bytes` are a SentencePiece model that Tokenizer::load accepts (the same test).
+bool is_sentencepiece_model(std::string_view bytes);
+
 // A tokenizer's content hash: XXH64 (seed 0) of the model file's bytes, as the project hashes elsewhere.
 std::uint64_t tokenizer_hash(std::string_view file_bytes);
 // A tokenizer's hash as 16 lowercase hex digits: how checkpoints store it and messages print it.

@@ -41,7 +41,11 @@ TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int
   if (text_files.empty()) input_error("no text files given to train on (--text FILE...)");
   if (out.empty()) input_error("no output model given (--out TOKENIZER.model)");
   require_vocab_in_range(vocab);
-  require_safe_output("--out", out, text_files, {atomic_temporary_path(out)});
+  std::vector<NamedPath> inputs;
+  for (const std::string& text : text_files) inputs.push_back({"--text", text});
+  const Output model_file{"--out", out, FileKind::tokenizer, false, {atomic_temporary_path(out)}};
+  require_safe_output(model_file, inputs);
+  require_output_directory(model_file);
 
   std::vector<std::string> texts;
   for (const std::string& path : text_files) {

@@ -17,7 +17,7 @@ struct TrainedTokenizer {
 // Trains a model of `vocab` pieces on the lines of text_files and writes it to `out`. InputError,
 // with nothing written, when there are no texts or they are all empty, a text is missing, not a
 // regular file or not UTF-8, vocab is outside [io::tokenizer_meta_pieces + 1, io::max_tokenizer_vocab], `out`
-// would replace an input, a directory or a checkpoint (io/output_guard.hpp), or SentencePiece
+// would replace an input, a directory or a file that is not a tokenizer model (io/output_guard.hpp), or SentencePiece
 // cannot train that vocabulary from these texts.
 TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int vocab, const std::string& out);
 

@@ -39,14 +39,15 @@ constexpr const char* usage =
     "\n"
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job), 4 a save\n"
-    "failed (previous checkpoint intact), 5 a collective timed out, 6 the loss turned non-finite.\n";
+    "failed (previous checkpoint intact), 5 a collective timed out, 6 the loss turned non-finite,\n"
+    "7 a log could not be written (left with a checkpoint saved).\n";
 
-// The codes a command returns on every rank together, having agreed on them (a failed save, and a
-// non-finite stop decided from values every rank shares: share/docs/usage.md, Faults): no rank is
-// left behind.
+// The codes a command returns on every rank together, having agreed on them (a failed save, a log
+// that could not be written, and a non-finite stop decided from values every rank shares: share/docs/usage.md, Faults):
+// no rank is left behind.
 bool returned_together(int code) {
   using namespace meshtrain::exit_code;
-  return code == finished || code == requeue || code == save_failed || code == nonfinite;
+  return code == finished || code == requeue || code == save_failed || code == nonfinite || code == log_failed;
 }
 
 int finish(int code, int world, bool agreed) {

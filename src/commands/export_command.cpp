@@ -67,8 +67,11 @@ int export_command(const Args& args, MPI_Comm comm) {
     input_error("--format = '{}' is invalid: valid formats are safetensors (usage: {})", format, usage);
   }
   if (out.empty()) input_error("--out is missing: name the file to write (usage: {})", usage);
-  // Before anything is read: the output must not replace the checkpoint, a directory or another checkpoint.
-  io::require_safe_output("--out", out, {path}, {io::safetensors_temporary_path(out)});
+  // Before anything is read: the output must not replace the checkpoint, a directory or a file
+  // that is not a safetensors file.
+  const io::Output safetensors{"--out", out, io::FileKind::safetensors, false, {io::safetensors_temporary_path(out)}};
+  io::require_safe_output(safetensors, {{"the checkpoint", path}});
+  io::require_output_directory(safetensors);
 
   io::CheckpointReader reader(path, comm);
   int rank = 0;

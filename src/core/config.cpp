@@ -403,6 +403,7 @@ Config parse_config(const std::vector<std::string>& args) {
     // A directory would read as an empty file and a FIFO would block: regular files only.
     std::istringstream in(read_regular_file(path, "config file"));
     parse_ini_stream(in, table, vm, fmt::format("config file '{}'", path));
+    cfg.config_file = path;
   }
   try {
     po::notify(vm);

@@ -288,6 +288,9 @@ struct Config {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  // The --config file read, if any: not a key (to_ini leaves it out), but an input of the run that
+  // no output may replace (train/run_outputs.hpp).
+  std::string config_file;
 
   // The full resolved configuration as INI text (every key, sorted by section).
   std::string to_ini() const;

@@ -23,6 +23,9 @@ inline constexpr int save_failed = 4;
 inline constexpr int collective_timeout = 5;
 // The loss or gradient norm turned non-finite and train.nonfinite said stop (or the skips ran out).
 inline constexpr int nonfinite = 6;
+// A log output (log.metrics, log.traffic) could not be written after the start (disk full, quota,
+// I/O error): the job saved a checkpoint at that step and left.
+inline constexpr int log_failed = 7;
 }  // namespace exit_code
 
 class InputError : public std::runtime_error {

@@ -3,15 +3,11 @@
 
 #include "core/errors.hpp"
 #include "io/checkpoint_dir.hpp"
+#include "io/output_guard.hpp"
 #include "io/storage_space.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 namespace meshtrain {
@@ -31,28 +27,6 @@ void refuse_foreign_checkpoints(const std::string& dir) {
       "another run's checkpoints\nHINT: give this run its own checkpoint.dir, or continue that run with "
       "checkpoint.resume = auto",
       dir, example);
-}
-
-void refuse_init_weights_inside(const std::string& dir, const std::string& init_weights) {
-  std::error_code ec;
-  const fs::path init = fs::weakly_canonical(init_weights, ec);
-  const fs::path inside = fs::weakly_canonical(dir, ec);
-  if (ec || init.parent_path() != inside || !io::checkpoint_step(init.string())) return;
-  input_error(
-      "checkpoint.init_weights {} has a checkpoint's name in checkpoint.dir {}: the run's saves and pruning "
-      "would replace or delete it\nHINT: copy it out of the checkpoint directory first",
-      init_weights, dir);
-}
-
-void require_writable(const std::string& dir) {
-  const std::string probe = (fs::path(dir) / fmt::format(".meshtrain-probe-{}", ::getpid())).string();
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    input_error("checkpoint.dir {} is not writable: cannot create {}: {}\nHINT: choose a writable checkpoint.dir", dir,
-                probe, std::strerror(errno));
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
 }
 
 // The bytes the directory's checkpoints take already: room they hold for the ones to come.
@@ -89,9 +63,7 @@ void require_room(const std::string& dir, std::uint64_t checkpoint_bytes, int ke
 void check_checkpoint_dir(const Config& cfg, std::uint64_t checkpoint_bytes) {
   const std::string& dir = cfg.checkpoint.dir;
   if (cfg.checkpoint.resume.mode == ResumeMode::never) refuse_foreign_checkpoints(dir);
-  if (!cfg.checkpoint.init_weights.empty()) refuse_init_weights_inside(dir, cfg.checkpoint.init_weights);
-  io::ensure_directory(dir);
-  require_writable(dir);
+  io::require_writable_directory("checkpoint.dir", dir);
   require_room(dir, checkpoint_bytes, cfg.checkpoint.keep);
 }
 

@@ -22,13 +22,20 @@ std::string reason_to_leave(const Config& cfg, std::int64_t steps_this_job, doub
   return {};
 }
 
-std::string agree_to_leave(MPI_Comm comm, const std::string& mine) {
-  int leave = mine.empty() ? 0 : 1;
-  const WatchedWait watched(collective_ticket(comm, "allreduce", 1));
-  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leave, 1, MPI_INT, MPI_MAX, comm),
-                      "is every rank reaching the same step boundary?");
-  if (leave == 0) return {};
-  return mine.empty() ? std::string("another rank asked to leave") : mine;
+Leaving agree_to_leave(MPI_Comm comm, const std::string& mine, const std::string& log_failure) {
+  int votes[2] = {mine.empty() && log_failure.empty() ? 0 : 1, log_failure.empty() ? 0 : 1};
+  {
+    const WatchedWait watched(collective_ticket(comm, "allreduce", 2));
+    MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, votes, 2, MPI_INT, MPI_MAX, comm),
+                        "is every rank reaching the same step boundary?");
+  }
+  Leaving leaving{votes[0] == 1, votes[1] == 1, {}};
+  if (!leaving.leave) return leaving;
+  leaving.reason = !log_failure.empty() ? log_failure
+                   : !mine.empty()      ? mine
+                   : leaving.log_failed ? std::string("another rank could not write a log")
+                                        : std::string("another rank asked to leave");
+  return leaving;
 }
 
 }  // namespace meshtrain

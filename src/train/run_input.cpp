@@ -8,6 +8,7 @@
 #include "core/watched_wait.hpp"
 #include "io/tokenizer.hpp"
 #include "model/language_model.hpp"
+#include "train/run_outputs.hpp"
 #include "train/training_groups.hpp"
 
 namespace meshtrain {
@@ -71,7 +72,10 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
     accum = accumulation_steps(cfg, grid.dp);
     require_model_fits(cfg.model, cfg.train.micro_batch, 3, "the config", cfg.train.recompute);
     tokenizer = check_tokenizer(cfg);
-    return open_training_data(cfg);
+    io::TokenStream data = open_training_data(cfg);
+    // Every rank, on its own view of the files: no output may destroy an input or a file of another kind.
+    check_run_outputs(cfg, data.paths());
+    return data;
   });
   agree_on_same_tokenizer(tokenizer, comm);
   // The windows depend on the data's size, so the order is agreed once the data is.

@@ -1,5 +1,5 @@
 // The input of a training run, agreed by every rank before anything is written: the grid, the
-// gradient accumulation, the tokenizer, the token data and its order.
+// gradient accumulation, the tokenizer, the token data and its order, and outputs that spare them.
 #pragma once
 
 #include "core/config.hpp"

@@ -1,13 +1,14 @@
 // `log.traffic`: the counts of one step, gathered to rank 0 and written as JSON.
 #include "train/traffic_log.hpp"
 
+#include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "core/watched_wait.hpp"
+#include "io/atomic_file.hpp"
+#include "io/metrics_writer.hpp"
 
-#include <fmt/format.h>
-
-#include <fstream>
-#include <stdexcept>
+#include <functional>
+#include <string_view>
 #include <vector>
 
 namespace meshtrain {
@@ -51,9 +52,15 @@ void TrafficLog::end_step(MPI_Comm world, const GridPosition& position, bool las
   if (rank != 0) return;
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < size; ++r) ranks.push_back(nlohmann::json::parse(all.substr(starts[r], lengths[r])));
-  std::ofstream out(path_);
-  out << nlohmann::json{{"counted", "the run's last step"}, {"ranks", ranks}}.dump(1) << "\n";
-  if (!out) throw std::runtime_error(fmt::format("log.traffic: cannot write {}", path_));
+  const std::string json = nlohmann::json{{"counted", "the run's last step"}, {"ranks", ranks}}.dump(1) + "\n";
+  try {
+    // Whole or not at all: a failed write leaves the file that was there (checked at start to be a
+    // traffic file, train/run_outputs.hpp).
+    io::write_file_atomically(path_, "traffic file (log.traffic)",
+                              [&](const std::function<void(std::string_view)>& write) { write(json); });
+  } catch (const InputError& e) {
+    throw io::LogWriteFailed(e.what());
+  }
 }
 
 }  // namespace meshtrain

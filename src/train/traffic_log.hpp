@@ -30,7 +30,8 @@ class TrafficLog {
   // A step begins: the counts start from zero.
   void begin_step();
   // A step has ended; after the run's last one (`last`, the same on every rank) rank 0 writes every
-  // rank's counts with its grid position. Collective over `world`.
+  // rank's counts with its grid position, whole or not at all (io::LogWriteFailed on rank 0, after
+  // the collectives, when it cannot). Collective over `world`.
   void end_step(MPI_Comm world, const GridPosition& position, bool last);
 
  private:

@@ -23,6 +23,7 @@
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"
 #include "train/run_input.hpp"
+#include "train/run_outputs.hpp"
 #include "train/run_start.hpp"
 #include "train/save_policy.hpp"
 #include "train/stop_signals.hpp"
@@ -71,15 +72,19 @@ class TrainingRun {
  private:
   void print_start(double initialization_s) const;
   int nothing_to_do(const TrainingProgress& progress) const;
-  // Per step: the metrics record (every step) and the progress line (every log.every).
-  void log_step(io::MetricsWriter& metrics, const StepReport& report) const;
+  // Per step: the metrics record (every step) and the progress line (every log.every). Why the
+  // record could not be written (rank 0), or nothing.
+  std::string log_step(io::MetricsWriter& metrics, const StepReport& report) const;
   StepReport step_report(const StepResult& result, const TrainingProgress& progress, double step_s, double elapsed_s,
                          std::int64_t steps_this_job) const;
   void print_timing(std::int64_t step, bool finished);
   int leave_early(const TrainingProgress& progress, const std::string& reason) const;
+  // A log output could not be written: the job has saved and leaves (share/docs/usage.md, A log
+  // that cannot be written).
+  int leave_log_failed(const TrainingProgress& progress) const;
   // A skipped step's line; stopping on a non-finite step (share/docs/usage.md, Non-finite values).
   void report_skip(const StepResult& result, std::int64_t step) const;
-  int stop_nonfinite(const StepResult& result, std::int64_t step) const;
+  int stop_nonfinite(const StepResult& result, std::int64_t step, const std::string& log_failure) const;
   int finish(Clock::time_point job_start) const;
 
   const Config& cfg_;
@@ -149,8 +154,7 @@ int TrainingRun::run() {
   TrainingProgress progress = start.progress;
   if (progress.step >= cfg_.train.steps) return nothing_to_do(progress);
 
-  io::MetricsWriter metrics =
-      agree_on_input(comm_, [&] { return io::MetricsWriter(leader_ ? cfg_.log.metrics : std::string()); });
+  io::MetricsWriter metrics = agree_on_input(comm_, [&] { return open_run_logs(cfg_, leader_); });
   const auto job_start = Clock::now();
   double longest_step_s = 0;
   std::int64_t steps_this_job = 0;
@@ -161,7 +165,12 @@ int TrainingRun::run() {
                  all_to_all_before = groups_.all_to_all_seconds;
     groups_.traffic.begin_step();
     const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_, space_);
-    groups_.traffic.end_step(comm_, topology_.position(), progress.step + 1 == cfg_.train.steps);
+    std::string log_failure;  // rank 0's: a log that could not be written ends the job after a save
+    try {
+      groups_.traffic.end_step(comm_, topology_.position(), progress.step + 1 == cfg_.train.steps);
+    } catch (const io::LogWriteFailed& e) {
+      log_failure = e.what();
+    }
     report_skip(result, progress.step + 1);
     ++progress.step;
     ++steps_this_job;
@@ -178,20 +187,28 @@ int TrainingRun::run() {
         step_moe_metrics(state_.router_statistics(), cfg_.model, topology_.position().tp_rank == 0, comm_);
     StepReport report = step_report(result, progress, step_s, elapsed, steps_this_job);
     if (moe) report.moe = &*moe;
-    log_step(metrics, report);
-    if (result.outcome == StepOutcome::stopped) return stop_nonfinite(result, progress.step);
+    const std::string metrics_failure = log_step(metrics, report);
+    if (log_failure.empty()) log_failure = metrics_failure;
+    if (result.outcome == StepOutcome::stopped) return stop_nonfinite(result, progress.step, log_failure);
     const bool finished = progress.step == cfg_.train.steps;
     print_timing(progress.step, finished);
 
-    // Leave or go on, saving first where the policy says so.
-    const std::string leave_reason =
-        finished ? std::string()
-                 : agree_to_leave(comm_,
-                                  reason_to_leave(cfg_, steps_this_job, elapsed, longest_step_s, saves.last_save_s()));
-    if (saves.after_step(state_, progress, finished, !leave_reason.empty()) == SaveOutcome::give_up) {
+    // Leave or go on, saving first where the policy says so. A log that cannot be written ends the
+    // job like a failed save would, but with this step saved first.
+    const Leaving leaving = agree_to_leave(
+        comm_,
+        finished ? std::string() : reason_to_leave(cfg_, steps_this_job, elapsed, longest_step_s, saves.last_save_s()),
+        log_failure);
+    if (leaving.log_failed && leader_) {
+      fmt::print(stderr, "meshtrain train: error: {}\nsaving a checkpoint at step {}, then leaving (exit code {})\n",
+                 leaving.reason, progress.step, exit_code::log_failed);
+      std::fflush(stderr);
+    }
+    if (saves.after_step(state_, progress, finished, leaving.leave && !finished) == SaveOutcome::give_up) {
       return exit_code::save_failed;  // SavePolicy has said why
     }
-    if (!leave_reason.empty()) return leave_early(progress, leave_reason);
+    if (leaving.log_failed) return leave_log_failed(progress);
+    if (leaving.leave && !finished) return leave_early(progress, leaving.reason);
   }
   return finish(job_start);
 }
@@ -259,13 +276,21 @@ StepReport TrainingRun::step_report(const StepResult& result, const TrainingProg
   return report;
 }
 
-void TrainingRun::log_step(io::MetricsWriter& metrics, const StepReport& report) const {
-  if (!leader_) return;
-  metrics.write(metrics_record(report));
+std::string TrainingRun::log_step(io::MetricsWriter& metrics, const StepReport& report) const {
+  if (!leader_) return {};
+  std::string failure;
+  const nlohmann::json record = metrics_record(report);
+  try {
+    metrics.write(record);
+  } catch (const io::LogWriteFailed& e) {
+    // The record goes to the job's log instead, so that the step's figures are not lost.
+    failure = fmt::format("{}; the record of step {} that it lacks: {}", e.what(), report.step, record.dump());
+  }
   if (report.step % cfg_.log.every == 0 || report.step == cfg_.train.steps || report.step == 1) {
     fmt::print("{}\n", progress_line(report));
     std::fflush(stdout);
   }
+  return failure;
 }
 
 // The per-rank timing table, every log.timing_every steps and at the end. Collective.
@@ -286,6 +311,21 @@ int TrainingRun::leave_early(const TrainingProgress& progress, const std::string
   return exit_code::requeue;
 }
 
+int TrainingRun::leave_log_failed(const TrainingProgress& progress) const {
+  const std::string memory_end = memory_table(comm_, input_.grid, memory_, "at the end");
+  if (leader_) {
+    fmt::print("{}", memory_end);
+    std::fflush(stdout);
+    const bool finished = progress.step == cfg_.train.steps;
+    fmt::print(stderr,
+               "meshtrain train: {} at step {} of {} with its checkpoint saved, but a log output could not be written "
+               "(the message above names it): make room for it{} (exit code {})\n",
+               finished ? "training finished" : "leaving", progress.step, cfg_.train.steps,
+               finished ? "" : ", then resume with checkpoint.resume = auto", exit_code::log_failed);
+  }
+  return exit_code::log_failed;
+}
+
 void TrainingRun::report_skip(const StepResult& result, std::int64_t step) const {
   if (!leader_) return;
   if (result.outcome == StepOutcome::overflow_skipped) {
@@ -298,9 +338,10 @@ void TrainingRun::report_skip(const StepResult& result, std::int64_t step) const
 
 // Saving a diverged state would overwrite a good `latest`: every rank has the same verdict and
 // leaves here with what was last saved.
-int TrainingRun::stop_nonfinite(const StepResult& result, std::int64_t step) const {
+int TrainingRun::stop_nonfinite(const StepResult& result, std::int64_t step, const std::string& log_failure) const {
   if (leader_) {
     std::fflush(stdout);
+    if (!log_failure.empty()) fmt::print(stderr, "meshtrain train: warning: {}\n", log_failure);
     fmt::print(stderr, "meshtrain train: {}\n", state_.describe(result.outcome, step, result.values()));
   }
   return exit_code::nonfinite;

@@ -327,6 +327,42 @@ class BadInput(CliCase):
             f.write("x\n")
         self.rejects({"checkpoint.dir": "notadir"}, needles=["notadir"])
 
+    # --- logs that would destroy an input (share/docs/usage.md, Outputs that never destroy a file)
+
+    def test_logs_never_write_over_an_input(self):
+        # Each was appended to (log.metrics) or replaced (log.traffic) after training, exit 0.
+        self.write_ini("[train]\nseed = 7\n")
+        os.link(self.path("shard.bin"), self.path("hard.bin"))
+        os.symlink(os.path.join("ck", "step_00000002.h5"), self.path("link.h5"))
+        shutil.copy(self.path("ck", "step_00000002.h5"), self.path("init.h5"))
+        with open(self.path("notes.txt"), "w") as f:
+            f.write("not a log\n")
+        before = tree_digest(self.dir)
+        for keys, raw, needles in (
+                ({"log.metrics": "shard.bin"}, (), ["log.metrics 'shard.bin'", "same file as data.train"]),
+                ({"log.metrics": "hard.bin"}, (), ["log.metrics 'hard.bin'", "same file as data.train 'shard.bin'"]),
+                ({"log.traffic": "cfg.ini"}, ("--config", "cfg.ini"), ["log.traffic 'cfg.ini'", "same file as --config"]),
+                ({"log.traffic": "link.h5"}, (), ["log.traffic 'link.h5'", "checkpoint.dir ck"]),
+                ({"log.metrics": os.path.join("ck", "latest")}, (), ["log.metrics 'ck/latest'", "checkpoint.dir ck"]),
+                ({"log.traffic": "init.h5", "checkpoint.init_weights": "init.h5"}, (),
+                 ["log.traffic 'init.h5'", "same file as checkpoint.init_weights"]),
+                ({"log.metrics": "logs.json", "log.traffic": "logs.json"}, (), ["same file as log.traffic"]),
+                ({"log.traffic": "ck"}, (), ["log.traffic 'ck'", "is a directory"]),
+                ({"log.metrics": "notes.txt"}, (), ["log.metrics 'notes.txt'", "not a metrics file"]),
+                ({"log.traffic": "shard.bin/t.json"}, (), ["log.traffic", "shard.bin exists but is not a directory"]),
+                ({"data.train": "*.bin", "log.metrics": "m.bin"}, (), ["log.metrics 'm.bin'", "data.train glob '*.bin'"])):
+            with self.subTest(keys=keys):
+                self.rejects(keys, raw, needles)
+                self.assertEqual(tree_digest(self.dir), before, "a file of the case changed")
+
+    def test_logs_checked_on_every_rank(self):
+        if not MPIEXEC:
+            self.skipTest("no mpiexec")
+        p = self.rejects({"log.metrics": "shard.bin"}, needles=["log.metrics 'shard.bin'", "same file"],
+                         launcher=[MPIEXEC, "-n", "2"])
+        self.assertEqual(p.returncode, 2, describe(p))
+        self.assertEqual(p.stderr.count("error:"), 1, "the message is printed once\n" + describe(p))
+
     def test_layout_that_does_not_fit_the_ranks(self):
         if not MPIEXEC:
             self.skipTest("no mpiexec")

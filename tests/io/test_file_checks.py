@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Files checked for what they are before they are used, and commands that never destroy their input
-(share/docs/usage.md: Files checked before they are used; Commands that never destroy their input).
+(share/docs/usage.md: Files checked before they are used; Outputs that never destroy a file).
 
 Each case builds a real bad file — an HDF5 file made with h5py declaring 10^11 elements in a few
 hundred bytes, a checkpoint with a NaN written into a tensor and its checksum recomputed here (by
@@ -233,6 +233,39 @@ class FileChecks(cli.CliCase):
         for out, needle in (("b.txt", "same file"), ("link.txt", "same file"), ("dir.bin", "directory"),
                             (CHECKPOINT, "HDF5")):
             self.refused(["prepare", "--text", "a.txt", "b.txt", "--out", out], out, needle)
+
+    # --- every command's --out replaces only a file of its own kind
+
+    def test_out_never_replaces_a_file_of_another_kind(self):
+        words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
+        rng = np.random.default_rng(0)
+        with open(self.path("a.txt"), "w") as f:
+            for _ in range(400):
+                f.write(" ".join(rng.choice(words, 8)) + "\n")
+        tokenizer = ["tokenizer", "train", "--text", "a.txt", "--vocab", "300", "--out"]
+        self.run_ok(tokenizer + ["tok.model"])
+        self.run_ok(["export", CHECKPOINT, "--format", "safetensors", "--out", "model.safetensors"])
+        with open(self.path("m.jsonl"), "w") as f:
+            f.write('{"step": 1, "loss": 5.5}\n')
+        shard = "shard.bin"
+        for args, out, what in (
+                (["prepare", "--text", "a.txt", "--out"], "model.safetensors", "a safetensors file"),
+                (["prepare", "--text", "a.txt", "--out"], "tok.model", "a SentencePiece tokenizer model"),
+                (["prepare", "--text", "a.txt", "--out"], "m.jsonl", "a metrics file"),
+                (["export", CHECKPOINT, "--format", "safetensors", "--out"], shard, "a token shard"),
+                (["export", CHECKPOINT, "--format", "safetensors", "--out"], "tok.model", "a SentencePiece"),
+                (["export", CHECKPOINT, "--format", "safetensors", "--out"], "a.txt", "a file of another kind"),
+                (tokenizer, shard, "a token shard"),
+                (tokenizer, "model.safetensors", "a safetensors file")):
+            with self.subTest(command=args[0], out=out):
+                self.refused(args + [out], f"--out '{out}'", what)
+        # Its own kind, or an empty file, is replaced as before.
+        open(self.path("empty.bin"), "w").close()
+        for args, out in ((["prepare", "--text", "a.txt", "--out"], shard),
+                          (["prepare", "--text", "a.txt", "--out"], "empty.bin"),
+                          (["export", CHECKPOINT, "--format", "safetensors", "--out"], "model.safetensors"),
+                          (tokenizer, "tok.model")):
+            self.run_ok(args + [out])
 
 
 def main():

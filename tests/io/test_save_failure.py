@@ -22,6 +22,11 @@ Two groups, one ctest entry each:
               checkpoint's name in the directory. A warning, and a normal run, with room for fewer
               than checkpoint.keep + 1 checkpoints.
 
+  logs        at 2 ranks: log.metrics on a tmpfs that fills mid-run, log.traffic on one full at the
+              end: exit 7 after the step's checkpoint is saved, the metrics file ending on a complete
+              record, the record it lacks on stderr, and a resume that continues bit for bit; log.traffic
+              on a read-only mount: exit 2 before the first step.
+
 How long each fault took to end is printed (and the clean run's time beside it).
 
 usage: test_save_failure.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group G] [-k PATTERN]
@@ -29,6 +34,7 @@ Exits 77 (ctest: skipped) where tmpfs cannot be mounted (not root).
 """
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -296,7 +302,80 @@ class DirChecks(SaveCase):
         self.assertEqual(tree_digest(ck), before)
 
 
-GROUPS = {"full_disk": FullDisk, "dir_checks": DirChecks}
+class LogFailure(SaveCase):
+    """log.metrics and log.traffic on file systems that fill or refuse writing (share/docs/usage.md,
+    A log that cannot be written), at 2 ranks: every rank leaves together, after saving."""
+
+    group = "logs"
+    STEPS = 24
+
+    def keys(self, ranks, extra):
+        # The tiny model of test_cli.py (train_args' defaults): dp 2 with one micro-batch each.
+        return {"data.train": self.shard, "log.metrics": None, "log.every": 100, **extra}
+
+    def clean_metrics(self):
+        d = self.path("clean")
+        p = self.launch(2, self.keys(2, {"train.steps": self.STEPS, "checkpoint.dir": os.path.join(d, "ck"),
+                                         "log.metrics": os.path.join(d, "m.jsonl")}))
+        self.assertEqual(p.returncode, 0, describe(p))
+        return read_metrics(os.path.join(d, "m.jsonl"))
+
+    def test_np2_metrics_file_system_fills_mid_run(self):
+        clean = self.clean_metrics()
+        mnt, ck = self.path("logs"), self.path("ck")
+        with tmpfs(mnt, 4096):  # room for about ten records
+            metrics = os.path.join(mnt, "m.jsonl")
+            p = self.launch(2, self.keys(2, {"train.steps": self.STEPS, "checkpoint.dir": ck,
+                                             "log.metrics": metrics}))
+            print(f"\n    {self._testMethodName}: ended in {p.seconds:.1f} s with code {p.returncode}", end="",
+                  flush=True)
+            self.assertEqual(p.returncode, 7, describe(p))
+            self.assert_no_crash_text(p, allow=("Aborted",))
+            self.assertIn(f"cannot write the metrics file {metrics} (log.metrics): No space left on device", p.stderr)
+            with open(metrics) as f:
+                text = f.read()
+            self.assertTrue(text.endswith("\n"), "the file must end with its last complete record")
+            written = read_metrics(metrics)
+        failed = len(written) + 1
+        self.assertLess(failed, self.STEPS, "the disk should fill before the end")
+        self.assert_same_records(written, clean[:len(written)])
+        # The step the file lacks is on stderr, and it is the step saved: nothing is lost.
+        record = json.loads(re.search(r"the record of step \d+ that it lacks: (\{.*\})", p.stderr).group(1))
+        self.assert_same_records([record], clean[failed - 1:failed])
+        self.assertIn(f"leaving at step {failed} of {self.STEPS} with its checkpoint saved", p.stderr)
+        self.assertEqual(read_latest(ck), f"step_{failed:08d}.h5")
+        # Resuming with room continues bit for bit.
+        resumed = self.path("resumed.jsonl")
+        p = self.launch(2, self.keys(2, {"train.steps": self.STEPS, "checkpoint.dir": ck, "log.metrics": resumed}))
+        self.assertEqual(p.returncode, 0, describe(p))
+        self.assert_same_records(read_metrics(resumed), clean[failed:])
+
+    def test_np2_traffic_file_system_full_at_the_end(self):
+        mnt, ck = self.path("logs"), self.path("ck")
+        with tmpfs(mnt, 8192):
+            with open(os.path.join(mnt, "filler"), "wb") as f:  # every page taken; files can still be created
+                with contextlib.suppress(OSError):
+                    f.write(bytes(8192))
+            p = self.launch(2, self.keys(2, {"train.steps": 3, "checkpoint.dir": ck,
+                                             "log.traffic": os.path.join(mnt, "t.json")}))
+            self.assertEqual(p.returncode, 7, describe(p))
+            self.assert_no_crash_text(p, allow=("Aborted",))
+            self.assertIn("log.traffic", p.stderr)
+            self.assertIn("No space left on device", p.stderr)
+            self.assertIn("training finished at step 3 of 3 with its checkpoint saved", p.stderr)
+            self.assertEqual(sorted(os.listdir(mnt)), ["filler"], "no traffic file or temporary left")
+        self.assertEqual(read_latest(ck), "step_00000003.h5")
+
+    def test_traffic_on_a_read_only_mount_is_refused_at_start(self):
+        mnt = self.path("ro")
+        with tmpfs(mnt, 1 << 20, read_only=True):
+            p = self.launch(2, self.keys(2, {"train.steps": 3, "checkpoint.dir": self.path("ck"),
+                                             "log.traffic": os.path.join(mnt, "t.json")}))
+        self.assert_bad_input(p, "log.traffic", mnt, "not writable", "Read-only file system")
+        self.assertNotIn("step 1/", p.stdout, "refused before the first step")
+
+
+GROUPS = {"full_disk": FullDisk, "dir_checks": DirChecks, "logs": LogFailure}
 
 
 def main():
