@@ -15,16 +15,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-share/scripts/setup.sh --kokkos-openmp
+# Each pass's build and test time (wall seconds), printed as a table when the script ends, also
+# when a pass fails: CI's budget is read off it.
+timings=()
+timed() {  # timed PASS PHASE COMMAND...: runs COMMAND and records how long it took
+  local start=$SECONDS status=0
+  "${@:3}" || status=$?
+  timings+=("$1 $2 $((SECONDS - start))")
+  return "$status"
+}
+print_timings() {
+  local total=0 row pass phase seconds
+  echo "tests/run.sh: time by pass (wall seconds)"
+  printf '  %-22s %-8s %7s\n' pass phase seconds
+  for row in "${timings[@]}"; do
+    read -r pass phase seconds <<<"$row"
+    printf '  %-22s %-8s %7d\n' "$pass" "$phase" "$seconds"
+    total=$((total + seconds))
+  done
+  printf '  %-22s %-8s %7d\n' total "" "$total"
+}
+trap print_timings EXIT
+
+timed setup install share/scripts/setup.sh --kokkos-openmp
 jobs=$(nproc)
 
-cmake --preset release
-cmake --build --preset release -j "$jobs"
-ctest --preset release -j "$jobs" "$@"
+timed release configure cmake --preset release
+timed release build cmake --build --preset release -j "$jobs"
+timed release test ctest --preset release -j "$jobs" "$@"
 
-cmake --preset debug-asan
-cmake --build --preset debug-asan -j "$jobs"
-ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" -E '^mixed_precision$' "$@"
+timed debug-asan configure cmake --preset debug-asan
+timed debug-asan build cmake --build --preset debug-asan -j "$jobs"
+timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" -E '^mixed_precision$' "$@"
 
 # Only what these tests run is built (the binary, for the oracle and equivalence runs); the cuBLAS
 # wrapper's test has nothing to do with the host backend and stays in the release pass. The
@@ -32,17 +54,17 @@ ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|slurm|scaling" -E
 # llama and its mixture of experts, one rank and tp2·pp2) and gpt2's layouts under dp, tp, pp and
 # ZeRO run here; the resharding, 3-D and other families' layouts (the same kernels, more ranks) run
 # once, in the release pass.
-cmake --preset openmp
-cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
+timed openmp configure cmake --preset openmp
+timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
   test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch
-ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
+timed openmp test ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
   -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts))$' "$@"
-MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"
+timed openmp-team2 test env MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  cmake --preset nccl
-  cmake --build --preset nccl -j "$jobs" --target test_comm
-  ctest --preset nccl -j "$jobs" -R '^test_comm'
+  timed nccl configure cmake --preset nccl
+  timed nccl build cmake --build --preset nccl -j "$jobs" --target test_comm
+  timed nccl test ctest --preset nccl -j "$jobs" -R '^test_comm'
 else
   echo "tests/run.sh: no CUDA toolkit in /usr/local/cuda: the NCCL backend is not compiled"
 fi
