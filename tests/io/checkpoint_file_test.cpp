@@ -303,6 +303,8 @@ TEST(CheckpointFile, UncommittedWriterLeavesNoFile) {
     writer.write(s, data.data());
     EXPECT_TRUE(fs::exists(path + ".tmp"));
     EXPECT_FALSE(fs::exists(path));
+    // Every rank looks before any destroys its writer: the first to do so removes the temporary.
+    MPI_Barrier(MPI_COMM_WORLD);
   }  // destroyed without commit(), as when an exception unwinds
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
