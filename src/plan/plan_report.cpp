@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string_view>
+#include <tuple>
 
 namespace meshtrain {
 namespace {
@@ -232,7 +234,17 @@ std::string plan_table(const Plan& plan) {
 nlohmann::json plan_json(const Plan& plan) {
   nlohmann::json out = summary_json(plan);
   nlohmann::json ranks = nlohmann::json::array();
+  // A rank's traffic follows from its stage, tp rank and ep rank (plan/traffic.hpp): predicted once for each.
+  std::map<std::tuple<int, int, int>, nlohmann::json> traffic;
   for (const RankPlan& r : plan.ranks) {
+    const GridPosition& at = r.position;
+    auto it = traffic.find({at.pp_rank, at.tp_rank, at.ep_rank});
+    if (it == traffic.end()) {
+      it = traffic
+               .emplace(std::tuple{at.pp_rank, at.tp_rank, at.ep_rank},
+                        traffic_json(predicted_traffic(plan.cfg, plan.layout, at)))
+               .first;
+    }
     ranks.push_back({{"rank", r.rank},
                      {"dp_rank", r.position.dp_rank},
                      {"tp_rank", r.position.tp_rank},
@@ -243,7 +255,7 @@ nlohmann::json plan_json(const Plan& plan) {
                      {"peak_rss", r.peak_rss},
                      {"device_bytes", r.device_bytes},
                      // What one step sends, as `log.traffic` counts it (plan/traffic.hpp).
-                     {"traffic", traffic_json(predicted_traffic(plan.cfg, plan.layout, r.position))}});
+                     {"traffic", it->second}});
   }
   out["per_rank"] = std::move(ranks);
   return out;

@@ -114,23 +114,28 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   plan.accum = accumulation_steps(cfg, grid.dp);
 
   const std::int64_t data = token_data_bytes(cfg.data.train);
-  // Under RankCoverage::ends: the figures of the first rank of each (pp, tp, first/middle/last dp
-  // rank, ranks on its node).
-  std::map<std::tuple<int, int, int, int>, RankPlan> classes;
+  // A rank's figures follow from its pipeline stage, tp rank and ep rank (its layout), the ranks on
+  // its node (the runtime) and, for background saves only, its dp rank (the snapshot of its ZeRO
+  // share): computed once for each, every other rank of the same key takes them. Under
+  // RankCoverage::ends the dp ranks between the first and the last take dp rank 1's snapshot.
+  std::map<std::tuple<int, int, int, int, int>, RankPlan> computed;
   RankPass pass(plan, data);
   if (coverage == RankCoverage::every) plan.ranks.reserve(std::size_t(world));
   for (int r = 0; r < world; ++r) {
     const GridPosition at = Topology::position(grid, r);
-    if (coverage == RankCoverage::every) {
-      plan.ranks.push_back(rank_figures(cfg, grid, cluster, r, at, data));
-      pass.add(r, plan.ranks.back());
-      continue;
+    int dp_key = -1;
+    if (cfg.checkpoint.async) {
+      const bool middle = at.dp_rank >= 1 && at.dp_rank <= grid.dp - 2;
+      dp_key = coverage == RankCoverage::ends && middle ? 1 : at.dp_rank;
     }
-    const int dp_class = at.dp_rank == 0 ? 0 : at.dp_rank == grid.dp - 1 ? 2 : 1;
-    const auto key = std::tuple{at.pp_rank, at.tp_rank, dp_class, cluster.ranks_on_node(r, world)};
-    auto it = classes.find(key);
-    if (it == classes.end()) it = classes.emplace(key, rank_figures(cfg, grid, cluster, r, at, data)).first;
-    pass.add(r, it->second);
+    const auto key = std::tuple{at.pp_rank, at.tp_rank, at.ep_rank, dp_key, cluster.ranks_on_node(r, world)};
+    auto it = computed.find(key);
+    if (it == computed.end()) it = computed.emplace(key, rank_figures(cfg, grid, cluster, r, at, data)).first;
+    RankPlan figures = it->second;
+    figures.rank = r;
+    figures.position = at;
+    pass.add(r, figures);
+    if (coverage == RankCoverage::every) plan.ranks.push_back(figures);
   }
   pass.finish();
   plan.capacity_bytes = std::int64_t(cluster.device_memory_bytes);

@@ -65,11 +65,12 @@ struct Plan {
 // for Llama 3 405B), and small enough that a plan's pass over its ranks stays within a second.
 inline constexpr int max_plan_world = 1 << 17;
 
-// Which ranks' memory is computed by planned_rank_memory: every one (Plan::ranks lists them), or —
-// for the table and the search, which print kinds of ranks, not ranks — data-parallel ranks 0, 1
-// and dp−1 of each (tp, pp) position and node size, the others taking dp rank 1's figures (ranks
-// of one position differ only where a ZeRO partition leaves a remainder, which falls to the first
-// or last shard). Either way a plan's pass over its ranks is a few integer operations a rank.
+// Which ranks a plan lists: every one (Plan::ranks, what plan --json prints), or — for the table
+// and the search, which print kinds of ranks — none, and under background saves (whose snapshot is
+// the rank's own ZeRO share) data-parallel ranks 2 … dp−2 take dp rank 1's figures (they differ
+// only where a ZeRO partition leaves a remainder, which falls to the first or last shard). Either
+// way each rank's memory is computed once per (stage, tp rank, ep rank, node size) it shares with
+// others, and a plan's pass over its ranks is a few integer operations a rank.
 enum class RankCoverage { every, ends };
 
 // The plan of the layout cfg.parallel asks for on `world` ranks. InputError when that layout does

@@ -393,25 +393,27 @@ class BadInput(CliCase):
     # int before: a short timeout turns a regression that hangs into a failure.
 
     def rejects_size(self, overrides, needles):
+        # A checkpoint dir of its own: a llama config would otherwise be refused for ck's gpt2 checkpoint.
         start = time.monotonic()
-        p = self.rejects(overrides, needles=needles, timeout=20)
+        p = self.rejects({"checkpoint.dir": "ck_size", **overrides}, needles=needles, timeout=20)
         self.assertLess(time.monotonic() - start, 10, "a size refusal takes seconds at most")
+        self.assertFalse(os.path.exists(self.path("ck_size")), "a refused run created its checkpoint dir")
         self.assertNotRegex(p.stderr, r"e\+\d\d|-\d+ elements|\b0 elements", "overflow garbage\n" + describe(p))
 
     def test_size_llama_rule_round_up(self):
-        # ⌊8·16/3⌋ = 42 rounded up to a multiple of 2^31 − 1: 42 + 2^31 − 2 wrapped.
+        # ⌊8·16/3⌋ = 42 rounded up to a multiple of 2^31 − 1: 42 + 2^31 − 2 wrapped, to a zero SwiGLU width.
         self.rejects_size({**LLAMA, "model.ffn_hidden": 0, "model.multiple_of": 2147483647},
                           ["layers.*.mlp.gate_proj|up_proj.weight [4294967294, 16]", "model.multiple_of = 2147483647"])
 
     def test_size_shared_experts_wrapping_to_zero(self):
-        # 4 × 2^30 = 2^32 wrapped to 0: a model with zero-width shared experts trained.
-        self.rejects_size({**LLAMA, "model.experts": 2, "model.shared_experts": 4, "model.expert_hidden": 2**30},
-                          ["4294967296", "model.shared_experts 4", "model.expert_hidden 1073741824"])
+        # 65536 × 65536 = 2^32 wrapped to 0: a model with zero-width shared experts trained.
+        self.rejects_size({**LLAMA, "model.experts": 2, "model.shared_experts": 65536, "model.expert_hidden": 65536},
+                          ["4294967296", "model.shared_experts 65536 × model.expert_hidden 65536"])
 
     def test_size_shared_experts_wrapping_negative(self):
-        # 32 × (2^31 − 1) wrapped to −32: the weights' initialisation ran for ever.
-        self.rejects_size({**LLAMA, "model.experts": 2, "model.shared_experts": 32, "model.expert_hidden": 2**31 - 1},
-                          ["68719476704", "model.shared_experts", "model.expert_hidden"])
+        # (2^31 − 1) × 32 wrapped to −32: the weights' initialisation failed (exit 1), or ran for ever.
+        self.rejects_size({**LLAMA, "model.experts": 2, "model.shared_experts": 2**31 - 1, "model.expert_hidden": 32},
+                          ["68719476704", "model.shared_experts 2147483647 × model.expert_hidden 32"])
 
     def test_size_names_the_keys_and_the_tensor(self):
         self.rejects_size({"model.d_model": 65536, "model.vocab": 65536, "model.heads": 1},
@@ -923,6 +925,19 @@ class Commands(CliCase):
             tokens = np.frombuffer(raw[4 * HEADER_INTS:], "<u2")
             self.assertEqual(tokens.tolist(), list(expected))
         self.assertEqual(sorted(os.listdir(self.dir)), ["a.txt", "a_b.bin", "b.txt", "b_a.bin"], "stray files")
+
+    def test_moe_capacity_above_the_tokens_drops_nothing(self):
+        # A capacity is at most the micro-batch's tokens (share/docs/usage.md, Mixture of experts): a factor of
+        # 2e8 keeps every assignment, as dropless routing does, where the int it overflowed kept one per expert.
+        random_shard(self.path("shard.bin"), 2000)
+        records = {}
+        for factor in ("2e8", "0"):
+            keys = {**LLAMA, "model.experts": 4, "model.capacity_factor": factor, "data.train": "shard.bin",
+                    "checkpoint.dir": f"ck_{factor}", "log.metrics": f"m_{factor}.jsonl", "train.steps": 2}
+            self.run_ok(train_args(keys))
+            records[factor] = read_metrics(self.path(f"m_{factor}.jsonl"))
+        self.assertEqual([r["moe"]["dropped"] for r in records["2e8"]], [0, 0])
+        self.assert_same_records(records["2e8"], records["0"])
 
     def test_inspect(self):
         p = self.run_ok(["inspect", self.checkpoint])

@@ -93,7 +93,7 @@ TEST(ParameterCount, EqualsTheLayoutsSum) {
   models.push_back(moe);
   for (const ModelConfig& m : models) {
     EXPECT_EQ(parameter_count(m).value(), std::int64_t(ParameterLayout(m).total()))
-        << m.arch << " layers " << m.layers << " experts " << m.experts;
+        << name_of(m.arch) << " layers " << m.layers << " experts " << m.experts;
   }
 }
 

@@ -1,11 +1,16 @@
 // The planner's assembly: layouts searched against a brute-force enumeration, memory per rank as
 // the sum of its parts, and the fit against devices and nodes.
+#include "common/small_moe.hpp"
 #include "core/errors.hpp"
+#include "parallel/traffic_json.hpp"
 #include "plan/memory_plan.hpp"
+#include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "plan/runtime_overhead.hpp"
+#include "plan/traffic.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <set>
@@ -108,6 +113,45 @@ TEST(Plan, GpuFitIsPerDeviceAndNamesTheLargestRank) {
   EXPECT_EQ(roomy.limiting_rank, largest_rank);
   const Plan tight = make_plan(cfg, 2, gpu_cluster(double(largest - 1)));
   EXPECT_FALSE(tight.fits);
+}
+
+// make_plan computes a rank's figures once per (stage, tp rank, ep rank, node size) — and dp rank
+// under background saves — and plan_json its traffic once per (stage, tp rank, ep rank): every rank
+// of layouts with tp, pp, ep, ZeRO and async saves gets what its own computation gives.
+TEST(Plan, EveryRanksFiguresAndTrafficAreItsOwn) {
+  Config moe;
+  moe.model = small_moe(4, 8);
+  moe.train.micro_batch = 1;
+  moe.train.global_batch = 8;
+  struct Case {
+    Config cfg;
+    int world, tp, pp, zero;
+    bool async;
+  };
+  std::vector<Case> cases = {{config_of(4, 4, 1, 8), 16, 2, 2, 1, false}, {config_of(4, 4, 1, 8), 8, 1, 2, 3, true}};
+  moe.parallel.ep = 2;
+  cases.push_back({moe, 8, 1, 2, 2, true});
+  cases.push_back({moe, 8, 2, 1, 0, false});
+  for (Case& c : cases) {
+    c.cfg.parallel.tp = c.tp;
+    c.cfg.parallel.pp = c.pp;
+    c.cfg.parallel.zero = c.zero;
+    c.cfg.checkpoint.async = c.async;
+    const Plan plan = make_plan(c.cfg, c.world, gpu_cluster(1e12), RankCoverage::every);
+    const nlohmann::json json = plan_json(plan);
+    ASSERT_EQ(plan.ranks.size(), std::size_t(c.world));
+    for (const RankPlan& r : plan.ranks) {
+      SCOPED_TRACE(testing::Message() << "world " << c.world << " tp " << c.tp << " pp " << c.pp << " rank " << r.rank);
+      const GridPosition at = Topology::position(plan.layout, r.rank);
+      EXPECT_EQ(r.position.dp_rank, at.dp_rank);
+      EXPECT_EQ(r.memory.bytes, planned_rank_memory(c.cfg, plan.layout, at).bytes);
+      EXPECT_EQ(json["per_rank"][std::size_t(r.rank)]["traffic"],
+                traffic_json(predicted_traffic(c.cfg, plan.layout, at)));
+    }
+    std::int64_t counted = 0;
+    for (const RankKind& k : plan.kinds) counted += k.count;
+    EXPECT_EQ(counted, c.world);
+  }
 }
 
 TEST(Cluster, PresetsAndPlacement) {
