@@ -83,6 +83,16 @@ class PlanCli(unittest.TestCase):
             self.assertLess(time.monotonic() - start, 20, "a plan of the largest world takes seconds")
         self.assertIn("0 1 2 3 … (131072 ranks)", self.plan(*big).stdout)
 
+    def test_cost_does_not_grow_with_the_accumulation_steps(self):
+        # 2·10^9 micro-batches a step: the traffic and the pipeline's activation slots are worked out from a few,
+        # where every pass was enumerated (memory and time in proportion: bad_alloc, or the machine's memory).
+        for layout in (["--world", "1"], ["--world", "2", "--parallel.pp", "2", "--parallel.schedule", "gpipe"]):
+            start = time.monotonic()
+            p = self.plan(*SMALL, "--train.micro_batch", "1", "--train.global_batch", "2000000000", *layout, "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertLess(time.monotonic() - start, 10)
+            self.assertEqual(json.loads(p.stdout)["effective_batch"]["accum"], 2000000000)
+
     def test_search_table_shows_every_term_of_the_step(self):
         moe = SMALL + ["--model.arch", "llama", "--model.kv_heads", "2", "--model.experts", "4", "--parallel.ep", "2",
                        "--world", "4", "--search", "--cluster", "h100-sxm-8"]
