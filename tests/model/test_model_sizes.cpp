@@ -6,6 +6,9 @@
 #include "core/config.hpp"
 #include "core/errors.hpp"
 #include "core/model_sizes.hpp"
+#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
+#include "model/llama.hpp"
 #include "model/parameters.hpp"
 
 #include <gtest/gtest.h>
@@ -94,6 +97,29 @@ TEST(ParameterCount, EqualsTheLayoutsSum) {
   for (const ModelConfig& m : models) {
     EXPECT_EQ(parameter_count(m).value(), std::int64_t(ParameterLayout(m).total()))
         << name_of(m.arch) << " layers " << m.layers << " experts " << m.experts;
+  }
+}
+
+// activation_elements extrapolates over the slots a pipeline stage keeps (affine: every slot carves
+// the same tensors); the families' own carving of every slot gives the same, under each recomputation.
+TEST(ActivationElements, ExtrapolatedOverSlotsIsTheCarvings) {
+  ModelConfig moe = llama();
+  moe.experts = 4;
+  moe.moe_every = 2;
+  moe.shared_experts = 1;
+  for (const ModelConfig& m : {ModelConfig{4, 4, 32, 67, 16}, llama(), moe}) {
+    for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+      for (int slots = 1; slots <= 6; ++slots) {
+        for (const StagePlace place : {StagePlace{0, 2}, StagePlace{1, 2}}) {
+          const ActivationSizes got = activation_elements<float>(m, 2, 1, place, slots, recompute);
+          const ActivationSizes want = m.arch == Arch::llama
+                                           ? llama_activation_elements<float>(m, 2, 1, place, slots, recompute, 1)
+                                           : gpt2_activation_elements<float>(m, 2, 1, place, slots, recompute);
+          EXPECT_EQ(got.kept, want.kept) << name_of(m.arch) << " slots " << slots;
+          EXPECT_EQ(got.scratch, want.scratch) << name_of(m.arch) << " slots " << slots;
+        }
+      }
+    }
   }
 }
 
