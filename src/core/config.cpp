@@ -212,9 +212,11 @@ void require_positive_real(const char* key, double v) {
   if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
 }
 
-// Keys that mean something only under another setting stay at their defaults without it: each
-// pair is a key and whether it is at its default; `what` says what it is and how to use it.
-void require_at_defaults(std::initializer_list<std::pair<const char*, bool>> keys, const char* what) {
+// Keys that mean something only under another setting, each with whether it is at its default.
+using KeyDefaults = std::vector<std::pair<const char*, bool>>;
+
+// Such keys stay at their defaults without the setting; `what` says what they are and how to use them.
+void require_at_defaults(const KeyDefaults& keys, const char* what) {
   for (const auto& [key, is_default] : keys) {
     if (!is_default) input_error("{} is {}, or leave {} out", key, what, key);
   }
@@ -224,20 +226,35 @@ void require_at_defaults(std::initializer_list<std::pair<const char*, bool>> key
 // stored config, which lists every key).
 using GivenKeys = std::set<std::string, std::less<>>;
 
+KeyDefaults moe_keys(const ModelConfig& m) {
+  const ModelConfig d;
+  return {{"model.experts_per_token", m.experts_per_token == d.experts_per_token},
+          {"model.moe_every", m.moe_every == d.moe_every},
+          {"model.shared_experts", m.shared_experts == d.shared_experts},
+          {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
+          {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
+          {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
+          {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
+          {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}};
+}
+
+// Every key of the llama family, the mixture-of-experts ones included.
+KeyDefaults llama_keys(const ModelConfig& m) {
+  const ModelConfig d;
+  KeyDefaults keys = {
+      {"model.kv_heads", m.kv_heads == d.kv_heads},          {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
+      {"model.multiple_of", m.multiple_of == d.multiple_of}, {"model.rope_theta", m.rope_theta == d.rope_theta},
+      {"model.norm_eps", m.norm_eps == d.norm_eps},          {"model.experts", m.experts == d.experts}};
+  const KeyDefaults moe = moe_keys(m);
+  keys.insert(keys.end(), moe.begin(), moe.end());
+  return keys;
+}
+
 // The MoE keys: valid values when model.experts > 0, their defaults otherwise.
 void validate_experts(const ModelConfig& m) {
   if (m.experts < 0) input_error("model.experts = {} is invalid: it must be >= 0 (0: dense MLPs)", m.experts);
   if (m.experts == 0) {
-    const ModelConfig d;
-    require_at_defaults({{"model.experts_per_token", m.experts_per_token == d.experts_per_token},
-                         {"model.moe_every", m.moe_every == d.moe_every},
-                         {"model.shared_experts", m.shared_experts == d.shared_experts},
-                         {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
-                         {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
-                         {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
-                         {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
-                         {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}},
-                        "a mixture-of-experts key: set model.experts > 0");
+    require_at_defaults(moe_keys(m), "a mixture-of-experts key: set model.experts > 0");
     return;
   }
   if (m.experts > 1024) input_error("model.experts = {} is invalid: at most 1024 experts", m.experts);
@@ -260,22 +277,7 @@ void validate_experts(const ModelConfig& m) {
 // run says the run is not the model its author meant (share/docs/usage.md, Model families).
 void validate_family(const ModelConfig& m, const GivenKeys& given) {
   if (m.arch == Arch::gpt2) {
-    const ModelConfig d;
-    for (const auto& [key, is_default] : std::initializer_list<std::pair<const char*, bool>>{
-             {"model.kv_heads", m.kv_heads == d.kv_heads},
-             {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
-             {"model.multiple_of", m.multiple_of == d.multiple_of},
-             {"model.rope_theta", m.rope_theta == d.rope_theta},
-             {"model.norm_eps", m.norm_eps == d.norm_eps},
-             {"model.experts", m.experts == d.experts},
-             {"model.experts_per_token", m.experts_per_token == d.experts_per_token},
-             {"model.moe_every", m.moe_every == d.moe_every},
-             {"model.shared_experts", m.shared_experts == d.shared_experts},
-             {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
-             {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
-             {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
-             {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
-             {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}}) {
+    for (const auto& [key, is_default] : llama_keys(m)) {
       if (!is_default || given.contains(key)) {
         input_error("{} is a llama key and model.arch is gpt2: set model.arch = llama, or leave {} out{}", key, key,
                     is_default ? fmt::format(" (even at its default value: a gpt2 model has no {})", key) : "");

@@ -159,7 +159,7 @@ struct ResumeFrom {
 };
 
 // The model's shape (share/docs/usage.md, Model families). The keys after arch are llama's
-// (arch = llama) and must stay at their defaults under gpt2.
+// (arch = llama): a gpt2 config must not give them at all.
 struct ModelConfig {
   int layers = 2;
   int heads = 2;
