@@ -127,6 +127,9 @@ PlanRequest parse_plan(const Args& args) {
 
   if (!vm.count("world")) input_error("--world is missing: give the number of ranks to plan for, e.g. --world 8");
   if (o.world < 1) input_error("--world = {} is invalid: it must be a positive integer", o.world);
+  if (o.world > max_plan_world) {
+    input_error("--world = {} is too large: plan plans for at most {} ranks", o.world, max_plan_world);
+  }
   if (o.ranks_per_node && *o.ranks_per_node < 0) {
     input_error("--ranks-per-node = {} is invalid: it must be >= 1 (0: all ranks on one node)", *o.ranks_per_node);
   }
@@ -190,7 +193,9 @@ int plan_command(const Args& args, MPI_Comm comm) {
     const std::vector<Plan> plans = search_layouts(req.cfg, req.cluster, o.world);
     text = o.json ? search_json(plans).dump(2) + "\n" : search_table(plans, o.world);
   } else {
-    const Plan plan = agree_on_input(comm, [&] { return make_plan(req.cfg, o.world, req.cluster); });
+    // The table prints kinds of ranks, --json every rank: only --json needs every rank's figures.
+    const RankCoverage coverage = o.json ? RankCoverage::every : RankCoverage::ends;
+    const Plan plan = agree_on_input(comm, [&] { return make_plan(req.cfg, o.world, req.cluster, coverage); });
     text = o.json ? plan_json(plan).dump(2) + "\n" : plan_table(plan);
   }
   if (rank == 0) fmt::print("{}", text);

@@ -6,6 +6,7 @@
 
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/model_sizes.hpp"
 #include "core/regular_file.hpp"
 
 #include <boost/program_options.hpp>
@@ -16,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -212,28 +214,49 @@ void require_positive_real(const char* key, double v) {
   if (!std::isfinite(v) || v <= 0) input_error("{} = {} is invalid: it must be a finite number > 0", key, v);
 }
 
-// Keys that mean something only under another setting stay at their defaults without it: each
-// pair is a key and whether it is at its default; `what` says what it is and how to use it.
-void require_at_defaults(std::initializer_list<std::pair<const char*, bool>> keys, const char* what) {
+// Keys that mean something only under another setting, each with whether it is at its default.
+using KeyDefaults = std::vector<std::pair<const char*, bool>>;
+
+// Such keys stay at their defaults without the setting; `what` says what they are and how to use them.
+void require_at_defaults(const KeyDefaults& keys, const char* what) {
   for (const auto& [key, is_default] : keys) {
     if (!is_default) input_error("{} is {}, or leave {} out", key, what, key);
   }
+}
+
+// The keys given on the command line or in the config file, whatever their values (empty for a
+// stored config, which lists every key).
+using GivenKeys = std::set<std::string, std::less<>>;
+
+KeyDefaults moe_keys(const ModelConfig& m) {
+  const ModelConfig d;
+  return {{"model.experts_per_token", m.experts_per_token == d.experts_per_token},
+          {"model.moe_every", m.moe_every == d.moe_every},
+          {"model.shared_experts", m.shared_experts == d.shared_experts},
+          {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
+          {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
+          {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
+          {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
+          {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}};
+}
+
+// Every key of the llama family, the mixture-of-experts ones included.
+KeyDefaults llama_keys(const ModelConfig& m) {
+  const ModelConfig d;
+  KeyDefaults keys = {
+      {"model.kv_heads", m.kv_heads == d.kv_heads},          {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
+      {"model.multiple_of", m.multiple_of == d.multiple_of}, {"model.rope_theta", m.rope_theta == d.rope_theta},
+      {"model.norm_eps", m.norm_eps == d.norm_eps},          {"model.experts", m.experts == d.experts}};
+  const KeyDefaults moe = moe_keys(m);
+  keys.insert(keys.end(), moe.begin(), moe.end());
+  return keys;
 }
 
 // The MoE keys: valid values when model.experts > 0, their defaults otherwise.
 void validate_experts(const ModelConfig& m) {
   if (m.experts < 0) input_error("model.experts = {} is invalid: it must be >= 0 (0: dense MLPs)", m.experts);
   if (m.experts == 0) {
-    const ModelConfig d;
-    require_at_defaults({{"model.experts_per_token", m.experts_per_token == d.experts_per_token},
-                         {"model.moe_every", m.moe_every == d.moe_every},
-                         {"model.shared_experts", m.shared_experts == d.shared_experts},
-                         {"model.expert_hidden", m.expert_hidden == d.expert_hidden},
-                         {"model.capacity_factor", m.capacity_factor == d.capacity_factor},
-                         {"model.normalize_gates", m.normalize_gates == d.normalize_gates},
-                         {"model.aux_loss_coef", m.aux_loss_coef == d.aux_loss_coef},
-                         {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}},
-                        "a mixture-of-experts key: set model.experts > 0");
+    require_at_defaults(moe_keys(m), "a mixture-of-experts key: set model.experts > 0");
     return;
   }
   if (m.experts > 1024) input_error("model.experts = {} is invalid: at most 1024 experts", m.experts);
@@ -251,17 +274,17 @@ void validate_experts(const ModelConfig& m) {
   require_non_negative("model.z_loss_coef", m.z_loss_coef);
 }
 
-// The llama keys: valid values under llama, their defaults under gpt2 (which has no use for them).
-void validate_family(const ModelConfig& m) {
+// The llama keys (the mixture-of-experts ones included): valid values under llama; under gpt2,
+// which has no use for them, not given at all — even at its default value, a llama key in a gpt2
+// run says the run is not the model its author meant (share/docs/usage.md, Model families).
+void validate_family(const ModelConfig& m, const GivenKeys& given) {
   if (m.arch == Arch::gpt2) {
-    const ModelConfig d;
-    require_at_defaults({{"model.kv_heads", m.kv_heads == d.kv_heads},
-                         {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
-                         {"model.multiple_of", m.multiple_of == d.multiple_of},
-                         {"model.rope_theta", m.rope_theta == d.rope_theta},
-                         {"model.norm_eps", m.norm_eps == d.norm_eps},
-                         {"model.experts", m.experts == d.experts}},
-                        "a llama key: set model.arch = llama");
+    for (const auto& [key, is_default] : llama_keys(m)) {
+      if (!is_default || given.contains(key)) {
+        input_error("{} is a llama key and model.arch is gpt2: set model.arch = llama, or leave {} out{}", key, key,
+                    is_default ? fmt::format(" (even at its default value: a gpt2 model has no {})", key) : "");
+      }
+    }
     return;
   }
   if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
@@ -281,7 +304,7 @@ void validate_family(const ModelConfig& m) {
   }
 }
 
-void validate(const Config& c) {
+void validate(const Config& c, const GivenKeys& given) {
   require_positive("model.layers", c.model.layers);
   if (c.model.layers > 4096) input_error("model.layers = {} is invalid: at most 4096 layers", c.model.layers);
   require_positive("model.heads", c.model.heads);
@@ -292,7 +315,7 @@ void validate(const Config& c) {
     input_error("model.heads = {} does not divide model.d_model = {}: choose heads among the divisors of d_model",
                 c.model.heads, c.model.d_model);
   }
-  validate_family(c.model);
+  validate_family(c.model, given);
   if (c.model.vocab > 65536) {
     input_error("model.vocab = {} is invalid: token shards hold uint16 tokens, so vocab must be <= 65536",
                 c.model.vocab);
@@ -349,6 +372,8 @@ void validate(const Config& c) {
   require_positive("log.every", c.log.every);
   require_non_negative("log.peak_tflops", c.log.peak_tflops);
   if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);
+  // Last: every size the keys imply, now that each key is valid on its own.
+  require_sizes_fit(c.model, c.train.micro_batch, c.parallel.ep);
 }
 
 // Boost's messages name the option as "--model.layers"; ours say the key.
@@ -410,7 +435,11 @@ Config parse_config(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     rethrow_as_input_error(e, "configuration", table);
   }
-  validate(cfg);
+  GivenKeys given;
+  for (const auto& [key, value] : vm) {
+    if (!value.defaulted()) given.insert(key);
+  }
+  validate(cfg, given);
   return cfg;
 }
 
@@ -421,7 +450,7 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin) {
   std::istringstream in(ini_text);
   parse_ini_stream(in, table, vm, origin);
   po::notify(vm);
-  validate(cfg);
+  validate(cfg, {});
   return cfg;
 }
 
@@ -435,14 +464,6 @@ std::string config_help() {
   std::ostringstream out;
   out << KeyTable(cfg).options();
   return out.str();
-}
-
-// ⌈factor · tokens · k / E⌉, at least 1. The tolerance keeps a quotient that is whole in exact
-// arithmetic (1.25 · 64 · 2 / 4 = 40) from rounding up to the next integer; the oracle's rule is the same.
-int ModelConfig::expert_capacity(int tokens) const {
-  if (experts == 0 || capacity_factor == 0) return 0;
-  const double want = capacity_factor * double(tokens) * double(experts_per_token) / double(experts);
-  return std::max(1, int(std::ceil(want - 1e-9)));
 }
 
 }  // namespace meshtrain

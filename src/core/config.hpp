@@ -168,7 +168,7 @@ struct ResumeFrom {
 };
 
 // The model's shape (share/docs/usage.md, Model families). The keys after arch are llama's
-// (arch = llama) and must stay at their defaults under gpt2.
+// (arch = llama): a gpt2 config must not give them at all.
 struct ModelConfig {
   int layers = 2;
   int heads = 2;
@@ -195,20 +195,16 @@ struct ModelConfig {
   // Key/value heads: kv_heads, or heads when it is 0 (always heads under gpt2).
   int kv_head_count() const { return arch == Arch::llama && kv_heads > 0 ? kv_heads : heads; }
   // The MLP's hidden width: gpt2 4·C; llama ffn_hidden, or the LLaMA rule: ⌊2/3·4C⌋ rounded up to a
-  // multiple of multiple_of.
-  int mlp_hidden() const {
-    if (arch == Arch::gpt2) return 4 * d_model;
-    if (ffn_hidden > 0) return ffn_hidden;
-    const int two_thirds = 8 * d_model / 3;
-    return (two_thirds + multiple_of - 1) / multiple_of * multiple_of;
-  }
+  // multiple of multiple_of. This and the other widths are computed in 64 bits by core/model_sizes,
+  // which validation checks fit an int.
+  int mlp_hidden() const;
   int head_size() const { return d_model / heads; }
   // Whether block l's MLP is routed experts (always false when experts = 0).
   bool is_moe_block(int l) const { return experts > 0 && l % moe_every == 0; }
-  int moe_blocks() const { return experts > 0 ? (layers + moe_every - 1) / moe_every : 0; }
-  int expert_hidden_size() const { return expert_hidden > 0 ? expert_hidden : mlp_hidden(); }
-  int shared_hidden() const { return shared_experts * expert_hidden_size(); }
-  // Assignments an expert keeps out of a micro-batch of `tokens` tokens (0: no limit).
+  int moe_blocks() const { return experts > 0 ? (layers - 1) / moe_every + 1 : 0; }  // no overflow at any moe_every
+  int expert_hidden_size() const;                                                    // expert_hidden, or mlp_hidden()
+  int shared_hidden() const;  // shared_experts × expert_hidden_size()
+  // Assignments an expert keeps out of a micro-batch of `tokens` tokens (0: no limit; at most tokens).
   int expert_capacity(int tokens) const;
   // gpt2's output head is its token embedding wte: with a pipeline the first and the last stage
   // both hold it and sum its gradient. llama's lm_head is a matrix of its own.

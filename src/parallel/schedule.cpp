@@ -181,6 +181,11 @@ int peak_live_activations(const std::vector<Action>& actions) {
   return peak;
 }
 
+int live_activations(PipelineSchedule schedule, int stages, int stage, int micros) {
+  require_valid("live_activations", stages, stage, micros);
+  return schedule == PipelineSchedule::gpipe ? micros : std::min(stages - stage, micros);
+}
+
 // Event simulation: a stage's clock is the time its next action may start. Compute advances the
 // clock by its cost. A communication action waits until the counterpart stage's next action is the
 // matching one; both then complete at the later of the two clocks. Any order of advancing the

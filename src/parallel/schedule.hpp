@@ -34,6 +34,9 @@ std::vector<Action> pipeline_schedule(PipelineSchedule schedule, int stages, int
 
 // Most micro-batches whose activations a stage holds at once (forwarded, not yet backwarded).
 int peak_live_activations(const std::vector<Action>& actions);
+// The same for pipeline_schedule(schedule, stages, stage, micros), without building its O(micros)
+// actions: gpipe holds every micro-batch, 1f1b min(stages − stage, micros).
+int live_activations(PipelineSchedule schedule, int stages, int stage, int micros);
 
 struct ScheduleTiming {
   double makespan;       // time until the last stage's last action ends

@@ -53,6 +53,7 @@
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace meshtrain {
 namespace {
@@ -84,11 +85,19 @@ void check_layout(const Layout& layout) {
         fmt::format("layout dp {} with ep {}: ep must be at least 1 and divide dp", layout.dp, layout.ep));
 }
 
-// "1, 2, 3, 6": the divisors of n, or of n and m both.
+// "1, 2, 3, 6": the divisors of n, or of n and m both; in O(√n), n being as large as a SwiGLU width.
 std::string divisors(int n, int m = 0) {
+  std::vector<int> low, high;
+  for (int d = 1; std::int64_t(d) * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
   std::string out;
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0 && m % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
+  for (const int d : low) {
+    if (m % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
+  }
   return out;
 }
 

@@ -36,9 +36,7 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const ParameterLayout layout = planned_layout(cfg, grid, position);
   MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
   const int accum = accumulation_steps(cfg, grid.dp);
-  const int slots =
-      grid.pp > 1 ? peak_live_activations(pipeline_schedule(cfg.parallel.schedule, grid.pp, position.pp_rank, accum))
-                  : 1;
+  const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;
   if (cfg.train.precision == Precision::fp32) {
     m += planned_model_memory<float>(cfg, grid.tp, place, slots, grid.ep);
   } else {

@@ -39,12 +39,11 @@ std::string rate_text(double per_s, const char* unit) {
   return fmt::format("{:.1f} {}", per_s, unit);
 }
 
-// "0", "0 2", "0 2 4 6 … (16 ranks)".
-std::string rank_list(const std::vector<int>& ranks) {
+// "0", "0 2", "0 2 4 6 … (16 ranks)": the first ranks of a kind of `count`.
+std::string rank_list(const std::vector<int>& first, std::int64_t count) {
   std::string out;
-  const std::size_t shown = std::min<std::size_t>(ranks.size(), 4);
-  for (std::size_t i = 0; i < shown; ++i) out += fmt::format("{}{}", i ? " " : "", ranks[i]);
-  if (ranks.size() > shown) out += fmt::format(" … ({} ranks)", ranks.size());
+  for (std::size_t i = 0; i < first.size(); ++i) out += fmt::format("{}{}", i ? " " : "", first[i]);
+  if (count > std::int64_t(first.size())) out += fmt::format(" … ({} ranks)", count);
   return out;
 }
 
@@ -129,11 +128,6 @@ nlohmann::json summary_json(const Plan& plan) {
   const Config& cfg = plan.cfg;
   const Layout& l = plan.layout;
   const long sequences = long(cfg.train.micro_batch) * l.dp * plan.accum;
-  std::int64_t max_rss = 0, max_device = 0;
-  for (const RankPlan& r : plan.ranks) {
-    max_rss = std::max(max_rss, r.peak_rss);
-    max_device = std::max(max_device, r.device_bytes);
-  }
   const Cluster& c = plan.cluster;
   return {
       {"model", model_json(cfg.model)},
@@ -168,8 +162,8 @@ nlohmann::json summary_json(const Plan& plan) {
       {"tokens_per_step", plan.tokens_per_step},
       {"tokens_per_s", plan.tokens_per_s},
       {"model_flops_per_s", plan.model_flops_per_s},
-      {"max_peak_rss", max_rss},
-      {"max_device_bytes", max_device},
+      {"max_peak_rss", plan.max_peak_rss},
+      {"max_device_bytes", plan.max_device_bytes},
       {"needed_bytes", plan.needed_bytes},
       {"capacity_bytes", plan.capacity_bytes},
       {"limiting_rank", plan.limiting_rank},
@@ -191,17 +185,7 @@ std::string plan_table(const Plan& plan) {
   out += effective_batch_line(cfg.train.micro_batch, plan.layout.dp, plan.accum, m.seq_len) + "\n\n";
 
   // Rows: ranks of one (pp, tp) position with equal figures.
-  using Key = std::tuple<int, int, std::array<std::int64_t, memory_categories>, std::int64_t, std::int64_t,
-                         std::int64_t, std::int64_t>;
-  std::map<Key, std::vector<int>> kinds;
-  for (const RankPlan& r : plan.ranks) {
-    kinds[Key{r.position.pp_rank, r.position.tp_rank, r.memory.bytes, r.runtime_bytes, r.data_bytes, r.peak_rss,
-              r.device_bytes}]
-        .push_back(r.rank);
-  }
-  std::int64_t largest = 0;
-  for (const RankPlan& r : plan.ranks) largest = std::max({largest, r.peak_rss, r.device_bytes});
-  const bool gib = largest >= 10 * GiB;
+  const bool gib = std::max(plan.max_peak_rss, plan.max_device_bytes) >= 10 * GiB;
   const double unit = gib ? GiB : MiB;
   out += fmt::format("memory per rank ({}; runtime: MPI, BLAS, Kokkos, HDF5, measured; data: mapped token shards)\n",
                      gib ? "GiB" : "MiB");
@@ -210,10 +194,10 @@ std::string plan_table(const Plan& plan) {
   header += fmt::format(" {:>9} {:>9} {:>9}", "runtime", "data", "peak_rss");
   if (!plan.cluster.host_only) header += fmt::format(" {:>9}", "device");
   out += header + "\n";
-  for (const auto& [key, ranks] : kinds) {
-    const RankPlan& r = plan.ranks[ranks.front()];
-    std::string row =
-        fmt::format("  {:<8} {:<8}", fmt::format("{} {}", r.position.pp_rank, r.position.tp_rank), rank_list(ranks));
+  for (const RankKind& kind : plan.kinds) {
+    const RankPlan& r = kind.figures;
+    std::string row = fmt::format("  {:<8} {:<8}", fmt::format("{} {}", r.position.pp_rank, r.position.tp_rank),
+                                  rank_list(kind.first_ranks, kind.count));
     for (int c = 0; c < memory_categories; ++c) row += fmt::format(" {:>11.1f}", double(r.memory.bytes[c]) / unit);
     row += fmt::format(" {:>9.1f} {:>9.1f} {:>9.1f}", r.runtime_bytes / unit, r.data_bytes / unit, r.peak_rss / unit);
     if (!plan.cluster.host_only) row += fmt::format(" {:>9.1f}", r.device_bytes / unit);
@@ -250,7 +234,17 @@ std::string plan_table(const Plan& plan) {
 nlohmann::json plan_json(const Plan& plan) {
   nlohmann::json out = summary_json(plan);
   nlohmann::json ranks = nlohmann::json::array();
+  // A rank's traffic follows from its stage, tp rank and ep rank (plan/traffic.hpp): predicted once for each.
+  std::map<std::tuple<int, int, int>, nlohmann::json> traffic;
   for (const RankPlan& r : plan.ranks) {
+    const GridPosition& at = r.position;
+    auto it = traffic.find({at.pp_rank, at.tp_rank, at.ep_rank});
+    if (it == traffic.end()) {
+      it = traffic
+               .emplace(std::tuple{at.pp_rank, at.tp_rank, at.ep_rank},
+                        traffic_json(predicted_traffic(plan.cfg, plan.layout, at)))
+               .first;
+    }
     ranks.push_back({{"rank", r.rank},
                      {"dp_rank", r.position.dp_rank},
                      {"tp_rank", r.position.tp_rank},
@@ -261,7 +255,7 @@ nlohmann::json plan_json(const Plan& plan) {
                      {"peak_rss", r.peak_rss},
                      {"device_bytes", r.device_bytes},
                      // What one step sends, as `log.traffic` counts it (plan/traffic.hpp).
-                     {"traffic", traffic_json(predicted_traffic(plan.cfg, plan.layout, r.position))}});
+                     {"traffic", it->second}});
   }
   out["per_rank"] = std::move(ranks);
   return out;
@@ -282,17 +276,23 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
       "against one {})\n",
       plans.size(), plans.size() == 1 ? "" : "s", world, world == 1 ? "" : "s",
       first.cluster.host_only ? "node" : "GPU");
-  out += fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
-                     "#", "dp", "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm", "bubble",
-                     "tok/s", "needs", "fits");
+  // Every term of the step's total has its column; ep comm only under expert parallelism (the
+  // search keeps the config's ep, so every row has it or none does).
+  const bool ep = first.layout.ep > 1;
+  std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp",
+                                   "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
+  if (ep) header += fmt::format(" {:>11}", "ep comm");
+  out += header + fmt::format(" {:>11} {:>11} {:>11}  {}\n", "bubble", "tok/s", "needs", "fits");
   int i = 0;
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
-    out += fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n",
-                       ++i, p.layout.dp, p.layout.tp, p.layout.pp, p.accum, seconds_text(st.total_s()),
-                       seconds_text(st.compute_s), seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s),
-                       seconds_text(st.dp_comm_s), seconds_text(st.bubble_s), rate_text(p.tokens_per_s, ""),
-                       bytes_text(double(p.needed_bytes)), p.fits ? "yes" : "no");
+    std::string row =
+        fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp, p.layout.tp,
+                    p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
+                    seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
+    if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
+    out += row + fmt::format(" {:>11} {:>11} {:>11}  {}\n", seconds_text(st.bubble_s), rate_text(p.tokens_per_s, ""),
+                             bytes_text(double(p.needed_bytes)), p.fits ? "yes" : "no");
   }
   return out;
 }

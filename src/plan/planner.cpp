@@ -8,9 +8,103 @@
 #include "plan/runtime_overhead.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <tuple>
 
 namespace meshtrain {
+namespace {
+
+// A rank's memory, runtime and data, and what they need of its device or node.
+RankPlan rank_figures(const Config& cfg, const Layout& grid, const Cluster& cluster, int rank, const GridPosition& at,
+                      std::int64_t data) {
+  RankPlan rp;
+  rp.rank = rank;
+  rp.position = at;
+  rp.memory = planned_rank_memory(cfg, grid, at);
+  // The reduced gradients are fp32 whatever the precision (the 16-bit copy's move into fp32 first).
+  const std::int64_t fp32_grads =
+      cfg.train.precision == Precision::fp32 ? rp.memory[MemoryCategory::grads] : rp.memory[MemoryCategory::master];
+  const int world = grid.world();
+  rp.runtime_bytes = runtime_overhead_bytes(cluster.ranks_on_node(rank, world), world) +
+                     collective_scratch_bytes(grid.dp, cfg.parallel.zero, cfg.parallel.bucket_mb, fp32_grads);
+  rp.data_bytes = data;
+  if (cluster.host_only) {
+    rp.peak_rss = rp.memory.total() + rp.runtime_bytes + rp.data_bytes;
+    rp.device_bytes = rp.peak_rss;
+  } else {
+    rp.peak_rss = rp.runtime_bytes + rp.data_bytes;
+    rp.device_bytes = rp.memory.total() + std::int64_t(cluster.device_reserve_bytes);
+  }
+  return rp;
+}
+
+// What plan_table tells kinds of ranks apart by: the position and every figure.
+using KindKey = std::tuple<int, int, std::array<std::int64_t, memory_categories>, std::int64_t, std::int64_t,
+                           std::int64_t, std::int64_t>;
+KindKey kind_key(const RankPlan& r) {
+  return {r.position.pp_rank, r.position.tp_rank, r.memory.bytes, r.runtime_bytes,
+          r.data_bytes,       r.peak_rss,         r.device_bytes};
+}
+
+// The ranks of a plan, visited once in rank order: their kinds, the largest figures and the fit.
+class RankPass {
+ public:
+  RankPass(Plan& plan, std::int64_t data) : plan_(plan), data_(data) {}
+
+  void add(int rank, const RankPlan& figures) {
+    auto [it, fresh] = kind_index_.try_emplace(kind_key(figures), plan_.kinds.size());
+    if (fresh) {
+      plan_.kinds.push_back({figures, {}, 0});
+      plan_.kinds.back().figures.rank = rank;
+    }
+    RankKind& kind = plan_.kinds[it->second];
+    if (kind.first_ranks.size() < 4) kind.first_ranks.push_back(rank);
+    ++kind.count;
+    plan_.max_peak_rss = std::max(plan_.max_peak_rss, figures.peak_rss);
+    plan_.max_device_bytes = std::max(plan_.max_device_bytes, figures.device_bytes);
+    const Cluster& c = plan_.cluster;
+    if (!c.host_only) {
+      if (figures.device_bytes > plan_.needed_bytes) {
+        plan_.needed_bytes = figures.device_bytes;
+        plan_.limiting_rank = rank;
+      }
+      return;
+    }
+    // The node's ranks together (nodes are blocks of consecutive ranks); its token pages are the
+    // page cache's, held once per node.
+    if (c.node_of(rank) != node_) {
+      close_node();
+      node_ = c.node_of(rank);
+      node_first_rank_ = rank;
+      node_bytes_ = data_;
+    }
+    node_bytes_ += figures.device_bytes - figures.data_bytes;
+  }
+
+  void finish() {
+    close_node();
+    std::sort(plan_.kinds.begin(), plan_.kinds.end(),
+              [](const RankKind& a, const RankKind& b) { return kind_key(a.figures) < kind_key(b.figures); });
+  }
+
+ private:
+  void close_node() {
+    if (node_ >= 0 && node_bytes_ > plan_.needed_bytes) {
+      plan_.needed_bytes = node_bytes_;
+      plan_.limiting_rank = node_first_rank_;
+    }
+  }
+
+  Plan& plan_;
+  std::int64_t data_;
+  std::map<KindKey, std::size_t> kind_index_;
+  int node_ = -1, node_first_rank_ = 0;
+  std::int64_t node_bytes_ = 0;
+};
+
+}  // namespace
+
 Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage) {
   Plan plan;
   plan.cfg = cfg;
@@ -20,60 +114,31 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   plan.accum = accumulation_steps(cfg, grid.dp);
 
   const std::int64_t data = token_data_bytes(cfg.data.train);
-  // Under RankCoverage::ends, data-parallel ranks 2 … dp−2 take the figures of dp rank 1.
-  std::map<std::pair<int, int>, MemoryBytes> middle;  // (tp_rank, pp_rank) → dp rank 1's memory
-  auto memory_of = [&](const GridPosition& at) {
-    const bool is_middle = at.dp_rank >= 1 && at.dp_rank <= grid.dp - 2;
-    if (coverage == RankCoverage::every || !is_middle) return planned_rank_memory(cfg, grid, at);
-    const auto key = std::pair{at.tp_rank, at.pp_rank};
-    auto it = middle.find(key);
-    if (it == middle.end()) it = middle.emplace(key, planned_rank_memory(cfg, grid, at)).first;
-    return it->second;
-  };
-  plan.ranks.reserve(world);
+  // A rank's figures follow from its pipeline stage, tp rank and ep rank (its layout), the ranks on
+  // its node (the runtime) and, for background saves only, its dp rank (the snapshot of its ZeRO
+  // share): computed once for each, every other rank of the same key takes them. Under
+  // RankCoverage::ends the dp ranks between the first and the last take dp rank 1's snapshot.
+  std::map<std::tuple<int, int, int, int, int>, RankPlan> computed;
+  RankPass pass(plan, data);
+  if (coverage == RankCoverage::every) plan.ranks.reserve(std::size_t(world));
   for (int r = 0; r < world; ++r) {
-    RankPlan rp;
-    rp.rank = r;
-    rp.position = Topology::position(grid, r);
-    rp.memory = memory_of(rp.position);
-    // The reduced gradients are fp32 whatever the precision (the 16-bit copy's move into fp32 first).
-    const std::int64_t fp32_grads =
-        cfg.train.precision == Precision::fp32 ? rp.memory[MemoryCategory::grads] : rp.memory[MemoryCategory::master];
-    rp.runtime_bytes = runtime_overhead_bytes(cluster.ranks_on_node(r, world), world) +
-                       collective_scratch_bytes(grid.dp, cfg.parallel.zero, cfg.parallel.bucket_mb, fp32_grads);
-    rp.data_bytes = data;
-    if (cluster.host_only) {
-      rp.peak_rss = rp.memory.total() + rp.runtime_bytes + rp.data_bytes;
-      rp.device_bytes = rp.peak_rss;
-    } else {
-      rp.peak_rss = rp.runtime_bytes + rp.data_bytes;
-      rp.device_bytes = rp.memory.total() + std::int64_t(cluster.device_reserve_bytes);
+    const GridPosition at = Topology::position(grid, r);
+    int dp_key = -1;
+    if (cfg.checkpoint.async) {
+      const bool middle = at.dp_rank >= 1 && at.dp_rank <= grid.dp - 2;
+      dp_key = coverage == RankCoverage::ends && middle ? 1 : at.dp_rank;
     }
-    plan.ranks.push_back(rp);
+    const auto key = std::tuple{at.pp_rank, at.tp_rank, at.ep_rank, dp_key, cluster.ranks_on_node(r, world)};
+    auto it = computed.find(key);
+    if (it == computed.end()) it = computed.emplace(key, rank_figures(cfg, grid, cluster, r, at, data)).first;
+    RankPlan figures = it->second;
+    figures.rank = r;
+    figures.position = at;
+    pass.add(r, figures);
+    if (coverage == RankCoverage::every) plan.ranks.push_back(figures);
   }
-
+  pass.finish();
   plan.capacity_bytes = std::int64_t(cluster.device_memory_bytes);
-  if (cluster.host_only) {
-    // The node's ranks together; the token pages are the page cache's, held once per node.
-    std::map<int, std::int64_t> node_bytes;
-    for (const RankPlan& rp : plan.ranks) {
-      auto [it, fresh] = node_bytes.try_emplace(cluster.node_of(rp.rank), data);
-      it->second += rp.device_bytes - rp.data_bytes;
-    }
-    for (const auto& [node, bytes] : node_bytes) {
-      if (bytes > plan.needed_bytes) {
-        plan.needed_bytes = bytes;
-        plan.limiting_rank = node * std::max(1, cluster.ranks_per_node);
-      }
-    }
-  } else {
-    for (const RankPlan& rp : plan.ranks) {
-      if (rp.device_bytes > plan.needed_bytes) {
-        plan.needed_bytes = rp.device_bytes;
-        plan.limiting_rank = rp.rank;
-      }
-    }
-  }
   plan.fits = plan.needed_bytes <= plan.capacity_bytes;
 
   plan.step = predict_step_time(cfg, grid, cluster);
@@ -83,12 +148,26 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   return plan;
 }
 
+namespace {
+
+// The divisors of n in increasing order, in O(√n).
+std::vector<int> divisors_of(int n) {
+  std::vector<int> low, high;
+  for (int d = 1; std::int64_t(d) * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+}  // namespace
+
 std::vector<Layout> valid_layouts(const Config& cfg, int world) {
   std::vector<Layout> layouts;
-  for (int tp = 1; tp <= world; ++tp) {
-    if (world % tp != 0) continue;
-    for (int pp = 1; pp <= world / tp; ++pp) {
-      if ((world / tp) % pp != 0) continue;
+  for (const int tp : divisors_of(world)) {
+    for (const int pp : divisors_of(world / tp)) {
       const Layout candidate{world / (tp * pp), tp, pp, cfg.parallel.ep};
       try {
         ParallelConfig parallel = cfg.parallel;

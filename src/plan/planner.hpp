@@ -32,13 +32,24 @@ struct RankPlan {
   std::int64_t device_bytes = 0;
 };
 
+// Ranks of one (pp, tp) position whose figures are all equal: one row of plan_table.
+struct RankKind {
+  RankPlan figures;              // those of the kind's first rank (figures.rank)
+  std::vector<int> first_ranks;  // the kind's lowest ranks, at most four
+  std::int64_t count = 0;        // ranks of the kind
+};
+
 struct Plan {
   Config cfg;
   Cluster cluster;
   Layout layout;
   int accum = 1;
-  std::vector<RankPlan> ranks;  // every global rank, in rank order
-  StepTime step;                // the slowest stage's
+  // Every global rank, in rank order, under RankCoverage::every (what plan --json prints); empty
+  // under RankCoverage::ends, whose plans hold only the kinds.
+  std::vector<RankPlan> ranks;
+  std::vector<RankKind> kinds;  // in (pp, tp, figures) order
+  std::int64_t max_peak_rss = 0, max_device_bytes = 0;
+  StepTime step;  // the slowest stage's
   double tokens_per_step = 0;
   double tokens_per_s = 0;
   double model_flops_per_s = 0;  // (6N + 6LCT) · tokens/s, over the whole job
@@ -50,10 +61,16 @@ struct Plan {
   bool fits = false;
 };
 
-// Which ranks' memory is computed by planned_rank_memory: every one, or — for searches over large
-// worlds — data-parallel ranks 0, 1 and dp−1 of each (tp, pp) position, the others taking dp rank
-// 1's figures (ranks of one position differ only where a ZeRO partition leaves a remainder, which
-// falls to the first or last shard).
+// The largest world `plan` plans for: eight times the largest training jobs published (16384 GPUs
+// for Llama 3 405B), and small enough that a plan's pass over its ranks stays within a second.
+inline constexpr int max_plan_world = 1 << 17;
+
+// Which ranks a plan lists: every one (Plan::ranks, what plan --json prints), or — for the table
+// and the search, which print kinds of ranks — none, and under background saves (whose snapshot is
+// the rank's own ZeRO share) data-parallel ranks 2 … dp−2 take dp rank 1's figures (they differ
+// only where a ZeRO partition leaves a remainder, which falls to the first or last shard). Either
+// way each rank's memory is computed once per (stage, tp rank, ep rank, node size) it shares with
+// others, and a plan's pass over its ranks is a few integer operations a rank.
 enum class RankCoverage { every, ends };
 
 // The plan of the layout cfg.parallel asks for on `world` ranks. InputError when that layout does

@@ -70,6 +70,14 @@ std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int 
 // expert overflows in every micro-batch; dropless, the mean an unbiased router gives.
 std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep);
 
+// Every call of one step of the rank at `position`, by group and kind. Each count is affine in the
+// micro-batches once there are affine_micros(grid) of them (the pipeline's warm-up and cool-down
+// whole, every further micro-batch a steady pass like the one before): predicted_traffic
+// enumerates the passes of at most affine_micros + 1 micro-batches and extrapolates, so its cost
+// does not grow with the accumulation steps (test_planner holds it to enumerated_traffic).
 RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position);
+int affine_micros(const Layout& grid);
+// The same with every pass of `micros` micro-batches enumerated: O(micros · blocks).
+RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const GridPosition& position, int micros);
 
 }  // namespace meshtrain

@@ -419,6 +419,44 @@ class BadInput(CliCase):
         self.rejects({**LLAMA, "parallel.ep": 2, "parallel.dp": 2},
                      needles=["parallel.ep = 2", "model.experts"])
 
+    def test_llama_key_at_its_default_under_gpt2(self):
+        # Given at all, a llama key says the run is not the model its author meant; an MoE key under gpt2
+        # was not checked at all.
+        self.rejects({"model.multiple_of": 256}, needles=["model.multiple_of is a llama key", "model.arch = llama"])
+        self.rejects({"model.capacity_factor": 1.5}, needles=["model.capacity_factor is a llama key"])
+
+    # --- sizes in 64 bits, checked once (share/docs/usage.md, Faults: Sizes that do not fit). Each case wrapped an
+    # int before: a short timeout turns a regression that hangs into a failure.
+
+    def rejects_size(self, overrides, needles):
+        # A checkpoint dir of its own: a llama config would otherwise be refused for ck's gpt2 checkpoint.
+        start = time.monotonic()
+        p = self.rejects({"checkpoint.dir": "ck_size", **overrides}, needles=needles, timeout=20)
+        self.assertLess(time.monotonic() - start, 10, "a size refusal takes seconds at most")
+        self.assertFalse(os.path.exists(self.path("ck_size")), "a refused run created its checkpoint dir")
+        self.assertNotRegex(p.stderr, r"e\+\d\d|-\d+ elements|\b0 elements", "overflow garbage\n" + describe(p))
+
+    def test_size_llama_rule_round_up(self):
+        # ⌊8·16/3⌋ = 42 rounded up to a multiple of 2^31 − 1: 42 + 2^31 − 2 wrapped, to a zero SwiGLU width.
+        self.rejects_size({**LLAMA, "model.ffn_hidden": 0, "model.multiple_of": 2147483647},
+                          ["layers.*.mlp.gate_proj|up_proj.weight [4294967294, 16]", "model.multiple_of = 2147483647"])
+
+    def test_size_shared_experts_wrapping_to_zero(self):
+        # 65536 × 65536 = 2^32 wrapped to 0: a model with zero-width shared experts trained.
+        self.rejects_size({**LLAMA, "model.experts": 2, "model.shared_experts": 65536, "model.expert_hidden": 65536},
+                          ["4294967296", "model.shared_experts 65536 × model.expert_hidden 65536"])
+
+    def test_size_shared_experts_wrapping_negative(self):
+        # (2^31 − 1) × 32 wrapped to −32: the weights' initialisation failed (exit 1), or ran for ever.
+        self.rejects_size({**LLAMA, "model.experts": 2, "model.shared_experts": 2**31 - 1, "model.expert_hidden": 32},
+                          ["68719476704", "model.shared_experts 2147483647 × model.expert_hidden 32"])
+
+    def test_size_names_the_keys_and_the_tensor(self):
+        self.rejects_size({"model.d_model": 65536, "model.vocab": 65536, "model.heads": 1},
+                          ["wte.weight [65536, 65536]", "4294967296 elements", "model.d_model or model.vocab"])
+        self.rejects_size({"model.seq_len": 40000, "train.micro_batch": 1, "train.global_batch": 1},
+                          ["the attention probabilities [1, 2, 40000, 40000]", "model.seq_len", "train.micro_batch"])
+
     # --- a checkpoint of the other model family, as resume or initial weights
 
     def llama_checkpoint(self):
@@ -923,6 +961,19 @@ class Commands(CliCase):
             tokens = np.frombuffer(raw[4 * HEADER_INTS:], "<u2")
             self.assertEqual(tokens.tolist(), list(expected))
         self.assertEqual(sorted(os.listdir(self.dir)), ["a.txt", "a_b.bin", "b.txt", "b_a.bin"], "stray files")
+
+    def test_moe_capacity_above_the_tokens_drops_nothing(self):
+        # A capacity is at most the micro-batch's tokens (share/docs/usage.md, Mixture of experts): a factor of
+        # 2e8 keeps every assignment, as dropless routing does, where the int it overflowed kept one per expert.
+        random_shard(self.path("shard.bin"), 2000)
+        records = {}
+        for factor in ("2e8", "0"):
+            keys = {**LLAMA, "model.experts": 4, "model.capacity_factor": factor, "data.train": "shard.bin",
+                    "checkpoint.dir": f"ck_{factor}", "log.metrics": f"m_{factor}.jsonl", "train.steps": 2}
+            self.run_ok(train_args(keys))
+            records[factor] = read_metrics(self.path(f"m_{factor}.jsonl"))
+        self.assertEqual([r["moe"]["dropped"] for r in records["2e8"]], [0, 0])
+        self.assert_same_records(records["2e8"], records["0"])
 
     def test_inspect(self):
         p = self.run_ok(["inspect", self.checkpoint])

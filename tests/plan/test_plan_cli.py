@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 MESHTRAIN = None
@@ -59,6 +60,61 @@ class PlanCli(unittest.TestCase):
         self.assert_bad_input(SMALL + ["--world", "2", "--model.layers", "many"], "model.layers", "an integer")
         self.assert_bad_input(SMALL + ["--world", "2", "--bogus", "1"], "bogus")
         self.assert_bad_input(SMALL + ["--world", "2", "--config", "missing.ini"], "missing.ini")
+
+    def test_sizes_and_worlds(self):
+        # train's checks, one rule: a tensor of 2^32 elements is refused by both.
+        self.assert_bad_input(SMALL + ["--world", "1", "--model.d_model", "65536", "--model.vocab", "65536",
+                                       "--model.heads", "1"], "wte.weight [65536, 65536]", "model.vocab")
+        # micro_batch 2^20 × dp 2^12 wrapped an int to 0: SIGFPE.
+        self.assert_bad_input(SMALL + ["--world", "4096", "--train.micro_batch", "1048576", "--model.seq_len", "1",
+                                       "--model.vocab", "1"], "train.micro_batch 1048576 × dp 4096 = 4294967296")
+        # --world is bounded: 2^31 − 1 ranks died of bad_alloc, or of SIGFPE with --search.
+        for world in ("2147483647", "131073"):
+            for search in ([], ["--search"]):
+                start = time.monotonic()
+                self.assert_bad_input(SMALL + ["--world", world, *search], f"--world = {world}", "131072")
+                self.assertLess(time.monotonic() - start, 10)
+        # The largest world: the table and the search compute each kind of rank once, not every rank.
+        big = SMALL + ["--world", "131072", "--train.micro_batch", "1", "--train.global_batch", "131072"]
+        for search in ([], ["--search"]):
+            start = time.monotonic()
+            p = self.plan(*big, *search)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertLess(time.monotonic() - start, 20, "a plan of the largest world takes seconds")
+        self.assertIn("0 1 2 3 … (131072 ranks)", self.plan(*big).stdout)
+
+    def test_cost_does_not_grow_with_the_accumulation_steps(self):
+        # 2·10^9 micro-batches a step: the traffic and the pipeline's activation slots are worked out from a few,
+        # where every pass was enumerated (memory and time in proportion: bad_alloc, or the machine's memory).
+        for layout in (["--world", "1"], ["--world", "2", "--parallel.pp", "2", "--parallel.schedule", "gpipe"]):
+            start = time.monotonic()
+            p = self.plan(*SMALL, "--train.micro_batch", "1", "--train.global_batch", "2000000000", *layout, "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertLess(time.monotonic() - start, 10)
+            self.assertEqual(json.loads(p.stdout)["effective_batch"]["accum"], 2000000000)
+
+    def test_search_table_shows_every_term_of_the_step(self):
+        moe = SMALL + ["--model.arch", "llama", "--model.kv_heads", "2", "--model.experts", "4", "--parallel.ep", "2",
+                       "--world", "4", "--search", "--cluster", "h100-sxm-8"]
+        plans = json.loads(self.plan(*moe, "--json").stdout)
+        table = self.plan(*moe).stdout.splitlines()
+        header = next(line for line in table if "compute" in line)
+        self.assertIn("ep comm", header)
+        rows = [line for line in table if line.rstrip().endswith(("yes", "no"))]
+        self.assertEqual(len(rows), len(plans))
+
+        def seconds_text(s):
+            return f"{s:.3f} s" if s >= 1 else f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.3f} µs"
+
+        for row, plan in zip(rows, plans):
+            st = plan["step_time"]
+            self.assertGreater(st["ep_comm_s"], 0)
+            self.assertIn(seconds_text(st["ep_comm_s"]), row)
+            self.assertAlmostEqual(sum(st[k] for k in ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s",
+                                                       "ep_comm_s", "bubble_s")), st["total_s"],
+                                   delta=1e-12 * st["total_s"])
+        dense = self.plan(*SMALL, "--world", "4", "--search").stdout
+        self.assertNotIn("ep comm", dense)
 
     def test_bad_input_under_mpiexec_is_reported_once(self):
         if MPIEXEC is None:

@@ -1,11 +1,17 @@
 // The planner's assembly: layouts searched against a brute-force enumeration, memory per rank as
 // the sum of its parts, and the fit against devices and nodes.
+#include "common/small_moe.hpp"
 #include "core/errors.hpp"
+#include "parallel/schedule.hpp"
+#include "parallel/traffic_json.hpp"
 #include "plan/memory_plan.hpp"
+#include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "plan/runtime_overhead.hpp"
+#include "plan/traffic.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <set>
@@ -108,6 +114,93 @@ TEST(Plan, GpuFitIsPerDeviceAndNamesTheLargestRank) {
   EXPECT_EQ(roomy.limiting_rank, largest_rank);
   const Plan tight = make_plan(cfg, 2, gpu_cluster(double(largest - 1)));
   EXPECT_FALSE(tight.fits);
+}
+
+// make_plan computes a rank's figures once per (stage, tp rank, ep rank, node size) — and dp rank
+// under background saves — and plan_json its traffic once per (stage, tp rank, ep rank): every rank
+// of layouts with tp, pp, ep, ZeRO and async saves gets what its own computation gives.
+TEST(Plan, EveryRanksFiguresAndTrafficAreItsOwn) {
+  Config moe;
+  moe.model = small_moe(4, 8);
+  moe.train.micro_batch = 1;
+  moe.train.global_batch = 8;
+  struct Case {
+    Config cfg;
+    int world, tp, pp, zero;
+    bool async;
+  };
+  std::vector<Case> cases = {{config_of(4, 4, 1, 8), 16, 2, 2, 1, false}, {config_of(4, 4, 1, 8), 8, 1, 2, 3, true}};
+  moe.parallel.ep = 2;
+  cases.push_back({moe, 8, 1, 2, 2, true});
+  cases.push_back({moe, 8, 2, 1, 0, false});
+  for (Case& c : cases) {
+    c.cfg.parallel.tp = c.tp;
+    c.cfg.parallel.pp = c.pp;
+    c.cfg.parallel.zero = c.zero;
+    c.cfg.checkpoint.async = c.async;
+    const Plan plan = make_plan(c.cfg, c.world, gpu_cluster(1e12), RankCoverage::every);
+    const nlohmann::json json = plan_json(plan);
+    ASSERT_EQ(plan.ranks.size(), std::size_t(c.world));
+    for (const RankPlan& r : plan.ranks) {
+      SCOPED_TRACE(testing::Message() << "world " << c.world << " tp " << c.tp << " pp " << c.pp << " rank " << r.rank);
+      const GridPosition at = Topology::position(plan.layout, r.rank);
+      EXPECT_EQ(r.position.dp_rank, at.dp_rank);
+      EXPECT_EQ(r.memory.bytes, planned_rank_memory(c.cfg, plan.layout, at).bytes);
+      EXPECT_EQ(json["per_rank"][std::size_t(r.rank)]["traffic"],
+                traffic_json(predicted_traffic(c.cfg, plan.layout, at)));
+    }
+    std::int64_t counted = 0;
+    for (const RankKind& k : plan.kinds) counted += k.count;
+    EXPECT_EQ(counted, c.world);
+  }
+}
+
+// predicted_traffic extrapolates past affine_micros micro-batches: every count of every rank equals
+// the enumeration's, for pipelines of one to four stages under both schedules, ZeRO 0–3, full
+// recomputation, tensor and expert parallelism, bf16. And the planned activation slots equal the
+// schedule's own peak without building it.
+TEST(Plan, TrafficExtrapolatedOverMicroBatchesIsTheEnumerations) {
+  Config moe;
+  moe.model = small_moe(4, 8);
+  moe.parallel.ep = 2;
+  for (const auto& [base, tp, pp, world] :
+       {std::tuple{config_of(4, 4, 1, 1), 1, 1, 1}, std::tuple{config_of(4, 4, 1, 1), 2, 2, 4},
+        std::tuple{config_of(4, 4, 1, 1), 1, 4, 4}, std::tuple{config_of(3, 4, 1, 1), 1, 3, 6},
+        std::tuple{moe, 1, 1, 2}, std::tuple{moe, 2, 3, 12}}) {
+    for (int zero : {0, 1, 2, 3}) {
+      for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
+        Config cfg = base;
+        cfg.train.micro_batch = 1;
+        cfg.parallel.tp = tp;
+        cfg.parallel.pp = pp;
+        cfg.parallel.zero = zero;
+        cfg.parallel.schedule = schedule;
+        cfg.train.recompute = zero % 2 == 1 ? Recompute::full : Recompute::none;
+        cfg.train.precision = zero == 2 ? Precision::bf16 : Precision::fp32;
+        const Layout grid = Topology::resolve(cfg.parallel, cfg.model, world);
+        for (int micros = affine_micros(grid); micros <= affine_micros(grid) + 6; ++micros) {
+          cfg.train.global_batch = micros * grid.dp;
+          for (int r = 0; r < world; ++r) {
+            SCOPED_TRACE(testing::Message() << "tp " << tp << " pp " << pp << " zero " << zero << " schedule "
+                                            << name_of(schedule) << " micros " << micros << " rank " << r);
+            const GridPosition at = Topology::position(grid, r);
+            EXPECT_EQ(traffic_json(predicted_traffic(cfg, grid, at)),
+                      traffic_json(enumerated_traffic(cfg, grid, at, micros)));
+          }
+        }
+      }
+    }
+  }
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
+    for (int stages = 1; stages <= 5; ++stages) {
+      for (int stage = 0; stage < stages; ++stage) {
+        for (int micros = 1; micros <= 12; ++micros) {
+          EXPECT_EQ(live_activations(schedule, stages, stage, micros),
+                    peak_live_activations(pipeline_schedule(schedule, stages, stage, micros)));
+        }
+      }
+    }
+  }
 }
 
 TEST(Cluster, PresetsAndPlacement) {

@@ -50,6 +50,12 @@ CASES = [
     ("dp2_tp2_pp2_zero3_bf16_recompute", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
                                              "--parallel.zero", "3", "--train.precision", "bf16",
                                              "--train.recompute", "full"]),
+    # More micro-batches than plan/traffic.hpp's affine_micros: the plan extrapolates these counts.
+    ("tp2_accum8_recompute", 2, ["--parallel.tp", "2", "--train.global_batch", "16", "--train.recompute", "full"]),
+    ("pp2_gpipe_accum16_zero3", 2, ["--parallel.pp", "2", "--parallel.schedule", "gpipe", "--parallel.zero", "3",
+                                    "--train.global_batch", "32"]),
+    ("dp2_pp2_1f1b_accum8_zero3", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "3",
+                                      "--train.global_batch", "32"]),
 ]
 # --arch llama: the same shape with grouped-query attention (4 heads, 2 kv heads: one a tp rank at
 # tp 2) and a SwiGLU width of 88; the untied lm_head leaves pipelines no "tied" group. The second

@@ -1,0 +1,250 @@
+// The model's sizes in checked 64-bit arithmetic, and the one check that they fit.
+#include "core/model_sizes.hpp"
+
+#include "core/errors.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+namespace meshtrain {
+
+Size operator+(Size a, Size b) {
+  std::int64_t sum = 0;
+  if (a.overflowed_ || b.overflowed_ || __builtin_add_overflow(a.value_, b.value_, &sum)) return Size::overflow();
+  return sum;
+}
+
+Size operator*(Size a, Size b) {
+  std::int64_t product = 0;
+  if (a.overflowed_ || b.overflowed_ || __builtin_mul_overflow(a.value_, b.value_, &product)) {
+    return Size::overflow();
+  }
+  return product;
+}
+
+std::string size_text(Size s) {
+  return s.overflowed() ? fmt::format("more than {:.2g}", double(std::numeric_limits<std::int64_t>::max()))
+                        : fmt::format("{}", s.value());
+}
+
+namespace {
+
+// ⌊8·C/3⌋ rounded up to a multiple of multiple_of: at most 2^34 + 2^31, no overflow in int64.
+Size llama_rule(const ModelConfig& m) {
+  const std::int64_t two_thirds = 8 * std::int64_t(m.d_model) / 3, multiple = std::max(1, m.multiple_of);
+  return (two_thirds + multiple - 1) / multiple * multiple;
+}
+
+// A width the accessors hand out as int; validate() has checked it fits, so failing here is a bug.
+int narrow(Size s, const char* what) {
+  if (!s.at_most(std::numeric_limits<int>::max())) {
+    throw std::logic_error(
+        fmt::format("{} {} does not fit an int: the config was not validated (require_sizes_fit)", what, size_text(s)));
+  }
+  return int(s.value());
+}
+
+// One dimension of a tensor: its size, what it is in words (with the keys it comes from) and those keys.
+struct Dim {
+  Size size;
+  std::string text;
+  std::vector<std::string> keys;
+};
+
+// A key's own value as a dimension: "model.vocab 65536".
+Dim key_dim(const char* key, std::int64_t value) { return {value, fmt::format("{} {}", key, value), {key}}; }
+
+Dim scaled(std::int64_t factor, Dim d) {
+  return {Size(factor) * d.size, fmt::format("{} × {}", factor, d.text), std::move(d.keys)};
+}
+
+Dim product(Dim a, Dim b) {
+  a.keys.insert(a.keys.end(), b.keys.begin(), b.keys.end());
+  return {a.size * b.size, fmt::format("{} × {}", a.text, b.text), std::move(a.keys)};
+}
+
+// The MLP width and where it comes from.
+Dim mlp_dim(const ModelConfig& m) {
+  const Size width = mlp_width(m);
+  if (m.arch == Arch::gpt2) return {width, fmt::format("4 × model.d_model {}", m.d_model), {"model.d_model"}};
+  if (m.ffn_hidden > 0) return key_dim("model.ffn_hidden", m.ffn_hidden);
+  return {width,
+          fmt::format("the SwiGLU width {} (the LLaMA rule: ⌊8 × model.d_model / 3⌋ = {} rounded up to a multiple "
+                      "of model.multiple_of = {})",
+                      size_text(width), 8 * std::int64_t(m.d_model) / 3, m.multiple_of),
+          {"model.d_model", "model.multiple_of"}};
+}
+
+Dim expert_dim(const ModelConfig& m) {
+  if (m.expert_hidden > 0) return key_dim("model.expert_hidden", m.expert_hidden);
+  Dim d = mlp_dim(m);
+  d.text = "the expert width = " + d.text;
+  return d;
+}
+
+Dim shared_dim(const ModelConfig& m) {
+  return product(key_dim("model.shared_experts", m.shared_experts), expert_dim(m));
+}
+
+struct Tensor {
+  std::string name;
+  std::vector<Dim> dims;
+};
+
+// The tensors that grow fastest with the keys: the weights of the largest shapes, and the
+// activations of one micro-batch on one rank (tensor parallelism only splits them further).
+std::vector<Tensor> largest_tensors(const ModelConfig& m, int micro_batch, int ep) {
+  const bool llama = m.arch == Arch::llama;
+  const Dim C = key_dim("model.d_model", m.d_model), V = key_dim("model.vocab", m.vocab);
+  const Dim T = key_dim("model.seq_len", m.seq_len), B = key_dim("train.micro_batch", micro_batch);
+  const Dim N = product(B, T);
+  // q|k|v, one matrix: query heads C rows, key and value heads kv_heads · head size each.
+  const std::int64_t kv_rows = std::int64_t(m.kv_head_count()) * m.head_size();
+  const Dim qkv = llama ? Dim{Size(m.d_model) + Size(2 * kv_rows),
+                              fmt::format("model.d_model {} + 2 × model.kv_heads {} × the head size {}", m.d_model,
+                                          m.kv_head_count(), m.head_size()),
+                              {"model.d_model", "model.kv_heads"}}
+                        : scaled(3, C);
+  std::vector<Tensor> t;
+  t.push_back({llama ? "embed_tokens.weight and lm_head.weight" : "wte.weight", {V, C}});
+  if (!llama) t.push_back({"wpe.weight", {T, C}});
+  t.push_back({llama ? "layers.*.self_attn.q_proj|k_proj|v_proj.weight" : "h.*.attn.c_attn.weight", {qkv, C}});
+  if (llama) t.push_back({"layers.*.self_attn.o_proj.weight", {C, C}});
+  const bool dense_blocks = m.moe_blocks() < m.layers;
+  if (!llama) t.push_back({"h.*.mlp.c_fc.weight", {C, mlp_dim(m)}});
+  if (llama && dense_blocks) t.push_back({"layers.*.mlp.gate_proj|up_proj.weight", {scaled(2, mlp_dim(m)), C}});
+  if (m.experts > 0) {
+    t.push_back({"layers.*.mlp.gate.weight", {key_dim("model.experts", m.experts), C}});
+    if (m.shared_experts > 0) {
+      t.push_back({"layers.*.mlp.shared_experts.gate_proj|up_proj.weight", {scaled(2, shared_dim(m)), C}});
+    }
+    t.push_back({"layers.*.mlp.experts.*.gate_proj|up_proj.weight", {scaled(2, expert_dim(m)), C}});
+  }
+
+  t.push_back({"the logits", {N, V}});
+  t.push_back({"the attention probabilities", {B, key_dim("model.heads", m.heads), T, T}});
+  t.push_back({"the q|k|v activations", {N, qkv}});
+  if (!llama) t.push_back({"the MLP activations", {N, mlp_dim(m)}});
+  if (llama && dense_blocks) t.push_back({"the SwiGLU gate|up activations", {N, scaled(2, mlp_dim(m))}});
+  if (m.experts > 0) {
+    // The rows an ep rank's experts may receive: every assignment of its ep group's micro-batches
+    // (at most capacity per expert) — llama_dims' buffers.
+    const Size tokens = N.size, assignments = tokens * Size(m.experts_per_token);
+    const Size capacity = tokens.overflowed() ? Size::overflow() : Size(expert_capacity(m, tokens.value()));
+    Size per_sender = assignments;
+    if (m.capacity_factor > 0 && !capacity.overflowed()) {
+      const Size capped = Size(m.experts / std::max(1, ep)) * capacity;
+      if (!capped.overflowed() && !assignments.overflowed() && capped.value() < assignments.value()) {
+        per_sender = capped;
+      }
+    }
+    Dim rows{Size(std::max(1, ep)) * per_sender,
+             fmt::format("{} × model.experts_per_token {}{}", N.text, m.experts_per_token,
+                         m.capacity_factor > 0 ? " (at most the capacity per expert)" : ""),
+             {"train.micro_batch", "model.seq_len", "model.experts_per_token"}};
+    if (ep > 1) rows = product(key_dim("parallel.ep", ep), rows);
+    t.push_back({"the expert rows", {rows, C}});
+    t.push_back({"the expert rows' gate|up activations", {rows, scaled(2, expert_dim(m))}});
+    if (m.shared_experts > 0) {
+      t.push_back({"the shared experts' gate|up activations", {N, scaled(2, shared_dim(m))}});
+    }
+  }
+  return t;
+}
+
+// "model.vocab or model.d_model", each key once.
+std::string keys_text(const std::vector<Dim>& dims) {
+  std::vector<std::string> keys;
+  for (const Dim& d : dims) {
+    for (const std::string& k : d.keys) {
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  std::string out;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == keys.size() ? " or " : ", ") + keys[i];
+  }
+  return out;
+}
+
+void require_fits(const Tensor& t) {
+  Size elements = 1;
+  std::string shape, factors;
+  for (const Dim& d : t.dims) {
+    elements = elements * d.size;
+    shape += (shape.empty() ? "" : ", ") + size_text(d.size);
+    factors += (factors.empty() ? "" : " by ") + d.text;
+  }
+  if (elements.at_most(max_tensor_elements)) return;
+  input_error(
+      "{} [{}] would hold {} elements, more than the 2^31 − 1 one tensor may hold (its shape: {}): make {} smaller",
+      t.name, shape, size_text(elements), factors, keys_text(t.dims));
+}
+
+// A width handed out as an int must fit one, whether or not a tensor of it is built.
+void require_width_fits(const char* what, const Dim& d) {
+  if (d.size.at_most(std::numeric_limits<int>::max())) return;
+  input_error("{} {} is more than 2^31 − 1 (it is {}): make {} smaller", what, size_text(d.size), d.text,
+              keys_text({d}));
+}
+
+}  // namespace
+
+Size mlp_width(const ModelConfig& m) {
+  if (m.arch == Arch::gpt2) return Size(4) * Size(m.d_model);
+  if (m.ffn_hidden > 0) return m.ffn_hidden;
+  return llama_rule(m);
+}
+
+Size expert_width(const ModelConfig& m) { return m.expert_hidden > 0 ? Size(m.expert_hidden) : mlp_width(m); }
+
+Size shared_width(const ModelConfig& m) { return Size(m.shared_experts) * expert_width(m); }
+
+std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens) {
+  if (m.experts == 0 || m.capacity_factor == 0) return 0;
+  // The tolerance keeps a quotient that is whole in exact arithmetic (1.25 · 64 · 2 / 4 = 40) from
+  // rounding up to the next integer; the oracle's rule is the same.
+  const double want = m.capacity_factor * double(tokens) * double(m.experts_per_token) / double(m.experts);
+  if (!(want < double(tokens))) return tokens;  // compared in double: no conversion can overflow
+  return std::max<std::int64_t>(1, std::int64_t(std::ceil(want - 1e-9)));
+}
+
+Size parameter_count(const ModelConfig& m) {
+  const Size C = m.d_model, V = m.vocab, L = m.layers;
+  if (m.arch == Arch::gpt2) {
+    // wte, wpe, ln_f; a block: ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (weights and biases).
+    const Size block = Size(12) * C * C + Size(13) * C;
+    return V * C + Size(m.seq_len) * C + L * block + Size(2) * C;
+  }
+  // embed_tokens, norm, lm_head; a block: two norms, q, k, v, o, and a SwiGLU or an MoE MLP.
+  const Size kv_rows = Size(m.kv_head_count()) * Size(m.head_size());
+  const Size attention = Size(2) * C + Size(2) * C * C + Size(2) * kv_rows * C;
+  const Size swiglu = Size(3) * mlp_width(m) * C;
+  Size moe = Size(m.experts) * C + Size(m.experts) * Size(3) * expert_width(m) * C;
+  if (m.shared_experts > 0) moe += Size(3) * shared_width(m) * C;
+  const Size moe_blocks = m.moe_blocks();
+  const Size dense_blocks = Size(m.layers - m.moe_blocks());
+  return Size(2) * V * C + C + L * attention + dense_blocks * swiglu + moe_blocks * moe;
+}
+
+void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep) {
+  require_width_fits(m.arch == Arch::llama ? "the SwiGLU width" : "the MLP width", mlp_dim(m));
+  if (m.experts > 0) {
+    require_width_fits("the expert SwiGLU width", expert_dim(m));
+    if (m.shared_experts > 0) require_width_fits("the shared experts' SwiGLU width", shared_dim(m));
+  }
+  for (const Tensor& t : largest_tensors(m, micro_batch, ep)) require_fits(t);
+}
+
+// ModelConfig's widths (core/config.hpp), narrowed once the sizes are known to fit.
+int ModelConfig::mlp_hidden() const { return narrow(mlp_width(*this), "the MLP width"); }
+int ModelConfig::expert_hidden_size() const { return narrow(expert_width(*this), "the expert width"); }
+int ModelConfig::shared_hidden() const { return narrow(shared_width(*this), "the shared experts' width"); }
+int ModelConfig::expert_capacity(int tokens) const { return int(meshtrain::expert_capacity(*this, tokens)); }
+
+}  // namespace meshtrain

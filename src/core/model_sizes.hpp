@@ -1,0 +1,75 @@
+// Every size the model keys imply — the MLP widths, the largest tensors, the parameter count, an
+// expert's capacity — computed in one place, in 64 bits, every product checked (share/docs/usage.md,
+// Faults: Sizes that do not fit).
+//
+// The keys are ints, and a product of two of them wraps an int (of four, an int64): a SwiGLU width
+// of shared_experts × expert_hidden, the LLaMA rule's round-up to multiple_of, a capacity of
+// factor · N · k / E. require_sizes_fit is the one check that nothing wraps and no tensor exceeds
+// what the kernels index; validate() (core/config.cpp) calls it for every command that reads keys
+// or a checkpoint's stored config (train, plan, sample, inspect, export), so past it ModelConfig's
+// int accessors and the layouts' size_t sums hold exact values.
+#pragma once
+
+#include "core/config.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace meshtrain {
+
+// A non-negative count in 64 bits whose arithmetic saturates: a sum or product that would exceed
+// int64 leaves it overflowed (and it stays so), never wrapped.
+class Size {
+ public:
+  constexpr Size(std::int64_t value = 0) : value_(value) {}  // NOLINT: counts convert implicitly
+  static constexpr Size overflow() {
+    Size s;
+    s.overflowed_ = true;
+    return s;
+  }
+  bool overflowed() const { return overflowed_; }
+  // The exact value; only when !overflowed().
+  std::int64_t value() const { return value_; }
+  // Whether it fits `limit` (an overflowed size fits nothing).
+  bool at_most(std::int64_t limit) const { return !overflowed_ && value_ <= limit; }
+
+  friend Size operator+(Size a, Size b);
+  friend Size operator*(Size a, Size b);
+  Size& operator+=(Size b) { return *this = *this + b; }
+
+ private:
+  std::int64_t value_ = 0;
+  bool overflowed_ = false;
+};
+
+// "4294967296", or "more than 9.2e18" for an overflowed size.
+std::string size_text(Size s);
+
+// The largest tensor the kernels index with int: 2^31 − 1 elements (issue 23 lifts it).
+inline constexpr std::int64_t max_tensor_elements = std::numeric_limits<int>::max();
+
+// The widths ModelConfig's accessors narrow to int (share/docs/usage.md, Model families, Mixture of
+// experts): the MLP's hidden size (gpt2 4·C; llama ffn_hidden or the LLaMA rule ⌊8·C/3⌋ rounded up
+// to a multiple of multiple_of), one routed expert's (expert_hidden, or the MLP's) and the shared
+// experts' (shared_experts × an expert's).
+Size mlp_width(const ModelConfig& m);
+Size expert_width(const ModelConfig& m);
+Size shared_width(const ModelConfig& m);
+
+// Assignments an expert keeps of a micro-batch of `tokens` tokens: ⌈factor · tokens · k / E⌉, at
+// least 1, and at most `tokens` (top-k picks k distinct experts, so no expert is offered more than
+// one assignment per token: a larger capacity never binds). 0: no capacity (capacity_factor 0).
+std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens);
+
+// Parameters of the whole model (every tensor once, unsharded, unpadded): ParameterLayout(m).total()
+// in closed form, without building the layout's millions of entries for a model of many experts.
+Size parameter_count(const ModelConfig& m);
+
+// Throws InputError unless every width, tensor and parameter count of `m` fits: no tensor of more
+// than max_tensor_elements (the weights, and the activations of `micro_batch` sequences with
+// expert-parallel degree `ep`). The message names the tensor, its shape, the keys each dimension
+// comes from and the keys to make smaller.
+void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep);
+
+}  // namespace meshtrain

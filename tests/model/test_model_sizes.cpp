@@ -1,0 +1,181 @@
+// The model's sizes in checked 64-bit arithmetic (core/model_sizes.hpp; share/docs/usage.md, Faults:
+// Sizes that do not fit): saturating products, the widths at the keys' extremes worked out by hand,
+// the closed-form parameter count against the layout's own sum, the capacity bounded by the tokens,
+// and the refusals of parse_config naming the key and the tensor (the values that wrapped an int
+// before: the LLaMA rule's round-up, shared_experts × expert_hidden, vocab × d_model).
+#include "core/config.hpp"
+#include "core/errors.hpp"
+#include "core/model_sizes.hpp"
+#include "model/gpt2.hpp"
+#include "model/language_model.hpp"
+#include "model/llama.hpp"
+#include "model/parameters.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+namespace {
+
+constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
+
+TEST(Size, ProductsAndSumsSaturateInsteadOfWrapping) {
+  EXPECT_EQ((Size(int_max) * Size(32)).value(), int_max * 32);
+  EXPECT_FALSE((Size(int_max) * Size(int_max) * Size(2)).overflowed());  // 2^63 − 2^33 + 2: just fits
+  EXPECT_TRUE((Size(int_max) * Size(int_max) * Size(int_max)).overflowed());
+  EXPECT_TRUE((Size(int64_max) + Size(1)).overflowed());
+  EXPECT_TRUE((Size::overflow() * Size(0)).overflowed());  // an overflow stays one
+  EXPECT_FALSE(Size::overflow().at_most(int64_max));
+  EXPECT_EQ(size_text(Size(4294967296)), "4294967296");
+  EXPECT_EQ(size_text(Size::overflow()), "more than 9.2e+18");
+}
+
+ModelConfig llama(int d_model = 64) {
+  ModelConfig m{2, 4, d_model, 256, 16};
+  m.arch = Arch::llama;
+  return m;
+}
+
+TEST(Widths, TheLlamaRuleAndTheSharedExpertsAtTheKeysExtremes) {
+  ModelConfig m = llama();
+  EXPECT_EQ(mlp_width(m).value(), 256);  // ⌊8·64/3⌋ = 170 → 256
+  m.multiple_of = int(int_max);          // 170 + 2^31 − 2 wrapped an int
+  EXPECT_EQ(mlp_width(m).value(), int_max);
+  m.multiple_of = 1 << 30;
+  EXPECT_EQ(mlp_width(m).value(), 1 << 30);
+  m = llama();
+  m.experts = 4;
+  m.shared_experts = 32;
+  m.expert_hidden = int(int_max);
+  EXPECT_EQ(shared_width(m).value(), 32 * int_max);  // wrapped to −32
+  m.shared_experts = 4;
+  m.expert_hidden = 1 << 30;
+  EXPECT_EQ(shared_width(m).value(), std::int64_t(1) << 32);  // wrapped to 0
+}
+
+TEST(Capacity, BoundedByTheTokensThereAre) {
+  ModelConfig m = llama();
+  m.experts = 4;
+  m.experts_per_token = 2;
+  m.capacity_factor = 1.25;
+  EXPECT_EQ(expert_capacity(m, 64), 40);  // 1.25 · 64 · 2 / 4, whole: not rounded up
+  m.capacity_factor = 1e-6;
+  EXPECT_EQ(expert_capacity(m, 64), 1);
+  m.capacity_factor = 2e8;  // ⌈2e8 · 128 · 2 / 4⌉ overflowed the int and kept 1
+  EXPECT_EQ(expert_capacity(m, 128), 128);
+  EXPECT_EQ(m.expert_capacity(128), 128);
+  m.capacity_factor = 2.5;  // 2.5 · 64 · 2 / 4 = 80 > 64: no expert is offered more than 64
+  EXPECT_EQ(expert_capacity(m, 64), 64);
+  m.capacity_factor = 0;
+  EXPECT_EQ(expert_capacity(m, 64), 0);
+}
+
+TEST(ParameterCount, EqualsTheLayoutsSum) {
+  std::vector<ModelConfig> models = {ModelConfig{12, 12, 768, 50257, 1024}, ModelConfig{2, 3, 12, 37, 9}, llama()};
+  ModelConfig gqa = llama(40);
+  gqa.heads = 4;
+  gqa.kv_heads = 2;
+  gqa.multiple_of = 12;
+  models.push_back(gqa);
+  ModelConfig moe = llama();
+  moe.layers = 5;
+  moe.kv_heads = 2;
+  moe.experts = 6;
+  moe.moe_every = 2;
+  moe.shared_experts = 2;
+  moe.expert_hidden = 20;
+  models.push_back(moe);
+  moe.shared_experts = 0;
+  moe.expert_hidden = 0;
+  moe.moe_every = 1;
+  models.push_back(moe);
+  for (const ModelConfig& m : models) {
+    EXPECT_EQ(parameter_count(m).value(), std::int64_t(ParameterLayout(m).total()))
+        << name_of(m.arch) << " layers " << m.layers << " experts " << m.experts;
+  }
+}
+
+// activation_elements extrapolates over the slots a pipeline stage keeps (affine: every slot carves
+// the same tensors); the families' own carving of every slot gives the same, under each recomputation.
+TEST(ActivationElements, ExtrapolatedOverSlotsIsTheCarvings) {
+  ModelConfig moe = llama();
+  moe.experts = 4;
+  moe.moe_every = 2;
+  moe.shared_experts = 1;
+  for (const ModelConfig& m : {ModelConfig{4, 4, 32, 67, 16}, llama(), moe}) {
+    for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+      for (int slots = 1; slots <= 6; ++slots) {
+        for (const StagePlace place : {StagePlace{0, 2}, StagePlace{1, 2}}) {
+          const ActivationSizes got = activation_elements<float>(m, 2, 1, place, slots, recompute);
+          const ActivationSizes want = m.arch == Arch::llama
+                                           ? llama_activation_elements<float>(m, 2, 1, place, slots, recompute, 1)
+                                           : gpt2_activation_elements<float>(m, 2, 1, place, slots, recompute);
+          EXPECT_EQ(got.kept, want.kept) << name_of(m.arch) << " slots " << slots;
+          EXPECT_EQ(got.scratch, want.scratch) << name_of(m.arch) << " slots " << slots;
+        }
+      }
+    }
+  }
+}
+
+// parse_config's message for `args`, or "" when it accepts them.
+std::string refusal(std::vector<std::string> args) {
+  try {
+    parse_config(args);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Refusals, NameTheKeyAndTheTensorWithExactNumbers) {
+  std::string why = refusal({"--model.d_model", "65536", "--model.vocab", "65536", "--model.heads", "1"});
+  EXPECT_NE(why.find("wte.weight [65536, 65536]"), std::string::npos) << why;
+  EXPECT_NE(why.find("4294967296 elements"), std::string::npos) << why;
+  EXPECT_NE(why.find("make model.d_model or model.vocab smaller"), std::string::npos) << why;
+
+  why = refusal({"--model.arch", "llama", "--model.multiple_of", "1073741824"});
+  EXPECT_NE(why.find("layers.*.mlp.gate_proj|up_proj.weight [2147483648, 64]"), std::string::npos) << why;
+  EXPECT_NE(why.find("model.multiple_of = 1073741824"), std::string::npos) << why;
+
+  why = refusal({"--model.arch", "llama", "--model.multiple_of", "2147483647"});
+  EXPECT_NE(why.find("model.multiple_of"), std::string::npos) << why;
+
+  why = refusal({"--model.arch", "llama", "--model.experts", "2", "--model.shared_experts", "32",
+                 "--model.expert_hidden", "2147483647"});
+  EXPECT_NE(why.find("68719476704"), std::string::npos) << why;  // 32 × (2^31 − 1), not a wrapped −32
+  EXPECT_NE(why.find("model.shared_experts"), std::string::npos) << why;
+  EXPECT_NE(why.find("model.expert_hidden"), std::string::npos) << why;
+
+  why = refusal({"--model.arch", "llama", "--model.experts", "2", "--model.shared_experts", "4",
+                 "--model.expert_hidden", "1073741824"});
+  EXPECT_NE(why.find("model.shared_experts"), std::string::npos) << why;  // 2^32: wrapped to a zero width
+
+  why = refusal({"--model.seq_len", "100000", "--train.micro_batch", "1"});
+  EXPECT_NE(why.find("the attention probabilities [1, 2, 100000, 100000]"), std::string::npos) << why;
+  EXPECT_NE(why.find("model.seq_len"), std::string::npos) << why;
+
+  EXPECT_EQ(refusal({"--model.arch", "llama", "--model.experts", "4", "--model.capacity_factor", "2e8"}), "");
+}
+
+TEST(Refusals, LlamaKeysUnderGpt2EvenAtTheirDefaults) {
+  for (const char* key : {"--model.kv_heads", "--model.multiple_of", "--model.experts", "--model.capacity_factor"}) {
+    const ModelConfig d;
+    const std::string value = std::string(key) == "--model.multiple_of" ? std::to_string(d.multiple_of) : "0";
+    const std::string why = refusal({key, value});
+    EXPECT_NE(why.find(std::string(key).substr(2) + " is a llama key"), std::string::npos) << key << ": " << why;
+  }
+  EXPECT_NE(refusal({"--model.capacity_factor", "1.5"}).find("llama key"), std::string::npos);
+  EXPECT_EQ(refusal({"--model.arch", "llama", "--model.kv_heads", "0"}), "");
+  EXPECT_EQ(refusal({"--model.arch", "gpt2"}), "");
+  // A stored config lists every key: its llama keys at their defaults are not a gpt2 run's mistake.
+  EXPECT_NO_THROW(config_from_ini(Config{}.to_ini(), "a stored config"));
+}
+
+}  // namespace
+}  // namespace meshtrain
