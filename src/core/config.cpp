@@ -450,7 +450,12 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin) {
   std::istringstream in(ini_text);
   parse_ini_stream(in, table, vm, origin);
   po::notify(vm);
-  validate(cfg, {});
+  // The checks name keys, not where they were read: a stored config's refusal names its file too.
+  try {
+    validate(cfg, {});
+  } catch (const InputError& e) {
+    input_error("{}: {}", origin, e.what());
+  }
   return cfg;
 }
 

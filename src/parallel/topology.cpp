@@ -85,17 +85,10 @@ void check_layout(const Layout& layout) {
         fmt::format("layout dp {} with ep {}: ep must be at least 1 and divide dp", layout.dp, layout.ep));
 }
 
-// "1, 2, 3, 6": the divisors of n, or of n and m both; in O(√n), n being as large as a SwiGLU width.
+// "1, 2, 3, 6": the divisors of n, or of n and m both.
 std::string divisors(int n, int m = 0) {
-  std::vector<int> low, high;
-  for (int d = 1; std::int64_t(d) * d <= n; ++d) {
-    if (n % d != 0) continue;
-    low.push_back(d);
-    if (d != n / d) high.push_back(n / d);
-  }
-  low.insert(low.end(), high.rbegin(), high.rend());
   std::string out;
-  for (const int d : low) {
+  for (const int d : divisors_of(n)) {
     if (m % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
   }
   return out;
@@ -454,6 +447,17 @@ std::string describe_grid(const Layout& layout, const std::vector<std::string>& 
     out += fmt::format("warning: {} more tp group{} spanning hosts ({} of {} tp groups in all)\n",
                        spanning - max_listed_warnings, plural(spanning - max_listed_warnings), spanning, tp.size());
   return out;
+}
+
+std::vector<int> divisors_of(int n) {
+  std::vector<int> low, high;
+  for (int d = 1; std::int64_t(d) * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 }  // namespace meshtrain

@@ -85,6 +85,10 @@ std::vector<std::vector<int>> pp_groups(const Layout& layout);
 std::vector<std::vector<int>> ep_groups(const Layout& layout);
 std::vector<std::vector<int>> edp_groups(const Layout& layout);
 
+// The divisors of n in increasing order, in O(√n) (n may be as large as a SwiGLU width): the degrees
+// a dimension of n can be split by, as refusals list them and `plan --search` tries them.
+std::vector<int> divisors_of(int n);
+
 // describe()'s text for a given placement, without MPI: hosts[r] is global rank r's host name
 // (hosts.size() == layout.world()). What describe() returns on rank 0; tests use it for multi-host
 // and large-world placements that a single machine cannot produce.

@@ -148,22 +148,6 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   return plan;
 }
 
-namespace {
-
-// The divisors of n in increasing order, in O(√n).
-std::vector<int> divisors_of(int n) {
-  std::vector<int> low, high;
-  for (int d = 1; std::int64_t(d) * d <= n; ++d) {
-    if (n % d != 0) continue;
-    low.push_back(d);
-    if (d != n / d) high.push_back(n / d);
-  }
-  low.insert(low.end(), high.rbegin(), high.rend());
-  return low;
-}
-
-}  // namespace
-
 std::vector<Layout> valid_layouts(const Config& cfg, int world) {
   std::vector<Layout> layouts;
   for (const int tp : divisors_of(world)) {

@@ -8,7 +8,7 @@ test_crash_safety.py's independent meshtrain-sum64, so only the finiteness check
 checkpoint claiming format version 99, a deeper model's weights — and runs the real commands on it
 (inspect, export, sample, a named resume, checkpoint.init_weights) — and a mixture-of-experts checkpoint
 with an expert tensor deleted or reshaped (its checksum still valid), a model_family its stored config
-contradicts, a stored config that is not INI, one that claims a 70 GB model over 16-wide tensors (sample
+contradicts, a stored config that is not INI, one that claims a 11 GB model over 16-wide tensors (sample
 under a 4 GB address-space limit), which the tools must refuse with the loader's own checks. Each must exit 2 with a message
 naming the culprit, and every file in the case directory must be byte for byte as before (sha256),
 with nothing added. export and prepare are pointed at their own inputs (by name, through a symlink
@@ -165,17 +165,27 @@ class FileChecks(cli.CliCase):
             self.refused(args, CHECKPOINT, "no config attribute")
 
     def test_sample_checks_shapes_before_allocating_the_stored_model(self):
-        """A stored config of d_model 65536 (a 70 GB SwiGLU) over the 16-wide tensors: refused naming the first
-        tensor, under a 4 GB address-space limit that the model's allocation would break."""
+        """A stored config of d_model 30000 (2.7e9 parameters, 11 GB, every tensor within the 2^31 - 1 elements one
+        tensor may hold) over the 16-wide tensors: refused naming the first tensor, under a 4 GB address-space limit
+        that the model's allocation would break."""
         self.edit(MOE_CHECKPOINT, lambda f: f.attrs.__setitem__(
-            "config", f.attrs["config"].replace("d_model = 16", "d_model = 65536")))
+            "config", f.attrs["config"].replace("d_model = 16", "d_model = 30000")))
         limited = ("sh", "-c", 'ulimit -v 4000000 && exec "$@"', "sh")
-        needles = (MOE_CHECKPOINT, "/model/embed_tokens.weight has shape [256, 16]", "needs [256, 65536]")
+        needles = (MOE_CHECKPOINT, "/model/embed_tokens.weight has shape [256, 16]", "needs [256, 30000]")
         p = self.refused(["sample", "--checkpoint", MOE_CHECKPOINT, "--prompt", "hi", "--tokens", "4"], *needles,
                          launcher=limited)
         self.assertEqual(p.stdout, "")
         self.refused(["inspect", MOE_CHECKPOINT], *needles)
         self.refused(["export", MOE_CHECKPOINT, "--format", "safetensors", "--out", "out.safetensors"], *needles)
+
+    def test_stored_config_with_a_tensor_too_large_is_refused_naming_the_file(self):
+        """The size checks of the keys (core/model_sizes.hpp) run on a stored config too, and the refusal names
+        the checkpoint: d_model 65536 makes q|k|v [131072, 65536], past the 2^31 - 1 elements of one tensor."""
+        self.edit(MOE_CHECKPOINT, lambda f: f.attrs.__setitem__(
+            "config", f.attrs["config"].replace("d_model = 16", "d_model = 65536")))
+        needles = (MOE_CHECKPOINT, "q_proj|k_proj|v_proj.weight [131072, 65536]", "model.d_model 65536")
+        self.refused(["sample", "--checkpoint", MOE_CHECKPOINT, "--prompt", "hi", "--tokens", "4"], *needles)
+        self.refused(["inspect", MOE_CHECKPOINT], *needles)
 
     # --- non-finite tensors with valid checksums
 
