@@ -12,6 +12,9 @@
 # where the CUDA toolkit is installed, compiles the NCCL backend and runs its test (without a GPU:
 # its error path). `.ci/run` calls exactly this. Extra arguments go to the ctest runs (e.g. -L
 # oracle, -R kernels).
+# CI's budget is 40 minutes on 2 cores; the table printed at the end says where they go. Every test
+# runs with tests/common/mpi_yield.c preloaded (tests/CMakeLists.txt): the 4- and 8-rank jobs on 2
+# cores would otherwise spend most of their time with waiting ranks spinning in MPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
