@@ -7,23 +7,22 @@
 //             dinp[n,:] += rstd[n] · (g − mean_c(g) − x̂ · mean_c(g ⊙ x̂))
 //             dweight[c] += Σ_n dout[n,c] · x̂[n,c],  dbias[c] += Σ_n dout[n,c]
 //
-// Row statistics are team reductions, one team per row. The parameter gradients sum over rows, so
-// teams own blocks of channels and walk the rows in order: no atomics, the same order every run.
-// Those sums run in team scratch, in accum_t<Real>, and are rounded to Real once at the end.
+// Row statistics are team reductions, one team per row. The parameter gradients are column sums over
+// the rows (kernels/column_sum.hpp: chunks of rows, partial sums added in a fixed order, no atomics,
+// bitwise the same on every backend), in accum_t<Real>, rounded to Real once at the end.
 //
 // Everything is computed in accum_t<Real> (float for bf16/fp16); mean and rstd are stored in it too,
 // since the backward needs them to more digits than a 16-bit type holds.
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/column_sum.hpp"
 
 #include <type_traits>
 
 namespace meshtrain {
 
 inline constexpr double kLayerNormEps = 1e-5;
-// Channels per team in the parameter-gradient sweep.
-inline constexpr int kLayerNormColumnBlock = 64;
 
 template <class Real>
 void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> mean, Vec<accum_t<Real>> rstd,
@@ -59,12 +58,13 @@ void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>>
       });
 }
 
-// dinp, dweight and dbias accumulate (+=).
+// dinp, dweight and dbias accumulate (+=); partials holds column_sum_workspace(N, C, 2) elements.
 template <class Real>
 void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
-                        CVec<std::type_identity_t<Real>> dout, CVec<std::type_identity_t<Real>> inp,
-                        CVec<std::type_identity_t<Real>> weight, CVec<accum_t<std::type_identity_t<Real>>> mean,
-                        CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
+                        Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
+                        CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                        CVec<accum_t<std::type_identity_t<Real>>> mean, CVec<accum_t<std::type_identity_t<Real>>> rstd,
+                        int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -89,37 +89,11 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
         });
       });
 
-  // Each team sums its block of dweight and dbias in scratch, starting from their current values.
-  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  const int blocks = (C + kLayerNormColumnBlock - 1) / kLayerNormColumnBlock;
-  const std::size_t scratch_bytes = 2 * Scratch::shmem_size(kLayerNormColumnBlock);
-  Kokkos::parallel_for(
-      "meshtrain::layernorm::backward_params",
-      team_policy(space, blocks).set_scratch_size(0, Kokkos::PerTeam(scratch_bytes)), KOKKOS_LAMBDA(const Team& team) {
-        const int c0 = team.league_rank() * kLayerNormColumnBlock;
-        const int c1 = c0 + kLayerNormColumnBlock < C ? c0 + kLayerNormColumnBlock : C;
-        Scratch dw(team.team_scratch(0), kLayerNormColumnBlock);
-        Scratch db(team.team_scratch(0), kLayerNormColumnBlock);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
-          dw(c - c0) = dweight(c);
-          db(c - c0) = dbias(c);
-        });
-        team.team_barrier();
-        for (int n = 0; n < N; ++n) {
-          const long row = static_cast<long>(n) * C;
-          const A m = mean(n);
-          const A s = rstd(n);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
-            const A d = dout(row + c);
-            dw(c - c0) += d * (A(inp(row + c)) - m) * s;
-            db(c - c0) += d;
-          });
-        }
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
-          dweight(c) = Real(dw(c - c0));
-          dbias(c) = Real(db(c - c0));
-        });
+  const int Cc = C;
+  column_sums<2, Real>(
+      space, "meshtrain::layernorm::backward_params", {dweight, dbias}, partials, N, C, KOKKOS_LAMBDA(long n, int c) {
+        const A d = dout(n * Cc + c);
+        return Kokkos::Array<A, 2>{d * (A(inp(n * Cc + c)) - mean(n)) * rstd(n), d};
       });
 }
 

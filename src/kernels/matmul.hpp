@@ -18,15 +18,17 @@ void matmul_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<
   if (bias.data() != nullptr) add_bias(space, out, bias, N, OC);
 }
 
-// dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout; dbias += column sums of dout.
+// dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout; dbias += column sums of dout
+// (partials: bias_backward's workspace, column_sum_workspace(N, OC) elements).
 template <class Real>
-void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias, CVec<Real> dout,
-                     CVec<Real> inp, CVec<Real> weight, int N, int IC, int OC) {
+void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
+                     Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
+                     int OC) {
   gemm<Real>(space, Trans::no, Trans::yes, {N, IC, OC}, accum_t<Real>(1), dout.data(), OC, weight.data(), OC,
              accum_t<Real>(0), dinp.data(), IC);
   gemm<Real>(space, Trans::yes, Trans::no, {IC, OC, N}, accum_t<Real>(1), inp.data(), IC, dout.data(), OC,
              accum_t<Real>(1), dweight.data(), OC);
-  if (dbias.data() != nullptr) bias_backward(space, dbias, dout, N, OC);
+  if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
 }
 
 // Torch Linear layout [out, in] without bias (the llama family): out (N, OC) = inp (N, IC) · weightᵀ.

@@ -6,22 +6,19 @@
 //             dinp[n,:] += rstd[n] · (g − x̂ · mean_c(g ⊙ x̂))
 //             dweight[c] += Σ_n dout[n,c] · x̂[n,c]
 //
-// As in layernorm.hpp: one team per row for the row statistic; the weight gradient is summed by
-// teams that own blocks of channels and walk the rows in order (no atomics, the same order every
-// run), in team scratch in accum_t<Real>, rounded to Real once at the end.
+// As in layernorm.hpp: one team per row for the row statistic; the weight gradient is a column sum
+// (kernels/column_sum.hpp: bitwise the same on every backend), in accum_t<Real>, rounded once.
 //
 // Everything is computed in accum_t<Real> and rounded once at the store; rstd is stored in it. (Hugging
 // Face rounds x·rstd to the model's dtype before multiplying by the weight; we round once.)
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/column_sum.hpp"
 
 #include <type_traits>
 
 namespace meshtrain {
-
-// Channels per team in the weight-gradient sweep.
-inline constexpr int kRmsNormColumnBlock = 64;
 
 // out [N*C] and rstd [N] are written.
 template <class Real>
@@ -51,41 +48,11 @@ void rmsnorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> r
       });
 }
 
-namespace detail {
-
-// dweight[c] += Σ_n dout[n,c] · x[n,c] · rstd[n], one team per block of kRmsNormColumnBlock channels.
-template <class Real>
-void rmsnorm_weight_gradient(const ExecSpace& space, Vec<Real> dweight, CVec<Real> dout, CVec<Real> inp,
-                             CVec<accum_t<Real>> rstd, int N, int C) {
-  using A = accum_t<Real>;
-  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  const int blocks = (C + kRmsNormColumnBlock - 1) / kRmsNormColumnBlock;
-  const std::size_t scratch_bytes = Scratch::shmem_size(kRmsNormColumnBlock);
-  Kokkos::parallel_for(
-      "meshtrain::rmsnorm::backward_weight",
-      team_policy(space, blocks).set_scratch_size(0, Kokkos::PerTeam(scratch_bytes)), KOKKOS_LAMBDA(const Team& team) {
-        const int c0 = team.league_rank() * kRmsNormColumnBlock;
-        const int c1 = c0 + kRmsNormColumnBlock < C ? c0 + kRmsNormColumnBlock : C;
-        Scratch dw(team.team_scratch(0), kRmsNormColumnBlock);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { dw(c - c0) = dweight(c); });
-        team.team_barrier();
-        for (int n = 0; n < N; ++n) {
-          const long row = static_cast<long>(n) * C;
-          const A s = rstd(n);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1),
-                               [&](int c) { dw(c - c0) += A(dout(row + c)) * A(inp(row + c)) * s; });
-        }
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { dweight(c) = Real(dw(c - c0)); });
-      });
-}
-
-}  // namespace detail
-
 // dinp [N*C] and dweight [C] accumulate (+=). rstd is the forward's. dinp may not alias inp.
+// partials holds column_sum_workspace(N, C) elements (kernels/column_sum.hpp).
 template <class Real>
-void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, CVec<std::type_identity_t<Real>> dout,
+void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
+                      Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
                       CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
                       CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
@@ -106,7 +73,10 @@ void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
           dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - xhat * gx_mean));
         });
       });
-  detail::rmsnorm_weight_gradient<Real>(space, dweight, dout, inp, rstd, N, C);
+  const int Cc = C;
+  column_sums<1, Real>(
+      space, "meshtrain::rmsnorm::backward_weight", {dweight}, partials, N, C,
+      KOKKOS_LAMBDA(long n, int c) { return Kokkos::Array<A, 1>{A(dout(n * Cc + c)) * A(inp(n * Cc + c)) * rstd(n)}; });
 }
 
 }  // namespace meshtrain

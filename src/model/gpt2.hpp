@@ -82,6 +82,10 @@ struct BackwardScratch {
   Vec<Real> dqkv;       // (N, 3C)
   Vec<Real> datt;       // (B, NH, T, T)
   Vec<Real> dfch;       // (N, 4C)
+  // The column sums' partials (bias, LayerNorm and position-embedding gradients; kernels/column_sum.hpp)
+  // and the embedding gradient's token order (kernels/encoder.hpp).
+  Vec<accum_t<Real>> column_partials;
+  Vec<int> token_order;
 };
 
 // What Gpt2<Real> allocates for these arguments (the same carving code, without allocating), in

@@ -20,8 +20,8 @@ void Gpt2<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& rea
         const TensorInfo& wte = layout_.find("wte.weight");
         const VocabRange vocab{int(wte.piece.offset[0]), int(wte.piece.block[0]), true};
         reduce_from_.backward(span_of(scratch_.dresidual));
-        encoder_backward(space_, dparams_.wte, dparams_.wpe, scratch_.dresidual, inputs, batch_, m.seq_len, m.d_model,
-                         m.vocab, vocab);
+        encoder_backward(space_, dparams_.wte, dparams_.wpe, scratch_.column_partials, scratch_.token_order,
+                         scratch_.dresidual, inputs, batch_, m.seq_len, m.d_model, m.vocab, vocab);
       });
 }
 
@@ -41,8 +41,8 @@ void Gpt2<Real>::head_backward(int slot) {
   gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
              g.wte.data(), C);
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
-  layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.dln, stage_output(slot), p.lnf_w, a.lnf_mean, a.lnf_rstd,
-                     N, C);
+  layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.column_partials, d.dln, stage_output(slot), p.lnf_w,
+                     a.lnf_mean, a.lnf_rstd, N, C);
 }
 
 // Block l: scratch_.dresidual holds dL/d residual3 and becomes dL/d x, the block's input.
@@ -62,21 +62,24 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   recompute_block(slot, l);
   // MLP branch; d.dresidual becomes dL/d residual2.
   reduce_from_.backward(span_of(d.dresidual));
-  matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.dresidual, s.fch_gelu, w.fcproj_w, N, 4 * Cl, C);
-  bias_backward(space_, dw.fcproj_b, d.dresidual, N, C);
+  matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.column_partials, d.dresidual, s.fch_gelu, w.fcproj_w, N,
+                        4 * Cl, C);
+  bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
   gelu_backward(space_, d.dfch, s.fch, d.dfch, N * 4 * Cl);
-  matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
+  matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   copy_to_.backward(span_of(d.dln));
-  layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.dln, s.residual2, w.ln2_w, s.ln2_mean, s.ln2_rstd, N,
-                     C);
+  layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, d.dln, s.residual2, w.ln2_w,
+                     s.ln2_mean, s.ln2_rstd, N, C);
   // Attention branch; d.dresidual becomes dL/d x.
   reduce_from_.backward(span_of(d.dresidual));
-  matmul_backward<Real>(space_, d.datty, dw.attproj_w, no_bias, d.dresidual, s.atty, w.attproj_w, N, Cl, C);
-  bias_backward(space_, dw.attproj_b, d.dresidual, N, C);
+  matmul_backward<Real>(space_, d.datty, dw.attproj_w, no_bias, d.column_partials, d.dresidual, s.atty, w.attproj_w, N,
+                        Cl, C);
+  bias_backward(space_, dw.attproj_b, d.column_partials, d.dresidual, N, C);
   attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
-  matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
+  matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
   copy_to_.backward(span_of(d.dln));
-  layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.dln, x, w.ln1_w, s.ln1_mean, s.ln1_rstd, N, C);
+  layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, d.dln, x, w.ln1_w, s.ln1_mean,
+                     s.ln1_rstd, N, C);
 }
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).

@@ -169,6 +169,10 @@ struct LlamaScratch {
   Vec<Real> datt;       // (B, NHl, T, T)
   Vec<Real> dswiglu;    // (N, Hl)
   Vec<Real> dgate_up;   // (N, 2Hl)
+  // The RMSNorm weight gradients' partial sums (kernels/column_sum.hpp) and the embedding gradient's
+  // token order (kernels/encoder.hpp).
+  Vec<accum_t<Real>> column_partials;
+  Vec<int> token_order;
   // MoE blocks: router logits (forward) and their gradient (backward); the gate weights' gradient;
   // the experts' output rows' gradient, then their input rows'; the experts' hidden gradients.
   Vec<accum_t<Real>> router_logits;  // (N, E) in fp32 (kernels/router_linear.hpp)

@@ -18,8 +18,9 @@ void Llama<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& re
       layout_, ready_from, [&] { head_backward(slot); }, [&](int l) { block_backward(slot, l); },
       [&] {
         reduce_from_.backward(span_of(scratch_.dresidual));
-        encoder_backward(space_, dparams_.embed, Vec<Real>(), scratch_.dresidual, inputs, int(dims_.B), int(dims_.T),
-                         int(dims_.C), model().vocab, embedding_rows());
+        encoder_backward(space_, dparams_.embed, Vec<Real>(), scratch_.column_partials, scratch_.token_order,
+                         scratch_.dresidual, inputs, int(dims_.B), int(dims_.T), int(dims_.C), model().vocab,
+                         embedding_rows());
       });
 }
 
@@ -33,7 +34,8 @@ void Llama<Real>::head_backward(int slot) {
   linear_backward<Real>(space_, d.dln, dparams_.lm_head, a.logits, a.norm, params_.lm_head, N, C, Vl);
   copy_to_.backward(span_of(d.dln));
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
-  rmsnorm_backward(space_, d.dresidual, dparams_.norm, d.dln, stage_output(slot), params_.norm, a.norm_rstd, N, C);
+  rmsnorm_backward(space_, d.dresidual, dparams_.norm, d.column_partials, d.dln, stage_output(slot), params_.norm,
+                   a.norm_rstd, N, C);
 }
 
 // Block l: scratch_.dresidual holds dL/d residual3 and becomes dL/d x, the block's input.
@@ -55,7 +57,8 @@ void Llama<Real>::block_backward(int slot, int l) {
   mlp_backward(slot, l);
   copy_to_.backward(span_of(d.dln));
   if (dm.moe(l)) router_input_backward(slot, l);
-  rmsnorm_backward(space_, d.dresidual, dw.mlp_norm, d.dln, s.residual2, w.mlp_norm, s.ln2_rstd, N, C);
+  rmsnorm_backward(space_, d.dresidual, dw.mlp_norm, d.column_partials, d.dln, s.residual2, w.mlp_norm, s.ln2_rstd, N,
+                   C);
   // Attention branch; d.dresidual becomes dL/d x.
   reduce_from_.backward(span_of(d.dresidual));
   linear_backward<Real>(space_, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
@@ -63,7 +66,7 @@ void Llama<Real>::block_backward(int slot, int l) {
   rotary_backward(space_, d.dqkv, rotary_, N, T, QKV, NHl + KVl, hs);  // back to the unrotated q and k
   linear_backward<Real>(space_, d.dln, dw.qkv, d.dqkv, s.ln1, w.qkv, N, C, QKV);
   copy_to_.backward(span_of(d.dln));
-  rmsnorm_backward(space_, d.dresidual, dw.attn_norm, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
+  rmsnorm_backward(space_, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
 }
 
 // The dense SwiGLU's backward: scratch_.dresidual holds dL/d proj; leaves dL/d ln2 (this rank's

@@ -3,6 +3,8 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/column_sum.hpp"
+#include "kernels/encoder.hpp"
 
 #include <gtest/gtest.h>
 
@@ -162,6 +164,15 @@ constexpr double tolerance_for(double in_double, double in_float) {
 template <class Real>
 bool bitwise_equal(const std::vector<Real>& a, const std::vector<Real>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Real)) == 0;
+}
+
+// The workspaces the column sums take (kernels/column_sum.hpp, encoder.hpp), as a model carves them.
+template <class Real>
+Buffer<accum_t<Real>> column_partials(std::size_t N, std::size_t C, std::size_t S = 1) {
+  return Buffer<accum_t<Real>>("meshtrain::test::column_partials", column_sum_workspace(N, C, S));
+}
+inline Buffer<std::int32_t> token_order(std::size_t N) {
+  return Buffer<std::int32_t>("meshtrain::test::token_order", token_order_workspace(N));
 }
 
 }  // namespace meshtrain::test

@@ -35,13 +35,13 @@ TEST(Bias, BackwardAccumulatesFiniteDifferenceGradients) {
   const Host dbias0 = random_vector(OC, 56);
   auto dbias = to_device<double>(dbias0);
   auto dout = to_device<double>(r);
-  bias_backward(space, vec(dbias), cvec(dout), N, OC);
+  bias_backward(space, vec(dbias), vec(column_partials<double>(N, OC)), cvec(dout), N, OC);
   expect_close(minus(to_host(dbias), dbias0), num, 1e-6, "dbias");
 }
 
 // More columns than one team's block, and not a multiple of it.
 TEST(Bias, BackwardCoversSeveralColumnBlocks) {
-  constexpr int Nw = 7, OCw = 3 * kBiasColumnBlock + 11;
+  constexpr int Nw = 7, OCw = 3 * kColumnSumBlock + 11;
   const Host dout = random_vector(Nw * OCw, 57);
   Host want(OCw, 1.0);
   for (int n = 0; n < Nw; ++n)
@@ -49,7 +49,7 @@ TEST(Bias, BackwardCoversSeveralColumnBlocks) {
   ExecSpace space;
   auto dbias = to_device<double>(filled(OCw, 1.0));
   auto d_dout = to_device<double>(dout);
-  bias_backward(space, vec(dbias), cvec(d_dout), Nw, OCw);
+  bias_backward(space, vec(dbias), vec(column_partials<double>(Nw, OCw)), cvec(d_dout), Nw, OCw);
   expect_close(to_host(dbias), want, 1e-14, "dbias");
 }
 

@@ -52,7 +52,8 @@ TEST(Encoder, BackwardAccumulatesFiniteDifferenceGradients) {
   auto dwpe = to_device<double>(dwpe0);
   auto d_tok = to_device(tok);
   auto dout = to_device<double>(r);
-  encoder_backward(space, vec(dwte), vec(dwpe), cvec(dout), cvec(d_tok), B, T, C, V);
+  encoder_backward(space, vec(dwte), vec(dwpe), vec(column_partials<double>(B, T * C)), vec(token_order(B * T)),
+                   cvec(dout), cvec(d_tok), B, T, C, V);
   expect_close(minus(to_host(dwte), dwte0), num_wte, 1e-6, "dwte");
   expect_close(minus(to_host(dwpe), dwpe0), num_wpe, 1e-6, "dwpe");
 }
@@ -60,7 +61,7 @@ TEST(Encoder, BackwardAccumulatesFiniteDifferenceGradients) {
 // More channels than one team's block (and not a multiple of it): the sweep over column blocks
 // must cover every channel once. Compared with naive sums.
 TEST(Encoder, BackwardCoversSeveralColumnBlocks) {
-  constexpr int Bw = 3, Tw = 4, Cw = 2 * kEncoderColumnBlock + 7, Vw = 5;
+  constexpr int Bw = 3, Tw = 4, Cw = 2 * kColumnSumBlock + 7, Vw = 5;
   const std::vector<std::int32_t> tok = {4, 0, 4, 2, 2, 2, 1, 4, 0, 3, 3, 4};
   const Host dout = random_vector(Bw * Tw * Cw, 8);
   Host want_wte(Vw * Cw, 0.5), want_wpe(Tw * Cw, -0.25);
@@ -74,7 +75,8 @@ TEST(Encoder, BackwardCoversSeveralColumnBlocks) {
   auto dwpe = to_device<double>(filled(Tw * Cw, -0.25));
   auto d_tok = to_device(tok);
   auto d_dout = to_device<double>(dout);
-  encoder_backward(space, vec(dwte), vec(dwpe), cvec(d_dout), cvec(d_tok), Bw, Tw, Cw, Vw);
+  encoder_backward(space, vec(dwte), vec(dwpe), vec(column_partials<double>(Bw, Tw * Cw)), vec(token_order(Bw * Tw)),
+                   cvec(d_dout), cvec(d_tok), Bw, Tw, Cw, Vw);
   expect_close(to_host(dwte), want_wte, 1e-14, "dwte");
   expect_close(to_host(dwpe), want_wpe, 1e-14, "dwpe");
 }

@@ -77,8 +77,8 @@ TEST(LayerNorm, BackwardAccumulatesFiniteDifferenceGradients) {
   auto d_w = to_device<double>(w);
   auto d_mean = to_device<double>(fwd.mean);
   auto d_rstd = to_device<double>(fwd.rstd);
-  layernorm_backward(space, vec(dx), vec(dw), vec(db), cvec(d_r), cvec(d_x), cvec(d_w), cvec(d_mean), cvec(d_rstd), N,
-                     C);
+  layernorm_backward(space, vec(dx), vec(dw), vec(db), vec(column_partials<double>(N, C, 2)), cvec(d_r), cvec(d_x),
+                     cvec(d_w), cvec(d_mean), cvec(d_rstd), N, C);
   expect_close(minus(to_host(dx), dx0), num_x, 1e-6, "dinp");
   expect_close(minus(to_host(dw), dw0), num_w, 1e-6, "dweight");
   expect_close(minus(to_host(db), db0), num_b, 1e-6, "dbias");
@@ -86,7 +86,7 @@ TEST(LayerNorm, BackwardAccumulatesFiniteDifferenceGradients) {
 
 // More channels than one team's block: the parameter-gradient sweep must cover every channel.
 TEST(LayerNorm, ParameterGradientsCoverSeveralColumnBlocks) {
-  constexpr int Nw = 6, Cw = 2 * kLayerNormColumnBlock + 5;
+  constexpr int Nw = 6, Cw = 2 * kColumnSumBlock + 5;
   const Host x = random_vector(Nw * Cw, 31);
   const Host w = random_vector(Cw, 32);
   const Host b = random_vector(Cw, 33);
@@ -107,8 +107,8 @@ TEST(LayerNorm, ParameterGradientsCoverSeveralColumnBlocks) {
   auto d_w = to_device<double>(w);
   auto d_mean = to_device<double>(ref.mean);
   auto d_rstd = to_device<double>(ref.rstd);
-  layernorm_backward(space, vec(dx), vec(dw), vec(db), cvec(d_dout), cvec(d_x), cvec(d_w), cvec(d_mean), cvec(d_rstd),
-                     Nw, Cw);
+  layernorm_backward(space, vec(dx), vec(dw), vec(db), vec(column_partials<double>(Nw, Cw, 2)), cvec(d_dout), cvec(d_x),
+                     cvec(d_w), cvec(d_mean), cvec(d_rstd), Nw, Cw);
   expect_close(to_host(dw), want_dw, 1e-12, "dweight");
   expect_close(to_host(db), want_db, 1e-12, "dbias");
 }

@@ -31,7 +31,8 @@ std::map<std::string, Host> run_rmsnorm(const std::map<std::string, Host>& in) {
   auto rstd = to_device<accum_t<Real>>(nan_filled(N));
   rmsnorm_forward(space, vec(out), vec(rstd), cvec(x), cvec(w), N, C, 1e-6);
   auto dinp = to_device<Real>(in.at("dinp0")), dw = to_device<Real>(in.at("dw0"));
-  rmsnorm_backward(space, vec(dinp), vec(dw), cvec(dout), cvec(x), cvec(w), cvec(rstd), N, C);
+  rmsnorm_backward(space, vec(dinp), vec(dw), vec(column_partials<Real>(N, C)), cvec(dout), cvec(x), cvec(w),
+                   cvec(rstd), N, C);
   return {{"out", to_host(out)}, {"rstd", to_host(rstd)}, {"dinp", to_host(dinp)}, {"dweight", to_host(dw)}};
 }
 

@@ -71,7 +71,7 @@ std::map<std::string, Host> run_elementwise(const std::map<std::string, Host>& i
   gelu_backward(space, vec(dg), cvec(x), cvec(dg), long{N} * C);  // in place
   out["gelu_backward_in_place"] = to_host(dg);
   auto db = to_device<Real>(in.at("bias"));
-  bias_backward(space, vec(db), cvec(y), N, C);
+  bias_backward(space, vec(db), vec(column_partials<Real>(N, C)), cvec(y), N, C);
   out["bias_backward"] = to_host(db);
   return out;
 }
@@ -105,7 +105,8 @@ std::map<std::string, Host> run_layernorm(const std::map<std::string, Host>& in)
   layernorm_forward(space, vec(out), vec(mean), vec(rstd), cvec(x), cvec(w), cvec(b), N, C);
   auto dout = to_device<Real>(in.at("dout"));
   auto dinp = to_device<Real>(in.at("dinp0")), dw = to_device<Real>(in.at("dw0")), db = to_device<Real>(in.at("db0"));
-  layernorm_backward(space, vec(dinp), vec(dw), vec(db), cvec(dout), cvec(x), cvec(w), cvec(mean), cvec(rstd), N, C);
+  layernorm_backward(space, vec(dinp), vec(dw), vec(db), vec(column_partials<Real>(N, C, 2)), cvec(dout), cvec(x),
+                     cvec(w), cvec(mean), cvec(rstd), N, C);
   return {{"out", to_host(out)},   {"mean", to_host(mean)},  {"rstd", to_host(rstd)},
           {"dinp", to_host(dinp)}, {"dweight", to_host(dw)}, {"dbias", to_host(db)}};
 }
@@ -136,7 +137,8 @@ std::map<std::string, Host> run_encoder(const std::map<std::string, Host>& in, c
   encoder_forward(space, vec(out), cvec(d_tok), cvec(wte), cvec(wpe), B, T, C);
   auto dwte = to_device<Real>(in.at("dwte0")), dwpe = to_device<Real>(in.at("dwpe0"));
   auto dout = to_device<Real>(in.at("dout"));
-  encoder_backward(space, vec(dwte), vec(dwpe), cvec(dout), cvec(d_tok), B, T, C, V);
+  encoder_backward(space, vec(dwte), vec(dwpe), vec(column_partials<Real>(B, T * C)), vec(token_order(B * T)),
+                   cvec(dout), cvec(d_tok), B, T, C, V);
   return {{"out", to_host(out)}, {"dwte", to_host(dwte)}, {"dwpe", to_host(dwpe)}};
 }
 
@@ -283,7 +285,8 @@ std::map<std::string, Host> run_matmul(const std::map<std::string, Host>& in, in
   auto dout = to_device<Real>(in.at("dout"));
   auto dinp = to_device<Real>(nan_filled(N * IC));
   auto dw = to_device<Real>(in.at("dw0")), db = to_device<Real>(in.at("db0"));
-  matmul_backward<Real>(space, vec(dinp), vec(dw), vec(db), cvec(dout), cvec(x), cvec(w), N, IC, OC);
+  matmul_backward<Real>(space, vec(dinp), vec(dw), vec(db), vec(column_partials<Real>(N, OC)), cvec(dout), cvec(x),
+                        cvec(w), N, IC, OC);
   auto xw = to_device<Real>(nan_filled(N * OC));
   matmul_forward<Real>(space, vec(xw), cvec(x), cvec(w), CVec<Real>(), N, IC, OC);  // without the bias
   return {{"out", to_host(out)},

@@ -70,11 +70,13 @@ std::map<std::string, std::vector<Real>> run_all() {
   auto dwpe = to_device<Real>(filled(T * C, 0));
   gelu_backward(space, vec(dy), cvec(y), cvec(h), long{N} * C);
   attention_backward(space, vec(dqkv), vec(datt), cvec(dy), cvec(qkv), cvec(att), B, T, C, NH);
-  bias_backward(space, vec(dbias), cvec(dqkv), N, 3 * C);
+  bias_backward(space, vec(dbias), vec(column_partials<Real>(N, 3 * C)), cvec(dqkv), N, 3 * C);
   for (int n = 0; n < N; ++n)
     residual_forward(space, slice(dln, n * C, C), slice(dln, n * C, C), slice(dqkv, n * 3 * C, C), C);
-  layernorm_backward(space, vec(dx), vec(dlnw), vec(dlnb), cvec(dln), cvec(x), cvec(lnw), cvec(mean), cvec(rstd), N, C);
-  encoder_backward(space, vec(dwte), vec(dwpe), cvec(dx), cvec(d_tok), B, T, C, V);
+  layernorm_backward(space, vec(dx), vec(dlnw), vec(dlnb), vec(column_partials<Real>(N, C, 2)), cvec(dln), cvec(x),
+                     cvec(lnw), cvec(mean), cvec(rstd), N, C);
+  encoder_backward(space, vec(dwte), vec(dwpe), vec(column_partials<Real>(B, T * C)), vec(token_order(N)), cvec(dx),
+                   cvec(d_tok), B, T, C, V);
   const Real loss = sum_reduce(space, vec(losses), N);
   const double norm2 = squared_norm(space, vec(dwte), long{V} * C);
 

@@ -67,7 +67,8 @@ RmsNormGradients run_backward(const Host& dout, const Host& x, const Host& w, co
   auto d_x = to_device<Real>(x);
   auto d_w = to_device<Real>(w);
   auto d_rstd = to_device<Real>(fwd.rstd);
-  rmsnorm_backward(space, vec(dx), vec(dw), cvec(d_dout), cvec(d_x), cvec(d_w), cvec(d_rstd), rows, cols);
+  rmsnorm_backward(space, vec(dx), vec(dw), vec(column_partials<Real>(rows, cols)), cvec(d_dout), cvec(d_x), cvec(d_w),
+                   cvec(d_rstd), rows, cols);
   return {minus(to_host(dx), dinp0), minus(to_host(dw), dweight0)};
 }
 
@@ -115,7 +116,7 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
 
 // More channels than one team's block: the weight-gradient sweep must cover every channel.
 TEST(RmsNorm, WeightGradientCoversSeveralColumnBlocks) {
-  constexpr int Nw = 6, Cw = 2 * kRmsNormColumnBlock + 5;
+  constexpr int Nw = 6, Cw = 2 * kColumnSumBlock + 5;
   const Host x = random_vector(Nw * Cw, 41);
   const Host w = random_vector(Cw, 42);
   const Host dout = random_vector(Nw * Cw, 43);

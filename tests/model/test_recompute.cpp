@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <span>
 #include <string>
 
@@ -108,8 +109,14 @@ ActivationSizes expected_sizes(const ModelConfig& m, int batch, int tp, StagePla
   const std::size_t block = 4 * N * C + 4 * N + 12 * N * Cl + att;
   // ln_f output, mean and rstd, logits, losses, row maxima, partials: the last stage only.
   const std::size_t head = place.last() ? N * C + 2 * N + N * Vl + N + N + 2 * N : 0;
-  const std::size_t slot_rest = N * C + N * C + head;         // encoded, proj, head
-  const std::size_t backward = 2 * N * C + 8 * N * Cl + att;  // dresidual, dln, datty, dqkv, dfch, datt
+  const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
+  // dresidual, dln, datty, dqkv, dfch, datt; the column sums' partials (one per 128 rows and column
+  // of the widest sum: the c_fc bias or LayerNorm's two, unless the rows are one chunk; dwpe sums B
+  // rows of T·C) and the token order (two N-position arrays, 256 digit counts per 256 positions).
+  const std::size_t chunks = (N + 127) / 128, batch_chunks = (B + 127) / 128;
+  const std::size_t partials =
+      std::max(chunks > 1 ? chunks * std::max(4 * Cl, 2 * C) : 0, batch_chunks > 1 ? batch_chunks * T * C : 0);
+  const std::size_t backward = 2 * N * C + 8 * N * Cl + att + partials + 2 * N + 256 * ((N + 255) / 256);
   switch (r) {
     case Recompute::none: return {slots * (L * block + slot_rest), backward};
     case Recompute::selective:  // each block drops att; one att shared
@@ -133,8 +140,11 @@ ActivationSizes expected_llama_sizes(const ModelConfig& m, int batch, int tp, St
   // norm output and rstd, logits, losses, row maxima, partials: the last stage only.
   const std::size_t head = place.last() ? N * C + N + N * Vl + N + N + 2 * N : 0;
   const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
-  // dresidual, dln (N·C); datty, dqkv, datt; dswiglu and dgate_up (3·H).
-  const std::size_t backward = 2 * N * C + atty + qkv + att + 3 * N * H;
+  // dresidual, dln (N·C); datty, dqkv, datt; dswiglu and dgate_up (3·H); the RMSNorm weight
+  // gradients' partials (C per 128 rows, none for one chunk); the token order (as gpt2's).
+  const std::size_t chunks = (N + 127) / 128;
+  const std::size_t backward =
+      2 * N * C + atty + qkv + att + 3 * N * H + (chunks > 1 ? chunks * C : 0) + 2 * N + 256 * ((N + 255) / 256);
   switch (r) {
     case Recompute::none: return {slots * (L * block + slot_rest), backward};
     case Recompute::selective: return {slots * (L * (block - att) + slot_rest), backward + att};

@@ -3,9 +3,11 @@
 // allocated buffer, so the counts and the views cannot disagree. Internal to model/gpt2.cpp.
 #pragma once
 
+#include "kernels/encoder.hpp"
 #include "model/gpt2.hpp"
 #include "model/impl/carver.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,10 @@ BackwardScratch<Real> carve_scratch(Carver<Real>& c, const LocalDims& d) {
   s.dqkv = c.take(N * 3 * Cl);
   s.datt = c.take(B * NH * T * T);
   s.dfch = c.take(N * 4 * Cl);
+  s.column_partials =
+      c.template take_as<accum_t<Real>>(std::max({column_sum_workspace(N, 4 * Cl), column_sum_workspace(N, 3 * Cl),
+                                                  column_sum_workspace(N, C, 2), encoder_backward_workspace(B, T, C)}));
+  s.token_order = c.template take_as<int>(token_order_workspace(N));
   return s;
 }
 

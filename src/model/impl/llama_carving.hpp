@@ -3,6 +3,8 @@
 // to model/llama.cpp.
 #pragma once
 
+#include "kernels/column_sum.hpp"
+#include "kernels/encoder.hpp"
 #include "model/impl/carver.hpp"
 #include "model/llama.hpp"
 
@@ -104,6 +106,8 @@ LlamaRankScratch<Real> carve_llama_rank_scratch(Carver<Real>& c, const LlamaDims
   s.datt = c.take(d.B * d.NHl * d.T * d.T);
   s.dswiglu = c.take(N * d.widest_dense_cols());
   s.dgate_up = c.take(N * 2 * d.widest_dense_cols());
+  s.column_partials = c.template take_as<accum_t<Real>>(column_sum_workspace(N, C));
+  s.token_order = c.template take_as<int>(token_order_workspace(N));
   if (d.any_moe()) {
     s.router_logits = c.template take_as<accum_t<Real>>(N * d.E);
     s.dgate = c.template take_as<accum_t<Real>>(N * d.k);

@@ -1,0 +1,99 @@
+// Column sums over many rows, spread over the whole device and bitwise the same on every backend:
+// the one scheme the bias, LayerNorm/RMSNorm parameter and position-embedding gradients share.
+//
+// Sizes: N rows, C columns, S sums per column (LayerNorm: the weight's and the bias's).
+//   out[s][c] += Σ_n term(n, c)[s]
+//
+// Phase 1: one team per (chunk of kColumnSumRows rows × block of kColumnSumBlock columns) sums
+// its rows in row order into team scratch (each row one contiguous run of the block, what the host
+// vectorises) and writes one partial sum per column and chunk. Phase 2: one thread per column adds
+// the chunks' partials in chunk order. Chunk 0 starts from the gradient's current value, so a sum
+// of at most kColumnSumRows rows is the row-order sum the kernels computed before this scheme, and
+// takes one launch and no workspace. The chunk size is a constant: the order of every addition
+// depends on N alone, never on the team size, the thread count or the backend, so the sums are
+// bitwise reproducible everywhere — what exact resumption and the cross-backend tests rely on.
+// No atomics. Sums run in accum_t<Real> (float for 16-bit Real) and are rounded to Real once.
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace meshtrain {
+
+// Rows per chunk: fixes the order of the additions (a chunk's rows in order, then the chunks in
+// order). 128 rows keep a GPU's teams many (N/128 × C/64) and the partials small (C per 128 rows).
+inline constexpr int kColumnSumRows = 128;
+// Columns per team. Any width gives the same sums; 64 keeps each row's run one vector loop on a host.
+inline constexpr int kColumnSumBlock = 64;
+
+constexpr std::size_t column_sum_chunks(std::size_t N) { return (N + kColumnSumRows - 1) / kColumnSumRows; }
+
+// Elements of accum_t<Real> the partial sums of N rows × C columns × S sums need: none for one chunk.
+constexpr std::size_t column_sum_workspace(std::size_t N, std::size_t C, std::size_t S = 1) {
+  return column_sum_chunks(N) > 1 ? column_sum_chunks(N) * C * S : 0;
+}
+
+// out[s] (C each) accumulates (+=) Σ_n term(n, c)[s], term returning Kokkos::Array<accum_t<Real>, S>;
+// partials holds at least column_sum_workspace(N, C, S) elements. `label` names both phases.
+template <int S, class Real, class Term>
+void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
+                 Vec<accum_t<Real>> partials, long N, int C, Term term) {
+  static_assert(reachable_v<Vec<Real>>);
+  using A = accum_t<Real>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const long chunks = long(column_sum_chunks(std::size_t(N)));
+  if (N <= 0 || C <= 0) return;
+  const std::size_t needed = column_sum_workspace(std::size_t(N), std::size_t(C), S);
+  if (partials.extent(0) < needed) {
+    throw std::logic_error(label + ": column-sum workspace of " + std::to_string(partials.extent(0)) + " elements, " +
+                           std::to_string(needed) + " needed");
+  }
+  const int blocks = (C + kColumnSumBlock - 1) / kColumnSumBlock;
+  const long stride = long(S) * C;  // one chunk's partials
+  Kokkos::parallel_for(
+      label + "::partials",
+      team_policy(space, int(chunks * blocks))
+          .set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(S * kColumnSumBlock))),
+      KOKKOS_LAMBDA(const Team& team) {
+        const long k = team.league_rank() / blocks;
+        const int c0 = (team.league_rank() % blocks) * kColumnSumBlock;
+        const int c1 = c0 + kColumnSumBlock < C ? c0 + kColumnSumBlock : C;
+        const long n0 = k * kColumnSumRows;
+        const long n1 = n0 + kColumnSumRows < N ? n0 + kColumnSumRows : N;
+        Scratch sum(team.team_scratch(0), S * kColumnSumBlock);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
+          for (int s = 0; s < S; ++s) sum(s * kColumnSumBlock + c - c0) = k == 0 ? A(out[s](c)) : A(0);
+        });
+        team.team_barrier();
+        for (long n = n0; n < n1; ++n) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
+            const Kokkos::Array<A, S> t = term(n, c);
+            for (int s = 0; s < S; ++s) sum(s * kColumnSumBlock + c - c0) += t[s];
+          });
+        }
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) {
+          for (int s = 0; s < S; ++s) {
+            const A value = sum(s * kColumnSumBlock + c - c0);
+            if (chunks == 1) {
+              out[s](c) = Real(value);
+            } else {
+              partials(k * stride + long(s) * C + c) = value;
+            }
+          }
+        });
+      });
+  if (chunks == 1) return;
+  Kokkos::parallel_for(
+      label + "::combine", Kokkos::RangePolicy<ExecSpace>(space, 0, stride), KOKKOS_LAMBDA(const long j) {
+        A value = partials(j);
+        for (long k = 1; k < chunks; ++k) value += partials(k * stride + j);
+        out[j / C](j % C) = Real(value);
+      });
+}
+
+}  // namespace meshtrain
