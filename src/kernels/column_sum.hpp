@@ -11,7 +11,8 @@
 // of at most kColumnSumRows rows is the row-order sum the kernels computed before this scheme, and
 // takes one launch and no workspace. The chunk size is a constant: the order of every addition
 // depends on N alone, never on the team size, the thread count or the backend, so the sums are
-// bitwise reproducible everywhere — what exact resumption and the cross-backend tests rely on.
+// bitwise reproducible across teams and threads (tests/kernels: column_sums_bitwise_across_teams)
+// and add in the same order on every backend — what exact resumption relies on.
 // No atomics. Sums run in accum_t<Real> (float for 16-bit Real) and are rounded to Real once.
 #pragma once
 

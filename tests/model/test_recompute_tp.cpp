@@ -32,7 +32,7 @@ void expect_modes_agree(const Case& c, Comm& tp) {
   for (Recompute mode : {Recompute::selective, Recompute::full}) {
     const auto other = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, mode, &tp);
     test::expect_same_run(none, other, c.place, mode == Recompute::selective ? "selective" : "full");
-    const ActivationSizes want = activation_elements(c.model, c.batch, tp.size(), c.place, c.slots, mode);
+    const ActivationSizes want = activation_elements<Real>(c.model, c.batch, tp.size(), c.place, c.slots, mode);
     EXPECT_EQ(other.sizes.kept, want.kept);
     EXPECT_EQ(other.sizes.scratch, want.scratch);
   }
