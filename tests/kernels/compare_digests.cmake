@@ -1,4 +1,9 @@
-# Fails unless every file in DIGESTS (a ;-list) exists and holds the same bytes as the first.
+# Fails unless every file in DIGESTS (a comma-separated list) exists and holds what the first holds.
+string(REPLACE "," ";" DIGESTS "${DIGESTS}")
+list(LENGTH DIGESTS _count)
+if(_count LESS 2)
+  message(FATAL_ERROR "compare_digests.cmake: ${_count} digest files, at least 2 needed")
+endif()
 list(GET DIGESTS 0 _first)
 foreach(_digest IN LISTS DIGESTS)
   if(NOT EXISTS ${_digest})
