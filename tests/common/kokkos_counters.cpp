@@ -116,7 +116,8 @@ void begin_deep_copy(SpaceHandle dst_space, const char* dst_label, const void* d
   {
     HookState& h = hook();
     const std::lock_guard<std::mutex> lock(h.mutex);
-    ++h.counts.deep_copies[std::string(dst_label) + " <- " + src_label];
+    const std::string dst_name = *dst_label != '\0' ? dst_label : "(no label)";  // unmanaged views have none
+    ++h.counts.deep_copies[dst_name + " <- " + src_label];
     h.ended_reduce.clear();
   }
   if (hook().previous.begin_deep_copy) {

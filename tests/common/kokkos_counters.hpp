@@ -22,7 +22,8 @@
 //   apart. The fence they put before every tool callback of a tool that does not refuse global
 //   fencing ("Kokkos Profile Tool Fence") is left out: it is the hook's, not the code's.
 // - Deep copies: every Kokkos::deep_copy, keyed "<dst label> <- <src label>" (a fill's source is
-//   "Scalar").
+//   "Scalar", or "(none)" when the fill names an execution space; an unmanaged view's label is
+//   "(no label)").
 // - Allocations: every allocation through a Kokkos memory space (Views, kokkos_malloc). Kokkos
 //   reports a View's allocation from its header on, with the size of the data after it: a live
 //   range is [reported pointer, + header + size), so the View's data lies inside it (a direct

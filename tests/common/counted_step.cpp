@@ -1,0 +1,71 @@
+// Counted training steps (common/counted_step.hpp): the trainer's own pieces, set up as
+// train/trainer.cpp does for one rank without a pipeline, and its training_step().
+#include "common/counted_step.hpp"
+
+#include "io/token_shard.hpp"
+#include "parallel/topology.hpp"
+#include "train/batch_loader.hpp"
+#include "train/data_order.hpp"
+#include "train/model_state.hpp"
+#include "train/training_groups.hpp"
+#include "train/training_step.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+
+namespace meshtrain::test {
+
+std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::string& workdir, int warmup, int counted) {
+  // Installed before the state is allocated, so that its allocations are live ranges too.
+  KokkosCounters::install();
+  const int micro_batch = cfg.train.micro_batch, seq_len = cfg.model.seq_len;
+  const int accum = cfg.train.global_batch / micro_batch;
+
+  // Tokens enough for every step's windows, below the vocabulary.
+  const int steps = warmup + counted;
+  const std::size_t tokens = std::size_t(steps) * cfg.train.global_batch * seq_len + 1;
+  std::vector<std::uint16_t> data(tokens);
+  std::uint32_t x = 12345;
+  for (auto& t : data) {
+    x = x * 1664525u + 1013904223u;
+    t = std::uint16_t((x >> 8) % std::uint32_t(cfg.model.vocab));
+  }
+  std::filesystem::create_directories(workdir);
+  const std::string shard = (std::filesystem::path(workdir) / "counted_step_tokens.bin").string();
+  io::write_token_shard(shard, data);
+  const io::TokenStream stream = io::TokenStream::open(shard);
+  DataOrder order(stream.size(), seq_len, cfg.train.global_batch, SampleOrder::sequential, 1);
+
+  ExecSpace space;
+  const Topology topology(MPI_COMM_WORLD, Layout{});
+  TrainingGroups groups(CommBackend::mpi, topology, space, "", cfg.model.ties_output_head());
+  BatchLoader loader(stream, order, micro_batch, seq_len);
+  ModelState state(
+      space, cfg,
+      StateGroups{groups.tp.get(), groups.dp.get(), groups.tied.get(), MPI_COMM_WORLD, groups.ep.get(), &groups.edp()},
+      StagePlace{});
+  state.initialize(std::uint64_t(cfg.train.seed));
+  const StepShape shape{accum, 1, false, gradient_scale(micro_batch, seq_len, accum, 1)};
+
+  std::int64_t step = 0;
+  for (; step < warmup; ++step) training_step(cfg, shape, step, state, loader, groups, space);
+  std::vector<KokkosCounts> counts;
+  for (; step < steps; ++step) {
+    counts.push_back(count_kokkos([&] { training_step(cfg, shape, step, state, loader, groups, space); }));
+  }
+  return counts;
+}
+
+StepBudget step_budget(const ModelConfig& model, int accum) {
+  const long moe = model.moe_blocks(), dense = model.layers - moe;
+  return {30 * dense + 50 * moe + 20, 3L * accum + 3 + moe * accum};
+}
+
+BudgetExcess budget_excess(const KokkosCounts& counts, const StepBudget& budget) {
+  return {counts.launches() - budget.launches,
+          counts.reductions() + counts.deep_copy_count() - budget.reductions_and_copies};
+}
+
+}  // namespace meshtrain::test
