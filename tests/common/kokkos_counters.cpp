@@ -116,8 +116,8 @@ void begin_deep_copy(SpaceHandle dst_space, const char* dst_label, const void* d
   {
     HookState& h = hook();
     const std::lock_guard<std::mutex> lock(h.mutex);
-    const std::string dst_name = *dst_label != '\0' ? dst_label : "(no label)";  // unmanaged views have none
-    ++h.counts.deep_copies[dst_name + " <- " + src_label];
+    const auto named = [](const char* label) { return std::string(*label != '\0' ? label : "(no label)"); };
+    ++h.counts.deep_copies[named(dst_label) + " <- " + named(src_label)];  // unmanaged views have no label
     h.ended_reduce.clear();
   }
   if (hook().previous.begin_deep_copy) {
