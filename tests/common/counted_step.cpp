@@ -11,6 +11,7 @@
 #include "train/training_step.hpp"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -33,9 +34,12 @@ std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::str
     t = std::uint16_t((x >> 8) % std::uint32_t(cfg.model.vocab));
   }
   std::filesystem::create_directories(workdir);
-  const std::string shard = (std::filesystem::path(workdir) / "counted_step_tokens.bin").string();
+  // One file per process (test passes may run side by side), gone once mapped.
+  const std::string shard =
+      (std::filesystem::path(workdir) / ("counted_step_tokens_" + std::to_string(::getpid()) + ".bin")).string();
   io::write_token_shard(shard, data);
   const io::TokenStream stream = io::TokenStream::open(shard);
+  std::filesystem::remove(shard);
   DataOrder order(stream.size(), seq_len, cfg.train.global_batch, SampleOrder::sequential, 1);
 
   ExecSpace space;
