@@ -9,6 +9,45 @@
 #include <algorithm>
 
 namespace meshtrain::test {
+
+// The kernels live in named functions, not in the TEST bodies nor in lambdas: CUDA's extended
+// lambdas may not be defined in private member functions (gtest's TestBody) or in other lambdas.
+namespace known_kernels {
+
+void fill_and_reduce(const ExecSpace& space, const Buffer<double>& x, const Kokkos::View<double, MemSpace>& on_device,
+                     double& on_host) {
+  for (int i = 0; i < 3; ++i) {
+    Kokkos::parallel_for(
+        "test::for", Kokkos::RangePolicy<ExecSpace>(space, 0, 100), KOKKOS_LAMBDA(long j) { x(j) = double(j); });
+  }
+  for (int i = 0; i < 2; ++i) {
+    Kokkos::parallel_reduce(
+        "test::reduce_to_host", Kokkos::RangePolicy<ExecSpace>(space, 0, 100),
+        KOKKOS_LAMBDA(long j, double& acc) { acc += x(j); }, on_host);
+  }
+  Kokkos::parallel_reduce(
+      "test::reduce_to_view", Kokkos::RangePolicy<ExecSpace>(space, 0, 100),
+      KOKKOS_LAMBDA(long j, double& acc) { acc += x(j); }, on_device);
+  Kokkos::parallel_scan(
+      "test::scan", Kokkos::RangePolicy<ExecSpace>(space, 0, 100), KOKKOS_LAMBDA(long j, double& partial, bool final) {
+        partial += 1.0;
+        if (final) x(j) = partial;
+      });
+  // Team-level reductions are not launches: one launch for the whole team kernel.
+  Kokkos::parallel_for(
+      "test::team", team_policy(space, 4), KOKKOS_LAMBDA(const Kokkos::TeamPolicy<ExecSpace>::member_type& t) {
+        double s = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(t, 10), [&](int j, double& acc) { acc += x(j); }, s);
+      });
+}
+
+void one_empty_kernel(const ExecSpace& space, const char* name) {
+  Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(long){});
+}
+
+}  // namespace known_kernels
+
 namespace {
 
 TEST(KokkosCounters, CountsKnownLaunchesReductionsAndDeepCopies) {
@@ -16,37 +55,13 @@ TEST(KokkosCounters, CountsKnownLaunchesReductionsAndDeepCopies) {
   Buffer<double> x("test::x", 100);
   Kokkos::View<double, MemSpace> sum_on_device("test::sum");
   auto host = Kokkos::create_mirror_view(x);
+  double sum = 0;
   const KokkosCounts c = count_kokkos([&] {
-    for (int i = 0; i < 3; ++i) {
-      Kokkos::parallel_for(
-          "test::for", Kokkos::RangePolicy<ExecSpace>(space, 0, 100), KOKKOS_LAMBDA(long j) { x(j) = double(j); });
-    }
-    double sum = 0;
-    for (int i = 0; i < 2; ++i) {
-      Kokkos::parallel_reduce(
-          "test::reduce_to_host", Kokkos::RangePolicy<ExecSpace>(space, 0, 100),
-          KOKKOS_LAMBDA(long j, double& acc) { acc += x(j); }, sum);
-    }
-    EXPECT_EQ(sum, 4950.0);
-    Kokkos::parallel_reduce(
-        "test::reduce_to_view", Kokkos::RangePolicy<ExecSpace>(space, 0, 100),
-        KOKKOS_LAMBDA(long j, double& acc) { acc += x(j); }, sum_on_device);
-    Kokkos::parallel_scan(
-        "test::scan", Kokkos::RangePolicy<ExecSpace>(space, 0, 100),
-        KOKKOS_LAMBDA(long j, double& partial, bool final) {
-          partial += 1.0;
-          if (final) x(j) = partial;
-        });
-    // Team-level reductions are not launches: one launch for the whole team kernel.
-    Kokkos::parallel_for(
-        "test::team", team_policy(space, 4), KOKKOS_LAMBDA(const Kokkos::TeamPolicy<ExecSpace>::member_type& t) {
-          double s = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(t, 10), [&](int j, double& acc) { acc += x(j); }, s);
-        });
+    known_kernels::fill_and_reduce(space, x, sum_on_device, sum);
     Kokkos::deep_copy(host, x);  // one copy
     Kokkos::deep_copy(x, 0.0);   // one fill (a ViewFill kernel under some Kokkos versions, a memset under others)
   });
+  EXPECT_EQ(sum, 4950.0);
   ASSERT_EQ(c.kernels.count("test::for"), 1u);
   EXPECT_EQ(c.kernels.at("test::for").fors, 3);
   EXPECT_EQ(c.kernels.at("test::for").launches(), 3);
@@ -98,10 +113,10 @@ TEST(KokkosCounters, CountsFencesWhereKokkosReportsThem) {
 TEST(KokkosCounters, ResetStartsFromZero) {
   ExecSpace space;
   KokkosCounters::install();
-  Kokkos::parallel_for("test::before_reset", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(long){});
+  known_kernels::one_empty_kernel(space, "test::before_reset");
   KokkosCounters::reset();
   EXPECT_EQ(KokkosCounters::counts().launches(), 0);
-  Kokkos::parallel_for("test::after_reset", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(long){});
+  known_kernels::one_empty_kernel(space, "test::after_reset");
   const KokkosCounts c = KokkosCounters::counts();
   EXPECT_EQ(c.launches(), 1);
   EXPECT_EQ(c.kernels.count("test::before_reset"), 0u);
