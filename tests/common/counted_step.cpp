@@ -13,8 +13,10 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 
 namespace meshtrain::test {
 
@@ -53,12 +55,18 @@ std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::str
   state.initialize(std::uint64_t(cfg.train.seed));
   const StepShape shape{accum, 1, false, gradient_scale(micro_batch, seq_len, accum, 1)};
 
+  // A skipped step (non-finite values) would issue another step's work: refuse to count it.
+  const auto run = [&](std::int64_t step) {
+    const StepResult r = training_step(cfg, shape, step, state, loader, groups, space);
+    if (!r.applied() || !std::isfinite(r.loss)) {
+      throw std::runtime_error("count_training_steps: step " + std::to_string(step) + " was not applied (loss " +
+                               std::to_string(r.loss) + ")");
+    }
+  };
   std::int64_t step = 0;
-  for (; step < warmup; ++step) training_step(cfg, shape, step, state, loader, groups, space);
+  for (; step < warmup; ++step) run(step);
   std::vector<KokkosCounts> counts;
-  for (; step < steps; ++step) {
-    counts.push_back(count_kokkos([&] { training_step(cfg, shape, step, state, loader, groups, space); }));
-  }
+  for (; step < steps; ++step) counts.push_back(count_kokkos([&] { run(step); }));
   return counts;
 }
 
