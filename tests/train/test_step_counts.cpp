@@ -68,9 +68,12 @@ void check_family(const char* family, const ModelConfig& model) {
       const BudgetExcess excess = budget_excess(c, budget);
       std::printf("\n== %s: one step (%d blocks, %d MoE) ==\n%s", name.c_str(), model.layers, model.moe_blocks(),
                   format_counts(c, 25).c_str());
-      std::printf("  budget: %ld launches (%s by %ld), %ld reductions + deep copies (%s by %ld)\n", budget.launches,
-                  excess.launches > 0 ? "over" : "under", std::labs(excess.launches), budget.reductions_and_copies,
-                  excess.reductions_and_copies > 0 ? "over" : "under", std::labs(excess.reductions_and_copies));
+      const auto verdict = [](long over) {
+        return over > 0 ? "over budget by " + std::to_string(over) : "within, " + std::to_string(-over) + " to spare";
+      };
+      std::printf("  budget: %ld launches (%s), %ld reductions + deep copies (%s)\n", budget.launches,
+                  verdict(excess.launches).c_str(), budget.reductions_and_copies,
+                  verdict(excess.reductions_and_copies).c_str());
       if (enforce) {
         EXPECT_LE(c.launches(), budget.launches) << "over budget by " << excess.launches;
         EXPECT_LE(c.reductions() + c.deep_copy_count(), budget.reductions_and_copies)
