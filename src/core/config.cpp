@@ -108,6 +108,8 @@ class KeyTable {
     add("train.loss_scale", cfg.train.loss_scale, "fp16: initial dynamic loss scale (halved on overflow)");
     add("train.loss_scale_window", cfg.train.loss_scale_window, "fp16: clean steps before the loss scale doubles");
     add_choice("train.recompute", cfg.train.recompute, "activation recomputation: {}");
+    add("train.tf32", cfg.train.tf32,
+        "fp32 runs on CUDA builds: GEMMs on TF32 tensor cores (10-bit mantissa inputs; host builds stay exact)");
     add_choice("train.nonfinite", cfg.train.nonfinite,
                "a non-finite loss or gradient norm (under fp16 a non-finite loss): {}");
     add("train.nonfinite_skips", cfg.train.nonfinite_skips,

@@ -220,6 +220,7 @@ struct TrainConfig {
   std::int64_t seed = 1337;
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
+  bool tf32 = false;  // fp32 GEMMs on CUDA builds through TF32 tensor cores (kernels/gemm.hpp)
   double loss_scale = 65536;              // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
   NonFinite nonfinite = NonFinite::stop;  // fp16: its loss only (the scaler handles its gradients)

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
@@ -41,6 +42,15 @@ void check(cudaError_t status, const char* call, const char* file, int line) {
 
 cublasOperation_t op(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+std::atomic<bool> tf32_enabled{false};
+
+// CUBLAS_DEFAULT_MATH keeps fp32 products exact; without the DISALLOW flag cuBLAS may add split-K
+// partial sums of bf16/fp16 products in 16 bits, where the dispatch promises float accumulation.
+cublasMath_t math_mode() {
+  const int base = tf32_enabled.load(std::memory_order_relaxed) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  return static_cast<cublasMath_t>(base | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
+
 // One handle per host thread, bound to the stream of each call. cuBLAS handles are costly to
 // create and not thread-safe to share; a thread-local cache is the usual answer.
 cublasHandle_t handle_for(void* stream) {
@@ -53,6 +63,7 @@ cublasHandle_t handle_for(void* stream) {
   thread_local Owner owner;
   if (owner.handle == nullptr) MESHTRAIN_CUBLAS_CHECK(cublasCreate(&owner.handle));
   MESHTRAIN_CUBLAS_CHECK(cublasSetStream(owner.handle, static_cast<cudaStream_t>(stream)));
+  MESHTRAIN_CUBLAS_CHECK(cublasSetMathMode(owner.handle, math_mode()));
   return owner.handle;
 }
 
@@ -90,6 +101,8 @@ const void* const* staged_pointers(void* stream, const std::vector<const void*>&
 }
 
 }  // namespace
+
+void set_tf32(bool on) { tf32_enabled.store(on, std::memory_order_relaxed); }
 
 // The cuBLAS type of a storage type that goes through the Ex entry points (float in grouped products).
 template <class Real>

@@ -11,6 +11,10 @@
 
 namespace meshtrain::cublas {
 
+// Whether fp32 products use TF32 tensor cores (kernels/gemm.hpp, Fp32Gemm); process-wide, read
+// by every call. Every handle also disallows reduced-precision split-K reductions.
+void set_tf32(bool on);
+
 // Row-major products as in kernels/gemm.hpp, run on `stream` (a cudaStream_t). Real is float,
 // double, bf16 or fp16; 16-bit products go through cublasGemmEx with float accumulation
 // (CUBLAS_COMPUTE_32F) and float alpha, beta. Failures throw std::runtime_error with the cuBLAS

@@ -37,6 +37,14 @@ template <class Real>
 void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
                   accum_t<Real> alpha, accum_t<Real> beta);
 
+// How fp32 products are computed on CUDA builds, for the whole process (the trainer sets it from
+// train.tf32): exact fp32 (the default), or TF32 tensor cores, whose inputs keep 10 mantissa bits
+// and whose sums stay fp32. Either way cuBLAS may not reduce split-K partial sums of 16-bit
+// products in 16 bits (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION), so every product
+// accumulates in float as documented above. Host builds ignore it: CBLAS has no TF32.
+enum class Fp32Gemm { exact, tf32 };
+void set_fp32_gemm(Fp32Gemm mode);
+
 // The host's 16-bit products share one float workspace (memory category `workspace`): allocated on
 // first need, grown when a larger product needs more, never shrunk, reused by every product after.
 // A product is done in row panels of C, so its workspace is bounded by op(B) (k·n floats) plus a

@@ -29,6 +29,8 @@ void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::spa
   cublas::gemm_grouped<Real>(space.cuda_stream(), trans_a, trans_b, problems, alpha, beta);
 }
 
+void set_fp32_gemm(Fp32Gemm mode) { cublas::set_tf32(mode == Fp32Gemm::tf32); }
+
 template <class Real>
 std::size_t gemm_workspace_bytes_for(GemmShape) {
   return 0;

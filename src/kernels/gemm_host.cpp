@@ -157,6 +157,8 @@ std::size_t gemm_workspace_bytes_for(GemmShape shape) {
   }
 }
 
+void set_fp32_gemm(Fp32Gemm) {}
+
 void reserve_gemm_workspace(std::size_t bytes) {
   Workspace& w = workspace();
   const std::lock_guard<std::mutex> lock(w.mutex);

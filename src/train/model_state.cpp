@@ -54,6 +54,7 @@ class ModelOn final : public Computation {
                                          pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
                                          cfg.train.recompute, &copy_, ep)),
         workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
+    set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);
     // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
     if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
