@@ -1,8 +1,6 @@
 // The two reduce-on-ready strategies.
 #include "state/gradient_reduction.hpp"
 
-#include "kernels/convert.hpp"
-
 #include <algorithm>
 
 namespace meshtrain {
@@ -144,12 +142,20 @@ class UnitReduceScatter final : public GradientReduction {
     const std::size_t u = unit_in_flight_, n = grads_.map().shard(u);
     const Vec<float> owned = grads_.owned_view(u);
     const CVec<float> reduced(received_.data(), n);
+    // One kernel per unit, no deep copy: each would be one per unit and pass.
     if (every_pass_) {
       // Sharded gradients accumulate over micro-batches; the unit's working gradients start again at 0.
-      accumulate_into<float, float>(space_, owned, reduced, 1.0f, long(n));
-      Kokkos::deep_copy(space_, grads_.unit_view(u), 0.0f);
+      const Vec<float> unit = grads_.unit_view(u);
+      Kokkos::parallel_for(
+          "meshtrain::zero::accumulate_shard", Kokkos::RangePolicy<ExecSpace>(space_, 0, unit.extent(0)),
+          KOKKOS_LAMBDA(std::size_t i) {
+            if (i < n) owned(i) += reduced(i);
+            unit(i) = 0.0f;
+          });
     } else {
-      Kokkos::deep_copy(space_, owned, reduced);
+      Kokkos::parallel_for(
+          "meshtrain::zero::take_shard", Kokkos::RangePolicy<ExecSpace>(space_, 0, n),
+          KOKKOS_LAMBDA(std::size_t i) { owned(i) = reduced(i); });
     }
   }
 
