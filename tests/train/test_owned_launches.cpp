@@ -128,9 +128,10 @@ TEST(OwnedLaunches, AdamWInOneLaunchIsBitwiseTheUpdateTensorByTensor) {
   });
 }
 
-// The gradient of global element e of tensor t: the same on every rank and in every layout.
+// The gradient of global element e of tensor t: the same on every rank and in every layout, with
+// squares of many magnitudes, so that another order of the sums would round otherwise.
 float gradient_of(const TensorInfo& t, std::int64_t e) {
-  return float((e * 31 + std::int64_t(t.name.size()) * 17) % 41 - 20) / 8.0f;
+  return float(std::sin(0.37 * double(e) + 1.3 * double(t.name.size())) * std::exp(double(e % 7) - 3.0));
 }
 
 // Every rank's owned runs set from the global values (the rest of the buffer poisoned with NaN:
