@@ -12,6 +12,23 @@ Vec<float> tied_wte(const PlacedState<float>& grads) {
   return grads.owned_view(layout.unit_at(layout.find("wte.weight").offset));
 }
 
+// One kernel each, where a deep copy would be one more per unit and pass: owned += reduced and the
+// unit (not holding owned) zeroed; owned = reduced.
+void add_and_clear(const ExecSpace& space, Vec<float> owned, CVec<float> reduced, Vec<float> unit) {
+  const std::size_t n = owned.extent(0);
+  Kokkos::parallel_for(
+      "meshtrain::zero::add_and_clear", Kokkos::RangePolicy<ExecSpace>(space, 0, unit.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) {
+        if (i < n) owned(i) += reduced(i);
+        unit(i) = 0.0f;
+      });
+}
+void take(const ExecSpace& space, Vec<float> owned, CVec<float> reduced) {
+  Kokkos::parallel_for(
+      "meshtrain::zero::take", Kokkos::RangePolicy<ExecSpace>(space, 0, owned.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { owned(i) = reduced(i); });
+}
+
 class BucketedAllReduce final : public GradientReduction {
  public:
   BucketedAllReduce(const ExecSpace& space, const PlacedState<float>& grads, const UnitComms& replicas,
@@ -142,20 +159,11 @@ class UnitReduceScatter final : public GradientReduction {
     const std::size_t u = unit_in_flight_, n = grads_.map().shard(u);
     const Vec<float> owned = grads_.owned_view(u);
     const CVec<float> reduced(received_.data(), n);
-    // One kernel per unit, no deep copy: each would be one per unit and pass.
     if (every_pass_) {
       // Sharded gradients accumulate over micro-batches; the unit's working gradients start again at 0.
-      const Vec<float> unit = grads_.unit_view(u);
-      Kokkos::parallel_for(
-          "meshtrain::zero::accumulate_shard", Kokkos::RangePolicy<ExecSpace>(space_, 0, unit.extent(0)),
-          KOKKOS_LAMBDA(std::size_t i) {
-            if (i < n) owned(i) += reduced(i);
-            unit(i) = 0.0f;
-          });
+      add_and_clear(space_, owned, reduced, grads_.unit_view(u));
     } else {
-      Kokkos::parallel_for(
-          "meshtrain::zero::take_shard", Kokkos::RangePolicy<ExecSpace>(space_, 0, n),
-          KOKKOS_LAMBDA(std::size_t i) { owned(i) = reduced(i); });
+      take(space_, owned, reduced);
     }
   }
 

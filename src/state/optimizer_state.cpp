@@ -1,19 +1,24 @@
 // The fp32 optimizer side of a rank's model states.
 #include "state/optimizer_state.hpp"
 
-#include "kernels/cross_entropy.hpp"
 #include "model/init.hpp"
 
 namespace meshtrain {
 namespace {
 
-// Every tensor's owned run, in layout order, marked where the tensor decays.
+// Tensor t's owned run (none where the rank owns none of it), marked where t decays.
+OwnedRun owned_run_of(const ShardMap& map, const TensorInfo& t) {
+  const io::ElementRange run = map.owned_run(t);
+  const std::size_t u = map.layout().unit_at(t.offset);
+  return {u, t.offset + run.first - map.owned_begin(u), run.count, t.decays};
+}
+
+// Every tensor's owned run, in layout order.
 std::vector<OwnedRun> update_runs(const ShardMap& map) {
   std::vector<OwnedRun> runs;
   for (const TensorInfo& t : map.layout().tensors()) {
-    const io::ElementRange run = map.owned_run(t);
-    const std::size_t u = map.layout().unit_at(t.offset);
-    if (run.count > 0) runs.push_back({u, t.offset + run.first - map.owned_begin(u), run.count, t.decays});
+    const OwnedRun run = owned_run_of(map, t);
+    if (run.count > 0) runs.push_back(run);
   }
   return runs;
 }
@@ -64,18 +69,14 @@ Kokkos::View<const double, MemSpace> OptimizerState::grad_squared_norm_on_device
     const bool replica0 = replicas_.rank(map_.unit(layout().unit_at(t.offset)).experts) == 0;
     counts.push_back(replica0 && map_.owned_run(t).count > 0 && counted(t));
   }
-  if (counts != norm_counts_ || norm_partials_.extent(0) == 0) {
+  if (!norm_counts_ || *norm_counts_ != counts) {
     std::vector<OwnedRun> runs;
-    const std::vector<OwnedRun> all = update_runs(map_);
-    std::size_t k = 0;
     for (std::size_t i = 0; i < counts.size(); ++i) {
-      if (map_.owned_run(layout().tensors()[i]).count == 0) continue;
-      if (counts[i]) runs.push_back(all[k]);
-      ++k;
+      if (counts[i]) runs.push_back(owned_run_of(map_, layout().tensors()[i]));
     }
     norm_chunks_ = OwnedChunks("meshtrain::grad_squared_norm::runs", map_, runs);
     norm_partials_ = Kokkos::View<double*, MemSpace>("meshtrain::grad_squared_norm::partials",
-                                                     norm_chunks_.size() + norm_chunks_.runs() + 1);
+                                                     norm_chunks_.size() + norm_chunks_.runs());
     norm_counts_ = counts;
   }
   owned_squared_norm(space_, norm_chunks_, chunk_address(grads_.where()), norm_partials_, norm_);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace meshtrain {
@@ -78,7 +79,7 @@ class OptimizerState {
   OwnedChunks update_chunks_;  // every tensor's owned run, marked where it decays
   // The norm's runs and which tensors they are; its partial sums and the sum.
   mutable OwnedChunks norm_chunks_;
-  mutable std::vector<bool> norm_counts_;
+  mutable std::optional<std::vector<bool>> norm_counts_;
   mutable Kokkos::View<double*, MemSpace> norm_partials_;
   Kokkos::View<double, MemSpace> norm_;
 };

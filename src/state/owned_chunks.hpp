@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "state/placed_state.hpp"
 
@@ -100,6 +101,14 @@ void for_each_owned(const ExecSpace& space, const std::string& label, const Owne
   Kokkos::parallel_for(label, team_policy(space, int(list.size())), KOKKOS_LAMBDA(const Team& team) {
     const OwnedChunk c = chunks(team.league_rank());
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, std::size_t(c.count)), [&](std::size_t i) { f(c, i); });
+  });
+}
+
+// out = in, converted (kernels/convert.hpp), over every chunk: one launch.
+template <class To, class From>
+void convert_owned(const ExecSpace& space, const OwnedChunks& list, ChunkAddress<To> out, ChunkAddress<From> in) {
+  for_each_owned(space, "meshtrain::convert", list, KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) {
+    out.at(c, i) = converted<To, From>(in.at(c, i));
   });
 }
 

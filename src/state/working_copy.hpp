@@ -71,7 +71,10 @@ class WorkingCopy final : public ParameterStore<Real> {
   void publish() {
     const ShardMap& map = fp32_.map();
     gatherer_.invalidate();
-    if constexpr (typed_copy) round_owned_slices();
+    if constexpr (typed_copy) {
+      convert_owned<Real, float>(space_, owned_slices_, chunk_address(weights_->where()),
+                                 chunk_address(fp32_.master().where()));
+    }
     for (std::size_t u = 0; u < map.units(); ++u) {
       if (weights_->held() == Held::working_and_shard && map.is_block(u)) continue;
       weights_->gather(space_, u, fp32_.shard_group(u));
@@ -114,14 +117,6 @@ class WorkingCopy final : public ParameterStore<Real> {
     std::vector<OwnedRun> runs;
     for (std::size_t u = 0; u < map.units(); ++u) runs.push_back({u, 0, map.shard(u), 0});
     return runs;
-  }
-
-  void round_owned_slices() {
-    const ChunkAddress<Real> low = chunk_address(weights_->where());
-    const ChunkAddress<float> master = chunk_address(fp32_.master().where());
-    for_each_owned(space_, "meshtrain::convert", owned_slices_, KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) {
-      low.at(c, i) = converted<Real, float>(master.at(c, i));
-    });
   }
 
   void move_into_fp32(std::size_t offset, float unscale) {
