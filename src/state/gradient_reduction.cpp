@@ -12,8 +12,13 @@ Vec<float> tied_wte(const PlacedState<float>& grads) {
   return grads.owned_view(layout.unit_at(layout.find("wte.weight").offset));
 }
 
-// One kernel each, where a deep copy would be one more per unit and pass: owned += reduced and the
-// unit (not holding owned) zeroed; owned = reduced.
+// One kernel each, where a deep copy would count as one more (per step; per unit and pass): the
+// gradients zeroed; owned += reduced and the unit (not holding owned) zeroed; owned = reduced.
+void clear(const ExecSpace& space, Vec<float> grads) {
+  Kokkos::parallel_for(
+      "meshtrain::gradients::clear", Kokkos::RangePolicy<ExecSpace>(space, 0, grads.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { grads(i) = 0.0f; });
+}
 void add_and_clear(const ExecSpace& space, Vec<float> owned, CVec<float> reduced, Vec<float> unit) {
   const std::size_t n = owned.extent(0);
   Kokkos::parallel_for(
@@ -42,7 +47,7 @@ class BucketedAllReduce final : public GradientReduction {
     }
   }
 
-  void start_step() override { Kokkos::deep_copy(space_, grads_.accumulated(), 0.0f); }
+  void start_step() override { clear(space_, grads_.accumulated()); }
   void arm() override { armed_ = true; }
 
   void ready_from(std::size_t offset) override {
@@ -106,7 +111,7 @@ class UnitReduceScatter final : public GradientReduction {
   }
 
   void start_step() override {
-    Kokkos::deep_copy(space_, grads_.accumulated(), 0.0f);
+    clear(space_, grads_.accumulated());
     pending_ = true;
     next_unit_ = grads_.map().units();
   }
