@@ -54,8 +54,8 @@ void accumulate_into(const ExecSpace& space, Vec<Acc> acc, CVec<std::type_identi
 // accumulate_into and a fill of `in` with zeros in one kernel: the 16-bit gradients handed to the
 // fp32 ones (state/working_copy.hpp), bitwise as the two, over any number of tensors end to end.
 template <class Acc, class From>
-void move_into(const ExecSpace& space, Vec<Acc> acc, Vec<std::type_identity_t<From>> in, std::type_identity_t<Acc> scale,
-               long n) {
+void move_into(const ExecSpace& space, Vec<Acc> acc, Vec<std::type_identity_t<From>> in,
+               std::type_identity_t<Acc> scale, long n) {
   static_assert(reachable_v<Vec<Acc>> && reachable_v<Vec<From>> && !is_low_precision_v<Acc>);
   Kokkos::parallel_for(
       "meshtrain::move_into", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {

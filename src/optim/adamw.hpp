@@ -58,9 +58,8 @@ void adamw_update(const ExecSpace& space, Vec<Real> param, Vec<Real> exp_avg, Ve
   static_assert(reachable_v<Vec<Real>>);
   const AdamWElement<Real> update(s);
   Kokkos::parallel_for(
-      "meshtrain::adamw::update", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(std::size_t i) {
-        update(param(i), exp_avg(i), exp_avg_sq(i), grad(i), update.decay);
-      });
+      "meshtrain::adamw::update", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(std::size_t i) { update(param(i), exp_avg(i), exp_avg_sq(i), grad(i), update.decay); });
 }
 
 }  // namespace meshtrain

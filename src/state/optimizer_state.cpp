@@ -95,9 +95,10 @@ void OptimizerState::update(const AdamWStep& step) {
   const AdamWElement<float> update(step);
   const ChunkAddress<float> p = chunk_address(master_.where()), m = chunk_address(exp_avg_.where()),
                             v = chunk_address(exp_avg_sq_.where()), g = chunk_address(grads_.where());
-  for_each_owned(space_, "meshtrain::adamw::update", update_chunks_, KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) {
-    update(p.at(c, i), m.at(c, i), v.at(c, i), g.at(c, i), c.flag ? update.decay : 1.0f);
-  });
+  for_each_owned(
+      space_, "meshtrain::adamw::update", update_chunks_, KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) {
+        update(p.at(c, i), m.at(c, i), v.at(c, i), g.at(c, i), c.flag ? update.decay : 1.0f);
+      });
 }
 
 }  // namespace meshtrain

@@ -5,9 +5,9 @@
 //
 // Everything is per owned run (state/shard_map.hpp): the update, the gradient norm and the
 // checkpoint. The update and the norm each take all runs in one go (state/owned_chunks.hpp): one
-// launch for AdamW, two and one read for the norm, whatever the number of tensors. At stage 0 the shard group is the rank alone and the run is the whole tensor. Each
-// unit has its data-parallel group (state/unit_groups.hpp): the dense units the dp group, the
-// routed experts' units the expert-data-parallel group (edp, the dp / ep ranks holding the same
+// launch for AdamW, two and one read for the norm, whatever the number of tensors. At stage 0 the shard group is the
+// rank alone and the run is the whole tensor. Each unit has its data-parallel group (state/unit_groups.hpp): the dense
+// units the dp group, the routed experts' units the expert-data-parallel group (edp, the dp / ep ranks holding the same
 // experts), which reduces and shards them, or at stage 0 holds their replicas.
 #pragma once
 
@@ -55,8 +55,8 @@ class OptimizerState {
   void initialize(std::uint64_t seed);
   // Σ g² over the owned runs of the tensors `counted` admits, on replica 0 of each unit's
   // replicas only (the caller sums over the world), in a fixed order (owned_squared_norm): left on
-  // the device by the first, read to the host (one copy) by the second. The runs are listed again
-  // only when `counted` admits other tensors than at the last call.
+  // the device by the first (until the next call), read to the host (one copy) by the second. The
+  // runs are listed again only when `counted` admits other tensors than at the last call.
   Kokkos::View<const double, MemSpace> grad_squared_norm_on_device(
       const std::function<bool(const TensorInfo&)>& counted) const;
   double grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const;

@@ -59,16 +59,15 @@ class OwnedChunks {
  public:
   OwnedChunks() = default;
   // `runs` in the order their chunks are to be listed (for sums: the order they add in).
-  OwnedChunks(const std::string& label, const ShardMap& map, const std::vector<OwnedRun>& runs)
-      : runs_(runs.size()) {
+  OwnedChunks(const std::string& label, const ShardMap& map, const std::vector<OwnedRun>& runs) : runs_(runs.size()) {
     std::vector<OwnedChunk> chunks;
     std::vector<std::size_t> run_begin;
     for (const OwnedRun& r : runs) {
       run_begin.push_back(chunks.size());
       for (std::size_t k = 0; k < r.count; k += kOwnedChunk) {
         const std::size_t n = r.count - k < kOwnedChunk ? r.count - k : kOwnedChunk;
-        chunks.push_back({map.owned_begin(r.unit) + r.first + k, map.shard_offset(r.unit) + r.first + k,
-                          std::uint32_t(n), r.flag});
+        chunks.push_back(
+            {map.owned_begin(r.unit) + r.first + k, map.shard_offset(r.unit) + r.first + k, std::uint32_t(n), r.flag});
       }
     }
     run_begin.push_back(chunks.size());
@@ -98,18 +97,19 @@ void for_each_owned(const ExecSpace& space, const std::string& label, const Owne
   if (list.size() == 0) return;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const Kokkos::View<OwnedChunk*, MemSpace> chunks = list.chunks();
-  Kokkos::parallel_for(label, team_policy(space, int(list.size())), KOKKOS_LAMBDA(const Team& team) {
-    const OwnedChunk c = chunks(team.league_rank());
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, std::size_t(c.count)), [&](std::size_t i) { f(c, i); });
-  });
+  Kokkos::parallel_for(
+      label, team_policy(space, int(list.size())), KOKKOS_LAMBDA(const Team& team) {
+        const OwnedChunk c = chunks(team.league_rank());
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, std::size_t(c.count)), [&](std::size_t i) { f(c, i); });
+      });
 }
 
 // out = in, converted (kernels/convert.hpp), over every chunk: one launch.
 template <class To, class From>
 void convert_owned(const ExecSpace& space, const OwnedChunks& list, ChunkAddress<To> out, ChunkAddress<From> in) {
-  for_each_owned(space, "meshtrain::convert", list, KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) {
-    out.at(c, i) = converted<To, From>(in.at(c, i));
-  });
+  for_each_owned(
+      space, "meshtrain::convert", list,
+      KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) { out.at(c, i) = converted<To, From>(in.at(c, i)); });
 }
 
 // Σ x² over the chunks' elements, in double, left in `result` on the device: each chunk's elements

@@ -150,7 +150,7 @@ class WorkingCopy final : public ParameterStore<Real> {
   const PlacedState<Real>* grads_;
   BlockGatherer<Real> gatherer_;
   OwnedChunks owned_slices_;  // every unit's owned slice, for the rounding into 16 bits
-  std::size_t next_;  // tensors [next_, end) have been moved into fp32 in this backward pass
+  std::size_t next_;          // tensors [next_, end) have been moved into fp32 in this backward pass
 };
 
 }  // namespace meshtrain
