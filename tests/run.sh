@@ -55,11 +55,11 @@ timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan
 # wrapper's test has nothing to do with the host backend and stays in the release pass. The
 # threaded backend changes the kernels, so their tests, the model's, the PyTorch oracles (gpt2,
 # llama and its mixture of experts, one rank and tp2·pp2) and gpt2's layouts under dp, tp, pp and
-# ZeRO run here; the resharding, 3-D and other families' layouts (the same kernels, more ranks) run
+# ZeRO run here, with the gradient norm's digests across team sizes (test_owned_launches); the resharding, 3-D and other families' layouts (the same kernels, more ranks) run
 # once, in the release pass.
 timed openmp configure cmake --preset openmp
 timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
-  test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch meshtrain_test_mpi_yield
+  test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch test_owned_launches meshtrain_test_mpi_yield
 timed openmp test ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
   -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts))$' "$@"
 timed openmp-team2 test env MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"

@@ -5,6 +5,7 @@
 // Sizes: n elements.
 //   convert:          out[i] = To(in[i])                  (rounded to nearest even when narrowing)
 //   accumulate_into:  acc[i] += scale · in[i]             (in accum precision, rounded once into acc)
+//   move_into:        acc[i] += scale · in[i]; in[i] = 0  (the same sum, and in emptied, in one pass)
 //   count_nonfinite:  #{i : in[i] is ±Inf or NaN}
 #pragma once
 
@@ -48,6 +49,19 @@ void accumulate_into(const ExecSpace& space, Vec<Acc> acc, CVec<std::type_identi
   Kokkos::parallel_for(
       "meshtrain::accumulate_into", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(long i) { acc(i) += scale * static_cast<Acc>(accum_t<From>(in(i))); });
+}
+
+// accumulate_into and a fill of `in` with zeros in one kernel: the 16-bit gradients handed to the
+// fp32 ones (state/working_copy.hpp), bitwise as the two, over any number of tensors end to end.
+template <class Acc, class From>
+void move_into(const ExecSpace& space, Vec<Acc> acc, Vec<std::type_identity_t<From>> in,
+               std::type_identity_t<Acc> scale, long n) {
+  static_assert(reachable_v<Vec<Acc>> && reachable_v<Vec<From>> && !is_low_precision_v<Acc>);
+  Kokkos::parallel_for(
+      "meshtrain::move_into", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(long i) {
+        acc(i) += scale * static_cast<Acc>(accum_t<From>(in(i)));
+        in(i) = From(0.0f);
+      });
 }
 
 // How many elements are ±Inf or NaN (a 16-bit overflow under loss scaling shows here). Tested on

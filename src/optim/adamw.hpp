@@ -16,33 +16,50 @@ namespace meshtrain {
 
 struct AdamWStep {
   double lr;
-  double weight_decay;  // 0 for tensors without decay
+  double weight_decay;  // of the tensors that decay (OptimizerState::update: TensorInfo::decays)
   double beta1, beta2, eps;
   std::int64_t t;     // 1-based update count
   double grad_scale;  // clipping factor applied to every gradient
 };
 
+// One step's constants, rounded to Real once, and the update of one element: the arithmetic every
+// AdamW kernel shares, so that an update over many tensors at once (state/optimizer_state.cpp) is
+// bitwise the update tensor by tensor. `decay` is 1 − lr·wd of the element's tensor: Real(1) exactly
+// without weight decay, which leaves p·decay = p.
+template <class Real>
+struct AdamWElement {
+  Real decay, beta1, beta2, eps, bias2_sqrt, step_size, scale;
+
+  explicit AdamWElement(const AdamWStep& s)
+      : decay(Real(1.0 - s.lr * s.weight_decay)),
+        beta1(Real(s.beta1)),
+        beta2(Real(s.beta2)),
+        eps(Real(s.eps)),
+        bias2_sqrt(Real(std::sqrt(1.0 - std::pow(s.beta2, double(s.t))))),
+        step_size(Real(s.lr) / Real(1.0 - std::pow(s.beta1, double(s.t)))),
+        scale(Real(s.grad_scale)) {}
+
+  KOKKOS_INLINE_FUNCTION void operator()(Real& param, Real& exp_avg, Real& exp_avg_sq, Real grad, Real decay_of) const {
+    const Real g = grad * scale;
+    const Real m = beta1 * exp_avg + (Real(1) - beta1) * g;
+    const Real v = beta2 * exp_avg_sq + (Real(1) - beta2) * g * g;
+    exp_avg = m;
+    exp_avg_sq = v;
+    const Real denom = kmath::sqrt(v) / bias2_sqrt + eps;
+    param = param * decay_of - step_size * m / denom;
+  }
+};
+
+// One range, every element with the step's weight decay: the per-tensor form, which the tests hold
+// the update of all owned runs at once against.
 template <class Real>
 void adamw_update(const ExecSpace& space, Vec<Real> param, Vec<Real> exp_avg, Vec<Real> exp_avg_sq, CVec<Real> grad,
                   std::size_t n, const AdamWStep& s) {
   static_assert(reachable_v<Vec<Real>>);
-  const Real lr = Real(s.lr);
-  const Real decay = Real(1.0 - s.lr * s.weight_decay);
-  const Real beta1 = Real(s.beta1), beta2 = Real(s.beta2), eps = Real(s.eps);
-  const Real bias1 = Real(1.0 - std::pow(s.beta1, double(s.t)));
-  const Real bias2_sqrt = Real(std::sqrt(1.0 - std::pow(s.beta2, double(s.t))));
-  const Real step_size = lr / bias1;
-  const Real scale = Real(s.grad_scale);
+  const AdamWElement<Real> update(s);
   Kokkos::parallel_for(
-      "meshtrain::adamw::update", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(std::size_t i) {
-        const Real g = grad(i) * scale;
-        const Real m = beta1 * exp_avg(i) + (Real(1) - beta1) * g;
-        const Real v = beta2 * exp_avg_sq(i) + (Real(1) - beta2) * g * g;
-        exp_avg(i) = m;
-        exp_avg_sq(i) = v;
-        const Real denom = kmath::sqrt(v) / bias2_sqrt + eps;
-        param(i) = param(i) * decay - step_size * m / denom;
-      });
+      "meshtrain::adamw::update", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(std::size_t i) { update(param(i), exp_avg(i), exp_avg_sq(i), grad(i), update.decay); });
 }
 
 }  // namespace meshtrain

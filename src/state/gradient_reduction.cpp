@@ -1,8 +1,6 @@
 // The two reduce-on-ready strategies.
 #include "state/gradient_reduction.hpp"
 
-#include "kernels/convert.hpp"
-
 #include <algorithm>
 
 namespace meshtrain {
@@ -12,6 +10,28 @@ namespace {
 Vec<float> tied_wte(const PlacedState<float>& grads) {
   const ParameterLayout& layout = grads.map().layout();
   return grads.owned_view(layout.unit_at(layout.find("wte.weight").offset));
+}
+
+// One kernel each, where a deep copy would count as one more (per step; per unit and pass): the
+// gradients zeroed; owned += reduced and the unit (not holding owned) zeroed; owned = reduced.
+void clear(const ExecSpace& space, Vec<float> grads) {
+  Kokkos::parallel_for(
+      "meshtrain::gradients::clear", Kokkos::RangePolicy<ExecSpace>(space, 0, grads.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { grads(i) = 0.0f; });
+}
+void add_and_clear(const ExecSpace& space, Vec<float> owned, CVec<float> reduced, Vec<float> unit) {
+  const std::size_t n = owned.extent(0);
+  Kokkos::parallel_for(
+      "meshtrain::zero::add_and_clear", Kokkos::RangePolicy<ExecSpace>(space, 0, unit.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) {
+        if (i < n) owned(i) += reduced(i);
+        unit(i) = 0.0f;
+      });
+}
+void take(const ExecSpace& space, Vec<float> owned, CVec<float> reduced) {
+  Kokkos::parallel_for(
+      "meshtrain::zero::take", Kokkos::RangePolicy<ExecSpace>(space, 0, owned.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { owned(i) = reduced(i); });
 }
 
 class BucketedAllReduce final : public GradientReduction {
@@ -27,7 +47,7 @@ class BucketedAllReduce final : public GradientReduction {
     }
   }
 
-  void start_step() override { Kokkos::deep_copy(space_, grads_.accumulated(), 0.0f); }
+  void start_step() override { clear(space_, grads_.accumulated()); }
   void arm() override { armed_ = true; }
 
   void ready_from(std::size_t offset) override {
@@ -91,7 +111,7 @@ class UnitReduceScatter final : public GradientReduction {
   }
 
   void start_step() override {
-    Kokkos::deep_copy(space_, grads_.accumulated(), 0.0f);
+    clear(space_, grads_.accumulated());
     pending_ = true;
     next_unit_ = grads_.map().units();
   }
@@ -146,10 +166,9 @@ class UnitReduceScatter final : public GradientReduction {
     const CVec<float> reduced(received_.data(), n);
     if (every_pass_) {
       // Sharded gradients accumulate over micro-batches; the unit's working gradients start again at 0.
-      accumulate_into<float, float>(space_, owned, reduced, 1.0f, long(n));
-      Kokkos::deep_copy(space_, grads_.unit_view(u), 0.0f);
+      add_and_clear(space_, owned, reduced, grads_.unit_view(u));
     } else {
-      Kokkos::deep_copy(space_, owned, reduced);
+      take(space_, owned, reduced);
     }
   }
 

@@ -1,10 +1,29 @@
 // The fp32 optimizer side of a rank's model states.
 #include "state/optimizer_state.hpp"
 
-#include "kernels/cross_entropy.hpp"
 #include "model/init.hpp"
 
 namespace meshtrain {
+namespace {
+
+// Tensor t's owned run (none where the rank owns none of it), marked where t decays.
+OwnedRun owned_run_of(const ShardMap& map, const TensorInfo& t) {
+  const io::ElementRange run = map.owned_run(t);
+  const std::size_t u = map.layout().unit_at(t.offset);
+  return {u, t.offset + run.first - map.owned_begin(u), run.count, t.decays};
+}
+
+// Every tensor's owned run, in layout order.
+std::vector<OwnedRun> update_runs(const ShardMap& map) {
+  std::vector<OwnedRun> runs;
+  for (const TensorInfo& t : map.layout().tensors()) {
+    const OwnedRun run = owned_run_of(map, t);
+    if (run.count > 0) runs.push_back(run);
+  }
+  return runs;
+}
+
+}  // namespace
 
 OptimizerState::OptimizerState(const ExecSpace& space, const ParameterLayout& layout, ZeroStage stage, Comm& dp,
                                Comm& edp, bool master_computes, std::size_t bucket_bytes)
@@ -22,7 +41,9 @@ OptimizerState::OptimizerState(const ExecSpace& space, const ParameterLayout& la
       weights_source_(master_.where(), staging_, replicas_),
       exp_avg_source_(exp_avg_.where(), staging_, replicas_),
       exp_avg_sq_source_(exp_avg_sq_.where(), staging_, replicas_),
-      master_computes_(master_computes) {}
+      master_computes_(master_computes),
+      update_chunks_("meshtrain::adamw::runs", map_, update_runs(map_)),
+      norm_("meshtrain::grad_squared_norm") {}
 
 MemoryBytes OptimizerState::memory() const {
   MemoryBytes m;
@@ -40,25 +61,44 @@ void OptimizerState::initialize(std::uint64_t seed) {
   }
 }
 
-double OptimizerState::grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const {
-  double sum = 0;
+Kokkos::View<const double, MemSpace> OptimizerState::grad_squared_norm_on_device(
+    const std::function<bool(const TensorInfo&)>& counted) const {
+  std::vector<bool> counts;
   for (const TensorInfo& t : layout().tensors()) {
     // Replicas hold the same reduced gradients: one of them counts.
-    if (replicas_.rank(map_.unit(layout().unit_at(t.offset)).experts) != 0) continue;
-    const io::ElementRange run = map_.owned_run(t);
-    if (run.count == 0 || !counted(t)) continue;
-    sum += squared_norm<float>(space_, Vec<float>(grads_.element(t, run.first), run.count), long(run.count));
+    const bool replica0 = replicas_.rank(map_.unit(layout().unit_at(t.offset)).experts) == 0;
+    counts.push_back(replica0 && map_.owned_run(t).count > 0 && counted(t));
   }
-  return sum;
+  if (!norm_counts_ || *norm_counts_ != counts) {
+    std::vector<OwnedRun> runs;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i]) runs.push_back(owned_run_of(map_, layout().tensors()[i]));
+    }
+    norm_chunks_ = OwnedChunks("meshtrain::grad_squared_norm::runs", map_, runs);
+    norm_partials_ = Kokkos::View<double*, MemSpace>("meshtrain::grad_squared_norm::partials",
+                                                     norm_chunks_.size() + norm_chunks_.runs());
+    norm_counts_ = counts;
+  }
+  owned_squared_norm(space_, norm_chunks_, chunk_address(grads_.where()), norm_partials_, norm_);
+  return norm_;
 }
 
-void OptimizerState::update(const std::function<AdamWStep(const TensorInfo&)>& step_for) {
-  for (const TensorInfo& t : layout().tensors()) {
-    const io::ElementRange run = map_.owned_run(t);
-    if (run.count == 0) continue;
-    const auto at = [&](const PlacedState<float>& s) { return Vec<float>(s.element(t, run.first), run.count); };
-    adamw_update<float>(space_, at(master_), at(exp_avg_), at(exp_avg_sq_), at(grads_), run.count, step_for(t));
-  }
+double OptimizerState::grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const {
+  const Kokkos::View<const double, MemSpace> sum = grad_squared_norm_on_device(counted);
+  double host = 0;
+  Kokkos::deep_copy(space_, Kokkos::View<double, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&host), sum);
+  space_.fence();
+  return host;
+}
+
+void OptimizerState::update(const AdamWStep& step) {
+  const AdamWElement<float> update(step);
+  const ChunkAddress<float> p = chunk_address(master_.where()), m = chunk_address(exp_avg_.where()),
+                            v = chunk_address(exp_avg_sq_.where()), g = chunk_address(grads_.where());
+  for_each_owned(
+      space_, "meshtrain::adamw::update", update_chunks_, KOKKOS_LAMBDA(const OwnedChunk& c, std::size_t i) {
+        update(p.at(c, i), m.at(c, i), v.at(c, i), g.at(c, i), c.flag ? update.decay : 1.0f);
+      });
 }
 
 }  // namespace meshtrain

@@ -4,9 +4,10 @@
 // on; under bf16/fp16 the model computes on a typed copy of them (state/working_copy.hpp).
 //
 // Everything is per owned run (state/shard_map.hpp): the update, the gradient norm and the
-// checkpoint. At stage 0 the shard group is the rank alone and the run is the whole tensor. Each
-// unit has its data-parallel group (state/unit_groups.hpp): the dense units the dp group, the
-// routed experts' units the expert-data-parallel group (edp, the dp / ep ranks holding the same
+// checkpoint. The update and the norm each take all runs in one go (state/owned_chunks.hpp): one
+// launch for AdamW, two and one read for the norm, whatever the number of tensors. At stage 0 the shard group is the
+// rank alone and the run is the whole tensor. Each unit has its data-parallel group (state/unit_groups.hpp): the dense
+// units the dp group, the routed experts' units the expert-data-parallel group (edp, the dp / ep ranks holding the same
 // experts), which reduces and shards them, or at stage 0 holds their replicas.
 #pragma once
 
@@ -14,12 +15,15 @@
 #include "optim/adamw.hpp"
 #include "parallel/comm.hpp"
 #include "state/gradient_reduction.hpp"
+#include "state/owned_chunks.hpp"
 #include "state/placed_state.hpp"
 #include "state/state_source.hpp"
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace meshtrain {
 
@@ -41,6 +45,8 @@ class OptimizerState {
   const UnitGroups& replicas() const { return replicas_; }
   const PlacedState<float>& master() const { return master_; }
   const PlacedState<float>& grads() const { return grads_; }
+  const PlacedState<float>& exp_avg() const { return exp_avg_; }
+  const PlacedState<float>& exp_avg_sq() const { return exp_avg_sq_; }
   GradientReduction& reduction() { return *reduction_; }
   // Bytes by category; the master weights count as `weights` when the model computes on them.
   MemoryBytes memory() const;
@@ -48,10 +54,15 @@ class OptimizerState {
   // Fresh master weights: every rank draws its owned slices (the caller publishes them).
   void initialize(std::uint64_t seed);
   // Σ g² over the owned runs of the tensors `counted` admits, on replica 0 of each unit's
-  // replicas only (the caller sums over the world).
+  // replicas only (the caller sums over the world), in a fixed order (owned_squared_norm): left on
+  // the device by the first (until the next call), read to the host (one copy) by the second. The
+  // runs are listed again only when `counted` admits other tensors than at the last call.
+  Kokkos::View<const double, MemSpace> grad_squared_norm_on_device(
+      const std::function<bool(const TensorInfo&)>& counted) const;
   double grad_squared_norm(const std::function<bool(const TensorInfo&)>& counted) const;
-  // AdamW on the owned runs; `step_for(t)` gives tensor t's step, weight decay included.
-  void update(const std::function<AdamWStep(const TensorInfo&)>& step_for);
+  // AdamW on all owned runs in one launch, bitwise as run by run: `step.weight_decay` on the tensors
+  // that decay (TensorInfo::decays), none on the others.
+  void update(const AdamWStep& step);
   TrainingTensors checkpoint_tensors() { return {weights_source_, exp_avg_source_, exp_avg_sq_source_}; }
 
  private:
@@ -65,6 +76,12 @@ class OptimizerState {
   CheckpointStaging staging_;
   StateSlices weights_source_, exp_avg_source_, exp_avg_sq_source_;
   bool master_computes_;
+  OwnedChunks update_chunks_;  // every tensor's owned run, marked where it decays
+  // The norm's runs and which tensors they are; its partial sums and the sum.
+  mutable OwnedChunks norm_chunks_;
+  mutable std::optional<std::vector<bool>> norm_counts_;
+  mutable Kokkos::View<double*, MemSpace> norm_partials_;
+  Kokkos::View<double, MemSpace> norm_;
 };
 
 }  // namespace meshtrain

@@ -8,7 +8,9 @@
 // weights travel in 16 bits, the optimizer state never does. As backward finishes each tensor's
 // 16-bit gradient, it is divided by the loss scale, added into the fp32 gradient (so micro-batches
 // accumulate in fp32) and zeroed; only then does the reduction hear that the range is final, so
-// the data-parallel sums are taken in fp32.
+// the data-parallel sums are taken in fp32. Both hand-offs go in few launches: the gradients in one
+// per range of newly final tensors that lie end to end (a whole pass of backward's report at stage 0
+// without padding, else a unit), the rounding in one over every owned slice (state/owned_chunks.hpp).
 #pragma once
 
 #include "core/memory_ledger.hpp"
@@ -16,9 +18,11 @@
 #include "model/parameter_store.hpp"
 #include "state/block_gatherer.hpp"
 #include "state/optimizer_state.hpp"
+#include "state/owned_chunks.hpp"
 
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 namespace meshtrain {
 
@@ -41,7 +45,9 @@ class WorkingCopy final : public ParameterStore<Real> {
         fp32_(fp32),
         weights_(own_or_master(fp32)),
         grads_(own_or_fp32_grads(fp32)),
-        gatherer_(space, *weights_, fp32.shard_groups()) {
+        gatherer_(space, *weights_, fp32.shard_groups()),
+        owned_slices_("meshtrain::low_precision::owned", fp32.map(),
+                      typed_copy ? owned_slices(fp32.map()) : std::vector<OwnedRun>{}) {
     next_ = tensors().size();
   }
 
@@ -65,11 +71,11 @@ class WorkingCopy final : public ParameterStore<Real> {
   void publish() {
     const ShardMap& map = fp32_.map();
     gatherer_.invalidate();
+    if constexpr (typed_copy) {
+      convert_owned<Real, float>(space_, owned_slices_, chunk_address(weights_->where()),
+                                 chunk_address(fp32_.master().where()));
+    }
     for (std::size_t u = 0; u < map.units(); ++u) {
-      if constexpr (typed_copy) {
-        const long n = long(map.shard(u));
-        convert<Real, float>(space_, weights_->owned_view(u), CVec<float>(fp32_.master().owned(u), n), n);
-      }
       if (weights_->held() == Held::working_and_shard && map.is_block(u)) continue;
       weights_->gather(space_, u, fp32_.shard_group(u));
     }
@@ -106,14 +112,34 @@ class WorkingCopy final : public ParameterStore<Real> {
     }
   }
 
+  // Each unit's owned slice whole, padding included.
+  static std::vector<OwnedRun> owned_slices(const ShardMap& map) {
+    std::vector<OwnedRun> runs;
+    for (std::size_t u = 0; u < map.units(); ++u) runs.push_back({u, 0, map.shard(u), 0});
+    return runs;
+  }
+
   void move_into_fp32(std::size_t offset, float unscale) {
+    // The newly final tensors from the last, gathered into ranges that lie end to end in both places.
+    Real* g16 = nullptr;
+    float* g32 = nullptr;
+    std::size_t n = 0;
+    const auto hand_off = [&] {
+      if (n > 0) move_into<float, Real>(space_, Vec<float>(g32, n), Vec<Real>(g16, n), unscale, long(n));
+    };
     while (next_ > 0 && tensors()[next_ - 1].offset >= offset) {
       const TensorInfo& t = tensors()[--next_];
-      Real* g16 = grads_->at(t);
-      accumulate_into<float, Real>(space_, Vec<float>(fp32_.grads().at(t), t.numel), CVec<Real>(g16, t.numel), unscale,
-                                   long(t.numel));
-      Kokkos::deep_copy(space_, Vec<Real>(g16, t.numel), Real(0.0f));
+      Real* const low = grads_->at(t);
+      float* const high = fp32_.grads().at(t);
+      if (n == 0 || low + t.numel != g16 || high + t.numel != g32) {
+        hand_off();
+        n = 0;
+      }
+      g16 = low;
+      g32 = high;
+      n += t.numel;
     }
+    hand_off();
     if (next_ == 0) next_ = tensors().size();  // the pass is complete
   }
 
@@ -123,7 +149,8 @@ class WorkingCopy final : public ParameterStore<Real> {
   const PlacedState<Real>* weights_;
   const PlacedState<Real>* grads_;
   BlockGatherer<Real> gatherer_;
-  std::size_t next_;  // tensors [next_, end) have been moved into fp32 in this backward pass
+  OwnedChunks owned_slices_;  // every unit's owned slice, for the rounding into 16 bits
+  std::size_t next_;          // tensors [next_, end) have been moved into fp32 in this backward pass
 };
 
 }  // namespace meshtrain

@@ -39,8 +39,8 @@ Comm& expert_data_parallel(const StateGroups& g) {
   return *g.edp;
 }
 
-AdamWStep adamw_step(const OptimConfig& o, const TensorInfo& t, double lr, double clip, std::int64_t i) {
-  return {lr, t.decays ? o.weight_decay : 0.0, o.beta1, o.beta2, o.eps, i + 1, clip};
+AdamWStep adamw_step(const OptimConfig& o, double lr, double clip, std::int64_t i) {
+  return {lr, o.weight_decay, o.beta1, o.beta2, o.eps, i + 1, clip};
 }
 
 template <class Real>
@@ -170,7 +170,7 @@ StepOutcome ModelState::update(const OptimConfig& optim, double lr, double clip,
   // Every rank judges the same agreed values, so all skip or all update.
   const StepOutcome outcome = nonfinite_.judge(values, scaler_);
   if (outcome != StepOutcome::applied) return outcome;
-  optimizer_.update([&](const TensorInfo& t) { return adamw_step(optim, t, lr, clip, i); });
+  optimizer_.update(adamw_step(optim, lr, clip, i));
   compute_->publish();
   space_.fence();
   return outcome;
