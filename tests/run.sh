@@ -54,9 +54,10 @@ timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan
 # Only what these tests run is built (the binary, for the oracle and equivalence runs); the cuBLAS
 # wrapper's test has nothing to do with the host backend and stays in the release pass. The
 # threaded backend changes the kernels, so their tests, the model's, the PyTorch oracles (gpt2,
-# llama and its mixture of experts, one rank and tp2·pp2) and gpt2's layouts under dp, tp, pp and
-# ZeRO run here, with the gradient norm's digests across team sizes (test_owned_launches); the resharding, 3-D and other families' layouts (the same kernels, more ranks) run
-# once, in the release pass.
+# llama and its mixture of experts, one rank and tp2·pp2), gpt2's layouts under dp, tp, pp and
+# ZeRO, and the gradient norm's digests across team sizes (test_owned_launches) run here; the
+# resharding, 3-D and other families' layouts (the same kernels, more ranks) run once, in the
+# release pass.
 timed openmp configure cmake --preset openmp
 timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
   test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch test_owned_launches meshtrain_test_mpi_yield
