@@ -208,9 +208,10 @@ int plan_command(const Args& args, MPI_Comm comm) {
       if (!o.max_micro_batch) return make_plan(req.cfg, o.world, req.cluster, coverage);
       const int micro = largest_micro_batch(req.cfg, o.world, req.cluster);
       if (micro == 0) {
-        input_error("no micro-batch fits: not even train.micro_batch 1 fits {} ({} rank{}); reduce model.* or plan "
-                    "for more memory",
-                    req.cluster.preset, o.world, o.world == 1 ? "" : "s");
+        input_error(
+            "no micro-batch fits: not even train.micro_batch 1 fits {} ({} rank{}); reduce model.* or plan "
+            "for more memory",
+            req.cluster.preset, o.world, o.world == 1 ? "" : "s");
       }
       const int dp = Topology::resolve(req.cfg.parallel, req.cfg.model, o.world).dp;
       return make_plan(with_micro_batch(req.cfg, dp, micro), o.world, req.cluster, coverage);

@@ -143,14 +143,17 @@ std::vector<Count> activation_counts(const ModelConfig& m, int micro_batch, int 
   const Dim N = product(B, T);
   std::vector<Count> c;
   c.push_back({"the token rows", "a GEMM dimension (the logits' rows) and one team per row", {N}});
-  c.push_back({"the attention rows", "one team per row of the attention probabilities [B, heads, T, T]",
+  c.push_back({"the attention rows",
+               "one team per row of the attention probabilities [B, heads, T, T]",
                {B, key_dim("model.heads", m.heads), T}});
   // The embedding gradient runs one team per (token row × block of 64 channels).
   const std::int64_t blocks = (std::int64_t(m.d_model) + 63) / 64;
-  c.push_back({"the embedding gradient's teams", "one team per token row and block of 64 channels",
+  c.push_back({"the embedding gradient's teams",
+               "one team per token row and block of 64 channels",
                {N, Dim{blocks, fmt::format("⌈model.d_model {} / 64⌉", m.d_model), {"model.d_model"}}}});
   if (m.experts > 0) {
-    c.push_back({"the expert assignments", "one team per assignment",
+    c.push_back({"the expert assignments",
+                 "one team per assignment",
                  {product(N, key_dim("model.experts_per_token", m.experts_per_token))}});
     // The rows an ep rank's experts may receive: every assignment of its ep group's micro-batches
     // (at most capacity per expert) — llama_dims' buffers.

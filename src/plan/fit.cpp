@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -59,35 +60,25 @@ int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster) {
   const int dp = Topology::resolve(cfg.parallel, cfg.model, world).dp;
   // global_batch = micro · dp · accum is an int too.
   const std::int64_t per_micro = std::int64_t(dp) * accumulation_steps(cfg, dp);
-  const int most = int(std::min<std::int64_t>(std::numeric_limits<int>::max(),
-                                              std::numeric_limits<int>::max() / per_micro));
+  const std::int64_t most = std::numeric_limits<int>::max() / per_micro;
   if (most < 1 || !fits_at(cfg, world, cluster, dp, 1)) return 0;
-  // Double while it fits, then bisect between the last that fits and the first that does not.
-  int good = 1;
-  std::int64_t bad = 0;
-  while (bad == 0) {
-    const std::int64_t next = std::int64_t(good) * 2;
-    if (next > most) {
-      if (good == most || !fits_at(cfg, world, cluster, dp, most)) {
-        bad = good == most ? std::int64_t(most) + 1 : most;
-      } else {
-        return most;
-      }
-    } else if (fits_at(cfg, world, cluster, dp, int(next))) {
-      good = int(next);
-    } else {
-      bad = next;
-    }
+  // Double while it fits, then bisect between the last that fits and the first that does not (or
+  // one past the most an int global_batch allows).
+  std::int64_t good = 1, bad = 2;
+  while (bad <= most && fits_at(cfg, world, cluster, dp, int(bad))) {
+    good = bad;
+    bad *= 2;
   }
+  bad = std::min(bad, most + 1);
   while (bad - good > 1) {
-    const int mid = int(good + (bad - good) / 2);
-    if (fits_at(cfg, world, cluster, dp, mid)) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    if (fits_at(cfg, world, cluster, dp, int(mid))) {
       good = mid;
     } else {
       bad = mid;
     }
   }
-  return good;
+  return int(good);
 }
 
 void require_fits_memory(const Config& cfg, int world, const Cluster& cluster, const std::string& origin) {
@@ -96,9 +87,8 @@ void require_fits_memory(const Config& cfg, int world, const Cluster& cluster, c
   if (plan.fits) return;
   const int largest = largest_micro_batch(cfg, world, cluster);
   const int ranks = cluster.ranks_on_node(plan.limiting_rank, world);
-  const std::string where = cluster.host_only
-                                ? fmt::format("this node ({} rank{})", ranks, ranks == 1 ? "" : "s")
-                                : fmt::format("rank {}'s GPU", plan.limiting_rank);
+  const std::string where = cluster.host_only ? fmt::format("this node ({} rank{})", ranks, ranks == 1 ? "" : "s")
+                                              : fmt::format("rank {}'s GPU", plan.limiting_rank);
   const std::string allowed = cfg.train.memory_gib > 0
                                   ? fmt::format("train.memory_gib = {} allows", cfg.train.memory_gib)
                                   : std::string(cluster.host_only ? "this machine has" : "the GPU has");
