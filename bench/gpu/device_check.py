@@ -412,7 +412,8 @@ class DeviceCheck:
         figures = {"unpack_s": round(unpack_s, 2), "build": info, "device_libraries": found,
                    "device_library_dirs_searched": dirs, "host_glibc": ".".join(map(str, host)),
                    "glibc_needed": info.get("glibc_needed"),
-                   "loader": "carried glibc (ld-linux --library-path)" if carried_glibc else "host glibc"}
+                   "loader": "carried glibc (ld-linux --library-path)" if carried_glibc else "host glibc",
+                   "nccl_check_pointers": self.programs.env.get("NCCL_CHECK_POINTERS")}
         print(f"unpacked in {unpack_s:.1f} s; build {info}; device libraries {found}; host glibc "
               f"{figures['host_glibc']} (needed {figures['glibc_needed']}): {figures['loader']}")
         problems = [f"not found on this machine: {', '.join(missing)} (searched {', '.join(dirs) or 'nothing'})"
