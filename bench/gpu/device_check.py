@@ -16,7 +16,8 @@ Steps, each timed, each passing or failing on its own; a failed step does not st
   nccl          test_comm's NCCL cases on one rank: the backend initialises and every collective runs
                 (--cpu: skipped, there is no GPU)
   throughput    bench/gpu/gpt2_124m.ini (--cpu: gpt2_124m_cpu.ini) with the largest micro-batch
-                `meshtrain plan` fits (halved while the GPU runs out of memory): tokens/s, model
+                `meshtrain plan --max-micro-batch` fits in train.memory_gib (the GPU's free memory; the
+                trainer checks the same rule), halved while the GPU runs out of memory: tokens/s, model
                 FLOP/s (6N + 6·L·C·T per token) and MFU against the peak, beside llm.c's published
                 MFU; it saves every few steps, and is asked to save and leave early (SIGUSR1) when
                 its remaining steps would not fit in --throughput-s
@@ -24,6 +25,7 @@ Steps, each timed, each passing or failing on its own; a failed step does not st
                 gradient norms bitwise the straight run's
   audit         (--audit only) every shared object the carried programs loaded came from the folder,
                 but for glibc and the CUDA libraries left to the machine
+Every program runs with NCCL_CHECK_POINTERS=1: NCCL refuses a host pointer even on one rank.
 Figures go to OUT/device_check.json (OUT: --out, else $OUT, else out/gpu-check), rewritten after
 every step; each command's output to OUT/logs.tar.gz. Every command is bounded by the step's own limit
 and by --budget-s for the whole check. Exit code: 0 when no step failed.
@@ -248,6 +250,9 @@ class Programs:
         self.env["LD_LIBRARY_PATH"] = ":".join([self.lib, devlibs] + inherited)
         self.env["UCX_MODULE_DIR"] = os.path.join(self.lib, "ucx")
         self.env["HYDRA_LAUNCHER"] = "fork"  # one node: no ssh, no Slurm
+        # NCCL checks every buffer it is handed and refuses host memory, even on one rank (where it
+        # would otherwise copy it without looking): a host scalar handed to a collective fails here.
+        self.env["NCCL_CHECK_POINTERS"] = "1"
         if audit_dir:
             os.makedirs(audit_dir, exist_ok=True)
             self.env["LD_DEBUG"] = "libs,files"
@@ -407,7 +412,8 @@ class DeviceCheck:
         figures = {"unpack_s": round(unpack_s, 2), "build": info, "device_libraries": found,
                    "device_library_dirs_searched": dirs, "host_glibc": ".".join(map(str, host)),
                    "glibc_needed": info.get("glibc_needed"),
-                   "loader": "carried glibc (ld-linux --library-path)" if carried_glibc else "host glibc"}
+                   "loader": "carried glibc (ld-linux --library-path)" if carried_glibc else "host glibc",
+                   "nccl_check_pointers": self.programs.env.get("NCCL_CHECK_POINTERS")}
         print(f"unpacked in {unpack_s:.1f} s; build {info}; device libraries {found}; host glibc "
               f"{figures['host_glibc']} (needed {figures['glibc_needed']}): {figures['loader']}")
         problems = [f"not found on this machine: {', '.join(missing)} (searched {', '.join(dirs) or 'nothing'})"
@@ -569,7 +575,7 @@ class DeviceCheck:
         T, V, steps = int(ini["model"]["seq_len"]), int(ini["model"]["vocab"]), int(ini["train"]["steps"])
         shard = os.path.join(self.work, "random_tokens.bin")
         token_data.write_random_shard(shard, (1 << 20) + 1 if self.gpu else 200_001, V, seed=1234)
-        plan = self.largest_micro_batch(config)
+        plan = self.largest_micro_batch(config, shard)
         micro = plan["effective_batch"]["micro_batch"]
         run_dir = os.path.join(self.work, "straight")
         memory = GpuMemoryWatch() if self.gpu else None
@@ -577,7 +583,7 @@ class DeviceCheck:
         allowed_s = min(self.args.throughput_s, self.check.clock.left() * 0.7)
         while True:
             shutil.rmtree(run_dir, ignore_errors=True)
-            keys = throughput_keys(config, shard, run_dir, micro)
+            keys = throughput_keys(config, shard, run_dir, micro) + self.memory_keys()
             leave = LeaveInTime(os.path.join(run_dir, "metrics.jsonl"), steps, allowed_s)
             result = self.train(f"throughput_b{micro}", allowed_s + 60, *keys, watch=leave)
             if result.rc == 0 or not OOM.search(result.output) or micro == 1:
@@ -612,6 +618,7 @@ class DeviceCheck:
             "trainer_model_flops_per_s_median": statistics.median(r["model_flops_per_s"] for r in counted),
             "losses": [r["loss"] for r in records], "saves_s": saves, "compute": result.compute,
             "plan": {"cluster": plan["cluster"]["preset"], "device_memory_gib": self.gpu_memory_free_gib,
+                     "largest_micro_batch": plan["effective_batch"]["micro_batch"],
                      "needed_bytes": plan["needed_bytes"], "capacity_bytes": plan["capacity_bytes"],
                      "predicted_step_time_s": plan["step_time"]["total_s"],
                      "predicted_tokens_per_s": plan["tokens_per_s"]},
@@ -627,24 +634,26 @@ class DeviceCheck:
             raise StepFailure(problem, **figures)
         return figures
 
-    def largest_micro_batch(self, config):
-        """The first micro-batch, halving from the largest candidate, that meshtrain plan fits."""
-        cluster = "h200-sxm-8" if self.gpu else "local"
-        keys = ["--cluster", cluster]
+    def memory_keys(self):
+        """The memory the run may use, as the key both `meshtrain plan` and the trainer read
+        (train.memory_gib): the GPU's free memory; none on --cpu, where the config sets it."""
         if self.gpu and self.gpu_memory_free_gib:
-            keys += ["--device-memory-gib", f"{self.gpu_memory_free_gib:.1f}"]
-        for micro in [256, 128, 64, 32, 16, 8, 4, 2, 1] if self.gpu else [8, 4, 2, 1]:
-            result = self.run(self.one_rank("meshtrain", "plan", "--config", config, "--world", 1, *keys,
-                                            "--train.micro_batch", micro, "--train.global_batch", micro, "--json"),
-                              f"plan_b{micro}", 60)
-            if result.rc != 0 or "{" not in result.output:
-                raise StepFailure(f"meshtrain plan exited {result.rc}: {result.tail(1500)}")
-            plan = json.loads(result.output[result.output.index("{"):result.output.rindex("}") + 1])
-            print(f"plan micro_batch {micro}: needs {plan['needed_bytes'] / 2**30:.1f} GiB of "
-                  f"{plan['capacity_bytes'] / 2**30:.1f} GiB: {'fits' if plan['fits'] else 'does not fit'}")
-            if plan["fits"]:
-                return plan
-        raise StepFailure("meshtrain plan fits no micro-batch, not even 1")
+            return ["--train.memory_gib", f"{self.gpu_memory_free_gib:.1f}"]
+        return []
+
+    def largest_micro_batch(self, config, shard):
+        """The largest micro-batch that fits, as `meshtrain plan --max-micro-batch` finds it: the
+        rule the trainer's own fit check applies (src/plan/fit.hpp), not computed again here."""
+        cluster = "h200-sxm-8" if self.gpu else "local"
+        result = self.run(self.one_rank("meshtrain", "plan", "--config", config, "--world", 1, "--cluster", cluster,
+                                        *self.memory_keys(), "--train.micro_batch", 1, "--train.global_batch", 1,
+                                        "--data.train", shard, "--max-micro-batch", "--json"), "plan_max_micro_batch", 120)
+        if result.rc != 0 or "{" not in result.output:
+            raise StepFailure(f"meshtrain plan --max-micro-batch exited {result.rc}: {result.tail(1500)}")
+        plan = json.loads(result.output[result.output.index("{"):result.output.rindex("}") + 1])
+        print(f"plan: the largest micro_batch that fits is {plan['effective_batch']['micro_batch']}, needing "
+              f"{plan['needed_bytes'] / 2**30:.1f} GiB of {plan['capacity_bytes'] / 2**30:.1f} GiB")
+        return plan
 
     def resume(self):
         straight = self.throughput_run
@@ -660,7 +669,7 @@ class DeviceCheck:
         checkpoint = os.path.join(straight["dir"], "ck", f"step_{mid:08d}.h5")
         run_dir = os.path.join(self.work, "resumed")
         shutil.rmtree(run_dir, ignore_errors=True)
-        keys = throughput_keys(straight["config"], straight["shard"], run_dir, straight["micro"])
+        keys = throughput_keys(straight["config"], straight["shard"], run_dir, straight["micro"]) + self.memory_keys()
         result = self.train("resume", 240, *keys, "--checkpoint.resume", checkpoint, "--train.stop_after", last - mid)
         if result.rc not in (0, 3):
             raise StepFailure(f"the resumed run exited {result.rc}: {result.tail(2000)}")

@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "plan/cluster.hpp"
+#include "plan/fit.hpp"
 #include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 
@@ -31,7 +32,7 @@ namespace {
 constexpr const char* usage =
     "meshtrain plan [--config FILE.ini] [--section.key VALUE ...] --world N [--cluster PRESET] "
     "[--ranks-per-node N] [--device-memory-gib X] [--peak-tflops X] [--efficiency X] [--intra-bw-gbs X] "
-    "[--intra-latency-us X] [--inter-bw-gbs X] [--inter-latency-us X] [--json] [--search]";
+    "[--intra-latency-us X] [--inter-bw-gbs X] [--inter-latency-us X] [--json] [--search] [--max-micro-batch]";
 
 struct PlanOptions {
   int world = 0;
@@ -41,6 +42,7 @@ struct PlanOptions {
       inter_latency_us;
   bool json = false;
   bool search = false;
+  bool max_micro_batch = false;
 };
 
 struct PlanRequest {
@@ -70,7 +72,9 @@ po::options_description plan_options(PlanOptions& o, std::string& cluster_text) 
       "inter-bw-gbs", po::value<double>(), "bandwidth between nodes per rank, GB/s")(
       "inter-latency-us", po::value<double>(), "latency between nodes, µs")(
       "json", po::bool_switch(&o.json), "print one JSON object (with --search: a list)")(
-      "search", po::bool_switch(&o.search), "rank every (dp, tp, pp) layout of --world by predicted step time");
+      "search", po::bool_switch(&o.search), "rank every (dp, tp, pp) layout of --world by predicted step time")(
+      "max-micro-batch", po::bool_switch(&o.max_micro_batch),
+      "plan the largest train.micro_batch that fits (accum kept), the trainer's own rule");
   return options;
 }
 
@@ -167,6 +171,10 @@ PlanRequest parse_plan(const Args& args) {
     }
     throw InputError(what);
   }
+  // train.memory_gib is what train's fit check allows; --device-memory-gib, when given, overrides it.
+  if (!o.device_memory_gib && req.cfg.train.memory_gib > 0) {
+    c.device_memory_bytes = req.cfg.train.memory_gib * 1024.0 * 1024.0 * 1024.0;
+  }
   return req;
 }
 
@@ -189,13 +197,25 @@ int plan_command(const Args& args, MPI_Comm comm) {
   const PlanRequest req = agree_on_input(comm, [&] { return parse_plan(args); });
   const PlanOptions& o = req.options;
   std::string text;
+  if (o.search && o.max_micro_batch) input_error("--max-micro-batch plans one layout: it cannot go with --search");
   if (o.search) {
     const std::vector<Plan> plans = search_layouts(req.cfg, req.cluster, o.world);
     text = o.json ? search_json(plans).dump(2) + "\n" : search_table(plans, o.world);
   } else {
     // The table prints kinds of ranks, --json every rank: only --json needs every rank's figures.
     const RankCoverage coverage = o.json ? RankCoverage::every : RankCoverage::ends;
-    const Plan plan = agree_on_input(comm, [&] { return make_plan(req.cfg, o.world, req.cluster, coverage); });
+    const Plan plan = agree_on_input(comm, [&] {
+      if (!o.max_micro_batch) return make_plan(req.cfg, o.world, req.cluster, coverage);
+      const int micro = largest_micro_batch(req.cfg, o.world, req.cluster);
+      if (micro == 0) {
+        input_error(
+            "no micro-batch fits: not even train.micro_batch 1 fits {} ({} rank{}); reduce model.* or plan "
+            "for more memory",
+            req.cluster.preset, o.world, o.world == 1 ? "" : "s");
+      }
+      const int dp = Topology::resolve(req.cfg.parallel, req.cfg.model, o.world).dp;
+      return make_plan(with_micro_batch(req.cfg, dp, micro), o.world, req.cluster, coverage);
+    });
     text = o.json ? plan_json(plan).dump(2) + "\n" : plan_table(plan);
   }
   if (rank == 0) fmt::print("{}", text);

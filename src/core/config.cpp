@@ -102,6 +102,8 @@ class KeyTable {
     add("train.stop_after", cfg.train.stop_after,
         "leave after this many steps in this job, saving (0: run to the end)");
     add("train.time_limit", cfg.train.time_limit, "minutes this job may run; saves and leaves in time (0: none)");
+    add("train.memory_gib", cfg.train.memory_gib,
+        "GiB the fit check allows one node's ranks (host builds) or one rank's GPU (0: the machine's RAM)");
     add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
     add_choice("train.precision", cfg.train.precision,
                "{}: weights and activations in compute (fp32 master weights and moments always)");
@@ -366,6 +368,7 @@ void validate(const Config& c, const GivenKeys& given) {
   require_positive_real("parallel.bucket_mb", c.parallel.bucket_mb);
   require_non_negative("parallel.timeout", c.parallel.timeout);
   require_positive("train.nonfinite_skips", c.train.nonfinite_skips);
+  require_non_negative("train.memory_gib", c.train.memory_gib);
 
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   if (c.checkpoint.every < 0) input_error("checkpoint.every = {} is invalid: it must be >= 0", c.checkpoint.every);

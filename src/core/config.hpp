@@ -217,6 +217,9 @@ struct TrainConfig {
   std::int64_t steps = 10;
   std::int64_t stop_after = 0;  // leave after this many steps in this job (0: run to the end)
   double time_limit = 0;        // minutes this job may run (0: no limit)
+  // GiB the fit check (plan/fit.hpp) allows one node's ranks (host builds) or one rank's device
+  // (CUDA builds); 0: this machine's RAM (host), no check (CUDA: the device check passes it).
+  double memory_gib = 0;
   std::int64_t seed = 1337;
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;

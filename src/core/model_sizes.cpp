@@ -90,29 +90,31 @@ Dim shared_dim(const ModelConfig& m) {
   return product(key_dim("model.shared_experts", m.shared_experts), expert_dim(m));
 }
 
+// q|k|v, one matrix: query heads C rows, key and value heads kv_heads · head size each.
+Dim qkv_dim(const ModelConfig& m) {
+  const std::int64_t kv_rows = std::int64_t(m.kv_head_count()) * m.head_size();
+  if (m.arch != Arch::llama) return scaled(3, key_dim("model.d_model", m.d_model));
+  return {Size(m.d_model) + Size(2 * kv_rows),
+          fmt::format("model.d_model {} + 2 × model.kv_heads {} × the head size {}", m.d_model, m.kv_head_count(),
+                      m.head_size()),
+          {"model.d_model", "model.kv_heads"}};
+}
+
 struct Tensor {
   std::string name;
   std::vector<Dim> dims;
 };
 
-// The tensors that grow fastest with the keys: the weights of the largest shapes, and the
-// activations of one micro-batch on one rank (tensor parallelism only splits them further).
-std::vector<Tensor> largest_tensors(const ModelConfig& m, int micro_batch, int ep) {
+// The weights of the largest shapes. Their kernels (initialisation, the per-tensor views of
+// checkpoints, the tensor-parallel pieces) still count a tensor's elements in int.
+std::vector<Tensor> largest_weights(const ModelConfig& m) {
   const bool llama = m.arch == Arch::llama;
   const Dim C = key_dim("model.d_model", m.d_model), V = key_dim("model.vocab", m.vocab);
-  const Dim T = key_dim("model.seq_len", m.seq_len), B = key_dim("train.micro_batch", micro_batch);
-  const Dim N = product(B, T);
-  // q|k|v, one matrix: query heads C rows, key and value heads kv_heads · head size each.
-  const std::int64_t kv_rows = std::int64_t(m.kv_head_count()) * m.head_size();
-  const Dim qkv = llama ? Dim{Size(m.d_model) + Size(2 * kv_rows),
-                              fmt::format("model.d_model {} + 2 × model.kv_heads {} × the head size {}", m.d_model,
-                                          m.kv_head_count(), m.head_size()),
-                              {"model.d_model", "model.kv_heads"}}
-                        : scaled(3, C);
+  const Dim T = key_dim("model.seq_len", m.seq_len);
   std::vector<Tensor> t;
   t.push_back({llama ? "embed_tokens.weight and lm_head.weight" : "wte.weight", {V, C}});
   if (!llama) t.push_back({"wpe.weight", {T, C}});
-  t.push_back({llama ? "layers.*.self_attn.q_proj|k_proj|v_proj.weight" : "h.*.attn.c_attn.weight", {qkv, C}});
+  t.push_back({llama ? "layers.*.self_attn.q_proj|k_proj|v_proj.weight" : "h.*.attn.c_attn.weight", {qkv_dim(m), C}});
   if (llama) t.push_back({"layers.*.self_attn.o_proj.weight", {C, C}});
   const bool dense_blocks = m.moe_blocks() < m.layers;
   if (!llama) t.push_back({"h.*.mlp.c_fc.weight", {C, mlp_dim(m)}});
@@ -124,13 +126,35 @@ std::vector<Tensor> largest_tensors(const ModelConfig& m, int micro_batch, int e
     }
     t.push_back({"layers.*.mlp.experts.*.gate_proj|up_proj.weight", {scaled(2, expert_dim(m)), C}});
   }
+  return t;
+}
 
-  t.push_back({"the logits", {N, V}});
-  t.push_back({"the attention probabilities", {B, key_dim("model.heads", m.heads), T, T}});
-  t.push_back({"the q|k|v activations", {N, qkv}});
-  if (!llama) t.push_back({"the MLP activations", {N, mlp_dim(m)}});
-  if (llama && dense_blocks) t.push_back({"the SwiGLU gate|up activations", {N, scaled(2, mlp_dim(m))}});
+// A count of one micro-batch's activations that the kernels keep in an int, whatever the
+// elements of the tensors (which they index in 64 bits, so a tensor may pass 2^31): rows that are
+// a GEMM's dimension, and rows or teams that are a Kokkos launch's league (one team per row).
+struct Count {
+  std::string name;  // "the token rows"
+  std::string why;   // "a GEMM dimension and one team per row"
+  std::vector<Dim> dims;
+};
+
+std::vector<Count> activation_counts(const ModelConfig& m, int micro_batch, int ep) {
+  const Dim T = key_dim("model.seq_len", m.seq_len), B = key_dim("train.micro_batch", micro_batch);
+  const Dim N = product(B, T);
+  std::vector<Count> c;
+  c.push_back({"the token rows", "a GEMM dimension (the logits' rows) and one team per row", {N}});
+  c.push_back({"the attention rows",
+               "one team per row of the attention probabilities [B, heads, T, T]",
+               {B, key_dim("model.heads", m.heads), T}});
+  // The embedding gradient runs one team per (token row × block of 64 channels).
+  const std::int64_t blocks = (std::int64_t(m.d_model) + 63) / 64;
+  c.push_back({"the embedding gradient's teams",
+               "one team per token row and block of 64 channels",
+               {N, Dim{blocks, fmt::format("⌈model.d_model {} / 64⌉", m.d_model), {"model.d_model"}}}});
   if (m.experts > 0) {
+    c.push_back({"the expert assignments",
+                 "one team per assignment",
+                 {product(N, key_dim("model.experts_per_token", m.experts_per_token))}});
     // The rows an ep rank's experts may receive: every assignment of its ep group's micro-batches
     // (at most capacity per expert) — llama_dims' buffers.
     const Size tokens = N.size, assignments = tokens * Size(m.experts_per_token);
@@ -147,13 +171,9 @@ std::vector<Tensor> largest_tensors(const ModelConfig& m, int micro_batch, int e
                          m.capacity_factor > 0 ? " (at most the capacity per expert)" : ""),
              {"train.micro_batch", "model.seq_len", "model.experts_per_token"}};
     if (ep > 1) rows = product(key_dim("parallel.ep", ep), rows);
-    t.push_back({"the expert rows", {rows, C}});
-    t.push_back({"the expert rows' gate|up activations", {rows, scaled(2, expert_dim(m))}});
-    if (m.shared_experts > 0) {
-      t.push_back({"the shared experts' gate|up activations", {N, scaled(2, shared_dim(m))}});
-    }
+    c.push_back({"the expert rows", "a GEMM dimension of the experts' products", {rows}});
   }
-  return t;
+  return c;
 }
 
 // "model.vocab or model.d_model", each key once.
@@ -180,10 +200,22 @@ void require_fits(const Tensor& t) {
     shape += (shape.empty() ? "" : ", ") + size_text(d.size);
     factors += (factors.empty() ? "" : " by ") + d.text;
   }
-  if (elements.at_most(max_tensor_elements)) return;
+  if (elements.at_most(max_weight_elements)) return;
   input_error(
       "{} [{}] would hold {} elements, more than the 2^31 − 1 one tensor may hold (its shape: {}): make {} smaller",
       t.name, shape, size_text(elements), factors, keys_text(t.dims));
+}
+
+void require_count_fits(const Count& c) {
+  Size value = 1;
+  std::string factors;
+  for (const Dim& d : c.dims) {
+    value = value * d.size;
+    factors += (factors.empty() ? "" : " × ") + d.text;
+  }
+  if (value.at_most(max_int_count)) return;
+  input_error("{} would be {} ({}), more than the 2^31 − 1 of {}: make {} smaller", c.name, size_text(value), factors,
+              c.why, keys_text(c.dims));
 }
 
 // A width handed out as an int must fit one, whether or not a tensor of it is built.
@@ -238,7 +270,8 @@ void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep) {
     require_width_fits("the expert SwiGLU width", expert_dim(m));
     if (m.shared_experts > 0) require_width_fits("the shared experts' SwiGLU width", shared_dim(m));
   }
-  for (const Tensor& t : largest_tensors(m, micro_batch, ep)) require_fits(t);
+  for (const Tensor& t : largest_weights(m)) require_fits(t);
+  for (const Count& c : activation_counts(m, micro_batch, ep)) require_count_fits(c);
 }
 
 // ModelConfig's widths (core/config.hpp), narrowed once the sizes are known to fit.

@@ -46,8 +46,14 @@ class Size {
 // "4294967296", or "more than 9.2e18" for an overflowed size.
 std::string size_text(Size s);
 
-// The largest tensor the kernels index with int: 2^31 − 1 elements (issue 23 lifts it).
-inline constexpr std::int64_t max_tensor_elements = std::numeric_limits<int>::max();
+// The largest weight tensor: 2^31 − 1 elements (its initialisation, checkpoint views and
+// tensor-parallel pieces count elements in int). Activations have no such limit: the kernels index
+// them in 64 bits, so the logits of a large micro-batch may hold more.
+inline constexpr std::int64_t max_weight_elements = std::numeric_limits<int>::max();
+
+// The largest count of rows or teams of one micro-batch: a GEMM's dimension (m, n, k are int) and
+// a Kokkos launch's league size are int.
+inline constexpr std::int64_t max_int_count = std::numeric_limits<int>::max();
 
 // The widths ModelConfig's accessors narrow to int (share/docs/usage.md, Model families, Mixture of
 // experts): the MLP's hidden size (gpt2 4·C; llama ffn_hidden or the LLaMA rule ⌊8·C/3⌋ rounded up
@@ -66,10 +72,11 @@ std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens);
 // in closed form, without building the layout's millions of entries for a model of many experts.
 Size parameter_count(const ModelConfig& m);
 
-// Throws InputError unless every width, tensor and parameter count of `m` fits: no tensor of more
-// than max_tensor_elements (the weights, and the activations of `micro_batch` sequences with
-// expert-parallel degree `ep`). The message names the tensor, its shape, the keys each dimension
-// comes from and the keys to make smaller.
+// Throws InputError unless every width, weight and count of `m` fits: no weight of more than
+// max_weight_elements, and no row count of the activations of `micro_batch` sequences with
+// expert-parallel degree `ep` (the token rows B·T, the attention rows B·heads·T, the embedding
+// gradient's teams, the expert assignments and rows) of more than max_int_count. The message names
+// the tensor or count, its factors, the keys each comes from and the keys to make smaller.
 void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep);
 
 }  // namespace meshtrain

@@ -1,14 +1,8 @@
-// The family factory, the activation sizes of either family, and the check that a model fits.
+// The family factory and the activation sizes of either family.
 #include "model/language_model.hpp"
 
-#include "core/errors.hpp"
-#include "core/model_sizes.hpp"
 #include "model/gpt2.hpp"
 #include "model/llama.hpp"
-
-#include <unistd.h>
-
-#include <type_traits>
 
 namespace meshtrain {
 
@@ -46,24 +40,5 @@ MESHTRAIN_LANGUAGE_MODEL(double)
 MESHTRAIN_LANGUAGE_MODEL(bf16)
 MESHTRAIN_LANGUAGE_MODEL(fp16)
 #undef MESHTRAIN_LANGUAGE_MODEL
-
-void require_model_fits(const ModelConfig& m, int batch, int state_buffers, const std::string& origin,
-                        Recompute recompute) {
-  // Every tensor fits the kernels' int sizes (validate, core/model_sizes); the sums below are exact.
-  require_sizes_fit(m, batch, 1);
-  const ActivationSizes activations = activation_elements(m, batch, 1, {}, 1, recompute);
-  const double parameters = double(parameter_count(m).value());
-  const double bytes = sizeof(float) * (parameters * (1 + state_buffers) + double(activations.total()));
-  if constexpr (std::is_same_v<MemSpace, HostSpace>) {
-    const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-    if (bytes > physical) {
-      input_error(
-          "{}: the model ({:.3g} parameters) with micro_batch {} needs {:.1f} GiB for weights, gradients, "
-          "optimizer state and activations, more than this machine's {:.1f} GiB: reduce model.* or "
-          "train.micro_batch",
-          origin, parameters, batch, bytes / (1 << 30), physical / (1 << 30));
-    }
-  }
-}
 
 }  // namespace meshtrain

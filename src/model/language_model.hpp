@@ -99,12 +99,4 @@ template <class Real = float>
 ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                     Recompute recompute, int ep = 1);
 
-// Throws InputError, naming `origin` (e.g. "the config" or a checkpoint path), when the model cannot
-// be built on this machine: a tensor too large for the kernels' 32-bit sizes (require_sizes_fit,
-// core/model_sizes.hpp), or weights, `state_buffers` more flat parameter-sized buffers (gradients,
-// moments) and the activations of `batch` sequences (kept as `recompute` says) that need more
-// memory than the machine has.
-void require_model_fits(const ModelConfig& model, int batch, int state_buffers, const std::string& origin,
-                        Recompute recompute = Recompute::none);
-
 }  // namespace meshtrain

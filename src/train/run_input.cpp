@@ -4,12 +4,15 @@
 #include "core/accumulation.hpp"
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
+#include "core/exec.hpp"
 #include "core/mpi_check.hpp"
 #include "core/watched_wait.hpp"
 #include "io/tokenizer.hpp"
-#include "model/language_model.hpp"
+#include "plan/fit.hpp"
 #include "train/run_outputs.hpp"
 #include "train/training_groups.hpp"
+
+#include <type_traits>
 
 namespace meshtrain {
 namespace {
@@ -59,6 +62,13 @@ void agree_on_same_tokenizer(const TokenizerRecord& mine, MPI_Comm comm) {
 RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
   int world = 1;
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &world), "is MPI initialized, and the communicator valid?");
+  // The fit check counts the ranks that share this node's memory.
+  MPI_Comm node = MPI_COMM_NULL;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                      "can MPI tell which ranks share a node?");
+  int ranks_on_node = 1;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(node, &ranks_on_node), "is the node communicator valid?");
+  MESHTRAIN_MPI_CHECK(MPI_Comm_free(&node), "is the node communicator valid?");
   Layout grid;
   int accum = 0;
   TokenizerRecord tokenizer;
@@ -70,7 +80,9 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
     }
     grid = Topology::resolve(cfg.parallel, cfg.model, world);
     accum = accumulation_steps(cfg, grid.dp);
-    require_model_fits(cfg.model, cfg.train.micro_batch, 3, "the config", cfg.train.recompute);
+    // The one rule `meshtrain plan` applies (plan/fit.hpp): the same memory, the same largest micro-batch.
+    require_fits_memory(cfg, world, training_cluster(cfg, ranks_on_node, !std::is_same_v<MemSpace, HostSpace>),
+                        "the config");
     tokenizer = check_tokenizer(cfg);
     io::TokenStream data = open_training_data(cfg);
     // Every rank, on its own view of the files: no output may destroy an input or a file of another kind.

@@ -156,9 +156,24 @@ TEST(Refusals, NameTheKeyAndTheTensorWithExactNumbers) {
                  "--model.expert_hidden", "1073741824"});
   EXPECT_NE(why.find("model.shared_experts"), std::string::npos) << why;  // 2^32: wrapped to a zero width
 
-  why = refusal({"--model.seq_len", "100000", "--train.micro_batch", "1"});
-  EXPECT_NE(why.find("the attention probabilities [1, 2, 100000, 100000]"), std::string::npos) << why;
-  EXPECT_NE(why.find("model.seq_len"), std::string::npos) << why;
+  // Activations may pass 2^31 elements (the kernels index them in 64 bits): 2·10^10 probabilities pass
+  // the size checks (memory is the trainer's and the planner's check, plan/fit.hpp).
+  EXPECT_EQ(refusal({"--model.seq_len", "100000", "--train.micro_batch", "1", "--train.global_batch", "1"}), "");
+  // What stays int is refused: one team per attention row, a GEMM dimension of B·T rows.
+  why = refusal({"--model.seq_len", "65536", "--train.micro_batch", "16384", "--train.global_batch", "16384",
+                 "--model.heads", "2", "--model.d_model", "16"});
+  EXPECT_NE(why.find("the attention rows would be 2147483648 (train.micro_batch 16384 × model.heads 2 × "
+                     "model.seq_len 65536)"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("make model.heads, model.seq_len or train.micro_batch smaller"), std::string::npos) << why;
+  why = refusal({"--model.seq_len", "65536", "--train.micro_batch", "32768", "--train.global_batch", "32768",
+                 "--model.heads", "1", "--model.d_model", "16"});
+  EXPECT_NE(why.find("the token rows would be 2147483648"), std::string::npos) << why;
+  // 2^30 rows of 2 blocks of 64 channels: one team per row and block.
+  why = refusal({"--model.seq_len", "65536", "--train.micro_batch", "16384", "--train.global_batch", "16384",
+                 "--model.heads", "1", "--model.d_model", "128"});
+  EXPECT_NE(why.find("the embedding gradient's teams would be 2147483648"), std::string::npos) << why;
 
   EXPECT_EQ(refusal({"--model.arch", "llama", "--model.experts", "4", "--model.capacity_factor", "2e8"}), "");
 }

@@ -205,7 +205,7 @@ TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
       {llama({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
   };
   expect_sizes_follow(sizings, &llama_sizes, &expected_llama_sizes);
-  // The family dispatch of the planner and require_model_fits.
+  // The family dispatch of the planner (and so of the trainer's fit check, plan/fit.hpp).
   expect_sizes_follow(sizings, &family_sizes, &expected_llama_sizes);
 }
 

@@ -60,6 +60,31 @@ class PlanCli(unittest.TestCase):
         self.assert_bad_input(SMALL + ["--world", "2", "--model.layers", "many"], "model.layers", "an integer")
         self.assert_bad_input(SMALL + ["--world", "2", "--bogus", "1"], "bogus")
         self.assert_bad_input(SMALL + ["--world", "2", "--config", "missing.ini"], "missing.ini")
+        self.assert_bad_input(SMALL + ["--world", "2", "--max-micro-batch", "--search"], "--max-micro-batch",
+                              "--search")
+        self.assert_bad_input(SMALL + ["--world", "1", "--max-micro-batch", "--device-memory-gib", "0.001"],
+                              "not even train.micro_batch 1 fits")
+        self.assert_bad_input(SMALL + ["--world", "1", "--train.memory_gib", "-1"], "train.memory_gib = -1")
+
+    def test_max_micro_batch_keeps_the_accumulation(self):
+        # dp 2 × accum 4: the largest micro-batch under 1 GiB of GPU (after the 1 GiB reserve: 1 GiB of
+        # states and activations), the global batch following it; one more does not fit.
+        gpu = SMALL + ["--world", "2", "--cluster", "h100-sxm-8", "--json"]
+        keys = gpu + ["--device-memory-gib", "2"]
+        p = self.plan(*keys, "--max-micro-batch")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        plan = json.loads(p.stdout)
+        batch = plan["effective_batch"]
+        micro = batch["micro_batch"]
+        self.assertGreater(micro, 2)
+        self.assertEqual((batch["dp"], batch["accum"], batch["sequences"]), (2, 4, micro * 8))
+        self.assertTrue(plan["fits"])
+        over = json.loads(self.plan(*keys, "--train.micro_batch", micro + 1, "--train.global_batch",
+                                    (micro + 1) * 8).stdout)
+        self.assertFalse(over["fits"])
+        # train.memory_gib says the same as --device-memory-gib.
+        p = self.plan(*gpu, "--train.memory_gib", 2, "--max-micro-batch")
+        self.assertEqual(json.loads(p.stdout)["effective_batch"]["micro_batch"], micro, p.stderr)
 
     def test_sizes_and_worlds(self):
         # train's checks, one rule: a tensor of 2^32 elements is refused by both.

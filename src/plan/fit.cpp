@@ -1,0 +1,104 @@
+// The fit rule and the search for the largest micro-batch (plan/fit.hpp).
+#include "plan/fit.hpp"
+
+#include "core/accumulation.hpp"
+#include "core/errors.hpp"
+#include "core/model_sizes.hpp"
+#include "parallel/topology.hpp"
+#include "plan/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace meshtrain {
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+// Whether `micro` sequences per micro-batch fit: the sizes, then the memory.
+bool fits_at(const Config& cfg, int world, const Cluster& cluster, int dp, int micro) {
+  const Config c = with_micro_batch(cfg, dp, micro);
+  try {
+    require_sizes_fit(c.model, micro, c.parallel.ep);
+  } catch (const InputError&) {
+    return false;
+  }
+  return make_plan(c, world, cluster, RankCoverage::ends).fits;
+}
+
+// "82.1 MiB", "1.50 GiB".
+std::string memory_text(double bytes) {
+  return bytes < GiB ? fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)) : fmt::format("{:.2f} GiB", bytes / GiB);
+}
+
+}  // namespace
+
+Cluster training_cluster(const Config& cfg, int ranks_on_node, bool device_memory) {
+  Cluster c = cluster_preset(device_memory ? "h200-sxm-8" : "local");
+  c.preset = device_memory ? "this GPU" : "this machine";
+  c.ranks_per_node = ranks_on_node;
+  if (cfg.train.memory_gib > 0) {
+    c.device_memory_bytes = cfg.train.memory_gib * GiB;
+  } else if (device_memory) {
+    c.device_memory_bytes = 0;  // unknown here: not checked
+  }
+  return c;
+}
+
+Config with_micro_batch(const Config& cfg, int dp, int micro) {
+  Config c = cfg;
+  const int accum = accumulation_steps(cfg, dp);
+  c.train.micro_batch = micro;
+  c.train.global_batch = int(std::int64_t(micro) * dp * accum);
+  return c;
+}
+
+int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster) {
+  const int dp = Topology::resolve(cfg.parallel, cfg.model, world).dp;
+  // global_batch = micro · dp · accum is an int too.
+  const std::int64_t per_micro = std::int64_t(dp) * accumulation_steps(cfg, dp);
+  const std::int64_t most = std::numeric_limits<int>::max() / per_micro;
+  if (most < 1 || !fits_at(cfg, world, cluster, dp, 1)) return 0;
+  // Double while it fits, then bisect between the last that fits and the first that does not (or
+  // one past the most an int global_batch allows).
+  std::int64_t good = 1, bad = 2;
+  while (bad <= most && fits_at(cfg, world, cluster, dp, int(bad))) {
+    good = bad;
+    bad *= 2;
+  }
+  bad = std::min(bad, most + 1);
+  while (bad - good > 1) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    if (fits_at(cfg, world, cluster, dp, int(mid))) {
+      good = mid;
+    } else {
+      bad = mid;
+    }
+  }
+  return int(good);
+}
+
+void require_fits_memory(const Config& cfg, int world, const Cluster& cluster, const std::string& origin) {
+  if (cluster.device_memory_bytes <= 0) return;
+  const Plan plan = make_plan(cfg, world, cluster, RankCoverage::ends);
+  if (plan.fits) return;
+  const int largest = largest_micro_batch(cfg, world, cluster);
+  const int ranks = cluster.ranks_on_node(plan.limiting_rank, world);
+  const std::string where = cluster.host_only ? fmt::format("this node ({} rank{})", ranks, ranks == 1 ? "" : "s")
+                                              : fmt::format("rank {}'s GPU", plan.limiting_rank);
+  const std::string allowed = cfg.train.memory_gib > 0
+                                  ? fmt::format("train.memory_gib = {} allows", cfg.train.memory_gib)
+                                  : std::string(cluster.host_only ? "this machine has" : "the GPU has");
+  input_error(
+      "{}: the model ({} parameters) with micro_batch {} needs {} on {} for weights, gradients, optimizer state, "
+      "activations and the runtime (as `meshtrain plan` counts them), more than {} ({}): {}",
+      origin, parameter_count(cfg.model).value(), cfg.train.micro_batch, memory_text(double(plan.needed_bytes)), where,
+      allowed, memory_text(double(plan.capacity_bytes)),
+      largest > 0 ? fmt::format("the largest micro_batch that fits is {}; reduce train.micro_batch or model.*", largest)
+                  : std::string("not even micro_batch 1 fits; reduce model.* or use more ranks"));
+}
+
+}  // namespace meshtrain
