@@ -15,6 +15,15 @@ namespace meshtrain {
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;
+// Host memory that the execution space copies from without a global fence and can write to
+// (page-locked on a GPU; HostSpace on host builds): the token batches' staging.
+#if KOKKOS_VERSION >= 40000
+using PinnedSpace = Kokkos::SharedHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_CUDA)
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedSpace = HostSpace;
+#endif
 
 // Owning flat buffer in device memory.
 template <class Real>

@@ -87,11 +87,12 @@ struct Square {
 // the chunk sums combined by Kokkos' reduction, whose order is fixed for a given backend, thread
 // count and size (on OpenMP each thread sums a contiguous run of chunks, so another thread count
 // may change the last bits).
-template <class Real, class Term>
-double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long n, Term term) {
+// `total`: a double on the host, or a View<double> in device memory that the sum stays in (the same
+// bits: one reduction, whatever holds its result).
+template <class Real, class Term, class Total>
+void chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long n, Term term, Total&& total) {
   static_assert(reachable_v<CVec<Real>>);
   const long chunks = (n + kReduceChunk - 1) / kReduceChunk;
-  double total = 0;
   Kokkos::parallel_reduce(
       label, Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
       KOKKOS_LAMBDA(long k, double& acc) {
@@ -101,6 +102,11 @@ double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long
         acc += s;
       },
       total);
+}
+template <class Real, class Term>
+double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long n, Term term) {
+  double total = 0;
+  chunked_sum(space, label, x, n, term, total);
   return total;
 }
 
@@ -111,6 +117,12 @@ double chunked_sum(const ExecSpace& space, const char* label, CVec<Real> x, long
 template <class Real>
 accum_t<Real> sum_reduce(const ExecSpace& space, CVec<Real> x, long n) {
   return static_cast<accum_t<Real>>(detail::chunked_sum(space, "meshtrain::reduce::sum", x, n, detail::Identity{}));
+}
+
+// The same Σ_i x[i], left in device memory in double (not rounded to accum_t<Real>): no read to the host.
+template <class Real>
+void sum_reduce_into(const ExecSpace& space, Kokkos::View<double, MemSpace> total, CVec<Real> x, long n) {
+  detail::chunked_sum(space, "meshtrain::reduce::sum", x, n, detail::Identity{}, total);
 }
 
 // Σ_i x[i]², in double, in the same fixed order as sum_reduce.

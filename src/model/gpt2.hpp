@@ -120,7 +120,7 @@ class Gpt2 final : public LanguageModel<Real> {
 
   CVec<Real> forward_logits(CVec<int> inputs) override;
   void stage_forward(int slot, CVec<int> inputs) override;
-  Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale) override;
+  void stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) override;
   void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) override;
   Vec<Real> stage_input(int slot) const override { return slots_[slot].encoded; }
   CVec<Real> stage_output(int slot) const override;

@@ -6,6 +6,7 @@
 // Size letters: B micro-batch, T context, C channels, N = B·T.
 #pragma once
 
+#include "kernels/loss_sum.hpp"
 #include "model/parameter_store.hpp"
 #include "model/parameters.hpp"
 #include "model/router_statistics.hpp"
@@ -50,9 +51,10 @@ class LanguageModel {
   // received; one that is not last starts backward from output_gradient(), where the next stage's
   // gradient is received, and leaves the gradient of its input in input_gradient().
   virtual void stage_forward(int slot, CVec<int> inputs) = 0;
-  // Last stage: the mean cross-entropy over the B·T targets; leaves dloss/dlogits · grad_scale for
-  // backward (grad_scale = 1/(B·T) for one micro-batch, 1/(B·T·accum) to accumulate).
-  virtual Accum stage_loss(int slot, CVec<int> targets, Accum grad_scale) = 0;
+  // Last stage: adds the mean cross-entropy over the B·T targets to `sum` (in device memory, no read
+  // to the host); leaves dloss/dlogits · grad_scale for backward (grad_scale = 1/(B·T) for one
+  // micro-batch, 1/(B·T·accum) to accumulate).
+  virtual void stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) = 0;
   // Accumulates the micro-batch's gradients (call stage_forward and, on the last stage, stage_loss first).
   virtual void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) = 0;
   virtual Vec<Real> stage_input(int slot) const = 0;    // (N, C)
@@ -71,11 +73,21 @@ class LanguageModel {
   virtual RouterStatistics router_statistics() const { return {}; }
   virtual void clear_router_statistics() {}
 
-  // The whole model on one stage: forward and loss, and backward.
-  Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
+  // The whole model on one stage: forward and loss (added to `sum`), and backward.
+  void forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale, const LossSum& sum) {
     set_loss_weight(grad_scale);
     stage_forward(0, inputs);
-    return stage_loss(0, targets, grad_scale);
+    stage_loss(0, targets, grad_scale, sum);
+  }
+  // Tests and tools: the same, returning the micro-batch's mean loss, read to the host (it allocates
+  // and waits for the default execution space instance, which every model here runs on; the
+  // training step sums on the device instead).
+  Accum forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale) {
+    const ExecSpace space;
+    const LossSum sum;
+    sum.clear(space);
+    forward(inputs, targets, grad_scale, sum);
+    return Accum(sum.read(space));
   }
   void backward(CVec<int> inputs, const ReadyFrom& ready_from = {}) { stage_backward(0, inputs, ready_from); }
 

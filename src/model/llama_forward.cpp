@@ -110,11 +110,11 @@ CVec<Real> Llama<Real>::forward_logits(CVec<int> inputs) {
 }
 
 template <class Real>
-typename Llama<Real>::Accum Llama<Real>::stage_loss(int slot, CVec<int> targets, Accum grad_scale) {
+void Llama<Real>::stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) {
   const auto& a = slots_[slot];
   const output_loss::HeadBuffers<Real> head{a.logits, a.losses, a.row_max, a.partials};
-  return output_loss::mean_cross_entropy(space_, tp_.active(), vocab_statistics_, head, targets, int(dims_.N), layout_,
-                                         layout_.find("lm_head.weight"), grad_scale);
+  output_loss::mean_cross_entropy(space_, tp_.active(), vocab_statistics_, head, targets, int(dims_.N), layout_,
+                                  layout_.find("lm_head.weight"), grad_scale, sum);
 }
 
 // Each member is instantiated in the file that defines it (the class's own in llama.cpp).
@@ -126,7 +126,7 @@ typename Llama<Real>::Accum Llama<Real>::stage_loss(int slot, CVec<int> targets,
   template void Llama<Real>::mlp_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool);               \
   template void Llama<Real>::recompute_block(int, int);                                                                \
   template CVec<Real> Llama<Real>::forward_logits(CVec<int>);                                                          \
-  template Llama<Real>::Accum Llama<Real>::stage_loss(int, CVec<int>, Accum);
+  template void Llama<Real>::stage_loss(int, CVec<int>, Accum, const LossSum&);
 MESHTRAIN_LLAMA_FORWARD(float)
 MESHTRAIN_LLAMA_FORWARD(double)
 MESHTRAIN_LLAMA_FORWARD(bf16)

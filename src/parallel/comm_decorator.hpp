@@ -1,7 +1,7 @@
-// The base of Comm decorators (timing, traffic counting, the watchdog's waits): every call of the
-// Comm interface is forwarded to the inner Comm through one of two hooks, which see the call's
-// shape (its kind, the bytes of its whole buffer as parallel/counting_comm.hpp defines them, its
-// element count and a message's peer):
+// The base of Comm decorators (timing, traffic counting, the watchdog's waits, the pointer audit):
+// every call of the Comm interface is forwarded to the inner Comm through one of two hooks, which
+// see the call's shape (its kind, the bytes of its whole buffer as parallel/counting_comm.hpp
+// defines them, its element count, a message's peer, and the buffers it reads and writes):
 //   around(shape, call)        a blocking call: the hook runs call() once;
 //   started(shape, call)       a non-blocking one: the hook runs call() once and returns its
 //                              Request, or one that wraps it.
@@ -11,6 +11,7 @@
 #include "parallel/comm.hpp"
 #include "parallel/counting_comm.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -18,11 +19,24 @@
 
 namespace meshtrain {
 
+// Where a call's buffer lives, as the Comm's contract says: the backend's memory space (device
+// memory for NCCL), or host memory whatever the backend (the all-to-all's token counts only).
+enum class BufferMemory { backend, host };
+
+// [data, data + bytes): a buffer a call reads or writes; bytes 0 where it has none.
+struct CallBuffer {
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  BufferMemory memory = BufferMemory::backend;
+};
+
 struct CallShape {
   Collective kind;
-  std::int64_t bytes;  // the whole buffer's (parallel/counting_comm.hpp)
-  std::size_t count;   // the call's count argument, in elements (all-to-all: the elements it sends to other ranks)
-  int peer = -1;       // a message's peer (a group rank); -1 for a collective
+  std::int64_t bytes;    // the whole buffer's (parallel/counting_comm.hpp)
+  std::size_t count;     // the call's count argument, in elements (all-to-all: the elements it sends to other ranks)
+  int peer = -1;         // a message's peer (a group rank); -1 for a collective
+  CallBuffer read{};     // what the call reads (in place: the same as written)
+  CallBuffer written{};  // what it writes
 };
 
 // A non-owning reference to a callable, valid for the duration of the call it is passed to.
@@ -49,27 +63,26 @@ class CommDecorator : public Comm {
   std::string backend() const final { return inner_->backend(); }
 
   void allreduce_sum(float* data, std::size_t count) final {
-    blocking({Collective::allreduce, bytes<float>(count), count}, [&] { inner_->allreduce_sum(data, count); });
+    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
   }
   Request iallreduce_sum(float* data, std::size_t count) final {
-    return nonblocking({Collective::allreduce, bytes<float>(count), count},
+    return nonblocking(in_place(Collective::allreduce, data, count),
                        [&] { return inner_->iallreduce_sum(data, count); });
   }
   void allreduce_max(float* data, std::size_t count) final {
-    blocking({Collective::allreduce, bytes<float>(count), count}, [&] { inner_->allreduce_max(data, count); });
+    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_max(data, count); });
   }
   void allreduce_max(double* data, std::size_t count) final {
-    blocking({Collective::allreduce, bytes<double>(count), count}, [&] { inner_->allreduce_max(data, count); });
+    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_max(data, count); });
   }
   void allreduce_sum(double* data, std::size_t count) final {
-    blocking({Collective::allreduce, bytes<double>(count), count}, [&] { inner_->allreduce_sum(data, count); });
+    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
   }
   void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) final {
-    blocking({Collective::reduce_scatter, group_bytes<float>(recv_count), recv_count},
-             [&] { inner_->reduce_scatter_sum(send, recv, recv_count); });
+    blocking(scatter_shape(send, recv, recv_count), [&] { inner_->reduce_scatter_sum(send, recv, recv_count); });
   }
   Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) final {
-    return nonblocking({Collective::reduce_scatter, group_bytes<float>(recv_count), recv_count},
+    return nonblocking(scatter_shape(send, recv, recv_count),
                        [&] { return inner_->ireduce_scatter_sum(send, recv, recv_count); });
   }
   void allgather(const float* send, float* recv, std::size_t send_count) final { gather(send, recv, send_count); }
@@ -77,7 +90,7 @@ class CommDecorator : public Comm {
     return igather(send, recv, send_count);
   }
   void broadcast(float* data, std::size_t count, int root) final {
-    blocking({Collective::broadcast, bytes<float>(count), count}, [&] { inner_->broadcast(data, count, root); });
+    blocking(in_place(Collective::broadcast, data, count), [&] { inner_->broadcast(data, count, root); });
   }
   void send(const float* data, std::size_t count, int peer, int tag) final { send_to(data, count, peer, tag); }
   void recv(float* data, std::size_t count, int peer, int tag) final { recv_from(data, count, peer, tag); }
@@ -90,10 +103,10 @@ class CommDecorator : public Comm {
   }
 
   void allreduce_sum(bf16* data, std::size_t count) final {
-    blocking({Collective::allreduce, bytes<bf16>(count), count}, [&] { inner_->allreduce_sum(data, count); });
+    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
   }
   void allreduce_sum(fp16* data, std::size_t count) final {
-    blocking({Collective::allreduce, bytes<fp16>(count), count}, [&] { inner_->allreduce_sum(data, count); });
+    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
   }
   void allgather(const bf16* send, bf16* recv, std::size_t send_count) final { gather(send, recv, send_count); }
   void allgather(const fp16* send, fp16* recv, std::size_t send_count) final { gather(send, recv, send_count); }
@@ -135,8 +148,12 @@ class CommDecorator : public Comm {
   // count_per_peer elements to each of the other size − 1 ranks.
   void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) final {
     const std::size_t to_others = count_per_peer * static_cast<std::size_t>(inner_->size() - 1);
-    blocking({Collective::alltoall, bytes<std::int64_t>(to_others), to_others},
-             [&] { inner_->alltoall(send, recv, count_per_peer); });
+    // Host memory on every backend, by the Comm's contract (parallel/comm.hpp).
+    const std::size_t all = count_per_peer * static_cast<std::size_t>(inner_->size());
+    CallShape shape{Collective::alltoall, bytes<std::int64_t>(to_others), to_others};
+    shape.read = {send, all * sizeof(std::int64_t), BufferMemory::host};
+    shape.written = {recv, all * sizeof(std::int64_t), BufferMemory::host};
+    blocking(shape, [&] { inner_->alltoall(send, recv, count_per_peer); });
   }
 
  protected:
@@ -153,6 +170,40 @@ class CommDecorator : public Comm {
   std::int64_t group_bytes(std::size_t block) const {
     return bytes<T>(block * static_cast<std::size_t>(inner_->size()));
   }
+  template <class T>
+  static CallBuffer buffer(const T* data, std::size_t count) {
+    return {data, count * sizeof(T)};
+  }
+  // An all-reduce or broadcast: one buffer, read and written.
+  template <class T>
+  static CallShape in_place(Collective kind, T* data, std::size_t count) {
+    return {kind, bytes<T>(count), count, -1, buffer(data, count), buffer(data, count)};
+  }
+  CallShape scatter_shape(const float* send, float* recv, std::size_t recv_count) const {
+    return {Collective::reduce_scatter,
+            group_bytes<float>(recv_count),
+            recv_count,
+            -1,
+            buffer(send, recv_count * static_cast<std::size_t>(inner_->size())),
+            buffer(recv, recv_count)};
+  }
+  template <class T>
+  CallShape gather_shape(const T* send, T* recv, std::size_t send_count) const {
+    return {Collective::allgather,
+            group_bytes<T>(send_count),
+            send_count,
+            -1,
+            buffer(send, send_count),
+            buffer(recv, send_count * static_cast<std::size_t>(inner_->size()))};
+  }
+  // The span of an all-to-all buffer: up to its farthest block's end.
+  template <class T>
+  CallBuffer blocks(const T* data, const std::size_t* counts, const std::size_t* displs) const {
+    std::size_t end = 0;
+    for (int p = 0; p < inner_->size(); ++p) end = std::max(end, counts[p] > 0 ? displs[p] + counts[p] : 0);
+    return buffer(data, end);
+  }
+
   template <class Fn>
   void blocking(const CallShape& shape, Fn&& fn) {
     around(shape, CallRef<void>(fn));
@@ -164,30 +215,31 @@ class CommDecorator : public Comm {
 
   template <class T>
   void gather(const T* send, T* recv, std::size_t send_count) {
-    blocking({Collective::allgather, group_bytes<T>(send_count), send_count},
-             [&] { inner_->allgather(send, recv, send_count); });
+    blocking(gather_shape(send, recv, send_count), [&] { inner_->allgather(send, recv, send_count); });
   }
   template <class T>
   Request igather(const T* send, T* recv, std::size_t send_count) {
-    return nonblocking({Collective::allgather, group_bytes<T>(send_count), send_count},
+    return nonblocking(gather_shape(send, recv, send_count),
                        [&] { return inner_->iallgather(send, recv, send_count); });
   }
   template <class T>
   void send_to(const T* data, std::size_t count, int peer, int tag) {
-    blocking({Collective::send, bytes<T>(count), count, peer}, [&] { inner_->send(data, count, peer, tag); });
+    blocking({Collective::send, bytes<T>(count), count, peer, buffer(data, count)},
+             [&] { inner_->send(data, count, peer, tag); });
   }
   template <class T>
   void recv_from(T* data, std::size_t count, int peer, int tag) {
-    blocking({Collective::recv, bytes<T>(count), count, peer}, [&] { inner_->recv(data, count, peer, tag); });
+    blocking({Collective::recv, bytes<T>(count), count, peer, {}, buffer(data, count)},
+             [&] { inner_->recv(data, count, peer, tag); });
   }
   template <class T>
   Request isend_to(const T* data, std::size_t count, int peer, int tag) {
-    return nonblocking({Collective::send, bytes<T>(count), count, peer},
+    return nonblocking({Collective::send, bytes<T>(count), count, peer, buffer(data, count)},
                        [&] { return inner_->isend(data, count, peer, tag); });
   }
   template <class T>
   Request irecv_from(T* data, std::size_t count, int peer, int tag) {
-    return nonblocking({Collective::recv, bytes<T>(count), count, peer},
+    return nonblocking({Collective::recv, bytes<T>(count), count, peer, {}, buffer(data, count)},
                        [&] { return inner_->irecv(data, count, peer, tag); });
   }
 
@@ -199,7 +251,8 @@ class CommDecorator : public Comm {
     for (int p = 0; p < inner_->size(); ++p) {
       if (p != inner_->rank()) to_others += send_counts[p];
     }
-    blocking({Collective::alltoall, bytes<T>(to_others), to_others},
+    blocking({Collective::alltoall, bytes<T>(to_others), to_others, -1, blocks(send, send_counts, send_displs),
+              blocks(recv, recv_counts, recv_displs)},
              [&] { inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs); });
   }
 

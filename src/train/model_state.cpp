@@ -63,17 +63,17 @@ class ModelOn final : public Computation {
     }
   }
 
-  double forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale) override {
-    return double(model_->forward(inputs, targets, accum_t<Real>(grad_scale * loss_scale)));
+  void forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale, const LossSum& sum) override {
+    model_->forward(inputs, targets, accum_t<Real>(grad_scale * loss_scale), sum);
   }
   void backward(CVec<int> inputs, double loss_scale) override {
     loss_scale_ = loss_scale;
     model_->backward(inputs, [this](std::size_t offset) { ready_from(offset); });
   }
-  double run_pipeline(std::int64_t step, double grad_scale, double loss_scale) override {
+  void run_pipeline(std::int64_t step, double grad_scale, double loss_scale, const LossSum& sum) override {
     if (!executor_) throw std::logic_error("ModelState::run_pipeline without a pipeline schedule");
     loss_scale_ = loss_scale;
-    return executor_->run(step, accum_t<Real>(grad_scale * loss_scale));
+    executor_->run(step, accum_t<Real>(grad_scale * loss_scale), sum);
   }
   void publish() override { copy_.publish(); }
   void poison_next_gradient() override {

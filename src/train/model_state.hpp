@@ -48,12 +48,13 @@ struct PipelineParts {
 class Computation {
  public:
   virtual ~Computation() = default;
-  // Mean loss of the micro-batch; dlogits scaled by grad_scale · loss_scale.
-  virtual double forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale) = 0;
+  // Adds the micro-batch's mean loss to `sum` (device memory); dlogits scaled by grad_scale · loss_scale.
+  virtual void forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale,
+                       const LossSum& sum) = 0;
   // Backward; each finished range reaches the reduction (through fp32, ÷ loss_scale, for 16 bits).
   virtual void backward(CVec<int> inputs, double loss_scale) = 0;
-  // One step of the pipeline schedule: Σ of the micro-batches' mean losses (last stage; 0 elsewhere).
-  virtual double run_pipeline(std::int64_t step, double grad_scale, double loss_scale) = 0;
+  // One step of the pipeline schedule: adds the micro-batches' mean losses to `sum` (last stage only).
+  virtual void run_pipeline(std::int64_t step, double grad_scale, double loss_scale, const LossSum& sum) = 0;
   // The master weights changed: the model's weights agree with them on return.
   virtual void publish() = 0;
   // Test-only (injected fault nan_gradient): the next backward pass turns the first element of this
@@ -81,22 +82,27 @@ class ModelState {
   TrainingTensors checkpoint_tensors() { return optimizer_.checkpoint_tensors(); }
   void loaded() { compute_->publish(); }
 
-  // One micro-batch through the model (without pipeline): mean loss; gradients scaled by grad_scale.
-  double forward(CVec<int> inputs, CVec<int> targets, double grad_scale) {
-    return compute_->forward(inputs, targets, grad_scale, scaler_.scale());
+  // One micro-batch through the model (without pipeline): its mean loss joins step_loss(); gradients
+  // scaled by grad_scale.
+  void forward(CVec<int> inputs, CVec<int> targets, double grad_scale) {
+    compute_->forward(inputs, targets, grad_scale, scaler_.scale(), loss_);
   }
   void backward(CVec<int> inputs) { compute_->backward(inputs, scaler_.scale()); }
-  // One step of the pipeline schedule: Σ of the micro-batches' mean losses (last stage; 0 elsewhere).
-  double run_pipeline(std::int64_t step, double grad_scale) {
-    return compute_->run_pipeline(step, grad_scale, scaler_.scale());
+  // One step of the pipeline schedule: the micro-batches' mean losses join step_loss() on the last
+  // stage (the others' stays 0).
+  void run_pipeline(std::int64_t step, double grad_scale) {
+    compute_->run_pipeline(step, grad_scale, scaler_.scale(), loss_);
   }
+  // Σ of the step's micro-batch mean losses so far, in device memory (kernels/loss_sum.hpp).
+  const LossSum& step_loss() const { return loss_; }
 
-  // One step's gradients: zero_grads(); arm() before the last backward pass of the step (pipeline
-  // schedules, which interleave micro-batches, never arm); finish_gradients() completes the
-  // data-parallel mean and the tied wte sum.
+  // One step's gradients: zero_grads() (which also zeroes step_loss()); arm() before the last
+  // backward pass of the step (pipeline schedules, which interleave micro-batches, never arm);
+  // finish_gradients() completes the data-parallel mean and the tied wte sum.
   void zero_grads() {
     optimizer_.reduction().start_step();
     compute_->clear_router_statistics();
+    loss_.clear(space_);
   }
   // The step's router statistics of this rank's MoE blocks (empty without them).
   RouterStatistics router_statistics() const { return compute_->router_statistics(); }
@@ -129,6 +135,7 @@ class ModelState {
   bool fp16_;
   LossScaler scaler_;
   NonfinitePolicy nonfinite_;
+  LossSum loss_;
 };
 
 }  // namespace meshtrain

@@ -24,7 +24,7 @@ int PipelineExecutor<Real>::take_slot(int micro) {
 }
 
 template <class Real>
-double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) {
+void PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale, const LossSum& sum) {
   const int micros = [&] {
     int most = 0;
     for (const Action& a : actions_) most = std::max(most, a.micro + 1);
@@ -39,7 +39,6 @@ double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) 
   const int previous = place.stage - 1, next = place.stage + 1;
   ExecSpace space;
   model_.set_loss_weight(grad_scale);  // every stage's MoE blocks weigh their auxiliary losses by it
-  double loss = 0;
   for (const Action& a : actions_) {
     switch (a.kind) {
       case ActionKind::recv_activation:
@@ -49,7 +48,7 @@ double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) 
         const int slot = take_slot(a.micro);
         loader_.load(step, a.micro);
         model_.stage_forward(slot, loader_.inputs());
-        if (place.last()) loss += model_.stage_loss(slot, loader_.targets(), grad_scale);
+        if (place.last()) model_.stage_loss(slot, loader_.targets(), grad_scale, sum);
         break;
       }
       case ActionKind::send_activation:
@@ -69,7 +68,6 @@ double PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale) 
     }
   }
   space.fence();
-  return loss;
 }
 
 template class PipelineExecutor<float>;

@@ -2,8 +2,10 @@
 #include "train/training_groups.hpp"
 
 #include "core/mpi_check.hpp"
+#include "parallel/pointer_audit.hpp"
 #include "parallel/timed_comm.hpp"
 #include "parallel/watched_comm.hpp"
+#include "train/live_allocations.hpp"
 
 namespace meshtrain {
 namespace {
@@ -32,6 +34,12 @@ mpi::OwnedComm tied_embedding_comm(const Topology& topology) {
 
 }  // namespace
 
+std::unique_ptr<Comm> audit_if_requested(std::unique_ptr<Comm> comm, const std::string& group) {
+  if (!pointer_audit_requested()) return comm;
+  record_live_allocations();
+  return make_pointer_audit(std::move(comm), group, inside_live_allocation);
+}
+
 bool nccl_usable() {
 #if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
   return true;
@@ -44,10 +52,13 @@ TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, co
                                const std::string& traffic_path, bool tied_head)
     : traffic(traffic_path) {
   // Each group's waits are watched under its name (parallel/watchdog.hpp); all-to-alls are timed
-  // apart from the other collectives, whatever the group.
+  // apart from the other collectives, whatever the group. Test-only: MESHTRAIN_POINTER_AUDIT=1
+  // refuses any buffer outside the execution space's live allocations (parallel/pointer_audit.hpp),
+  // recorded from here on, before the state and the loader allocate theirs.
   const auto open = [&](const char* name, MPI_Comm group, double& seconds) {
     auto watched = make_watched_comm(open_group(backend, group, space), new_wait_group(group, name));
-    return traffic.counted(name, make_timed_comm(std::move(watched), seconds, all_to_all_seconds));
+    return audit_if_requested(traffic.counted(name, make_timed_comm(std::move(watched), seconds, all_to_all_seconds)),
+                              name);
   };
   dp = open("dp", topology.dp_comm(), comm_seconds);
   tp = open("tp", topology.tp_comm(), comm_seconds);

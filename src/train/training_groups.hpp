@@ -1,6 +1,6 @@
 // The collectives of one training run: one Comm per group of the Topology that the step uses, each
-// timed and watched (parallel/watchdog.hpp), made in one place (the order they are made in is collective: every rank
-// makes them alike).
+// timed and watched (parallel/watchdog.hpp) and audited in tests, made in one place (the order they
+// are made in is collective: every rank makes them alike).
 #pragma once
 
 #include "core/config.hpp"
@@ -10,12 +10,18 @@
 #include "train/traffic_log.hpp"
 
 #include <memory>
+#include <string>
 
 namespace meshtrain {
 
 // Whether this build can run parallel.backend = nccl: NCCL serves tensors in GPU memory, so it needs
 // a CUDA build that has it.
 bool nccl_usable();
+
+// Test-only (MESHTRAIN_POINTER_AUDIT=1, parallel/pointer_audit.hpp): `comm` refusing any buffer
+// outside the execution space's live allocations, recorded from the first such call on (so before
+// the state and the loader allocate); `comm` as it is otherwise.
+std::unique_ptr<Comm> audit_if_requested(std::unique_ptr<Comm> comm, const std::string& group);
 
 class TrainingGroups {
  public:

@@ -40,21 +40,26 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   stall_if_injected(cfg, i);
   state.zero_grads();
   if (fault_fires_in("nan_gradient", i)) state.poison_next_gradient();
+  // The micro-batches' mean losses are summed in device memory and summed over the groups there
+  // (a device backend's Comm takes no host pointer); the host reads the sum once, at the end.
+  const LossSum& loss = state.step_loss();
   if (!shape.pipelined) {
     for (int micro = 0; micro < shape.accum; ++micro) {
       loader.load(i, micro);
-      r.loss += state.forward(loader.inputs(), loader.targets(), shape.grad_scale);
+      state.forward(loader.inputs(), loader.targets(), shape.grad_scale);
       if (micro == shape.accum - 1) state.arm();  // the last pass finishes the gradients
       state.backward(loader.inputs());
     }
   } else {
-    r.loss = state.run_pipeline(i, shape.grad_scale);  // the last stage's; the others add zero below
-    groups.pp->allreduce_sum(&r.loss, 1);
+    state.run_pipeline(i, shape.grad_scale);  // the last stage's sum; the others add zero below
+    space.fence();                            // the kernels that wrote it are done before MPI reads it
+    groups.pp->allreduce_sum(loss.data(), 1);
   }
   state.finish_gradients();
+  space.fence();
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
-  if (!fault_fires_in("skip_collective", i)) groups.dp->allreduce_sum(&r.loss, 1);
-  r.loss /= double(shape.accum) * shape.dp;
+  if (!fault_fires_in("skip_collective", i)) groups.dp->allreduce_sum(loss.data(), 1);
+  r.loss = loss.read(space) / (double(shape.accum) * shape.dp);
   if (fault_fires_in("inf_loss", i)) r.loss = std::numeric_limits<double>::infinity();
 
   const StepValues agreed = state.agreed_values(r.loss);

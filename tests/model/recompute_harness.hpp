@@ -109,7 +109,10 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
       if (!place.first()) from_host(model.stage_input(k), draw(NC, 1.0));
       model.stage_forward(k, CVec<int>(inputs[k].data(), N));
       if (place.last()) {
-        seen.losses.push_back(model.stage_loss(k, CVec<int>(targets[k].data(), N), Real(1) / Real(N * slots)));
+        const LossSum sum;
+        sum.clear(space);
+        model.stage_loss(k, CVec<int>(targets[k].data(), N), Real(1) / Real(N * slots), sum);
+        seen.losses.push_back(Real(typename LanguageModel<Real>::Accum(sum.read(space))));
       } else {
         space.fence();
         seen.outputs.push_back(to_host(model.stage_output(k)));

@@ -1,10 +1,12 @@
 // The loss of a model's output head, shared by the families: the cross-entropy of the last stage's
 // logits against the targets, vocabulary-parallel under tensor parallelism (each rank holds its
 // vocabulary columns of every row: the rows of `table` its piece holds), which also leaves the
-// gradient of the logits, scaled by grad_scale, in place for backward. Internal to model/.
+// gradient of the logits, scaled by grad_scale, in place for backward. The mean is added to a LossSum
+// in device memory (kernels/loss_sum.hpp), never read to the host here. Internal to model/.
 #pragma once
 
 #include "kernels/cross_entropy.hpp"
+#include "kernels/loss_sum.hpp"
 #include "kernels/vocab_parallel_cross_entropy.hpp"
 #include "model/parameters.hpp"
 #include "parallel/tensor_parallel_mappings.hpp"
@@ -27,12 +29,12 @@ std::span<T> span_of(Vec<T> x) {
   return {x.data(), x.extent(0)};
 }
 
-// Mean cross-entropy over the N rows. `table`: the vocabulary-parallel tensor whose rows are the
-// logits' columns (gpt2's tied wte, llama's lm_head).
+// sum += mean cross-entropy over the N rows. `table`: the vocabulary-parallel tensor whose rows are
+// the logits' columns (gpt2's tied wte, llama's lm_head).
 template <class Real>
-accum_t<Real> mean_cross_entropy(const ExecSpace& space, bool tp_active, const VocabParallelStatistics& statistics,
-                                 const HeadBuffers<Real>& a, CVec<int> targets, int N, const ParameterLayout& layout,
-                                 const TensorInfo& table, accum_t<Real> grad_scale) {
+void mean_cross_entropy(const ExecSpace& space, bool tp_active, const VocabParallelStatistics& statistics,
+                        const HeadBuffers<Real>& a, CVec<int> targets, int N, const ParameterLayout& layout,
+                        const TensorInfo& table, accum_t<Real> grad_scale, const LossSum& sum) {
   using Accum = accum_t<Real>;
   if (!tp_active) {
     softmax_cross_entropy(space, a.losses, a.logits, a.logits, targets, N, layout.model().vocab, grad_scale);
@@ -44,7 +46,7 @@ accum_t<Real> mean_cross_entropy(const ExecSpace& space, bool tp_active, const V
     statistics.sum_over_vocabulary(span_of(a.partials));
     vocab_parallel_finish(space, a.losses, a.logits, a.logits, a.row_max, a.partials, targets, N, cols, grad_scale);
   }
-  return sum_reduce(space, a.losses, N) / Accum(N);
+  sum.add_mean<Accum>(space, a.losses, N);
 }
 
 }  // namespace meshtrain::output_loss

@@ -1,0 +1,54 @@
+// The step's loss, summed in device memory: each micro-batch adds its mean cross-entropy where the
+// kernels computed it, with no read to the host; the training step sums it over the pipeline and
+// data-parallel groups in place (a device backend's Comm takes device memory only) and reads it
+// once per step.
+//
+// Bitwise the host sum it replaced: a micro-batch's mean is its row losses' double total (sum_reduce's
+// fixed order), rounded to accum_t<Real>, divided by the row count in accum_t<Real>, widened to
+// double and added to the running double sum, micro-batch after micro-batch.
+#pragma once
+
+#include "core/exec.hpp"
+#include "kernels/cross_entropy.hpp"
+
+namespace meshtrain {
+
+class LossSum {
+ public:
+  LossSum() : sum_("meshtrain::loss::sum"), total_("meshtrain::loss::micro_batch_total") {}
+
+  // sum ← 0, enqueued on `space`.
+  void clear(const ExecSpace& space) const {
+    const Kokkos::View<double, MemSpace> sum = sum_;
+    Kokkos::parallel_for(
+        "meshtrain::loss::clear", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(int) { sum() = 0; });
+  }
+
+  // sum += mean of losses[0, n), enqueued on `space` (two launches, no fence).
+  template <class Real>
+  void add_mean(const ExecSpace& space, CVec<Real> losses, int n) const {
+    using Accum = accum_t<Real>;
+    sum_reduce_into(space, total_, losses, n);
+    const Kokkos::View<double, MemSpace> sum = sum_, total = total_;
+    Kokkos::parallel_for(
+        "meshtrain::loss::add_mean", Kokkos::RangePolicy<ExecSpace>(space, 0, 1),
+        KOKKOS_LAMBDA(int) { sum() += double(static_cast<Accum>(total()) / static_cast<Accum>(n)); });
+  }
+
+  // The sum in device memory, for a group's in-place all-reduce (fence `space` first on a host backend).
+  double* data() const { return sum_.data(); }
+
+  // The sum on the host: waits for `space`.
+  double read(const ExecSpace& space) const {
+    double value = 0;
+    Kokkos::deep_copy(space, Kokkos::View<double, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&value), sum_);
+    space.fence();
+    return value;
+  }
+
+ private:
+  Kokkos::View<double, MemSpace> sum_;
+  Kokkos::View<double, MemSpace> total_;  // the last micro-batch's Σ of row losses, before its mean
+};
+
+}  // namespace meshtrain
