@@ -65,8 +65,8 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.column_partials, d.dresidual, s.fch_gelu, w.fcproj_w, N,
                         4 * Cl, C);
   bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
-  gelu_backward(space_, d.dfch, s.fch, d.dfch, N * 4 * Cl);
-  matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
+  gelu_backward_bias(space_, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
+  matmul_backward<Real>(space_, d.dln, dw.fc_w, no_bias, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   copy_to_.backward(span_of(d.dln));
   layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, d.dln, s.residual2, w.ln2_w,
                      s.ln2_mean, s.ln2_rstd, N, C);
