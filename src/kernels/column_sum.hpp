@@ -14,6 +14,8 @@
 // bitwise reproducible across teams and threads (tests/kernels: column_sums_bitwise_across_teams)
 // and add in the same order on every backend — what exact resumption relies on.
 // No atomics. Sums run in accum_t<Real> (float for 16-bit Real) and are rounded to Real once.
+// row_sweep_column_sums (below) adds the same sums in the same order from a row-wise kernel (the
+// norms' backward), so a row kernel and its column sums are one launch plus the combination.
 #pragma once
 
 #include "core/exec.hpp"

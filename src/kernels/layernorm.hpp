@@ -98,22 +98,18 @@ void residual_layernorm_forward(const ExecSpace& space, Vec<Real> residual, Vec<
                                CVec<Real>(residual), a, b, b_bias, weight, bias, N, C);
 }
 
-// dinp, dweight and dbias accumulate (+=); partials holds column_sum_workspace(N, C, 2) elements.
-// One team per chunk of rows computes each row's input gradient and adds its terms to the
-// parameter sums (row_sweep_column_sums: the order, and so the bits, of column_sums), then one
-// launch combines the chunks.
-template <class Real>
-void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
-                        Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
-                        CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
-                        CVec<accum_t<std::type_identity_t<Real>>> mean, CVec<accum_t<std::type_identity_t<Real>>> rstd,
-                        int N, int C) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+namespace detail {
+
+// S = 2: the weight's and the bias's sums; S = 3 adds the column sums of dinp as updated.
+template <int S, class Real>
+void layernorm_backward_sweep(const ExecSpace& space, Vec<Real> dinp, Kokkos::Array<Vec<Real>, S> grads,
+                              Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight,
+                              CVec<accum_t<Real>> mean, CVec<accum_t<Real>> rstd, int N, int C) {
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  row_sweep_column_sums<2, Real>(
-      space, "meshtrain::layernorm::backward", {dweight, dbias}, partials, N, C,
-      KOKKOS_LAMBDA(const Team& team, long n, const ColumnSumsOfRows<2, Real>& sums) {
+  row_sweep_column_sums<S, Real>(
+      space, "meshtrain::layernorm::backward", grads, partials, N, C,
+      KOKKOS_LAMBDA(const Team& team, long n, const ColumnSumsOfRows<S, Real>& sums) {
         const long row = n * C;
         const A m = mean(n);
         const A s = rstd(n);
@@ -128,12 +124,39 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
         const A gx_mean = gx_sum / C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
           const A xhat = (A(inp(row + c)) - m) * s;
-          dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
+          const Real dx = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
+          dinp(row + c) = dx;
           const A d = dout(row + c);
           sums(0, c) += d * (A(inp(row + c)) - mean(n)) * rstd(n);
           sums(1, c) += d;
+          if constexpr (S == 3) sums(2, c) += A(dx);
         });
       });
+}
+
+}  // namespace detail
+
+// dinp, dweight and dbias accumulate (+=); partials holds column_sum_workspace(N, C, 2) elements
+// (3 with residual_bias). dinp may not be the memory of dout or inp. One team per chunk of rows
+// computes each row's input gradient and adds its terms to the parameter sums
+// (row_sweep_column_sums: the order, and so the bits, of column_sums), then one launch combines
+// the chunks. residual_bias (optional, [C]) accumulates the column sums of dinp as this backward
+// leaves it: the bias gradient of the linear layer whose output joined the residual stream that
+// dinp is the gradient of (GPT-2's c_proj), bitwise bias_backward(residual_bias, dinp) run after.
+template <class Real>
+void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
+                        Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
+                        CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                        CVec<accum_t<std::type_identity_t<Real>>> mean, CVec<accum_t<std::type_identity_t<Real>>> rstd,
+                        int N, int C, Vec<Real> residual_bias = {}) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  if (residual_bias.data() != nullptr) {
+    detail::layernorm_backward_sweep<3, Real>(space, dinp, {dweight, dbias, residual_bias}, partials, dout, inp, weight,
+                                              mean, rstd, N, C);
+  } else {
+    detail::layernorm_backward_sweep<2, Real>(space, dinp, {dweight, dbias}, partials, dout, inp, weight, mean, rstd, N,
+                                              C);
+  }
 }
 
 }  // namespace meshtrain

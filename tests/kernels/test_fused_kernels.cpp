@@ -214,10 +214,11 @@ void rmsnorm_backward_two_kernels(const ExecSpace& space, Vec<Real> dinp, Vec<Re
 // rows 100 is one chunk (the sums written straight to the gradients), the others several.
 constexpr int kRowCounts[] = {N, 100, 3 * kColumnSumRows};
 
+// With residual_bias: the composition runs bias_backward over dinp after the two kernels.
 template <class Real>
-void layernorm_backward_matches_two_kernels(int rows) {
+void layernorm_backward_matches_two_kernels(int rows, bool residual_bias) {
   using A = accum_t<Real>;
-  SCOPED_TRACE("rows " + std::to_string(rows));
+  SCOPED_TRACE("rows " + std::to_string(rows) + (residual_bias ? ", with the residual's bias" : ""));
   ExecSpace space;
   const Host x = random_vector(rows * C, 51), w = random_vector(C, 52, 0.5, 1.5), dout = random_vector(rows * C, 53);
   const Host dx0 = random_vector(rows * C, 54), dw0 = random_vector(C, 55), db0 = random_vector(C, 56);
@@ -227,19 +228,26 @@ void layernorm_backward_matches_two_kernels(int rows) {
   layernorm_backward_two_kernels<Real>(space, vec(want_dx), vec(want_dw), vec(want_db),
                                        vec(column_partials<Real>(rows, C, 2)), cvec(d_dout), cvec(d_x), cvec(d_w),
                                        cvec(mean), cvec(rstd), rows, C);
-  auto dx = to_device<Real>(dx0), dw = to_device<Real>(dw0), db = to_device<Real>(db0);
-  layernorm_backward(space, vec(dx), vec(dw), vec(db), vec(column_partials<Real>(rows, C, 2)), cvec(d_dout), cvec(d_x),
-                     cvec(d_w), cvec(mean), cvec(rstd), rows, C);
+  const Host rb0 = random_vector(C, 59);
+  auto want_rb = to_device<Real>(rb0);
+  if (residual_bias) bias_backward(space, vec(want_rb), vec(column_partials<Real>(rows, C)), cvec(want_dx), rows, C);
+  auto dx = to_device<Real>(dx0), dw = to_device<Real>(dw0), db = to_device<Real>(db0), rb = to_device<Real>(rb0);
+  layernorm_backward(space, vec(dx), vec(dw), vec(db), vec(column_partials<Real>(rows, C, residual_bias ? 3 : 2)),
+                     cvec(d_dout), cvec(d_x), cvec(d_w), cvec(mean), cvec(rstd), rows, C,
+                     residual_bias ? vec(rb) : Vec<Real>());
   expect_bitwise(dx, want_dx, "dinp");
   expect_bitwise(dw, want_dw, "dweight");
   expect_bitwise(db, want_db, "dbias");
+  expect_bitwise(rb, want_rb, "residual bias");
 }
 
 TEST(FusedKernels, LayerNormBackwardBitwiseTwoKernels) {
   for (int rows : kRowCounts) {
-    layernorm_backward_matches_two_kernels<float>(rows);
-    layernorm_backward_matches_two_kernels<bf16>(rows);
-    layernorm_backward_matches_two_kernels<double>(rows);
+    for (bool residual_bias : {false, true}) {
+      layernorm_backward_matches_two_kernels<float>(rows, residual_bias);
+      layernorm_backward_matches_two_kernels<bf16>(rows, residual_bias);
+      layernorm_backward_matches_two_kernels<double>(rows, residual_bias);
+    }
   }
 }
 
@@ -275,7 +283,8 @@ TEST(FusedKernels, RmsNormBackwardBitwiseTwoKernels) {
 constexpr int Ns = 6, Cs = 9;
 
 // loss = r · out + q · residual of residual_layernorm_forward(a, b, b_bias); backward: dresidual =
-// q + LayerNorm's input gradient of r, da = db = dresidual, db_bias = Σ_n dresidual.
+// q + LayerNorm's input gradient of r, da = db = dresidual, db_bias = Σ_n dresidual (the sum
+// layernorm_backward's residual_bias adds).
 TEST(FusedKernels, ResidualLayerNormGradientsMatchFiniteDifferences) {
   Host a = random_vector(Ns * Cs, 71), b = random_vector(Ns * Cs, 72), pb = random_vector(Cs, 73);
   Host w = random_vector(Cs, 74, 0.5, 1.5), lb = random_vector(Cs, 75);
@@ -302,10 +311,9 @@ TEST(FusedKernels, ResidualLayerNormGradientsMatchFiniteDifferences) {
   auto dres = to_device<double>(q);
   auto dw = to_device<double>(filled(Cs, 0)), dlb = to_device<double>(filled(Cs, 0));
   auto dpb = to_device<double>(filled(Cs, 0));
-  layernorm_backward(space, vec(dres), vec(dw), vec(dlb), vec(column_partials<double>(Ns, Cs, 2)),
+  layernorm_backward(space, vec(dres), vec(dw), vec(dlb), vec(column_partials<double>(Ns, Cs, 3)),
                      cvec(to_device<double>(r)), cvec(to_device<double>(f.residual)), cvec(to_device<double>(w)),
-                     cvec(to_device<double>(f.mean)), cvec(to_device<double>(f.rstd)), Ns, Cs);
-  bias_backward(space, vec(dpb), vec(column_partials<double>(Ns, Cs)), cvec(dres), Ns, Cs);
+                     cvec(to_device<double>(f.mean)), cvec(to_device<double>(f.rstd)), Ns, Cs, vec(dpb));
   expect_close(to_host(dres), num_a, 1e-6, "da");
   expect_close(to_host(dres), num_b, 1e-6, "db");
   expect_close(to_host(dpb), num_pb, 1e-6, "db_bias");
