@@ -14,6 +14,8 @@
 // bitwise reproducible across teams and threads (tests/kernels: column_sums_bitwise_across_teams)
 // and add in the same order on every backend — what exact resumption relies on.
 // No atomics. Sums run in accum_t<Real> (float for 16-bit Real) and are rounded to Real once.
+// row_sweep_column_sums (below) adds the same sums in the same order from a row-wise kernel (the
+// norms' backward), so a row kernel and its column sums are one launch plus the combination.
 #pragma once
 
 #include "core/exec.hpp"
@@ -37,8 +39,28 @@ constexpr std::size_t column_sum_workspace(std::size_t N, std::size_t C, std::si
   return column_sum_chunks(N) > 1 ? column_sum_chunks(N) * C * S : 0;
 }
 
+namespace detail {
+
+// Phase 2: out[s](c) = Real(Σ_k partials[k][s][c]), the chunks in order (chunk 0 holds out's start).
+template <int S, class Real>
+void combine_column_partials(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
+                             Vec<accum_t<Real>> partials, long chunks, int C) {
+  using A = accum_t<Real>;
+  const long stride = long(S) * C;
+  Kokkos::parallel_for(
+      label + "::combine", Kokkos::RangePolicy<ExecSpace>(space, 0, stride), KOKKOS_LAMBDA(const long j) {
+        A value = partials(j);
+        for (long k = 1; k < chunks; ++k) value += partials(k * stride + j);
+        out[j / C](j % C) = Real(value);
+      });
+}
+
+}  // namespace detail
+
 // out[s] (C each) accumulates (+=) Σ_n term(n, c)[s], term returning Kokkos::Array<accum_t<Real>, S>;
-// partials holds at least column_sum_workspace(N, C, S) elements. `label` names both phases.
+// partials holds at least column_sum_workspace(N, C, S) elements. `label` names both phases. term is
+// called once per (n, c), in phase 1, so it may also write element (n, c) of an output of its own
+// (gelu_backward_bias writes the input gradient whose column sums it returns).
 template <int S, class Real, class Term>
 void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
                  Vec<accum_t<Real>> partials, long N, int C, Term term) {
@@ -88,13 +110,67 @@ void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array
           }
         });
       });
-  if (chunks == 1) return;
+  if (chunks > 1) detail::combine_column_partials<S, Real>(space, label, out, partials, chunks, C);
+}
+
+// Row kernels that also sum columns (the norms' backward: each row's input gradient needs the whole
+// row, the weight gradients are column sums of terms of the same row): one team per chunk of
+// kColumnSumRows rows calls row(team, n, sums) for its rows in order, and row adds each column's
+// terms for row n into sums(s, c) (over TeamThreadRange(team, C), so a column's sums stay with one
+// thread). The sums start, end and combine as in column_sums: the same order of additions, the
+// same bits, in one launch plus one for the chunks' combination. The sums of a team live in its
+// scratch (level 0 when they fit half of it, else level 1).
+template <int S, class Real>
+struct ColumnSumsOfRows {
+  using A = accum_t<Real>;
+  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Scratch sums;
+  int C;
+  KOKKOS_INLINE_FUNCTION A& operator()(int s, int c) const { return sums(long(s) * C + c); }
+};
+
+// out[s] (C each) accumulates (+=) the sums row(team, n, sums) adds, n = 0 … N−1; partials holds at
+// least column_sum_workspace(N, C, S) elements. Labels: `label` and label + "::combine".
+template <int S, class Real, class Row>
+void row_sweep_column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
+                           Vec<accum_t<Real>> partials, long N, int C, Row row) {
+  static_assert(reachable_v<Vec<Real>>);
+  using A = accum_t<Real>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Sums = ColumnSumsOfRows<S, Real>;
+  const long chunks = long(column_sum_chunks(std::size_t(N)));
+  if (N <= 0 || C <= 0) return;
+  const std::size_t needed = column_sum_workspace(std::size_t(N), std::size_t(C), S);
+  if (partials.extent(0) < needed) {
+    throw std::logic_error(label + ": column-sum workspace of " + std::to_string(partials.extent(0)) + " elements, " +
+                           std::to_string(needed) + " needed");
+  }
+  const std::size_t bytes = Sums::Scratch::shmem_size(std::size_t(S) * C);
+  const int level = bytes * 2 <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
+  const long stride = long(S) * C;
   Kokkos::parallel_for(
-      label + "::combine", Kokkos::RangePolicy<ExecSpace>(space, 0, stride), KOKKOS_LAMBDA(const long j) {
-        A value = partials(j);
-        for (long k = 1; k < chunks; ++k) value += partials(k * stride + j);
-        out[j / C](j % C) = Real(value);
+      label, team_policy(space, int(chunks)).set_scratch_size(level, Kokkos::PerTeam(bytes)),
+      KOKKOS_LAMBDA(const Team& team) {
+        const long k = team.league_rank();
+        const Sums sums{typename Sums::Scratch(team.team_scratch(level), std::size_t(S) * C), C};
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+          for (int s = 0; s < S; ++s) sums(s, c) = k == 0 ? A(out[s](c)) : A(0);
+        });
+        team.team_barrier();
+        const long n1 = (k + 1) * kColumnSumRows < N ? (k + 1) * kColumnSumRows : N;
+        for (long n = k * kColumnSumRows; n < n1; ++n) row(team, n, sums);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+          for (int s = 0; s < S; ++s) {
+            if (chunks == 1) {
+              out[s](c) = Real(sums(s, c));
+            } else {
+              partials(k * stride + long(s) * C + c) = sums(s, c);
+            }
+          }
+        });
       });
+  if (chunks > 1) detail::combine_column_partials<S, Real>(space, label, out, partials, chunks, C);
 }
 
 }  // namespace meshtrain

@@ -24,32 +24,45 @@ namespace meshtrain {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
+namespace detail {
+
+// LayerNorm of the rows of src into out, mean, rstd; with `a` non-empty, src is first written as
+// a + (b + b_bias) (each sum rounded to Real: what separate bias and residual kernels store), b_bias
+// optional. Every LayerNorm forward is this kernel, so a row normalised after the fused residual has
+// the bits of one normalised on its own (the recomputation of a block relies on that).
 template <class Real>
-void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> mean, Vec<accum_t<Real>> rstd,
-                       CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
-                       CVec<std::type_identity_t<Real>> bias, int N, int C) {
-  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+void layernorm_rows(const ExecSpace& space, const char* label, Vec<Real> out, Vec<accum_t<Real>> mean,
+                    Vec<accum_t<Real>> rstd, Vec<Real> src_out, CVec<Real> src, CVec<Real> a, CVec<Real> b,
+                    CVec<Real> b_bias, CVec<Real> weight, CVec<Real> bias, int N, int C) {
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const bool add = a.data() != nullptr, add_bias = b_bias.data() != nullptr;
   Kokkos::parallel_for(
-      "meshtrain::layernorm::forward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
+      label, team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * C;
+        if (add) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+            const Real y = add_bias ? Real(A(b(row + c)) + A(b_bias(c))) : b(row + c);
+            src_out(row + c) = Real(A(a(row + c)) + A(y));
+          });
+          team.team_barrier();
+        }
         A sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C), [&](int c, A& acc) { acc += A(inp(row + c)); }, sum);
+            Kokkos::TeamThreadRange(team, C), [&](int c, A& acc) { acc += A(src(row + c)); }, sum);
         const A m = sum / C;
         A sq = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, C),
             [&](int c, A& acc) {
-              const A d = A(inp(row + c)) - m;
+              const A d = A(src(row + c)) - m;
               acc += d * d;
             },
             sq);
         const A s = A(1) / kmath::sqrt(sq / C + A(kLayerNormEps));
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-          out(row + c) = Real((A(inp(row + c)) - m) * s * A(weight(c)) + A(bias(c)));
+          out(row + c) = Real((A(src(row + c)) - m) * s * A(weight(c)) + A(bias(c)));
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           mean(n) = m;
@@ -58,20 +71,46 @@ void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>>
       });
 }
 
-// dinp, dweight and dbias accumulate (+=); partials holds column_sum_workspace(N, C, 2) elements.
+}  // namespace detail
+
 template <class Real>
-void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
-                        Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
-                        CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
-                        CVec<accum_t<std::type_identity_t<Real>>> mean, CVec<accum_t<std::type_identity_t<Real>>> rstd,
-                        int N, int C) {
+void layernorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> mean, Vec<accum_t<Real>> rstd,
+                       CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                       CVec<std::type_identity_t<Real>> bias, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  detail::layernorm_rows<Real>(space, "meshtrain::layernorm::forward", out, mean, rstd, Vec<Real>(), inp, CVec<Real>(),
+                               CVec<Real>(), CVec<Real>(), weight, bias, N, C);
+}
+
+// The residual connection and the LayerNorm after it, in one kernel:
+//   residual = a + (b + b_bias)   (b_bias [C] may be empty: residual = a + b)
+//   out, mean, rstd = LayerNorm(residual)
+// bitwise what add_bias, residual_forward and layernorm_forward compute one after the other
+// (kernels/bias.hpp, residual.hpp). residual may be the memory of a (not of b).
+template <class Real>
+void residual_layernorm_forward(const ExecSpace& space, Vec<Real> residual, Vec<Real> out, Vec<accum_t<Real>> mean,
+                                Vec<accum_t<Real>> rstd, CVec<std::type_identity_t<Real>> a,
+                                CVec<std::type_identity_t<Real>> b, CVec<std::type_identity_t<Real>> b_bias,
+                                CVec<std::type_identity_t<Real>> weight, CVec<std::type_identity_t<Real>> bias, int N,
+                                int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  detail::layernorm_rows<Real>(space, "meshtrain::layernorm::residual_forward", out, mean, rstd, residual,
+                               CVec<Real>(residual), a, b, b_bias, weight, bias, N, C);
+}
+
+namespace detail {
+
+// S = 2: the weight's and the bias's sums; S = 3 adds the column sums of dinp as updated.
+template <int S, class Real>
+void layernorm_backward_sweep(const ExecSpace& space, Vec<Real> dinp, Kokkos::Array<Vec<Real>, S> grads,
+                              Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight,
+                              CVec<accum_t<Real>> mean, CVec<accum_t<Real>> rstd, int N, int C) {
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "meshtrain::layernorm::backward_input", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
-        const int n = team.league_rank();
-        const long row = static_cast<long>(n) * C;
+  row_sweep_column_sums<S, Real>(
+      space, "meshtrain::layernorm::backward", grads, partials, N, C,
+      KOKKOS_LAMBDA(const Team& team, long n, const ColumnSumsOfRows<S, Real>& sums) {
+        const long row = n * C;
         const A m = mean(n);
         const A s = rstd(n);
         A g_sum = 0;
@@ -85,16 +124,39 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
         const A gx_mean = gx_sum / C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
           const A xhat = (A(inp(row + c)) - m) * s;
-          dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
+          const Real dx = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
+          dinp(row + c) = dx;
+          const A d = dout(row + c);
+          sums(0, c) += d * (A(inp(row + c)) - mean(n)) * rstd(n);
+          sums(1, c) += d;
+          if constexpr (S == 3) sums(2, c) += A(dx);
         });
       });
+}
 
-  const int Cc = C;
-  column_sums<2, Real>(
-      space, "meshtrain::layernorm::backward_params", {dweight, dbias}, partials, N, C, KOKKOS_LAMBDA(long n, int c) {
-        const A d = dout(n * Cc + c);
-        return Kokkos::Array<A, 2>{d * (A(inp(n * Cc + c)) - mean(n)) * rstd(n), d};
-      });
+}  // namespace detail
+
+// dinp, dweight and dbias accumulate (+=); partials holds column_sum_workspace(N, C, 2) elements
+// (3 with residual_bias). dinp may not be the memory of dout or inp. One team per chunk of rows
+// computes each row's input gradient and adds its terms to the parameter sums
+// (row_sweep_column_sums: the order, and so the bits, of column_sums), then one launch combines
+// the chunks. residual_bias (optional, [C]) accumulates the column sums of dinp as this backward
+// leaves it: the bias gradient of the linear layer whose output joined the residual stream that
+// dinp is the gradient of (GPT-2's c_proj), bitwise bias_backward(residual_bias, dinp) run after.
+template <class Real>
+void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
+                        Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
+                        CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                        CVec<accum_t<std::type_identity_t<Real>>> mean, CVec<accum_t<std::type_identity_t<Real>>> rstd,
+                        int N, int C, Vec<Real> residual_bias = {}) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  if (residual_bias.data() != nullptr) {
+    detail::layernorm_backward_sweep<3, Real>(space, dinp, {dweight, dbias, residual_bias}, partials, dout, inp, weight,
+                                              mean, rstd, N, C);
+  } else {
+    detail::layernorm_backward_sweep<2, Real>(space, dinp, {dweight, dbias}, partials, dout, inp, weight, mean, rstd, N,
+                                              C);
+  }
 }
 
 }  // namespace meshtrain

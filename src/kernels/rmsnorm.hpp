@@ -20,36 +20,71 @@
 
 namespace meshtrain {
 
+namespace detail {
+
+// RMSNorm of the rows of src into out, rstd; with `a` non-empty, src is first written as a + b
+// (rounded to Real, what residual_forward stores). Every RMSNorm forward is this kernel, so a row
+// normalised after the fused residual has the bits of one normalised on its own.
+template <class Real>
+void rmsnorm_rows(const ExecSpace& space, const char* label, Vec<Real> out, Vec<accum_t<Real>> rstd,
+                  Vec<Real> src_out, CVec<Real> src, CVec<Real> a, CVec<Real> b, CVec<Real> weight, int N, int C,
+                  double eps) {
+  using A = accum_t<Real>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const A eps_a = A(eps);
+  const bool add = a.data() != nullptr;
+  Kokkos::parallel_for(
+      label, team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
+        const int n = team.league_rank();
+        const long row = static_cast<long>(n) * C;
+        if (add) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
+                               [&](int c) { src_out(row + c) = Real(A(a(row + c)) + A(b(row + c))); });
+          team.team_barrier();
+        }
+        A sq = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C),
+            [&](int c, A& acc) {
+              const A x = src(row + c);
+              acc += x * x;
+            },
+            sq);
+        const A s = A(1) / kmath::sqrt(sq / C + eps_a);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
+                             [&](int c) { out(row + c) = Real(A(src(row + c)) * s * A(weight(c))); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { rstd(n) = s; });
+      });
+}
+
+}  // namespace detail
+
 // out [N*C] and rstd [N] are written.
 template <class Real>
 void rmsnorm_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> rstd,
                      CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight, int N, int C,
                      double eps) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
-  using A = accum_t<Real>;
-  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  const A eps_a = A(eps);
-  Kokkos::parallel_for(
-      "meshtrain::rmsnorm::forward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
-        const int n = team.league_rank();
-        const long row = static_cast<long>(n) * C;
-        A sq = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, A& acc) {
-              const A x = inp(row + c);
-              acc += x * x;
-            },
-            sq);
-        const A s = A(1) / kmath::sqrt(sq / C + eps_a);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                             [&](int c) { out(row + c) = Real(A(inp(row + c)) * s * A(weight(c))); });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { rstd(n) = s; });
-      });
+  detail::rmsnorm_rows<Real>(space, "meshtrain::rmsnorm::forward", out, rstd, Vec<Real>(), inp, CVec<Real>(),
+                             CVec<Real>(), weight, N, C, eps);
+}
+
+// The residual connection and the RMSNorm after it, in one kernel: residual = a + b, then out, rstd
+// = RMSNorm(residual), bitwise what residual_forward and rmsnorm_forward compute one after the
+// other. residual may be the memory of a (not of b).
+template <class Real>
+void residual_rmsnorm_forward(const ExecSpace& space, Vec<Real> residual, Vec<Real> out, Vec<accum_t<Real>> rstd,
+                              CVec<std::type_identity_t<Real>> a, CVec<std::type_identity_t<Real>> b,
+                              CVec<std::type_identity_t<Real>> weight, int N, int C, double eps) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  detail::rmsnorm_rows<Real>(space, "meshtrain::rmsnorm::residual_forward", out, rstd, residual, CVec<Real>(residual),
+                             a, b, weight, N, C, eps);
 }
 
 // dinp [N*C] and dweight [C] accumulate (+=). rstd is the forward's. dinp may not alias inp.
-// partials holds column_sum_workspace(N, C) elements (kernels/column_sum.hpp).
+// partials holds column_sum_workspace(N, C) elements (kernels/column_sum.hpp). One team per chunk
+// of rows computes each row's input gradient and adds its weight-gradient terms
+// (row_sweep_column_sums: the order, and so the bits, of column_sums), then one launch combines.
 template <class Real>
 void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
                       Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
@@ -58,10 +93,10 @@ void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "meshtrain::rmsnorm::backward_input", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
-        const int n = team.league_rank();
-        const long row = static_cast<long>(n) * C;
+  row_sweep_column_sums<1, Real>(
+      space, "meshtrain::rmsnorm::backward", {dweight}, partials, N, C,
+      KOKKOS_LAMBDA(const Team& team, long n, const ColumnSumsOfRows<1, Real>& sums) {
+        const long row = n * C;
         const A s = rstd(n);
         A gx_sum = 0;
         Kokkos::parallel_reduce(
@@ -71,12 +106,9 @@ void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
           const A xhat = A(inp(row + c)) * s;
           dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - xhat * gx_mean));
+          sums(0, c) += A(dout(row + c)) * A(inp(row + c)) * rstd(n);
         });
       });
-  const int Cc = C;
-  column_sums<1, Real>(
-      space, "meshtrain::rmsnorm::backward_weight", {dweight}, partials, N, C,
-      KOKKOS_LAMBDA(long n, int c) { return Kokkos::Array<A, 1>{A(dout(n * Cc + c)) * A(inp(n * Cc + c)) * rstd(n)}; });
 }
 
 }  // namespace meshtrain

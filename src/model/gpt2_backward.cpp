@@ -41,8 +41,10 @@ void Gpt2<Real>::head_backward(int slot) {
   gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
              g.wte.data(), C);
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
+  // dL/d residual3 of the stage's last block is also its c_proj bias's (summed here, not there).
+  const int L = layout_.stage_layers();
   layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.column_partials, d.dln, stage_output(slot), p.lnf_w,
-                     a.lnf_mean, a.lnf_rstd, N, C);
+                     a.lnf_mean, a.lnf_rstd, N, C, L > 0 ? g.blocks[L - 1].fcproj_b : Vec<Real>());
 }
 
 // Block l: scratch_.dresidual holds dL/d residual3 and becomes dL/d x, the block's input.
@@ -60,26 +62,30 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   const Vec<Real> no_bias;
   CVec<Real> x = l == 0 ? a.encoded : a.blocks[l - 1].residual3;
   recompute_block(slot, l);
-  // MLP branch; d.dresidual becomes dL/d residual2.
+  // MLP branch; d.dresidual becomes dL/d residual2. The c_proj biases' gradients are column sums of
+  // d.dresidual, which the LayerNorm backward that leaves it adds (ln_f's or the next block's ln_1
+  // for the MLP's, ln_2 for the attention's); only a stage's last block before another stage sums
+  // its own.
   reduce_from_.backward(span_of(d.dresidual));
+  if (l == layout_.stage_layers() - 1 && !layout_.place().last()) {
+    bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
+  }
   matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.column_partials, d.dresidual, s.fch_gelu, w.fcproj_w, N,
                         4 * Cl, C);
-  bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
-  gelu_backward(space_, d.dfch, s.fch, d.dfch, long(N) * 4 * Cl);
-  matmul_backward<Real>(space_, d.dln, dw.fc_w, dw.fc_b, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
+  gelu_backward_bias(space_, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
+  matmul_backward<Real>(space_, d.dln, dw.fc_w, no_bias, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   copy_to_.backward(span_of(d.dln));
   layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, d.dln, s.residual2, w.ln2_w,
-                     s.ln2_mean, s.ln2_rstd, N, C);
+                     s.ln2_mean, s.ln2_rstd, N, C, dw.attproj_b);
   // Attention branch; d.dresidual becomes dL/d x.
   reduce_from_.backward(span_of(d.dresidual));
   matmul_backward<Real>(space_, d.datty, dw.attproj_w, no_bias, d.column_partials, d.dresidual, s.atty, w.attproj_w, N,
                         Cl, C);
-  bias_backward(space_, dw.attproj_b, d.column_partials, d.dresidual, N, C);
   attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
   matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
   copy_to_.backward(span_of(d.dln));
   layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, d.dln, x, w.ln1_w, s.ln1_mean,
-                     s.ln1_rstd, N, C);
+                     s.ln1_rstd, N, C, l > 0 ? dparams_.blocks[l - 1].fcproj_b : Vec<Real>());
 }
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).

@@ -61,19 +61,19 @@ void Gpt2<Real>::block_forward(int l, CVec<Real> x, const BlockActivations<Real>
   copy_to_.forward(span_of(s.ln1));
   matmul_forward<Real>(space_, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
   attention_forward(space_, s.atty, s.att, s.qkv, B, T, Cl, NH);
+  // The row-parallel products are summed over the group before their bias joins (once), fused
+  // with the residual add and the LayerNorm after it.
   matmul_forward<Real>(space_, proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
   reduce_from_.forward(span_of(proj));
-  add_bias(space_, proj, w.attproj_b, N, C);
-  residual_forward(space_, s.residual2, x, proj, long(N) * C);
-  layernorm_forward(space_, s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, w.ln2_w, w.ln2_b, N, C);
+  residual_layernorm_forward(space_, s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, x, proj, w.attproj_b, w.ln2_w,
+                             w.ln2_b, N, C);
   copy_to_.forward(span_of(s.ln2));
-  matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
-  gelu_forward(space_, s.fch_gelu, s.fch, long(N) * 4 * Cl);
+  matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, no_bias, N, C, 4 * Cl);
+  bias_gelu_forward(space_, s.fch, s.fch_gelu, w.fc_b, N, 4 * Cl);
   if (!to_output) return;
   matmul_forward<Real>(space_, proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
   reduce_from_.forward(span_of(proj));
-  add_bias(space_, proj, w.fcproj_b, N, C);
-  residual_forward(space_, s.residual3, s.residual2, proj, long(N) * C);
+  residual_forward(space_, s.residual3, s.residual2, proj, w.fcproj_b, N, C);
 }
 
 template <class Real>

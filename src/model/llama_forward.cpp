@@ -68,8 +68,7 @@ void Llama<Real>::block_forward(int slot, int l, CVec<Real> x, const LlamaBlockA
   attention_forward(space_, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
   linear_forward<Real>(space_, proj, s.atty, w.o, N, Q, C);
   reduce_from_.forward(span_of(proj));
-  residual_forward(space_, s.residual2, x, proj, long(N) * C);
-  rmsnorm_forward(space_, s.ln2, s.ln2_rstd, s.residual2, w.mlp_norm, N, C, eps);
+  residual_rmsnorm_forward(space_, s.residual2, s.ln2, s.ln2_rstd, x, proj, w.mlp_norm, N, C, eps);
   copy_to_.forward(span_of(s.ln2));
   mlp_forward(slot, l, s, proj, to_output);
   if (!to_output) return;

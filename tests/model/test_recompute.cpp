@@ -111,11 +111,12 @@ ActivationSizes expected_sizes(const ModelConfig& m, int batch, int tp, StagePla
   const std::size_t head = place.last() ? N * C + 2 * N + N * Vl + N + N + 2 * N : 0;
   const std::size_t slot_rest = N * C + N * C + head;  // encoded, proj, head
   // dresidual, dln, datty, dqkv, dfch, datt; the column sums' partials (one per 128 rows and column
-  // of the widest sum: the c_fc bias or LayerNorm's two, unless the rows are one chunk; dwpe sums B
-  // rows of T·C) and the token order (two N-position arrays, 256 digit counts per 256 positions).
+  // of the widest sum: the c_fc bias, or LayerNorm's two with the c_proj bias its backward adds,
+  // unless the rows are one chunk; dwpe sums B rows of T·C) and the token order (two N-position
+  // arrays, 256 digit counts per 256 positions).
   const std::size_t chunks = (N + 127) / 128, batch_chunks = (B + 127) / 128;
   const std::size_t partials =
-      std::max(chunks > 1 ? chunks * std::max(4 * Cl, 2 * C) : 0, batch_chunks > 1 ? batch_chunks * T * C : 0);
+      std::max(chunks > 1 ? chunks * std::max(4 * Cl, 3 * C) : 0, batch_chunks > 1 ? batch_chunks * T * C : 0);
   const std::size_t backward = 2 * N * C + 8 * N * Cl + att + partials + 2 * N + 256 * ((N + 255) / 256);
   switch (r) {
     case Recompute::none: return {slots * (L * block + slot_rest), backward};

@@ -92,9 +92,10 @@ BackwardScratch<Real> carve_scratch(Carver<Real>& c, const LocalDims& d) {
   s.dqkv = c.take(N * 3 * Cl);
   s.datt = c.take(B * NH * T * T);
   s.dfch = c.take(N * 4 * Cl);
+  // The widest column sum: c_fc's bias, or a LayerNorm's two with the c_proj bias its backward adds.
   s.column_partials =
       c.template take_as<accum_t<Real>>(std::max({column_sum_workspace(N, 4 * Cl), column_sum_workspace(N, 3 * Cl),
-                                                  column_sum_workspace(N, C, 2), encoder_backward_workspace(B, T, C)}));
+                                                  column_sum_workspace(N, C, 3), encoder_backward_workspace(B, T, C)}));
   s.token_order = c.template take_as<int>(token_order_workspace(N));
   return s;
 }
