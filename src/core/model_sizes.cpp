@@ -125,7 +125,14 @@ std::vector<Tensor> largest_tensors(const ModelConfig& m, int micro_batch, int e
     t.push_back({"layers.*.mlp.experts.*.gate_proj|up_proj.weight", {scaled(2, expert_dim(m)), C}});
   }
 
-  t.push_back({"the logits", {N, V}});
+  // The logits' columns: the vocabulary padded for the GEMMs (one rank's, before tensor parallelism splits it).
+  const Dim padded = m.vocab_multiple > 1 ? Dim{padded_vocab(m),
+                                                fmt::format("model.vocab {} padded to a multiple of "
+                                                            "train.vocab_multiple {}",
+                                                            m.vocab, m.vocab_multiple),
+                                                {"model.vocab", "train.vocab_multiple"}}
+                                          : V;
+  t.push_back({"the logits", {N, padded}});
   t.push_back({"the attention probabilities", {B, key_dim("model.heads", m.heads), T, T}});
   t.push_back({"the q|k|v activations", {N, qkv}});
   if (!llama) t.push_back({"the MLP activations", {N, mlp_dim(m)}});
@@ -230,6 +237,16 @@ Size parameter_count(const ModelConfig& m) {
   const Size moe_blocks = m.moe_blocks();
   const Size dense_blocks = Size(m.layers - m.moe_blocks());
   return Size(2) * V * C + C + L * attention + dense_blocks * swiglu + moe_blocks * moe;
+}
+
+int automatic_vocab_multiple() { return MESHTRAIN_AUTO_VOCAB_MULTIPLE; }
+
+int resolved_vocab_multiple(int key) { return key > 0 ? key : automatic_vocab_multiple(); }
+
+Size padded_vocab(const ModelConfig& m, int tp) {
+  const Size multiple = Size(std::max(1, m.vocab_multiple)) * Size(std::max(1, tp));
+  if (multiple.overflowed()) return multiple;
+  return Size((std::int64_t(m.vocab) + multiple.value() - 1) / multiple.value()) * multiple;
 }
 
 void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep) {
