@@ -225,7 +225,8 @@ struct TrainConfig {
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
   bool tf32 = false;  // fp32 GEMMs on CUDA builds through TF32 tensor cores (kernels/gemm.hpp)
-  int vocab_multiple = 0;  // the GEMMs' vocabulary padding (0: the build's, 128 on CUDA, 1 on the host); see ModelConfig
+  // Vocabulary padding for the GEMMs (0: 128 on CUDA builds, 1 on the host); the layouts read ModelConfig's.
+  int vocab_multiple = 0;
   double loss_scale = 65536;              // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
   NonFinite nonfinite = NonFinite::stop;  // fp16: its loss only (the scaler handles its gradients)

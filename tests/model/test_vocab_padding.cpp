@@ -245,7 +245,8 @@ TEST(VocabPadding, CrossEntropyIgnoresPadColumns) {
   Kokkos::deep_copy(wide, hw);
   Kokkos::deep_copy(targets, ht);
   const CVec<int> t(targets.data(), N);
-  softmax_cross_entropy<float>(space, Vec<float>(losses_narrow), Vec<float>(narrow), CVec<float>(narrow), t, N, V, 0.5f);
+  softmax_cross_entropy<float>(space, Vec<float>(losses_narrow), Vec<float>(narrow), CVec<float>(narrow), t, N, V,
+                               0.5f);
   softmax_cross_entropy<float>(space, Vec<float>(losses_wide), Vec<float>(wide), CVec<float>(wide), t, N, V, 0.5f, W);
   auto ln = Kokkos::create_mirror_view_and_copy(HostSpace(), losses_narrow);
   auto lw = Kokkos::create_mirror_view_and_copy(HostSpace(), losses_wide);

@@ -123,8 +123,8 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           padded.train.precision = parse_name<Precision>(precision);
           ModelState other(space, padded, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place,
                            slots);
-          const MemoryBytes a = other.memory() + MemoryBytes::of(MemoryCategory::workspace,
-                                                                 BatchLoader::bytes_for(2, cfg.model.seq_len));
+          const MemoryBytes a =
+              other.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
           const MemoryBytes p = planned_rank_memory(padded, grid, pos);
           for (int c = 0; c < memory_categories; ++c) {
             EXPECT_EQ(a.bytes[c], p.bytes[c]) << "padded " << precision << " " << category_name(MemoryCategory(c));
