@@ -176,6 +176,8 @@ int sample_command(const Args& args, MPI_Comm comm) {
   Buffer<int> inputs("meshtrain::sample::inputs", T);
   auto host_inputs = Kokkos::create_mirror_view(inputs);
   Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);
+  // A row of logits is the padded vocabulary wide (train.vocab_multiple).
+  const std::size_t width = std::size_t(model->layout().padded_vocab());
 
   const int rank = mpi::rank_of(comm);
   TokenPrinter printer(o.ids || !tokenizer ? nullptr : &*tokenizer, !o.ids && V == 256);
@@ -190,7 +192,8 @@ int sample_command(const Args& args, MPI_Comm comm) {
     for (int t = 0; t < n; ++t) host_inputs(t) = context[context.size() - n + t];
     Kokkos::deep_copy(inputs, host_inputs);
     const CVec<float> logits = model->forward_logits(CVec<int>(inputs.data(), T));
-    Kokkos::deep_copy(logits_row, Kokkos::subview(logits, std::make_pair(std::size_t(n - 1) * V, std::size_t(n) * V)));
+    const std::size_t first = std::size_t(n - 1) * width;  // row n − 1's V tokens, not its padding
+    Kokkos::deep_copy(logits_row, Kokkos::subview(logits, std::make_pair(first, first + std::size_t(V))));
     const int next = draw_token(logits_row.data(), drawable, o.temperature, uniform_draw(o.seed, i));
     context.push_back(next);
     if (rank == 0) printer.add(next);

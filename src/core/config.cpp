@@ -112,6 +112,9 @@ class KeyTable {
     add_choice("train.recompute", cfg.train.recompute, "activation recomputation: {}");
     add("train.tf32", cfg.train.tf32,
         "fp32 runs on CUDA builds: GEMMs on TF32 tensor cores (10-bit mantissa inputs; host builds stay exact)");
+    add("train.vocab_multiple", cfg.train.vocab_multiple,
+        "pad the vocabulary to a multiple of this (x tp) for the GEMMs; the pad is out of the loss and of "
+        "checkpoints (0: 128 on CUDA builds, 1 on host builds)");
     add_choice("train.nonfinite", cfg.train.nonfinite,
                "a non-finite loss or gradient norm (under fp16 a non-finite loss): {}");
     add("train.nonfinite_skips", cfg.train.nonfinite_skips,
@@ -335,6 +338,10 @@ void validate(const Config& c, const GivenKeys& given) {
                 c.train.loss_scale);
   }
   require_positive("train.loss_scale_window", c.train.loss_scale_window);
+  if (c.train.vocab_multiple < 0 || c.train.vocab_multiple > 65536) {
+    input_error("train.vocab_multiple = {} is invalid: it must lie in 0..65536 (0: the build's choice)",
+                c.train.vocab_multiple);
+  }
 
   require_positive_real("optim.lr", c.optim.lr);
   require_non_negative("optim.min_lr", c.optim.min_lr);
@@ -379,6 +386,12 @@ void validate(const Config& c, const GivenKeys& given) {
   if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);
   // Last: every size the keys imply, now that each key is valid on its own.
   require_sizes_fit(c.model, c.train.micro_batch, c.parallel.ep);
+}
+
+// The multiple the layouts pad the vocabulary to, from train.vocab_multiple and this build (validate()
+// refuses a key out of range; the layouts never see less than 1).
+void resolve_vocab_multiple(Config& c) {
+  c.model.vocab_multiple = std::max(1, resolved_vocab_multiple(c.train.vocab_multiple));
 }
 
 // Boost's messages name the option as "--model.layers"; ours say the key.
@@ -444,6 +457,7 @@ Config parse_config(const std::vector<std::string>& args) {
   for (const auto& [key, value] : vm) {
     if (!value.defaulted()) given.insert(key);
   }
+  resolve_vocab_multiple(cfg);
   validate(cfg, given);
   return cfg;
 }
@@ -455,6 +469,7 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin) {
   std::istringstream in(ini_text);
   parse_ini_stream(in, table, vm, origin);
   po::notify(vm);
+  resolve_vocab_multiple(cfg);
   // The checks name keys, not where they were read: a stored config's refusal names its file too.
   try {
     validate(cfg, {});

@@ -191,6 +191,10 @@ struct ModelConfig {
   bool normalize_gates = true;  // gate weights: the k probabilities renormalised to sum 1 (Mixtral)
   double aux_loss_coef = 0.01;  // weight of the Switch/GShard load-balancing loss
   double z_loss_coef = 0;       // weight of the router z-loss
+  // Not a [model] key: train.vocab_multiple as resolved for this build (parse_config, config_from_ini), the
+  // multiple the vocabulary is padded to for the GEMMs (padded_vocab, core/model_sizes.hpp). It leaves the
+  // model itself (its tensors, checkpoints, exports) unchanged. 1, no padding, in a ModelConfig built in code.
+  int vocab_multiple = 1;
 
   // Key/value heads: kv_heads, or heads when it is 0 (always heads under gpt2).
   int kv_head_count() const { return arch == Arch::llama && kv_heads > 0 ? kv_heads : heads; }
@@ -224,6 +228,8 @@ struct TrainConfig {
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
   bool tf32 = false;  // fp32 GEMMs on CUDA builds through TF32 tensor cores (kernels/gemm.hpp)
+  // Vocabulary padding for the GEMMs (0: 128 on CUDA builds, 1 on the host); the layouts read ModelConfig's.
+  int vocab_multiple = 0;
   double loss_scale = 65536;              // fp16: initial dynamic loss scale
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
   NonFinite nonfinite = NonFinite::stop;  // fp16: its loss only (the scaler handles its gradients)

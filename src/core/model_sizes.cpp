@@ -264,6 +264,16 @@ Size parameter_count(const ModelConfig& m) {
   return Size(2) * V * C + C + L * attention + dense_blocks * swiglu + moe_blocks * moe;
 }
 
+int automatic_vocab_multiple() { return MESHTRAIN_AUTO_VOCAB_MULTIPLE; }
+
+int resolved_vocab_multiple(int key) { return key > 0 ? key : automatic_vocab_multiple(); }
+
+Size padded_vocab(const ModelConfig& m, int tp) {
+  const Size multiple = Size(std::max(1, m.vocab_multiple)) * Size(std::max(1, tp));
+  if (multiple.overflowed()) return multiple;
+  return Size((std::int64_t(m.vocab) + multiple.value() - 1) / multiple.value()) * multiple;
+}
+
 void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep) {
   require_width_fits(m.arch == Arch::llama ? "the SwiGLU width" : "the MLP width", mlp_dim(m));
   if (m.experts > 0) {

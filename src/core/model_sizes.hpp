@@ -68,6 +68,18 @@ Size shared_width(const ModelConfig& m);
 // one assignment per token: a larger capacity never binds). 0: no capacity (capacity_factor 0).
 std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens);
 
+// train.vocab_multiple's automatic value (0): 128 on builds whose GEMMs run on cuBLAS (its aligned
+// tensor-core kernels want leading dimensions of such multiples; llm.c pads GPT-2's 50257 to 50304), 1 on
+// host builds, whose results and speed stay those of the unpadded vocabulary.
+int automatic_vocab_multiple();
+// The multiple train.vocab_multiple = `key` asks for: the key, or automatic_vocab_multiple() for 0.
+int resolved_vocab_multiple(int key);
+
+// The one rule for the vocabulary the GEMMs see: V rounded up to a multiple of m.vocab_multiple × tp, so
+// each of the tp ranks holds an equal share of whole multiples (share/docs/design.md, Vocabulary padding).
+// The rows past V are padding: zero weights, zero gradients, in no checkpoint or export.
+Size padded_vocab(const ModelConfig& m, int tp = 1);
+
 // Parameters of the whole model (every tensor once, unsharded, unpadded): ParameterLayout(m).total()
 // in closed form, without building the layout's millions of entries for a model of many experts.
 Size parameter_count(const ModelConfig& m);

@@ -1,7 +1,8 @@
 // Softmax cross-entropy on the logits, fused with its gradient, and the deterministic sums that
 // turn per-row losses into a mean and gradients into a norm.
 //
-// Sizes: N rows (= B*T), V vocabulary.
+// Sizes: N rows (= B*T), V vocabulary; each row of logits and dlogits `stride` ≥ V wide (the vocabulary
+// padded for the GEMMs, share/docs/design.md): the columns past V are no token's, their dlogits 0.
 //   p[n,:] = softmax(logits[n,:]) (shifted by the row maximum)
 //   losses[n] = −log p[n, targets[n]] = log Σ_v exp(logits[n,v] − max) − (logits[n,target] − max)
 //   dlogits[n,v] = (p[n,v] − [v = targets[n]]) · grad_scale
@@ -27,7 +28,8 @@ inline constexpr long kReduceChunk = 4096;
 template <class Real>
 void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Vec<Real> dlogits,
                            CVec<std::type_identity_t<Real>> logits, CVec<std::int32_t> targets, int N, int V,
-                           accum_t<Real> grad_scale) {
+                           accum_t<Real> grad_scale, int stride = 0) {
+  if (stride < V) stride = V;  // unpadded rows
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -36,7 +38,7 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
   Kokkos::parallel_for(
       "meshtrain::cross_entropy::forward_backward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
-        const long row = static_cast<long>(n) * V;
+        const long row = static_cast<long>(n) * stride;
         const int target = targets(n);
         A row_max;
         Kokkos::parallel_reduce(
@@ -70,6 +72,7 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
           }
           dlogits(row + v) = Real((v == target ? p - A(1) : p) * grad_scale);
         });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V, stride), [&](int v) { dlogits(row + v) = Real(0); });
         Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = kmath::log(sum) - (target_logit - row_max); });
       });
 }

@@ -4,6 +4,7 @@
 // 0 for float and double, and on CUDA builds.
 #pragma once
 
+#include "core/model_sizes.hpp"
 #include "kernels/gemm.hpp"
 #include "model/parameters.hpp"
 
@@ -21,7 +22,7 @@ namespace meshtrain {
 template <class Real>
 std::size_t gpt2_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 1) {
   const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, Cl = C / tp, hs = C / m.heads;
-  const int Vl = (m.vocab + tp - 1) / tp;  // this rank's (padded) vocabulary rows
+  const int Vl = int(padded_vocab(m, tp).value() / tp);  // this rank's (padded) vocabulary rows
   const GemmShape products[] = {
       {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // tied output head: logits, dlnf, dwte
       {N, 3 * Cl, C}, {N, C, 3 * Cl}, {C, 3 * Cl, N},  // c_attn: forward, input and weight gradients
@@ -54,7 +55,7 @@ inline void add_swiglu_products(std::vector<GemmShape>& products, int rows, int 
 template <class Real>
 std::size_t llama_gemm_workspace_bytes(const ModelConfig& m, int batch, int tp = 1) {
   const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, hs = m.head_size();
-  const int Vl = (m.vocab + tp - 1) / tp;
+  const int Vl = int(padded_vocab(m, tp).value() / tp);
   const int Q = m.heads / tp * hs, QKV = (m.heads + 2 * m.kv_head_count()) / tp * hs;
   std::vector<GemmShape> products = {
       {N, Vl, C},  {N, C, Vl},  {Vl, C, N},   // lm_head: logits, dnorm, dlm_head

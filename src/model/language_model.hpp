@@ -61,7 +61,8 @@ class LanguageModel {
   virtual CVec<Real> stage_output(int slot) const = 0;  // (N, C)
   virtual Vec<Real> output_gradient() const = 0;        // (N, C)
   virtual CVec<Real> input_gradient() const = 0;        // (N, C)
-  // Inference: logits (N, V) for `inputs`, no loss.
+  // Inference: logits for `inputs`, no loss: N rows of layout().padded_vocab() / tp columns (the padded
+  // vocabulary's, train.vocab_multiple), of which the first V are the tokens'.
   virtual CVec<Real> forward_logits(CVec<int> inputs) = 0;
 
   // Mixture of experts: the weight `grad_scale` that the coming micro-batches' losses carry in the

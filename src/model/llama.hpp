@@ -19,6 +19,7 @@
 // H SwiGLU hidden size, V vocab, N = B·T; a trailing l is this rank's share (NHl = NH/tp, …).
 #pragma once
 
+#include "core/model_sizes.hpp"
 #include "kernels/encoder.hpp"
 #include "kernels/grouped_linear.hpp"
 #include "kernels/moe_router.hpp"
@@ -72,7 +73,7 @@ struct LlamaDims {
 
 inline LlamaDims llama_dims(const ModelConfig& m, int batch, int tp, int first_layer, int layers, bool head,
                             int ep = 1) {
-  const std::size_t t = std::size_t(tp), padded = (std::size_t(m.vocab) + t - 1) / t * t;
+  const std::size_t t = std::size_t(tp), padded = std::size_t(padded_vocab(m, tp).value());
   const std::size_t N = std::size_t(batch) * m.seq_len, E = std::size_t(m.experts);
   const std::size_t k = E > 0 ? std::size_t(m.experts_per_token) : 0;
   const int capacity = m.expert_capacity(int(N));

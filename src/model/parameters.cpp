@@ -2,6 +2,7 @@
 #include "model/parameters.hpp"
 
 #include "core/errors.hpp"
+#include "core/model_sizes.hpp"
 
 #include <fmt/format.h>
 
@@ -66,7 +67,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
       tp_rank_(tp_rank),
       ep_(ep),
       ep_rank_(ep_rank),
-      padded_vocab_((model.vocab + tp - 1) / tp * tp),
+      padded_vocab_(int(meshtrain::padded_vocab(model, tp).value())),
       place_(place),
       first_layer_(place.stage * model.layers / place.stages),
       end_layer_((place.stage + 1) * model.layers / place.stages),
@@ -83,8 +84,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
   close_unit();
 }
 
-// Vocabulary-parallel rows of a [V, C] table: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary;
-// only the real rows belong to the tensor (and the checkpoint), the rest of the local array is padding.
+// Vocabulary-parallel rows of a [V, C] table: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary
+// (padded_vocab: for tp and train.vocab_multiple); only the real rows belong to the tensor (and the
+// checkpoint), the rest of the local array is padding.
 void ParameterLayout::add_vocabulary_table(const std::string& name) {
   const std::uint64_t C = model_.d_model, V = model_.vocab;
   const std::uint64_t rows = padded_vocab_ / tp_, first = rows * tp_rank_;
@@ -343,13 +345,14 @@ double stage_flops_per_token(const ParameterLayout& layout) {
 double active_parameters(const ParameterLayout& layout) {
   const ParameterLayout whole(layout.model());
   double active = 0;
-  for (const TensorInfo& t : whole.tensors()) active += active_share(t, whole.model()) * double(t.numel);
+  // The tensor's own elements: the vocabulary's padding is no parameter.
+  for (const TensorInfo& t : whole.tensors()) active += active_share(t, whole.model()) * double(t.piece.elements());
   return active;
 }
 
 std::string parameter_count_text(const ModelConfig& model) {
   const ParameterLayout whole(model);
-  const double total = double(whole.total());
+  const double total = double(parameter_count(model).value());
   if (model.experts == 0) return fmt::format("{:.2f}M parameters", total / 1e6);
   return fmt::format("{:.2f}M parameters total, {:.2f}M active per token", total / 1e6, active_parameters(whole) / 1e6);
 }

@@ -86,7 +86,8 @@ struct TensorInfo {
 };
 
 // Tensor parallelism (Megatron): c_attn and c_fc split by columns (c_attn by heads, q|k|v of a
-// head together), both c_proj by rows, wte by vocabulary rows (padded so that tp divides it);
+// head together), both c_proj by rows, wte by vocabulary rows (padded so that tp divides it, and
+// each share is a multiple of train.vocab_multiple);
 // LayerNorms, wpe and the c_proj biases replicated.
 // Pipeline parallelism: stage s of pp holds blocks [s·L/pp, (s+1)·L/pp); the first stage also wte
 // and wpe, the last ln_f and wte again for the tied head.
@@ -141,7 +142,8 @@ class ParameterLayout {
   // The routed experts of each MoE block this rank holds: global experts [first_expert(), + local_experts()).
   int local_experts() const { return model_.experts / ep_; }
   int first_expert() const { return ep_rank_ * local_experts(); }
-  // Vocabulary rows of wte across all tp ranks: V rounded up to a multiple of tp.
+  // Vocabulary rows of wte across all tp ranks: V rounded up to a multiple of vocab_multiple × tp
+  // (padded_vocab, core/model_sizes.hpp); each rank's array has padded_vocab() / tp rows.
   int padded_vocab() const { return padded_vocab_; }
   const StagePlace& place() const { return place_; }
   int first_layer() const { return first_layer_; }  // global index of this stage's first block

@@ -2,6 +2,7 @@
 #include "plan/plan_report.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
 #include "parallel/traffic_json.hpp"
 #include "plan/traffic.hpp"
@@ -116,7 +117,7 @@ nlohmann::json model_json(const ModelConfig& m) {
           {"mlp_hidden", m.mlp_hidden()},
           {"vocab", m.vocab},
           {"seq_len", m.seq_len},
-          {"parameters", ParameterLayout(m).total()},
+          {"parameters", parameter_count(m).value()},
           {"active_parameters", active_parameters(ParameterLayout(m))},
           {"experts", m.experts},
           {"experts_per_token", m.experts > 0 ? m.experts_per_token : 0},

@@ -1082,6 +1082,29 @@ class Commands(CliCase):
         self.assertEqual(self.run_ok(["sample", "--checkpoint", parallel, *args]).stdout,
                          self.run_ok(["sample", "--checkpoint", single, *args]).stdout)
 
+    def test_sample_from_a_padded_vocabulary(self):
+        """A run whose vocabulary (300) is padded to 384 for the GEMMs (train.vocab_multiple 128) stores
+        wte as [300, C], resumes unpadded (one step at learning rate 1e-30 re-saves the same weights,
+        bitwise, as the other test above shows for layouts), and samples as the unpadded file does:
+        `sample` builds the model its stored config asks for, so it reads logits rows 384 wide there
+        and 300 wide here; a row read at the wrong width draws other tokens."""
+        random_shard(self.path("shard.bin"), 2000)
+        keys = {"data.train": "shard.bin", "checkpoint.dir": "P", "train.steps": 3, "model.vocab": 300,
+                "train.vocab_multiple": 128}
+        self.run_ok(train_args(keys))
+        shutil.copytree(self.path("P"), self.path("S"))
+        self.run_ok(train_args({**keys, "checkpoint.dir": "S", "train.steps": 4, "train.vocab_multiple": 1,
+                                "optim.lr": 1e-30, "optim.min_lr": 1e-30}))
+        padded, unpadded = self.path("P", "step_00000003.h5"), self.path("S", "step_00000004.h5")
+        a, b = h5_tensors(padded), h5_tensors(unpadded, ("model",))
+        self.assertEqual(a["model/wte.weight"].shape, (300, 16), "the stored vocabulary is the model's")
+        self.assertEqual(a["optim/exp_avg/wte.weight"].shape, (300, 16))
+        for name in b:
+            self.assertEqual(a[name].tobytes(), b[name].tobytes(), name)
+        args = ["--prompt", "The ", "--tokens", "48", "--seed", "5"]
+        self.assertEqual(self.run_ok(["sample", "--checkpoint", padded, *args]).stdout,
+                         self.run_ok(["sample", "--checkpoint", unpadded, *args]).stdout)
+
     def test_config_file_and_command_line(self):
         # INI keys apply; where the INI and the command line both set a key, the command line wins.
         random_shard(self.path("shard.bin"), 500)

@@ -196,6 +196,11 @@ def compare_close(layout, got, ref, args, model):
     weights, ref_weights = got["model"], ref["model"]
     if set(weights) != set(ref_weights):
         return failures + [f"{layout}: tensors {sorted(set(weights) ^ set(ref_weights))} are not in both"]
+    # The stored shapes are the model's whatever the layout (a padded vocabulary is never stored).
+    shapes = [f"{k} {weights[k].shape} vs {ref_weights[k].shape}" for k in sorted(ref_weights)
+              if weights[k].shape != ref_weights[k].shape]
+    if shapes:
+        return failures + [f"{layout}: stored shapes differ: {', '.join(shapes)}"]
     if args.exact:
         differ = [k for k in ref_weights if weights[k].tobytes() != ref_weights[k].tobytes()]
         print(f"  final weights: {len(differ)} of {len(ref_weights)} tensors differ")

@@ -117,6 +117,25 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           }
           EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << mode;
         }
+        // The vocabulary padded for the GEMMs (53 to 128 × tp rows, train.vocab_multiple): larger
+        // weights, logits and 16-bit GEMM workspace, planned as allocated.
+        for (const char* precision : {"fp32", "bf16"}) {
+          Config padded = cfg;
+          padded.model.vocab_multiple = 128;
+          padded.train.precision = parse_name<Precision>(precision);
+          ModelState other(space, padded, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD}, place,
+                           slots);
+          const MemoryBytes a =
+              other.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
+          const MemoryBytes p = planned_rank_memory(padded, grid, pos);
+          for (int c = 0; c < memory_categories; ++c) {
+            EXPECT_EQ(a.bytes[c], p.bytes[c]) << "padded " << precision << " " << category_name(MemoryCategory(c));
+          }
+          EXPECT_EQ(other.layout().padded_vocab(), 128 * tp);
+          if (place.last() && std::string(precision) == "fp32") {
+            EXPECT_GT(a[MemoryCategory::activations], actual[MemoryCategory::activations]);  // the logits
+          }
+        }
         // 16-bit runs: planned = allocated; the fp32 master is whole at stage 0 and the owned slices
         // from stage 1 on; the model's 16-bit weights are whole below stage 3 (half the bytes of an
         // fp32 run's) and a shard plus the working units at stage 3.

@@ -3,6 +3,7 @@
 // allocated buffer, so the counts and the views cannot disagree. Internal to model/gpt2.cpp.
 #pragma once
 
+#include "core/model_sizes.hpp"
 #include "kernels/encoder.hpp"
 #include "model/gpt2.hpp"
 #include "model/impl/carver.hpp"
@@ -23,7 +24,7 @@ struct LocalDims {
 };
 
 inline LocalDims local_dims(const ModelConfig& m, int batch, int tp, int layers, bool head) {
-  const std::size_t padded = (std::size_t(m.vocab) + tp - 1) / tp * tp;
+  const std::size_t padded = std::size_t(padded_vocab(m, tp).value());
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),

@@ -37,7 +37,8 @@ void mean_cross_entropy(const ExecSpace& space, bool tp_active, const VocabParal
                         const TensorInfo& table, accum_t<Real> grad_scale, const LossSum& sum) {
   using Accum = accum_t<Real>;
   if (!tp_active) {
-    softmax_cross_entropy(space, a.losses, a.logits, a.logits, targets, N, layout.model().vocab, grad_scale);
+    softmax_cross_entropy(space, a.losses, a.logits, a.logits, targets, N, layout.model().vocab, grad_scale,
+                          layout.padded_vocab());
   } else {
     const VocabColumns cols{layout.padded_vocab() / layout.tp(), int(table.piece.block[0]), int(table.piece.offset[0])};
     vocab_parallel_row_max(space, a.row_max, a.logits, N, cols);
