@@ -96,28 +96,60 @@ struct RouterLosses {
   double aux, z;
 };
 
-// routed [E]: assignments routed to each expert before capacity (moe_assign's). Summed in double in
-// a fixed order: each expert's column of p in row chunks of kReduceChunk, each chunk in row order,
-// the chunk terms combined by Kokkos' reduction (fixed for a backend and thread count, as
-// chunked_sum); z through squared_norm. Fences (the values come back to the host).
+// Adds one MoE block's two losses into sums(2·b) (aux) and sums(2·b + 1) (z) on the device: one
+// launch and no read, so a training step reads every block's sums once, at its end. routed [E]:
+// assignments routed to each expert before capacity (moe_assign's). Summed in double: team 0 the
+// aux loss, each expert's column of p in row chunks of kReduceChunk (each chunk in row order), the
+// chunk terms combined by the team's reduction; team 1 Σ lse² the same way (as squared_norm's
+// chunks). The combination order is fixed for a backend and team size.
+template <class A>
+void add_router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> routed, int N, int E, int k,
+                       Vec<double> sums, int b) {
+  static_assert(reachable_v<CVec<A>> && reachable_v<CVec<int>> && reachable_v<Vec<double>>);
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const long chunks = (static_cast<long>(N) + kReduceChunk - 1) / kReduceChunk;
+  const double tokens = N;
+  Kokkos::parallel_for(
+      "meshtrain::moe_router::losses", team_policy(space, 2), KOKKOS_LAMBDA(const Team& team) {
+        double total = 0;
+        if (team.league_rank() == 0) {  // Σ_e routed[e] · Σ_n p[n,e]
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, chunks * E),
+              [&](long i, double& acc) {
+                const int e = static_cast<int>(i % E);  // neighbouring threads read neighbouring columns
+                const long begin = (i / E) * kReduceChunk;
+                const long end = begin + kReduceChunk < N ? begin + kReduceChunk : N;
+                double column = 0;
+                for (long n = begin; n < end; ++n) column += static_cast<double>(probs(n * E + e));
+                acc += static_cast<double>(routed(e)) * column;
+              },
+              total);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(2 * b) += E * total / (tokens * k * tokens); });
+        } else {  // Σ_n lse[n]²
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, chunks),
+              [&](long c, double& acc) {
+                const long end = (c + 1) * kReduceChunk < N ? (c + 1) * kReduceChunk : N;
+                double s = 0;
+                for (long n = c * kReduceChunk; n < end; ++n) {
+                  const double x = static_cast<double>(lse(n));
+                  s += x * x;
+                }
+                acc += s;
+              },
+              total);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(2 * b + 1) += total / tokens; });
+        }
+      });
+}
+
+// The same two losses read back to the host (tests; fences).
 template <class A>
 RouterLosses router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> routed, int N, int E, int k) {
-  static_assert(reachable_v<CVec<A>> && reachable_v<CVec<int>>);
-  const long chunks = (static_cast<long>(N) + kReduceChunk - 1) / kReduceChunk;
-  double weighted = 0;  // Σ_e routed[e] · Σ_n p[n,e]
-  Kokkos::parallel_reduce(
-      "meshtrain::moe_router::aux_loss", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks * E),
-      KOKKOS_LAMBDA(long i, double& acc) {
-        const int e = static_cast<int>(i % E);  // neighbouring threads read neighbouring columns
-        const long begin = (i / E) * kReduceChunk;
-        const long end = begin + kReduceChunk < N ? begin + kReduceChunk : N;
-        double column = 0;
-        for (long n = begin; n < end; ++n) column += static_cast<double>(probs(n * E + e));
-        acc += static_cast<double>(routed(e)) * column;
-      },
-      weighted);
-  const double tokens = N;
-  return {E * weighted / (tokens * k * tokens), squared_norm<A>(space, lse, N) / tokens};
+  const Buffer<double> sums("meshtrain::moe_router::loss_sums", 2);
+  add_router_losses<A>(space, probs, lse, routed, N, E, k, sums, 0);
+  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, sums);
+  return {host(0), host(1)};
 }
 
 namespace detail {

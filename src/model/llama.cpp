@@ -128,6 +128,7 @@ Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, 
     router_statistics_.blocks.push_back(layout_.first_layer() + l);
   }
   router_statistics_.experts = int(dims_.E);
+  router_loss_sums_ = Buffer<double>("meshtrain::moe_router::loss_sums", 2 * router_statistics_.blocks.size());
   clear_router_statistics();
 }
 
@@ -136,9 +137,30 @@ void Llama<Real>::clear_router_statistics() {
   RouterStatistics& r = router_statistics_;
   r.routed.assign(r.blocks.size() * std::size_t(r.experts), 0.0);
   r.kept.assign(r.routed.size(), 0.0);
+  r.passes = 0;
+  // A kernel, not a deep_copy fill: the step's count of copies stays at its reads.
+  const Buffer<double> sums = router_loss_sums_;
+  if (sums.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "meshtrain::moe_router::clear_losses", Kokkos::RangePolicy<ExecSpace>(space_, 0, long(sums.extent(0))),
+      KOKKOS_LAMBDA(long i) { sums(i) = 0; });
+}
+
+// The routers' counts as recorded, with the losses read from the device: one copy per call.
+template <class Real>
+RouterStatistics Llama<Real>::router_statistics() const {
+  RouterStatistics r = router_statistics_;
   r.aux_loss.assign(r.blocks.size(), 0.0);
   r.z_loss.assign(r.blocks.size(), 0.0);
-  r.passes = 0;
+  if (r.blocks.empty()) return r;
+  const auto sums = Kokkos::create_mirror_view(Kokkos::HostSpace{}, router_loss_sums_);
+  Kokkos::deep_copy(space_, sums, router_loss_sums_);
+  space_.fence();
+  for (std::size_t b = 0; b < r.blocks.size(); ++b) {
+    r.aux_loss[b] = sums(2 * b);
+    r.z_loss[b] = sums(2 * b + 1);
+  }
+  return r;
 }
 
 template <class Real>

@@ -245,7 +245,7 @@ class Llama final : public LanguageModel<Real> {
   CVec<Real> stage_output(int slot) const override;
   Vec<Real> output_gradient() const override { return scratch_.dresidual; }
   CVec<Real> input_gradient() const override { return scratch_.dresidual; }
-  RouterStatistics router_statistics() const override { return router_statistics_; }
+  RouterStatistics router_statistics() const override;
   void clear_router_statistics() override;
 
  private:
@@ -263,7 +263,9 @@ class Llama final : public LanguageModel<Real> {
   void router_input_backward(int slot, int l);
   // Copies an MoE block's routed counts and row offsets to the host and sets its experts' row groups.
   void read_routing(int slot, int l);
-  void record_routing(int l, const HostRouting& host, const RouterLosses& losses);
+  // Counts block l's routing into the statistics; returns its index there (its losses' place in
+  // router_loss_sums_).
+  int record_routing(int l, const HostRouting& host);
   void recompute_block(int slot, int l);
   void head_backward(int slot);
   void block_backward(int slot, int l);
@@ -299,7 +301,8 @@ class Llama final : public LanguageModel<Real> {
   LlamaScratch<Real> scratch_;
   // Each slot's MoE blocks' routing as the host needs it ([slot][block]), read again by backward.
   std::vector<std::vector<HostRouting>> host_routing_;
-  RouterStatistics router_statistics_;
+  RouterStatistics router_statistics_;  // its aux_loss and z_loss are filled from router_loss_sums_ when read
+  Buffer<double> router_loss_sums_;     // per MoE block: Σ aux, Σ z over the passes (device memory)
 };
 
 extern template class Llama<float>;

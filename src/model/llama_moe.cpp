@@ -69,12 +69,13 @@ void Llama<Real>::moe_forward(int slot, int l, const LlamaBlockActivations<Real>
   if (!to_output) return;  // recomputation: backward has what it reads
   if (Hsl > 0) linear_forward<Real>(space_, proj, s.swiglu, w.down, N, Hsl, C);
   moe_combine(space_, proj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k, C, Hsl > 0);
-  record_routing(l, host, router_losses(space_, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(routed), N, E, k));
+  add_router_losses<Accum>(space_, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(routed), N, E, k,
+                           router_loss_sums_, record_routing(l, host));
 }
 
 // Once per forward pass (not recomputation): what the metrics sum over the step.
 template <class Real>
-void Llama<Real>::record_routing(int l, const HostRouting& host, const RouterLosses& losses) {
+int Llama<Real>::record_routing(int l, const HostRouting& host) {
   RouterStatistics& r = router_statistics_;
   const std::size_t b =
       std::size_t(std::find(r.blocks.begin(), r.blocks.end(), layout_.first_layer() + l) - r.blocks.begin());
@@ -83,8 +84,7 @@ void Llama<Real>::record_routing(int l, const HostRouting& host, const RouterLos
     r.routed[b * E + e] += host.counts[e];
     r.kept[b * E + e] += host.offsets()[e + 1] - host.offsets()[e];
   }
-  r.aux_loss[b] += losses.aux;
-  r.z_loss[b] += losses.z;
+  return int(b);
 }
 
 // scratch_.dresidual holds dL/d proj. Leaves this rank's part of dL/d ln2 in scratch_.dln and the
@@ -146,7 +146,7 @@ void Llama<Real>::router_input_backward(int slot, int l) {
 #define MESHTRAIN_LLAMA_MOE(Real)                                                                        \
   template void Llama<Real>::read_routing(int, int);                                                     \
   template void Llama<Real>::moe_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
-  template void Llama<Real>::record_routing(int, const HostRouting&, const RouterLosses&);               \
+  template int Llama<Real>::record_routing(int, const HostRouting&);                                     \
   template void Llama<Real>::moe_backward(int, int);                                                     \
   template void Llama<Real>::router_input_backward(int, int);
 MESHTRAIN_LLAMA_MOE(float)
