@@ -26,9 +26,8 @@ namespace detail {
 // (rounded to Real, what residual_forward stores). Every RMSNorm forward is this kernel, so a row
 // normalised after the fused residual has the bits of one normalised on its own.
 template <class Real>
-void rmsnorm_rows(const ExecSpace& space, const char* label, Vec<Real> out, Vec<accum_t<Real>> rstd,
-                  Vec<Real> src_out, CVec<Real> src, CVec<Real> a, CVec<Real> b, CVec<Real> weight, int N, int C,
-                  double eps) {
+void rmsnorm_rows(const ExecSpace& space, const char* label, Vec<Real> out, Vec<accum_t<Real>> rstd, Vec<Real> src_out,
+                  CVec<Real> src, CVec<Real> a, CVec<Real> b, CVec<Real> weight, int N, int C, double eps) {
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const A eps_a = A(eps);

@@ -65,8 +65,8 @@ void Gpt2<Real>::block_forward(int l, CVec<Real> x, const BlockActivations<Real>
   // with the residual add and the LayerNorm after it.
   matmul_forward<Real>(space_, proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
   reduce_from_.forward(span_of(proj));
-  residual_layernorm_forward(space_, s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, x, proj, w.attproj_b, w.ln2_w,
-                             w.ln2_b, N, C);
+  residual_layernorm_forward(space_, s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, x, proj, w.attproj_b, w.ln2_w, w.ln2_b,
+                             N, C);
   copy_to_.forward(span_of(s.ln2));
   matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, no_bias, N, C, 4 * Cl);
   bias_gelu_forward(space_, s.fch, s.fch_gelu, w.fc_b, N, 4 * Cl);

@@ -30,7 +30,8 @@ void residual_layernorm_matches_separate_kernels(bool with_bias, bool in_place) 
   const Host a = random_vector(N * C, 1), b = random_vector(N * C, 2, -3.0, 3.0), pb = random_vector(C, 3);
   const Host w = random_vector(C, 4, 0.5, 1.5), lb = random_vector(C, 5);
   // separate: b += bias; residual = a + b; LayerNorm(residual)
-  auto sep_b = to_device<Real>(b), sep_res = to_device<Real>(filled(N * C, 0)), sep_out = to_device<Real>(nan_filled(N * C));
+  auto sep_b = to_device<Real>(b), sep_res = to_device<Real>(filled(N * C, 0)),
+       sep_out = to_device<Real>(nan_filled(N * C));
   auto sep_mean = to_device<A>(nan_filled(N)), sep_rstd = to_device<A>(nan_filled(N));
   const auto d_a = to_device<Real>(a), d_pb = to_device<Real>(pb), d_w = to_device<Real>(w), d_lb = to_device<Real>(lb);
   if (with_bias) add_bias(space, vec(sep_b), cvec(d_pb), N, C);
@@ -164,8 +165,7 @@ void layernorm_backward_two_kernels(const ExecSpace& space, Vec<Real> dinp, Vec<
         const A s = rstd(n);
         A g_sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols), [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); },
-            g_sum);
+            Kokkos::TeamThreadRange(team, cols), [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
         A gx_sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, cols),
@@ -205,10 +205,10 @@ void rmsnorm_backward_two_kernels(const ExecSpace& space, Vec<Real> dinp, Vec<Re
           dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - xhat * gx_mean));
         });
       });
-  column_sums<1, Real>(space, "test::rmsnorm::backward_weight", {dweight}, partials, rows, cols,
-                       KOKKOS_LAMBDA(long n, int c) {
-                         return Kokkos::Array<A, 1>{A(dout(n * cols + c)) * A(inp(n * cols + c)) * rstd(n)};
-                       });
+  column_sums<1, Real>(
+      space, "test::rmsnorm::backward_weight", {dweight}, partials, rows, cols, KOKKOS_LAMBDA(long n, int c) {
+        return Kokkos::Array<A, 1>{A(dout(n * cols + c)) * A(inp(n * cols + c)) * rstd(n)};
+      });
 }
 
 // rows 100 is one chunk (the sums written straight to the gradients), the others several.

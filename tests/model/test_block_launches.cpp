@@ -116,8 +116,8 @@ std::map<std::string, int> difference(const std::map<std::string, int>& more, co
 template <class Real>
 void expect_block_budget(ModelConfig m, const std::string& what, int budget) {
   for (Recompute r : {Recompute::none, Recompute::full}) {
-    const std::string mode = fmt::format("{} {} recompute {}", what, sizeof(Real) * 8,
-                                         r == Recompute::none ? "none" : "full");
+    const std::string mode =
+        fmt::format("{} {} recompute {}", what, sizeof(Real) * 8, r == Recompute::none ? "none" : "full");
     std::vector<int> per_block;
     for (int batch : {4, 8}) {
       const auto fewer = launches_per_micro_batch<Real>(m, batch, r);
