@@ -41,10 +41,8 @@ void Gpt2<Real>::head_backward(int slot) {
   gemm<Real>(space_, Trans::yes, Trans::no, {Vl, C, N}, Real(1), a.logits.data(), Vl, a.lnf.data(), C, Real(1),
              g.wte.data(), C);
   Kokkos::deep_copy(space_, d.dresidual, Real(0));
-  // dL/d residual3 of the stage's last block is also its c_proj bias's (summed here, not there).
-  const int L = layout_.stage_layers();
   layernorm_backward(space_, d.dresidual, g.lnf_w, g.lnf_b, d.column_partials, d.dln, stage_output(slot), p.lnf_w,
-                     a.lnf_mean, a.lnf_rstd, N, C, L > 0 ? g.blocks[L - 1].fcproj_b : Vec<Real>());
+                     a.lnf_mean, a.lnf_rstd, N, C);
 }
 
 // Block l: scratch_.dresidual holds dL/d residual3 and becomes dL/d x, the block's input.
@@ -63,13 +61,11 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   CVec<Real> x = l == 0 ? a.encoded : a.blocks[l - 1].residual3;
   recompute_block(slot, l);
   // MLP branch; d.dresidual becomes dL/d residual2. The c_proj biases' gradients are column sums of
-  // d.dresidual, which the LayerNorm backward that leaves it adds (ln_f's or the next block's ln_1
-  // for the MLP's, ln_2 for the attention's); only a stage's last block before another stage sums
-  // its own.
+  // d.dresidual: the attention's is added by ln_2's backward, which leaves it; the MLP's is summed
+  // here, inside the block, because under ZeRO 2/3 a block's gradients live in its working room
+  // only while the block's own backward runs (the next block's ln_1 must not write them).
   reduce_from_.backward(span_of(d.dresidual));
-  if (l == layout_.stage_layers() - 1 && !layout_.place().last()) {
-    bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
-  }
+  bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
   matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.column_partials, d.dresidual, s.fch_gelu, w.fcproj_w, N,
                         4 * Cl, C);
   gelu_backward_bias(space_, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
@@ -85,7 +81,7 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   matmul_backward<Real>(space_, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
   copy_to_.backward(span_of(d.dln));
   layernorm_backward(space_, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, d.dln, x, w.ln1_w, s.ln1_mean,
-                     s.ln1_rstd, N, C, l > 0 ? dparams_.blocks[l - 1].fcproj_b : Vec<Real>());
+                     s.ln1_rstd, N, C);
 }
 
 // Each member is instantiated in the file that defines it (the class's own in gpt2.cpp).
