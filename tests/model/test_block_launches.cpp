@@ -7,6 +7,8 @@
 // MESHTRAIN_PRINT_LAUNCHES=1 prints each count by kernel name.
 #include "model/language_model.hpp"
 
+#include "common/kokkos_counters.hpp"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,36 +22,6 @@
 
 namespace meshtrain {
 namespace {
-
-std::map<std::string, int>* g_counts = nullptr;
-
-void count_launch(const char* name, const std::uint32_t, std::uint64_t* id) {
-  if (g_counts != nullptr) ++(*g_counts)[name];
-  *id = 0;
-}
-
-// Counts the launches while alive.
-class LaunchCounter {
- public:
-  LaunchCounter() {
-    g_counts = &counts_;
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(count_launch);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(count_launch);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(count_launch);
-  }
-  ~LaunchCounter() {
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(nullptr);
-    g_counts = nullptr;
-  }
-  LaunchCounter(const LaunchCounter&) = delete;
-  LaunchCounter& operator=(const LaunchCounter&) = delete;
-  const std::map<std::string, int>& counts() const { return counts_; }
-
- private:
-  std::map<std::string, int> counts_;
-};
 
 int total(const std::map<std::string, int>& counts) {
   int sum = 0;
@@ -97,10 +69,11 @@ std::map<std::string, int> launches_per_micro_batch(const ModelConfig& m, int ba
     space.fence();
   };
   step();
-  LaunchCounter counter;
-  step();
+  const test::KokkosCounts counted = test::count_kokkos(step);
   if (print_requested()) print_digest(*model, m, batch, recompute);
-  return counter.counts();
+  std::map<std::string, int> launches;
+  for (const auto& [name, kernel] : counted.kernels) launches[name] = int(kernel.launches());
+  return launches;
 }
 
 std::map<std::string, int> difference(const std::map<std::string, int>& more, const std::map<std::string, int>& less) {

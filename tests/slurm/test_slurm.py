@@ -80,7 +80,7 @@ dir = ck
 metrics = m.jsonl
 """
 STEPS = 16
-SIGNAL_STEPS = 150  # long enough that a signal sent after 3 steps lands mid-run (~40 ms a step here)
+SIGNAL_STEPS = 1000  # long enough that a signal sent after 3 steps lands mid-run (a few ms a step here; 150 ran out)
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
             "SPECIAL_EXIT", "REQUEUE_HOLD"}
@@ -504,8 +504,8 @@ class Guards(SlurmCase):
         self.wait_for_metrics(jobid, 3)
         slurm(["scancel", jobid])
         log = self.assert_job(self.wait_job(jobid), "CANCELLED", 3, restarts=0)
-        self.assert_line(log, r"^train\.sbatch: left at step \d+ of 150; the job is ending \(JobState=\w+: cancelled, "
-                              r"or at its time limit\): not requeued")
+        self.assert_line(log, rf"^train\.sbatch: left at step \d+ of {SIGNAL_STEPS}; the job is ending "
+                              r"\(JobState=\w+: cancelled, or at its time limit\): not requeued")
 
     def test_local_cluster_start_and_status_are_idempotent(self):
         p = subprocess.run([CLUSTER, "start"], env=SLURM_ENV, capture_output=True, text=True, timeout=60)

@@ -18,6 +18,7 @@
 #include "state/optimizer_state.hpp"
 #include "state/working_copy.hpp"
 
+#include "common/kokkos_counters.hpp"
 #include "common/small_moe.hpp"
 
 #include <gtest/gtest.h>
@@ -282,30 +283,6 @@ TEST(OwnedLaunches, GradientHandOffIsBitwiseThePerTensorAccumulateAndZero) {
   });
 }
 
-// Kokkos launches (for, reduce, scan) and deep copies while one is alive.
-struct LaunchCount {
-  static inline int launches = 0, deep_copies = 0;
-  static void launch(const char*, std::uint32_t, std::uint64_t*) { ++launches; }
-  static void copy(Kokkos::Tools::SpaceHandle, const char*, const void*, Kokkos::Tools::SpaceHandle, const char*,
-                   const void*, std::uint64_t) {
-    ++deep_copies;
-  }
-  LaunchCount() {
-    Kokkos::fence();
-    launches = deep_copies = 0;
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(launch);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(launch);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(launch);
-    Kokkos::Tools::Experimental::set_begin_deep_copy_callback(copy);
-  }
-  ~LaunchCount() {
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_deep_copy_callback(nullptr);
-  }
-};
-
 TEST(OwnedLaunches, LaunchesDoNotGrowWithTheTensors) {
   const std::unique_ptr<Comm> dp = make_mpi_comm(MPI_COMM_WORLD);
   for (int layers : {2, 6}) {
@@ -320,31 +297,31 @@ TEST(OwnedLaunches, LaunchesDoNotGrowWithTheTensors) {
       const auto counted = [&](const TensorInfo& t) { return layout.holds_counted_copy(t); };
       state.grad_squared_norm(counted);  // lists the runs (once)
       {
-        const LaunchCount count;
-        state.update(AdamWStep{1e-3, 0.1, 0.9, 0.95, 1e-8, 1, 1.0});
-        EXPECT_EQ(count.launches, 1) << "AdamW";
-        EXPECT_EQ(count.deep_copies, 0) << "AdamW";
+        const test::KokkosCounts c = test::count_kokkos([&] {
+          state.update(AdamWStep{1e-3, 0.1, 0.9, 0.95, 1e-8, 1, 1.0});
+        });
+        EXPECT_EQ(c.launches(), 1) << "AdamW";
+        EXPECT_EQ(c.deep_copy_count(), 0) << "AdamW";
       }
       {
-        const LaunchCount count;
-        state.grad_squared_norm(counted);
-        EXPECT_EQ(count.launches, 2) << "norm";
-        EXPECT_EQ(count.deep_copies, 1) << "norm";
+        const test::KokkosCounts c = test::count_kokkos([&] { state.grad_squared_norm(counted); });
+        EXPECT_EQ(c.launches(), 2) << "norm";
+        EXPECT_EQ(c.deep_copy_count(), 1) << "norm";
       }
       {
-        const LaunchCount count;
-        copy.publish();
-        EXPECT_EQ(count.launches, 1) << "rounding into 16 bits";
-        EXPECT_EQ(count.deep_copies, 0) << "rounding into 16 bits";
+        const test::KokkosCounts c = test::count_kokkos([&] { copy.publish(); });
+        EXPECT_EQ(c.launches(), 1) << "rounding into 16 bits";
+        EXPECT_EQ(c.deep_copy_count(), 0) << "rounding into 16 bits";
       }
       {
         // One backward pass's hand-off (its reduction is the stage's, per unit from ZeRO 1).
         const std::vector<std::size_t> points = ready_points(layout);
-        const LaunchCount count;
-        for (const std::size_t point : points) copy.ready_from(point, 1.0);
+        const test::KokkosCounts c = test::count_kokkos([&] {
+          for (const std::size_t point : points) copy.ready_from(point, 1.0);
+        });
         const int units = int(layout.units().size());
-        EXPECT_LE(count.launches, zero >= 2 ? 2 * units : int(points.size())) << "hand-off";
-        EXPECT_EQ(count.deep_copies, 0) << "hand-off";
+        EXPECT_LE(c.launches(), zero >= 2 ? 2 * units : int(points.size())) << "hand-off";
+        EXPECT_EQ(c.deep_copy_count(), 0) << "hand-off";
       }
     }
   }
