@@ -41,6 +41,15 @@ constexpr std::size_t column_sum_workspace(std::size_t N, std::size_t C, std::si
 
 namespace detail {
 
+// A caller's workspace too small for N rows × C columns × S sums: std::logic_error naming `label`.
+inline void require_workspace(const std::string& label, std::size_t elements, long N, int C, int S) {
+  const std::size_t needed = column_sum_workspace(std::size_t(N), std::size_t(C), std::size_t(S));
+  if (elements < needed) {
+    throw std::logic_error(label + ": column-sum workspace of " + std::to_string(elements) + " elements, " +
+                           std::to_string(needed) + " needed");
+  }
+}
+
 // Phase 2: out[s](c) = Real(Σ_k partials[k][s][c]), the chunks in order (chunk 0 holds out's start).
 template <int S, class Real>
 void combine_column_partials(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
@@ -70,11 +79,7 @@ void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array
   using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   const long chunks = long(column_sum_chunks(std::size_t(N)));
   if (N <= 0 || C <= 0) return;
-  const std::size_t needed = column_sum_workspace(std::size_t(N), std::size_t(C), S);
-  if (partials.extent(0) < needed) {
-    throw std::logic_error(label + ": column-sum workspace of " + std::to_string(partials.extent(0)) + " elements, " +
-                           std::to_string(needed) + " needed");
-  }
+  detail::require_workspace(label, partials.extent(0), N, C, S);
   const int blocks = (C + kColumnSumBlock - 1) / kColumnSumBlock;
   const long stride = long(S) * C;  // one chunk's partials
   Kokkos::parallel_for(
@@ -140,11 +145,7 @@ void row_sweep_column_sums(const ExecSpace& space, const std::string& label, Kok
   using Sums = ColumnSumsOfRows<S, Real>;
   const long chunks = long(column_sum_chunks(std::size_t(N)));
   if (N <= 0 || C <= 0) return;
-  const std::size_t needed = column_sum_workspace(std::size_t(N), std::size_t(C), S);
-  if (partials.extent(0) < needed) {
-    throw std::logic_error(label + ": column-sum workspace of " + std::to_string(partials.extent(0)) + " elements, " +
-                           std::to_string(needed) + " needed");
-  }
+  detail::require_workspace(label, partials.extent(0), N, C, S);
   const std::size_t bytes = Sums::Scratch::shmem_size(std::size_t(S) * C);
   const int level = bytes * 2 <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
   const long stride = long(S) * C;
