@@ -15,8 +15,9 @@
 //
 // 16-bit Real: the GEMMs accumulate in float (kernels/gemm.hpp) and P, dS are stored rounded.
 //
-// Each product runs as strided-batched GEMMs per sequence, batched over heads (a head's matrices
-// sit a fixed number of columns after the previous one's), so no permutation copies are made. The
+// Each product runs as one strided GEMM batch over sequences and heads (a head's matrices sit a
+// fixed number of columns after the previous one's, a sequence's a fixed number of rows), so no
+// permutation copies are made. The
 // GEMMs compute the full T×T scores; the softmax kernels apply the causal mask.
 #pragma once
 
@@ -109,6 +110,11 @@ struct AttentionLayout {
   long seq_qkv(int T) const { return static_cast<long>(T) * row(); }
   long seq_out(int T) const { return static_cast<long>(T) * q_cols(); }
   long seq_att(int T) const { return static_cast<long>(NH) * T * T; }
+  // One product's batch: the B sequences (outer; A, B, C `per_sequence` apart) times the KVH kv-head
+  // groups (inner; `per_group` apart inside a sequence).
+  StridedBatch batch(int B, BatchStride per_sequence, BatchStride per_group) const {
+    return {B, per_sequence, KVH, per_group};
+  }
 };
 
 }  // namespace detail
@@ -118,9 +124,9 @@ struct AttentionLayout {
 //   forward:  S_h = scale · Q_h K_kvᵀ,  P_h = causal_softmax(S_h),  O_h = P_h V_kv
 //   backward: dP_h, dS_h, dQ_h as for multi-head; dK_kv = scale · Σ_{h in kv's group} dS_hᵀ Q_h,
 //             dV_kv = Σ_{h in kv's group} P_hᵀ dO_h
-// Each product is one strided-batched GEMM per sequence and per j = 0..g-1, batched over the KVH
-// groups; dK and dV sum over j with beta 0 then 1 (16-bit Real rounds them after each j). With KVH
-// = NH (g = 1) the GEMM calls are exactly the multi-head ones, in the same order.
+// Each product is one strided GEMM batch per j = 0..g-1, over the sequences and the KVH groups; dK and dV sum over j
+// with beta 0 then 1 (16-bit Real rounds them after each j). With KVH = NH (g = 1) the GEMM calls are exactly the
+// multi-head ones, in the same order.
 
 // att [B*NH*T*T] ← P_h = causal_softmax(scale · Q_h K_kvᵀ), the first half of attention_forward; on
 // its own it recomputes the probabilities for backward (selective recomputation), bit for bit.
@@ -133,15 +139,13 @@ void attention_probabilities(const ExecSpace& space, Vec<Real> att, CVec<std::ty
   const int g = L.group();
   const accum_t<Real> scale = accum_t<Real>(1.0 / std::sqrt(static_cast<double>(hs)));
   const long tt = static_cast<long>(T) * T;
+  const long sq = L.seq_qkv(T), sa = L.seq_att(T);
 
   // S_h = scale · Q_h K_kvᵀ, for every head of every sequence.
-  for (int b = 0; b < B; ++b) {
-    const Real* q = qkv.data() + b * L.seq_qkv(T);
-    for (int j = 0; j < g; ++j) {
-      gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, q + j * hs, L.row(),
-                                 long{g} * hs, q + L.k_offset(), L.row(), hs, accum_t<Real>(0),
-                                 att.data() + b * L.seq_att(T) + j * tt, T, g * tt, KVH);
-    }
+  for (int j = 0; j < g; ++j) {
+    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, scale, qkv.data() + j * hs, L.row(),
+                               qkv.data() + L.k_offset(), L.row(), accum_t<Real>(0), att.data() + j * tt, T,
+                               L.batch(B, {sq, sq, sa}, {long{g} * hs, hs, g * tt}));
   }
   detail::causal_softmax_forward<Real>(space, att, B * NH * T, T);
 }
@@ -154,16 +158,14 @@ void attention_forward(const ExecSpace& space, Vec<Real> out, Vec<Real> att, CVe
   const detail::AttentionLayout L{NH, KVH, hs};
   const int g = L.group();
   const long tt = static_cast<long>(T) * T;
+  const long sq = L.seq_qkv(T), so = L.seq_out(T), sa = L.seq_att(T);
 
   attention_probabilities<Real>(space, att, qkv, B, T, NH, KVH, hs);
   // O_h = P_h V_kv, written into the head's columns of out.
-  for (int b = 0; b < B; ++b) {
-    const Real* v = qkv.data() + b * L.seq_qkv(T) + L.v_offset();
-    for (int j = 0; j < g; ++j) {
-      gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1),
-                                 att.data() + b * L.seq_att(T) + j * tt, T, g * tt, v, L.row(), hs, accum_t<Real>(0),
-                                 out.data() + b * L.seq_out(T) + j * hs, L.q_cols(), long{g} * hs, KVH);
-    }
+  for (int j = 0; j < g; ++j) {
+    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, accum_t<Real>(1), att.data() + j * tt,
+                               T, qkv.data() + L.v_offset(), L.row(), accum_t<Real>(0), out.data() + j * hs, L.q_cols(),
+                               L.batch(B, {sa, sq, so}, {g * tt, hs, long{g} * hs}));
   }
 }
 
@@ -181,34 +183,31 @@ void attention_backward(const ExecSpace& space, Vec<Real> dqkv, Vec<Real> datt, 
   const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
   const long tt = static_cast<long>(T) * T;
   const long q_stride = long{g} * hs;  // between the j-th query heads of consecutive groups
+  const long sq = L.seq_qkv(T), so = L.seq_out(T), sa = L.seq_att(T);
 
-  for (int b = 0; b < B; ++b) {
-    const Real* v = qkv.data() + b * L.seq_qkv(T) + L.v_offset();
-    for (int j = 0; j < g; ++j) {
-      const Real* dout_j = dout.data() + b * L.seq_out(T) + j * hs;
-      const long att_j = b * L.seq_att(T) + j * tt;
-      // dP_h = dO_h V_kvᵀ
-      gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, A(1), dout_j, L.q_cols(), q_stride,
-                                 v, row, hs, A(0), datt.data() + att_j, T, g * tt, KVH);
-      // dV_kv (+)= P_hᵀ dO_h
-      gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, A(1), att.data() + att_j, T, g * tt,
-                                 dout_j, L.q_cols(), q_stride, A(j == 0 ? 0 : 1),
-                                 dqkv.data() + b * L.seq_qkv(T) + L.v_offset(), row, hs, KVH);
-    }
+  for (int j = 0; j < g; ++j) {
+    const Real* dout_j = dout.data() + j * hs;
+    const long att_j = j * tt;
+    // dP_h = dO_h V_kvᵀ
+    gemm_strided_batched<Real>(space, Trans::no, Trans::yes, GemmShape{T, T, hs}, A(1), dout_j, L.q_cols(),
+                               qkv.data() + L.v_offset(), row, A(0), datt.data() + att_j, T,
+                               L.batch(B, {so, sq, sa}, {q_stride, hs, g * tt}));
+    // dV_kv (+)= P_hᵀ dO_h
+    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, A(1), att.data() + att_j, T, dout_j,
+                               L.q_cols(), A(j == 0 ? 0 : 1), dqkv.data() + L.v_offset(), row,
+                               L.batch(B, {sa, so, sq}, {g * tt, q_stride, hs}));
   }
   detail::causal_softmax_backward<Real>(space, datt, att, B * NH * T, T);
-  for (int b = 0; b < B; ++b) {
-    const Real* q = qkv.data() + b * L.seq_qkv(T);
-    Real* dq = dqkv.data() + b * L.seq_qkv(T);
-    for (int j = 0; j < g; ++j) {
-      const Real* ds_j = datt.data() + b * L.seq_att(T) + j * tt;
-      // dQ_h = scale · dS_h K_kv
-      gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds_j, T, g * tt,
-                                 q + L.k_offset(), row, hs, A(0), dq + j * hs, row, q_stride, KVH);
-      // dK_kv (+)= scale · dS_hᵀ Q_h
-      gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds_j, T, g * tt, q + j * hs,
-                                 row, q_stride, A(j == 0 ? 0 : 1), dq + L.k_offset(), row, hs, KVH);
-    }
+  for (int j = 0; j < g; ++j) {
+    const Real* ds_j = datt.data() + j * tt;
+    // dQ_h = scale · dS_h K_kv
+    gemm_strided_batched<Real>(space, Trans::no, Trans::no, GemmShape{T, hs, T}, scale, ds_j, T,
+                               qkv.data() + L.k_offset(), row, A(0), dqkv.data() + j * hs, row,
+                               L.batch(B, {sa, sq, sq}, {g * tt, hs, q_stride}));
+    // dK_kv (+)= scale · dS_hᵀ Q_h
+    gemm_strided_batched<Real>(space, Trans::yes, Trans::no, GemmShape{T, hs, T}, scale, ds_j, T, qkv.data() + j * hs,
+                               row, A(j == 0 ? 0 : 1), dqkv.data() + L.k_offset(), row,
+                               L.batch(B, {sa, sq, sq}, {g * tt, q_stride, hs}));
   }
 }
 

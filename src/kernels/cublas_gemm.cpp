@@ -148,21 +148,28 @@ void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape 
   }
 }
 
-// Each problem is its own group of one (its own shape); the per-group arrays stay on the host, only
-// the pointer arrays go to the device: [B_0 … B_{n−1} | A_0 … | C_0 …] in one staged block, the
-// operands swapped for column-major as in gemm.
+// Problems of one shape and one set of row strides (a two-level strided batch) go as a single
+// group, which cuBLAS runs as one batched product; otherwise each problem is its own group of one.
+// The per-group arrays stay on the host, only the pointer arrays go to the device: [B_0 … B_{n−1} |
+// A_0 … | C_0 …] in one staged block, the operands swapped for column-major as in gemm.
 template <class Real>
 void gemm_grouped(void* stream, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
                   accum_t<Real> alpha, accum_t<Real> beta) {
   const int count = static_cast<int>(problems.size());
   if (count == 0) return;
+  const GemmProblem<Real>& first_problem = problems[0];
+  const bool one_shape = std::all_of(problems.begin(), problems.end(), [&](const GemmProblem<Real>& p) {
+    return p.shape.m == first_problem.shape.m && p.shape.n == first_problem.shape.n &&
+           p.shape.k == first_problem.shape.k && p.lda == first_problem.lda && p.ldb == first_problem.ldb &&
+           p.ldc == first_problem.ldc;
+  });
+  const int groups = one_shape ? 1 : count;
   cublasHandle_t h = handle_for(stream);
-  const std::vector<cublasOperation_t> op_first(count, op(trans_b)), op_second(count, op(trans_a));
-  const std::vector<accum_t<Real>> alphas(count, alpha), betas(count, beta);
-  const std::vector<int> group_size(count, 1);
-  std::vector<int> m(count), n(count), k(count), ld_first(count), ld_second(count), ldc(count);
-  std::vector<const void*> pointers(3 * std::size_t(count));
-  for (int i = 0; i < count; ++i) {
+  const std::vector<cublasOperation_t> op_first(groups, op(trans_b)), op_second(groups, op(trans_a));
+  const std::vector<accum_t<Real>> alphas(groups, alpha), betas(groups, beta);
+  const std::vector<int> group_size(groups, one_shape ? count : 1);
+  std::vector<int> m(groups), n(groups), k(groups), ld_first(groups), ld_second(groups), ldc(groups);
+  for (int i = 0; i < groups; ++i) {
     const GemmProblem<Real>& p = problems[i];
     m[i] = p.shape.n;
     n[i] = p.shape.m;
@@ -170,9 +177,12 @@ void gemm_grouped(void* stream, Trans trans_a, Trans trans_b, std::span<const Ge
     ld_first[i] = p.ldb;
     ld_second[i] = p.lda;
     ldc[i] = p.ldc;
-    pointers[i] = p.b;
-    pointers[count + i] = p.a;
-    pointers[2 * count + i] = p.c;
+  }
+  std::vector<const void*> pointers(3 * std::size_t(count));
+  for (int i = 0; i < count; ++i) {
+    pointers[i] = problems[i].b;
+    pointers[count + i] = problems[i].a;
+    pointers[2 * count + i] = problems[i].c;
   }
   const void* const* device = staged_pointers(stream, pointers);
   const void* const* first = device;
@@ -182,12 +192,12 @@ void gemm_grouped(void* stream, Trans trans_a, Trans trans_b, std::span<const Ge
     MESHTRAIN_CUBLAS_CHECK(cublasDgemmGroupedBatched(
         h, op_first.data(), op_second.data(), m.data(), n.data(), k.data(), alphas.data(),
         reinterpret_cast<const double* const*>(first), ld_first.data(), reinterpret_cast<const double* const*>(second),
-        ld_second.data(), betas.data(), reinterpret_cast<double* const*>(out), ldc.data(), count, group_size.data()));
+        ld_second.data(), betas.data(), reinterpret_cast<double* const*>(out), ldc.data(), groups, group_size.data()));
   } else {
     const cudaDataType_t t = data_type<Real>();
     MESHTRAIN_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
         h, op_first.data(), op_second.data(), m.data(), n.data(), k.data(), alphas.data(), first, t, ld_first.data(),
-        second, t, ld_second.data(), betas.data(), out, t, ldc.data(), count, group_size.data(), CUBLAS_COMPUTE_32F));
+        second, t, ld_second.data(), betas.data(), out, t, ldc.data(), groups, group_size.data(), CUBLAS_COMPUTE_32F));
   }
 }
 

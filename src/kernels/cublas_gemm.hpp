@@ -28,7 +28,8 @@ void gemm_strided_batched(void* stream, Trans trans_a, Trans trans_b, GemmShape 
                           const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
                           accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
 
-// One grouped call for all the problems (each its own group of one): cublasGemmGroupedBatchedEx
+// One grouped call for all the problems (each its own group of one, or, when all share shape and
+// row strides, one group of them all, i.e. one batched product): cublasGemmGroupedBatchedEx
 // for float, bf16 and fp16 (CUBLAS_COMPUTE_32F), cublasDgemmGroupedBatched for double. The A, B
 // and C pointer arrays must be in device memory: they are staged, on `stream`, through a device
 // buffer kept per host thread and stream and grown (stream-ordered) when a call needs more.

@@ -23,11 +23,14 @@ template <class Real>
 void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha, const Real* a,
           int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc);
 
-// `batch` independent products; matrix i starts at a + i*stride_a (likewise b, c).
+// batch.count() independent products, matrix i of the batch at batch.offsets(i) elements from a, b
+// and c (kernels/gemm_types.hpp, StridedBatch). On CUDA a one-level batch (outer or inner 1) is one
+// strided-batched cuBLAS call and a two-level one a single batched call over pointer arrays; the
+// host runs them in order after one fence.
 template <class Real>
 void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
-                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
-                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch);
+                          const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc,
+                          const StridedBatch& batch);
 
 // Independent products of different shapes, C_i = alpha · op(A_i) · op(B_i) + beta · C_i, with the
 // same transposes, alpha and beta. They may run concurrently (CUDA: one cublasGemmGroupedBatchedEx,

@@ -5,6 +5,8 @@
 
 #include "kernels/cublas_gemm.hpp"
 
+#include <vector>
+
 #if defined(KOKKOS_ENABLE_CUDA)
 
 namespace meshtrain {
@@ -15,12 +17,24 @@ void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape,
   cublas::gemm<Real>(space.cuda_stream(), trans_a, trans_b, shape, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// A one-level batch is a strided-batched call; a two-level one goes as one group of equal problems
+// (cublas::gemm_grouped sends problems of one shape as a single batched call).
 template <class Real>
 void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
-                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
-                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch) {
-  cublas::gemm_strided_batched<Real>(space.cuda_stream(), trans_a, trans_b, shape, alpha, a, lda, stride_a, b, ldb,
-                                     stride_b, beta, c, ldc, stride_c, batch);
+                          const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc,
+                          const StridedBatch& batch) {
+  if (batch.outer == 1 || batch.inner == 1) {
+    const BatchStride& s = batch.outer == 1 ? batch.inner_stride : batch.outer_stride;
+    cublas::gemm_strided_batched<Real>(space.cuda_stream(), trans_a, trans_b, shape, alpha, a, lda, s.a, b, ldb, s.b,
+                                       beta, c, ldc, s.c, batch.count());
+    return;
+  }
+  std::vector<GemmProblem<Real>> problems(batch.count());
+  for (int i = 0; i < batch.count(); ++i) {
+    const BatchStride at = batch.offsets(i);
+    problems[i] = GemmProblem<Real>{shape, a + at.a, lda, b + at.b, ldb, c + at.c, ldc};
+  }
+  cublas::gemm_grouped<Real>(space.cuda_stream(), trans_a, trans_b, problems, alpha, beta);
 }
 
 template <class Real>

@@ -188,12 +188,13 @@ void gemm(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape,
 
 template <class Real>
 void gemm_strided_batched(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
-                          const Real* a, int lda, long stride_a, const Real* b, int ldb, long stride_b,
-                          accum_t<Real> beta, Real* c, int ldc, long stride_c, int batch) {
+                          const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc,
+                          const StridedBatch& batch) {
   const auto matrix = [&](int i) {
-    return GemmProblem<Real>{shape, a + i * stride_a, lda, b + i * stride_b, ldb, c + i * stride_c, ldc};
+    const BatchStride at = batch.offsets(i);
+    return GemmProblem<Real>{shape, a + at.a, lda, b + at.b, ldb, c + at.c, ldc};
   };
-  gemm_in_order<Real>(space, trans_a, trans_b, batch, matrix, alpha, beta);
+  gemm_in_order<Real>(space, trans_a, trans_b, batch.count(), matrix, alpha, beta);
 }
 
 template <class Real>
