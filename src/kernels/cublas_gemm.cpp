@@ -6,111 +6,32 @@
 // Ex entry points: 16-bit A, B and C, float alpha and beta, float accumulation.
 #include "kernels/cublas_gemm.hpp"
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-#include <fmt/format.h>
+#include "kernels/cublas_support.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <stdexcept>
 #include <type_traits>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 namespace meshtrain::cublas {
 namespace {
 
-void check(cublasStatus_t status, const char* call, const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw std::runtime_error(
-      fmt::format("{}:{}: {} failed: {} ({})\nHINT: CUBLAS_STATUS_NOT_INITIALIZED means no usable GPU or driver "
-                  "(check nvidia-smi and CUDA_VISIBLE_DEVICES); ALLOC_FAILED means the GPU is out of memory",
-                  file, line, call, cublasGetStatusName(status), cublasGetStatusString(status)));
-}
-#define MESHTRAIN_CUBLAS_CHECK(call) check((call), #call, __FILE__, __LINE__)
-
-void check(cudaError_t status, const char* call, const char* file, int line) {
-  if (status == cudaSuccess) return;
-  throw std::runtime_error(
-      fmt::format("{}:{}: {} failed: {} ({})\nHINT: cudaErrorNoDevice or InsufficientDriver "
-                  "means no usable GPU or driver (check nvidia-smi and CUDA_VISIBLE_DEVICES); "
-                  "MemoryAllocation means the GPU is out of memory",
-                  file, line, call, cudaGetErrorName(status), cudaGetErrorString(status)));
-}
-#define MESHTRAIN_CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
-
-cublasOperation_t op(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
-std::atomic<bool> tf32_enabled{false};
-
-// CUBLAS_DEFAULT_MATH keeps fp32 products exact; without the DISALLOW flag cuBLAS may add split-K
-// partial sums of bf16/fp16 products in 16 bits, where the dispatch promises float accumulation.
-cublasMath_t math_mode() {
-  const int base = tf32_enabled.load(std::memory_order_relaxed) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  return static_cast<cublasMath_t>(base | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
-}
-
-// One handle per host thread, bound to the stream of each call. cuBLAS handles are costly to
-// create and not thread-safe to share; a thread-local cache is the usual answer.
-cublasHandle_t handle_for(void* stream) {
-  struct Owner {
-    cublasHandle_t handle = nullptr;
-    ~Owner() {
-      if (handle != nullptr) cublasDestroy(handle);
-    }
-  };
-  thread_local Owner owner;
-  if (owner.handle == nullptr) MESHTRAIN_CUBLAS_CHECK(cublasCreate(&owner.handle));
-  MESHTRAIN_CUBLAS_CHECK(cublasSetStream(owner.handle, static_cast<cudaStream_t>(stream)));
-  MESHTRAIN_CUBLAS_CHECK(cublasSetMathMode(owner.handle, math_mode()));
-  return owner.handle;
-}
+using detail::data_type;
+using detail::handle_for;
+using detail::op;
 
 // Copies `pointers` into device memory on `stream` and returns the device copy, for the pointer
-// arrays of grouped products. One block per host thread and stream, reused by every call after:
-// the copy is queued behind the products already on the stream that read the block. A block too
-// small is freed and reallocated (at least twice as large) in stream order, cudaFreeAsync and
-// cudaMallocAsync, so no call waits for the GPU. cudaMemcpyAsync has read the pageable host array
-// by the time it returns.
+// arrays of grouped products: the thread's block for this stream (detail::stream_block), so the
+// copy is queued behind the products already on the stream that read it. cudaMemcpyAsync has read
+// the pageable host array by the time it returns.
 const void* const* staged_pointers(void* stream, const std::vector<const void*>& pointers) {
-  struct Block {
-    void* data = nullptr;
-    std::size_t count = 0;
-  };
-  struct Blocks {
-    std::unordered_map<void*, Block> by_stream;
-    ~Blocks() {
-      for (auto& entry : by_stream) cudaFree(entry.second.data);
-    }
-  };
-  thread_local Blocks blocks;
-  const auto s = static_cast<cudaStream_t>(stream);
-  Block& block = blocks.by_stream[stream];
-  if (pointers.size() > block.count) {
-    const std::size_t count = std::max({pointers.size(), 2 * block.count, std::size_t(64)});
-    void* old = std::exchange(block.data, nullptr);
-    block.count = 0;
-    if (old != nullptr) MESHTRAIN_CUDA_CHECK(cudaFreeAsync(old, s));
-    MESHTRAIN_CUDA_CHECK(cudaMallocAsync(&block.data, count * sizeof(void*), s));
-    block.count = count;
-  }
+  const std::size_t bytes = pointers.size() * sizeof(void*);
+  void* block = detail::stream_block(stream, detail::Block::pointer_arrays, bytes);
   MESHTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(block.data, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
-  return static_cast<const void* const*>(block.data);
+      cudaMemcpyAsync(block, pointers.data(), bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+  return static_cast<const void* const*>(block);
 }
 
 }  // namespace
-
-void set_tf32(bool on) { tf32_enabled.store(on, std::memory_order_relaxed); }
-
-// The cuBLAS type of a storage type that goes through the Ex entry points (float in grouped products).
-template <class Real>
-constexpr cudaDataType_t data_type() {
-  static_assert(is_low_precision_v<Real> || std::is_same_v<Real, float>);
-  if constexpr (std::is_same_v<Real, float>) return CUDA_R_32F;
-  return std::is_same_v<Real, bf16> ? CUDA_R_16BF : CUDA_R_16F;
-}
 
 template <class Real>
 void gemm(void* stream, Trans trans_a, Trans trans_b, GemmShape s, accum_t<Real> alpha, const Real* a, int lda,

@@ -40,6 +40,15 @@ template <class Real>
 void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
                   accum_t<Real> alpha, accum_t<Real> beta);
 
+// The product of gemm with `epilogue` fused into it (kernels/gemm_types.hpp, GemmEpilogue): on CUDA
+// builds one cuBLASLt call for what would be a GEMM and a kernel or two. Returns false, having done
+// nothing, where no fused form runs it (host builds, where CBLAS has none; double; a shape cuBLASLt
+// refuses): the caller then runs gemm and its kernels, so every caller keeps the unfused path.
+template <class Real>
+bool gemm_fused(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+                const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc,
+                GemmEpilogue epilogue, const EpilogueOperands<Real>& operands);
+
 // How fp32 products are computed on CUDA builds, for the whole process (the trainer sets it from
 // train.tf32): exact fp32 (the default), or TF32 tensor cores, whose inputs keep 10 mantissa bits
 // and whose sums stay fp32. Either way cuBLAS may not reduce split-K partial sums of 16-bit

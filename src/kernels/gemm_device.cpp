@@ -4,6 +4,7 @@
 #include "kernels/gemm.hpp"
 
 #include "kernels/cublas_gemm.hpp"
+#include "kernels/cublaslt_epilogue.hpp"
 
 #include <vector>
 
@@ -41,6 +42,14 @@ template <class Real>
 void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::span<const GemmProblem<Real>> problems,
                   accum_t<Real> alpha, accum_t<Real> beta) {
   cublas::gemm_grouped<Real>(space.cuda_stream(), trans_a, trans_b, problems, alpha, beta);
+}
+
+template <class Real>
+bool gemm_fused(const ExecSpace& space, Trans trans_a, Trans trans_b, GemmShape shape, accum_t<Real> alpha,
+                const Real* a, int lda, const Real* b, int ldb, accum_t<Real> beta, Real* c, int ldc,
+                GemmEpilogue epilogue, const EpilogueOperands<Real>& operands) {
+  return cublas::gemm_epilogue<Real>(space.cuda_stream(), trans_a, trans_b, shape, alpha, a, lda, b, ldb, beta, c, ldc,
+                                     epilogue, operands);
 }
 
 void set_fp32_gemm(Fp32Gemm mode) { cublas::set_tf32(mode == Fp32Gemm::tf32); }

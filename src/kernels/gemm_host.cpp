@@ -204,6 +204,13 @@ void gemm_grouped(const ExecSpace& space, Trans trans_a, Trans trans_b, std::spa
       space, trans_a, trans_b, static_cast<int>(problems.size()), [&](int i) { return problems[i]; }, alpha, beta);
 }
 
+// CBLAS has no epilogues: the callers run their kernels.
+template <class Real>
+bool gemm_fused(const ExecSpace&, Trans, Trans, GemmShape, accum_t<Real>, const Real*, int, const Real*, int,
+                accum_t<Real>, Real*, int, GemmEpilogue, const EpilogueOperands<Real>&) {
+  return false;
+}
+
 #include "kernels/gemm_instantiations.inc"
 
 #endif

@@ -43,4 +43,25 @@ struct GemmProblem {
   int ldc;
 };
 
+// What a cuBLASLt epilogue fuses into a row-major product C = alpha·op(A)·op(B) + beta·C
+// (kernels/gemm_epilogue.hpp), with n = C's columns:
+//   bias          C[i,j] += bias[j]
+//   gelu_aux_bias aux[i,j] = the product + bias[j] (GELU's input, kept for backward); C = GELU(aux)
+//   dgelu_bgrad   C = the product ⊙ GELU'(aux) (aux: the forward's GELU input); bias_grad[j] += Σ_i C[i,j]
+//   bgrad_b       C = the product; bias_grad[j] += Σ_p op(B)[p,j] (the column sums of B, e.g. a
+//                 layer's bias gradient beside its weight gradient dW = Xᵀ·dY)
+// GELU is the tanh approximation (kernels/gelu.hpp).
+enum class GemmEpilogue { bias, gelu_aux_bias, dgelu_bgrad, bgrad_b };
+
+// The epilogue's vectors: bias (n elements) for bias and gelu_aux_bias; bias_grad (n, added into)
+// for dgelu_bgrad and bgrad_b; aux (rows × n, row stride ld_aux) written by gelu_aux_bias, read by
+// dgelu_bgrad.
+template <class Real>
+struct EpilogueOperands {
+  const Real* bias = nullptr;
+  Real* bias_grad = nullptr;
+  Real* aux = nullptr;
+  int ld_aux = 0;
+};
+
 }  // namespace meshtrain

@@ -2,9 +2,14 @@
 // Checkpoints), and Y = X Wᵀ with W in torch Linear layout [out, in] (llama).
 //
 // Size letters: N rows (B·T), IC input channels, OC output channels.
+//
+// Where a bias or GELU sits next to a product, CUDA builds fuse it into the GEMM (a cuBLASLt
+// epilogue, kernels/gemm.hpp gemm_fused) and host builds, or a product cuBLASLt refuses, run the
+// kernels after it.
 #pragma once
 
 #include "kernels/bias.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
 
 namespace meshtrain {
@@ -13,9 +18,45 @@ namespace meshtrain {
 template <class Real>
 void matmul_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<Real> weight, CVec<Real> bias, int N,
                     int IC, int OC) {
-  gemm<Real>(space, Trans::no, Trans::no, {N, OC, IC}, accum_t<Real>(1), inp.data(), IC, weight.data(), OC,
-             accum_t<Real>(0), out.data(), OC);
+  using A = accum_t<Real>;
+  const GemmShape shape{N, OC, IC};
+  if (bias.data() != nullptr &&
+      gemm_fused<Real>(space, Trans::no, Trans::no, shape, A(1), inp.data(), IC, weight.data(), OC, A(0), out.data(),
+                       OC, GemmEpilogue::bias, {.bias = bias.data()})) {
+    return;
+  }
+  gemm<Real>(space, Trans::no, Trans::no, shape, A(1), inp.data(), IC, weight.data(), OC, A(0), out.data(), OC);
   if (bias.data() != nullptr) add_bias(space, out, bias, N, OC);
+}
+
+// pre (N, OC) = inp · weight + bias, GELU's input, kept for backward; out = GELU(pre) (gpt2's c_fc).
+template <class Real>
+void matmul_bias_gelu_forward(const ExecSpace& space, Vec<Real> pre, Vec<Real> out, CVec<Real> inp, CVec<Real> weight,
+                              CVec<Real> bias, int N, int IC, int OC) {
+  using A = accum_t<Real>;
+  const GemmShape shape{N, OC, IC};
+  if (gemm_fused<Real>(space, Trans::no, Trans::no, shape, A(1), inp.data(), IC, weight.data(), OC, A(0), out.data(),
+                       OC, GemmEpilogue::gelu_aux_bias, {.bias = bias.data(), .aux = pre.data(), .ld_aux = OC})) {
+    return;
+  }
+  gemm<Real>(space, Trans::no, Trans::no, shape, A(1), inp.data(), IC, weight.data(), OC, A(0), pre.data(), OC);
+  bias_gelu_forward(space, pre, out, bias, N, OC);
+}
+
+// dweight (IC, OC) += inpᵀ · dout and, when dbias is not empty, dbias += column sums of dout: on
+// CUDA the sums are the weight product's epilogue (the column sums of its B operand, dout).
+template <class Real>
+void weight_and_bias_backward(const ExecSpace& space, Vec<Real> dweight, Vec<Real> dbias, Vec<accum_t<Real>> partials,
+                              CVec<Real> dout, CVec<Real> inp, int N, int IC, int OC) {
+  using A = accum_t<Real>;
+  const GemmShape shape{IC, OC, N};
+  if (dbias.data() != nullptr &&
+      gemm_fused<Real>(space, Trans::yes, Trans::no, shape, A(1), inp.data(), IC, dout.data(), OC, A(1), dweight.data(),
+                       OC, GemmEpilogue::bgrad_b, {.bias_grad = dbias.data()})) {
+    return;
+  }
+  gemm<Real>(space, Trans::yes, Trans::no, shape, A(1), inp.data(), IC, dout.data(), OC, A(1), dweight.data(), OC);
+  if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
 }
 
 // dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout; dbias += column sums of dout
@@ -24,11 +65,31 @@ template <class Real>
 void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                      Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
                      int OC) {
-  gemm<Real>(space, Trans::no, Trans::yes, {N, IC, OC}, accum_t<Real>(1), dout.data(), OC, weight.data(), OC,
-             accum_t<Real>(0), dinp.data(), IC);
-  gemm<Real>(space, Trans::yes, Trans::no, {IC, OC, N}, accum_t<Real>(1), inp.data(), IC, dout.data(), OC,
-             accum_t<Real>(1), dweight.data(), OC);
-  if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
+  using A = accum_t<Real>;
+  gemm<Real>(space, Trans::no, Trans::yes, {N, IC, OC}, A(1), dout.data(), OC, weight.data(), OC, A(0), dinp.data(),
+             IC);
+  weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
+}
+
+// The backward of out = GELU(pre) · weight + bias through the GELU (gpt2's c_proj after c_fc):
+// dpre (N, IC) = (dout · weightᵀ) ⊙ GELU'(pre) (overwritten); dpre_bias += column sums of dpre
+// (c_fc's bias gradient); dweight += GELU(pre)ᵀ · dout (inp = GELU(pre), as the forward kept it);
+// dbias, when not empty, += column sums of dout.
+template <class Real>
+void matmul_backward_gelu(const ExecSpace& space, Vec<Real> dpre, Vec<Real> dpre_bias, Vec<Real> dweight,
+                          Vec<Real> dbias, Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> pre,
+                          CVec<Real> weight, int N, int IC, int OC) {
+  using A = accum_t<Real>;
+  const GemmShape shape{N, IC, OC};
+  weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
+  if (gemm_fused<Real>(space, Trans::no, Trans::yes, shape, A(1), dout.data(), OC, weight.data(), OC, A(0), dpre.data(),
+                       IC, GemmEpilogue::dgelu_bgrad,
+                       // aux is only read by this epilogue
+                       {.bias_grad = dpre_bias.data(), .aux = const_cast<Real*>(pre.data()), .ld_aux = IC})) {
+    return;
+  }
+  gemm<Real>(space, Trans::no, Trans::yes, shape, A(1), dout.data(), OC, weight.data(), OC, A(0), dpre.data(), IC);
+  gelu_backward_bias(space, dpre, dpre_bias, partials, pre, dpre, N, IC);
 }
 
 // Torch Linear layout [out, in] without bias (the llama family): out (N, OC) = inp (N, IC) · weightᵀ.

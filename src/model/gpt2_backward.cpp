@@ -62,13 +62,12 @@ void Gpt2<Real>::block_backward(int slot, int l) {
   recompute_block(slot, l);
   // MLP branch; d.dresidual becomes dL/d residual2. The c_proj biases' gradients are column sums of
   // d.dresidual: the attention's is added by ln_2's backward, which leaves it; the MLP's is summed
-  // here, inside the block, because under ZeRO 2/3 a block's gradients live in its working room
-  // only while the block's own backward runs (the next block's ln_1 must not write them).
+  // here, with c_proj's weight gradient (on CUDA in that product's epilogue), inside the block, because under ZeRO 2/3
+  // a block's gradients live in its working room only while the block's own backward runs (the next block's ln_1 must
+  // not write them).
   reduce_from_.backward(span_of(d.dresidual));
-  bias_backward(space_, dw.fcproj_b, d.column_partials, d.dresidual, N, C);
-  matmul_backward<Real>(space_, d.dfch, dw.fcproj_w, no_bias, d.column_partials, d.dresidual, s.fch_gelu, w.fcproj_w, N,
-                        4 * Cl, C);
-  gelu_backward_bias(space_, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
+  matmul_backward_gelu<Real>(space_, d.dfch, dw.fc_b, dw.fcproj_w, dw.fcproj_b, d.column_partials, d.dresidual,
+                             s.fch_gelu, s.fch, w.fcproj_w, N, 4 * Cl, C);
   matmul_backward<Real>(space_, d.dln, dw.fc_w, no_bias, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   copy_to_.backward(span_of(d.dln));
   layernorm_backward(space_, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, d.dln, s.residual2, w.ln2_w,

@@ -68,8 +68,7 @@ void Gpt2<Real>::block_forward(int l, CVec<Real> x, const BlockActivations<Real>
   residual_layernorm_forward(space_, s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, x, proj, w.attproj_b, w.ln2_w, w.ln2_b,
                              N, C);
   copy_to_.forward(span_of(s.ln2));
-  matmul_forward<Real>(space_, s.fch, s.ln2, w.fc_w, no_bias, N, C, 4 * Cl);
-  bias_gelu_forward(space_, s.fch, s.fch_gelu, w.fc_b, N, 4 * Cl);
+  matmul_bias_gelu_forward<Real>(space_, s.fch, s.fch_gelu, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
   if (!to_output) return;
   matmul_forward<Real>(space_, proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
   reduce_from_.forward(span_of(proj));

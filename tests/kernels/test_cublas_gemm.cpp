@@ -1,6 +1,6 @@
 // The cuBLAS path of the GEMM dispatch. With a GPU: its row-major products (every transpose pair,
 // leading dimensions wider than the matrices, strided batches, grouped products of different
-// shapes) against a naive host loop. Without
+// shapes and of one shape) against a naive host loop. Without
 // one (CI): a call fails with cuBLAS's status and a HINT instead of crashing. The same for bf16 and
 // fp16 storage with float accumulation.
 #include "kernels/cublas_gemm.hpp"
@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace meshtrain {
@@ -143,13 +144,12 @@ TEST(CublasGemm, Bf16AndFp16ProductsAccumulateInFloat) {
   check_low_precision_products<fp16>();
 }
 
-// Three problems of different shapes in one grouped call, each against the naive loop; C starts
-// non-zero so that beta is seen.
+// Problems in one grouped call, each against the naive loop; C starts non-zero so that beta is
+// seen. Problems of different shapes go as groups of one, problems of one shape as one group.
 template <class Real>
-void check_grouped_products(double tolerance) {
+void check_grouped_products(std::span<const GemmShape> shapes, double tolerance) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(-1, 1);
-  const GemmShape shapes[] = {{5, 7, 3}, {1, 4, 6}, {8, 2, 5}};
   for (Trans ta : {Trans::no, Trans::yes}) {
     for (Trans tb : {Trans::no, Trans::yes}) {
       std::vector<std::vector<double>> a, b, c0;
@@ -192,10 +192,13 @@ void check_grouped_products(double tolerance) {
 
 TEST(CublasGemm, GroupedProductsMatchNaiveLoops) {
   if (!gpu_present()) GTEST_SKIP() << "no GPU on this machine";
-  check_grouped_products<double>(1e-12);
-  check_grouped_products<float>(1e-5);
-  check_grouped_products<bf16>(unit_roundoff<bf16>());
-  check_grouped_products<fp16>(unit_roundoff<fp16>());
+  for (const std::vector<GemmShape>& shapes : {std::vector<GemmShape>{{5, 7, 3}, {1, 4, 6}, {8, 2, 5}},
+                                               std::vector<GemmShape>{{5, 7, 3}, {5, 7, 3}, {5, 7, 3}}}) {
+    check_grouped_products<double>(shapes, 1e-12);
+    check_grouped_products<float>(shapes, 1e-5);
+    check_grouped_products<bf16>(shapes, unit_roundoff<bf16>());
+    check_grouped_products<fp16>(shapes, unit_roundoff<fp16>());
+  }
 }
 
 TEST(CublasGemm, GroupedFailsWithAHintWithoutAGpu) {
