@@ -3,7 +3,7 @@
 comparable shape — beside the machine's sgemm rate and PyTorch eager on the same shape, batch and
 cores, all measured in this one run.
 
-usage: bench/benchmark.py [--build build/release]
+usage: bench/benchmark.py [--build build/release] [--baseline OTHER_BUILD]
                           [--config jobs/bench/gpt2_l6_c384.ini jobs/bench/llama_l6_c384.ini]
                           [--steps 12] [--warmup 2] [--torch-threads 1]
 
@@ -14,6 +14,10 @@ reaches on that model's own GEMM shapes; then the ratios meshtrain / PyTorch per
 llama / gpt2 per implementation. The shape, derived widths and FLOPs per token come from
 `meshtrain plan --json` (the planner's model object), and PyTorch's own count of its model must
 agree with it. Steps before --warmup are not counted; the median step is reported.
+
+--baseline names another build (e.g. of the commit before a change, in a git worktree): its
+meshtrain runs each config in this same run, beside this build's, and the ratio of the two is
+printed, so a change's effect on speed is read off one run on one machine state.
 """
 import argparse
 import json
@@ -97,12 +101,14 @@ def bench_config(binary, config, args):
     n_rows = shape["batch"] * shape["seq_len"]
     roofline = run_json([os.path.join(binary, "bench_sgemm")] + sgemm_shapes(shape, n_rows) + ["--seconds", "3"])
     ours = meshtrain_tokens_per_s(binary, config, n_rows, shape["vocab"], args)
+    base = (meshtrain_tokens_per_s(os.path.join(args.baseline, "bin"), config, n_rows, shape["vocab"], args)
+            if args.baseline else None)
     torch = run_json(torch_command(shape, args))
     if abs(torch["flops_per_token"] - shape["flops_per_token"]) > 1e-9 * shape["flops_per_token"]:
         sys.exit(f"{config}: PyTorch's model counts {torch['flops_per_token']} FLOP per token, the planner "
                  f"{shape['flops_per_token']}: not the same model")
     return dict(config=os.path.relpath(config, ROOT), shape=shape, sgemm_flops_per_s=roofline["sgemm_flops_per_s"],
-                meshtrain_tokens_per_s=ours, torch_tokens_per_s=torch["tokens_per_s"],
+                meshtrain_tokens_per_s=ours, baseline_tokens_per_s=base, torch_tokens_per_s=torch["tokens_per_s"],
                 flops_per_token=shape["flops_per_token"], blas=roofline["blas"],
                 blas_kernels=roofline["blas_kernels"], blas_threads=roofline["blas_threads"],
                 torch_blas=torch["blas"], torch_blas_kernels=torch["blas_kernels"])
@@ -116,15 +122,22 @@ def print_config(r):
     print(f"  {s['parameters'] / 1e6:.2f}M parameters, {r['flops_per_token'] / 1e6:.2f} MFLOP per token; "
           f"sgemm on the model's GEMM shapes: {r['sgemm_flops_per_s'] / 1e9:.1f} GFLOP/s")
     print(f"  {'':15} {'tokens/s':>10} {'GFLOP/s':>9} {'of sgemm':>9}")
-    for name, tps in (("meshtrain", r["meshtrain_tokens_per_s"]), ("pytorch eager", r["torch_tokens_per_s"])):
+    rows = [("meshtrain", r["meshtrain_tokens_per_s"])]
+    if r["baseline_tokens_per_s"] is not None:
+        rows.append(("baseline build", r["baseline_tokens_per_s"]))
+    for name, tps in rows + [("pytorch eager", r["torch_tokens_per_s"])]:
         flops = tps * r["flops_per_token"]
         print(f"  {name:15} {tps:10.0f} {flops / 1e9:9.1f} {flops / r['sgemm_flops_per_s']:9.2f}")
     print(f"  meshtrain / pytorch: {r['meshtrain_tokens_per_s'] / r['torch_tokens_per_s']:.2f}x")
+    if r["baseline_tokens_per_s"] is not None:
+        print(f"  baseline build / pytorch: {r['baseline_tokens_per_s'] / r['torch_tokens_per_s']:.2f}x; "
+              f"meshtrain / baseline build: {r['meshtrain_tokens_per_s'] / r['baseline_tokens_per_s']:.2f}x")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    ap.add_argument("--baseline", help="another build whose meshtrain runs each config beside this one's")
     ap.add_argument("--config", nargs="+", default=[os.path.join(ROOT, "jobs", "bench", name)
                                                     for name in ("gpt2_l6_c384.ini", "llama_l6_c384.ini")])
     ap.add_argument("--steps", type=int, default=12)
