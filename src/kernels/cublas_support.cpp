@@ -36,14 +36,6 @@ void fail(cublasStatus_t status, const char* call, const char* file, int line) {
                   file, line, call, cublasGetStatusName(status), cublasGetStatusString(status)));
 }
 
-void fail(cudaError_t status, const char* call, const char* file, int line) {
-  throw std::runtime_error(
-      fmt::format("{}:{}: {} failed: {} ({})\nHINT: cudaErrorNoDevice or InsufficientDriver "
-                  "means no usable GPU or driver (check nvidia-smi and CUDA_VISIBLE_DEVICES); "
-                  "MemoryAllocation means the GPU is out of memory",
-                  file, line, call, cudaGetErrorName(status), cudaGetErrorString(status)));
-}
-
 bool tf32_enabled() { return tf32.load(std::memory_order_relaxed); }
 
 // One handle per host thread, bound to the stream of each call. cuBLAS handles are costly to

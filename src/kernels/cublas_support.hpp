@@ -1,8 +1,10 @@
-// What the cuBLAS and cuBLASLt wrappers (cublas_gemm.cpp, cublaslt_epilogue.cpp) share: status
-// checks that throw with a HINT, the operand types, the per-thread handle and stream-ordered device
-// blocks. Internal to those two files; free of Kokkos like them.
+// What the cuBLAS and cuBLASLt wrappers (cublas_gemm.cpp, cublaslt_epilogue.cpp) share: cuBLAS
+// status checks that throw with a HINT (CUDA runtime calls use core/cuda_check.hpp's), the operand
+// types, the per-thread handle and stream-ordered device blocks. Internal to those two files; free
+// of Kokkos like them.
 #pragma once
 
+#include "core/cuda_check.hpp"
 #include "core/half_types.hpp"
 #include "kernels/gemm_types.hpp"
 
@@ -16,15 +18,10 @@ namespace meshtrain::cublas::detail {
 
 // Throw std::runtime_error with the status's name, the call, file, line and a HINT.
 [[noreturn]] void fail(cublasStatus_t status, const char* call, const char* file, int line);
-[[noreturn]] void fail(cudaError_t status, const char* call, const char* file, int line);
 inline void check(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS) fail(status, call, file, line);
 }
-inline void check(cudaError_t status, const char* call, const char* file, int line) {
-  if (status != cudaSuccess) fail(status, call, file, line);
-}
 #define MESHTRAIN_CUBLAS_CHECK(call) ::meshtrain::cublas::detail::check((call), #call, __FILE__, __LINE__)
-#define MESHTRAIN_CUDA_CHECK(call) ::meshtrain::cublas::detail::check((call), #call, __FILE__, __LINE__)
 
 inline cublasOperation_t op(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 

@@ -15,8 +15,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace meshtrain {
 
@@ -40,74 +43,175 @@ class Request {
   std::unique_ptr<Impl> impl_;
 };
 
+// The element types a Comm moves. Each call carries its type as data, as NCCL's ncclDataType_t
+// and MPI's MPI_Datatype do, so each collective is one virtual function below and the typed front
+// turns a T* into its tag. Adding a type (fp8, say): an enumerator, its row in element_traits, its
+// ElementTypeOf, and one row in each backend's table (parallel/impl/mpi_elements.cpp, comm_nccl.cpp).
+enum class ElementType : std::uint8_t { f32, f64, bf16, fp16, i64 };
+
+struct ElementTraits {
+  ElementType type;
+  std::size_t bytes;
+  const char* name;  // in messages: "floats", "bf16 values"
+};
+inline constexpr ElementTraits element_traits[] = {
+    {ElementType::f32, 4, "floats"},       {ElementType::f64, 8, "doubles"},      {ElementType::bf16, 2, "bf16 values"},
+    {ElementType::fp16, 2, "fp16 values"}, {ElementType::i64, 8, "int64 values"},
+};
+constexpr const ElementTraits& traits_of(ElementType type) { return element_traits[static_cast<std::size_t>(type)]; }
+constexpr std::size_t element_bytes(ElementType type) { return traits_of(type).bytes; }
+constexpr const char* element_name(ElementType type) { return traits_of(type).name; }
+
+// The tag of each C++ type a Comm moves; a type without one is not a Comm element.
+template <class T>
+struct ElementTypeOf;
+template <>
+struct ElementTypeOf<float> : std::integral_constant<ElementType, ElementType::f32> {};
+template <>
+struct ElementTypeOf<double> : std::integral_constant<ElementType, ElementType::f64> {};
+template <>
+struct ElementTypeOf<bf16> : std::integral_constant<ElementType, ElementType::bf16> {};
+template <>
+struct ElementTypeOf<fp16> : std::integral_constant<ElementType, ElementType::fp16> {};
+template <>
+struct ElementTypeOf<std::int64_t> : std::integral_constant<ElementType, ElementType::i64> {};
+
+// The rows of element_traits are in the enumeration's order.
+static_assert([] {
+  for (std::size_t i = 0; i < std::size(element_traits); ++i) {
+    if (static_cast<std::size_t>(element_traits[i].type) != i) return false;
+  }
+  return true;
+}());
+
+template <class T>
+concept CommElement = requires {
+  ElementTypeOf<T>::value;
+}
+&&sizeof(T) == element_bytes(ElementTypeOf<T>::value);
+template <CommElement T>
+inline constexpr ElementType element_type_of = ElementTypeOf<T>::value;
+
+enum class ReduceOp : std::uint8_t { sum, max };
+
+// A process group's collectives. The virtual functions take untyped buffers and an ElementType,
+// one per collective; backends and decorators implement each once. Callers use the typed front (the
+// templates), which names the tag from the pointer's type.
 class Comm {
  public:
   virtual ~Comm() = default;
-  virtual int size() const = 0;
-  virtual int rank() const = 0;
-  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
 
-  // In place: data ← Σ over the group (average = sum then scale, by the caller).
-  virtual void allreduce_sum(float* data, std::size_t count) = 0;
-  virtual Request iallreduce_sum(float* data, std::size_t count) = 0;
-  virtual void allreduce_max(float* data, std::size_t count) = 0;
-  virtual void allreduce_max(double* data, std::size_t count) = 0;
-  virtual void allreduce_sum(double* data, std::size_t count) = 0;
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+  const std::string& backend() const { return backend_; }  // "mpi" or "nccl"
+
+  // ---- The typed front.
+
+  // In place: data ← Σ (or max) over the group (average = sum then scale, by the caller).
+  template <CommElement T>
+  void allreduce_sum(T* data, std::size_t count) {
+    allreduce(data, count, element_type_of<T>, ReduceOp::sum);
+  }
+  template <CommElement T>
+  void allreduce_max(T* data, std::size_t count) {
+    allreduce(data, count, element_type_of<T>, ReduceOp::max);
+  }
+  template <CommElement T>
+  Request iallreduce_sum(T* data, std::size_t count) {
+    return iallreduce(data, count, element_type_of<T>, ReduceOp::sum);
+  }
   // recv (recv_count) ← this rank's block of Σ send (size · recv_count), blocks in rank order.
-  virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;
-  virtual Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) = 0;
+  template <CommElement T>
+  void reduce_scatter_sum(const T* send, T* recv, std::size_t recv_count) {
+    reduce_scatter(send, recv, recv_count, element_type_of<T>, ReduceOp::sum);
+  }
+  template <CommElement T>
+  Request ireduce_scatter_sum(const T* send, T* recv, std::size_t recv_count) {
+    return ireduce_scatter(send, recv, recv_count, element_type_of<T>, ReduceOp::sum);
+  }
   // recv (size · send_count) ← every rank's send, in rank order. In place when send is
   // recv + rank · send_count.
-  virtual void allgather(const float* send, float* recv, std::size_t send_count) = 0;
-  virtual Request iallgather(const float* send, float* recv, std::size_t send_count) = 0;
-  virtual void broadcast(float* data, std::size_t count, int root) = 0;
+  template <CommElement T>
+  void allgather(const T* send, T* recv, std::size_t send_count) {
+    allgather(send, recv, send_count, element_type_of<T>);
+  }
+  template <CommElement T>
+  Request iallgather(const T* send, T* recv, std::size_t send_count) {
+    return iallgather(send, recv, send_count, element_type_of<T>);
+  }
+  template <CommElement T>
+  void broadcast(T* data, std::size_t count, int root) {
+    broadcast(data, count, element_type_of<T>, root);
+  }
   // Point-to-point within the group (peers are group ranks); tags tell concurrent messages apart.
-  virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
-  virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
-  virtual Request isend(const float* data, std::size_t count, int peer, int tag) = 0;
-  virtual Request irecv(float* data, std::size_t count, int peer, int tag) = 0;
-  virtual void barrier() = 0;
-
-  // The 16-bit storage types (bf16, fp16): values travel as their 16 bits.
-  //
-  // allreduce_sum accumulates in fp32 and rounds once: data ← T(Σ_g float(data_g)) on the MPI
-  // backend, the sum taken in group-rank order, so every rank gets the same bits. (A reduction
-  // operator on the 16-bit type would round after every pairwise add, P − 1 times.) The NCCL
-  // backend uses NCCL's own 16-bit reduction, which rounds at every step of its ring or tree: up to
-  // (P − 1)/2 ulp from the once-rounded sum.
-  virtual void allreduce_sum(bf16* data, std::size_t count) = 0;
-  virtual void allreduce_sum(fp16* data, std::size_t count) = 0;
-  // As for float: recv (size · send_count) ← every rank's send in rank order; in place allowed.
-  virtual void allgather(const bf16* send, bf16* recv, std::size_t send_count) = 0;
-  virtual void allgather(const fp16* send, fp16* recv, std::size_t send_count) = 0;
-  virtual Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) = 0;
-  virtual Request iallgather(const fp16* send, fp16* recv, std::size_t send_count) = 0;
-  virtual void send(const bf16* data, std::size_t count, int peer, int tag) = 0;
-  virtual void send(const fp16* data, std::size_t count, int peer, int tag) = 0;
-  virtual void recv(bf16* data, std::size_t count, int peer, int tag) = 0;
-  virtual void recv(fp16* data, std::size_t count, int peer, int tag) = 0;
-  virtual Request isend(const bf16* data, std::size_t count, int peer, int tag) = 0;
-  virtual Request isend(const fp16* data, std::size_t count, int peer, int tag) = 0;
-  virtual Request irecv(bf16* data, std::size_t count, int peer, int tag) = 0;
-  virtual Request irecv(fp16* data, std::size_t count, int peer, int tag) = 0;
-
+  template <CommElement T>
+  void send(const T* data, std::size_t count, int peer, int tag) {
+    send(data, count, element_type_of<T>, peer, tag);
+  }
+  template <CommElement T>
+  void recv(T* data, std::size_t count, int peer, int tag) {
+    recv(data, count, element_type_of<T>, peer, tag);
+  }
+  template <CommElement T>
+  Request isend(const T* data, std::size_t count, int peer, int tag) {
+    return isend(data, count, element_type_of<T>, peer, tag);
+  }
+  template <CommElement T>
+  Request irecv(T* data, std::size_t count, int peer, int tag) {
+    return irecv(data, count, element_type_of<T>, peer, tag);
+  }
   // All-to-all (expert parallelism's token exchange, share/docs/design.md, Parallelism): group
   // rank q receives send[send_displs[q], + send_counts[q]) into its recv at recv_displs[this rank],
   // so recv_counts[p] must equal peer p's send_counts[this rank]. The four arrays are host memory,
   // one entry per group rank, in elements; the buffers are in the backend's memory space and must
   // not overlap. Counts may be zero, blocks may come in any order and leave gaps (untouched).
-  virtual void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
-                         const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
-  virtual void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs,
-                         double* recv, const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
-  virtual void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
-                         const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
-  virtual void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
-                         const std::size_t* recv_counts, const std::size_t* recv_displs) = 0;
+  template <CommElement T>
+  void alltoallv(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs) {
+    alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, element_type_of<T>);
+  }
   // recv[p · n, + n) ← peer p's send[this rank · n, + n), n = count_per_peer: the token counts each
   // rank tells the others before an alltoallv. Host memory on every backend (the caller needs the
   // counts on the host to build the alltoallv's arrays).
-  virtual void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) = 0;
+  template <CommElement T>
+  void alltoall(const T* send, T* recv, std::size_t count_per_peer) {
+    alltoall(send, recv, count_per_peer, element_type_of<T>);
+  }
+
+  // ---- One virtual function per collective: what the front above calls, with the same contract;
+  // counts are in elements of `type`.
+  //
+  // Every type is summed in its own arithmetic except the 16-bit floating ones (bf16, fp16): the
+  // MPI backend accumulates them in fp32 and rounds once, data ← T(Σ_g float(data_g)) taken in
+  // group-rank order, so every rank gets the same bits (a reduction operator on the 16-bit type
+  // would round after every pairwise add, P − 1 times); their non-blocking reductions complete
+  // before they return. The NCCL backend uses NCCL's own 16-bit reduction, which rounds at every
+  // step of its ring or tree: up to (P − 1)/2 ulp from the once-rounded sum.
+  virtual void allreduce(void* data, std::size_t count, ElementType type, ReduceOp op) = 0;
+  virtual Request iallreduce(void* data, std::size_t count, ElementType type, ReduceOp op) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) = 0;
+  virtual Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type,
+                                  ReduceOp op) = 0;
+  virtual void allgather(const void* send, void* recv, std::size_t send_count, ElementType type) = 0;
+  virtual Request iallgather(const void* send, void* recv, std::size_t send_count, ElementType type) = 0;
+  virtual void broadcast(void* data, std::size_t count, ElementType type, int root) = 0;
+  virtual void send(const void* data, std::size_t count, ElementType type, int peer, int tag) = 0;
+  virtual void recv(void* data, std::size_t count, ElementType type, int peer, int tag) = 0;
+  virtual Request isend(const void* data, std::size_t count, ElementType type, int peer, int tag) = 0;
+  virtual Request irecv(void* data, std::size_t count, ElementType type, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+  virtual void alltoallv(const void* send, const std::size_t* send_counts, const std::size_t* send_displs, void* recv,
+                         const std::size_t* recv_counts, const std::size_t* recv_displs, ElementType type) = 0;
+  virtual void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) = 0;
+
+ protected:
+  Comm(int rank, int size, std::string backend) : rank_(rank), size_(size), backend_(std::move(backend)) {}
+
+ private:
+  int rank_, size_;
+  std::string backend_;
 };
 
 // MPI counts are int, buffers are not: the MPI backend moves a buffer in calls of at most this many

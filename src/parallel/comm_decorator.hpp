@@ -56,104 +56,73 @@ class CallRef {
 
 class CommDecorator : public Comm {
  public:
-  explicit CommDecorator(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {}
+  explicit CommDecorator(std::unique_ptr<Comm> inner)
+      : Comm(inner->rank(), inner->size(), inner->backend()), inner_(std::move(inner)) {}
 
-  int size() const final { return inner_->size(); }
-  int rank() const final { return inner_->rank(); }
-  std::string backend() const final { return inner_->backend(); }
-
-  void allreduce_sum(float* data, std::size_t count) final {
-    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
+  void allreduce(void* data, std::size_t count, ElementType type, ReduceOp op) final {
+    blocking(in_place(Collective::allreduce, data, count, type), [&] { inner_->allreduce(data, count, type, op); });
   }
-  Request iallreduce_sum(float* data, std::size_t count) final {
-    return nonblocking(in_place(Collective::allreduce, data, count),
-                       [&] { return inner_->iallreduce_sum(data, count); });
+  Request iallreduce(void* data, std::size_t count, ElementType type, ReduceOp op) final {
+    return nonblocking(in_place(Collective::allreduce, data, count, type),
+                       [&] { return inner_->iallreduce(data, count, type, op); });
   }
-  void allreduce_max(float* data, std::size_t count) final {
-    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_max(data, count); });
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) final {
+    blocking(scatter_shape(send, recv, recv_count, type),
+             [&] { inner_->reduce_scatter(send, recv, recv_count, type, op); });
   }
-  void allreduce_max(double* data, std::size_t count) final {
-    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_max(data, count); });
+  Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) final {
+    return nonblocking(scatter_shape(send, recv, recv_count, type),
+                       [&] { return inner_->ireduce_scatter(send, recv, recv_count, type, op); });
   }
-  void allreduce_sum(double* data, std::size_t count) final {
-    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
+  void allgather(const void* send, void* recv, std::size_t send_count, ElementType type) final {
+    blocking(gather_shape(send, recv, send_count, type), [&] { inner_->allgather(send, recv, send_count, type); });
   }
-  void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) final {
-    blocking(scatter_shape(send, recv, recv_count), [&] { inner_->reduce_scatter_sum(send, recv, recv_count); });
+  Request iallgather(const void* send, void* recv, std::size_t send_count, ElementType type) final {
+    return nonblocking(gather_shape(send, recv, send_count, type),
+                       [&] { return inner_->iallgather(send, recv, send_count, type); });
   }
-  Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) final {
-    return nonblocking(scatter_shape(send, recv, recv_count),
-                       [&] { return inner_->ireduce_scatter_sum(send, recv, recv_count); });
+  void broadcast(void* data, std::size_t count, ElementType type, int root) final {
+    blocking(in_place(Collective::broadcast, data, count, type), [&] { inner_->broadcast(data, count, type, root); });
   }
-  void allgather(const float* send, float* recv, std::size_t send_count) final { gather(send, recv, send_count); }
-  Request iallgather(const float* send, float* recv, std::size_t send_count) final {
-    return igather(send, recv, send_count);
+  void send(const void* data, std::size_t count, ElementType type, int peer, int tag) final {
+    blocking(message(Collective::send, data, nullptr, count, type, peer),
+             [&] { inner_->send(data, count, type, peer, tag); });
   }
-  void broadcast(float* data, std::size_t count, int root) final {
-    blocking(in_place(Collective::broadcast, data, count), [&] { inner_->broadcast(data, count, root); });
+  void recv(void* data, std::size_t count, ElementType type, int peer, int tag) final {
+    blocking(message(Collective::recv, nullptr, data, count, type, peer),
+             [&] { inner_->recv(data, count, type, peer, tag); });
   }
-  void send(const float* data, std::size_t count, int peer, int tag) final { send_to(data, count, peer, tag); }
-  void recv(float* data, std::size_t count, int peer, int tag) final { recv_from(data, count, peer, tag); }
-  Request isend(const float* data, std::size_t count, int peer, int tag) final {
-    return isend_to(data, count, peer, tag);
+  Request isend(const void* data, std::size_t count, ElementType type, int peer, int tag) final {
+    return nonblocking(message(Collective::send, data, nullptr, count, type, peer),
+                       [&] { return inner_->isend(data, count, type, peer, tag); });
   }
-  Request irecv(float* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
+  Request irecv(void* data, std::size_t count, ElementType type, int peer, int tag) final {
+    return nonblocking(message(Collective::recv, nullptr, data, count, type, peer),
+                       [&] { return inner_->irecv(data, count, type, peer, tag); });
+  }
   void barrier() final {
     blocking({Collective::barrier, 0, 0}, [&] { inner_->barrier(); });
   }
-
-  void allreduce_sum(bf16* data, std::size_t count) final {
-    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
-  }
-  void allreduce_sum(fp16* data, std::size_t count) final {
-    blocking(in_place(Collective::allreduce, data, count), [&] { inner_->allreduce_sum(data, count); });
-  }
-  void allgather(const bf16* send, bf16* recv, std::size_t send_count) final { gather(send, recv, send_count); }
-  void allgather(const fp16* send, fp16* recv, std::size_t send_count) final { gather(send, recv, send_count); }
-  Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) final {
-    return igather(send, recv, send_count);
-  }
-  Request iallgather(const fp16* send, fp16* recv, std::size_t send_count) final {
-    return igather(send, recv, send_count);
-  }
-  void send(const bf16* data, std::size_t count, int peer, int tag) final { send_to(data, count, peer, tag); }
-  void send(const fp16* data, std::size_t count, int peer, int tag) final { send_to(data, count, peer, tag); }
-  void recv(bf16* data, std::size_t count, int peer, int tag) final { recv_from(data, count, peer, tag); }
-  void recv(fp16* data, std::size_t count, int peer, int tag) final { recv_from(data, count, peer, tag); }
-  Request isend(const bf16* data, std::size_t count, int peer, int tag) final {
-    return isend_to(data, count, peer, tag);
-  }
-  Request isend(const fp16* data, std::size_t count, int peer, int tag) final {
-    return isend_to(data, count, peer, tag);
-  }
-  Request irecv(bf16* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
-  Request irecv(fp16* data, std::size_t count, int peer, int tag) final { return irecv_from(data, count, peer, tag); }
-
-  void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
-  }
-  void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs, double* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
-  }
-  void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
-  }
-  void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) final {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  // The elements of an all-to-all that leave this rank: every block but its own.
+  void alltoallv(const void* send, const std::size_t* send_counts, const std::size_t* send_displs, void* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs, ElementType type) final {
+    std::size_t to_others = 0;
+    for (int p = 0; p < size(); ++p) {
+      if (p != rank()) to_others += send_counts[p];
+    }
+    blocking({Collective::alltoall, bytes(to_others, type), to_others, -1, blocks(send, send_counts, send_displs, type),
+              blocks(recv, recv_counts, recv_displs, type)},
+             [&] { inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type); });
   }
   // count_per_peer elements to each of the other size − 1 ranks.
-  void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) final {
-    const std::size_t to_others = count_per_peer * static_cast<std::size_t>(inner_->size() - 1);
+  void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) final {
+    const std::size_t to_others = count_per_peer * static_cast<std::size_t>(size() - 1);
     // Host memory on every backend, by the Comm's contract (parallel/comm.hpp).
-    const std::size_t all = count_per_peer * static_cast<std::size_t>(inner_->size());
-    CallShape shape{Collective::alltoall, bytes<std::int64_t>(to_others), to_others};
-    shape.read = {send, all * sizeof(std::int64_t), BufferMemory::host};
-    shape.written = {recv, all * sizeof(std::int64_t), BufferMemory::host};
-    blocking(shape, [&] { inner_->alltoall(send, recv, count_per_peer); });
+    const std::size_t all = count_per_peer * static_cast<std::size_t>(size());
+    CallShape shape{Collective::alltoall, bytes(to_others, type), to_others};
+    shape.read = {send, all * element_bytes(type), BufferMemory::host};
+    shape.written = {recv, all * element_bytes(type), BufferMemory::host};
+    blocking(shape, [&] { inner_->alltoall(send, recv, count_per_peer, type); });
   }
 
  protected:
@@ -161,47 +130,45 @@ class CommDecorator : public Comm {
   virtual Request started(const CallShape& shape, CallRef<Request> call) = 0;
 
  private:
-  template <class T>
-  static std::int64_t bytes(std::size_t count) {
-    return static_cast<std::int64_t>(count * sizeof(T));
+  static std::int64_t bytes(std::size_t count, ElementType type) {
+    return static_cast<std::int64_t>(count * element_bytes(type));
   }
-  // The whole buffer of a reduce-scatter or all-gather: every rank's block.
-  template <class T>
-  std::int64_t group_bytes(std::size_t block) const {
-    return bytes<T>(block * static_cast<std::size_t>(inner_->size()));
+  static CallBuffer buffer(const void* data, std::size_t count, ElementType type) {
+    return {data, count * element_bytes(type)};
   }
-  template <class T>
-  static CallBuffer buffer(const T* data, std::size_t count) {
-    return {data, count * sizeof(T)};
-  }
+  // Every rank's block of a reduce-scatter or all-gather.
+  std::size_t group_count(std::size_t block) const { return block * static_cast<std::size_t>(size()); }
   // An all-reduce or broadcast: one buffer, read and written.
-  template <class T>
-  static CallShape in_place(Collective kind, T* data, std::size_t count) {
-    return {kind, bytes<T>(count), count, -1, buffer(data, count), buffer(data, count)};
+  static CallShape in_place(Collective kind, const void* data, std::size_t count, ElementType type) {
+    return {kind, bytes(count, type), count, -1, buffer(data, count, type), buffer(data, count, type)};
   }
-  CallShape scatter_shape(const float* send, float* recv, std::size_t recv_count) const {
+  CallShape scatter_shape(const void* send, const void* recv, std::size_t recv_count, ElementType type) const {
     return {Collective::reduce_scatter,
-            group_bytes<float>(recv_count),
+            bytes(group_count(recv_count), type),
             recv_count,
             -1,
-            buffer(send, recv_count * static_cast<std::size_t>(inner_->size())),
-            buffer(recv, recv_count)};
+            buffer(send, group_count(recv_count), type),
+            buffer(recv, recv_count, type)};
   }
-  template <class T>
-  CallShape gather_shape(const T* send, T* recv, std::size_t send_count) const {
-    return {Collective::allgather,
-            group_bytes<T>(send_count),
-            send_count,
-            -1,
-            buffer(send, send_count),
-            buffer(recv, send_count * static_cast<std::size_t>(inner_->size()))};
+  CallShape gather_shape(const void* send, const void* recv, std::size_t send_count, ElementType type) const {
+    return {Collective::allgather,          bytes(group_count(send_count), type),       send_count, -1,
+            buffer(send, send_count, type), buffer(recv, group_count(send_count), type)};
+  }
+  // A message: what a send reads, or what a receive writes.
+  static CallShape message(Collective kind, const void* read, const void* written, std::size_t count, ElementType type,
+                           int peer) {
+    return {kind,
+            bytes(count, type),
+            count,
+            peer,
+            read ? buffer(read, count, type) : CallBuffer{},
+            written ? buffer(written, count, type) : CallBuffer{}};
   }
   // The span of an all-to-all buffer: up to its farthest block's end.
-  template <class T>
-  CallBuffer blocks(const T* data, const std::size_t* counts, const std::size_t* displs) const {
+  CallBuffer blocks(const void* data, const std::size_t* counts, const std::size_t* displs, ElementType type) const {
     std::size_t end = 0;
-    for (int p = 0; p < inner_->size(); ++p) end = std::max(end, counts[p] > 0 ? displs[p] + counts[p] : 0);
-    return buffer(data, end);
+    for (int p = 0; p < size(); ++p) end = std::max(end, counts[p] > 0 ? displs[p] + counts[p] : 0);
+    return buffer(data, end, type);
   }
 
   template <class Fn>
@@ -211,49 +178,6 @@ class CommDecorator : public Comm {
   template <class Fn>
   Request nonblocking(const CallShape& shape, Fn&& fn) {
     return started(shape, CallRef<Request>(fn));
-  }
-
-  template <class T>
-  void gather(const T* send, T* recv, std::size_t send_count) {
-    blocking(gather_shape(send, recv, send_count), [&] { inner_->allgather(send, recv, send_count); });
-  }
-  template <class T>
-  Request igather(const T* send, T* recv, std::size_t send_count) {
-    return nonblocking(gather_shape(send, recv, send_count),
-                       [&] { return inner_->iallgather(send, recv, send_count); });
-  }
-  template <class T>
-  void send_to(const T* data, std::size_t count, int peer, int tag) {
-    blocking({Collective::send, bytes<T>(count), count, peer, buffer(data, count)},
-             [&] { inner_->send(data, count, peer, tag); });
-  }
-  template <class T>
-  void recv_from(T* data, std::size_t count, int peer, int tag) {
-    blocking({Collective::recv, bytes<T>(count), count, peer, {}, buffer(data, count)},
-             [&] { inner_->recv(data, count, peer, tag); });
-  }
-  template <class T>
-  Request isend_to(const T* data, std::size_t count, int peer, int tag) {
-    return nonblocking({Collective::send, bytes<T>(count), count, peer, buffer(data, count)},
-                       [&] { return inner_->isend(data, count, peer, tag); });
-  }
-  template <class T>
-  Request irecv_from(T* data, std::size_t count, int peer, int tag) {
-    return nonblocking({Collective::recv, bytes<T>(count), count, peer, {}, buffer(data, count)},
-                       [&] { return inner_->irecv(data, count, peer, tag); });
-  }
-
-  // The elements of an all-to-all that leave this rank: every block but its own.
-  template <class T>
-  void exchange(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
-                const std::size_t* recv_counts, const std::size_t* recv_displs) {
-    std::size_t to_others = 0;
-    for (int p = 0; p < inner_->size(); ++p) {
-      if (p != inner_->rank()) to_others += send_counts[p];
-    }
-    blocking({Collective::alltoall, bytes<T>(to_others), to_others, -1, blocks(send, send_counts, send_displs),
-              blocks(recv, recv_counts, recv_displs)},
-             [&] { inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs); });
   }
 
   std::unique_ptr<Comm> inner_;

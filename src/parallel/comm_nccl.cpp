@@ -28,255 +28,59 @@
 // ranks (parallel/comm_mpi.cpp), made from the bootstrap communicator, and does not touch the
 // stream.
 //
-// bf16 and fp16 use ncclBfloat16 and ncclFloat16. NCCL sums them its own way: each step of its
-// ring or tree adds two 16-bit values (in float or in half arithmetic, by GPU and version) and
-// stores the partial as 16 bits again, so a sum over P ranks is rounded up to P − 1 times, where
-// the MPI backend accumulates in fp32 and rounds once. Results can differ from the MPI backend's by
-// a few ulp of the 16-bit type, and between NCCL algorithms and versions.
+// The element types map to NCCL's in one table (nccl_type below). bf16 and fp16 use ncclBfloat16
+// and ncclFloat16, which NCCL sums its own way: each step of its ring or tree adds two 16-bit
+// values (in float or in half arithmetic, by GPU and version) and stores the partial as 16 bits
+// again, so a sum over P ranks is rounded up to P − 1 times, where the MPI backend accumulates in
+// fp32 and rounds once. Results can differ from the MPI backend's by a few ulp of the 16-bit type,
+// and between NCCL algorithms and versions.
+#include "core/cuda_check.hpp"
 #include "core/mpi_check.hpp"
-#include "core/watched_wait.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/impl/nccl_support.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
-#include <vector>
 
 namespace meshtrain {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Checked calls
+using namespace nccl_backend;
 
-const char* cuda_hint(cudaError_t error) {
-  switch (error) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorInvalidDevice:
-    case cudaErrorDevicesUnavailable:
-      return "no usable GPU for this rank: check nvidia-smi, CUDA_VISIBLE_DEVICES, that the driver supports "
-             "this CUDA version, and that Slurm gave the job GPUs (--gpus-per-task); CPU runs use the MPI "
-             "backend (parallel.backend mpi)";
-    case cudaErrorMemoryAllocation:
-      return "the GPU is out of memory: fewer or smaller buffers, or more ranks to share them";
-    default: return "run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel, or under compute-sanitizer";
+// One row per ElementType.
+ncclDataType_t nccl_type(ElementType type) {
+  switch (type) {
+    case ElementType::f32: return ncclFloat;
+    case ElementType::f64: return ncclDouble;
+    case ElementType::bf16: return ncclBfloat16;
+    case ElementType::fp16: return ncclFloat16;
+    case ElementType::i64: return ncclInt64;
   }
+  throw std::logic_error("nccl_type: an ElementType without a row");
 }
 
-[[noreturn]] void cuda_fail(cudaError_t error, const char* call, const char* file, int line) {
-  throw std::runtime_error(fmt::format("{}:{}: CUDA call {} failed: {} ({})\nHINT: {}", file, line, call,
-                                       cudaGetErrorName(error), cudaGetErrorString(error), cuda_hint(error)));
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::max ? ncclMax : ncclSum; }
+
+// Element `offset` of a buffer of `type`.
+template <class Byte>
+Byte* element_at(Byte* data, std::size_t offset, ElementType type) {
+  return data + offset * element_bytes(type);
 }
-void cuda_check(cudaError_t error, const char* call, const char* file, int line) {
-  if (error != cudaSuccess) cuda_fail(error, call, file, line);
-}
-#define MESHTRAIN_CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
-
-const char* nccl_hint(ncclResult_t result) {
-  switch (result) {
-    case ncclUnhandledCudaError:
-      return "a CUDA call inside NCCL failed: check the GPU and driver (nvidia-smi) and CUDA_VISIBLE_DEVICES; "
-             "NCCL_DEBUG=INFO names the call";
-    case ncclSystemError:
-      return "a system call failed (sockets, shared memory): run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; "
-             "across nodes set NCCL_SOCKET_IFNAME to the interface they share (e.g. ib0); in containers give "
-             "/dev/shm room or set NCCL_SHM_DISABLE=1";
-    case ncclInvalidArgument:
-      return "buffers must be device memory of this rank's GPU, counts the same on every rank, roots and peers "
-             "ranks of the group; NCCL_DEBUG=WARN names the argument";
-    case ncclInvalidUsage:
-      return "each rank of a group needs its own GPU (select it from the node-local rank or CUDA_VISIBLE_DEVICES), "
-             "and every rank must issue the same collectives in the same order; NCCL_DEBUG=WARN says more";
-    case ncclRemoteError:
-      return "another rank or the network failed: look at the other ranks' errors first; NCCL_DEBUG=INFO "
-             "NCCL_DEBUG_SUBSYS=NET shows the connections";
-    default: return "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=ALL) to see what NCCL was doing";
-  }
-}
-
-[[noreturn]] void nccl_fail(ncclResult_t result, ncclComm_t comm, const char* call, const char* file, int line) {
-  const char* last = ncclGetLastError(comm);
-  const std::string detail = last != nullptr && *last != '\0' ? fmt::format(" ({})", last) : std::string();
-  throw std::runtime_error(fmt::format("{}:{}: NCCL call {} failed: {}{}\nHINT: {}", file, line, call,
-                                       ncclGetErrorString(result), detail, nccl_hint(result)));
-}
-void nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const char* file, int line) {
-  if (result != ncclSuccess) nccl_fail(result, comm, call, file, line);
-}
-#define MESHTRAIN_NCCL_CHECK(call, comm) nccl_check((call), (comm), #call, __FILE__, __LINE__)
-
-// ---------------------------------------------------------------------------------------------
-// Owned handles
-
-// The NCCL communicator. Destroyed normally it is ncclCommDestroy'ed; destroyed while an exception
-// unwinds the stack (peers may be gone) it is ncclCommAbort'ed, which does not wait for them; after
-// abort() (the watchdog gave up on a wait) it is gone already.
-class NcclHandle {
- public:
-  explicit NcclHandle(ncclComm_t comm) : comm_(comm) {}
-  ~NcclHandle() {
-    if (aborted_) return;
-    if (std::uncaught_exceptions() > 0) {
-      ncclCommAbort(comm_);
-    } else {
-      ncclCommDestroy(comm_);
-    }
-  }
-  NcclHandle(const NcclHandle&) = delete;
-  NcclHandle& operator=(const NcclHandle&) = delete;
-  ncclComm_t get() const { return comm_; }
-  // Ends the communicator's kernels and frees it without waiting for the peers.
-  void abort() {
-    if (aborted_) return;
-    aborted_ = true;
-    ncclCommAbort(comm_);
-  }
-
- private:
-  ncclComm_t comm_;
-  bool aborted_ = false;
-};
-
-class Event {
- public:
-  Event() { MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
-class DeviceFloat {
- public:
-  DeviceFloat() {
-    MESHTRAIN_CUDA_CHECK(cudaMalloc(&data_, sizeof(float)));
-    MESHTRAIN_CUDA_CHECK(cudaMemset(data_, 0, sizeof(float)));
-  }
-  ~DeviceFloat() { cudaFree(data_); }
-  DeviceFloat(const DeviceFloat&) = delete;
-  DeviceFloat& operator=(const DeviceFloat&) = delete;
-  float* get() const { return data_; }
-
- private:
-  float* data_ = nullptr;
-};
-
-// Waits until `event` has happened, checking `comm` for an asynchronous error meanwhile. Polls
-// rather than blocks in a stream synchronisation, so that once the watchdog has reported this wait
-// (core/watched_wait.hpp) it can abort the communicator, whose kernels would otherwise spin on
-// the GPU for ever, and throw CollectiveTimeout (main exits 5).
-void wait_for(cudaEvent_t event, NcclHandle& handle, const std::string& what) {
-  const ncclComm_t comm = handle.get();
-  for (;;) {
-    const cudaError_t state = cudaEventQuery(event);
-    if (state == cudaSuccess) return;
-    if (state != cudaErrorNotReady) cuda_fail(state, "cudaEventQuery(event)", __FILE__, __LINE__);
-    ncclResult_t async = ncclSuccess;
-    MESHTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async), comm);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      nccl_fail(async, comm, ("ncclCommGetAsyncError while waiting for " + what).c_str(), __FILE__, __LINE__);
-    }
-    if (watchdog_fired()) {
-      handle.abort();
-      throw CollectiveTimeout(what +
-                              ": the watchdog gave up on it (parallel.timeout) and aborted its NCCL communicator");
-    }
-    std::this_thread::yield();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Operations in flight and the thread's open point-to-point group
-
-// One operation's completion: an event recorded on the stream after it. Point-to-point operations
-// are recorded when their group is launched; `failed` marks those whose group failed to launch.
-struct Completion {
-  explicit Completion(cudaStream_t s) : stream(s) {}
-  Event event;
-  cudaStream_t stream;
-  bool recorded = false;
-  bool failed = false;
-};
-
-struct OpenGroup {
-  bool open = false;
-  std::vector<std::shared_ptr<Completion>> members;
-};
-OpenGroup& open_group() {
-  thread_local OpenGroup group;
-  return group;
-}
-
-void join_group() {
-  OpenGroup& group = open_group();
-  if (group.open) return;
-  MESHTRAIN_NCCL_CHECK(ncclGroupStart(), nullptr);
-  group.open = true;
-}
-
-// Launches the open group (if any) and records the completion of each of its operations.
-void launch_group() {
-  OpenGroup& group = open_group();
-  if (!group.open) return;
-  std::vector<std::shared_ptr<Completion>> members = std::move(group.members);
-  group.members.clear();
-  group.open = false;
-  const ncclResult_t launched = ncclGroupEnd();
-  if (launched != ncclSuccess) {
-    for (auto& member : members) member->failed = true;
-    nccl_fail(launched, nullptr, "ncclGroupEnd()", __FILE__, __LINE__);
-  }
-  for (auto& member : members) {
-    MESHTRAIN_CUDA_CHECK(cudaEventRecord(member->event.get(), member->stream));
-    member->recorded = true;
-  }
-}
-
-// Waiting launches the operation's group if it is still open. Dropped without wait(), nothing
-// blocks: the operation stays ordered on the stream before whatever is enqueued after it.
-class NcclRequest final : public Request::Impl {
- public:
-  NcclRequest(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, std::string what)
-      : comm_(std::move(comm)), completion_(std::move(completion)), what_(std::move(what)) {}
-
-  void wait() override {
-    if (!completion_->recorded && !completion_->failed) launch_group();
-    if (completion_->failed) {
-      throw std::runtime_error(fmt::format(
-          "{}: the NCCL group it belonged to failed to launch\nHINT: see the error ncclGroupEnd reported first; "
-          "NCCL_DEBUG=INFO says more",
-          what_));
-    }
-    wait_for(completion_->event.get(), *comm_, what_);
-  }
-
- private:
-  std::shared_ptr<NcclHandle> comm_;  // kept alive for the asynchronous-error check
-  std::shared_ptr<Completion> completion_;
-  std::string what_;
-};
-
-// ---------------------------------------------------------------------------------------------
 
 class NcclComm final : public Comm {
  public:
   // `host`: an MPI Comm over the same ranks in the same order, for the host-memory alltoall.
   NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t stream, std::unique_ptr<Comm> host)
-      : comm_(std::move(comm)), rank_(rank), size_(size), stream_(stream), host_(std::move(host)) {}
+      : Comm(rank, size, "nccl"), comm_(std::move(comm)), stream_(stream), host_(std::move(host)) {}
 
   // Launches this thread's open group, which may hold this communicator's messages.
   ~NcclComm() override {
@@ -287,61 +91,78 @@ class NcclComm final : public Comm {
     }
   }
 
-  int size() const override { return size_; }
-  int rank() const override { return rank_; }
-  std::string backend() const override { return "nccl"; }
-
-  void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, ncclFloat, ncclSum); }
-  void allreduce_max(float* data, std::size_t count) override { allreduce(data, count, ncclFloat, ncclMax); }
-  void allreduce_max(double* data, std::size_t count) override { allreduce(data, count, ncclDouble, ncclMax); }
-  void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, ncclDouble, ncclSum); }
-
-  Request iallreduce_sum(float* data, std::size_t count) override {
+  void allreduce(void* data, std::size_t count, ElementType type, ReduceOp op) override {
+    if (count == 0) return;
+    start_allreduce(data, count, type, op);
+    complete("allreduce");
+  }
+  Request iallreduce(void* data, std::size_t count, ElementType type, ReduceOp op) override {
     if (count == 0) return Request();
-    launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm(), stream_), comm());
-    return enqueued(fmt::format("iallreduce_sum of {} floats", count));
+    start_allreduce(data, count, type, op);
+    return enqueued(fmt::format("iallreduce of {} {}", count, element_name(type)));
   }
 
-  void reduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) override {
     if (recv_count == 0) return;
-    launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm(), stream_), comm());
-    complete("reduce_scatter_sum");
+    start_reduce_scatter(send, recv, recv_count, type, op);
+    complete("reduce_scatter");
   }
-  Request ireduce_scatter_sum(const float* send, float* recv, std::size_t recv_count) override {
+  Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type,
+                          ReduceOp op) override {
     if (recv_count == 0) return Request();
-    launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm(), stream_), comm());
-    return enqueued(fmt::format("ireduce_scatter_sum of {} floats", recv_count));
+    start_reduce_scatter(send, recv, recv_count, type, op);
+    return enqueued(fmt::format("ireduce_scatter of {} {}", recv_count, element_name(type)));
   }
 
-  void allgather(const float* send, float* recv, std::size_t send_count) override {
-    gather_all(send, recv, send_count, ncclFloat);
+  void allgather(const void* send, void* recv, std::size_t send_count, ElementType type) override {
+    if (send_count == 0) return;
+    start_allgather(send, recv, send_count, type);
+    complete("allgather");
   }
-  Request iallgather(const float* send, float* recv, std::size_t send_count) override {
-    return igather_all(send, recv, send_count, ncclFloat, "floats");
+  Request iallgather(const void* send, void* recv, std::size_t send_count, ElementType type) override {
+    if (send_count == 0) return Request();
+    start_allgather(send, recv, send_count, type);
+    return enqueued(fmt::format("iallgather of {} {}", send_count, element_name(type)));
   }
 
-  void broadcast(float* data, std::size_t count, int root) override {
-    check_rank(root, "broadcast", "root");
+  void broadcast(void* data, std::size_t count, ElementType type, int root) override {
+    require_group_rank(root, size(), "broadcast", "root");
     if (count == 0) return;
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclBroadcast(data, data, count, ncclFloat, root, comm(), stream_), comm());
+    MESHTRAIN_NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type(type), root, comm(), stream_), comm());
     complete("broadcast");
   }
 
-  void send(const float* data, std::size_t count, int peer, int tag) override {
-    send_to(data, count, ncclFloat, peer, tag);
+  // A blocking send or recv launches the open group with itself in it and waits for all of it.
+  void send(const void* data, std::size_t count, ElementType type, int peer, int tag) override {
+    check_peer(peer, tag, "send");
+    if (count == 0) return;
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    launch_group();
+    complete("send");
   }
-  void recv(float* data, std::size_t count, int peer, int tag) override {
-    recv_from(data, count, ncclFloat, peer, tag);
+  void recv(void* data, std::size_t count, ElementType type, int peer, int tag) override {
+    check_peer(peer, tag, "recv");
+    if (count == 0) return;
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    launch_group();
+    complete("recv");
   }
-  Request isend(const float* data, std::size_t count, int peer, int tag) override {
-    return isend_to(data, count, ncclFloat, "floats", peer, tag);
+  Request isend(const void* data, std::size_t count, ElementType type, int peer, int tag) override {
+    check_peer(peer, tag, "isend");
+    if (count == 0) return Request();
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    return in_group(fmt::format("isend of {} {} to peer {}", count, element_name(type), peer));
   }
-  Request irecv(float* data, std::size_t count, int peer, int tag) override {
-    return irecv_from(data, count, ncclFloat, "floats", peer, tag);
+  Request irecv(void* data, std::size_t count, ElementType type, int peer, int tag) override {
+    check_peer(peer, tag, "irecv");
+    if (count == 0) return Request();
+    join_group();
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    return in_group(fmt::format("irecv of {} {} from peer {}", count, element_name(type), peer));
   }
 
   // An allreduce of one element completes only when every rank has entered it.
@@ -351,151 +172,57 @@ class NcclComm final : public Comm {
     complete("barrier");
   }
 
-  void allreduce_sum(bf16* data, std::size_t count) override { allreduce(data, count, ncclBfloat16, ncclSum); }
-  void allreduce_sum(fp16* data, std::size_t count) override { allreduce(data, count, ncclFloat16, ncclSum); }
-  void allgather(const bf16* send, bf16* recv, std::size_t send_count) override {
-    gather_all(send, recv, send_count, ncclBfloat16);
+  // One NCCL group of the blocks to and from the other ranks, the own block copied on the stream.
+  void alltoallv(const void* send, const std::size_t* send_counts, const std::size_t* send_displs, void* recv,
+                 const std::size_t* recv_counts, const std::size_t* recv_displs, ElementType type) override {
+    const int me = rank();
+    if (send_counts[me] != recv_counts[me]) {
+      throw std::invalid_argument(
+          fmt::format("alltoallv: group rank {} sends itself {} {} but expects {} (send_counts[{}] must equal "
+                      "recv_counts[{}])",
+                      me, send_counts[me], element_name(type), recv_counts[me], me, me));
+    }
+    const ncclDataType_t t = nccl_type(type);
+    const auto* from = static_cast<const std::byte*>(send);
+    auto* to = static_cast<std::byte*>(recv);
+    launch_group();
+    MESHTRAIN_NCCL_CHECK(ncclGroupStart(), comm());
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == me) continue;
+      if (send_counts[peer] > 0) {
+        MESHTRAIN_NCCL_CHECK(
+            ncclSend(element_at(from, send_displs[peer], type), send_counts[peer], t, peer, comm(), stream_), comm());
+      }
+      if (recv_counts[peer] > 0) {
+        MESHTRAIN_NCCL_CHECK(
+            ncclRecv(element_at(to, recv_displs[peer], type), recv_counts[peer], t, peer, comm(), stream_), comm());
+      }
+    }
+    MESHTRAIN_NCCL_CHECK(ncclGroupEnd(), comm());
+    MESHTRAIN_CUDA_CHECK(cudaMemcpyAsync(element_at(to, recv_displs[me], type), element_at(from, send_displs[me], type),
+                                         send_counts[me] * element_bytes(type), cudaMemcpyDeviceToDevice, stream_));
+    complete("alltoallv");
   }
-  void allgather(const fp16* send, fp16* recv, std::size_t send_count) override {
-    gather_all(send, recv, send_count, ncclFloat16);
-  }
-  Request iallgather(const bf16* send, bf16* recv, std::size_t send_count) override {
-    return igather_all(send, recv, send_count, ncclBfloat16, "bf16 values");
-  }
-  Request iallgather(const fp16* send, fp16* recv, std::size_t send_count) override {
-    return igather_all(send, recv, send_count, ncclFloat16, "fp16 values");
-  }
-  void send(const bf16* data, std::size_t count, int peer, int tag) override {
-    send_to(data, count, ncclBfloat16, peer, tag);
-  }
-  void send(const fp16* data, std::size_t count, int peer, int tag) override {
-    send_to(data, count, ncclFloat16, peer, tag);
-  }
-  void recv(bf16* data, std::size_t count, int peer, int tag) override {
-    recv_from(data, count, ncclBfloat16, peer, tag);
-  }
-  void recv(fp16* data, std::size_t count, int peer, int tag) override {
-    recv_from(data, count, ncclFloat16, peer, tag);
-  }
-  Request isend(const bf16* data, std::size_t count, int peer, int tag) override {
-    return isend_to(data, count, ncclBfloat16, "bf16 values", peer, tag);
-  }
-  Request isend(const fp16* data, std::size_t count, int peer, int tag) override {
-    return isend_to(data, count, ncclFloat16, "fp16 values", peer, tag);
-  }
-  Request irecv(bf16* data, std::size_t count, int peer, int tag) override {
-    return irecv_from(data, count, ncclBfloat16, "bf16 values", peer, tag);
-  }
-  Request irecv(fp16* data, std::size_t count, int peer, int tag) override {
-    return irecv_from(data, count, ncclFloat16, "fp16 values", peer, tag);
-  }
-
-  void alltoallv(const float* send, const std::size_t* send_counts, const std::size_t* send_displs, float* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclFloat);
-  }
-  void alltoallv(const double* send, const std::size_t* send_counts, const std::size_t* send_displs, double* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclDouble);
-  }
-  void alltoallv(const bf16* send, const std::size_t* send_counts, const std::size_t* send_displs, bf16* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclBfloat16);
-  }
-  void alltoallv(const fp16* send, const std::size_t* send_counts, const std::size_t* send_displs, fp16* recv,
-                 const std::size_t* recv_counts, const std::size_t* recv_displs) override {
-    exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs, ncclFloat16);
-  }
-  void alltoall(const std::int64_t* send, std::int64_t* recv, std::size_t count_per_peer) override {
-    host_->alltoall(send, recv, count_per_peer);
+  void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) override {
+    host_->alltoall(send, recv, count_per_peer, type);
   }
 
  private:
   ncclComm_t comm() const { return comm_->get(); }
 
-  void allreduce(void* data, std::size_t count, ncclDataType_t type, ncclRedOp_t op) {
-    if (count == 0) return;
+  // Collectives first launch the thread's open point-to-point group, then enqueue on the stream.
+  void start_allreduce(void* data, std::size_t count, ElementType type, ReduceOp op) {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, type, op, comm(), stream_), comm());
-    complete("allreduce");
+    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm(), stream_), comm());
   }
-
-  void gather_all(const void* send, void* recv, std::size_t send_count, ncclDataType_t type) {
-    if (send_count == 0) return;
+  void start_reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, type, comm(), stream_), comm());
-    complete("allgather");
+    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm(), stream_),
+                         comm());
   }
-
-  Request igather_all(const void* send, void* recv, std::size_t send_count, ncclDataType_t type, const char* elements) {
-    if (send_count == 0) return Request();
+  void start_allgather(const void* send, void* recv, std::size_t send_count, ElementType type) {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, type, comm(), stream_), comm());
-    return enqueued(fmt::format("iallgather of {} {}", send_count, elements));
-  }
-
-  // A blocking send or recv launches the open group with itself in it and waits for all of it.
-  void send_to(const void* data, std::size_t count, ncclDataType_t type, int peer, int tag) {
-    check_peer(peer, tag, "send");
-    if (count == 0) return;
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, type, peer, comm(), stream_), comm());
-    launch_group();
-    complete("send");
-  }
-
-  void recv_from(void* data, std::size_t count, ncclDataType_t type, int peer, int tag) {
-    check_peer(peer, tag, "recv");
-    if (count == 0) return;
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, type, peer, comm(), stream_), comm());
-    launch_group();
-    complete("recv");
-  }
-
-  Request isend_to(const void* data, std::size_t count, ncclDataType_t type, const char* elements, int peer, int tag) {
-    check_peer(peer, tag, "isend");
-    if (count == 0) return Request();
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, type, peer, comm(), stream_), comm());
-    return in_group(fmt::format("isend of {} {} to peer {}", count, elements, peer));
-  }
-
-  Request irecv_from(void* data, std::size_t count, ncclDataType_t type, const char* elements, int peer, int tag) {
-    check_peer(peer, tag, "irecv");
-    if (count == 0) return Request();
-    join_group();
-    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, type, peer, comm(), stream_), comm());
-    return in_group(fmt::format("irecv of {} {} from peer {}", count, elements, peer));
-  }
-
-  // One NCCL group of the blocks to and from the other ranks, the own block copied on the stream.
-  template <class T>
-  void exchange(const T* send, const std::size_t* send_counts, const std::size_t* send_displs, T* recv,
-                const std::size_t* recv_counts, const std::size_t* recv_displs, ncclDataType_t type) {
-    if (send_counts[rank_] != recv_counts[rank_]) {
-      throw std::invalid_argument(
-          fmt::format("alltoallv: group rank {} sends itself {} elements but expects {} (send_counts[{}] must equal "
-                      "recv_counts[{}])",
-                      rank_, send_counts[rank_], recv_counts[rank_], rank_, rank_));
-    }
-    launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclGroupStart(), comm());
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      if (send_counts[peer] > 0) {
-        MESHTRAIN_NCCL_CHECK(ncclSend(send + send_displs[peer], send_counts[peer], type, peer, comm(), stream_),
-                             comm());
-      }
-      if (recv_counts[peer] > 0) {
-        MESHTRAIN_NCCL_CHECK(ncclRecv(recv + recv_displs[peer], recv_counts[peer], type, peer, comm(), stream_),
-                             comm());
-      }
-    }
-    MESHTRAIN_NCCL_CHECK(ncclGroupEnd(), comm());
-    MESHTRAIN_CUDA_CHECK(cudaMemcpyAsync(recv + recv_displs[rank_], send + send_displs[rank_],
-                                         send_counts[rank_] * sizeof(T), cudaMemcpyDeviceToDevice, stream_));
-    complete("alltoallv");
+    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(type), comm(), stream_), comm());
   }
 
   // Waits for everything enqueued on the stream so far.
@@ -509,23 +236,22 @@ class NcclComm final : public Comm {
     auto completion = std::make_shared<Completion>(stream_);
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream_));
     completion->recorded = true;
-    return Request(std::make_unique<NcclRequest>(comm_, std::move(completion), std::move(what)));
+    return make_request(comm_, std::move(completion), std::move(what));
   }
 
+  // A request for the message just added to the thread's open group.
   Request in_group(std::string what) {
     auto completion = std::make_shared<Completion>(stream_);
-    open_group().members.push_back(completion);
-    return Request(std::make_unique<NcclRequest>(comm_, std::move(completion), std::move(what)));
+    add_to_group(completion);
+    return make_request(comm_, std::move(completion), std::move(what));
   }
 
-  void check_rank(int rank, const char* op, const char* role) const { require_group_rank(rank, size_, op, role); }
   void check_peer(int peer, int tag, const char* op) const {
-    check_rank(peer, op, "peer");
+    require_group_rank(peer, size(), op, "peer");
     if (tag < 0) throw std::invalid_argument(fmt::format("{}: tag {} is negative", op, tag));
   }
 
   std::shared_ptr<NcclHandle> comm_;  // first: destroyed after the event and buffer that use it
-  int rank_, size_;
   cudaStream_t stream_;
   Event done_;
   DeviceFloat token_;
@@ -601,7 +327,7 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream) {
     if (handle != nullptr) ncclCommAbort(handle);
     throw;
   }
-  auto nccl = std::make_shared<NcclHandle>(handle);
+  auto nccl = std::make_shared<nccl_backend::NcclHandle>(handle);
   return std::make_unique<NcclComm>(std::move(nccl), rank, size, static_cast<cudaStream_t>(stream),
                                     make_mpi_comm(comm));
 }

@@ -2,18 +2,14 @@
 // names them), each a forward/backward pair: a layer calls forward(x) where its region starts or
 // ends in the forward pass and backward(dx) at the mirror place of the backward pass, and the two
 // are transposes of one another (tests/parallel/test_tp_mappings.cpp checks ⟨f(x), y⟩ = ⟨x, fᵀ(y)⟩).
-// CopyToRegion (forward identity, backward all-reduce sum), ReduceFromRegion (the reverse),
-// GatherFromRegion (forward all-gather, backward keep the rank's part) and ScatterToRegion (the
-// reverse) are each a RegionMapping<forward step, backward step>, so the pair is the type.
+// CopyToRegion (forward identity, backward all-reduce sum) and ReduceFromRegion (the reverse) are
+// each a RegionMapping<forward step, backward step>, so the pair is the type.
 //
 // Which layer uses which: share/docs/design.md, Tensor parallel. The vocabulary-parallel
 // cross-entropy's reductions, which have no backward, are VocabParallelStatistics below.
 //
 // Buffers are spans of the memory the group's backend serves (device memory under NCCL); every
-// mapping works in place, so none allocates or copies. A split tensor is split along its leading
-// (slowest) dimension into equal parts, rank r's part at elements [r·n, (r+1)·n) of the whole:
-// the whole's size must be a multiple of the group's (the model pads the vocabulary and divides
-// heads evenly instead of splitting unevenly). Element types: float, double, bf16, fp16 (the
+// mapping works in place, so none allocates or copies. Element types: float, double, bf16, fp16 (the
 // vocabulary statistics: float, double).
 //
 // Host code (no Kokkos here): before a collective reads a buffer the kernels that wrote it must be
@@ -30,9 +26,9 @@
 
 namespace meshtrain {
 
-// What a mapping does to a buffer in one direction (RegionMapping below): nothing, sum it over the
-// group, gather the ranks' parts into it (a split tensor's whole), or keep this rank's part of it.
-enum class RegionStep { identity, sum, gather, keep_part };
+// What a mapping does to a buffer in one direction (RegionMapping below): nothing, or sum it over
+// the group.
+enum class RegionStep { identity, sum };
 
 // What the mappings share: the group and the fence that precedes each collective.
 class TensorParallelGroup {
@@ -51,13 +47,7 @@ class TensorParallelGroup {
   // x ← max over the group, in place.
   template <class T>
   void max(std::span<T> x) const;
-  // whole ← every rank's part in rank order, in place: this rank's part is already in `whole`.
-  template <class T>
-  void gather(std::span<T> whole) const;
-  // This rank's part of `whole` (std::invalid_argument unless the group's size divides the whole's).
-  template <class T>
-  std::span<T> part(std::span<T> whole) const;
-  // `step` on x: the buffer it leaves the result in (x, or for keep_part the rank's part of x).
+  // `step` on x, in place: x.
   template <class T>
   std::span<T> apply(RegionStep step, std::span<T> x) const;
 
@@ -91,13 +81,6 @@ using CopyToRegion = RegionMapping<RegionStep::identity, RegionStep::sum>;
 // Leaves a region whose ranks each hold a partial sum (a row-parallel product's output, the
 // vocabulary-parallel embedding): the output is the sum, and its gradient reaches every part as is.
 using ReduceFromRegion = RegionMapping<RegionStep::sum, RegionStep::identity>;
-// Leaves a region whose ranks each hold one part of a tensor: forward(whole) fills the other ranks'
-// parts of `whole` around this rank's, backward(dwhole) is this rank's part of the gradient.
-using GatherFromRegion = RegionMapping<RegionStep::gather, RegionStep::keep_part>;
-// Enters a region from a replicated tensor of which each rank keeps one part: forward(whole) is
-// this rank's part; backward(dwhole), with this rank's part of the gradient in place in `dwhole`,
-// fills in the other ranks' parts.
-using ScatterToRegion = RegionMapping<RegionStep::keep_part, RegionStep::gather>;
 
 // The vocabulary-parallel cross-entropy's reductions over the vocabulary shards of each row: the
 // row maxima (for a stable softmax) and the partial sums (Σ exp, the target's logit). Forward only:

@@ -19,7 +19,7 @@
 //         [0 2] [1 3] [4 6] [5 7] [8 10] [9 11] [12 14] [13 15]
 //     4 pp groups (same dp and tp rank: the stages, pp_rank 0 first, activations sent along them)
 //         [0 4 8 12] [1 5 9 13] [2 6 10 14] [3 7 11 15]
-//     2 model groups (same dp rank: one whole replica, tp × pp ranks)
+//     2 model replicas (same dp rank, tp × pp ranks; no collective spans one: no communicator)
 //         [0 1 4 5 8 9 12 13] [2 3 6 7 10 11 14 15]
 //
 // With 4 ranks per node (ranks placed in blocks, as srun and mpiexec do by default) the nodes hold
@@ -263,15 +263,14 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
                     "(Topology::resolve checks a layout against the world size)",
                     layout.dp, layout.tp, layout.pp, layout.world(), size));
 
-  // Built in owners first, so that a failure halfway frees what was already made.
-  mpi::OwnedComm own_world, tp, dp, pp, model, ep, edp;
-  MESHTRAIN_MPI_CHECK(MPI_Comm_dup(world, own_world.out()),
+  // A failure halfway frees what was already made: every communicator is owned from the start.
+  MESHTRAIN_MPI_CHECK(MPI_Comm_dup(world, world_.out()),
                       "MPI_Comm_dup is collective: does every rank construct the Topology?");
   // Failures in the group communicators (which inherit this handler) come back as mpi::Error with
   // a hint, instead of MPI aborting the job with its own message only.
-  MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(own_world.get(), MPI_ERRORS_RETURN),
+  MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(world_.get(), MPI_ERRORS_RETURN),
                       "the MPI library refused MPI_ERRORS_RETURN on a duplicated communicator");
-  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(own_world.get(), &rank_), "is the duplicated world communicator valid?");
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(world_.get(), &rank_), "is the duplicated world communicator valid?");
   position_ = position(layout, rank_);
   const int d = position_.dp_rank, t = position_.tp_rank, p = position_.pp_rank;
   const int e = position_.ep_rank, r = position_.edp_rank;
@@ -279,30 +278,11 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
   // Colors number the groups in the order of tp_groups, dp_groups, pp_groups, ep_groups and
   // edp_groups; keys keep the natural order, so a rank's rank in each group communicator is its
   // coordinate along that group.
-  split(own_world.get(), d + layout.dp * p, t, tp);
-  split(own_world.get(), t + layout.tp * p, d, dp);
-  split(own_world.get(), t + layout.tp * d, p, pp);
-  split(own_world.get(), d, t + layout.tp * p, model);
-  split(own_world.get(), t + layout.tp * (r + layout.edp() * p), e, ep);
-  split(own_world.get(), t + layout.tp * (e + layout.ep * p), r, edp);
-
-  world_ = own_world.release();
-  tp_ = tp.release();
-  dp_ = dp.release();
-  pp_ = pp.release();
-  model_ = model.release();
-  ep_ = ep.release();
-  edp_ = edp.release();
-}
-
-Topology::~Topology() {
-  mpi::OwnedComm::free_comm(edp_);
-  mpi::OwnedComm::free_comm(ep_);
-  mpi::OwnedComm::free_comm(model_);
-  mpi::OwnedComm::free_comm(pp_);
-  mpi::OwnedComm::free_comm(dp_);
-  mpi::OwnedComm::free_comm(tp_);
-  mpi::OwnedComm::free_comm(world_);
+  split(world_.get(), d + layout.dp * p, t, tp_);
+  split(world_.get(), t + layout.tp * p, d, dp_);
+  split(world_.get(), t + layout.tp * d, p, pp_);
+  split(world_.get(), t + layout.tp * (r + layout.edp() * p), e, ep_);
+  split(world_.get(), t + layout.tp * (e + layout.ep * p), r, edp_);
 }
 
 std::string Topology::describe() const {
@@ -312,9 +292,9 @@ std::string Topology::describe() const {
   MESHTRAIN_MPI_CHECK(MPI_Get_processor_name(name, &length), "the MPI library could not name this host");
   const int world = layout_.world();
   std::vector<char> names(rank_ == 0 ? static_cast<std::size_t>(world) * MPI_MAX_PROCESSOR_NAME : 0);
-  MESHTRAIN_MPI_CHECK(
-      MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, world_),
-      "Topology::describe() is collective: does every rank call it?");
+  MESHTRAIN_MPI_CHECK(MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                                 0, world_.get()),
+                      "Topology::describe() is collective: does every rank call it?");
   if (rank_ != 0) return {};
   std::vector<std::string> hosts;
   hosts.reserve(static_cast<std::size_t>(world));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/mpi_check.hpp"
 
 #include <mpi.h>
 
@@ -44,20 +45,16 @@ class Topology {
 
   // Collective over `world`: splits it into the groups (the communicators are owned and freed).
   Topology(MPI_Comm world, const Layout& layout);
-  ~Topology();
-  Topology(const Topology&) = delete;
-  Topology& operator=(const Topology&) = delete;
 
   const Layout& layout() const { return layout_; }
   const GridPosition& position() const { return position_; }
   int rank() const { return rank_; }
-  MPI_Comm world() const { return world_; }
-  MPI_Comm dp_comm() const { return dp_; }        // same tp and pp rank
-  MPI_Comm tp_comm() const { return tp_; }        // same dp and pp rank
-  MPI_Comm pp_comm() const { return pp_; }        // same dp and tp rank
-  MPI_Comm model_comm() const { return model_; }  // same dp rank: all of one model replica (tp × pp)
-  MPI_Comm ep_comm() const { return ep_; }        // same tp, pp and edp rank: one expert-parallel group
-  MPI_Comm edp_comm() const { return edp_; }      // same tp, pp and ep rank: the ranks holding the same experts
+  MPI_Comm world() const { return world_.get(); }
+  MPI_Comm dp_comm() const { return dp_.get(); }    // same tp and pp rank
+  MPI_Comm tp_comm() const { return tp_.get(); }    // same dp and pp rank
+  MPI_Comm pp_comm() const { return pp_.get(); }    // same dp and tp rank
+  MPI_Comm ep_comm() const { return ep_.get(); }    // same tp, pp and edp rank: one expert-parallel group
+  MPI_Comm edp_comm() const { return edp_.get(); }  // same tp, pp and ep rank: the ranks holding the same experts
   bool first_stage() const { return position_.pp_rank == 0; }
   bool last_stage() const { return position_.pp_rank == layout_.pp - 1; }
 
@@ -69,9 +66,10 @@ class Topology {
   Layout layout_;
   GridPosition position_;
   int rank_ = 0;
-  MPI_Comm world_ = MPI_COMM_NULL;
-  MPI_Comm dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL, model_ = MPI_COMM_NULL;
-  MPI_Comm ep_ = MPI_COMM_NULL, edp_ = MPI_COMM_NULL;
+  // Owned (freed with the Topology, the groups before the world they were split from); move-only,
+  // as OwnedComm is.
+  mpi::OwnedComm world_;
+  mpi::OwnedComm tp_, dp_, pp_, ep_, edp_;
 };
 
 // The groups of each kind as lists of global ranks, in group order (for describe() and tests):

@@ -50,7 +50,7 @@ bool nccl_usable() {
 
 TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space,
                                const std::string& traffic_path, bool tied_head)
-    : traffic(traffic_path) {
+    : traffic(traffic_path), world(topology.world()) {
   // Each group's waits are watched under its name (parallel/watchdog.hpp); all-to-alls are timed
   // apart from the other collectives, whatever the group. Test-only: MESHTRAIN_POINTER_AUDIT=1
   // refuses any buffer outside the execution space's live allocations (parallel/pointer_audit.hpp),

@@ -32,10 +32,11 @@ class TrainingGroups {
   TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
   TrainingGroups& operator=(const TrainingGroups&) = delete;
 
-  double comm_seconds = 0;        // time inside collectives, all groups together, all-to-alls apart
-  double idle_seconds = 0;        // time a pipeline stage waits for its neighbours
-  double all_to_all_seconds = 0;  // time inside all-to-alls (expert parallelism's token exchange)
-  TrafficLog traffic;             // each group's calls and bytes, when log.traffic asks
+  double comm_seconds = 0;         // time inside collectives, all groups together, all-to-alls apart
+  double idle_seconds = 0;         // time a pipeline stage waits for its neighbours
+  double all_to_all_seconds = 0;   // time inside all-to-alls (expert parallelism's token exchange)
+  TrafficLog traffic;              // each group's calls and bytes, when log.traffic asks
+  MPI_Comm world = MPI_COMM_NULL;  // the Topology's (not owned): the ranks injected faults name
   std::unique_ptr<Comm> dp;
   std::unique_ptr<Comm> tp;
   std::unique_ptr<Comm> pp;  // timed as idle: its waits are the pipeline's bubble

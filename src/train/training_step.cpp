@@ -2,6 +2,7 @@
 #include "train/training_step.hpp"
 
 #include "core/injected_fault.hpp"
+#include "core/mpi_check.hpp"
 #include "optim/schedule.hpp"
 
 #include <mpi.h>
@@ -13,17 +14,16 @@
 namespace meshtrain {
 namespace {
 
-// Whether test fault `name` (core/injected_fault.hpp) fires in step `i` (0-based) on this rank.
-bool fault_fires_in(const char* name, std::int64_t i) {
+// Whether test fault `name` (core/injected_fault.hpp) fires in step `i` (0-based) on this rank of
+// `world`, the run's world communicator.
+bool fault_fires_in(const char* name, std::int64_t i, MPI_Comm world) {
   if (injected_faults().empty()) return false;
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  return fault_fires(name, i + 1, world_rank);
+  return fault_fires(name, i + 1, mpi::rank_of(world));
 }
 
 // A rank that is alive but slow, or stuck outside communication, for the watchdog to report.
-void stall_if_injected(const Config& cfg, std::int64_t i) {
-  if (!fault_fires_in("stall", i)) return;
+void stall_if_injected(const Config& cfg, std::int64_t i, MPI_Comm world) {
+  if (!fault_fires_in("stall", i, world)) return;
   const double seconds = cfg.parallel.timeout > 0 ? 3 * cfg.parallel.timeout : 4.0;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
@@ -37,9 +37,9 @@ float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
 StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
                          BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space) {
   StepResult r;
-  stall_if_injected(cfg, i);
+  stall_if_injected(cfg, i, groups.world);
   state.zero_grads();
-  if (fault_fires_in("nan_gradient", i)) state.poison_next_gradient();
+  if (fault_fires_in("nan_gradient", i, groups.world)) state.poison_next_gradient();
   // The micro-batches' mean losses are summed in device memory and summed over the groups there
   // (a device backend's Comm takes no host pointer); the host reads the sum once, at the end.
   const LossSum& loss = state.step_loss();
@@ -58,9 +58,9 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   state.finish_gradients();
   space.fence();
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
-  if (!fault_fires_in("skip_collective", i)) groups.dp->allreduce_sum(loss.data(), 1);
+  if (!fault_fires_in("skip_collective", i, groups.world)) groups.dp->allreduce_sum(loss.data(), 1);
   r.loss = loss.read(space) / (double(shape.accum) * shape.dp);
-  if (fault_fires_in("inf_loss", i)) r.loss = std::numeric_limits<double>::infinity();
+  if (fault_fires_in("inf_loss", i, groups.world)) r.loss = std::numeric_limits<double>::infinity();
 
   const StepValues agreed = state.agreed_values(r.loss);
   r.loss = agreed.loss;

@@ -10,7 +10,9 @@
 // twins bit for bit, on values whose sums round. All-to-all blocks arrive bit for bit where the
 // displacements put them (uneven, zero and asymmetric counts, gaps left untouched). The MPI backend
 // runs with the default chunk and with tiny chunks (1, 3, 1000 elements), which splits every
-// message the way a >2^31-element buffer is split.
+// message the way a >2^31-element buffer is split. Every element type (float, double, bf16, fp16,
+// int64) goes through every collective by its tag, reductions (sum and max) on values exact in each
+// type, moves bit for bit.
 // The NCCL backend runs the same checks on device memory when built with NCCL and given a GPU per
 // rank; without a GPU, making an NCCL Comm must fail with CUDA's error and a HINT.
 #include "core/mpi_check.hpp"
@@ -25,9 +27,11 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -362,10 +366,12 @@ void check_allgather(const Case& t, std::size_t count) {
       t.label + " allgather");
 }
 
-// The bits of a float, double, bf16 or fp16, for comparisons that tell -0 from +0 (and NaNs apart).
+// The bits of a float, double, bf16, fp16 or int64, for comparisons that tell -0 from +0 (and NaNs apart).
 template <class T>
 std::uint64_t bits_of(T x) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    return std::uint64_t(x);
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t> b = 0;
     std::memcpy(&b, &x, sizeof b);
     return b;
@@ -717,10 +723,13 @@ void check_moves_16(const Case& t, std::size_t count) {
 int blocks(int sender, int receiver) { return (2 * sender + receiver + 1) % 3; }
 
 // Element i of the block world rank `sender` sends group rank `to`: integers exact in float
-// (doubles: plus a fraction float cannot hold), or for the 16-bit types a bit pattern.
+// (doubles: plus a fraction float cannot hold; int64: more bits than a double holds), or for the
+// 16-bit types a bit pattern.
 template <class T>
 T exchanged(long sender, int to, std::size_t i) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    return (std::int64_t(sender) << 40) + (std::int64_t(to) << 20) + std::int64_t(i);
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     const double fraction = std::is_same_v<T, double> ? std::ldexp(double(i % 4096), -30) : 0.0;
     return T(100000.0 * double(sender) + 1000.0 * to + double(i % 997) + fraction);
   } else {
@@ -730,7 +739,7 @@ T exchanged(long sender, int to, std::size_t i) {
 
 template <class T>
 T untouched() {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>) {
     return T(-1);
   } else {
     return T::from_bits(0xdead);
@@ -776,9 +785,9 @@ void check_alltoallv(const Case& t, std::size_t n) {
   Buffer<T> send(t.space, out), recv(t.space, std::vector<T>(recv_size, untouched<T>()));
   t.comm.alltoallv(send.data(), send_counts.data(), send_displs.data(), recv.data(), recv_counts.data(),
                    recv_displs.data());
-  expect_same_bits(recv.read(), want, t.label + " alltoallv(" + precision_name<T>() + ")", "the closed form");
-  expect_same_bits(send.read(), out, t.label + " alltoallv(" + precision_name<T>() + ") send buffer",
-                   "what it held before");
+  const std::string type = element_name(element_type_of<T>);
+  expect_same_bits(recv.read(), want, t.label + " alltoallv(" + type + ")", "the closed form");
+  expect_same_bits(send.read(), out, t.label + " alltoallv(" + type + ") send buffer", "what it held before");
 }
 
 // Block q of world rank w's send: w·2^40 + q·2^20 + i, which only 64 bits hold. Host memory on
@@ -794,6 +803,134 @@ void check_alltoall(const Case& t, std::size_t n) {
   std::size_t wrong = 0;
   for (std::size_t j = 0; j < recv.size(); ++j) wrong += recv[j] != value(t.group.world_of(int(j / n)), g, j % n);
   EXPECT_EQ(wrong, 0u) << t.label << " alltoall: rank " << world_rank();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every element type through every collective, by its tag (parallel/comm.hpp): the reductions on
+// values exact in every type, x_w[i] = (w + 1)(i mod 5 + 1), whose sum over the group is
+// (Σ (w + 1))(i mod 5 + 1) and whose maximum is the largest world rank's; the moves on values an
+// arithmetic path would change (for the floating types -0, a subnormal, ±Inf and a NaN's payload;
+// the 16-bit types travel as bit patterns; int64 values need all 64 bits), bit for bit.
+
+template <class T>
+T exact(long v) {
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    return v;
+  } else {
+    return T(float(v));
+  }
+}
+
+template <class T>
+T awkward(long sender, std::size_t i) {
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    return std::int64_t((std::uint64_t(sender + 1) << 52) ^ (std::uint64_t(i) * 0x9E3779B97F4A7C15ull));
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using Bits = std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t>;
+    const Bits quiet_nan = std::is_same_v<T, float> ? Bits(0x7fa00000u) : Bits(0x7ff4000000000000ull);
+    switch (i % 5) {
+      case 0: return -T(0);
+      case 1: return std::numeric_limits<T>::denorm_min() * T(sender + 1);
+      case 2: return sender % 2 ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity();
+      case 3: return std::bit_cast<T>(Bits(quiet_nan + Bits(sender) + Bits(i)));  // a payload
+      default: return T(1000 * sender) + T(i);
+    }
+  } else {
+    return pattern<T>(sender, 9, i);
+  }
+}
+
+template <class T>
+void check_element_type(const Case& t, std::size_t count) {
+  const ElementType type = element_type_of<T>;
+  const std::string label = t.label + " " + element_name(type);
+  const long w = world_rank(), m = t.group.size(), g = t.group.rank();
+  const std::size_t blocks_of = count * std::size_t(m);
+  auto exact_values = [](std::size_t n, auto value) {
+    std::vector<T> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = exact<T>(value(i));
+    return v;
+  };
+
+  for (const ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+    const char* name = op == ReduceOp::sum ? " sum" : " max";
+    const long factor = op == ReduceOp::sum ? t.group.sum_world() + m : t.group.max_world() + 1;
+    const std::vector<T> want = exact_values(count, [&](std::size_t i) { return factor * long(i % 5 + 1); });
+    const std::vector<T> mine = exact_values(count, [&](std::size_t i) { return (w + 1) * long(i % 5 + 1); });
+    Buffer<T> a(t.space, mine), b(t.space, mine);
+    t.comm.allreduce(a.data(), count, type, op);
+    expect_same_bits(a.read(), want, label + " allreduce" + name, "the closed form");
+    t.comm.iallreduce(b.data(), count, type, op).wait();
+    expect_same_bits(b.read(), want, label + " iallreduce" + name, "the closed form");
+
+    // Block b of the send buffer: (w + 1)((b + i) mod 5 + 1); group rank g gets block g's reduction.
+    const std::vector<T> blocks =
+        exact_values(blocks_of, [&](std::size_t j) { return (w + 1) * long((j / count + j % count) % 5 + 1); });
+    const std::vector<T> want_block =
+        exact_values(count, [&](std::size_t i) { return factor * long((std::size_t(g) + i) % 5 + 1); });
+    Buffer<T> send(t.space, blocks), recv(t.space, std::vector<T>(count, untouched<T>()));
+    t.comm.reduce_scatter(send.data(), recv.data(), count, type, op);
+    expect_same_bits(recv.read(), want_block, label + " reduce_scatter" + name, "the closed form");
+    Buffer<T> irecv(t.space, std::vector<T>(count, untouched<T>()));
+    t.comm.ireduce_scatter(send.data(), irecv.data(), count, type, op).wait();
+    expect_same_bits(irecv.read(), want_block, label + " ireduce_scatter" + name, "the closed form");
+  }
+
+  // Moves: all-gathers (out of place and in place), a broadcast from the last rank, the ring.
+  const std::vector<T> mine = fill<T>(count, [&](std::size_t i) { return awkward<T>(w, i); });
+  std::vector<T> gathered(blocks_of);
+  for (std::size_t j = 0; j < blocks_of; ++j) gathered[j] = awkward<T>(t.group.world_of(int(j / count)), j % count);
+  Buffer<T> send(t.space, mine), recv(t.space, std::vector<T>(blocks_of, untouched<T>()));
+  t.comm.allgather(send.data(), recv.data(), count);
+  expect_same_bits(recv.read(), gathered, label + " allgather", "the closed form");
+  std::vector<T> around(blocks_of, untouched<T>());
+  std::copy(mine.begin(), mine.end(), around.begin() + std::ptrdiff_t(std::size_t(g) * count));
+  Buffer<T> in_place(t.space, around);
+  t.comm.iallgather(in_place.data() + std::size_t(g) * count, in_place.data(), count).wait();
+  expect_same_bits(in_place.read(), gathered, label + " iallgather in place", "the closed form");
+
+  const int root = int(m - 1);
+  Buffer<T> broadcast(t.space, g == root ? mine : std::vector<T>(count, untouched<T>()));
+  t.comm.broadcast(broadcast.data(), count, root);
+  expect_same_bits(broadcast.read(),
+                   fill<T>(count, [&](std::size_t i) { return awkward<T>(t.group.world_of(root), i); }),
+                   label + " broadcast", "the closed form");
+
+  const int right = int((g + 1) % m), left = int((g + m - 1) % m);
+  const std::vector<T> from_left = fill<T>(count, [&](std::size_t i) { return awkward<T>(t.group.world_of(left), i); });
+  {
+    Buffer<T> in(t.space, std::vector<T>(count, untouched<T>()));
+    Request r = t.comm.irecv(in.data(), count, left, 51);
+    t.comm.send(send.data(), count, right, 51);
+    r.wait();
+    expect_same_bits(in.read(), from_left, label + " irecv + send", "the closed form");
+  }
+  {
+    Buffer<T> in(t.space, std::vector<T>(count, untouched<T>()));
+    Request r = t.comm.isend(send.data(), count, right, 52);
+    t.comm.recv(in.data(), count, left, 52);
+    r.wait();
+    expect_same_bits(in.read(), from_left, label + " isend + recv", "the closed form");
+  }
+
+  check_alltoallv<T>(t, count);
+  if (t.space == Space::host) {  // host memory on every backend
+    std::vector<T> told(blocks_of), heard(blocks_of, untouched<T>()), want_heard(blocks_of);
+    for (std::size_t j = 0; j < blocks_of; ++j) {
+      told[j] = exchanged<T>(w, int(j / count), j % count);
+      want_heard[j] = exchanged<T>(t.group.world_of(int(j / count)), int(g), j % count);
+    }
+    t.comm.alltoall(told.data(), heard.data(), count);
+    expect_same_bits(heard, want_heard, label + " alltoall", "the closed form");
+  }
+}
+
+void check_every_element_type(const Case& t, std::size_t count) {
+  check_element_type<float>(t, count);
+  check_element_type<double>(t, count);
+  check_element_type<bf16>(t, count);
+  check_element_type<fp16>(t, count);
+  check_element_type<std::int64_t>(t, count);
 }
 
 void check_everything(Comm& comm, const Group& group, Space space, const std::string& label,
@@ -857,6 +994,26 @@ TEST(MpiComm, SplitsMessagesIntoChunks) {
       auto comm = make_mpi_comm(group.comm.get(), c.max_chunk);
       check_everything(*comm, group, Space::host, "mpi " + group.name + " max_chunk " + std::to_string(c.max_chunk),
                        c.counts, true);
+    }
+  }
+}
+
+// Each element type's tag through each collective of the MPI backend, with the default chunk and
+// with chunks of 3 elements (the 16-bit reduce-scatter then reduces in staged rounds). Few counts:
+// the test runs every type, and oversubscribed ranks make each collective slow.
+TEST(MpiComm, EveryElementTypeThroughEveryCollective) {
+  struct Chunking {
+    std::size_t max_chunk;
+    std::vector<std::size_t> counts;
+  };
+  const std::vector<Chunking> chunkings = {{mpi_default_max_chunk, {1, 1003}}, {3, {7}}};
+  for (const Group& group : make_groups()) {
+    for (const Chunking& c : chunkings) {
+      auto comm = make_mpi_comm(group.comm.get(), c.max_chunk);
+      const std::string label = "mpi " + group.name + " max_chunk " + std::to_string(c.max_chunk);
+      for (const std::size_t count : c.counts) {
+        check_every_element_type({*comm, group, Space::host, label + " count " + std::to_string(count)}, count);
+      }
     }
   }
 }

@@ -56,7 +56,7 @@ const std::vector<int> megatron16_pp_rank = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2,
 
 struct HandTable {
   Layout layout;
-  Groups tp, dp, pp, model;  // model: same dp rank, in global rank order
+  Groups tp, dp, pp, model;  // model: same dp rank, in global rank order (Topology::position's)
 };
 
 const std::vector<HandTable>& hand_tables() {
@@ -706,7 +706,6 @@ TEST(TopologyMpi, EveryLayoutOfTheWorldBuildsItsGroups) {
     expect_group(topology.tp_comm(), group_of(tp, me), me, "tp");
     expect_group(topology.dp_comm(), group_of(dp, me), me, "dp");
     expect_group(topology.pp_comm(), group_of(pp, me), me, "pp");
-    expect_group(topology.model_comm(), model, me, "model");
   }
 }
 
@@ -746,11 +745,11 @@ TEST(TopologyMpi, DestructorFreesEveryCommunicator) {
   {
     const Topology topology(MPI_COMM_WORLD, make_layout(world_size(), 1, 1));
     for (MPI_Comm comm : {topology.world(), topology.tp_comm(), topology.dp_comm(), topology.pp_comm(),
-                          topology.model_comm(), topology.ep_comm(), topology.edp_comm()})
+                          topology.ep_comm(), topology.edp_comm()})
       MPI_Comm_set_attr(comm, keyval, nullptr);
     EXPECT_EQ(freed_count, 0);
   }
-  EXPECT_EQ(freed_count, 7);
+  EXPECT_EQ(freed_count, 6);
   MPI_Comm_free_keyval(&keyval);
 }
 

@@ -2,36 +2,27 @@
 // 2 and 4 ranks, in float and double.
 //
 // Adjoint: each mapping's backward is the transpose of its forward, ⟨f(x), y⟩ = ⟨x, fᵀ(y)⟩, for
-// random x and y. A tensor held by each rank for itself (partial sums, parts of a split tensor, the
-// copies a copy-to-region hands out) is a vector per rank: its inner product is the sum over the
-// group of the ranks' inner products (taken here with MPI directly, not through the Comm). A
-// replicated tensor is one vector: its inner product is taken once, and every rank must hold the
-// same bits. So a backward that forgot its sum, summed twice or kept another rank's part breaks the
-// equality on more than one rank.
+// random x and y. A tensor held by each rank for itself (partial sums, the copies a copy-to-region
+// hands out) is a vector per rank: its inner product is the sum over the group of the ranks' inner
+// products (taken here with MPI directly, not through the Comm). A replicated tensor is one vector:
+// its inner product is taken once, and every rank must hold the same bits. So a backward that
+// forgot its sum or summed twice breaks the equality on more than one rank.
 //
 // Closed forms: every rank draws its values from (seed, rank), so each rank computes every other
-// rank's inputs and checks sums (of small integers, exact), gathers (bitwise, with -0, subnormals and
-// a NaN's payload among the doubles, which travel as float bits) and the parts against them; gather
-// then scatter and scatter's backward then gather's are the identity on the rank's part. A split
-// tensor must split evenly: the group's size must divide its length (the model pads the vocabulary
-// to a multiple of tp and requires heads divisible by tp), and an uneven split is refused. Every
-// collective fences first; the identity ends and a group of one rank neither fence nor communicate.
+// rank's inputs and checks sums (of small integers, exact) and maxima against them. Every collective
+// fences first; the identity ends and a group of one rank neither fence nor communicate. (The Comm's
+// bitwise all-gathers are tests/parallel/test_comm.cpp's.)
 #include "parallel/tensor_parallel_mappings.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
 #include <span>
-#include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 namespace meshtrain {
@@ -102,18 +93,9 @@ using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(TpMappings, Reals);
 
 constexpr std::size_t n_rows = 13;  // a replicated or per-rank tensor's length
-constexpr std::size_t n_part = 7;   // a split tensor's part on each rank
-
-// The whole of a split tensor holding this rank's `part` and a marker in the other ranks' places.
-template <class T>
-std::vector<T> whole_around(const std::vector<T>& part, int rank, int p) {
-  std::vector<T> whole(part.size() * p, T(12345));
-  std::copy(part.begin(), part.end(), whole.begin() + rank * part.size());
-  return whole;
-}
 
 // One side of ⟨f(x), y⟩ = ⟨x, fᵀ(y)⟩: the tensor, who holds it, and the buffer the mapping is handed
-// (the tensor itself, or for a part a whole around it).
+// (a copy of the tensor: the mappings work in place).
 template <class T>
 struct Operand {
   Held held;
@@ -123,10 +105,6 @@ struct Operand {
 template <class T>
 Operand<T> operand(Held held, std::vector<T> value) {
   return {held, value, value};
-}
-template <class T>
-Operand<T> part_operand(std::vector<T> part, int rank, int p) {
-  return {Held::per_rank, part, whole_around(part, rank, p)};
 }
 
 template <class T, class Mapping>
@@ -151,22 +129,6 @@ TYPED_TEST(TpMappings, ReduceFromRegionIsAdjoint) {
   Fixture f;
   expect_adjoint(ReduceFromRegion(f.group), operand(Held::per_rank, draw<T>(3, f.rank(), n_rows)),
                  operand(Held::replicated, draw<T>(4, -1, n_rows)), f.size(), "reduce-from-region");
-}
-
-TYPED_TEST(TpMappings, GatherFromRegionIsAdjoint) {
-  using T = TypeParam;
-  Fixture f;
-  const int r = f.rank(), p = f.size();
-  expect_adjoint(GatherFromRegion(f.group), part_operand(draw<T>(5, r, n_part), r, p),
-                 operand(Held::replicated, draw<T>(6, -1, n_part * p)), p, "gather-from-region");
-}
-
-TYPED_TEST(TpMappings, ScatterToRegionIsAdjoint) {
-  using T = TypeParam;
-  Fixture f;
-  const int r = f.rank(), p = f.size();
-  expect_adjoint(ScatterToRegion(f.group), operand(Held::replicated, draw<T>(7, -1, n_part * p)),
-                 part_operand(draw<T>(8, r, n_part), r, p), p, "scatter-to-region");
 }
 
 // Copy-to's backward and reduce-from's forward are the sum over the ranks; their other ends return
@@ -206,72 +168,6 @@ TYPED_TEST(TpMappings, SumsAndIdentitiesAsClosedForms) {
   EXPECT_EQ(f.fences, communicates ? 4 : 0);
 }
 
-// Values whose bits an arithmetic path would change: -0, subnormals, infinities, a NaN's payload.
-template <class T>
-std::vector<T> awkward_part(int rank) {
-  std::vector<T> v = draw<T>(10, rank, n_part);
-  v[0] = -T(0);
-  v[1] = std::numeric_limits<T>::denorm_min() * T(rank + 1);
-  v[2] = rank % 2 ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity();
-  if constexpr (std::is_same_v<T, double>) {
-    v[3] = std::bit_cast<double>(std::uint64_t(0x7ff4000000000000ull) + std::uint64_t(rank));  // a payload
-  } else {
-    v[3] = std::bit_cast<float>(std::uint32_t(0x7fa00000u) + std::uint32_t(rank));
-  }
-  return v;
-}
-
-template <class T>
-bool same_bits(std::span<const T> a, std::span<const T> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// Gather's forward is the ranks' parts in rank order, bit for bit; scatter's forward the rank's part
-// of the whole (a view, no copy); composed either way they are the identity on that part.
-TYPED_TEST(TpMappings, GatherAndScatterAsClosedForms) {
-  using T = TypeParam;
-  Fixture f;
-  const int r = f.rank(), p = f.size();
-  const GatherFromRegion gather_from(f.group);
-  const ScatterToRegion scatter_to(f.group);
-  std::vector<T> expected;
-  for (int s = 0; s < p; ++s) {
-    const std::vector<T> part = awkward_part<T>(s);
-    expected.insert(expected.end(), part.begin(), part.end());
-  }
-  const std::vector<T> mine = awkward_part<T>(r);
-  std::vector<T> whole = whole_around(mine, r, p);
-  const std::span<T> gathered = gather_from.forward(span_of(whole));
-  EXPECT_TRUE(same_bits<T>(gathered, expected)) << "gather's forward";
-  const std::span<T> part = scatter_to.forward(gathered);
-  EXPECT_EQ(part.data(), whole.data() + r * n_part) << "scatter's forward is a view of the rank's part";
-  EXPECT_TRUE(same_bits<T>(part, mine)) << "scatter ∘ gather";
-
-  std::vector<T> dwhole = whole_around(mine, r, p);
-  const std::span<T> dpart = gather_from.backward(scatter_to.backward(span_of(dwhole)));
-  EXPECT_TRUE(same_bits<T>(dpart, mine)) << "gatherᵀ ∘ scatterᵀ";
-  EXPECT_TRUE(same_bits<T>(dwhole, expected)) << "scatter's backward";
-  EXPECT_EQ(f.fences, p > 1 ? 2 : 0);
-}
-
-// A split tensor's length must be a multiple of the group's size; a group of one takes any.
-TYPED_TEST(TpMappings, UnevenSplitIsRefused) {
-  using T = TypeParam;
-  Fixture f;
-  const int p = f.size();
-  std::vector<T> uneven(n_part * p + 1, T(1));
-  if (p == 1) {
-    EXPECT_EQ(ScatterToRegion(f.group).forward(span_of(uneven)).size(), uneven.size());
-    EXPECT_NO_THROW(GatherFromRegion(f.group).forward(span_of(uneven)));
-  } else {
-    EXPECT_THROW(ScatterToRegion(f.group).forward(span_of(uneven)), std::invalid_argument);
-    EXPECT_THROW(GatherFromRegion(f.group).forward(span_of(uneven)), std::invalid_argument);
-    EXPECT_THROW(GatherFromRegion(f.group).backward(span_of(uneven)), std::invalid_argument);
-    EXPECT_THROW(ScatterToRegion(f.group).backward(span_of(uneven)), std::invalid_argument);
-  }
-  EXPECT_EQ(f.fences, 0) << "a refused split reached its collective";
-}
-
 // Without a group every mapping is the identity, and fences nothing.
 TYPED_TEST(TpMappings, NoGroupIsTheIdentity) {
   using T = TypeParam;
@@ -283,8 +179,6 @@ TYPED_TEST(TpMappings, NoGroupIsTheIdentity) {
   CopyToRegion(none).backward(span_of(x));
   ReduceFromRegion(none).forward(span_of(x));
   VocabParallelStatistics(none).max_over_vocabulary(span_of(x));
-  GatherFromRegion(none).forward(span_of(x));
-  EXPECT_EQ(ScatterToRegion(none).forward(span_of(x)).size(), n_rows);
   EXPECT_EQ(x, mine);
   EXPECT_EQ(fences, 0);
 }
