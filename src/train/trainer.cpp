@@ -3,6 +3,7 @@
 // its metrics, the save, and the decision to leave. share/docs/design.md, "The training loop".
 #include "train/trainer.hpp"
 
+#include "checkpoint/checkpointer.hpp"
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/kernel_backend.hpp"
@@ -13,12 +14,11 @@
 #include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 #include "parallel/watchdog.hpp"
+#include "state/model_state.hpp"
 #include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
-#include "train/checkpointing.hpp"
 #include "train/leaving.hpp"
 #include "train/memory_report.hpp"
-#include "train/model_state.hpp"
 #include "train/process_age.hpp"
 #include "train/progress.hpp"
 #include "train/rank_timing.hpp"

@@ -5,7 +5,7 @@
 // what it promises, against counts worked out here from the tensor shapes alone: the moments are
 // Σ ⌈unit / dp⌉ per rank from stage 1, the gradients too (plus the working units: the non-block
 // units and two blocks' rooms) from stage 2, the weights from stage 3.
-#include "train/model_state.hpp"
+#include "state/model_state.hpp"
 
 #include "core/accumulation.hpp"
 #include "parallel/comm.hpp"
