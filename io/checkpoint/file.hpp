@@ -155,7 +155,6 @@ class CheckpointWriter {
   static std::uint64_t planned_bytes(const std::vector<std::vector<std::uint64_t>>& global_shapes);
 
   const std::string& path() const { return final_path_; }
-  const std::string& temporary_path() const { return tmp_path_; }
 
  private:
   // This rank's storage failure (the first one), described for the user.

@@ -11,7 +11,7 @@
 #include "io/metrics_writer.hpp"
 #include "io/tokenizer.hpp"
 #include "kernels/blas_info.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/topology.hpp"
 #include "parallel/watchdog.hpp"
 #include "state/model_state.hpp"

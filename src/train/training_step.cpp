@@ -2,7 +2,7 @@
 #include "train/training_step.hpp"
 
 #include "core/injected_fault.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 #include <mpi.h>
 

@@ -9,7 +9,7 @@
 
 #include "core/accumulation.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/topology.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/batch_loader.hpp"

@@ -3,7 +3,7 @@
 // bound, and simulate_schedule against the closed-form bubble (p − 1)/(m + p − 1) and against an
 // independent evaluator written here (a longest-path recursion over the matched actions instead
 // of an event loop), under both synchronous and buffered sends.
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 #include <gtest/gtest.h>
 

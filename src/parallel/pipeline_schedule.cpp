@@ -27,7 +27,7 @@
 // stage s + 1 runs recv_activation(i), send_gradient(k), so the two stages meet on the activation
 // and then on the gradient. Delaying send_gradient(k) behind recv_activation(i) costs nothing:
 // stage s waits for that gradient only after its send_activation(i) has been received.
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 #include <fmt/format.h>
 

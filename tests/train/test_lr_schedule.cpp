@@ -1,7 +1,7 @@
 // Learning-rate schedule and clipping factor (share/docs/usage.md, Model and optimizer) against numbers worked out by
 // hand (cosines of simple angles, evaluated separately and written here as literals).
 #include "core/config.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 #include <gtest/gtest.h>
 
