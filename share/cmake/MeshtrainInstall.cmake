@@ -2,7 +2,7 @@
 #
 #   P/bin/meshtrain                              the binary
 #   P/lib/libmeshtrain_*.a                       the libraries (static)
-#   P/include/meshtrain/{core,io,train,...}/     their headers, included as "io/checkpoint_file.hpp"
+#   P/include/meshtrain/{core,io,train,...}/     their headers, included as "io/checkpoint/file.hpp"
 #   P/lib/cmake/meshtrain/                       meshtrainConfig.cmake (+ Version), the exported
 #                                                targets, and the modules that find Kokkos and CBLAS
 #   P/share/meshtrain/jobs/, slurm/              run configs, sbatch scripts

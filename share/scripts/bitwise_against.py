@@ -10,7 +10,12 @@ change must resume after it) and must end where BASE ends.
 Losses depend on the BLAS kernels the CPU picks, so the reference is built on the same machine in
 the same session (a worktree at the old commit), never stored.
 
+The layouts cover both families (gpt2; llama with multi-head, grouped-query attention and mixture of
+experts under expert parallelism), every parallelism, ZeRO 0-3, recomputation and the 16-bit
+precisions. --list prints their names; --only runs some of them.
+
 usage: bitwise_against.py --base OLD_BIN --new NEW_BIN [--mpiexec mpiexec] [--workdir DIR] [--only NAME ...]
+       bitwise_against.py --list
 """
 import argparse
 import json
@@ -28,6 +33,15 @@ import gpt2_torch  # noqa: E402  (the token shard writer)
 
 MODEL = {"layers": 4, "heads": 4, "d_model": 32, "vocab": 71, "seq_len": 16}
 TRAIN = {"micro_batch": 2, "global_batch": 8, "steps": 6, "seed": 7}
+
+# The llama family: multi-head (LLAMA), grouped-query attention with 4 query heads over 2 kv heads
+# (GQA; under tp 2 each rank holds one kv head) and mixture of experts on GQA's shape (MOE: 4 experts
+# of width 20, top-2, capacity 1.25 so some assignments drop, one shared expert, z-loss), as
+# tests/parallel/CMakeLists.txt trains them; SwiGLU width 44.
+LLAMA = {"model.arch": "llama", "model.ffn_hidden": 44}
+GQA = {**LLAMA, "model.kv_heads": 2}
+MOE = {**GQA, "model.experts": 4, "model.expert_hidden": 20, "model.capacity_factor": 1.25,
+       "model.shared_experts": 1, "model.z_loss_coef": 0.01}
 
 # name: (ranks, extra keys). World sizes up to 8; accumulation 2 at dp 2 (8 / (2 · 2)).
 LAYOUTS = {
@@ -50,6 +64,26 @@ LAYOUTS = {
     "dp2_tp2_pp2_z2": (8, {"parallel.pp": 2, "parallel.dp": 2, "parallel.tp": 2, "parallel.zero": 2}),
     "dp2_z3_full": (2, {"parallel.dp": 2, "parallel.zero": 3, "train.recompute": "full"}),
     "tp2_selective": (2, {"parallel.tp": 2, "train.recompute": "selective"}),
+    "llama_one": (1, LLAMA),
+    "llama_dp2_z2": (2, {**LLAMA, "parallel.dp": 2, "parallel.zero": 2}),
+    "gqa_one": (1, GQA),
+    "gqa_tp2": (2, {**GQA, "parallel.tp": 2}),
+    "gqa_pp2_gpipe": (2, {**GQA, "parallel.pp": 2, "parallel.schedule": "gpipe"}),
+    "gqa_dp2_tp2_z3": (4, {**GQA, "parallel.dp": 2, "parallel.tp": 2, "parallel.zero": 3}),
+    "gqa_tp2_pp2_full": (4, {**GQA, "parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full"}),
+    "gqa_bf16": (1, {**GQA, "train.precision": "bf16"}),
+    "gqa_fp16": (1, {**GQA, "train.precision": "fp16"}),
+    "gqa_dp2_z1_bf16": (2, {**GQA, "parallel.dp": 2, "parallel.zero": 1, "train.precision": "bf16"}),
+    "gqa_tp2_pp2_bf16": (4, {**GQA, "parallel.tp": 2, "parallel.pp": 2, "train.precision": "bf16"}),
+    "moe_one": (1, MOE),
+    "moe_ep2": (2, {**MOE, "parallel.dp": 2, "parallel.ep": 2}),
+    "moe_ep2_z3": (2, {**MOE, "parallel.dp": 2, "parallel.ep": 2, "parallel.zero": 3}),
+    "moe_ep2_tp2_z1": (4, {**MOE, "parallel.dp": 2, "parallel.ep": 2, "parallel.tp": 2, "parallel.zero": 1}),
+    "moe_ep2_pp2_z2": (4, {**MOE, "parallel.dp": 2, "parallel.ep": 2, "parallel.pp": 2, "parallel.zero": 2}),
+    "moe_dp4_ep2_selective": (4, {**MOE, "parallel.dp": 4, "parallel.ep": 2, "train.recompute": "selective"}),
+    "moe_ep2_bf16": (2, {**MOE, "parallel.dp": 2, "parallel.ep": 2, "train.precision": "bf16"}),
+    "moe_ep2_tp2_z2_bf16": (4, {**MOE, "parallel.dp": 2, "parallel.ep": 2, "parallel.tp": 2, "parallel.zero": 2,
+                                "train.precision": "bf16"}),
 }
 COMPARED = ("step", "loss", "lr", "grad_norm", "tokens", "loss_scale", "skipped")
 
@@ -106,12 +140,22 @@ def differences(a_out, b_out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True)
-    ap.add_argument("--new", required=True)
+    ap.add_argument("--base")
+    ap.add_argument("--new")
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--list", action="store_true", help="print each layout's name, ranks and keys and leave")
     args = ap.parse_args()
+    if args.list:
+        for name, (ranks, extra) in LAYOUTS.items():
+            print(f"{name:22s} {ranks}  {' '.join(f'{k}={v}' for k, v in extra.items())}")
+        return 0
+    if not args.base or not args.new:
+        ap.error("--base and --new are required")
+    unknown = sorted(set(args.only or ()) - set(LAYOUTS))
+    if unknown:
+        ap.error(f"no layout named {', '.join(unknown)} (--list names them)")
     work = args.workdir or tempfile.mkdtemp(prefix="bitwise_")
     os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(11)
@@ -147,7 +191,7 @@ def main():
         changed = [n for n in sorted(da) if n not in db or da[n].tobytes() != db[n].tobytes()]
         if changed:
             why.append(f"resumed: {len(changed)} datasets differ ({', '.join(changed[:3])})")
-        print(f"{name:18s} {'bitwise' if not why else 'DIFFERS: ' + '; '.join(why)}", flush=True)
+        print(f"{name:22s} {'bitwise' if not why else 'DIFFERS: ' + '; '.join(why)}", flush=True)
         if why:
             failed.append(name)
     print(f"{len(failed)} of {len(LAYOUTS) if not args.only else len(args.only)} layouts differ: {failed}" if failed

@@ -20,5 +20,7 @@ int plan_command(const Args& args, MPI_Comm comm);
 int export_command(const Args& args, MPI_Comm comm);
 // Without MPI: it may run inside a launcher's task before the rank does.
 int blas_command(const Args& args);
+// Without MPI: a batch script asks it before it starts a launcher.
+int config_command(const Args& args);
 
 }  // namespace meshtrain

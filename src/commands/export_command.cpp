@@ -4,16 +4,16 @@
 // for other tools.
 #include "commands/commands.hpp"
 
+#include "checkpoint/contents.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "io/checkpoint_file.hpp"
-#include "io/checkpoint_schema.hpp"
-#include "io/checksum_verifier.hpp"
+#include "io/checkpoint/checksum_verifier.hpp"
+#include "io/checkpoint/file.hpp"
+#include "io/checkpoint/schema.hpp"
+#include "io/checkpoint/tensor_checksum.hpp"
 #include "io/output_guard.hpp"
 #include "io/safetensors_writer.hpp"
-#include "io/tensor_checksum.hpp"
-#include "train/checkpoint_contents.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -26,7 +26,7 @@ namespace schema = io::schema;
 
 // Every /model tensor read whole (each checked finite by the reader) and verified against its stored
 // checksum by io's one verifier, the one `inspect` and loading use, before anything is written; the
-// file checked first as loading checks it (train/checkpoint_contents.hpp): exactly its stored
+// file checked first as loading checks it (checkpoint/contents.hpp): exactly its stored
 // config's tensors, in their shapes.
 std::vector<io::NamedTensor> read_verified_model(const io::CheckpointReader& reader) {
   checked_stored_model(reader, /*with_optimizer=*/false);

@@ -1,16 +1,17 @@
 // meshtrain inspect FILE: a checkpoint's model family, step, layout, loss scale, tokenizer, config and tensors, the
-// file checked as loading checks it (train/checkpoint_contents.hpp), every tensor's checksum verified by io's one
-// verifier (io/checksum_verifier.hpp), the loader's, and every value checked finite by the reader as it is read.
+// file checked as loading checks it (checkpoint/contents.hpp), every tensor's checksum verified by io's one
+// verifier (io/checkpoint/checksum_verifier.hpp), the loader's, and every value checked finite by the reader as it
+// is read.
 #include "commands/commands.hpp"
 
+#include "checkpoint/contents.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "io/checkpoint_file.hpp"
-#include "io/checkpoint_schema.hpp"
-#include "io/checksum_verifier.hpp"
-#include "io/tensor_checksum.hpp"
-#include "train/checkpoint_contents.hpp"
+#include "io/checkpoint/checksum_verifier.hpp"
+#include "io/checkpoint/file.hpp"
+#include "io/checkpoint/schema.hpp"
+#include "io/checkpoint/tensor_checksum.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

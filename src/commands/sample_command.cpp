@@ -6,17 +6,17 @@
 // ids.
 #include "commands/commands.hpp"
 
+#include "checkpoint/checkpointer.hpp"
+#include "checkpoint/contents.hpp"
 #include "commands/sample_tokenizer.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "io/checkpoint_file.hpp"
-#include "io/checkpoint_schema.hpp"
+#include "io/checkpoint/file.hpp"
+#include "io/checkpoint/schema.hpp"
 #include "io/decoded_text.hpp"
 #include "io/utf8.hpp"
 #include "model/language_model.hpp"
-#include "train/checkpoint_contents.hpp"
-#include "train/checkpointing.hpp"
 
 #include <Random123/philox.h>
 #include <Random123/uniform.hpp>

@@ -2,8 +2,8 @@
 // one a checkpoint records, checked against its hash.
 #pragma once
 
+#include "checkpoint/attributes.hpp"
 #include "io/tokenizer.hpp"
-#include "train/checkpoint_attributes.hpp"
 
 #include <optional>
 #include <string>

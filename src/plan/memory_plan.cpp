@@ -5,7 +5,7 @@
 #include "core/accumulation.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/language_model.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
 

@@ -9,7 +9,7 @@
 
 namespace meshtrain {
 
-// The trainer's layout of the rank at `position` (train/model_state.cpp): its tensor-parallel
+// The trainer's layout of the rank at `position` (state/model_state.cpp): its tensor-parallel
 // piece, its stage, the experts of its ep rank (parallel.ep; data-parallel rank d is ep rank
 // d mod ep: state/unit_groups.hpp), units padded to a multiple of dp under ZeRO.
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position);

@@ -3,7 +3,7 @@
 
 #include "core/accumulation.hpp"
 #include "model/parameters.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "plan/memory_plan.hpp"
 #include "state/gradient_reduction.hpp"
 #include "state/shard_map.hpp"

@@ -33,7 +33,7 @@
 //         (to the experts' ranks and back), backward two more; a forward that full recomputation
 //         reruns repeats its three. The rows depend on the routing: planned_exchange_rows.
 //   tied  (gpt2, pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the
-//         tensor (ZeRO 0) or the rank's shard of its unit (train/model_state.cpp). llama's untied
+//         tensor (ZeRO 0) or the rank's shard of its unit (state/model_state.cpp). llama's untied
 //         lm_head has no such group (ModelConfig::ties_output_head).
 #pragma once
 

@@ -11,7 +11,7 @@
 // Stage 0 is the degenerate case: groups of one rank, which owns every unit whole.
 #pragma once
 
-#include "io/slab_range.hpp"
+#include "io/checkpoint/slab_range.hpp"
 #include "model/parameters.hpp"
 #include "state/unit_groups.hpp"
 

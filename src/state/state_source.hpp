@@ -9,7 +9,7 @@
 #pragma once
 
 #include "core/exec.hpp"
-#include "io/slab_range.hpp"
+#include "io/checkpoint/slab_range.hpp"
 #include "model/parameters.hpp"
 #include "state/placed_state.hpp"
 

@@ -1,4 +1,4 @@
-// Runs one stage's pipeline schedule (parallel/schedule.hpp) for one optimizer step: receives and
+// Runs one stage's pipeline schedule (parallel/pipeline_schedule.hpp) for one optimizer step: receives and
 // sends activations and gradients point-to-point over the pipeline group, and runs the stage's
 // forward and backward per micro-batch, each micro-batch's activations in a slot of their own.
 //
@@ -9,7 +9,7 @@
 
 #include "model/language_model.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "train/batch_loader.hpp"
 
 #include <vector>

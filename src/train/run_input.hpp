@@ -2,10 +2,10 @@
 // gradient accumulation, the tokenizer, the token data and its order, and outputs that spare them.
 #pragma once
 
+#include "checkpoint/attributes.hpp"
 #include "core/config.hpp"
 #include "io/token_shard.hpp"
 #include "parallel/topology.hpp"
-#include "train/checkpoint_attributes.hpp"
 #include "train/data_order.hpp"
 
 #include <mpi.h>

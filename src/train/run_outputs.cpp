@@ -3,7 +3,7 @@
 
 #include "core/errors.hpp"
 #include "io/atomic_file.hpp"
-#include "io/checkpoint_dir.hpp"
+#include "io/checkpoint/directory.hpp"
 #include "io/output_guard.hpp"
 
 #include <fnmatch.h>

@@ -1,11 +1,11 @@
 // Resuming a run: the checkpoint candidates in turn, or initial weights, or a fresh start.
 #include "train/run_start.hpp"
 
+#include "checkpoint/dir_checks.hpp"
+#include "checkpoint/tokenizer_identity.hpp"
 #include "core/agreement.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
-#include "train/checkpoint_dir_checks.hpp"
-#include "train/tokenizer_identity.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

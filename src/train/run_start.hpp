@@ -2,10 +2,10 @@
 // (checkpoint.init_weights), or a fresh initialisation from train.seed.
 #pragma once
 
+#include "checkpoint/checkpointer.hpp"
 #include "core/config.hpp"
-#include "train/checkpointing.hpp"
+#include "state/model_state.hpp"
 #include "train/data_order.hpp"
-#include "train/model_state.hpp"
 
 #include <mpi.h>
 
@@ -16,7 +16,7 @@ struct RunStart {
   double initialization_s = -1;  // seconds of the fresh initialisation; -1 when the weights were loaded
 };
 
-// Checks checkpoint.dir (train/checkpoint_dir_checks.hpp), loads or initialises `state`, restores
+// Checks checkpoint.dir (checkpoint/dir_checks.hpp), loads or initialises `state`, restores
 // the loss scaler and moves `order` to the start. A directory or checkpoint that cannot be used is
 // an AgreedInputError on every rank before anything is written, except that the checkpoint
 // directory is made. Collective over `comm`.

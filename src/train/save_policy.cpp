@@ -3,8 +3,8 @@
 #include "train/save_policy.hpp"
 
 #include "core/errors.hpp"
-#include "io/checkpoint_dir.hpp"
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/directory.hpp"
+#include "io/checkpoint/file.hpp"
 
 #include <fmt/format.h>
 

@@ -5,9 +5,9 @@
 // the next save; the job's last save failing, or two saves in a row, ends the job (exit code 4).
 #pragma once
 
+#include "checkpoint/checkpointer.hpp"
 #include "core/config.hpp"
-#include "train/checkpointing.hpp"
-#include "train/model_state.hpp"
+#include "state/model_state.hpp"
 
 #include <functional>
 #include <string>

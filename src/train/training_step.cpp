@@ -3,7 +3,7 @@
 
 #include "core/injected_fault.hpp"
 #include "core/mpi_check.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 #include <mpi.h>
 

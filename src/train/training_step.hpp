@@ -3,8 +3,8 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "state/model_state.hpp"
 #include "train/batch_loader.hpp"
-#include "train/model_state.hpp"
 #include "train/training_groups.hpp"
 
 #include <cstdint>

@@ -935,7 +935,7 @@ def cpu_fitting_openblas_core():
 
 
 class Commands(CliCase):
-    """prepare, inspect, sample, blas and train --help."""
+    """prepare, inspect, sample, blas, config and train --help."""
 
     group = "commands"
 
@@ -1159,6 +1159,36 @@ class Commands(CliCase):
 
     def test_blas_bad_option(self):
         self.assert_bad_input(run(["blas", "--core"], self.dir), "--core")
+
+    def test_config_prints_the_keys_train_would_use(self):
+        # A key from the INI, one the command line sets over the INI, defaults, in the order asked; the
+        # same order of precedence as train (test_config_file_and_command_line).
+        with open(self.path("run.ini"), "w") as f:
+            f.write("[train]\nsteps = 7\nseed = 5\n[checkpoint]\ndir = from_ini\n")
+        p = self.run_ok(["config", "--config", "run.ini", "--checkpoint.dir", "from cli", "--get", "train.steps",
+                         "checkpoint.dir", "checkpoint.resume", "train.precision", "optim.lr"])
+        self.assertEqual(p.stdout, "7\nfrom cli\nauto\nfp32\n0.0003\n")
+        # --get anywhere; a key given twice takes its last value, as train does.
+        p = self.run_ok(["config", "--get", "train.seed", "--config", "run.ini", "--train.seed", "9",
+                         "--train.seed", "11"])
+        self.assertEqual(p.stdout, "11\n")
+        # Without --get: every key as INI, which config_from_ini reads back (train.steps among them).
+        whole = self.run_ok(["config", "--config", "run.ini"]).stdout
+        self.assertIn("[train]\n", whole)
+        self.assertRegex(whole, r"(?m)^steps = 7$")
+        self.assertRegex(whole, r"(?m)^dir = from_ini$")
+
+    def test_config_refuses_what_train_refuses(self):
+        # Bad input exits 2 naming the key, with nothing printed on stdout: a script reads no half answer.
+        for args, needle in ((["--model.layerz", "2", "--get", "train.steps"], "model.layerz"),
+                             (["--train.steps", "x", "--get", "train.steps"], "train.steps"),
+                             (["--model.kv_heads", "2", "--get", "model.layers"], "model.arch = llama"),
+                             (["--get", "train.steps", "train.stepz"], "train.stepz"),
+                             (["--get"], "--get"),
+                             (["--config", "missing.ini", "--get", "train.steps"], "missing.ini")):
+            p = run(["config", *args], self.dir)
+            self.assert_bad_input(p, needle)
+            self.assertEqual(p.stdout, "", describe(p))
 
     def test_train_help_lists_interface_keys(self):
         p = self.run_ok(["train", "--help"])

@@ -4,9 +4,9 @@
 
 #include "io/token_shard.hpp"
 #include "parallel/topology.hpp"
+#include "state/model_state.hpp"
 #include "train/batch_loader.hpp"
 #include "train/data_order.hpp"
-#include "train/model_state.hpp"
 #include "train/training_groups.hpp"
 #include "train/training_step.hpp"
 

@@ -34,7 +34,7 @@ foreach(file IN ITEMS
         ${LIBDIR}/cmake/meshtrain/meshtrainTargets.cmake
         ${LIBDIR}/cmake/meshtrain/MeshtrainKokkos.cmake
         include/meshtrain/core/config.hpp
-        include/meshtrain/io/checkpoint_file.hpp
+        include/meshtrain/io/checkpoint/file.hpp
         include/meshtrain/train/trainer.hpp
         share/meshtrain/jobs/quickstart.ini
         share/doc/meshtrain/usage.md)

@@ -1,5 +1,5 @@
 // Checkpoint directory conventions: names, the `latest` pointer, pruning, directory creation.
-#include "io/checkpoint_dir.hpp"
+#include "io/checkpoint/directory.hpp"
 
 #include "io_test_util.hpp"
 

@@ -4,9 +4,9 @@
 // Tensor-parallel pieces of several blocks (q|k|v columns of c_attn) are written, read back whole,
 // read as another rank's piece, and read from a file h5py wrote. Runs of pieces (what ZeRO shards
 // own) are written and read at uneven cuts, and the checksums of every layout agree.
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/file.hpp"
 
-#include "io/tensor_checksum.hpp"
+#include "io/checkpoint/tensor_checksum.hpp"
 #include "io_test_util.hpp"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // the sum of its parts, and the fit against devices and nodes.
 #include "common/small_moe.hpp"
 #include "core/errors.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/traffic_json.hpp"
 #include "plan/memory_plan.hpp"
 #include "plan/plan_report.hpp"

@@ -36,6 +36,7 @@ output is job.out there. Uses test_cli.py's helpers by import.
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -348,10 +349,13 @@ class Chain(SlurmCase):
 
 # --- guards ------------------------------------------------------------------------------------------
 
+# The stand-ins below train nothing; `meshtrain config` (the keys train.sbatch reads before it
+# launches) is the real binary's, REAL_MESHTRAIN, which stand_in() fills in.
 FAKE_MESHTRAIN = """#!/usr/bin/env bash
 # Stands in for meshtrain: moves ck/latest on by ADVANCE steps (none if 0) and exits with CODE;
 # `blas` (asked before each rank starts) names no OPENBLAS_CORETYPE.
 set -euo pipefail
+[[ ${1-} == config ]] && exec REAL_MESHTRAIN "$@"
 [[ ${1-} == blas ]] && exit 0
 step=0
 if [[ -r ck/latest && $(<ck/latest) =~ ^step_([0-9]+)\\.h5$ ]]; then
@@ -369,6 +373,7 @@ exit CODE
 # Stands in for meshtrain on every rank: says which GPUs it sees, and leaves training done; `blas`
 # names no OPENBLAS_CORETYPE.
 FAKE_RANK = """#!/usr/bin/env bash
+[[ ${1-} == config ]] && exec REAL_MESHTRAIN "$@"
 [[ ${1-} == blas ]] && exit 0
 local=${MPI_LOCALRANKID:-${SLURM_LOCALID:-?}}
 echo "rank with local index $local sees CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
@@ -384,6 +389,7 @@ for i in 0 1 2 3; do echo "GPU $i: Fake GPU (UUID: GPU-0000000$i)"; done
 # Stands in for meshtrain on every rank: `blas --openblas-coretype` names a kernel set for this node,
 # train says which one the rank runs with, and leaves training done.
 FAKE_BLAS_RANK = """#!/usr/bin/env bash
+[[ ${1-} == config ]] && exec REAL_MESHTRAIN "$@"
 if [[ ${1-} == blas ]]; then
   echo Haswell
   exit 0
@@ -394,13 +400,18 @@ echo step_00000016.h5 > ck/latest
 """
 
 
+def stand_in(text):
+    """A stand-in script's text with the real binary for `config`."""
+    return text.replace("REAL_MESHTRAIN", shlex.quote(cli.MESHTRAIN))
+
+
 class Guards(SlurmCase):
     group = "guards"
 
     def openblas_coretype(self, **env):
         path = self.path("blas-meshtrain")
         with open(path, "w") as f:
-            f.write(FAKE_BLAS_RANK)
+            f.write(stand_in(FAKE_BLAS_RANK))
         os.chmod(path, 0o755)
         log = self.assert_job(self.wait_job(self.sbatch([], env=self.env(MESHTRAIN_BIN=path, **env))), "COMPLETED", 0,
                               restarts=0)
@@ -423,7 +434,7 @@ class Guards(SlurmCase):
         os.makedirs(bindir)
         for name, text in (("meshtrain", FAKE_RANK), ("nvidia-smi", FAKE_NVIDIA_SMI)):
             with open(os.path.join(bindir, name), "w") as f:
-                f.write(text)
+                f.write(stand_in(text))
             os.chmod(os.path.join(bindir, name), 0o755)
         env = self.env(MESHTRAIN_BIN=os.path.join(bindir, "meshtrain"), MESHTRAIN_LAUNCHER=launcher,
                        PATH=bindir + os.pathsep + SLURM_ENV["PATH"], **env)
@@ -450,7 +461,7 @@ class Guards(SlurmCase):
     def fake(self, advance, code):
         path = self.path("fake-meshtrain")
         with open(path, "w") as f:
-            f.write(FAKE_MESHTRAIN.replace("ADVANCE", str(advance)).replace("CODE", str(code)))
+            f.write(stand_in(FAKE_MESHTRAIN).replace("ADVANCE", str(advance)).replace("CODE", str(code)))
         os.chmod(path, 0o755)
         return self.env(MESHTRAIN_BIN=path)
 

@@ -2,10 +2,10 @@
 // the whole world, are the model's parameters three times (weights and two moments), for layouts of
 // every kind — padded vocabulary rows (tp), tied wte on two stages (pp), ZeRO units whose padding
 // cuts tensors anywhere. The count to match is the single-rank layout's (no padding, no sharding).
+#include "checkpoint/checkpointer.hpp"
 #include "state/shard_map.hpp"
 #include "state/state_memory.hpp"
 #include "state/state_source.hpp"
-#include "train/checkpointing.hpp"
 
 #include "common/small_moe.hpp"
 

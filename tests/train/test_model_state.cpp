@@ -5,11 +5,11 @@
 // what it promises, against counts worked out here from the tensor shapes alone: the moments are
 // Σ ⌈unit / dp⌉ per rank from stage 1, the gradients too (plus the working units: the non-block
 // units and two blocks' rooms) from stage 2, the weights from stage 3.
-#include "train/model_state.hpp"
+#include "state/model_state.hpp"
 
 #include "core/accumulation.hpp"
 #include "parallel/comm.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/topology.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/batch_loader.hpp"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/file.hpp"
 
 namespace {
 

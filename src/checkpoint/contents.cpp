@@ -1,0 +1,69 @@
+// A checkpoint's tensors against the model that loads it (checkpoint/contents.hpp).
+#include "checkpoint/contents.hpp"
+
+#include "checkpoint/attributes.hpp"
+#include "core/errors.hpp"
+#include "io/checkpoint/file.hpp"
+#include "io/checkpoint/schema.hpp"
+#include "model/parameters.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <set>
+
+namespace meshtrain {
+
+void require_model_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
+                           const std::vector<const char*>& groups, std::string_view whose) {
+  // Every tensor whole, as one rank of one stage holds them: the global names and shapes.
+  const ParameterLayout layout(model);
+  std::map<std::string, std::vector<std::uint64_t>> wanted;
+  for (const TensorInfo& t : layout.tensors()) wanted.emplace(t.name, t.shape);
+  for (const char* group : groups) {
+    const std::vector<std::string> held = reader.datasets(group);
+    const std::set<std::string> held_names(held.begin(), held.end());
+    for (const std::string& name : held) {
+      const auto it = wanted.find(name);
+      if (it == wanted.end()) {
+        input_error(
+            "'{}' holds {}, which {} has no place for: it is from another model ({} holds {} tensors, {} has {}); "
+            "set the model keys to the file's",
+            reader.path(), io::schema::dataset(group, name), whose, group, held.size(), whose, wanted.size());
+      }
+      const std::vector<std::uint64_t> shape = reader.shape(io::schema::dataset(group, name));
+      if (shape != it->second) {
+        input_error("'{}': {} has shape [{}], but {} needs [{}]: it is from another model, or damaged", reader.path(),
+                    io::schema::dataset(group, name), fmt::join(shape, ", "), whose, fmt::join(it->second, ", "));
+      }
+    }
+    for (const TensorInfo& t : layout.tensors()) {
+      if (!held_names.contains(t.name)) {
+        input_error("'{}' has no dataset {} (shape [{}]), which {} needs: it is from another model, or damaged",
+                    reader.path(), io::schema::dataset(group, t.name), fmt::join(t.shape, ", "), whose);
+      }
+    }
+  }
+}
+
+std::optional<Config> checked_stored_model(const io::CheckpointReader& reader, bool with_optimizer) {
+  io::schema::require_known_version(reader);
+  io::schema::model_tensors(reader);
+  if (reader.string_attribute(io::schema::attr::format) != io::schema::format_name) return std::nullopt;
+  std::optional<Config> stored = read_stored_config(reader, reader.path());
+  if (!stored) {
+    input_error("checkpoint '{}' has no {} attribute, which every meshtrain checkpoint stores: it is damaged",
+                reader.path(), io::schema::attr::config);
+  }
+  std::vector<const char*> groups = {io::schema::model_group};
+  if (with_optimizer) {
+    for (const char* group : {io::schema::exp_avg_group, io::schema::exp_avg_sq_group}) {
+      if (!reader.datasets(group).empty()) groups.push_back(group);
+    }
+  }
+  require_model_tensors(reader, stored->model, groups, "the model of its stored config");
+  return stored;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,285 @@
+// Pipeline schedules as data: the GPipe and 1F1B generators, and a simulator that runs all stages'
+// lists against each other to check them and to time them.
+//
+// What an executor must do with a list (the simulator models exactly this):
+//   - Each stage runs its own list strictly in order, one action at a time.
+//   - forward/backward compute micro-batch `micro` on this stage.
+//   - send_activation(i) on stage s is received by recv_activation(i) on stage s + 1;
+//     send_gradient(i) on stage s is received by recv_gradient(i) on stage s − 1. Activations only
+//     flow s → s + 1 and gradients only s + 1 → s, so messages on one directed pair match in list
+//     order (FIFO: MPI's non-overtaking rule with one tag is enough; tagging by micro-batch adds a
+//     check). The simulator insists that the matched actions name the same micro-batch.
+//   - recv_* blocks until the data has arrived.
+//   - send_* may be synchronous: it may block until the peer has posted the matching recv (MPI_Ssend,
+//     MPI_Send of a large message, ncclSend in stream order). The simulator assumes this worst case,
+//     and the generators order the lists so that they complete under it: a list set that completes
+//     with synchronous sends is "safe" in MPI's sense, so it also completes, in no more time, when a
+//     send returns early (buffered MPI_Send, MPI_Isend waited later, or an adjacent send/recv pair
+//     fused into one batched isend/irecv as Megatron's batch_isend_irecv does). An executor that
+//     returns early from sends keeps the sent buffer alive until the send completes.
+//   - Communication is free in the simulator: a matched send/recv pair completes at the later of
+//     the two stages' arrival times, and both stages continue from there.
+//
+// The classic deadlock of 1F1B with synchronous sends: in the steady state stage s sends activation
+// i forward while stage s + 1 sends gradient k back, and both wait for a receive that is never
+// posted. Megatron avoids it with fused send+recv pairs. Here each such pair is two adjacent
+// actions, activation first on both sides: stage s runs send_activation(i), recv_gradient(k) and
+// stage s + 1 runs recv_activation(i), send_gradient(k), so the two stages meet on the activation
+// and then on the gradient. Delaying send_gradient(k) behind recv_activation(i) costs nothing:
+// stage s waits for that gradient only after its send_activation(i) has been received.
+#include "parallel/pipeline_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+
+namespace meshtrain {
+namespace {
+
+void require_valid(const char* what, int stages, int stage, int micros) {
+  if (stages < 1 || stage < 0 || stage >= stages || micros < 1) {
+    throw std::invalid_argument(
+        fmt::format("{}: need stages ≥ 1, 0 ≤ stage < stages and micros ≥ 1, got stages {}, "
+                    "stage {}, micros {}",
+                    what, stages, stage, micros));
+  }
+}
+
+// Appends actions for one stage, leaving out the communication a first or last stage has none of.
+class ListBuilder {
+ public:
+  ListBuilder(int stages, int stage) : first_(stage == 0), last_(stage == stages - 1) {}
+
+  void recv_activation(int i) {
+    if (!first_) add(ActionKind::recv_activation, i);
+  }
+  void forward(int i) { add(ActionKind::forward, i); }
+  void send_activation(int i) {
+    if (!last_) add(ActionKind::send_activation, i);
+  }
+  void recv_gradient(int i) {
+    if (!last_) add(ActionKind::recv_gradient, i);
+  }
+  void backward(int i) { add(ActionKind::backward, i); }
+  void send_gradient(int i) {
+    if (!first_) add(ActionKind::send_gradient, i);
+  }
+
+  std::vector<Action> take() { return std::move(actions_); }
+
+ private:
+  void add(ActionKind kind, int micro) { actions_.push_back({kind, micro}); }
+
+  bool first_, last_;
+  std::vector<Action> actions_;
+};
+
+bool is_compute(ActionKind k) { return k == ActionKind::forward || k == ActionKind::backward; }
+
+// The stage a communication action talks to, and the action it must meet there.
+struct Counterpart {
+  int stage;
+  Action action;
+};
+
+Counterpart counterpart(int stage, const Action& a) {
+  switch (a.kind) {
+    case ActionKind::recv_activation: return {stage - 1, {ActionKind::send_activation, a.micro}};
+    case ActionKind::send_activation: return {stage + 1, {ActionKind::recv_activation, a.micro}};
+    case ActionKind::recv_gradient: return {stage + 1, {ActionKind::send_gradient, a.micro}};
+    case ActionKind::send_gradient: return {stage - 1, {ActionKind::recv_gradient, a.micro}};
+    case ActionKind::forward:
+    case ActionKind::backward: break;
+  }
+  throw std::logic_error("counterpart of a compute action");
+}
+
+}  // namespace
+
+// GPipe: every forward, then every backward. The backwards run m − 1 … 0, the reverse of the
+// forwards, as in the GPipe paper's figure and in torchgpipe, where autograd runs the whole
+// mini-batch's backward as the mirror of its forward: the last stage starts with the micro-batch
+// it forwarded last, whose activations are the most recently touched. (torch.distributed.pipelining's
+// ScheduleGPipe runs 0 … m − 1; bubble and peak memory are the same either way.) So gpipe
+// accumulates gradients in the order m − 1 … 0 and 1f1b in 0 … m − 1: the fp32 sums of the two
+// schedules may differ in the last bits.
+std::vector<Action> gpipe_schedule(int stages, int stage, int micros) {
+  require_valid("gpipe_schedule", stages, stage, micros);
+  ListBuilder list(stages, stage);
+
+  // All forwards.
+  for (int i = 0; i < micros; ++i) {
+    list.recv_activation(i);
+    list.forward(i);
+    list.send_activation(i);
+  }
+
+  // All backwards, last micro-batch first.
+  for (int i = micros - 1; i >= 0; --i) {
+    list.recv_gradient(i);
+    list.backward(i);
+    list.send_gradient(i);
+  }
+  return list.take();
+}
+
+// Megatron's non-interleaved 1F1B (forward_backward_pipelining_without_interleaving): a stage runs
+// stages − stage − 1 forwards ahead (fewer if there are fewer micro-batches), then alternates one
+// forward and one backward, then finishes the backwards it still owes. Backwards run 0 … m − 1.
+// A stage holds at most min(stages − stage, micros) micro-batches' activations.
+std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micros) {
+  require_valid("one_f_one_b_schedule", stages, stage, micros);
+  ListBuilder list(stages, stage);
+  const int warmup = std::min(stages - stage - 1, micros);
+  const int steady = micros - warmup;
+
+  // Warm-up forwards: micro-batches 0 … warmup − 1.
+  for (int i = 0; i < warmup; ++i) {
+    list.recv_activation(i);
+    list.forward(i);
+    list.send_activation(i);
+  }
+
+  // Steady 1F1B: forward warmup + k, backward k. Each send/recv pair with the neighbours is two
+  // adjacent actions, activation first (see the header comment).
+  if (steady > 0) list.recv_activation(warmup);
+  for (int k = 0; k < steady; ++k) {
+    const int f = warmup + k;
+    list.forward(f);
+    list.send_activation(f);
+    list.recv_gradient(k);
+    list.backward(k);
+    if (k + 1 < steady) list.recv_activation(f + 1);
+    list.send_gradient(k);
+  }
+
+  // Cool-down backwards: micro-batches steady … micros − 1.
+  for (int k = steady; k < micros; ++k) {
+    list.recv_gradient(k);
+    list.backward(k);
+    list.send_gradient(k);
+  }
+  return list.take();
+}
+
+std::vector<Action> pipeline_schedule(PipelineSchedule schedule, int stages, int stage, int micros) {
+  switch (schedule) {
+    case PipelineSchedule::gpipe: return gpipe_schedule(stages, stage, micros);
+    case PipelineSchedule::one_f_one_b: return one_f_one_b_schedule(stages, stage, micros);
+  }
+  throw std::invalid_argument(fmt::format("unknown pipeline schedule {}", int(schedule)));
+}
+
+int peak_live_activations(const std::vector<Action>& actions) {
+  int live = 0, peak = 0;
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::forward) peak = std::max(peak, ++live);
+    if (a.kind == ActionKind::backward) --live;
+  }
+  return peak;
+}
+
+int live_activations(PipelineSchedule schedule, int stages, int stage, int micros) {
+  require_valid("live_activations", stages, stage, micros);
+  return schedule == PipelineSchedule::gpipe ? micros : std::min(stages - stage, micros);
+}
+
+// Event simulation: a stage's clock is the time its next action may start. Compute advances the
+// clock by its cost. A communication action waits until the counterpart stage's next action is the
+// matching one; both then complete at the later of the two clocks. Any order of advancing the
+// stages gives the same times, because each action's time depends only on its predecessors.
+ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, double forward_cost,
+                                 double backward_cost) {
+  if (!(forward_cost >= 0) || !(backward_cost >= 0)) {
+    throw std::invalid_argument(fmt::format("simulate_schedule: costs must be ≥ 0, got forward {} and backward {}",
+                                            forward_cost, backward_cost));
+  }
+  const int p = int(stages.size());
+  for (int s = 0; s < p; ++s) {
+    for (std::size_t i = 0; i < stages[s].size(); ++i) {
+      const Action& a = stages[s][i];
+      if (is_compute(a.kind)) continue;
+      const int peer = counterpart(s, a).stage;
+      if (peer < 0 || peer >= p) {
+        throw std::logic_error(
+            fmt::format("pipeline schedule: stage {} action #{} {} talks to stage {}, which does not "
+                        "exist ({} stages)",
+                        s, i, to_string(a), peer, p));
+      }
+    }
+  }
+
+  std::vector<std::size_t> pc(p, 0);
+  std::vector<double> clock(p, 0.0), busy(p, 0.0);
+  auto done = [&](int s) { return pc[s] == stages[s].size(); };
+
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (!done(s)) {
+        const Action& a = stages[s][pc[s]];
+        if (is_compute(a.kind)) {
+          const double cost = a.kind == ActionKind::forward ? forward_cost : backward_cost;
+          clock[s] += cost;
+          busy[s] += cost;
+          ++pc[s];
+          progress = true;
+          continue;
+        }
+        const Counterpart c = counterpart(s, a);
+        if (done(c.stage) || !(stages[c.stage][pc[c.stage]] == c.action)) break;
+        const double met = std::max(clock[s], clock[c.stage]);
+        clock[s] = clock[c.stage] = met;
+        ++pc[s];
+        ++pc[c.stage];
+        progress = true;
+      }
+    }
+  }
+
+  std::string stuck;
+  for (int s = 0; s < p; ++s) {
+    if (done(s)) continue;
+    const Action& a = stages[s][pc[s]];
+    const int peer = counterpart(s, a).stage;
+    const std::string there = done(peer) ? std::string("has finished its list")
+                                         : fmt::format("is at #{} {}", pc[peer], to_string(stages[peer][pc[peer]]));
+    stuck += fmt::format("{}stage {} waits at #{} {} (stage {} {})", stuck.empty() ? "" : "; ", s, pc[s], to_string(a),
+                         peer, there);
+  }
+  if (!stuck.empty()) throw std::logic_error("pipeline schedule deadlocks or does not match: " + stuck);
+
+  ScheduleTiming t{0.0, 0.0};
+  for (int s = 0; s < p; ++s) t.makespan = std::max(t.makespan, clock[s]);
+  if (t.makespan > 0) {
+    double idle = 0;
+    for (int s = 0; s < p; ++s) idle += t.makespan - busy[s];
+    t.idle_fraction = idle / (p * t.makespan);
+  }
+  return t;
+}
+
+double ideal_bubble_fraction(int stages, int micros) {
+  if (stages < 1 || micros < 1) {
+    throw std::invalid_argument(
+        fmt::format("ideal_bubble_fraction: need stages ≥ 1 and micros ≥ 1, got {} and {}", stages, micros));
+  }
+  return double(stages - 1) / double(micros + stages - 1);
+}
+
+std::string to_string(const Action& action) {
+  const char* name = "";
+  switch (action.kind) {
+    case ActionKind::recv_activation: name = "recvA"; break;
+    case ActionKind::forward: name = "F"; break;
+    case ActionKind::send_activation: name = "sendA"; break;
+    case ActionKind::recv_gradient: name = "recvG"; break;
+    case ActionKind::backward: name = "B"; break;
+    case ActionKind::send_gradient: name = "sendG"; break;
+  }
+  return fmt::format("{}{}", name, action.micro);
+}
+
+}  // namespace meshtrain

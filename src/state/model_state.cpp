@@ -1,0 +1,179 @@
+// A rank's model states and the model computing on them.
+#include "state/model_state.hpp"
+
+#include "core/mpi_check.hpp"
+#include "core/watched_wait.hpp"
+#include "model/gemm_workspace.hpp"
+#include "state/working_copy.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace meshtrain {
+namespace {
+
+int group_size(const Comm* c) { return c == nullptr ? 1 : c->size(); }
+int group_rank(const Comm* c) { return c == nullptr ? 0 : c->rank(); }
+
+// The layout of this rank's piece of the model: its tensor-parallel piece, its stage, its experts;
+// under ZeRO its units are padded to a multiple of dp (and so of the expert units' dp / ep).
+ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace place) {
+  const int tp = group_size(g.tp), ep = group_size(g.ep);
+  if (ep != cfg.parallel.ep) {
+    throw std::logic_error(
+        fmt::format("parallel.ep = {} but the expert-parallel group has {} ranks", cfg.parallel.ep, ep));
+  }
+  return ParameterLayout(cfg.model, tp, tp > 1 ? group_rank(g.tp) : 0, place,
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)), ep,
+                         ep > 1 ? group_rank(g.ep) : 0);
+}
+
+// The group the expert units are reduced over: the dp group itself without expert parallelism
+// (whatever edp says), so that ep 1 reduces exactly as before.
+Comm& expert_data_parallel(const StateGroups& g) {
+  if (group_size(g.ep) == 1) return *g.dp;
+  if (g.edp == nullptr) throw std::logic_error("expert parallelism needs its expert-data-parallel group");
+  return *g.edp;
+}
+
+AdamWStep adamw_step(const OptimConfig& o, double lr, double clip, std::int64_t i) {
+  return {lr, o.weight_decay, o.beta1, o.beta2, o.eps, i + 1, clip};
+}
+
+template <class Real>
+class ModelOn final : public Computation {
+ public:
+  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, Comm* tp, Comm* ep, StagePlace place,
+          const PipelineParts& pipeline)
+      : space_(space),
+        copy_(space, fp32),
+        model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, tp, place,
+                                         pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
+                                         cfg.train.recompute, &copy_, ep)),
+        workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
+    set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);
+    // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
+    if (workspace_ > 0) reserve_gemm_workspace(workspace_);
+    if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
+      executor_.emplace(pipeline.schedule, *model_, *pipeline.loader, *pipeline.pp,
+                        [this](std::size_t offset) { ready_from(offset); });
+    }
+  }
+
+  void forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale, const LossSum& sum) override {
+    model_->forward(inputs, targets, accum_t<Real>(grad_scale * loss_scale), sum);
+  }
+  void backward(CVec<int> inputs, double loss_scale) override {
+    loss_scale_ = loss_scale;
+    model_->backward(inputs, [this](std::size_t offset) { ready_from(offset); });
+  }
+  void run_pipeline(std::int64_t step, double grad_scale, double loss_scale, const LossSum& sum) override {
+    if (!executor_) throw std::logic_error("ModelState::run_pipeline without a pipeline schedule");
+    loss_scale_ = loss_scale;
+    executor_->run(step, accum_t<Real>(grad_scale * loss_scale), sum);
+  }
+  void publish() override { copy_.publish(); }
+  void poison_next_gradient() override {
+    const ParameterLayout& layout = copy_.layout();
+    for (const TensorInfo& t : layout.tensors()) {
+      if (layout.holds_counted_copy(t)) {
+        poisoned_ = &t;
+        return;
+      }
+    }
+  }
+  RouterStatistics router_statistics() const override { return model_->router_statistics(); }
+  void clear_router_statistics() override { model_->clear_router_statistics(); }
+  MemoryBytes memory() const override {
+    MemoryBytes m = copy_.memory();
+    m[MemoryCategory::activations] += std::int64_t(model_->activation_bytes());
+    m[MemoryCategory::workspace] += std::int64_t(workspace_);
+    return m;
+  }
+
+ private:
+  // Backward's report that the gradients at offset >= `offset` are final: the poisoned element, if
+  // any, turns NaN before the working copy moves them on.
+  void ready_from(std::size_t offset) {
+    if (poisoned_ != nullptr && offset <= poisoned_->offset) {
+      Kokkos::deep_copy(space_, Vec<Real>(copy_.grad(*poisoned_), 1), Real(std::numeric_limits<float>::quiet_NaN()));
+      poisoned_ = nullptr;
+    }
+    copy_.ready_from(offset, loss_scale_);
+  }
+
+  ExecSpace space_;
+  WorkingCopy<Real> copy_;
+  std::unique_ptr<LanguageModel<Real>> model_;
+  std::size_t workspace_;
+  std::optional<PipelineExecutor<Real>> executor_;
+  double loss_scale_ = 1.0;
+  const TensorInfo* poisoned_ = nullptr;  // test-only: the tensor whose first gradient turns NaN
+};
+
+std::unique_ptr<Computation> model_in_precision(const ExecSpace& space, const Config& cfg, OptimizerState& fp32,
+                                                Comm* tp, Comm* ep, StagePlace place, const PipelineParts& pipeline) {
+  if (cfg.train.precision == Precision::bf16)
+    return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, tp, ep, place, pipeline);
+  if (cfg.train.precision == Precision::fp16)
+    return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, tp, ep, place, pipeline);
+  return std::make_unique<ModelOn<float>>(space, cfg, fp32, tp, ep, place, pipeline);
+}
+
+}  // namespace
+
+ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place,
+                       const PipelineParts& pipeline)
+    : space_(space),
+      groups_(groups),
+      optimizer_(space, state_layout(cfg, groups, place), ZeroStage{cfg.parallel.zero}, *groups.dp,
+                 expert_data_parallel(groups), cfg.train.precision == Precision::fp32,
+                 std::size_t(cfg.parallel.bucket_mb * (1 << 20))),
+      compute_(model_in_precision(space, cfg, optimizer_, groups.tp, groups.ep, place, pipeline)),
+      fp16_(cfg.train.precision == Precision::fp16),
+      scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window),
+      nonfinite_(cfg.train.nonfinite, cfg.train.nonfinite_skips) {}
+
+ModelState::~ModelState() = default;
+
+void ModelState::initialize(std::uint64_t seed) {
+  optimizer_.initialize(seed);
+  compute_->publish();
+}
+
+StepValues ModelState::agreed_values(double loss) {
+  const ParameterLayout& layout = optimizer_.layout();
+  // One all-reduce for both: Σ g², and the non-finite losses (0 where the loss is finite), whose
+  // sum is non-finite wherever any rank's is.
+  double sums[2] = {optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); }),
+                    std::isfinite(loss) ? 0.0 : loss};
+  const WatchedWait watched(collective_ticket(groups_.world, "allreduce", 2));
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, groups_.world),
+                      "the step's values are collective over the world: every rank must take them each step");
+  return {sums[1] == 0 ? loss : sums[1], std::sqrt(sums[0])};
+}
+
+void ModelState::save_scaler(TrainingProgress& progress) const {
+  progress.loss_scale = fp16_ ? scaler_.scale() : 0.0;
+  progress.loss_scale_clean_steps = fp16_ ? scaler_.clean_steps() : 0;
+}
+
+void ModelState::restore_scaler(const TrainingProgress& progress) {
+  if (progress.loss_scale > 0) scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps);
+}
+
+StepOutcome ModelState::update(const OptimConfig& optim, double lr, double clip, std::int64_t i,
+                               const StepValues& values) {
+  // Every rank judges the same agreed values, so all skip or all update.
+  const StepOutcome outcome = nonfinite_.judge(values, scaler_);
+  if (outcome != StepOutcome::applied) return outcome;
+  optimizer_.update(adamw_step(optim, lr, clip, i));
+  compute_->publish();
+  space_.fence();
+  return outcome;
+}
+
+}  // namespace meshtrain
