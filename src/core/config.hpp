@@ -23,7 +23,7 @@ namespace meshtrain {
 enum class Precision { fp32, bf16, fp16 };  // train.precision
 // Bytes of one element of the type the model computes in (weights, activations, their gradients).
 constexpr int compute_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
-// train.recompute: which activations a block keeps for backward (see model/gpt2.hpp, Recompute).
+// train.recompute: which activations a block keeps for backward (see model/decoder_stage.hpp, Recompute).
 enum class Recompute { none, selective, full };
 enum class LrDecay { cosine, constant };              // optim.decay
 enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule

@@ -156,7 +156,7 @@ std::vector<Count> activation_counts(const ModelConfig& m, int micro_batch, int 
                  "one team per assignment",
                  {product(N, key_dim("model.experts_per_token", m.experts_per_token))}});
     // The rows an ep rank's experts may receive: every assignment of its ep group's micro-batches
-    // (at most capacity per expert) — llama_dims' buffers.
+    // (at most capacity per expert) — LlamaFamily::dims' buffers.
     const Size tokens = N.size, assignments = tokens * Size(m.experts_per_token);
     const Size capacity = tokens.overflowed() ? Size::overflow() : Size(expert_capacity(m, tokens.value()));
     Size per_sender = assignments;

@@ -1,83 +1,134 @@
-// Gpt2's construction: the parameters bound to their buffers, the activations carved; the
-// activation sizes and the checks that a model fits. Forward, loss and backward are in
-// gpt2_forward.cpp, gpt2_loss.cpp and gpt2_backward.cpp.
+// The GPT-2 family's tensors, their views and its activations' layout in the flat buffers (the
+// carving runs once to count and once over the allocation, model/impl/carver.hpp); the stage's
+// instantiation. Its forward and backward listings: gpt2_forward.cpp, gpt2_backward.cpp.
 #include "model/gpt2.hpp"
 
-#include "model/impl/activation_carving.hpp"
-
-#include "core/errors.hpp"
+#include "core/model_sizes.hpp"
+#include "kernels/column_sum.hpp"
+#include "kernels/encoder.hpp"
+#include "model/impl/decoder_stage_impl.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <type_traits>
 
 namespace meshtrain {
 
-// The activation layout (model/impl/activation_carving.hpp).
-using carving::allocate_and_carve;
-using carving::carve_rank_scratch;
-using carving::carve_slots;
-using carving::Carver;
-using carving::local_dims;
-using carving::LocalDims;
-using carving::RankScratch;
-
-template <class Real>
-ActivationSizes gpt2_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                         Recompute recompute) {
-  const int layers = ParameterLayout(model, tp, 0, place).stage_layers();
-  const LocalDims dims = local_dims(model, batch, tp, layers, place.last());
-  Carver<Real> kept(nullptr), scratch(nullptr);
-  const BlockActivations<Real> shared = carve_rank_scratch(scratch, dims, recompute).shared;
-  carve_slots(kept, dims, slots, recompute, shared);
-  return {kept.used(), scratch.used()};
+Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int /*ep*/) {
+  const std::size_t tp = std::size_t(layout.tp()), padded = std::size_t(padded_vocab(m, layout.tp()).value());
+  return {std::size_t(batch),
+          std::size_t(m.seq_len),
+          std::size_t(m.d_model),
+          std::size_t(m.heads) / tp,
+          std::size_t(batch) * m.seq_len,
+          padded / tp,
+          tp};
 }
-template ActivationSizes gpt2_activation_elements<float>(const ModelConfig&, int, int, StagePlace, int, Recompute);
-template ActivationSizes gpt2_activation_elements<double>(const ModelConfig&, int, int, StagePlace, int, Recompute);
-template ActivationSizes gpt2_activation_elements<bf16>(const ModelConfig&, int, int, StagePlace, int, Recompute);
-template ActivationSizes gpt2_activation_elements<fp16>(const ModelConfig&, int, int, StagePlace, int, Recompute);
 
-template <class Real>
-Gpt2<Real>::Gpt2(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,
-                 Recompute recompute, ParameterStore<Real>* store)
-    : space_(space),
-      // The kernels that wrote a buffer finish before a collective reads it.
-      tp_(tp, [space] { space.fence(); }),
-      copy_to_(tp_),
-      reduce_from_(tp_),
-      vocab_statistics_(tp_),
-      store_(store),
-      layout_(store ? store->layout() : ParameterLayout(model, tp_.size(), tp_.rank(), place)),
-      batch_(batch),
-      recompute_(recompute),
-      weights_("meshtrain::gpt2::weights", store ? 0 : layout_.total()),
-      grads_("meshtrain::gpt2::grads", store ? 0 : layout_.total()) {
-  if (store) {
-    params_ = ParameterTensors<Real>::bind(layout_, [&](const TensorInfo& t) { return store->weight(t); });
-    dparams_ = ParameterTensors<Real>::bind(layout_, [&](const TensorInfo& t) { return store->grad(t); });
-  } else {
-    params_ = ParameterTensors<Real>::bind(weights(), layout_);
-    dparams_ = ParameterTensors<Real>::bind(grads(), layout_);
+void Gpt2Family::list_tensors(ParameterLayout& layout) {
+  const ModelConfig& m = layout.model();
+  const StagePlace& place = layout.place();
+  const std::uint64_t C = m.d_model;
+  // The first stage embeds, the last stage's head reuses wte: both hold it (tied, gradients summed).
+  if (place.first() || place.last()) {
+    layout.start_unit("wte", -1);
+    layout.add_vocabulary_table("wte.weight", TableRole::tied);
   }
-  const LocalDims dims = local_dims(model, batch, layout_.tp(), layout_.stage_layers(), place.last());
-  const RankScratch<Real> rank = allocate_and_carve<Real, RankScratch<Real>>(
-      scratch_buffer_, "meshtrain::gpt2::backward_scratch",
-      [&](Carver<Real>& c) { return carve_rank_scratch(c, dims, recompute); });
-  scratch_ = rank.backward;
-  slots_ = allocate_and_carve<Real, std::vector<ActivationTensors<Real>>>(
-      activation_buffer_, "meshtrain::gpt2::activations",
-      [&](Carver<Real>& c) { return carve_slots(c, dims, slots, recompute, rank.shared); });
+  if (place.first()) {
+    layout.start_unit("wpe", -1);
+    layout.add_replicated("wpe.weight", {std::uint64_t(m.seq_len), C}, InitKind::normal);
+  }
+  for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    layout.start_unit(fmt::format("h.{}", l), l);
+    layout.add_replicated(h + "ln_1.weight", {C}, InitKind::ones);
+    layout.add_replicated(h + "ln_1.bias", {C}, InitKind::zeros);
+    layout.add_split(h + "attn.c_attn.weight", {C, 3 * C}, 1, 3, InitKind::normal);  // column-parallel, by heads
+    layout.add_split(h + "attn.c_attn.bias", {3 * C}, 0, 3, InitKind::zeros);
+    layout.add_split(h + "attn.c_proj.weight", {C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
+    layout.add_replicated(h + "attn.c_proj.bias", {C}, InitKind::zeros);
+    layout.add_replicated(h + "ln_2.weight", {C}, InitKind::ones);
+    layout.add_replicated(h + "ln_2.bias", {C}, InitKind::zeros);
+    layout.add_split(h + "mlp.c_fc.weight", {C, 4 * C}, 1, 1, InitKind::normal);  // column-parallel
+    layout.add_split(h + "mlp.c_fc.bias", {4 * C}, 0, 1, InitKind::zeros);
+    layout.add_split(h + "mlp.c_proj.weight", {4 * C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
+    layout.add_replicated(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
+  }
+  if (place.last()) {
+    layout.start_unit("ln_f", -1);
+    layout.add_replicated("ln_f.weight", {C}, InitKind::ones);
+    layout.add_replicated("ln_f.bias", {C}, InitKind::zeros);
+  }
 }
 
 template <class Real>
-void Gpt2<Real>::zero_grads() {
-  Kokkos::deep_copy(space_, grads_, Real(0));
+Gpt2Family::Weights<Real> Gpt2Family::bind(const TensorViews<Real>& v) {
+  const ParameterLayout& layout = v.layout();
+  Weights<Real> p;
+  p.embed = v.lookup_table();
+  p.positions = v.view("wpe.weight");
+  for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    BlockWeights<Real> b;
+    b.ln1_w = v.view(h + "ln_1.weight");
+    b.ln1_b = v.view(h + "ln_1.bias");
+    b.qkv_w = v.view(h + "attn.c_attn.weight");
+    b.qkv_b = v.view(h + "attn.c_attn.bias");
+    b.attproj_w = v.view(h + "attn.c_proj.weight");
+    b.attproj_b = v.view(h + "attn.c_proj.bias");
+    b.ln2_w = v.view(h + "ln_2.weight");
+    b.ln2_b = v.view(h + "ln_2.bias");
+    b.fc_w = v.view(h + "mlp.c_fc.weight");
+    b.fc_b = v.view(h + "mlp.c_fc.bias");
+    b.fcproj_w = v.view(h + "mlp.c_proj.weight");
+    b.fcproj_b = v.view(h + "mlp.c_proj.bias");
+    p.blocks.push_back(b);
+  }
+  p.lnf_w = v.view("ln_f.weight");
+  p.lnf_b = v.view("ln_f.bias");
+  p.output = v.output_table();
+  return p;
 }
 
-template class Gpt2<float>;
-template class Gpt2<double>;
-template class Gpt2<bf16>;
-template class Gpt2<fp16>;
+template <class Real>
+Gpt2Family::Block<Real> Gpt2Family::carve_block(carving::Carver<Real>& c, const Dims& d, carving::BlockFields take,
+                                                int /*l*/, const Block<Real>& other) {
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
+  Block<Real> b;
+  b.ln1 = c.take_if(take.rest, N * C, other.ln1);
+  b.ln1_mean = c.take_as_if(take.rest, N, other.ln1_mean);
+  b.ln1_rstd = c.take_as_if(take.rest, N, other.ln1_rstd);
+  b.qkv = c.take_if(take.rest, N * 3 * Cl, other.qkv);
+  b.atty = c.take_if(take.rest, N * Cl, other.atty);
+  b.att = c.take_if(take.att, B * NH * T * T, other.att);
+  b.residual2 = c.take_if(take.rest, N * C, other.residual2);
+  b.ln2 = c.take_if(take.rest, N * C, other.ln2);
+  b.ln2_mean = c.take_as_if(take.rest, N, other.ln2_mean);
+  b.ln2_rstd = c.take_as_if(take.rest, N, other.ln2_rstd);
+  b.fch = c.take_if(take.rest, N * 4 * Cl, other.fch);
+  b.fch_gelu = c.take_if(take.rest, N * 4 * Cl, other.fch_gelu);
+  b.residual3 = c.take_if(take.output, N * C, other.residual3);
+  return b;
+}
+
+template <class Real>
+Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, const Dims& d) {
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
+  Scratch<Real> s;
+  s.dresidual = c.take(N * C);
+  s.dln = c.take(N * C);
+  s.datty = c.take(N * Cl);
+  s.dqkv = c.take(N * 3 * Cl);
+  s.datt = c.take(B * NH * T * T);
+  s.dfch = c.take(N * 4 * Cl);
+  // The widest column sum: c_fc's bias, or a LayerNorm's two with the c_proj bias its backward adds.
+  s.column_partials =
+      c.template take_as<accum_t<Real>>(std::max({column_sum_workspace(N, 4 * Cl), column_sum_workspace(N, 3 * Cl),
+                                                  column_sum_workspace(N, C, 3), encoder_backward_workspace(B, T, C)}));
+  s.token_order = c.template take_as<int>(token_order_workspace(N));
+  return s;
+}
+
+MESHTRAIN_DECODER_STAGE(Gpt2Family)
 
 }  // namespace meshtrain

@@ -1,7 +1,7 @@
-// What training, the pipeline executor and `sample` ask of a model family (share/docs/usage.md,
-// Model families): GPT-2 (model/gpt2.hpp) and LLaMA (model/llama.hpp) both compute one micro-batch
-// shape on one rank, or one rank of a tensor-parallel group, over the flat buffers of their
-// ParameterLayout, for one pipeline stage. make_language_model() builds the family model.arch names.
+// What training, the pipeline executor and `sample` ask of a model (share/docs/usage.md, Model
+// families): one micro-batch shape on one rank, or one rank of a tensor-parallel group, over the
+// flat buffers of its ParameterLayout, for one pipeline stage. DecoderStage (model/decoder_stage.hpp)
+// implements it for every family; make_language_model() builds the one model.arch names.
 //
 // Size letters: B micro-batch, T context, C channels, N = B·T.
 #pragma once
@@ -96,7 +96,7 @@ class LanguageModel {
   Accum loss_weight_ = Accum(1);
 };
 
-// The family model.arch names, with the arguments of Gpt2's constructor: `tp` the tensor-parallel
+// The family model.arch names, with the arguments of DecoderStage's constructor: `tp` the tensor-parallel
 // group (none: the whole model on this rank); `place` the pipeline stage; `slots` how many
 // micro-batches' activations it keeps at once; `recompute` which of them backward recomputes;
 // `store` where weights and gradients live (ZeRO; none: the model owns flat buffers); `ep` the

@@ -1,182 +1,238 @@
-// Llama's construction: the parameters bound to their buffers, the activations carved; the
-// activation sizes. Forward, loss and backward are in llama_forward.cpp and llama_backward.cpp.
+// The LLaMA family's tensors, their views, its state and its activations' layout in the flat
+// buffers (the carving runs once to count and once over the allocation, model/impl/carver.hpp);
+// the stage's instantiation. Its listings: llama_forward.cpp, llama_backward.cpp, llama_moe.cpp.
 #include "model/llama.hpp"
 
-#include "model/impl/llama_carving.hpp"
+#include "kernels/column_sum.hpp"
+#include "kernels/encoder.hpp"
+#include "model/impl/decoder_stage_impl.hpp"
 
 #include <fmt/format.h>
 
-#include <stdexcept>
-
 namespace meshtrain {
 
-using carving::allocate_and_carve;
-using carving::carve_llama_rank_scratch;
-using carving::carve_llama_slots;
-using carving::Carver;
-using carving::LlamaRankScratch;
+LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int ep) {
+  const std::size_t t = std::size_t(layout.tp()), padded = std::size_t(padded_vocab(m, layout.tp()).value());
+  const std::size_t N = std::size_t(batch) * m.seq_len, E = std::size_t(m.experts);
+  const std::size_t k = E > 0 ? std::size_t(m.experts_per_token) : 0;
+  const int capacity = m.expert_capacity(int(N));
+  const std::size_t R = capacity > 0 ? std::min(N * k, E * std::size_t(capacity)) : N * k;
+  const std::size_t P = std::size_t(ep), El = E / P;
+  const std::size_t per_sender = capacity > 0 ? std::min(N * k, El * std::size_t(capacity)) : N * k;
+  return {std::size_t(batch),
+          std::size_t(m.seq_len),
+          std::size_t(m.d_model),
+          N,
+          std::size_t(m.heads) / t,
+          std::size_t(m.kv_head_count()) / t,
+          std::size_t(m.head_size()),
+          std::size_t(m.mlp_hidden()) / t,
+          padded / t,
+          layout.stage_layers(),
+          layout.first_layer(),
+          m.moe_every,
+          E,
+          k,
+          E > 0 ? std::size_t(m.expert_hidden_size()) / t : 0,
+          E > 0 ? std::size_t(m.shared_hidden()) / t : 0,
+          R,
+          capacity,
+          P,
+          El,
+          P > 1 ? P * per_sender : R};
+}
 
-template <class Real>
-LlamaTensors<Real> LlamaTensors<Real>::bind(const ParameterLayout& layout, const Where& where) {
-  auto view = [&](const std::string& name) {
-    const TensorInfo* t = layout.find_if_held(name);
-    return t == nullptr ? Vec<Real>() : Vec<Real>(where(*t), t->numel);
-  };
-  // The tensors `names` as one view: they must follow one another in memory.
-  auto joined = [&](const std::string& prefix, const std::vector<std::string>& names) {
-    Real* first = nullptr;
-    std::size_t numel = 0;
-    for (const std::string& name : names) {
-      const TensorInfo& t = layout.find(prefix + name);
-      if (first != nullptr && where(t) != first + numel) {
-        throw std::logic_error(fmt::format("llama tensor {}{} does not follow the one before it", prefix, name));
-      }
-      if (first == nullptr) first = where(t);
-      numel += t.numel;
-    }
-    return Vec<Real>(first, numel);
-  };
-  LlamaTensors p;
-  p.embed = view("embed_tokens.weight");
+namespace {
+
+// One SwiGLU's gate_proj, up_proj (column-parallel) and down_proj (row-parallel), names under
+// `prefix`; `expert`: the routed expert whose weights they are.
+void add_swiglu(ParameterLayout& layout, const std::string& prefix, std::uint64_t hidden, int expert = -1) {
+  const std::uint64_t C = layout.model().d_model;
+  layout.add_split(prefix + "gate_proj.weight", {hidden, C}, 0, 1, InitKind::normal, expert);
+  layout.add_split(prefix + "up_proj.weight", {hidden, C}, 0, 1, InitKind::normal, expert);
+  layout.add_split(prefix + "down_proj.weight", {C, hidden}, 1, 1, InitKind::normal_residual, expert);
+}
+
+// An MoE block's MLP: the router (replicated over tp: every tp rank routes the same tokens alike)
+// and the shared experts' SwiGLU in the block's unit; then, in a unit of their own (reduced over
+// the expert-data-parallel group), this ep rank's routed experts, each SwiGLU split as the dense
+// one. An expert's three tensors are consecutive, so its gate|up is one [2H, C] matrix (one GEMM
+// per expert). Names and TensorInfo::expert keep the global expert index.
+void add_expert_tensors(ParameterLayout& layout, int l) {
+  const ModelConfig& m = layout.model();
+  const std::string block = fmt::format("layers.{}.", l);
+  const std::uint64_t C = m.d_model, E = m.experts;
+  layout.add_replicated(block + "mlp.gate.weight", {E, C}, InitKind::normal);
+  if (m.shared_experts > 0) add_swiglu(layout, block + "mlp.shared_experts.", m.shared_hidden());
+  layout.start_unit(block + "mlp.experts", l, true);
+  for (int e = layout.first_expert(); e < layout.first_expert() + layout.local_experts(); ++e) {
+    add_swiglu(layout, fmt::format("{}mlp.experts.{}.", block, e), m.expert_hidden_size(), e);
+  }
+}
+
+}  // namespace
+
+// torch Linear layout [out, in]: a column-parallel product splits dimension 0 (its output rows), a
+// row-parallel one dimension 1. q, k and v of a block are consecutive, and so are gate and up, so
+// each trio or pair is one [Σ out, C] matrix in the flat buffer (one GEMM).
+void LlamaFamily::list_tensors(ParameterLayout& layout) {
+  const ModelConfig& m = layout.model();
+  const std::uint64_t C = m.d_model, hs = m.head_size(), H = m.mlp_hidden();
+  const std::uint64_t q_rows = std::uint64_t(m.heads) * hs, kv_rows = std::uint64_t(m.kv_head_count()) * hs;
+  if (layout.place().first()) {
+    layout.start_unit("embed_tokens", -1);
+    layout.add_vocabulary_table("embed_tokens.weight", TableRole::lookup);
+  }
   for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
     const std::string h = fmt::format("layers.{}.", l);
-    LlamaBlockTensors<Real> b;
-    b.attn_norm = view(h + "input_layernorm.weight");
-    b.qkv = joined(h, {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
-    b.o = view(h + "self_attn.o_proj.weight");
-    b.mlp_norm = view(h + "post_attention_layernorm.weight");
-    if (!layout.model().is_moe_block(l)) {
-      b.gate_up = joined(h, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
-      b.down = view(h + "mlp.down_proj.weight");
+    layout.start_unit(fmt::format("layers.{}", l), l);
+    layout.add_replicated(h + "input_layernorm.weight", {C}, InitKind::ones);
+    layout.add_split(h + "self_attn.q_proj.weight", {q_rows, C}, 0, 1, InitKind::normal);  // column-parallel, by heads
+    layout.add_split(h + "self_attn.k_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
+    layout.add_split(h + "self_attn.v_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
+    layout.add_split(h + "self_attn.o_proj.weight", {C, q_rows}, 1, 1, InitKind::normal_residual);  // row-parallel
+    layout.add_replicated(h + "post_attention_layernorm.weight", {C}, InitKind::ones);
+    if (m.is_moe_block(l)) {
+      add_expert_tensors(layout, l);
     } else {
-      if (layout.model().shared_experts > 0) {
-        b.gate_up = joined(h, {"mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"});
-        b.down = view(h + "mlp.shared_experts.down_proj.weight");
+      add_swiglu(layout, h + "mlp.", H);
+    }
+  }
+  if (layout.place().last()) {
+    layout.start_unit("norm", -1);
+    layout.add_replicated("norm.weight", {C}, InitKind::ones);
+    layout.start_unit("lm_head", -1);
+    layout.add_vocabulary_table("lm_head.weight", TableRole::output);
+  }
+}
+
+template <class Real>
+LlamaFamily::Weights<Real> LlamaFamily::bind(const TensorViews<Real>& v) {
+  const ParameterLayout& layout = v.layout();
+  const ModelConfig& m = layout.model();
+  Weights<Real> p;
+  p.embed = v.lookup_table();
+  for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
+    const std::string h = fmt::format("layers.{}.", l);
+    BlockWeights<Real> b;
+    b.attn_norm = v.view(h + "input_layernorm.weight");
+    b.qkv = v.joined(h, {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
+    b.o = v.view(h + "self_attn.o_proj.weight");
+    b.mlp_norm = v.view(h + "post_attention_layernorm.weight");
+    if (!m.is_moe_block(l)) {
+      b.gate_up = v.joined(h, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+      b.down = v.view(h + "mlp.down_proj.weight");
+    } else {
+      if (m.shared_experts > 0) {
+        b.gate_up = v.joined(h, {"mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"});
+        b.down = v.view(h + "mlp.shared_experts.down_proj.weight");
       }
-      b.router = view(h + "mlp.gate.weight");
+      b.router = v.view(h + "mlp.gate.weight");
       // The experts this rank holds (all of them, or its expert-parallel share), in order.
       std::vector<std::string> names;
-      for (int e = 0; e < layout.model().experts; ++e) {
+      for (int e = 0; e < m.experts; ++e) {
         if (layout.find_if_held(fmt::format("{}mlp.experts.{}.gate_proj.weight", h, e)) == nullptr) continue;
         for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
           names.push_back(fmt::format("mlp.experts.{}.{}.weight", e, part));
         }
       }
-      b.experts = joined(h, names);
+      b.experts = v.joined(h, names);
     }
     p.blocks.push_back(b);
   }
-  p.norm = view("norm.weight");
-  p.lm_head = view("lm_head.weight");
+  p.norm = v.view("norm.weight");
+  p.output = v.output_table();
   return p;
 }
 
 template <class Real>
-ActivationSizes llama_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                          Recompute recompute, int ep) {
-  const ParameterLayout layout(model, tp, 0, place);
-  const LlamaDims dims = llama_dims(model, batch, tp, layout.first_layer(), layout.stage_layers(), place.last(), ep);
-  Carver<Real> kept(nullptr), scratch(nullptr);
-  const LlamaBlockActivations<Real> shared = carve_llama_rank_scratch(scratch, dims, recompute).shared;
-  carve_llama_slots(kept, dims, slots, recompute, shared);
-  return {kept.used(), scratch.used()};
-}
-
-template <class Real>
-Llama<Real>::Llama(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp, StagePlace place, int slots,
-                   Recompute recompute, ParameterStore<Real>* store, Comm* ep)
-    : space_(space),
-      // The kernels that wrote a buffer finish before a collective reads it.
-      tp_(tp, [space] { space.fence(); }),
-      copy_to_(tp_),
-      reduce_from_(tp_),
-      vocab_statistics_(tp_),
-      store_(store),
-      exchange_(ep, model.experts),
-      layout_(store ? store->layout()
-                    : ParameterLayout(model, tp_.size(), tp_.rank(), place, 1, exchange_.size(), exchange_.rank())),
-      dims_(llama_dims(model, batch, layout_.tp(), layout_.first_layer(), layout_.stage_layers(), place.last(),
-                       exchange_.size())),
-      batch_(batch),
-      recompute_(recompute),
-      rotary_(make_rotary_table<Accum>(model.seq_len, model.head_size(), model.rope_theta)),
-      weights_("meshtrain::llama::weights", store ? 0 : layout_.total()),
-      grads_("meshtrain::llama::grads", store ? 0 : layout_.total()) {
-  if (model.arch != Arch::llama) throw std::logic_error("Llama built for a model whose arch is not llama");
-  if (layout_.ep() != exchange_.size() || layout_.ep_rank() != exchange_.rank()) {
-    throw std::logic_error("Llama's expert-parallel group is not the one its parameter layout was made for");
-  }
-  const Vec<Real> w = weights(), g = grads();
-  params_ = LlamaTensors<Real>::bind(
-      layout_, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; });
-  dparams_ = LlamaTensors<Real>::bind(
-      layout_, [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; });
-  const LlamaRankScratch<Real> rank = allocate_and_carve<Real, LlamaRankScratch<Real>>(
-      scratch_buffer_, "meshtrain::llama::backward_scratch",
-      [&](Carver<Real>& c) { return carve_llama_rank_scratch(c, dims_, recompute); });
-  scratch_ = rank.backward;
-  slots_ = allocate_and_carve<Real, std::vector<LlamaActivations<Real>>>(
-      activation_buffer_, "meshtrain::llama::activations",
-      [&](Carver<Real>& c) { return carve_llama_slots(c, dims_, slots, recompute, rank.shared); });
-  host_routing_.assign(std::size_t(slots), std::vector<HostRouting>(std::size_t(dims_.layers)));
-  for (int l = 0; l < dims_.layers; ++l) {
-    if (!dims_.moe(l)) continue;
-    for (auto& per_slot : host_routing_) {
-      per_slot[l].counts.assign(2 * dims_.E + 1, 0);
-      per_slot[l].exchange.reserve(exchange_.size(), int(dims_.E));
+LlamaFamily::State<Real>::State(const ParameterLayout& layout, const Dims& d, Comm* ep, int slots,
+                                RouterStatistics& statistics)
+    : exchange(ep, int(d.E)),
+      rotary(make_rotary_table<accum_t<Real>>(layout.model().seq_len, layout.model().head_size(),
+                                              layout.model().rope_theta)) {
+  host_routing.assign(std::size_t(slots), std::vector<HostRouting>(std::size_t(d.layers)));
+  for (int l = 0; l < d.layers; ++l) {
+    if (!d.moe(l)) continue;
+    for (auto& per_slot : host_routing) {
+      per_slot[std::size_t(l)].counts.assign(2 * d.E + 1, 0);
+      per_slot[std::size_t(l)].exchange.reserve(exchange.size(), int(d.E));
     }
-    router_statistics_.blocks.push_back(layout_.first_layer() + l);
+    statistics.blocks.push_back(layout.first_layer() + l);
   }
-  router_statistics_.experts = int(dims_.E);
-  router_loss_sums_ = Buffer<double>("meshtrain::moe_router::loss_sums", 2 * router_statistics_.blocks.size());
-  clear_router_statistics();
+  statistics.experts = int(d.E);
+}
+
+namespace {
+
+template <class Real>
+MoeActivations<Real> carve_moe(carving::Carver<Real>& c, const LlamaFamily::Dims& d) {
+  using A = accum_t<Real>;
+  const std::size_t N = d.N, C = d.C, R = d.R;
+  MoeActivations<Real> m;
+  m.probs = c.template take_as<A>(N * d.E);
+  m.lse = c.template take_as<A>(N);
+  m.gate = c.template take_as<A>(N * d.k);
+  m.expert = c.template take_as<int>(N * d.k);
+  m.slot = c.template take_as<int>(N * d.k);
+  m.row_token = c.template take_as<int>(R);
+  m.counts = c.template take_as<int>(2 * d.E + 1);
+  m.xs = c.take(R * C);
+  m.received = d.ep > 1 ? c.take(d.Rr * C) : m.xs;
+  m.gate_up = c.take(d.Rr * 2 * d.Hel);
+  m.act = c.take(d.Rr * d.Hel);
+  m.ys = c.take(R * C);
+  return m;
+}
+
+}  // namespace
+
+template <class Real>
+LlamaFamily::Block<Real> LlamaFamily::carve_block(carving::Carver<Real>& c, const Dims& d, carving::BlockFields take,
+                                                  int l, const Block<Real>& other) {
+  const std::size_t N = d.N, C = d.C;
+  const std::size_t dense_cols = l < 0 ? d.widest_dense_cols() : d.dense_cols(l);
+  const bool moe = l < 0 ? d.any_moe() : d.moe(l);
+  Block<Real> b;
+  b.ln1 = c.take_if(take.rest, N * C, other.ln1);
+  b.ln1_rstd = c.take_as_if(take.rest, N, other.ln1_rstd);
+  b.qkv = c.take_if(take.rest, N * d.qkv_cols(), other.qkv);
+  b.atty = c.take_if(take.rest, N * d.q_cols(), other.atty);
+  b.att = c.take_if(take.att, d.B * d.NHl * d.T * d.T, other.att);
+  b.residual2 = c.take_if(take.rest, N * C, other.residual2);
+  b.ln2 = c.take_if(take.rest, N * C, other.ln2);
+  b.ln2_rstd = c.take_as_if(take.rest, N, other.ln2_rstd);
+  b.gate_up = c.take_if(take.rest, N * 2 * dense_cols, other.gate_up);
+  b.swiglu = c.take_if(take.rest, N * dense_cols, other.swiglu);
+  if (moe) b.moe = take.rest ? carve_moe(c, d) : other.moe;
+  b.residual3 = c.take_if(take.output, N * C, other.residual3);
+  return b;
 }
 
 template <class Real>
-void Llama<Real>::clear_router_statistics() {
-  RouterStatistics& r = router_statistics_;
-  r.routed.assign(r.blocks.size() * std::size_t(r.experts), 0.0);
-  r.kept.assign(r.routed.size(), 0.0);
-  r.passes = 0;
-  // A kernel, not a deep_copy fill: the step's count of copies stays at its reads.
-  const Buffer<double> sums = router_loss_sums_;
-  if (sums.extent(0) == 0) return;
-  Kokkos::parallel_for(
-      "meshtrain::moe_router::clear_losses", Kokkos::RangePolicy<ExecSpace>(space_, 0, long(sums.extent(0))),
-      KOKKOS_LAMBDA(long i) { sums(i) = 0; });
-}
-
-// The routers' counts as recorded, with the losses read from the device: one copy per call.
-template <class Real>
-RouterStatistics Llama<Real>::router_statistics() const {
-  RouterStatistics r = router_statistics_;
-  r.aux_loss.assign(r.blocks.size(), 0.0);
-  r.z_loss.assign(r.blocks.size(), 0.0);
-  if (r.blocks.empty()) return r;
-  const auto sums = Kokkos::create_mirror_view(Kokkos::HostSpace{}, router_loss_sums_);
-  Kokkos::deep_copy(space_, sums, router_loss_sums_);
-  space_.fence();
-  for (std::size_t b = 0; b < r.blocks.size(); ++b) {
-    r.aux_loss[b] = sums(2 * b);
-    r.z_loss[b] = sums(2 * b + 1);
+LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, const Dims& d) {
+  const std::size_t N = d.N, C = d.C;
+  Scratch<Real> s;
+  s.dresidual = c.take(N * C);
+  s.dln = c.take(N * C);
+  s.datty = c.take(N * d.q_cols());
+  s.dqkv = c.take(N * d.qkv_cols());
+  s.datt = c.take(d.B * d.NHl * d.T * d.T);
+  s.dswiglu = c.take(N * d.widest_dense_cols());
+  s.dgate_up = c.take(N * 2 * d.widest_dense_cols());
+  s.column_partials = c.template take_as<accum_t<Real>>(column_sum_workspace(N, C));
+  s.token_order = c.template take_as<int>(token_order_workspace(N));
+  if (d.any_moe()) {
+    s.router_logits = c.template take_as<accum_t<Real>>(N * d.E);
+    s.dgate = c.template take_as<accum_t<Real>>(N * d.k);
+    s.drows = c.take(d.R * C);
+    s.dreceived = d.ep > 1 ? c.take(d.Rr * C) : s.drows;
+    s.dexpert_act = c.take(d.Rr * d.Hel);
+    s.dexpert_gate_up = c.take(d.Rr * 2 * d.Hel);
   }
-  return r;
+  return s;
 }
 
-template <class Real>
-void Llama<Real>::zero_grads() {
-  Kokkos::deep_copy(space_, grads_, Real(0));
-}
-
-#define MESHTRAIN_LLAMA(Real)                                                                                        \
-  template struct LlamaTensors<Real>;                                                                                \
-  template ActivationSizes llama_activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, \
-                                                           int);                                                     \
-  template class Llama<Real>;
-MESHTRAIN_LLAMA(float)
-MESHTRAIN_LLAMA(double)
-MESHTRAIN_LLAMA(bf16)
-MESHTRAIN_LLAMA(fp16)
-#undef MESHTRAIN_LLAMA
+MESHTRAIN_DECODER_STAGE(LlamaFamily)
 
 }  // namespace meshtrain

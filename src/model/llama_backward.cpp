@@ -1,95 +1,68 @@
-// Llama's backward pass: a pipeline stage's output head, blocks and embedding in the mirror order of
-// llama_forward.cpp, each tensor-parallel mapping's backward at the mirror place of its forward.
+// LLaMA's backward listings (model/llama.hpp): a block, its dense MLP and the final norm, in the
+// mirror order of llama_forward.cpp, each tensor-parallel mapping's backward at the mirror place of
+// its forward.
 #include "model/llama.hpp"
 
 #include "kernels/attention.hpp"
-#include "kernels/encoder.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rotary.hpp"
 #include "kernels/swiglu.hpp"
-#include "model/impl/backward_sweep.hpp"
 
 namespace meshtrain {
 
 template <class Real>
-void Llama<Real>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
-  backward_sweep<Real>(
-      layout_, ready_from, [&] { head_backward(slot); }, [&](int l) { block_backward(slot, l); },
-      [&] {
-        reduce_from_.backward(span_of(scratch_.dresidual));
-        encoder_backward(space_, dparams_.embed, Vec<Real>(), scratch_.column_partials, scratch_.token_order,
-                         scratch_.dresidual, inputs, int(dims_.B), int(dims_.T), int(dims_.C), model().vocab,
-                         embedding_rows());
-      });
-}
-
-// Output head: dnorm = dlogits · lm_head (summed over the vocabulary shards), dlm_head += dlogitsᵀ ·
-// norm; then the final RMSNorm, leaving dL/d(stage output) in scratch_.dresidual.
-template <class Real>
-void Llama<Real>::head_backward(int slot) {
-  const int N = int(dims_.N), C = int(dims_.C), Vl = int(dims_.Vl);
-  const auto& a = slots_[slot];
-  const auto& d = scratch_;
-  linear_backward<Real>(space_, d.dln, dparams_.lm_head, a.logits, a.norm, params_.lm_head, N, C, Vl);
-  copy_to_.backward(span_of(d.dln));
-  Kokkos::deep_copy(space_, d.dresidual, Real(0));
-  rmsnorm_backward(space_, d.dresidual, dparams_.norm, d.column_partials, d.dln, stage_output(slot), params_.norm,
-                   a.norm_rstd, N, C);
-}
-
-// Block l: scratch_.dresidual holds dL/d residual3 and becomes dL/d x, the block's input.
-template <class Real>
-void Llama<Real>::block_backward(int slot, int l) {
-  need_block(l);
-  const LlamaDims& dm = dims_;
+void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
+  const Dims& dm = m.dims;
   const int B = int(dm.B), T = int(dm.T), C = int(dm.C), N = int(dm.N), hs = int(dm.hs);
   const int NHl = int(dm.NHl), KVl = int(dm.KVl), Q = int(dm.q_cols()), QKV = int(dm.qkv_cols());
-  const auto& a = slots_[slot];
-  const auto& w = params_.blocks[l];
-  const auto& dw = dparams_.blocks[l];
-  const auto& s = a.blocks[l];
-  const auto& d = scratch_;
-  CVec<Real> x = l == 0 ? a.encoded : a.blocks[l - 1].residual3;
-  recompute_block(slot, l);
+  const auto& w = m.params.blocks[std::size_t(l)];
+  const auto& dw = m.dparams.blocks[std::size_t(l)];
+  const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
+  const auto& d = m.scratch;
   // MLP branch; d.dresidual becomes dL/d residual2.
-  reduce_from_.backward(span_of(d.dresidual));
-  mlp_backward(slot, l);
-  copy_to_.backward(span_of(d.dln));
-  if (dm.moe(l)) router_input_backward(slot, l);
-  rmsnorm_backward(space_, d.dresidual, dw.mlp_norm, d.column_partials, d.dln, s.residual2, w.mlp_norm, s.ln2_rstd, N,
+  m.reduce_from.backward(span_of(d.dresidual));
+  mlp_backward(m, slot, l);
+  m.copy_to.backward(span_of(d.dln));
+  if (dm.moe(l)) router_input_backward(m, slot, l);
+  rmsnorm_backward(m.space, d.dresidual, dw.mlp_norm, d.column_partials, d.dln, s.residual2, w.mlp_norm, s.ln2_rstd, N,
                    C);
   // Attention branch; d.dresidual becomes dL/d x.
-  reduce_from_.backward(span_of(d.dresidual));
-  linear_backward<Real>(space_, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
-  attention_backward(space_, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
-  rotary_backward(space_, d.dqkv, rotary_, N, T, QKV, NHl + KVl, hs);  // back to the unrotated q and k
-  linear_backward<Real>(space_, d.dln, dw.qkv, d.dqkv, s.ln1, w.qkv, N, C, QKV);
-  copy_to_.backward(span_of(d.dln));
-  rmsnorm_backward(space_, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
+  m.reduce_from.backward(span_of(d.dresidual));
+  linear_backward<Real>(m.space, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
+  attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
+  rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // back to the unrotated q and k
+  linear_backward<Real>(m.space, d.dln, dw.qkv, d.dqkv, s.ln1, w.qkv, N, C, QKV);
+  m.copy_to.backward(span_of(d.dln));
+  rmsnorm_backward(m.space, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
 }
 
-// The dense SwiGLU's backward: scratch_.dresidual holds dL/d proj; leaves dL/d ln2 (this rank's
-// part) in scratch_.dln.
+// The dense SwiGLU's backward: the scratch's dresidual holds dL/d proj; leaves dL/d ln2 (this
+// rank's part) in its dln.
 template <class Real>
-void Llama<Real>::mlp_backward(int slot, int l) {
-  if (dims_.moe(l)) return moe_backward(slot, l);
-  const int N = int(dims_.N), C = int(dims_.C), Hl = int(dims_.Hl);
-  const auto& s = slots_[slot].blocks[l];
-  const auto& w = params_.blocks[l];
-  const auto& dw = dparams_.blocks[l];
-  const auto& d = scratch_;
-  linear_backward<Real>(space_, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hl, C);
-  swiglu_backward(space_, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
-  linear_backward<Real>(space_, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l) {
+  if (m.dims.moe(l)) return moe_backward(m, slot, l);
+  const int N = int(m.dims.N), C = int(m.dims.C), Hl = int(m.dims.Hl);
+  const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
+  const auto& w = m.params.blocks[std::size_t(l)];
+  const auto& dw = m.dparams.blocks[std::size_t(l)];
+  const auto& d = m.scratch;
+  linear_backward<Real>(m.space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hl, C);
+  swiglu_backward(m.space, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
+  linear_backward<Real>(m.space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
 }
 
-// Each member is instantiated in the file that defines it (the class's own in llama.cpp).
-#define MESHTRAIN_LLAMA_BACKWARD(Real)                                         \
-  template void Llama<Real>::stage_backward(int, CVec<int>, const ReadyFrom&); \
-  template void Llama<Real>::head_backward(int);                               \
-  template void Llama<Real>::block_backward(int, int);                         \
-  template void Llama<Real>::mlp_backward(int, int);
+template <class Real>
+void LlamaFamily::final_norm_backward(Parts<Real>& m, const FinalNorm<Real>& f, CVec<Real> x) {
+  const auto& d = m.scratch;
+  rmsnorm_backward(m.space, d.dresidual, m.dparams.norm, d.column_partials, d.dln, x, m.params.norm, f.rstd,
+                   int(m.dims.N), int(m.dims.C));
+}
+
+#define MESHTRAIN_LLAMA_BACKWARD(Real)                                                              \
+  template void LlamaFamily::block_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>); \
+  template void LlamaFamily::mlp_backward<Real>(LlamaFamily::Parts<Real>&, int, int);               \
+  template void LlamaFamily::final_norm_backward<Real>(LlamaFamily::Parts<Real>&, const FinalNorm<Real>&, CVec<Real>);
 MESHTRAIN_LLAMA_BACKWARD(float)
 MESHTRAIN_LLAMA_BACKWARD(double)
 MESHTRAIN_LLAMA_BACKWARD(bf16)

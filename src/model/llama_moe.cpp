@@ -1,6 +1,6 @@
 // Llama's MoE blocks (share/docs/usage.md, Mixture of experts): the router, the experts' grouped
 // products over the tokens in expert order, the shared experts, and their backward; the router
-// statistics. The rest of a block is llama_forward.cpp's and llama_backward.cpp's.
+// statistics' counts. The rest of a block is llama_forward.cpp's and llama_backward.cpp's.
 //
 // Forward of one MoE block, for the normed input ln2 (N, C):
 //   logits = ln2 · W_rᵀ → probabilities, top-k experts and gate weights (router_forward)
@@ -24,62 +24,65 @@
 namespace meshtrain {
 
 template <class Real>
-void Llama<Real>::read_routing(int slot, int l) {
-  HostRouting& host = host_routing_[std::size_t(slot)][std::size_t(l)];
-  const Vec<int> counts = slots_[slot].blocks[l].moe.counts;
-  Kokkos::deep_copy(space_,
+void LlamaFamily::read_routing(Parts<Real>& m, int slot, int l) {
+  HostRouting& host = m.state.host_routing[std::size_t(slot)][std::size_t(l)];
+  const Vec<int> counts = m.slots[std::size_t(slot)].blocks[std::size_t(l)].moe.counts;
+  Kokkos::deep_copy(m.space,
                     Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.counts.data(),
                                                                                                    host.counts.size()),
                     Kokkos::subview(counts, std::pair<std::size_t, std::size_t>(0, host.counts.size())));
-  space_.fence();  // the grouped products' sizes and the exchange's counts are read on the host
-  exchange_.plan_exchange(host.exchange, host.offsets(), dims_.C);
+  m.space.fence();  // the grouped products' sizes and the exchange's counts are read on the host
+  m.state.exchange.plan_exchange(host.exchange, host.offsets(), m.dims.C);
 }
 
 template <class Real>
-void Llama<Real>::moe_forward(int slot, int l, const LlamaBlockActivations<Real>& s, Vec<Real> proj, bool to_output) {
-  const LlamaDims& d = dims_;
+void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>& s, Vec<Real> proj, bool to_output) {
+  using Accum = accum_t<Real>;
+  const Dims& d = p.dims;
   const int N = int(d.N), C = int(d.C), E = int(d.E), k = int(d.k), Hel = int(d.Hel), Hsl = int(d.Hsl);
-  const auto& w = params_.blocks[l];
+  const auto& w = p.params.blocks[std::size_t(l)];
   const MoeActivations<Real>& m = s.moe;
-  const Vec<Accum> logits = scratch_.router_logits;
-  router_logits_forward<Real>(space_, logits, s.ln2, w.router, N, C, E);
-  router_forward<Accum>(space_, m.probs, m.expert, m.gate, m.lse, logits, N, E, k, model().normalize_gates);
+  const ExpertExchange& exchange = p.state.exchange;
+  const ExecSpace& space = p.space;
+  const Vec<Accum> logits = p.scratch.router_logits;
+  router_logits_forward<Real>(space, logits, s.ln2, w.router, N, C, E);
+  router_forward<Accum>(space, m.probs, m.expert, m.gate, m.lse, logits, N, E, k, p.model().normalize_gates);
   const Vec<int> routed = slice(m.counts, 0, d.E), offsets = slice(m.counts, d.E, d.E + 1);
-  moe_assign(space_, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity);
-  read_routing(slot, l);
-  const HostRouting& host = host_routing_[std::size_t(slot)][std::size_t(l)];
+  moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity);
+  read_routing(p, slot, l);
+  const HostRouting& host = p.state.host_routing[std::size_t(slot)][std::size_t(l)];
   const ExchangePlan& plan = host.exchange;
   const int R = host.rows(), Rr = int(plan.received);
-  moe_permute(space_, m.xs, CVec<Real>(s.ln2), CVec<int>(m.row_token), R, C);
-  if (exchange_.moves()) space_.fence();  // the rows are written before they travel
-  exchange_.dispatch(plan, m.xs.data(), m.received.data());
+  moe_permute(space, m.xs, CVec<Real>(s.ln2), CVec<int>(m.row_token), R, C);
+  if (exchange.moves()) space.fence();  // the rows are written before they travel
+  exchange.dispatch(plan, m.xs.data(), m.received.data());
   // This rank's experts over the rows they received; expert e's [gate | up | down] at e · stride:
   // gate|up is one [2Hel, C] matrix, down follows it. At ep 1 the outputs are ys in place.
   const long stride = 3L * Hel * C;
-  const Vec<Real> outputs = exchange_.moves() ? scratch_.dreceived : m.ys;
-  grouped_linear_forward<Real>(space_, m.gate_up, m.received, w.experts.data(), stride, plan.groups, C, 2 * Hel);
-  swiglu_forward(space_, m.act, m.gate_up, Rr, Hel);
-  grouped_linear_forward<Real>(space_, outputs, m.act, w.experts.data() + 2L * Hel * C, stride, plan.groups, Hel, C);
-  if (exchange_.moves()) space_.fence();
-  exchange_.give_back(plan, outputs.data(), m.ys.data());
+  const Vec<Real> outputs = exchange.moves() ? p.scratch.dreceived : m.ys;
+  grouped_linear_forward<Real>(space, m.gate_up, m.received, w.experts.data(), stride, plan.groups, C, 2 * Hel);
+  swiglu_forward(space, m.act, m.gate_up, Rr, Hel);
+  grouped_linear_forward<Real>(space, outputs, m.act, w.experts.data() + 2L * Hel * C, stride, plan.groups, Hel, C);
+  if (exchange.moves()) space.fence();
+  exchange.give_back(plan, outputs.data(), m.ys.data());
   if (Hsl > 0) {
-    linear_forward<Real>(space_, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
-    swiglu_forward(space_, s.swiglu, s.gate_up, N, Hsl);
+    linear_forward<Real>(space, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
+    swiglu_forward(space, s.swiglu, s.gate_up, N, Hsl);
   }
   if (!to_output) return;  // recomputation: backward has what it reads
-  if (Hsl > 0) linear_forward<Real>(space_, proj, s.swiglu, w.down, N, Hsl, C);
-  moe_combine(space_, proj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k, C, Hsl > 0);
-  add_router_losses<Accum>(space_, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(routed), N, E, k,
-                           router_loss_sums_, record_routing(l, host));
+  if (Hsl > 0) linear_forward<Real>(space, proj, s.swiglu, w.down, N, Hsl, C);
+  moe_combine(space, proj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k, C, Hsl > 0);
+  add_router_losses<Accum>(space, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(routed), N, E, k,
+                           p.router_loss_sums, record_routing(p, l, host));
 }
 
 // Once per forward pass (not recomputation): what the metrics sum over the step.
 template <class Real>
-int Llama<Real>::record_routing(int l, const HostRouting& host) {
-  RouterStatistics& r = router_statistics_;
+int LlamaFamily::record_routing(Parts<Real>& m, int l, const HostRouting& host) {
+  RouterStatistics& r = m.router_statistics;
   const std::size_t b =
-      std::size_t(std::find(r.blocks.begin(), r.blocks.end(), layout_.first_layer() + l) - r.blocks.begin());
-  const std::size_t E = dims_.E;
+      std::size_t(std::find(r.blocks.begin(), r.blocks.end(), m.layout.first_layer() + l) - r.blocks.begin());
+  const std::size_t E = m.dims.E;
   for (std::size_t e = 0; e < E; ++e) {
     r.routed[b * E + e] += host.counts[e];
     r.kept[b * E + e] += host.offsets()[e + 1] - host.offsets()[e];
@@ -87,68 +90,71 @@ int Llama<Real>::record_routing(int l, const HostRouting& host) {
   return int(b);
 }
 
-// scratch_.dresidual holds dL/d proj. Leaves this rank's part of dL/d ln2 in scratch_.dln and the
-// router logits' gradient in scratch_.router_logits (router_input_backward's input).
+// The scratch's dresidual holds dL/d proj. Leaves this rank's part of dL/d ln2 in its dln and the
+// router logits' gradient in its router_logits (router_input_backward's input).
 template <class Real>
-void Llama<Real>::moe_backward(int slot, int l) {
-  const LlamaDims& dm = dims_;
+void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
+  using Accum = accum_t<Real>;
+  const Dims& dm = p.dims;
   const int N = int(dm.N), C = int(dm.C), E = int(dm.E), k = int(dm.k), Hel = int(dm.Hel), Hsl = int(dm.Hsl);
-  const auto& s = slots_[slot].blocks[l];
+  const auto& s = p.slots[std::size_t(slot)].blocks[std::size_t(l)];
   const MoeActivations<Real>& m = s.moe;
-  const auto& w = params_.blocks[l];
-  const auto& dw = dparams_.blocks[l];
-  const auto& d = scratch_;
-  const ExchangePlan& plan = host_routing_[std::size_t(slot)][std::size_t(l)].exchange;
+  const auto& w = p.params.blocks[std::size_t(l)];
+  const auto& dw = p.dparams.blocks[std::size_t(l)];
+  const auto& d = p.scratch;
+  const ExpertExchange& exchange = p.state.exchange;
+  const ExecSpace& space = p.space;
+  const ExchangePlan& plan = p.state.host_routing[std::size_t(slot)][std::size_t(l)].exchange;
   const int Rr = int(plan.received);
   const long stride = 3L * Hel * C, down = 2L * Hel * C;
   // The combine: each row's gradient, and the gate weights' (summed over the tensor-parallel parts of ys).
-  moe_combine_backward(space_, d.drows, d.dgate, CVec<Real>(d.dresidual), CVec<Real>(m.ys), CVec<int>(m.slot),
+  moe_combine_backward(space, d.drows, d.dgate, CVec<Real>(d.dresidual), CVec<Real>(m.ys), CVec<int>(m.slot),
                        CVec<Accum>(m.gate), N, k, C);
-  tp_.sum(span_of(d.dgate));
+  p.tp.sum(span_of(d.dgate));
   // The experts, down then gate|up, on the ranks that hold them; dreceived then holds the received
   // rows' input gradient, which travels back into drows.
-  if (exchange_.moves()) space_.fence();
-  exchange_.dispatch(plan, d.drows.data(), d.dreceived.data());
-  grouped_linear_backward<Real>(space_, d.dexpert_act, dw.experts.data() + down, stride, d.dreceived, m.act,
+  if (exchange.moves()) space.fence();
+  exchange.dispatch(plan, d.drows.data(), d.dreceived.data());
+  grouped_linear_backward<Real>(space, d.dexpert_act, dw.experts.data() + down, stride, d.dreceived, m.act,
                                 w.experts.data() + down, plan.groups, Hel, C);
-  swiglu_backward(space_, d.dexpert_gate_up, d.dexpert_act, m.gate_up, Rr, Hel);
-  grouped_linear_backward<Real>(space_, d.dreceived, dw.experts.data(), stride, d.dexpert_gate_up, m.received,
+  swiglu_backward(space, d.dexpert_gate_up, d.dexpert_act, m.gate_up, Rr, Hel);
+  grouped_linear_backward<Real>(space, d.dreceived, dw.experts.data(), stride, d.dexpert_gate_up, m.received,
                                 w.experts.data(), plan.groups, C, 2 * Hel);
-  if (exchange_.moves()) space_.fence();
-  exchange_.give_back(plan, d.dreceived.data(), d.drows.data());
+  if (exchange.moves()) space.fence();
+  exchange.give_back(plan, d.dreceived.data(), d.drows.data());
   if (Hsl > 0) {
-    linear_backward<Real>(space_, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hsl, C);
-    swiglu_backward(space_, d.dgate_up, d.dswiglu, s.gate_up, N, Hsl);
-    linear_backward<Real>(space_, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
+    linear_backward<Real>(space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hsl, C);
+    swiglu_backward(space, d.dgate_up, d.dswiglu, s.gate_up, N, Hsl);
+    linear_backward<Real>(space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
   }
-  moe_permute_backward(space_, d.dln, CVec<Real>(d.drows), CVec<int>(m.slot), N, k, C, Hsl > 0);
+  moe_permute_backward(space, d.dln, CVec<Real>(d.drows), CVec<int>(m.slot), N, k, C, Hsl > 0);
   // The router: the gate weights' gradient, the load-balancing loss and the z-loss, each weighted
   // as the micro-batch's mean cross-entropy (loss_weight per token, N tokens).
-  const Accum per_pass = this->loss_weight() * Accum(N);
+  const Accum per_pass = p.loss_weight * Accum(N);
   const Vec<int> routed = slice(m.counts, 0, dm.E);
-  router_backward<Accum>(space_, d.router_logits, CVec<Accum>(d.dgate), CVec<Accum>(m.probs), CVec<int>(m.expert),
-                         CVec<Accum>(m.lse), CVec<int>(routed), Accum(model().aux_loss_coef) * per_pass,
-                         Accum(model().z_loss_coef) * per_pass, N, E, k, model().normalize_gates);
+  router_backward<Accum>(space, d.router_logits, CVec<Accum>(d.dgate), CVec<Accum>(m.probs), CVec<int>(m.expert),
+                         CVec<Accum>(m.lse), CVec<int>(routed), Accum(p.model().aux_loss_coef) * per_pass,
+                         Accum(p.model().z_loss_coef) * per_pass, N, E, k, p.model().normalize_gates);
 }
 
 // dW_r += dlogitsᵀ · ln2 and dln += dlogits · W_r, after the tensor-parallel sum of dln: the
 // router is replicated, so every rank adds the same whole contribution.
 template <class Real>
-void Llama<Real>::router_input_backward(int slot, int l) {
-  const int N = int(dims_.N), C = int(dims_.C), E = int(dims_.E);
-  const auto& s = slots_[slot].blocks[l];
-  const auto& d = scratch_;
-  router_logits_backward<Real>(space_, d.dln, dparams_.blocks[l].router, d.router_logits, s.ln2,
-                               params_.blocks[l].router, N, C, E);
+void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l) {
+  const int N = int(m.dims.N), C = int(m.dims.C), E = int(m.dims.E);
+  const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
+  const auto& d = m.scratch;
+  router_logits_backward<Real>(m.space, d.dln, m.dparams.blocks[std::size_t(l)].router, d.router_logits, s.ln2,
+                               m.params.blocks[std::size_t(l)].router, N, C, E);
 }
 
-// Each member is instantiated in the file that defines it (the class's own in llama.cpp).
-#define MESHTRAIN_LLAMA_MOE(Real)                                                                        \
-  template void Llama<Real>::read_routing(int, int);                                                     \
-  template void Llama<Real>::moe_forward(int, int, const LlamaBlockActivations<Real>&, Vec<Real>, bool); \
-  template int Llama<Real>::record_routing(int, const HostRouting&);                                     \
-  template void Llama<Real>::moe_backward(int, int);                                                     \
-  template void Llama<Real>::router_input_backward(int, int);
+#define MESHTRAIN_LLAMA_MOE(Real)                                                                                    \
+  template void LlamaFamily::read_routing<Real>(LlamaFamily::Parts<Real>&, int, int);                                \
+  template void LlamaFamily::moe_forward<Real>(LlamaFamily::Parts<Real>&, int, int, const LlamaFamily::Block<Real>&, \
+                                               Vec<Real>, bool);                                                     \
+  template int LlamaFamily::record_routing<Real>(LlamaFamily::Parts<Real>&, int, const HostRouting&);                \
+  template void LlamaFamily::moe_backward<Real>(LlamaFamily::Parts<Real>&, int, int);                                \
+  template void LlamaFamily::router_input_backward<Real>(LlamaFamily::Parts<Real>&, int, int);
 MESHTRAIN_LLAMA_MOE(float)
 MESHTRAIN_LLAMA_MOE(double)
 MESHTRAIN_LLAMA_MOE(bf16)

@@ -1,4 +1,4 @@
-// Where a Gpt2's weights and gradients live when the model does not own them: the model states
+// Where a model's weights and gradients live when it does not own them: the model states
 // (state/working_copy.hpp) keep them as the ZeRO stage says — whole, or in shards and working
 // rooms — and gather a block's weights only when the block is about to be computed.
 #pragma once

@@ -1,4 +1,4 @@
-// The GPT-2 parameter layout and the binding of named views into flat buffers.
+// The parameter layout (its tensors listed by the family) and the binding of named views into flat buffers.
 #include "model/parameters.hpp"
 
 #include "core/errors.hpp"
@@ -76,123 +76,26 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
     throw std::logic_error(
         fmt::format("expert rank {} of {} cannot hold an equal share of {} experts", ep_rank, ep, model.experts));
   }
-  if (model.arch == Arch::llama) {
-    add_llama_tensors();
-  } else {
-    add_gpt2_tensors();
-  }
+  list_family_tensors(*this);
   close_unit();
 }
 
 // Vocabulary-parallel rows of a [V, C] table: rows [r·Vp/t, (r+1)·Vp/t) of the padded vocabulary
 // (padded_vocab: for tp and train.vocab_multiple); only the real rows belong to the tensor (and the
 // checkpoint), the rest of the local array is padding.
-void ParameterLayout::add_vocabulary_table(const std::string& name) {
+void ParameterLayout::add_vocabulary_table(const std::string& name, TableRole role) {
   const std::uint64_t C = model_.d_model, V = model_.vocab;
   const std::uint64_t rows = padded_vocab_ / tp_, first = rows * tp_rank_;
   Piece vocab = whole({V, C});
   vocab.offset[0] = std::min(first, V);
   vocab.block[0] = first < V ? std::min(rows, V - first) : 0;
-  add(name, {V, C}, {rows, C}, vocab, InitKind::normal, tp_ == 1);
+  add(name, {V, C}, {rows, C}, vocab, InitKind::normal, tp_ == 1, -1, role);
 }
 
-// Dimension `dim` of `shape` split over the tensor-parallel ranks (`groups` equal groups, each cut alike).
 void ParameterLayout::add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,
-                                std::uint64_t groups, InitKind init) {
+                                std::uint64_t groups, InitKind init, int expert) {
   Piece p = split(shape, dim, groups, tp_, tp_rank_);
-  add(name, shape, local_of(p), p, init, tp_ == 1);
-}
-
-void ParameterLayout::add_gpt2_tensors() {
-  const std::uint64_t C = model_.d_model;
-  // The first stage embeds, the last stage's head reuses wte: both hold it (tied, gradients summed).
-  if (place_.first() || place_.last()) {
-    start_unit("wte", -1);
-    add_vocabulary_table("wte.weight");
-  }
-  if (place_.first()) {
-    start_unit("wpe", -1);
-    add_replicated("wpe.weight", {std::uint64_t(model_.seq_len), C}, InitKind::normal);
-  }
-  for (int l = first_layer_; l < end_layer_; ++l) {
-    const std::string h = fmt::format("h.{}.", l);
-    start_unit(fmt::format("h.{}", l), l);
-    add_replicated(h + "ln_1.weight", {C}, InitKind::ones);
-    add_replicated(h + "ln_1.bias", {C}, InitKind::zeros);
-    add_split(h + "attn.c_attn.weight", {C, 3 * C}, 1, 3, InitKind::normal);  // column-parallel, by heads
-    add_split(h + "attn.c_attn.bias", {3 * C}, 0, 3, InitKind::zeros);
-    add_split(h + "attn.c_proj.weight", {C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
-    add_replicated(h + "attn.c_proj.bias", {C}, InitKind::zeros);
-    add_replicated(h + "ln_2.weight", {C}, InitKind::ones);
-    add_replicated(h + "ln_2.bias", {C}, InitKind::zeros);
-    add_split(h + "mlp.c_fc.weight", {C, 4 * C}, 1, 1, InitKind::normal);  // column-parallel
-    add_split(h + "mlp.c_fc.bias", {4 * C}, 0, 1, InitKind::zeros);
-    add_split(h + "mlp.c_proj.weight", {4 * C, C}, 0, 1, InitKind::normal_residual);  // row-parallel
-    add_replicated(h + "mlp.c_proj.bias", {C}, InitKind::zeros);
-  }
-  if (place_.last()) {
-    start_unit("ln_f", -1);
-    add_replicated("ln_f.weight", {C}, InitKind::ones);
-    add_replicated("ln_f.bias", {C}, InitKind::zeros);
-  }
-}
-
-// torch Linear layout [out, in]: a column-parallel product splits dimension 0 (its output rows), a
-// row-parallel one dimension 1. q, k and v of a block are consecutive, and so are gate and up, so
-// each trio or pair is one [Σ out, C] matrix in the flat buffer (one GEMM).
-void ParameterLayout::add_llama_tensors() {
-  const std::uint64_t C = model_.d_model, hs = model_.head_size(), H = model_.mlp_hidden();
-  const std::uint64_t q_rows = std::uint64_t(model_.heads) * hs, kv_rows = std::uint64_t(model_.kv_head_count()) * hs;
-  if (place_.first()) {
-    start_unit("embed_tokens", -1);
-    add_vocabulary_table("embed_tokens.weight");
-  }
-  for (int l = first_layer_; l < end_layer_; ++l) {
-    const std::string h = fmt::format("layers.{}.", l);
-    start_unit(fmt::format("layers.{}", l), l);
-    add_replicated(h + "input_layernorm.weight", {C}, InitKind::ones);
-    add_split(h + "self_attn.q_proj.weight", {q_rows, C}, 0, 1, InitKind::normal);  // column-parallel, by heads
-    add_split(h + "self_attn.k_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
-    add_split(h + "self_attn.v_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
-    add_split(h + "self_attn.o_proj.weight", {C, q_rows}, 1, 1, InitKind::normal_residual);  // row-parallel
-    add_replicated(h + "post_attention_layernorm.weight", {C}, InitKind::ones);
-    if (model_.is_moe_block(l)) {
-      add_expert_tensors(l);
-    } else {
-      add_swiglu(h + "mlp.", H);
-    }
-  }
-  if (place_.last()) {
-    start_unit("norm", -1);
-    add_replicated("norm.weight", {C}, InitKind::ones);
-    start_unit("lm_head", -1);
-    add_vocabulary_table("lm_head.weight");
-  }
-}
-
-// One SwiGLU's gate_proj, up_proj (column-parallel) and down_proj (row-parallel), names under `prefix`.
-void ParameterLayout::add_swiglu(const std::string& prefix, std::uint64_t hidden) {
-  const std::uint64_t C = model_.d_model;
-  add_split(prefix + "gate_proj.weight", {hidden, C}, 0, 1, InitKind::normal);
-  add_split(prefix + "up_proj.weight", {hidden, C}, 0, 1, InitKind::normal);
-  add_split(prefix + "down_proj.weight", {C, hidden}, 1, 1, InitKind::normal_residual);
-}
-
-// An MoE block's MLP: the router (replicated over tp: every tp rank routes the same tokens alike)
-// and the shared experts' SwiGLU in the block's unit; then, in a unit of their own (reduced over
-// the expert-data-parallel group), this ep rank's routed experts, each SwiGLU split as the dense
-// one. An expert's three tensors are consecutive, so its gate|up is one [2H, C] matrix (one GEMM
-// per expert). Names and TensorInfo::expert keep the global expert index.
-void ParameterLayout::add_expert_tensors(int l) {
-  const std::string block = fmt::format("layers.{}.", l);
-  const std::uint64_t C = model_.d_model, E = model_.experts;
-  add_replicated(block + "mlp.gate.weight", {E, C}, InitKind::normal);
-  if (model_.shared_experts > 0) add_swiglu(block + "mlp.shared_experts.", model_.shared_hidden());
-  start_unit(block + "mlp.experts", l, true);
-  for (int e = first_expert(); e < first_expert() + local_experts(); ++e) {
-    add_swiglu(fmt::format("{}mlp.experts.{}.", block, e), model_.expert_hidden_size());
-    for (std::size_t i = tensors_.size() - 3; i < tensors_.size(); ++i) tensors_[i].expert = e;
-  }
+  add(name, shape, local_of(p), p, init, tp_ == 1, expert);
 }
 
 void ParameterLayout::start_unit(std::string name, int block, bool experts) {
@@ -234,7 +137,7 @@ void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t
 }
 
 void ParameterLayout::add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape,
-                          Piece piece, InitKind init, bool replicated) {
+                          Piece piece, InitKind init, bool replicated, int expert, TableRole role) {
   TensorInfo t;
   t.name = std::move(name);
   t.numel = 1;
@@ -246,6 +149,8 @@ void ParameterLayout::add(std::string name, std::vector<std::uint64_t> shape, st
   t.replicated = replicated;
   t.offset = total_;
   t.init = init;
+  t.expert = expert;
+  t.role = role;
   total_ += t.numel;
   tensors_.push_back(std::move(t));
 }
@@ -262,55 +167,48 @@ const TensorInfo& ParameterLayout::find(const std::string& name) const {
   throw std::out_of_range("no parameter named " + name);
 }
 
+const TensorInfo* ParameterLayout::table(TableRole role) const {
+  for (const auto& t : tensors_) {
+    if (t.role == role || (t.role == TableRole::tied && role != TableRole::none)) return &t;
+  }
+  return nullptr;
+}
+
+const TensorInfo& ParameterLayout::table_or_throw(TableRole role) const {
+  if (const TensorInfo* t = table(role)) return *t;
+  const char* what = role == TableRole::lookup ? "embedding" : role == TableRole::output ? "output head" : "tied";
+  throw std::out_of_range(fmt::format("stage {} holds no {} table", place_.stage, what));
+}
+
 bool ParameterLayout::holds_counted_copy(const TensorInfo& t) const {
   if (t.replicated && tp_rank_ != 0) return false;
-  return t.name != "wte.weight" || place_.first();
+  return t.role != TableRole::tied || place_.first();
 }
 
 template <class Real>
-ParameterTensors<Real> ParameterTensors<Real>::bind(Vec<Real> flat, const ParameterLayout& layout) {
-  if (flat.extent(0) < layout.total()) {
-    throw std::logic_error(
-        fmt::format("flat buffer of {} elements cannot hold {} parameters", flat.extent(0), layout.total()));
-  }
-  return bind(layout, [&](const TensorInfo& t) { return flat.data() + t.offset; });
+Vec<Real> TensorViews<Real>::view(const std::string& name) const {
+  return view_of(layout_.find_if_held(name));
 }
 
 template <class Real>
-ParameterTensors<Real> ParameterTensors<Real>::bind(const ParameterLayout& layout, const Where& where) {
-  auto view = [&](const std::string& name) {
-    const TensorInfo* t = layout.find_if_held(name);
-    return t == nullptr ? Vec<Real>() : Vec<Real>(where(*t), t->numel);
-  };
-  ParameterTensors p;
-  p.wte = view("wte.weight");
-  p.wpe = view("wpe.weight");
-  for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
-    const std::string h = fmt::format("h.{}.", l);
-    BlockTensors<Real> b;
-    b.ln1_w = view(h + "ln_1.weight");
-    b.ln1_b = view(h + "ln_1.bias");
-    b.qkv_w = view(h + "attn.c_attn.weight");
-    b.qkv_b = view(h + "attn.c_attn.bias");
-    b.attproj_w = view(h + "attn.c_proj.weight");
-    b.attproj_b = view(h + "attn.c_proj.bias");
-    b.ln2_w = view(h + "ln_2.weight");
-    b.ln2_b = view(h + "ln_2.bias");
-    b.fc_w = view(h + "mlp.c_fc.weight");
-    b.fc_b = view(h + "mlp.c_fc.bias");
-    b.fcproj_w = view(h + "mlp.c_proj.weight");
-    b.fcproj_b = view(h + "mlp.c_proj.bias");
-    p.blocks.push_back(b);
+Vec<Real> TensorViews<Real>::joined(const std::string& prefix, const std::vector<std::string>& names) const {
+  Real* first = nullptr;
+  std::size_t numel = 0;
+  for (const std::string& name : names) {
+    const TensorInfo& t = layout_.find(prefix + name);
+    if (first != nullptr && where_(t) != first + numel) {
+      throw std::logic_error(fmt::format("tensor {}{} does not follow the one before it", prefix, name));
+    }
+    if (first == nullptr) first = where_(t);
+    numel += t.numel;
   }
-  p.lnf_w = view("ln_f.weight");
-  p.lnf_b = view("ln_f.bias");
-  return p;
+  return Vec<Real>(first, numel);
 }
 
-template struct ParameterTensors<float>;
-template struct ParameterTensors<double>;
-template struct ParameterTensors<bf16>;
-template struct ParameterTensors<fp16>;
+template class TensorViews<float>;
+template class TensorViews<double>;
+template class TensorViews<bf16>;
+template class TensorViews<fp16>;
 
 namespace {
 
@@ -318,8 +216,8 @@ namespace {
 // gpt2's wpe included): a table that only looks rows up is no product's matrix — llama's
 // embed_tokens, and gpt2's tied wte on a stage without the output head (its product is the head's).
 bool counts_in_flops(const TensorInfo& t, const ParameterLayout& layout) {
-  if (t.name == "embed_tokens.weight") return false;
-  return t.name != "wte.weight" || layout.place().last();
+  if (t.role == TableRole::lookup) return false;
+  return t.role != TableRole::tied || layout.place().last();
 }
 
 }  // namespace

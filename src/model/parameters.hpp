@@ -1,9 +1,10 @@
-// GPT-2 parameters as named views into one flat buffer (llm.c's ParameterTensors pattern).
+// A model's parameters as named views into one flat buffer (llm.c's ParameterTensors pattern).
 //
-// ParameterLayout lists every tensor once, in Hugging Face's names and Conv1D shapes [in, out]
-// (share/docs/usage.md, Checkpoints), with its offset in the flat buffer. Tensors of one block are contiguous,
-// so a pipeline stage's layers are one range. The same layout binds weights, gradients and both
-// AdamW moments.
+// ParameterLayout lists every tensor once, in the family's Hugging Face names and shapes
+// (share/docs/usage.md, Checkpoints), with its offset in the flat buffer. The family supplies the
+// list (its list_tensors, model/gpt2.cpp and model/llama.cpp); the layout names no tensor. Tensors
+// of one block are contiguous, so a pipeline stage's layers are one range. The same layout binds
+// weights, gradients and both AdamW moments (TensorViews).
 //
 // Size letters: L layers, C channels, V vocab, T context length.
 #pragma once
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meshtrain {
@@ -25,6 +27,10 @@ enum class InitKind {
   zeros,            // biases, LayerNorm bias
   ones,             // LayerNorm weight
 };
+
+// What a vocabulary table is to the model: the embedding's lookup, the output head's matrix, or
+// both (tied: gpt2's wte, held by the first stage and again by the last).
+enum class TableRole { none, lookup, output, tied };
 
 // The part of a global tensor one rank holds (share/docs/design.md, Parallelism), in HDF5 hyperslab terms:
 // per dimension, `count` blocks of `block` elements starting at offset + k·stride. The rank stores
@@ -78,6 +84,7 @@ struct TensorInfo {
   InitKind init = InitKind::zeros;
   bool decays = false;  // AdamW weight decay applies (tensors of two or more dimensions)
   int expert = -1;      // the routed expert (global index) whose weight this is, or -1
+  TableRole role = TableRole::none;
 
   // The global row-major index of local element `local`, or -1 for padding (vocab rows past V).
   std::int64_t global_index(std::uint64_t local) const { return piece_index().global_index(local); }
@@ -85,12 +92,13 @@ struct TensorInfo {
   PieceIndex piece_index() const;
 };
 
-// Tensor parallelism (Megatron): c_attn and c_fc split by columns (c_attn by heads, q|k|v of a
-// head together), both c_proj by rows, wte by vocabulary rows (padded so that tp divides it, and
-// each share is a multiple of train.vocab_multiple);
-// LayerNorms, wpe and the c_proj biases replicated.
-// Pipeline parallelism: stage s of pp holds blocks [s·L/pp, (s+1)·L/pp); the first stage also wte
-// and wpe, the last ln_f and wte again for the tied head.
+// Tensor parallelism (Megatron): the family's list says which tensors are split by columns or rows
+// and which are replicated (gpt2: c_attn and c_fc by columns, c_attn by heads with q|k|v of a head
+// together, both c_proj by rows, LayerNorms, wpe and the c_proj biases replicated); vocabulary
+// tables are split by rows (padded so that tp divides them, and each share is a multiple of
+// train.vocab_multiple).
+// Pipeline parallelism: stage s of pp holds blocks [s·L/pp, (s+1)·L/pp); the first stage also the
+// embedding's tables, the last the final norm and the output head (a tied table again).
 struct StagePlace {
   int stage = 0, stages = 1;
   bool first() const { return stage == 0; }
@@ -134,6 +142,13 @@ class ParameterLayout {
   std::size_t head_begin() const;
   const TensorInfo& find(const std::string& name) const;
   const TensorInfo* find_if_held(const std::string& name) const;
+  // The vocabulary tables by role (std::out_of_range where this stage holds none): the embedding's
+  // (first stage), the output head's (last stage), the one that is both (a family that ties them).
+  const TensorInfo& lookup_table() const { return table_or_throw(TableRole::lookup); }
+  const TensorInfo& output_table() const { return table_or_throw(TableRole::output); }
+  const TensorInfo& tied_table() const { return table_or_throw(TableRole::tied); }
+  // The held table of that role (lookup, output: or the tied one), or null.
+  const TensorInfo* table(TableRole role) const;
   const ModelConfig& model() const { return model_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
@@ -149,24 +164,28 @@ class ParameterLayout {
   int first_layer() const { return first_layer_; }  // global index of this stage's first block
   int stage_layers() const { return end_layer_ - first_layer_; }
   // Whether this rank's copy of t is the one that counts where a tensor must be taken once: each
-  // tensor-parallel rank's piece of a split tensor counts; a replicated tensor (LayerNorms, wpe, the
-  // c_proj biases: the same on every tp rank) counts on tp rank 0 only; the tied wte on the first
+  // tensor-parallel rank's piece of a split tensor counts; a replicated tensor (norms, wpe, the
+  // c_proj biases: the same on every tp rank) counts on tp rank 0 only; a tied table on the first
   // stage only. The checkpoint writes these copies, and the gradient norm adds them.
   bool holds_counted_copy(const TensorInfo& t) const;
 
+  // Building: the family's list_tensors calls these from the constructor, in flat-buffer order.
+  // A shard unit holds the tensors added after it starts (`block`: its global block, or -1;
+  // `experts`: a block's routed experts).
+  void start_unit(std::string name, int block, bool experts = false);
+  void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init);
+  // Dimension `dim` split over the tensor-parallel ranks (`groups` equal groups, each cut alike);
+  // `expert`: the routed expert whose weight it is.
+  void add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim, std::uint64_t groups,
+                 InitKind init, int expert = -1);
+  // A [V, C] table split by vocabulary rows.
+  void add_vocabulary_table(const std::string& name, TableRole role);
+
  private:
   void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,
-           InitKind init, bool replicated);
-  void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init);
-  void add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim, std::uint64_t groups,
-                 InitKind init);
-  void add_vocabulary_table(const std::string& name);
-  void add_gpt2_tensors();
-  void add_llama_tensors();
-  void add_swiglu(const std::string& prefix, std::uint64_t hidden);
-  void add_expert_tensors(int l);
-  void start_unit(std::string name, int block, bool experts = false);
+           InitKind init, bool replicated, int expert = -1, TableRole role = TableRole::none);
   void close_unit();
+  const TensorInfo& table_or_throw(TableRole role) const;
 
   ModelConfig model_;
   int tp_ = 1;
@@ -181,38 +200,30 @@ class ParameterLayout {
   std::size_t total_ = 0;
 };
 
-// Tensors of one transformer block (the blocks of this rank's pipeline stage, in order).
-template <class Real>
-struct BlockTensors {
-  Vec<Real> ln1_w;      // (C)
-  Vec<Real> ln1_b;      // (C)
-  Vec<Real> qkv_w;      // (C, 3C)  columns q|k|v, heads contiguous inside each
-  Vec<Real> qkv_b;      // (3C)
-  Vec<Real> attproj_w;  // (C, C)
-  Vec<Real> attproj_b;  // (C)
-  Vec<Real> ln2_w;      // (C)
-  Vec<Real> ln2_b;      // (C)
-  Vec<Real> fc_w;       // (C, 4C)
-  Vec<Real> fc_b;       // (4C)
-  Vec<Real> fcproj_w;   // (4C, C)
-  Vec<Real> fcproj_b;   // (C)
-};
+// The family registry (model/language_model.cpp): model.arch's family lists its tensors into
+// `layout` (ParameterLayout's constructor calls it).
+void list_family_tensors(ParameterLayout& layout);
 
-// Named views of a whole model's worth of values (weights, gradients or a moment). Tensors the
-// rank does not hold (another stage's) are empty views.
+// Points views at the tensors of a layout, wherever `where` says each lives (a flat buffer, or
+// ZeRO's units in separate buffers); a family's bind() names them. Tensors the rank does not hold
+// (another stage's) are empty views.
 template <class Real>
-struct ParameterTensors {
-  Vec<Real> wte;  // (V, C), also the output head
-  Vec<Real> wpe;  // (T, C)
-  std::vector<BlockTensors<Real>> blocks;
-  Vec<Real> lnf_w;  // (C)
-  Vec<Real> lnf_b;  // (C)
-
-  // Points every view into `flat`, which must hold layout.total() elements.
-  static ParameterTensors bind(Vec<Real> flat, const ParameterLayout& layout);
-  // Points the view of each held tensor t at where(t) (ZeRO keeps units in separate buffers).
+class TensorViews {
+ public:
   using Where = std::function<Real*(const TensorInfo&)>;
-  static ParameterTensors bind(const ParameterLayout& layout, const Where& where);
+  TensorViews(const ParameterLayout& layout, Where where) : layout_(layout), where_(std::move(where)) {}
+  const ParameterLayout& layout() const { return layout_; }
+  Vec<Real> view(const std::string& name) const;
+  // The tensors `names` (each after `prefix`) as one view: they must follow one another in memory.
+  Vec<Real> joined(const std::string& prefix, const std::vector<std::string>& names) const;
+  // The tied or lookup table, and the tied or output one (empty where the stage holds neither).
+  Vec<Real> lookup_table() const { return view_of(layout_.table(TableRole::lookup)); }
+  Vec<Real> output_table() const { return view_of(layout_.table(TableRole::output)); }
+
+ private:
+  Vec<Real> view_of(const TensorInfo* t) const { return t == nullptr ? Vec<Real>() : Vec<Real>(where_(*t), t->numel); }
+  const ParameterLayout& layout_;
+  Where where_;
 };
 
 // The share of a token's forward that passes through tensor t: k/E for a routed expert's weights

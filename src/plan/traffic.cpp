@@ -240,7 +240,7 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
       // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).
       const ZeroStage zero{cfg.parallel.zero};
       const ShardMap map(layout, zero.shard_group_size(grid.dp), 0);
-      const std::int64_t elements = std::int64_t(map.shard(layout.unit_at(layout.find("wte.weight").offset)));
+      const std::int64_t elements = std::int64_t(map.shard(layout.unit_at(layout.tied_table().offset)));
       traffic["tied"].add(Collective::allreduce, 1, elements * fp32_bytes);
     }
   }

@@ -9,7 +9,7 @@ namespace {
 // The tied wte's gradient on this rank: its unit's owned slice (all of it at stage 0).
 Vec<float> tied_wte(const PlacedState<float>& grads) {
   const ParameterLayout& layout = grads.map().layout();
-  return grads.owned_view(layout.unit_at(layout.find("wte.weight").offset));
+  return grads.owned_view(layout.unit_at(layout.tied_table().offset));
 }
 
 // One kernel each, where a deep copy would count as one more (per step; per unit and pass): the

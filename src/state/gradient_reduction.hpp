@@ -1,5 +1,5 @@
 // Reduce-on-ready: the data-parallel reduction of one step's gradients, started as backward
-// finishes each range (Gpt2::backward reports the offset from which every gradient is final) so
+// finishes each range (LanguageModel::backward reports the offset from which every gradient is final) so
 // that it overlaps the rest of backward. Two strategies, chosen once by the ZeRO stage
 // (state/zero_stage.hpp):
 //

@@ -112,9 +112,10 @@ TEST(ActivationElements, ExtrapolatedOverSlotsIsTheCarvings) {
       for (int slots = 1; slots <= 6; ++slots) {
         for (const StagePlace place : {StagePlace{0, 2}, StagePlace{1, 2}}) {
           const ActivationSizes got = activation_elements<float>(m, 2, 1, place, slots, recompute);
-          const ActivationSizes want = m.arch == Arch::llama
-                                           ? llama_activation_elements<float>(m, 2, 1, place, slots, recompute, 1)
-                                           : gpt2_activation_elements<float>(m, 2, 1, place, slots, recompute);
+          const ActivationSizes want =
+              m.arch == Arch::llama
+                  ? decoder_activation_elements<float, LlamaFamily>(m, 2, 1, place, slots, recompute, 1)
+                  : decoder_activation_elements<float, Gpt2Family>(m, 2, 1, place, slots, recompute);
           EXPECT_EQ(got.kept, want.kept) << name_of(m.arch) << " slots " << slots;
           EXPECT_EQ(got.scratch, want.scratch) << name_of(m.arch) << " slots " << slots;
         }

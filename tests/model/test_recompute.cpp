@@ -163,8 +163,11 @@ struct Sizing {
 using SizeFunction = ActivationSizes (*)(const ModelConfig&, int, int, StagePlace, int, Recompute);
 
 // The sizings at ep 1 (their last argument's default).
+ActivationSizes gpt2_sizes(const ModelConfig& m, int batch, int tp, StagePlace place, int slots, Recompute r) {
+  return decoder_activation_elements<float, Gpt2Family>(m, batch, tp, place, slots, r);
+}
 ActivationSizes llama_sizes(const ModelConfig& m, int batch, int tp, StagePlace place, int slots, Recompute r) {
-  return llama_activation_elements<float>(m, batch, tp, place, slots, r);
+  return decoder_activation_elements<float, LlamaFamily>(m, batch, tp, place, slots, r);
 }
 ActivationSizes family_sizes(const ModelConfig& m, int batch, int tp, StagePlace place, int slots, Recompute r) {
   return activation_elements<float>(m, batch, tp, place, slots, r);
@@ -220,21 +223,19 @@ TEST(Recompute, ActivationElementsFollowTheFormulas) {
       {{12, 12, 768, 50257, 1024}, 4, 4, {1, 4}, 4}, {{5, 2, 8, 13, 6}, 2, 2, {2, 3}, 3},
       {{5, 4, 16, 13, 6}, 3, 4, {0, 2}, 2},
   };
-  expect_sizes_follow(sizings, &gpt2_activation_elements<float>, &expected_sizes);
+  expect_sizes_follow(sizings, &gpt2_sizes, &expected_sizes);
   // GPT-2 small, micro-batch 4, T 1024, one rank: per block the probabilities are 4·12·1024² = 50.3M
   // elements of the 79.2M a block keeps; full keeps 3.1M per block.
   const ModelConfig small{12, 12, 768, 50257, 1024};
-  const auto none = gpt2_activation_elements(small, 4, 1, {}, 1, Recompute::none);
-  const auto selective = gpt2_activation_elements(small, 4, 1, {}, 1, Recompute::selective);
-  const auto full = gpt2_activation_elements(small, 4, 1, {}, 1, Recompute::full);
+  const auto none = gpt2_sizes(small, 4, 1, {}, 1, Recompute::none);
+  const auto selective = gpt2_sizes(small, 4, 1, {}, 1, Recompute::selective);
+  const auto full = gpt2_sizes(small, 4, 1, {}, 1, Recompute::full);
   EXPECT_EQ(none.kept - selective.kept, 12u * 4 * 12 * 1024 * 1024);
   EXPECT_EQ(selective.scratch - none.scratch, 4u * 12 * 1024 * 1024);
   EXPECT_LT(full.total(), selective.total());
 }
 
-TEST(Recompute, ModelAllocatesWhatTheSizingSays) {
-  expect_model_allocates(ModelConfig{5, 2, 8, 13, 6}, &gpt2_activation_elements<float>);
-}
+TEST(Recompute, ModelAllocatesWhatTheSizingSays) { expect_model_allocates(ModelConfig{5, 2, 8, 13, 6}, &gpt2_sizes); }
 
 }  // namespace
 }  // namespace meshtrain

@@ -37,6 +37,13 @@ class Carver {
       return Vec<T>(reinterpret_cast<T*>(raw.data()), raw.data() == nullptr ? 0 : count);
     }
   }
+  // A view from the buffer where `taken`, else `other` (a view of another set: recomputation's
+  // shared block set).
+  Vec<Real> take_if(bool taken, std::size_t count, const Vec<Real>& other) { return taken ? take(count) : other; }
+  template <class T>
+  Vec<T> take_as_if(bool taken, std::size_t count, const Vec<T>& other) {
+    return taken ? take_as<T>(count) : other;
+  }
   std::size_t used() const { return used_; }
 
  private:

@@ -8,10 +8,9 @@
 #include "kernels/cross_entropy.hpp"
 #include "kernels/loss_sum.hpp"
 #include "kernels/vocab_parallel_cross_entropy.hpp"
+#include "model/impl/span_of.hpp"
 #include "model/parameters.hpp"
 #include "parallel/tensor_parallel_mappings.hpp"
-
-#include <span>
 
 namespace meshtrain::output_loss {
 
@@ -23,11 +22,6 @@ struct HeadBuffers {
   Vec<accum_t<Real>> row_max;   // (N)  vocabulary-parallel: row maxima
   Vec<accum_t<Real>> partials;  // (2N) … and Σ exp, target logit
 };
-
-template <class T>
-std::span<T> span_of(Vec<T> x) {
-  return {x.data(), x.extent(0)};
-}
 
 // sum += mean cross-entropy over the N rows. `table`: the vocabulary-parallel tensor whose rows are
 // the logits' columns (gpt2's tied wte, llama's lm_head).

@@ -1,0 +1,292 @@
+// DecoderStage's members (model/decoder_stage.hpp), included by each family's source file, which
+// instantiates the stage for its family and the four element types. Internal to model/.
+#pragma once
+
+#include "core/errors.hpp"
+#include "kernels/encoder.hpp"
+#include "kernels/matmul.hpp"
+#include "model/decoder_stage.hpp"
+#include "model/impl/backward_sweep.hpp"
+#include "model/impl/carver.hpp"
+#include "model/impl/output_loss.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+namespace decoder_detail {
+
+// The expert-parallel group's size and this rank's place in it (1 and 0 without one).
+inline int expert_ranks(Comm* ep) { return ep != nullptr && ep->size() > 1 ? ep->size() : 1; }
+inline int expert_rank(Comm* ep) { return expert_ranks(ep) > 1 ? ep->rank() : 0; }
+
+// The table's rows this rank holds, as the embedding kernels take them.
+inline VocabRange rows_of(const TensorInfo& table, bool with_positions) {
+  return {int(table.piece.offset[0]), int(table.piece.block[0]), with_positions};
+}
+
+// What a rank holds once, whatever its slots: backward's scratch and the block set shared under
+// recomputation.
+template <class Real, class Family>
+struct RankScratch {
+  typename Family::template Scratch<Real> backward;
+  typename Family::template Block<Real> shared;  // empty under Recompute::none
+};
+
+template <class Real, class Family>
+RankScratch<Real, Family> carve_rank_scratch(carving::Carver<Real>& c, const typename Family::Dims& d,
+                                             Recompute recompute) {
+  RankScratch<Real, Family> r{Family::carve_scratch(c, d), {}};
+  if (recompute != Recompute::none) r.shared = Family::carve_block(c, d, carving::shared_fields(recompute), -1);
+  return r;
+}
+
+// One micro-batch's activations; its blocks keep what `recompute` says and share the rest.
+template <class Real, class Family>
+SlotActivations<Real, Family> carve_slot(carving::Carver<Real>& c, const typename Family::Dims& d, int layers,
+                                         bool head, Recompute recompute,
+                                         const typename Family::template Block<Real>& shared) {
+  using A = accum_t<Real>;
+  const std::size_t N = d.N, C = d.C;
+  SlotActivations<Real, Family> a;
+  a.encoded = c.take(N * C);
+  for (int l = 0; l < layers; ++l) {
+    a.blocks.push_back(Family::carve_block(c, d, carving::kept_fields(recompute), l, shared));
+  }
+  a.proj = c.take(N * C);
+  if (!head) return a;
+  a.norm.out = c.take(N * C);
+  if (Family::norm_keeps_mean) a.norm.mean = c.template take_as<A>(N);
+  a.norm.rstd = c.template take_as<A>(N);
+  a.logits = c.take(N * d.Vl);
+  a.losses = c.template take_as<A>(N);
+  a.row_max = c.template take_as<A>(N);
+  a.partials = c.template take_as<A>(2 * N);
+  return a;
+}
+
+template <class Real, class Family>
+std::vector<SlotActivations<Real, Family>> carve_slots(carving::Carver<Real>& c, const typename Family::Dims& d,
+                                                       const ParameterLayout& layout, int slots, Recompute recompute,
+                                                       const typename Family::template Block<Real>& shared) {
+  std::vector<SlotActivations<Real, Family>> sets;
+  for (int k = 0; k < slots; ++k) {
+    sets.push_back(carve_slot<Real, Family>(c, d, layout.stage_layers(), layout.place().last(), recompute, shared));
+  }
+  return sets;
+}
+
+}  // namespace decoder_detail
+
+template <class Real, class Family>
+ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
+                                            Recompute recompute, int ep) {
+  const ParameterLayout layout(model, tp, 0, place);
+  const typename Family::Dims dims = Family::dims(model, batch, layout, ep);
+  carving::Carver<Real> kept(nullptr), scratch(nullptr);
+  const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute).shared;
+  decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
+  return {kept.used(), scratch.used()};
+}
+
+template <class Real, class Family>
+DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfig& config, int batch_size,
+                                         Comm* tp_comm, StagePlace place, int slot_count, Recompute mode,
+                                         ParameterStore<Real>* parameter_store, Comm* ep_comm)
+    : space(exec),
+      // The kernels that wrote a buffer finish before a collective reads it.
+      tp(tp_comm, [exec] { exec.fence(); }),
+      copy_to(tp),
+      reduce_from(tp),
+      vocab_statistics(tp),
+      store(parameter_store),
+      layout(parameter_store
+                 ? parameter_store->layout()
+                 : ParameterLayout(config, tp.size(), tp.rank(), place, 1, decoder_detail::expert_ranks(ep_comm),
+                                   decoder_detail::expert_rank(ep_comm))),
+      dims(Family::dims(config, batch_size, layout, decoder_detail::expert_ranks(ep_comm))),
+      batch(batch_size),
+      recompute(mode),
+      weights(fmt::format("meshtrain::{}::weights", Family::name), parameter_store ? 0 : layout.total()),
+      grads(fmt::format("meshtrain::{}::grads", Family::name), parameter_store ? 0 : layout.total()),
+      state(layout, dims, ep_comm, slot_count, router_statistics) {
+  if (config.arch != Family::arch) {
+    throw std::logic_error(
+        fmt::format("a {} stage built for a model whose arch is {}", Family::name, name_of(config.arch)));
+  }
+  if (layout.ep() != decoder_detail::expert_ranks(ep_comm) ||
+      layout.ep_rank() != decoder_detail::expert_rank(ep_comm)) {
+    throw std::logic_error(fmt::format(
+        "the {} stage's expert-parallel group is not the one its parameter layout was made for", Family::name));
+  }
+  const Vec<Real> w = slice(weights, 0, weights.extent(0)), g = slice(grads, 0, grads.extent(0));
+  params = Family::template bind<Real>(
+      TensorViews<Real>(layout, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; }));
+  dparams = Family::template bind<Real>(
+      TensorViews<Real>(layout, [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; }));
+  using carving::Carver;
+  const auto rank = carving::allocate_and_carve<Real, decoder_detail::RankScratch<Real, Family>>(
+      scratch_buffer, fmt::format("meshtrain::{}::backward_scratch", Family::name).c_str(),
+      [&](Carver<Real>& c) { return decoder_detail::carve_rank_scratch<Real, Family>(c, dims, mode); });
+  scratch = rank.backward;
+  slots = carving::allocate_and_carve<Real, std::vector<SlotActivations<Real, Family>>>(
+      activation_buffer, fmt::format("meshtrain::{}::activations", Family::name).c_str(), [&](Carver<Real>& c) {
+        return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count, mode, rank.shared);
+      });
+  router_loss_sums = Buffer<double>("meshtrain::moe_router::loss_sums", 2 * router_statistics.blocks.size());
+}
+
+template <class Real, class Family>
+DecoderStage<Real, Family>::DecoderStage(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp,
+                                         StagePlace place, int slots, Recompute recompute, ParameterStore<Real>* store,
+                                         Comm* ep)
+    : m_(space, model, batch, tp, place, slots, recompute, store, ep) {
+  clear_router_statistics();
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::zero_grads() {
+  Kokkos::deep_copy(m_.space, m_.grads, Real(0));
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
+  const auto& d = m_.dims;
+  const int N = int(d.N), C = int(d.C), Vl = int(d.Vl);
+  auto& a = m_.slots[std::size_t(slot)];
+  const auto& p = m_.params;
+  if (m_.layout.place().first()) {
+    // Vocabulary-parallel lookup: each rank its rows, zeros for the others, summed over the group;
+    // a position table is added on tp rank 0 only, so that the sum adds it once.
+    const bool positions = p.positions.extent(0) > 0 && m_.layout.tp_rank() == 0;
+    const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), positions);
+    encoder_forward(m_.space, a.encoded, inputs, p.embed, p.positions, int(d.B), int(d.T), C, rows);
+    m_.reduce_from.forward(span_of(a.encoded));
+  }
+  for (int l = 0; l < m_.layout.stage_layers(); ++l) {
+    need_block(l);
+    Family::block_forward(m_, slot, l, m_.block_input(slot, l), a.blocks[std::size_t(l)], a.proj, true);
+  }
+  resident_ = {slot, m_.layout.stage_layers() - 1};
+  if (!m_.router_statistics.empty()) ++m_.router_statistics.passes;
+  if (!m_.layout.place().last()) return;
+  Family::final_norm_forward(m_, a.norm, stage_output(slot));
+  // Output head, column-parallel by vocabulary rows: logits = norm · outputᵀ, this rank's columns.
+  m_.copy_to.forward(span_of(a.norm.out));
+  linear_forward<Real>(m_.space, a.logits, a.norm.out, p.output, N, C, Vl);
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::recompute_block(int slot, int l) {
+  if (m_.recompute == Recompute::none || resident_ == std::pair{slot, l}) return;
+  const auto& s = m_.slots[std::size_t(slot)].blocks[std::size_t(l)];
+  if (m_.recompute == Recompute::selective) {
+    Family::recompute_attention(m_, s);
+  } else {
+    Family::block_forward(m_, slot, l, m_.block_input(slot, l), s, m_.slots[std::size_t(slot)].proj, false);
+  }
+  resident_ = {slot, l};
+}
+
+template <class Real, class Family>
+CVec<Real> DecoderStage<Real, Family>::forward_logits(CVec<int> inputs) {
+  stage_forward(0, inputs);
+  m_.space.fence();
+  return m_.slots[0].logits;
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) {
+  const auto& a = m_.slots[std::size_t(slot)];
+  const output_loss::HeadBuffers<Real> head{a.logits, a.losses, a.row_max, a.partials};
+  output_loss::mean_cross_entropy(m_.space, m_.tp.active(), m_.vocab_statistics, head, targets, int(m_.dims.N),
+                                  m_.layout, m_.layout.output_table(), grad_scale, sum);
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
+  m_.loss_weight = this->loss_weight();
+  backward_sweep<Real>(
+      m_.layout, ready_from, [&] { head_backward(slot); },
+      [&](int l) {
+        need_block(l);
+        recompute_block(slot, l);
+        Family::block_backward(m_, slot, l, m_.block_input(slot, l));
+      },
+      [&] {
+        const auto& d = m_.dims;
+        const auto& s = m_.scratch;
+        // Every rank adds the whole position gradient: dresidual is the same on every rank.
+        const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), m_.dparams.positions.extent(0) > 0);
+        m_.reduce_from.backward(span_of(s.dresidual));
+        encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order,
+                         s.dresidual, inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows);
+      });
+}
+
+// Output head: dnorm = dlogits · output (summed over the vocabulary shards), doutput += dlogitsᵀ ·
+// norm; then the final norm, leaving dL/d(stage output) in the scratch's dresidual.
+template <class Real, class Family>
+void DecoderStage<Real, Family>::head_backward(int slot) {
+  const auto& d = m_.dims;
+  const int N = int(d.N), C = int(d.C), Vl = int(d.Vl);
+  const auto& a = m_.slots[std::size_t(slot)];
+  const auto& s = m_.scratch;
+  linear_backward<Real>(m_.space, s.dln, m_.dparams.output, a.logits, a.norm.out, m_.params.output, N, C, Vl);
+  m_.copy_to.backward(span_of(s.dln));
+  Kokkos::deep_copy(m_.space, s.dresidual, Real(0));
+  Family::final_norm_backward(m_, a.norm, stage_output(slot));
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::clear_router_statistics() {
+  RouterStatistics& r = m_.router_statistics;
+  r.routed.assign(r.blocks.size() * std::size_t(r.experts), 0.0);
+  r.kept.assign(r.routed.size(), 0.0);
+  r.passes = 0;
+  // A kernel, not a deep_copy fill: the step's count of copies stays at its reads.
+  const Buffer<double> sums = m_.router_loss_sums;
+  if (sums.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "meshtrain::moe_router::clear_losses", Kokkos::RangePolicy<ExecSpace>(m_.space, 0, long(sums.extent(0))),
+      KOKKOS_LAMBDA(long i) { sums(i) = 0; });
+}
+
+// The routers' counts as recorded, with the losses read from the device: one copy per call.
+template <class Real, class Family>
+RouterStatistics DecoderStage<Real, Family>::router_statistics() const {
+  RouterStatistics r = m_.router_statistics;
+  r.aux_loss.assign(r.blocks.size(), 0.0);
+  r.z_loss.assign(r.blocks.size(), 0.0);
+  if (r.blocks.empty()) return r;
+  const auto sums = Kokkos::create_mirror_view(Kokkos::HostSpace{}, m_.router_loss_sums);
+  Kokkos::deep_copy(m_.space, sums, m_.router_loss_sums);
+  m_.space.fence();
+  for (std::size_t b = 0; b < r.blocks.size(); ++b) {
+    r.aux_loss[b] = sums(2 * b);
+    r.z_loss[b] = sums(2 * b + 1);
+  }
+  return r;
+}
+
+// The stage and its sizes for a family, for the four element types (in the family's source file).
+#define MESHTRAIN_DECODER_STAGE(Family)                                                                               \
+  template class DecoderStage<float, Family>;                                                                         \
+  template class DecoderStage<double, Family>;                                                                        \
+  template class DecoderStage<bf16, Family>;                                                                          \
+  template class DecoderStage<fp16, Family>;                                                                          \
+  template ActivationSizes decoder_activation_elements<float, Family>(const ModelConfig&, int, int, StagePlace, int,  \
+                                                                      Recompute, int);                                \
+  template ActivationSizes decoder_activation_elements<double, Family>(const ModelConfig&, int, int, StagePlace, int, \
+                                                                       Recompute, int);                               \
+  template ActivationSizes decoder_activation_elements<bf16, Family>(const ModelConfig&, int, int, StagePlace, int,   \
+                                                                     Recompute, int);                                 \
+  template ActivationSizes decoder_activation_elements<fp16, Family>(const ModelConfig&, int, int, StagePlace, int,   \
+                                                                     Recompute, int);
+
+}  // namespace meshtrain
