@@ -9,8 +9,8 @@
 // usage: bench_precision [--shape L H C V T B] [--repeats R]
 #include "best_time.hpp"
 #include "kernels/blas_info.hpp"
+#include "model/families/gpt2.hpp"
 #include "model/gemm_workspace.hpp"
-#include "model/gpt2.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
@@ -29,7 +29,7 @@ template <class Real>
 Timing seconds_per_step(const ModelConfig& m, int B, int repeats) {
   ExecSpace space;
   Gpt2<Real> model(space, m, B);
-  reserve_gemm_workspace(gpt2_gemm_workspace_bytes<Real>(m, B));
+  reserve_gemm_workspace(family_gemm_workspace_bytes<Real, Gpt2Family>(m, B));
   const int N = B * m.seq_len;
   std::mt19937_64 rng(1);
   std::normal_distribution<double> normal(0.0, 0.02);

@@ -36,10 +36,11 @@ struct FinishedSave {
 
 class Checkpointer {
  public:
-  // Collective over `comm` (it duplicates it for background saves). `tokenizer` is the one the
-  // run's data was made with (byte-level when its path is empty): saves record it, and loads refuse
-  // a checkpoint that records another (checkpoint/tokenizer_identity.hpp). Nothing: a reader that checks
-  // the tokenizer itself and saves nothing (`sample`).
+  // Collective over `comm`, the run's world (it duplicates it for background saves; the save's
+  // injected faults name ranks in it). `tokenizer` is the one the run's data was made with
+  // (byte-level when its path is empty): saves record it, and loads refuse a checkpoint that
+  // records another (checkpoint/tokenizer_identity.hpp). Nothing: a reader that checks the
+  // tokenizer itself and saves nothing (`sample`).
   Checkpointer(const Config& config, const ParameterLayout& layout, MPI_Comm comm,
                std::optional<TokenizerRecord> tokenizer = std::nullopt);
   // Waits for a background save still in flight.

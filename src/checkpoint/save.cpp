@@ -168,7 +168,7 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
   const auto start = Clock::now();
   wait();  // one save at a time, in step order
   const SaveTarget target{io::checkpoint_path(config_.checkpoint.dir, progress.step),
-                          {file_bytes(), !fault_fires("unreserved_save", progress.step, mpi::rank_of(MPI_COMM_WORLD))}};
+                          {file_bytes(), !fault_fires("unreserved_save", progress.step, mpi::rank_of(comm_))}};
   // Ranks may create the file independently: the directory must exist first.
   agree_on_directory(config_.checkpoint.dir, comm_, target.expected.bytes);
   std::vector<PlannedPiece> plan = plan_pieces(layout_, {&state.weights, &state.exp_avg, &state.exp_avg_sq});
@@ -177,7 +177,7 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
     std::function<const float*(std::size_t)> data = [&](std::size_t k) {
       return plan[k].source->saved_data(*plan[k].tensor);
     };
-    if (fault_fires("stall_in_save", progress.step, mpi::rank_of(MPI_COMM_WORLD))) {
+    if (fault_fires("stall_in_save", progress.step, mpi::rank_of(comm_))) {
       data = stalling_first(std::move(data), config_.parallel.timeout);
     }
     write_checkpoint(config_, comm_, target, attributes, plan, data);

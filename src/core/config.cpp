@@ -285,11 +285,13 @@ void validate_experts(const ModelConfig& m) {
 // which has no use for them, not given at all — even at its default value, a llama key in a gpt2
 // run says the run is not the model its author meant (share/docs/usage.md, Model families).
 void validate_family(const ModelConfig& m, const GivenKeys& given) {
-  if (m.arch == Arch::gpt2) {
+  const FamilyShape& family = family_shape(m.arch);
+  if (!family.llama_keys) {
     for (const auto& [key, is_default] : llama_keys(m)) {
       if (!is_default || given.contains(key)) {
-        input_error("{} is a llama key and model.arch is gpt2: set model.arch = llama, or leave {} out{}", key, key,
-                    is_default ? fmt::format(" (even at its default value: a gpt2 model has no {})", key) : "");
+        input_error(
+            "{} is a llama key and model.arch is {}: set model.arch = llama, or leave {} out{}", key, family.name, key,
+            is_default ? fmt::format(" (even at its default value: a {} model has no {})", family.name, key) : "");
       }
     }
     return;
@@ -303,7 +305,7 @@ void validate_family(const ModelConfig& m, const GivenKeys& given) {
   require_positive_real("model.rope_theta", m.rope_theta);
   require_positive_real("model.norm_eps", m.norm_eps);
   validate_experts(m);
-  if (m.head_size() % 2 != 0) {
+  if (!family.learned_positions && m.head_size() % 2 != 0) {
     input_error(
         "model.d_model / model.heads = {} is odd: rotary position embedding rotates pairs of a head's channels, "
         "so the head size must be even",

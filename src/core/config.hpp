@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/errors.hpp"
+#include "core/families.hpp"
 
 #include <fmt/format.h>
 
@@ -32,7 +33,6 @@ enum class SampleOrder { sequential, shuffle };       // data.order
 enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
 enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
-enum class Arch { gpt2, llama };                      // model.arch: the model family
 // data.tokenizer_change: whether a checkpoint of another tokenizer than data.tokenizer may be loaded.
 enum class TokenizerChange { refuse, allow };
 
@@ -104,12 +104,16 @@ struct EnumNames<TokenizerChange> {
       {{TokenizerChange::refuse, "refuse", "exit 2"},
        {TokenizerChange::allow, "allow", "a warning; every id then means the new tokenizer's piece"}}};
 };
+// model.arch: the names of core/families.hpp's rows.
 template <>
 struct EnumNames<Arch> {
   static constexpr std::string_view key = "model.arch";
-  static constexpr std::array<EnumName<Arch>, 2> all{
-      {{Arch::gpt2, "gpt2", "LayerNorm, GELU, learned positions, tied head"},
-       {Arch::llama, "llama", "RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head"}}};
+  static constexpr std::array<EnumName<Arch>, families.size()> all = [] {
+    std::array<EnumName<Arch>, families.size()> names{};
+    for (std::size_t i = 0; i < families.size(); ++i)
+      names[i] = {families[i].arch, families[i].name, families[i].description};
+    return names;
+  }();
 };
 // The mode words only: any other value of checkpoint.resume names a file (ResumeFrom).
 template <>
@@ -196,8 +200,8 @@ struct ModelConfig {
   // model itself (its tensors, checkpoints, exports) unchanged. 1, no padding, in a ModelConfig built in code.
   int vocab_multiple = 1;
 
-  // Key/value heads: kv_heads, or heads when it is 0 (always heads under gpt2).
-  int kv_head_count() const { return arch == Arch::llama && kv_heads > 0 ? kv_heads : heads; }
+  // Key/value heads: kv_heads, or heads when it is 0 (always heads in a family without the llama keys).
+  int kv_head_count() const { return family_shape(arch).llama_keys && kv_heads > 0 ? kv_heads : heads; }
   // The MLP's hidden width: gpt2 4·C; llama ffn_hidden, or the LLaMA rule: ⌊2/3·4C⌋ rounded up to a
   // multiple of multiple_of. This and the other widths are computed in 64 bits by core/model_sizes,
   // which validation checks fit an int.
@@ -212,7 +216,7 @@ struct ModelConfig {
   int expert_capacity(int tokens) const;
   // gpt2's output head is its token embedding wte: with a pipeline the first and the last stage
   // both hold it and sum its gradient. llama's lm_head is a matrix of its own.
-  bool ties_output_head() const { return arch == Arch::gpt2; }
+  bool ties_output_head() const { return family_shape(arch).tied_head; }
 };
 
 struct TrainConfig {

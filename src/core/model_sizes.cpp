@@ -70,7 +70,9 @@ Dim product(Dim a, Dim b) {
 // The MLP width and where it comes from.
 Dim mlp_dim(const ModelConfig& m) {
   const Size width = mlp_width(m);
-  if (m.arch == Arch::gpt2) return {width, fmt::format("4 × model.d_model {}", m.d_model), {"model.d_model"}};
+  if (family_shape(m.arch).mlp == MlpKind::gelu) {
+    return {width, fmt::format("4 × model.d_model {}", m.d_model), {"model.d_model"}};
+  }
   if (m.ffn_hidden > 0) return key_dim("model.ffn_hidden", m.ffn_hidden);
   return {width,
           fmt::format("the SwiGLU width {} (the LLaMA rule: ⌊8 × model.d_model / 3⌋ = {} rounded up to a multiple "
@@ -93,7 +95,7 @@ Dim shared_dim(const ModelConfig& m) {
 // q|k|v, one matrix: query heads C rows, key and value heads kv_heads · head size each.
 Dim qkv_dim(const ModelConfig& m) {
   const std::int64_t kv_rows = std::int64_t(m.kv_head_count()) * m.head_size();
-  if (m.arch != Arch::llama) return scaled(3, key_dim("model.d_model", m.d_model));
+  if (!family_shape(m.arch).llama_keys) return scaled(3, key_dim("model.d_model", m.d_model));
   return {Size(m.d_model) + Size(2 * kv_rows),
           fmt::format("model.d_model {} + 2 × model.kv_heads {} × the head size {}", m.d_model, m.kv_head_count(),
                       m.head_size()),
@@ -108,23 +110,24 @@ struct Tensor {
 // The weights of the largest shapes. Their kernels (initialisation, the per-tensor views of
 // checkpoints, the tensor-parallel pieces) still count a tensor's elements in int.
 std::vector<Tensor> largest_weights(const ModelConfig& m) {
-  const bool llama = m.arch == Arch::llama;
+  const FamilyShape& f = family_shape(m.arch);
   const Dim C = key_dim("model.d_model", m.d_model), V = key_dim("model.vocab", m.vocab);
   const Dim T = key_dim("model.seq_len", m.seq_len);
+  const auto block = [&](std::string_view name) { return fmt::format("{}{}", f.block_prefix, name); };
   std::vector<Tensor> t;
-  t.push_back({llama ? "embed_tokens.weight and lm_head.weight" : "wte.weight", {V, C}});
-  if (!llama) t.push_back({"wpe.weight", {T, C}});
-  t.push_back({llama ? "layers.*.self_attn.q_proj|k_proj|v_proj.weight" : "h.*.attn.c_attn.weight", {qkv_dim(m), C}});
-  if (llama) t.push_back({"layers.*.self_attn.o_proj.weight", {C, C}});
+  t.push_back({std::string(f.embedding_names), {V, C}});
+  if (f.learned_positions) t.push_back({std::string(f.position_name), {T, C}});
+  t.push_back({block(f.qkv_names), {qkv_dim(m), C}});
+  t.push_back({block(f.attention_out_name), {C, C}});
   const bool dense_blocks = m.moe_blocks() < m.layers;
-  if (!llama) t.push_back({"h.*.mlp.c_fc.weight", {C, mlp_dim(m)}});
-  if (llama && dense_blocks) t.push_back({"layers.*.mlp.gate_proj|up_proj.weight", {scaled(2, mlp_dim(m)), C}});
+  if (f.mlp == MlpKind::gelu) t.push_back({block(f.mlp_in_names), {C, mlp_dim(m)}});
+  if (f.mlp == MlpKind::swiglu && dense_blocks) t.push_back({block(f.mlp_in_names), {scaled(2, mlp_dim(m)), C}});
   if (m.experts > 0) {
-    t.push_back({"layers.*.mlp.gate.weight", {key_dim("model.experts", m.experts), C}});
+    t.push_back({block("mlp.gate.weight"), {key_dim("model.experts", m.experts), C}});
     if (m.shared_experts > 0) {
-      t.push_back({"layers.*.mlp.shared_experts.gate_proj|up_proj.weight", {scaled(2, shared_dim(m)), C}});
+      t.push_back({block("mlp.shared_experts.gate_proj|up_proj.weight"), {scaled(2, shared_dim(m)), C}});
     }
-    t.push_back({"layers.*.mlp.experts.*.gate_proj|up_proj.weight", {scaled(2, expert_dim(m)), C}});
+    t.push_back({block("mlp.experts.*.gate_proj|up_proj.weight"), {scaled(2, expert_dim(m)), C}});
   }
   return t;
 }
@@ -228,7 +231,7 @@ void require_width_fits(const char* what, const Dim& d) {
 }  // namespace
 
 Size mlp_width(const ModelConfig& m) {
-  if (m.arch == Arch::gpt2) return Size(4) * Size(m.d_model);
+  if (family_shape(m.arch).mlp == MlpKind::gelu) return Size(4) * Size(m.d_model);
   if (m.ffn_hidden > 0) return m.ffn_hidden;
   return llama_rule(m);
 }
@@ -247,21 +250,24 @@ std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens) {
 }
 
 Size parameter_count(const ModelConfig& m) {
-  const Size C = m.d_model, V = m.vocab, L = m.layers;
-  if (m.arch == Arch::gpt2) {
-    // wte, wpe, ln_f; a block: ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (weights and biases).
-    const Size block = Size(12) * C * C + Size(13) * C;
-    return V * C + Size(m.seq_len) * C + L * block + Size(2) * C;
-  }
-  // embed_tokens, norm, lm_head; a block: two norms, q, k, v, o, and a SwiGLU or an MoE MLP.
+  const FamilyShape& f = family_shape(m.arch);
+  const Size C = m.d_model, V = m.vocab;
+  const Size bias = f.biases ? Size(1) : Size(0);
+  const Size norm = (Size(1) + bias) * C;  // a weight, and a shift where the family has biases
+  // A block: two norms, q|k|v (kv_heads' rows for k and v), the attention's output, and its MLP.
   const Size kv_rows = Size(m.kv_head_count()) * Size(m.head_size());
-  const Size attention = Size(2) * C + Size(2) * C * C + Size(2) * kv_rows * C;
-  const Size swiglu = Size(3) * mlp_width(m) * C;
-  Size moe = Size(m.experts) * C + Size(m.experts) * Size(3) * expert_width(m) * C;
+  const Size qkv_rows = C + Size(2) * kv_rows;
+  const Size attention = Size(2) * norm + (qkv_rows * C + bias * qkv_rows) + (C * C + bias * C);
+  const Size hidden = mlp_width(m);
+  const Size dense = f.mlp == MlpKind::gelu ? Size(2) * hidden * C + bias * (hidden + C)
+                                            : Size(3) * hidden * C + bias * (Size(2) * hidden + C);
+  Size moe = Size(m.experts) * C + Size(m.experts) * Size(3) * expert_width(m) * C;  // router, SwiGLU experts
   if (m.shared_experts > 0) moe += Size(3) * shared_width(m) * C;
-  const Size moe_blocks = m.moe_blocks();
-  const Size dense_blocks = Size(m.layers - m.moe_blocks());
-  return Size(2) * V * C + C + L * attention + dense_blocks * swiglu + moe_blocks * moe;
+  const Size moe_blocks = m.moe_blocks(), dense_blocks = Size(m.layers - m.moe_blocks());
+  // The token embedding (and an untied head), the position table, the final norm.
+  const Size outer =
+      (f.tied_head ? Size(1) : Size(2)) * V * C + (f.learned_positions ? Size(m.seq_len) * C : Size(0)) + norm;
+  return outer + Size(m.layers) * attention + dense_blocks * dense + moe_blocks * moe;
 }
 
 int automatic_vocab_multiple() { return MESHTRAIN_AUTO_VOCAB_MULTIPLE; }
@@ -275,7 +281,7 @@ Size padded_vocab(const ModelConfig& m, int tp) {
 }
 
 void require_sizes_fit(const ModelConfig& m, int micro_batch, int ep) {
-  require_width_fits(m.arch == Arch::llama ? "the SwiGLU width" : "the MLP width", mlp_dim(m));
+  require_width_fits(family_shape(m.arch).mlp == MlpKind::swiglu ? "the SwiGLU width" : "the MLP width", mlp_dim(m));
   if (m.experts > 0) {
     require_width_fits("the expert SwiGLU width", expert_dim(m));
     if (m.shared_experts > 0) require_width_fits("the shared experts' SwiGLU width", shared_dim(m));

@@ -3,7 +3,7 @@
 // on one rank or as one rank of a tensor-parallel group (Megatron). What every family does alike is
 // here: the members, the vocabulary-parallel embedding and output head, the loss, the backward
 // sweep, recomputation, the stage's input and output buffers, binding the parameters and carving
-// the activations. A family (model/gpt2.hpp, model/llama.hpp) is a plain type that supplies the rest:
+// the activations. A family (model/families/gpt2.hpp, llama.hpp) is a plain type that supplies the rest:
 //
 //   Dims                          its local sizes (dims(model, batch, layout, ep))
 //   list_tensors                  its tensors, in flat-buffer order, with their TableRole
@@ -27,6 +27,7 @@
 // Size letters: B micro-batch, T context, C channels, V vocab, N = B·T; Vl this rank's vocabulary rows.
 #pragma once
 
+#include "kernels/gemm_types.hpp"
 #include "model/impl/carver.hpp"
 #include "model/impl/span_of.hpp"
 #include "model/language_model.hpp"
@@ -137,6 +138,8 @@ struct DecoderParts {
   template <class Real>                                                                                          \
   using Parts = DecoderParts<Real, Family>;                                                                      \
   static Dims dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int ep);                      \
+  /* Every GEMM shape one rank runs, for the 16-bit products' workspace (model/gemm_workspace.hpp). */           \
+  static std::vector<GemmShape> gemm_products(const ModelConfig& m, int batch, int tp);                          \
   /* The tensors of layout's stage, in flat-buffer order (ParameterLayout's constructor calls it). */            \
   static void list_tensors(ParameterLayout& layout);                                                             \
   template <class Real>                                                                                          \

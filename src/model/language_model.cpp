@@ -1,42 +1,51 @@
-// The family registry: model.arch → its family (model/gpt2.hpp, model/llama.hpp), for the stage,
-// its activation sizes and its tensor list. A new family adds one line to each switch.
+// The family registry: model.arch → its family type (model/families/gpt2.hpp, llama.hpp), for the
+// stage, its activation sizes, its GEMM workspace and its tensor list. A new family adds one line to
+// with_family (and its row to core/families.hpp).
 #include "model/language_model.hpp"
 
-#include "model/gpt2.hpp"
-#include "model/llama.hpp"
+#include "model/families/gpt2.hpp"
+#include "model/families/llama.hpp"
+#include "model/gemm_workspace.hpp"
 
 #include <stdexcept>
+#include <type_traits>
 
 namespace meshtrain {
 
-void list_family_tensors(ParameterLayout& layout) {
-  switch (layout.model().arch) {
-    case Arch::gpt2: return Gpt2Family::list_tensors(layout);
-    case Arch::llama: return LlamaFamily::list_tensors(layout);
+namespace {
+
+// visit(std::type_identity<Family>{}) for the family `arch` names.
+template <class Visit>
+decltype(auto) with_family(Arch arch, Visit&& visit) {
+  switch (arch) {
+    case Arch::gpt2: return visit(std::type_identity<Gpt2Family>{});
+    case Arch::llama: return visit(std::type_identity<LlamaFamily>{});
   }
+  throw std::logic_error("unknown model.arch");
+}
+
+}  // namespace
+
+void list_family_tensors(ParameterLayout& layout) {
+  with_family(layout.model().arch, [&]<class Family>(std::type_identity<Family>) { Family::list_tensors(layout); });
 }
 
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
                                                          Comm* tp, StagePlace place, int slots, Recompute recompute,
                                                          ParameterStore<Real>* store, Comm* ep) {
-  switch (model.arch) {
-    case Arch::gpt2: return std::make_unique<Gpt2<Real>>(space, model, batch, tp, place, slots, recompute, store, ep);
-    case Arch::llama: return std::make_unique<Llama<Real>>(space, model, batch, tp, place, slots, recompute, store, ep);
-  }
-  throw std::logic_error("unknown model.arch");
+  return with_family(model.arch, [&]<class Family>(std::type_identity<Family>) -> std::unique_ptr<LanguageModel<Real>> {
+    return std::make_unique<DecoderStage<Real, Family>>(space, model, batch, tp, place, slots, recompute, store, ep);
+  });
 }
 
 template <class Real>
 ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                     Recompute recompute, int ep) {
   const auto carved = [&](int k) {
-    switch (model.arch) {
-      case Arch::gpt2: return decoder_activation_elements<Real, Gpt2Family>(model, batch, tp, place, k, recompute, ep);
-      case Arch::llama:
-        return decoder_activation_elements<Real, LlamaFamily>(model, batch, tp, place, k, recompute, ep);
-    }
-    throw std::logic_error("unknown model.arch");
+    return with_family(model.arch, [&]<class Family>(std::type_identity<Family>) {
+      return decoder_activation_elements<Real, Family>(model, batch, tp, place, k, recompute, ep);
+    });
   };
   if (slots <= 2) return carved(slots);
   // Every slot carves the same tensors, so the kept elements are affine in the slots: carve two and
@@ -46,10 +55,18 @@ ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp,
   return {one.kept + std::size_t(slots - 1) * (two.kept - one.kept), one.scratch};
 }
 
-#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                             \
-  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                         \
-      const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, int, Recompute, ParameterStore<Real>*, Comm*); \
-  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, int);
+template <class Real>
+std::size_t model_gemm_workspace_bytes(const ModelConfig& model, int batch, int tp) {
+  return with_family(model.arch, [&]<class Family>(std::type_identity<Family>) {
+    return family_gemm_workspace_bytes<Real, Family>(model, batch, tp);
+  });
+}
+
+#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                               \
+  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                           \
+      const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, int, Recompute, ParameterStore<Real>*, Comm*);   \
+  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, int); \
+  template std::size_t model_gemm_workspace_bytes<Real>(const ModelConfig&, int, int);
 MESHTRAIN_LANGUAGE_MODEL(float)
 MESHTRAIN_LANGUAGE_MODEL(double)
 MESHTRAIN_LANGUAGE_MODEL(bf16)

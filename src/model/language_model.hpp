@@ -112,4 +112,8 @@ template <class Real = float>
 ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                     Recompute recompute, int ep = 1);
 
+// The float workspace the host's 16-bit GEMMs of that family's rank need (model/gemm_workspace.hpp).
+template <class Real>
+std::size_t model_gemm_workspace_bytes(const ModelConfig& model, int batch, int tp = 1);
+
 }  // namespace meshtrain

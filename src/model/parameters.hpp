@@ -2,7 +2,7 @@
 //
 // ParameterLayout lists every tensor once, in the family's Hugging Face names and shapes
 // (share/docs/usage.md, Checkpoints), with its offset in the flat buffer. The family supplies the
-// list (its list_tensors, model/gpt2.cpp and model/llama.cpp); the layout names no tensor. Tensors
+// list (its list_tensors, model/families/gpt2.cpp and llama.cpp); the layout names no tensor. Tensors
 // of one block are contiguous, so a pipeline stage's layers are one range. The same layout binds
 // weights, gradients and both AdamW moments (TensorViews).
 //

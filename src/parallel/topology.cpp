@@ -187,7 +187,7 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
         "parallel.tp = {} does not divide model.kv_heads = {} (tensor parallelism gives each rank whole key/value "
         "heads; replicating kv heads over tp ranks is not supported): choose parallel.tp among {}",
         parallel.tp, model.kv_head_count(), divisors(model.kv_head_count()));
-  if (model.arch == Arch::llama && model.mlp_hidden() % parallel.tp != 0)
+  if (family_shape(model.arch).mlp == MlpKind::swiglu && model.mlp_hidden() % parallel.tp != 0)
     input_error(
         "parallel.tp = {} does not divide the SwiGLU hidden size {} (model.ffn_hidden, or the LLaMA rule's): "
         "choose parallel.tp among {}, or a model.ffn_hidden that tp divides",

@@ -93,9 +93,9 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 // An MoE model adds its experts and both parameter counts: all that memory holds, and the share
 // one token's forward passes through (compute).
 std::string model_line(const ModelConfig& m) {
-  std::string family = m.arch == Arch::llama
-                           ? fmt::format("llama, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", m.layers, m.heads,
-                                         m.kv_head_count(), m.d_model, m.mlp_hidden())
+  std::string family = family_shape(m.arch).llama_keys
+                           ? fmt::format("{}, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", name_of(m.arch),
+                                         m.layers, m.heads, m.kv_head_count(), m.d_model, m.mlp_hidden())
                            : fmt::format("{} layers, {} heads, d_model {}", m.layers, m.heads, m.d_model);
   if (m.experts > 0) {
     family += fmt::format(", MoE {} experts of width {}, top-{}, {} of {} blocks", m.experts, m.expert_hidden_size(),

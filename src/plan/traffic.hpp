@@ -16,7 +16,7 @@
 //   edp   (parallel.ep > 1) the dp rules' share of the routed experts' units: their buckets (cut
 //         apart from the dense units'), reduce-scatters and gathers go over the expert-data-parallel
 //         group of dp / ep ranks instead (state/unit_groups.hpp).
-//   tp    (tp > 1; model/gpt2_*.cpp and model/llama_*.cpp make the same sums) per micro-batch, of
+//   tp    (tp > 1; model/families/gpt2_*.cpp and llama_*.cpp make the same sums) per micro-batch, of
 //         b·T·C elements of the compute type: the vocabulary-parallel embedding (first stage), two
 //         per block forward (the row-parallel projections: gpt2's two c_proj, llama's o_proj and
 //         down_proj), the head's input gradient (last stage), two per block backward (the inputs
@@ -24,7 +24,7 @@
 //         block whose forward full recomputation reruns; the vocabulary-parallel loss's row
 //         maxima (b·T floats) and partial sums (2·b·T floats) on the last stage.
 //         An MoE block's backward also sums its gate weights' gradient, b·T·k floats (the gates
-//         are a dot product with this rank's partial expert outputs; model/llama_moe.cpp).
+//         are a dot product with this rank's partial expert outputs; model/families/llama_moe.cpp).
 //   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
 //         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
 //   ep    (parallel.ep > 1) per MoE block of the stage and micro-batch, the token exchange's

@@ -5,9 +5,9 @@
 // for bit.
 #pragma once
 
-#include "model/gpt2.hpp"
+#include "model/families/gpt2.hpp"
+#include "model/families/llama.hpp"
 #include "model/language_model.hpp"
-#include "model/llama.hpp"
 
 #include <gtest/gtest.h>
 

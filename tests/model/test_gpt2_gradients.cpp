@@ -1,5 +1,5 @@
 // The whole model's backward pass against central finite differences of its loss, in double.
-#include "model/gpt2.hpp"
+#include "model/families/gpt2.hpp"
 #include "model/init.hpp"
 
 #include <gtest/gtest.h>

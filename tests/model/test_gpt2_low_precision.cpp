@@ -11,8 +11,8 @@
 //
 // And the other way: the 16-bit gradients must differ from the float ones by at least u/64
 // normwise. A model that silently kept float storage would agree to ~1e-7 and fail there.
+#include "model/families/gpt2.hpp"
 #include "model/gemm_workspace.hpp"
-#include "model/gpt2.hpp"
 
 #include <gtest/gtest.h>
 
@@ -98,7 +98,8 @@ TYPED_TEST(Gpt2LowPrecision, LossAndEveryGradientAgreeWithFloatWithinTheBound) {
 
   release_gemm_workspace();
   const Run h = run<H>(m, B, weights, in, tg);
-  EXPECT_EQ(gemm_workspace_bytes(), gpt2_gemm_workspace_bytes<H>(m, B)) << "model/gemm_workspace.hpp is out of step";
+  EXPECT_EQ(gemm_workspace_bytes(), (family_gemm_workspace_bytes<H, Gpt2Family>(m, B)))
+      << "model/gemm_workspace.hpp is out of step";
   EXPECT_GT(gemm_workspace_bytes(), 0u);
   release_gemm_workspace();
   const Run f = run<float>(m, B, weights, in, tg);

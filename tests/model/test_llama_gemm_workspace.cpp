@@ -4,6 +4,7 @@
 // and backward of a dense llama and of MoE llamas whose largest product is a routed expert's or a
 // shared expert's. The workspace is grow-only, so after the pass it holds exactly what the largest
 // product needed. A model whose products all go by the GPU (CUDA builds) needs none.
+#include "model/families/llama.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/init.hpp"
 #include "model/language_model.hpp"
@@ -63,7 +64,7 @@ void expect_reserved_is_used(const Shape& shape) {
   const ModelConfig m = llama(shape);
   release_gemm_workspace();
   train_pass(m);
-  EXPECT_EQ(gemm_workspace_bytes(), llama_gemm_workspace_bytes<bf16>(m, 2));
+  EXPECT_EQ(gemm_workspace_bytes(), (family_gemm_workspace_bytes<bf16, LlamaFamily>(m, 2)));
   release_gemm_workspace();
 }
 

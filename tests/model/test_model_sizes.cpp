@@ -6,9 +6,9 @@
 #include "core/config.hpp"
 #include "core/errors.hpp"
 #include "core/model_sizes.hpp"
-#include "model/gpt2.hpp"
+#include "model/families/gpt2.hpp"
+#include "model/families/llama.hpp"
 #include "model/language_model.hpp"
-#include "model/llama.hpp"
 #include "model/parameters.hpp"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // GPT-2's forward listings (model/gpt2.hpp): a block, its attention probabilities for selective
 // recomputation, and ln_f; the embedding, the head and the loss are the stage's
 // (model/decoder_stage.hpp).
-#include "model/gpt2.hpp"
+#include "model/families/gpt2.hpp"
 
 #include "kernels/attention.hpp"
 #include "kernels/gelu.hpp"

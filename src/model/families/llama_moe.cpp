@@ -13,7 +13,7 @@
 // partial sums, which the block's ReduceFromRegion adds. The gate weights' gradient is a dot
 // product with ys, so backward sums it over the group before the router's backward; the router's
 // own input gradient, the same on every rank, joins after the CopyToRegion's sum.
-#include "model/llama.hpp"
+#include "model/families/llama.hpp"
 
 #include "kernels/matmul.hpp"
 #include "kernels/moe_dispatch.hpp"

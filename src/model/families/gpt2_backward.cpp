@@ -1,6 +1,6 @@
 // GPT-2's backward listings (model/gpt2.hpp): a block and ln_f, in the mirror order of
 // gpt2_forward.cpp, each tensor-parallel mapping's backward at the mirror place of its forward.
-#include "model/gpt2.hpp"
+#include "model/families/gpt2.hpp"
 
 #include "kernels/attention.hpp"
 #include "kernels/gelu.hpp"

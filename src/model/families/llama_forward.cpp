@@ -1,7 +1,7 @@
 // LLaMA's forward listings (model/llama.hpp): a block, its dense MLP, its attention probabilities
 // for selective recomputation, and the final norm; the embedding, the head and the loss are the
 // stage's (model/decoder_stage.hpp), an MoE block's MLP is llama_moe.cpp's.
-#include "model/llama.hpp"
+#include "model/families/llama.hpp"
 
 #include "kernels/attention.hpp"
 #include "kernels/matmul.hpp"

@@ -1,10 +1,11 @@
 // The LLaMA family's tensors, their views, its state and its activations' layout in the flat
 // buffers (the carving runs once to count and once over the allocation, model/impl/carver.hpp);
 // the stage's instantiation. Its listings: llama_forward.cpp, llama_backward.cpp, llama_moe.cpp.
-#include "model/llama.hpp"
+#include "model/families/llama.hpp"
 
 #include "kernels/column_sum.hpp"
 #include "kernels/encoder.hpp"
+#include "model/gemm_workspace.hpp"
 #include "model/impl/decoder_stage_impl.hpp"
 
 #include <fmt/format.h>
@@ -75,6 +76,31 @@ void add_expert_tensors(ParameterLayout& layout, int l) {
 // torch Linear layout [out, in]: a column-parallel product splits dimension 0 (its output rows), a
 // row-parallel one dimension 1. q, k and v of a block are consecutive, and so are gate and up, so
 // each trio or pair is one [Σ out, C] matrix in the flat buffer (one GEMM).
+// Every product of llama_forward.cpp, llama_backward.cpp and llama_moe.cpp. The dense SwiGLU's
+// only when some block is dense; an MoE block's shared experts over every row, and its routed
+// experts' grouped products (each group's own shape, kernels/gemm.hpp) over at most
+// min(N, capacity) rows: a group is one expert's rows from one sender, and a token goes to an
+// expert at most once. The router's product runs in fp32 without the workspace
+// (kernels/router_linear.hpp). Dropless, the experts' rows are an upper bound.
+std::vector<GemmShape> LlamaFamily::gemm_products(const ModelConfig& m, int batch, int tp) {
+  const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, hs = m.head_size();
+  const int Vl = int(padded_vocab(m, tp).value() / tp);
+  const int Q = m.heads / tp * hs, QKV = (m.heads + 2 * m.kv_head_count()) / tp * hs;
+  std::vector<GemmShape> products = {
+      {N, Vl, C},  {N, C, Vl},  {Vl, C, N},   // lm_head: logits, dnorm, dlm_head
+      {N, QKV, C}, {N, C, QKV}, {QKV, C, N},  // q|k|v: forward, input and weight gradients
+      {N, C, Q},   {N, Q, C},   {C, Q, N},    // o_proj
+      {T, T, hs},  {T, hs, T},                // attention, per sequence and head
+  };
+  if (m.moe_blocks() < m.layers) add_swiglu_products(products, N, C, m.mlp_hidden() / tp);
+  if (m.experts > 0) {
+    if (m.shared_experts > 0) add_swiglu_products(products, N, C, m.shared_hidden() / tp);
+    const int capacity = m.expert_capacity(N);
+    add_swiglu_products(products, capacity > 0 ? std::min(N, capacity) : N, C, m.expert_hidden_size() / tp);
+  }
+  return products;
+}
+
 void LlamaFamily::list_tensors(ParameterLayout& layout) {
   const ModelConfig& m = layout.model();
   const std::uint64_t C = m.d_model, hs = m.head_size(), H = m.mlp_hidden();

@@ -1,7 +1,7 @@
 // LLaMA's backward listings (model/llama.hpp): a block, its dense MLP and the final norm, in the
 // mirror order of llama_forward.cpp, each tensor-parallel mapping's backward at the mirror place of
 // its forward.
-#include "model/llama.hpp"
+#include "model/families/llama.hpp"
 
 #include "kernels/attention.hpp"
 #include "kernels/matmul.hpp"

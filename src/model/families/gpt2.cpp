@@ -1,7 +1,7 @@
 // The GPT-2 family's tensors, their views and its activations' layout in the flat buffers (the
 // carving runs once to count and once over the allocation, model/impl/carver.hpp); the stage's
 // instantiation. Its forward and backward listings: gpt2_forward.cpp, gpt2_backward.cpp.
-#include "model/gpt2.hpp"
+#include "model/families/gpt2.hpp"
 
 #include "core/model_sizes.hpp"
 #include "kernels/column_sum.hpp"
@@ -23,6 +23,19 @@ Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const Paramet
           std::size_t(batch) * m.seq_len,
           padded / tp,
           tp};
+}
+
+std::vector<GemmShape> Gpt2Family::gemm_products(const ModelConfig& m, int batch, int tp) {
+  const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, Cl = C / tp, hs = C / m.heads;
+  const int Vl = int(padded_vocab(m, tp).value() / tp);  // this rank's (padded) vocabulary rows
+  return {
+      {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // tied output head: logits, dlnf, dwte
+      {N, 3 * Cl, C}, {N, C, 3 * Cl}, {C, 3 * Cl, N},  // c_attn: forward, input and weight gradients
+      {N, C, Cl},     {N, Cl, C},     {Cl, C, N},      // attn c_proj
+      {N, 4 * Cl, C}, {N, C, 4 * Cl}, {C, 4 * Cl, N},  // c_fc
+      {N, C, 4 * Cl}, {N, 4 * Cl, C}, {4 * Cl, C, N},  // mlp c_proj
+      {T, T, hs},     {T, hs, T},                      // attention, per sequence and head
+  };
 }
 
 void Gpt2Family::list_tensors(ParameterLayout& layout) {
