@@ -3,6 +3,7 @@
 #include "checkpoint/checkpointer.hpp"
 
 #include "checkpoint/plan.hpp"
+#include "core/elapsed.hpp"
 #include "core/errors.hpp"
 #include "core/injected_fault.hpp"
 #include "core/mpi_check.hpp"
@@ -23,8 +24,6 @@
 
 namespace meshtrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Where a save goes and what it reserves there.
 struct SaveTarget {
@@ -100,8 +99,6 @@ bool mpi_threads_usable() {
   MESHTRAIN_MPI_CHECK(MPI_Query_thread(&provided), "is MPI initialised?");
   return provided == MPI_THREAD_MULTIPLE;
 }
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 

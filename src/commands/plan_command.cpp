@@ -29,7 +29,7 @@ namespace po = boost::program_options;
 namespace meshtrain {
 namespace {
 
-constexpr const char* usage =
+constexpr const char* plan_usage =
     "meshtrain plan [--config FILE.ini] [--section.key VALUE ...] --world N [--cluster PRESET] "
     "[--ranks-per-node N] [--device-memory-gib X] [--peak-tflops X] [--efficiency X] [--intra-bw-gbs X] "
     "[--intra-latency-us X] [--inter-bw-gbs X] [--inter-latency-us X] [--json] [--search] [--max-micro-batch]";
@@ -110,10 +110,10 @@ PlanRequest parse_plan(const Args& args) {
   const auto [mine, rest] = split_args(args, own);
   po::variables_map vm;
   try {
-    po::store(parse_command_line(mine, own, usage), vm);
+    po::store(parse_command_line(mine, own, plan_usage), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    input_error("{} (usage: {})", e.what(), usage);
+    input_error("{} (usage: {})", e.what(), plan_usage);
   }
   auto get = [&](const char* name, auto& field) {
     using T = typename std::decay_t<decltype(field)>::value_type;
@@ -190,7 +190,7 @@ int plan_command(const Args& args, MPI_Comm comm) {
         "usage: {}\n\nPredicts per-rank memory and the step time of a layout without training; takes every\n"
         "key of `meshtrain train` (below) plus the world size and a cluster description (a preset\n"
         "that the options override). See share/docs/usage.md, `meshtrain plan`.\n\n{}\n{}",
-        usage, own.str(), config_help());
+        plan_usage, own.str(), config_help());
     return 0;
   }
   const int rank = mpi::rank_of(comm);

@@ -18,7 +18,7 @@ namespace po = boost::program_options;
 namespace meshtrain {
 namespace {
 
-constexpr const char* usage = "meshtrain tokenizer train --text FILE... --vocab N --out TOKENIZER.model";
+constexpr const char* train_usage = "meshtrain tokenizer train --text FILE... --vocab N --out TOKENIZER.model";
 
 int train_subcommand(const Args& args, MPI_Comm comm) {
   std::vector<std::string> texts;
@@ -29,8 +29,8 @@ int train_subcommand(const Args& args, MPI_Comm comm) {
   options.add_options()("text", po::value(&texts)->multitoken(), "text files to learn from (one sentence a line)")(
       "vocab", po::value(&vocab), "pieces in the model, <unk> and the 256 byte pieces included (258..65536)")(
       "out", po::value(&out), "the model file to write");
-  if (print_help_if_asked(args, options, usage)) return 0;
-  parse_options(args, options, usage);
+  if (print_help_if_asked(args, options, train_usage)) return 0;
+  parse_options(args, options, train_usage);
   if (texts.empty()) input_error("--text is missing: give one or more text files");
   if (out.empty()) input_error("--out is missing: give the path of the model file to write");
   if (mpi::rank_of(comm) == 0) {
@@ -45,12 +45,13 @@ int train_subcommand(const Args& args, MPI_Comm comm) {
 
 int tokenizer_command(const Args& args, MPI_Comm comm) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    if (args.empty()) input_error("tokenizer needs a subcommand: train (usage: {})", usage);
+    if (args.empty()) input_error("tokenizer needs a subcommand: train (usage: {})", train_usage);
     fmt::print("usage: {}\n  trains a SentencePiece BPE model; `meshtrain tokenizer train --help` lists its options\n",
-               usage);
+               train_usage);
     return 0;
   }
-  if (args[0] != "train") input_error("unknown tokenizer subcommand '{}': valid is train (usage: {})", args[0], usage);
+  if (args[0] != "train")
+    input_error("unknown tokenizer subcommand '{}': valid is train (usage: {})", args[0], train_usage);
   return train_subcommand(Args(args.begin() + 1, args.end()), comm);
 }
 

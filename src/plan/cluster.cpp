@@ -1,6 +1,7 @@
 // Cluster presets for `meshtrain plan`.
 #include "plan/cluster.hpp"
 
+#include "core/byte_units.hpp"
 #include "core/errors.hpp"
 
 #include <unistd.h>
@@ -10,7 +11,6 @@
 namespace meshtrain {
 namespace {
 
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double GB = 1e9;
 constexpr double TFLOPS = 1e12;
 constexpr double us = 1e-6;

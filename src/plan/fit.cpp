@@ -2,6 +2,7 @@
 #include "plan/fit.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/byte_units.hpp"
 #include "core/errors.hpp"
 #include "core/model_sizes.hpp"
 #include "parallel/topology.hpp"
@@ -15,8 +16,6 @@
 
 namespace meshtrain {
 namespace {
-
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 // Whether `micro` sequences per micro-batch fit: the sizes, then the memory.
 bool fits_at(const Config& cfg, int world, const Cluster& cluster, int dp, int micro) {

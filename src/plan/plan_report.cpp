@@ -2,6 +2,7 @@
 #include "plan/plan_report.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/byte_units.hpp"
 #include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
 #include "parallel/traffic_json.hpp"
@@ -17,9 +18,6 @@
 
 namespace meshtrain {
 namespace {
-
-constexpr double MiB = 1024.0 * 1024.0;
-constexpr double GiB = 1024.0 * MiB;
 
 std::string bytes_text(double bytes) {
   if (bytes >= GiB) return fmt::format("{:.2f} GiB", bytes / GiB);

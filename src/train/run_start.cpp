@@ -4,6 +4,7 @@
 #include "checkpoint/dir_checks.hpp"
 #include "checkpoint/tokenizer_identity.hpp"
 #include "core/agreement.hpp"
+#include "core/elapsed.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 
@@ -15,10 +16,6 @@
 
 namespace meshtrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Loads the first candidate that loads and verifies. Under checkpoint.resume = auto a checkpoint
 // that cannot be used (corrupt, truncated, missing) gives way to the next newest, saying so; a named

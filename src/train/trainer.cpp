@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpointer.hpp"
 #include "core/agreement.hpp"
+#include "core/elapsed.hpp"
 #include "core/errors.hpp"
 #include "core/kernel_backend.hpp"
 #include "core/mpi_check.hpp"
@@ -40,10 +41,6 @@
 
 namespace meshtrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 int comm_rank(MPI_Comm comm) {
   int rank = 0;

@@ -18,12 +18,19 @@ def main():
                            text=True, check=True).stdout.split()
     if not files:
         sys.exit(f"no C++ files tracked under {args.source_dir}: is it a git checkout?")
-    unformatted = []
-    for name in files:
-        done = subprocess.run([args.clang_format, "--dry-run", "-Werror", name], cwd=args.source_dir,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            unformatted.append((name, done.stderr.count(": error:") + done.stderr.count(": warning:")))
+    # One clang-format process for all files (in chunks that fit a command line): a process per file
+    # cost 32-49 s of CI for about 1 s of work. Its diagnostics start with "FILE:LINE:COL: error:".
+    tracked, places = set(files), {}
+    for start in range(0, len(files), 200):
+        done = subprocess.run([args.clang_format, "--dry-run", "-Werror", *files[start:start + 200]],
+                              cwd=args.source_dir, capture_output=True, text=True)
+        for line in done.stderr.splitlines():
+            name, sep, rest = line.partition(":")
+            if sep and name in tracked and (": error:" in rest or ": warning:" in rest):
+                places[name] = places.get(name, 0) + 1
+        if done.returncode != 0 and not places:
+            sys.exit(f"{args.clang_format} failed without naming a file:\n{done.stderr}")
+    unformatted = sorted(places.items())
     print(f"{len(files)} files checked with {args.clang_format}")
     if unformatted:
         for name, n in unformatted:

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace meshtrain::io::test {
-namespace {
+namespace checkpoint_dir_test {
 
 std::set<std::string> names_in(const std::string& dir) {
   std::set<std::string> names;
@@ -107,5 +107,5 @@ TEST(CheckpointDir, EnsureDirectory) {
   expect_input_error([&] { ensure_directory(dir / "file/sub"); }, {dir / "file/sub"});
 }
 
-}  // namespace
+}  // namespace checkpoint_dir_test
 }  // namespace meshtrain::io::test

@@ -27,7 +27,7 @@
 #endif
 
 namespace meshtrain::io::test {
-namespace {
+namespace checkpoint_file_test {
 
 namespace fs = std::filesystem;
 using Shape = std::vector<std::uint64_t>;
@@ -865,5 +865,5 @@ TEST(CheckpointFile, RanksWriteUnevenRunsOfOnePieceAndEveryLayoutAgreesOnTheChec
   EXPECT_EQ(reader.string_attribute("checksum_algorithm"), std::string(checksum_algorithm));
 }
 
-}  // namespace
+}  // namespace checkpoint_file_test
 }  // namespace meshtrain::io::test

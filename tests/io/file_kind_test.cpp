@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace meshtrain::io::test {
-namespace {
+namespace file_kind_test {
 
 std::string text_lines() {
   std::string text;
@@ -66,5 +66,5 @@ TEST(FileKind, LookalikesAreOfAnotherKind) {
   EXPECT_EQ(file_kind(dir / "d.bin"), FileKind::other);
 }
 
-}  // namespace
+}  // namespace file_kind_test
 }  // namespace meshtrain::io::test

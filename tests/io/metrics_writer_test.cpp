@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace meshtrain::io::test {
-namespace {
+namespace metrics_writer_test {
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
   std::istringstream in(read_text(path));
@@ -60,5 +60,5 @@ TEST(MetricsWriter, UnwritablePathIsAnInputError) {
   expect_input_error([&] { MetricsWriter writer(dir / "file/metrics.jsonl"); }, {dir / "file"});
 }
 
-}  // namespace
+}  // namespace metrics_writer_test
 }  // namespace meshtrain::io::test

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace meshtrain::io::test {
-namespace {
+namespace prepare_test {
 
 TEST(Prepare, TwoTextFilesGiveTheirBytesInOrder) {
   LocalDir dir;
@@ -52,7 +52,7 @@ TEST(Prepare, NoInputOrOnlyEmptyInputIsAnError) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
 }
 
-}  // namespace
+}  // namespace prepare_test
 TEST(Prepare, NeverWritesOverAnInputADirectoryOrAnHdf5File) {
   LocalDir dir;
   write_text(dir / "a.txt", "some text");

@@ -21,7 +21,7 @@
 #include <vector>
 
 namespace meshtrain::io::test {
-namespace {
+namespace token_shard_test {
 
 // A shard's bytes, assembled independently of write_token_shard: header ints, then tokens.
 std::vector<unsigned char> shard_bytes(std::int32_t magic, std::int32_t version, std::int32_t declared,
@@ -244,5 +244,5 @@ TEST(TokenShard, WriteIntoAMissingDirectoryNamesThePath) {
   expect_input_error([&] { write_token_shard(path, std::vector<std::uint16_t>{1}); }, {path});
 }
 
-}  // namespace
+}  // namespace token_shard_test
 }  // namespace meshtrain::io::test

@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace meshtrain::io::test {
-namespace {
+namespace tokenizer_test {
 
 // Lines of English-like words, the same on every run: enough repeats for BPE to merge.
 std::string training_text() {
@@ -226,5 +226,5 @@ TEST(Tokenizer, ContentHashIsXxh64) {
   EXPECT_EQ(hash_hex(0x1), "0000000000000001");
 }
 
-}  // namespace
+}  // namespace tokenizer_test
 }  // namespace meshtrain::io::test

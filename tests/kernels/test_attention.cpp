@@ -5,7 +5,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_attention {
 
 constexpr int B = 2, T = 5, C = 12, NH = 3, hs = C / NH;
 
@@ -104,5 +104,5 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention
 }  // namespace meshtrain::test

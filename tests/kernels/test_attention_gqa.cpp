@@ -7,7 +7,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_attention_gqa {
 
 constexpr int B = 2, T = 5, NH = 4, hs = 3, C = NH * hs;
 
@@ -104,5 +104,5 @@ TEST(GroupedQueryAttention, BackwardMatchesFiniteDifferences) {
   }
 }
 
-}  // namespace
+}  // namespace test_attention_gqa
 }  // namespace meshtrain::test

@@ -18,7 +18,7 @@
 #endif
 
 namespace meshtrain {
-namespace {
+namespace test_backend {
 
 // "OpenMP 2": the backend's name and its thread count.
 TEST(KernelBackend, IsTheOneTheTestRunExpects) {
@@ -105,5 +105,5 @@ TEST(KernelBackend, WaitPolicyWarningOnlyWhereOpenMPThreadsSpin) {
   EXPECT_NE(active.find("OMP_WAIT_POLICY is 'active'"), std::string::npos) << active;
 }
 
-}  // namespace
+}  // namespace test_backend
 }  // namespace meshtrain

@@ -5,7 +5,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_bias_residual {
 
 constexpr int N = 10, OC = 13;
 
@@ -69,5 +69,5 @@ TEST(Residual, ForwardMatchesNaiveLoopAndWorksInPlace) {
   EXPECT_TRUE(bitwise_equal(raw(d_a), raw(out)));
 }
 
-}  // namespace
+}  // namespace test_bias_residual
 }  // namespace meshtrain::test

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace meshtrain {
-namespace {
+namespace test_blas_info {
 
 constexpr CpuVectors avx512_intel{true, true, false}, avx512_amd{true, true, true};
 constexpr CpuVectors avx2_intel{true, false, false}, avx2_amd{true, false, true}, sse_only{false, false, false};
@@ -44,5 +44,5 @@ TEST(BlasInfo, LinesNameLibraryKernelsThreadsAndTheFix) {
   EXPECT_EQ(blas_warning(BlasInfo{"cuBLAS 13.0.0", "", 0, ""}, avx512_intel), "");
 }
 
-}  // namespace
+}  // namespace test_blas_info
 }  // namespace meshtrain

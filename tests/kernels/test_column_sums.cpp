@@ -16,7 +16,7 @@
 #include <map>
 
 namespace meshtrain::test {
-namespace {
+namespace test_column_sums {
 
 // Several chunks with a short last one, several column blocks with a short last one; a batch of
 // more than one chunk for dwpe; a vocabulary of two digit passes with one token in ~40 % of places.
@@ -187,5 +187,5 @@ TEST(ColumnSums, Digest) {
               requested_team_size());
 }
 
-}  // namespace
+}  // namespace test_column_sums
 }  // namespace meshtrain::test

@@ -5,7 +5,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_cross_entropy {
 
 constexpr int N = 10, V = 11;
 constexpr double grad_scale = 1.0 / N;
@@ -88,5 +88,5 @@ TEST(Reductions, SumAndSquaredNormMatchLongDouble) {
   EXPECT_NEAR(squared_norm(space, cvec(f_x), n) / static_cast<double>(sq), 1.0, 1e-6);
 }
 
-}  // namespace
+}  // namespace test_cross_entropy
 }  // namespace meshtrain::test

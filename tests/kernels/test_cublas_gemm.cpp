@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_cublas_gemm {
 
 bool gpu_present() {
   int devices = 0;
@@ -220,5 +220,5 @@ TEST(CublasGemm, Bf16FailsWithAHintWithoutAGpu) {
                std::runtime_error);
 }
 
-}  // namespace
+}  // namespace test_cublas_gemm
 }  // namespace meshtrain

@@ -15,7 +15,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_cublaslt_epilogue {
 
 bool gpu_present() {
   int devices = 0;
@@ -160,5 +160,5 @@ TEST(CublasLtEpilogue, WithoutAGpuThrowsWithAHintOrRefuses) {
   }
 }
 
-}  // namespace
+}  // namespace test_cublaslt_epilogue
 }  // namespace meshtrain

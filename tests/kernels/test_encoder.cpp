@@ -4,7 +4,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_encoder {
 
 constexpr int B = 2, T = 5, C = 12, V = 11;
 
@@ -81,5 +81,5 @@ TEST(Encoder, BackwardCoversSeveralColumnBlocks) {
   expect_close(to_host(dwpe), want_wpe, 1e-14, "dwpe");
 }
 
-}  // namespace
+}  // namespace test_encoder
 }  // namespace meshtrain::test

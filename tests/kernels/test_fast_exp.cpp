@@ -8,7 +8,7 @@
 #include <limits>
 
 namespace meshtrain {
-namespace {
+namespace test_fast_exp {
 
 TEST(FastExp, WithinTwoUlpOverTheKernelsRange) {
   double worst = 0;
@@ -31,5 +31,5 @@ TEST(FastExp, ExactAtZeroAndClampedOutside) {
   EXPECT_EQ(fast_exp(0.5), std::exp(0.5));
 }
 
-}  // namespace
+}  // namespace test_fast_exp
 }  // namespace meshtrain

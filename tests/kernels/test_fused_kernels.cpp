@@ -12,7 +12,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_fused_kernels {
 
 // Several chunks of rows with a short last one, several column blocks with a short last one.
 constexpr int N = 2 * kColumnSumRows + 19, C = kColumnSumBlock + 11;
@@ -378,5 +378,5 @@ TEST(FusedKernels, BiasGeluGradientsMatchFiniteDifferences) {
   expect_close(got_dbias, num_bias, 1e-6, "dbias");
 }
 
-}  // namespace
+}  // namespace test_fused_kernels
 }  // namespace meshtrain::test

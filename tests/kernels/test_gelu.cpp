@@ -5,7 +5,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_gelu {
 
 constexpr int n = 37;
 
@@ -84,5 +84,5 @@ TEST(Gelu, BackwardInPlaceEqualsOutOfPlace) {
   EXPECT_TRUE(bitwise_equal(raw(inplace), raw(dinp)));
 }
 
-}  // namespace
+}  // namespace test_gelu
 }  // namespace meshtrain::test

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace meshtrain::test {
-namespace {
+namespace test_grouped_linear {
 
 constexpr int IC = 5, OC = 4, kWeights = 3, kRows = 9;
 constexpr long kStride = OC * IC + 3;  // padding between the matrices, which nothing may touch
@@ -93,5 +93,5 @@ TEST(GroupedLinear, SharedWeightsGoInWavesInGroupOrder) {
   EXPECT_EQ(detail::grouped_linear_waves(groups), (std::vector<int>{0, 0, 1, -1, 2, 1}));
 }
 
-}  // namespace
+}  // namespace test_grouped_linear
 }  // namespace meshtrain::test

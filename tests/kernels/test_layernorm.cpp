@@ -4,7 +4,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_layernorm {
 
 constexpr int N = 10, C = 12;
 
@@ -113,5 +113,5 @@ TEST(LayerNorm, ParameterGradientsCoverSeveralColumnBlocks) {
   expect_close(to_host(db), want_db, 1e-12, "dbias");
 }
 
-}  // namespace
+}  // namespace test_layernorm
 }  // namespace meshtrain::test

@@ -13,7 +13,7 @@
 #include <map>
 
 namespace meshtrain::test {
-namespace {
+namespace test_llama_low_precision {
 
 constexpr int B = 2, T = 5, N = B * T, C = 12, HID = 7, NH = 4, KVH = 2, hs = 4;
 constexpr int kQkvRow = (NH + 2 * KVH) * hs;
@@ -99,5 +99,5 @@ TYPED_TEST(LlamaLowPrecision, GroupedQueryAttentionWithinTheChainOfRoundings) {
     expect_close_normwise(h.at(name), f.at(name), 8 * unit_roundoff<H>(), name);
 }
 
-}  // namespace
+}  // namespace test_llama_low_precision
 }  // namespace meshtrain::test

@@ -31,7 +31,7 @@
 #include <map>
 
 namespace meshtrain::test {
-namespace {
+namespace test_low_precision {
 
 template <class H>
 class LowPrecision : public ::testing::Test {};
@@ -412,5 +412,5 @@ TYPED_TEST(LowPrecision, ConvertAccumulateAndCountNonFinite) {
   EXPECT_EQ(count_nonfinite(space, vec(d_master), n), 0);
 }
 
-}  // namespace
+}  // namespace test_low_precision
 }  // namespace meshtrain::test

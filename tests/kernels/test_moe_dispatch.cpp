@@ -9,7 +9,7 @@
 #include "moe_reference.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_moe_dispatch {
 
 Assignment run_assign(const Ints& expert, int N, int E, int k, int capacity) {
   ExecSpace space;
@@ -210,5 +210,5 @@ TEST(MoeGather, FloatRerunsAreBitwiseEqual) {
   EXPECT_TRUE(bitwise_equal(std::get<4>(first), std::get<4>(second))) << "permute backward";
 }
 
-}  // namespace
+}  // namespace test_moe_dispatch
 }  // namespace meshtrain::test

@@ -11,7 +11,7 @@
 #include <cmath>
 
 namespace meshtrain::test {
-namespace {
+namespace test_moe_router {
 
 struct Shape {
   int N, E, k;
@@ -213,5 +213,5 @@ TEST(MoeRouter, FloatRerunsAreBitwiseEqual) {
   EXPECT_TRUE(bitwise_equal(std::get<6>(first), std::get<6>(second))) << "dlogits";
 }
 
-}  // namespace
+}  // namespace test_moe_router
 }  // namespace meshtrain::test

@@ -13,7 +13,7 @@
 #include <map>
 
 namespace meshtrain::test {
-namespace {
+namespace test_precision_determinism {
 
 constexpr int B = 2, T = 5, C = 12, NH = 3, V = 11, N = B * T;
 
@@ -109,5 +109,5 @@ TEST(Determinism, TwoRunsAreBitwiseEqual) {
   for (const auto& [name, v] : d1) EXPECT_TRUE(bitwise_equal(v, d2.at(name))) << "double " << name;
 }
 
-}  // namespace
+}  // namespace test_precision_determinism
 }  // namespace meshtrain::test

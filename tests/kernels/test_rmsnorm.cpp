@@ -5,7 +5,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_rmsnorm {
 
 constexpr int N = 10, C = 12;
 constexpr double kEps = 1e-6;  // LLaMA's norm_eps
@@ -129,5 +129,5 @@ TEST(RmsNorm, WeightGradientCoversSeveralColumnBlocks) {
   expect_close(got.dinp, rmsnorm_input_gradient_reference(dout, x, w, Nw, Cw), 1e-12, "dinp");
 }
 
-}  // namespace
+}  // namespace test_rmsnorm
 }  // namespace meshtrain::test

@@ -6,7 +6,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_rotary {
 
 // A fused qkv row as LLaMA's: 3 query heads and 1 kv head rotated, the v head left alone.
 constexpr int B = 2, T = 5, N = B * T, NH = 3, KV = 1, hs = 6, heads = NH + KV, row = (NH + 2 * KV) * hs;
@@ -92,5 +92,5 @@ TEST(Rotary, TableHoldsTheAnglesOfEachPosition) {
   }
 }
 
-}  // namespace
+}  // namespace test_rotary
 }  // namespace meshtrain::test

@@ -6,7 +6,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain {
-namespace {
+namespace test_router_linear {
 
 using test::Host;
 
@@ -70,5 +70,5 @@ TEST(RouterLinear, BackwardAddsBothProducts) {
   expect_backward_matches_loop<fp16>(3e-3);
 }
 
-}  // namespace
+}  // namespace test_router_linear
 }  // namespace meshtrain

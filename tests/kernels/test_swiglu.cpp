@@ -5,7 +5,7 @@
 #include "kernel_test_utils.hpp"
 
 namespace meshtrain::test {
-namespace {
+namespace test_swiglu {
 
 constexpr int N = 6, H = 7;
 
@@ -75,5 +75,5 @@ TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
   expect_close(run_backward<double>(r, gate_up), num, 1e-6, "dgate_up");
 }
 
-}  // namespace
+}  // namespace test_swiglu
 }  // namespace meshtrain::test

@@ -21,7 +21,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_block_launches {
 
 int total(const std::map<std::string, int>& counts) {
   int sum = 0;
@@ -137,5 +137,5 @@ TEST(BlockLaunches, LlamaBf16) { expect_block_budget<bf16>(llama(0), "llama", 30
 TEST(BlockLaunches, MoeLlamaFloat) { expect_block_budget<float>(llama(4), "moe llama", 80); }
 TEST(BlockLaunches, MoeLlamaBf16) { expect_block_budget<bf16>(llama(4), "moe llama", 80); }
 
-}  // namespace
+}  // namespace test_block_launches
 }  // namespace meshtrain

@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_fast_normal {
 
 struct Tally {
   double worst_relative = 0;  // of the double, fast against Random123
@@ -80,5 +80,5 @@ TEST(FastNormal, MatchesRandom123AtTheEnds) {
                                                            r123::u01<double>(~std::uint64_t(0)))));
 }
 
-}  // namespace
+}  // namespace test_fast_normal
 }  // namespace meshtrain

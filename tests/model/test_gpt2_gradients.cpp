@@ -8,7 +8,7 @@
 #include <random>
 
 namespace meshtrain {
-namespace {
+namespace test_gpt2_gradients {
 
 struct Case {
   ModelConfig model;
@@ -122,5 +122,5 @@ TEST(Gpt2Accumulation, TwoMicroBatchesEqualOneBatchOfTwo) {
   for (std::size_t i = 0; i < g1.extent(0); ++i) ASSERT_NEAR(g1(i), g2(i), 1e-12) << "element " << i;
 }
 
-}  // namespace
+}  // namespace test_gpt2_gradients
 }  // namespace meshtrain

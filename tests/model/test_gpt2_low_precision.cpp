@@ -20,7 +20,7 @@
 #include <random>
 
 namespace meshtrain {
-namespace {
+namespace test_gpt2_low_precision {
 
 struct Run {
   double loss;
@@ -124,5 +124,5 @@ TYPED_TEST(Gpt2LowPrecision, LossAndEveryGradientAgreeWithFloatWithinTheBound) {
   EXPECT_GT(worst, 0.0);
 }
 
-}  // namespace
+}  // namespace test_gpt2_low_precision
 }  // namespace meshtrain

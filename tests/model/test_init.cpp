@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_init {
 
 std::vector<float> initial_weights(const ModelConfig& m, std::uint64_t seed) {
   ParameterLayout layout(m);
@@ -81,11 +81,11 @@ TEST(Init, ElementFunctionAgreesAndSeedsDiffer) {
   EXPECT_NE(w1[a.offset], w1[b.offset]);
 }
 
-}  // namespace
+}  // namespace test_init
 }  // namespace meshtrain
 
 namespace meshtrain {
-namespace {
+namespace test_init {
 
 // Under tensor parallelism every rank's piece holds exactly the single-rank values of the global
 // elements it covers, and the ranks' pieces together cover every element of a split tensor once.
@@ -172,11 +172,11 @@ TEST(Init, ColumnParallelQkvHoldsWholeHeads) {
   EXPECT_EQ(w.global_index(2 * 24), -1);      // row 10: padding
 }
 
-}  // namespace
+}  // namespace test_init
 }  // namespace meshtrain
 
 namespace meshtrain {
-namespace {
+namespace test_init {
 
 std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
 
@@ -251,5 +251,5 @@ TEST(Init, KernelEqualsTheHostReferenceOnMillionsOfElements) {
   for (std::size_t i = 0; i < layout.total(); ++i) ASSERT_EQ(bits(got(i)), bits(want[i])) << "element " << i;
 }
 
-}  // namespace
+}  // namespace test_init
 }  // namespace meshtrain

@@ -14,7 +14,7 @@
 #include <random>
 
 namespace meshtrain {
-namespace {
+namespace test_llama_gemm_workspace {
 
 // One forward and backward of `m` in bf16 from its initial weights on B = 2 sequences of random tokens.
 void train_pass(const ModelConfig& m) {
@@ -84,5 +84,5 @@ TEST(LlamaGemmWorkspace, SharedExpertsWiderThanTheDenseSwiGLU) {
   expect_reserved_is_used({.experts = 4, .expert_hidden = 16, .shared_experts = 3, .moe_every = 2});
 }
 
-}  // namespace
+}  // namespace test_llama_gemm_workspace
 }  // namespace meshtrain

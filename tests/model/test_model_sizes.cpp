@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_model_sizes {
 
 constexpr std::int64_t int_max = std::numeric_limits<int>::max();
 constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
@@ -193,5 +193,5 @@ TEST(Refusals, LlamaKeysUnderGpt2EvenAtTheirDefaults) {
   EXPECT_NO_THROW(config_from_ini(Config{}.to_ini(), "a stored config"));
 }
 
-}  // namespace
+}  // namespace test_model_sizes
 }  // namespace meshtrain

@@ -14,7 +14,7 @@
 #include <string>
 
 namespace meshtrain {
-namespace {
+namespace test_parameters {
 
 TEST(ParameterLayout, Gpt2SmallHasItsKnownParameterCount) {
   // GPT-2 124M: 124,439,808 parameters with the head tied to wte.
@@ -274,5 +274,5 @@ TEST(LlamaLayout, ExpertRanksHoldEveryExpertOnceAndTheRestAlike) {
   }
 }
 
-}  // namespace
+}  // namespace test_parameters
 }  // namespace meshtrain

@@ -14,7 +14,7 @@
 #include <string>
 
 namespace meshtrain {
-namespace {
+namespace test_recompute {
 
 struct Case {
   ModelConfig model;  // L H C V T
@@ -237,5 +237,5 @@ TEST(Recompute, ActivationElementsFollowTheFormulas) {
 
 TEST(Recompute, ModelAllocatesWhatTheSizingSays) { expect_model_allocates(ModelConfig{5, 2, 8, 13, 6}, &gpt2_sizes); }
 
-}  // namespace
+}  // namespace test_recompute
 }  // namespace meshtrain

@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_vocab_padding {
 
 constexpr int kBatch = 2;
 constexpr std::uint64_t kSeed = 11;
@@ -260,5 +260,5 @@ TEST(VocabPadding, CrossEntropyIgnoresPadColumns) {
   }
 }
 
-}  // namespace
+}  // namespace test_vocab_padding
 }  // namespace meshtrain

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 namespace meshtrain {
-namespace {
+namespace test_llama_plan {
 
 // C 64, NH 4 (head size 16), KV 2, SwiGLU hidden 176 (not a power of two), V 259 (odd: tp pads
 // it), L 2, T 32.
@@ -230,5 +230,5 @@ TEST(LlamaPlan, ExpertParallelAllToAllsAndTheirTimeByHand) {
   EXPECT_EQ(predicted_traffic(cfg, Layout{2, 1, 1}, GridPosition{0, 0, 0}).count("ep"), 0u);
 }
 
-}  // namespace
+}  // namespace test_llama_plan
 }  // namespace meshtrain

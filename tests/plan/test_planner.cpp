@@ -18,7 +18,7 @@
 #include <tuple>
 
 namespace meshtrain {
-namespace {
+namespace test_planner {
 
 Config config_of(int layers, int heads, int micro, int global) {
   Config cfg;
@@ -214,5 +214,5 @@ TEST(Cluster, PresetsAndPlacement) {
   EXPECT_EQ(h100.node_of(15), 1);
 }
 
-}  // namespace
+}  // namespace test_planner
 }  // namespace meshtrain

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_step_time {
 
 // A two-node cluster with exact round numbers: 2 GPUs per node.
 Cluster test_cluster() {
@@ -250,5 +250,5 @@ TEST(StepTime, OversubscribedHostWaitsATickPerMessage) {
   EXPECT_NEAR(st.dp_comm_s, 2.0 * 3 / 4 * (psi + 8) / 1e10 + 2 * 2 * 3 * 4e-3, 1e-15);
 }
 
-}  // namespace
+}  // namespace test_step_time
 }  // namespace meshtrain

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 namespace meshtrain {
-namespace {
+namespace test_adamw {
 
 using Host = std::vector<double>;
 
@@ -309,5 +309,5 @@ TEST(AdamW, DoubleMatchesTorchAdamW) {
   }
 }
 
-}  // namespace
+}  // namespace test_adamw
 }  // namespace meshtrain

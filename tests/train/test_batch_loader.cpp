@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_batch_loader {
 
 std::vector<int> to_host(CVec<int> x) {
   ExecSpace().fence();
@@ -64,5 +64,5 @@ TEST(BatchLoader, LoadsTheWindowsOfTheDataOrderAndKeepsThemUntilTheLoadAfterNext
   std::filesystem::remove(path);
 }
 
-}  // namespace
+}  // namespace test_batch_loader
 }  // namespace meshtrain

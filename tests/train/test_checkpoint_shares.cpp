@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_checkpoint_shares {
 
 std::size_t world_total_shares(const ModelConfig& model, int dp, int tp, int pp, int zero) {
   std::size_t bytes = 0;
@@ -108,5 +108,5 @@ TEST(CheckpointShares, ExpertParallelWorldSavesEveryElementOnce) {
   }
 }
 
-}  // namespace
+}  // namespace test_checkpoint_shares
 }  // namespace meshtrain

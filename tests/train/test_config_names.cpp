@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_config_names {
 
 struct Choice {
   std::string key;
@@ -103,5 +103,5 @@ TEST(ConfigNames, HelpListsTheNames) {
   }
 }
 
-}  // namespace
+}  // namespace test_config_names
 }  // namespace meshtrain

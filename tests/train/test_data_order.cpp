@@ -18,7 +18,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_data_order {
 
 using u64 = std::uint64_t;
 
@@ -292,5 +292,5 @@ TEST(DataOrderShuffle, DependsOnlyOnStepAndSampleNotOnCallHistory) {
   for (u64 epoch = 0; epoch < 10; ++epoch) EXPECT_TRUE(is_permutation_of_range(epoch_windows(long_lived, G, epoch)));
 }
 
-}  // namespace
+}  // namespace test_data_order
 }  // namespace meshtrain

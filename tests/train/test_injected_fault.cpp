@@ -9,7 +9,7 @@
 #include <string>
 
 namespace meshtrain {
-namespace {
+namespace test_injected_fault {
 
 TEST(InjectedFault, ParsesEveryForm) {
   const auto faults = parse_injected_faults("nan_gradient@3,skip_collective@2:1,,stall@10");
@@ -51,5 +51,5 @@ TEST(InjectedFault, NothingFiresWhenUnset) {
   EXPECT_FALSE(fault_fires("nan_gradient", 1, 0));
 }
 
-}  // namespace
+}  // namespace test_injected_fault
 }  // namespace meshtrain

@@ -48,7 +48,7 @@ void one_empty_kernel(const ExecSpace& space, const char* name) {
 
 }  // namespace known_kernels
 
-namespace {
+namespace test_kokkos_counters {
 
 TEST(KokkosCounters, CountsKnownLaunchesReductionsAndDeepCopies) {
   ExecSpace space;
@@ -147,5 +147,5 @@ TEST(KokkosCounters, KnowsTheLiveAllocations) {
   for (const LiveRange& r : KokkosCounters::live_ranges(space)) EXPECT_NE(r.label, "test::live");
 }
 
-}  // namespace
+}  // namespace test_kokkos_counters
 }  // namespace meshtrain::test

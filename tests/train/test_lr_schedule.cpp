@@ -10,7 +10,7 @@
 #include <string>
 
 namespace meshtrain {
-namespace {
+namespace test_lr_schedule {
 
 // |got − want| ≤ rel·|want| (or ≤ rel when want is 0).
 void expect_rel(double got, double want, double rel, const std::string& what) {
@@ -137,5 +137,5 @@ TEST(ClipScale, ScaledGradientHasNormJustBelowClip) {
   }
 }
 
-}  // namespace
+}  // namespace test_lr_schedule
 }  // namespace meshtrain

@@ -7,7 +7,7 @@
 #include <mpi.h>
 
 namespace meshtrain {
-namespace {
+namespace test_rank_timing {
 
 TEST(RankTiming, ShowsAllToAllOnlyWhenOneTookTime) {
   RankTiming timing;
@@ -30,5 +30,5 @@ TEST(RankTiming, ShowsAllToAllOnlyWhenOneTookTime) {
   EXPECT_EQ(timing.report(MPI_COMM_WORLD, 3), "");  // nothing added since
 }
 
-}  // namespace
+}  // namespace test_rank_timing
 }  // namespace meshtrain

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace meshtrain {
-namespace {
+namespace test_shard_map {
 
 // small_moe(6, 8): units of ep rank 1 of 2 (experts 3..5), all multiples of 4, so dp 4 pads nothing:
 //   0 embed_tokens 888 | 1 layers.0 2304 | 2 layers.0.mlp.experts 3·576 | 3 layers.1 4176 |
@@ -68,5 +68,5 @@ TEST(ShardMap, BlockUnitsShareTheirRoom) {
   }
 }
 
-}  // namespace
+}  // namespace test_shard_map
 }  // namespace meshtrain

@@ -17,7 +17,7 @@
 #include <string>
 
 namespace meshtrain::test {
-namespace {
+namespace test_step_counts {
 
 bool enforcing() {
   const char* mode = std::getenv("MESHTRAIN_STEP_BUDGETS");
@@ -103,5 +103,5 @@ TEST(StepCounts, MoeLlama) {
   check_family("moe llama", m);
 }
 
-}  // namespace
+}  // namespace test_step_counts
 }  // namespace meshtrain::test
