@@ -1,12 +1,14 @@
-// Causal attention on this machine: the fused kernel (kernels/flash_attention.hpp) against the
-// materialised path (kernels/attention.hpp, GEMMs through the BLAS), forward and backward, hs 64, in
-// float and bf16. Prints a table of the best wall times and flash's speed-up (materialised / flash).
+// Causal attention on this machine: the fused Kokkos kernel (kernels/flash_attention.hpp) and its
+// BLAS-tiled host variant (kernels/flash_attention_host.hpp) against the materialised path
+// (kernels/attention.hpp, GEMMs through the BLAS), forward and backward, hs 64, in float and bf16.
+// Prints a table of the best wall times and the speed-ups (materialised / fused, forward + backward).
 //
 // usage: bench_attention [--shape B NH T]... [--precision fp32|bf16]... [--repeats N]
 // Without --shape: B 1 and 4, NH 4 and 12 at T 256 and 1024, B 1 at T 2048 and 4096.
 #include "kernels/attention.hpp"
 #include "kernels/blas_info.hpp"
 #include "kernels/flash_attention.hpp"
+#include "kernels/flash_attention_host.hpp"
 #include "kernels/gemm.hpp"
 
 #include "best_time.hpp"
@@ -59,8 +61,12 @@ CVec<Real> cvec_of(const Buffer<Real>& b) {
   return CVec<Real>(b.data(), b.extent(0));
 }
 
+struct Measured {
+  Times kernel, host, materialized;
+};
+
 template <class Real>
-std::pair<Times, Times> measure(const Shape& s, int repeats) {
+Measured measure(const Shape& s, int repeats) {
   using A = accum_t<Real>;
   ExecSpace space;
   const int NH = s.NH, hs = kHeadSize;
@@ -80,29 +86,38 @@ std::pair<Times, Times> measure(const Shape& s, int repeats) {
                warmups)
         .wall;
   };
-  Times flash, materialized;
+  Measured m;
   {
     Buffer<A> lse("lse", std::size_t(s.B) * NH * s.T);
     Buffer<A> work("work", flash_attention_backward_workspace(s.B, s.T, NH));
+    Buffer<A> host_work("host_work", flash_attention_host_workspace(s.T, hs));
     const CVec<A> lse_in(lse.data(), lse.extent(0));
-    flash.forward = timed(
+    m.kernel.forward = timed(
         [&] { flash_attention_forward<Real>(space, vec_of(out), vec_of(lse), cvec_of(qkv), s.B, s.T, NH, NH, hs); });
-    flash.backward = timed([&] {
+    m.kernel.backward = timed([&] {
       flash_attention_backward<Real>(space, vec_of(dqkv), cvec_of(dout), cvec_of(qkv), cvec_of(out), lse_in, s.B, s.T,
                                      NH, NH, hs, {}, vec_of(work));
+    });
+    m.host.forward = timed([&] {
+      flash_attention_host_forward<Real>(space, vec_of(out), vec_of(lse), cvec_of(qkv), s.B, s.T, NH, NH, hs, {},
+                                         vec_of(host_work));
+    });
+    m.host.backward = timed([&] {
+      flash_attention_host_backward<Real>(space, vec_of(dqkv), cvec_of(dout), cvec_of(qkv), cvec_of(out), lse_in, s.B,
+                                          s.T, NH, NH, hs, {}, vec_of(host_work));
     });
   }
   {
     const std::size_t tt = std::size_t(s.B) * NH * s.T * s.T;
     Buffer<Real> att("att", tt), datt("datt", tt);
-    materialized.forward =
+    m.materialized.forward =
         timed([&] { attention_forward<Real>(space, vec_of(out), vec_of(att), cvec_of(qkv), s.B, s.T, NH, NH, hs); });
-    materialized.backward = timed([&] {
+    m.materialized.backward = timed([&] {
       attention_backward<Real>(space, vec_of(dqkv), vec_of(datt), cvec_of(dout), cvec_of(qkv), cvec_of(att), s.B, s.T,
                                NH, NH, hs);
     });
   }
-  return {flash, materialized};
+  return m;
 }
 
 }  // namespace
@@ -137,15 +152,18 @@ int main(int argc, char** argv) {
     if (precisions.empty()) precisions = {"fp32", "bf16"};
     fmt::print("{}, Kokkos {} with concurrency {}, hs {}\n", blas_line(blas_info()), ExecSpace::name(),
                ExecSpace().concurrency(), kHeadSize);
-    fmt::print("| precision | B | NH | T | materialised fwd / bwd ms | flash fwd / bwd ms | speed-up fwd+bwd |\n");
-    fmt::print("|---|---|---|---|---|---|---|\n");
+    fmt::print(
+        "| precision | B | NH | T | materialised fwd / bwd ms | kernel fwd / bwd ms | host BLAS fwd / bwd ms | "
+        "kernel speed-up | host BLAS speed-up |\n");
+    fmt::print("|---|---|---|---|---|---|---|---|---|\n");
     for (const std::string& p : precisions) {
       for (const Shape& s : shapes) {
         const int r = s.T <= 1024 ? repeats : 1;
-        const auto [flash, mat] = p == "bf16" ? measure<bf16>(s, r) : measure<float>(s, r);
-        fmt::print("| {} | {} | {} | {} | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.2f}× |\n", p, s.B, s.NH, s.T,
-                   1e3 * mat.forward, 1e3 * mat.backward, 1e3 * flash.forward, 1e3 * flash.backward,
-                   mat.total() / flash.total());
+        const Measured m = p == "bf16" ? measure<bf16>(s, r) : measure<float>(s, r);
+        fmt::print("| {} | {} | {} | {} | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.2f}× | {:.2f}× |\n",
+                   p, s.B, s.NH, s.T, 1e3 * m.materialized.forward, 1e3 * m.materialized.backward,
+                   1e3 * m.kernel.forward, 1e3 * m.kernel.backward, 1e3 * m.host.forward, 1e3 * m.host.backward,
+                   m.materialized.total() / m.kernel.total(), m.materialized.total() / m.host.total());
         std::fflush(stdout);
       }
     }

@@ -6,6 +6,7 @@
 // (tests/kernels/CMakeLists.txt: flash_attention_digest_*).
 #include "kernels/attention.hpp"
 #include "kernels/flash_attention.hpp"
+#include "kernels/flash_attention_host.hpp"
 
 #include "common/kokkos_counters.hpp"
 #include "kernel_test_utils.hpp"
@@ -56,42 +57,67 @@ Buffer<int> segment_buffer(const Documents& docs) {
   return buf;
 }
 
+// Which implementation runs: the Kokkos kernel, or the host's BLAS-tiled one (kernels/flash_attention_host.hpp,
+// host builds only: elsewhere its tests skip).
+enum class Variant { kernel, host_blas };
+constexpr bool kHostBuild = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
 template <class Real>
 Buffer<Real> flash_forward_buffers(const Shape& s, const Buffer<Real>& qkv, const Documents& docs,
-                                   Buffer<accum_t<Real>>& lse) {
+                                   Buffer<accum_t<Real>>& lse, Variant variant = Variant::kernel) {
   ExecSpace space;
   const auto seg = segment_buffer(docs);
   auto out = to_device<Real>(nan_filled(s.out_size()));
   lse = to_device<accum_t<Real>>(nan_filled(s.lse_size()));
-  flash_attention_forward<Real>(space, vec(out), vec(lse), cvec(qkv), s.B, s.T, s.NH, s.KVH, s.hs,
-                                {cvec(seg), docs.docs});
+  const AttentionSegments segments{cvec(seg), docs.docs};
+  if constexpr (kHostBuild) {
+    if (variant == Variant::host_blas) {
+      auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_host_workspace(s.T, s.hs)));
+      flash_attention_host_forward<Real>(space, vec(out), vec(lse), cvec(qkv), s.B, s.T, s.NH, s.KVH, s.hs, segments,
+                                         vec(work));
+      return out;
+    }
+  }
+  flash_attention_forward<Real>(space, vec(out), vec(lse), cvec(qkv), s.B, s.T, s.NH, s.KVH, s.hs, segments);
   return out;
 }
 
 template <class Real>
 Buffer<Real> flash_backward_buffers(const Shape& s, const Buffer<Real>& qkv, const Buffer<Real>& dout,
-                                    const Buffer<Real>& out, const Buffer<accum_t<Real>>& lse, const Documents& docs) {
+                                    const Buffer<Real>& out, const Buffer<accum_t<Real>>& lse, const Documents& docs,
+                                    Variant variant = Variant::kernel) {
   ExecSpace space;
   const auto seg = segment_buffer(docs);
   auto dqkv = to_device<Real>(nan_filled(s.qkv_size()));
+  const AttentionSegments segments{cvec(seg), docs.docs};
+  if constexpr (kHostBuild) {
+    if (variant == Variant::host_blas) {
+      auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_host_workspace(s.T, s.hs)));
+      flash_attention_host_backward<Real>(space, vec(dqkv), cvec(dout), cvec(qkv), cvec(out), cvec(lse), s.B, s.T, s.NH,
+                                          s.KVH, s.hs, segments, vec(work));
+      return dqkv;
+    }
+  }
   auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_backward_workspace(s.B, s.T, s.NH)));
   flash_attention_backward<Real>(space, vec(dqkv), cvec(dout), cvec(qkv), cvec(out), cvec(lse), s.B, s.T, s.NH, s.KVH,
-                                 s.hs, {cvec(seg), docs.docs}, vec(work));
+                                 s.hs, segments, vec(work));
   return dqkv;
 }
 
 template <class Real>
-FlashBuffers<Real> run_flash_buffers(const Shape& s, const Host& qkv, const Host& dout, const Documents& docs) {
+FlashBuffers<Real> run_flash_buffers(const Shape& s, const Host& qkv, const Host& dout, const Documents& docs,
+                                     Variant variant = Variant::kernel) {
   const auto d_qkv = to_device<Real>(qkv), d_dout = to_device<Real>(dout);
   FlashBuffers<Real> r;
-  r.out = flash_forward_buffers<Real>(s, d_qkv, docs, r.lse);
-  r.dqkv = flash_backward_buffers<Real>(s, d_qkv, d_dout, r.out, r.lse, docs);
+  r.out = flash_forward_buffers<Real>(s, d_qkv, docs, r.lse, variant);
+  r.dqkv = flash_backward_buffers<Real>(s, d_qkv, d_dout, r.out, r.lse, docs, variant);
   return r;
 }
 
 template <class Real>
-Result run_flash(const Shape& s, const Host& qkv, const Host& dout, const Documents& docs = {}) {
-  const auto r = run_flash_buffers<Real>(s, qkv, dout, docs);
+Result run_flash(const Shape& s, const Host& qkv, const Host& dout, const Documents& docs = {},
+                 Variant variant = Variant::kernel) {
+  const auto r = run_flash_buffers<Real>(s, qkv, dout, docs, variant);
   return {to_host(r.out), to_host(r.lse), to_host(r.dqkv)};
 }
 
@@ -318,6 +344,45 @@ TEST(FlashAttention, LaunchesAndAllocations) {
   EXPECT_EQ(backward.launches(), 3) << format_counts(backward);
   EXPECT_EQ(forward.allocations + backward.allocations, 0);
   EXPECT_EQ(forward.reductions() + backward.reductions(), 0);
+}
+
+// The BLAS-tiled host variant: the kernel's results in double (so the materialised path's and each
+// document's), with and without documents.
+TEST(FlashAttentionHost, EqualsTheKernelInDouble) {
+  if (!kHostBuild) GTEST_SKIP() << "a host build's variant";
+  std::vector<std::pair<Shape, Documents>> cases;
+  for (const Shape& s : kShapes) cases.push_back({s, {}});
+  cases.push_back({{2, 70, 4, 2, 5}, {{0, 1, 17, 70, 70, 0, 32, 33, 64, 70}, 4}});
+  cases.push_back({{1, 150, 4, 1, 24}, {{0, 48, 49, 50, 129, 150}, 5}});
+  for (const auto& [s, docs] : cases) {
+    SCOPED_TRACE(s.name() + " documents " + std::to_string(docs.docs));
+    const Host qkv = attention_inputs(s, 81 + s.T), dout = random_vector(s.out_size(), 82 + s.T);
+    const Result want = run_flash<double>(s, qkv, dout, docs);
+    const Result host = run_flash<double>(s, qkv, dout, docs, Variant::host_blas);
+    expect_close(host.out, want.out, 1e-12, "out");
+    expect_close(host.lse, want.lse, 1e-12, "lse");
+    expect_close(host.dqkv, want.dqkv, 1e-12, "dqkv");
+  }
+}
+
+// As for the kernel: the 16-bit host variant is the float one rounded once.
+TYPED_TEST(FlashAttentionLowPrecision, TheHostVariantIsItsFloatRoundedOnce) {
+  using H = TypeParam;
+  if (!kHostBuild) GTEST_SKIP() << "a host build's variant";
+  const Documents docs{{0, 5, 100, 130, 0, 130, 130, 130}, 3};
+  const Shape s{2, 130, 4, 2, 64};
+  const Host qkv = rounded<H>(attention_inputs(s, 91)), dout = rounded<H>(random_vector(s.out_size(), 92));
+  const auto qkv_f = to_device<float>(qkv), dout_f = to_device<float>(dout);
+  const auto qkv_h = to_device<H>(qkv), dout_h = to_device<H>(dout);
+  Buffer<float> lse_f, lse_h;
+  const Buffer<float> out_f = flash_forward_buffers<float>(s, qkv_f, docs, lse_f, Variant::host_blas);
+  const Buffer<H> out_h = flash_forward_buffers<H>(s, qkv_h, docs, lse_h, Variant::host_blas);
+  expect_within_ulps<H>(to_host(out_h), to_host(out_f), kOneUlp, "out");
+  expect_close(to_host(lse_h), to_host(lse_f), 1e-6, "lse");
+  const Buffer<float> out_hf = to_device<float>(to_host(out_h));
+  const Host dqkv_f = to_host(flash_backward_buffers<float>(s, qkv_f, dout_f, out_hf, lse_h, docs, Variant::host_blas));
+  const Host dqkv_h = to_host(flash_backward_buffers<H>(s, qkv_h, dout_h, out_h, lse_h, docs, Variant::host_blas));
+  expect_within_ulps<H>(dqkv_h, dqkv_f, kOneUlp, "dqkv");
 }
 
 // out, lse and dqkv of float, bf16 and double, GQA with documents, hashed: the ctest runs under teams of

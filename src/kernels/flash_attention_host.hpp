@@ -1,0 +1,214 @@
+// Fused causal attention for host builds through the BLAS: kernels/flash_attention.hpp's equations,
+// layouts and document masks, with the tile products as GEMMs (OpenBLAS, threaded) instead of loops in
+// team scratch. Nothing of size T×T: blocks of kFlashHostRows query rows against the keys they see.
+//
+// Per sequence and kv head, the kv head's K and V are widened once into the workspace (accum_t), then for
+// each query head of its group and each block of query rows [i0, i1), with lo the block's first document
+// start:
+//   forward:  S = scale · Q_blk K[lo:i1)ᵀ (GEMM), each row's softmax over its keys [start(i), i] (exp
+//             s − max, the rest 0), O_blk = P V[lo:i1) / rowsum (GEMM), lse = max + log rowsum
+//   backward: S as in the forward (the same GEMM, so the same scores), P = exp(S − lse), dP = dO_blk
+//             V[lo:i1)ᵀ, dS = P ⊙ (dP − D) with D_i = do_i·o_i, dQ_blk = scale · dS K[lo:i1),
+//             dV[lo:i1) += Pᵀ dO_blk, dK[lo:i1) += scale · dSᵀ Q_blk (GEMMs; dK, dV of the kv head in
+//             accum_t, written once)
+// The blocks, heads and sequences run in order, so dK and dV add in a fixed order; P and dS stay in
+// accum_t (float for 16-bit Real, whose q, k, v, dout are widened once and out, dqkv rounded once).
+// Host memory only (the workspace and the views are read by host loops).
+#pragma once
+
+#include "kernels/fast_math.hpp"
+#include "kernels/flash_attention.hpp"
+#include "kernels/gemm.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace meshtrain {
+
+// Query rows per block: a block's scores are kFlashHostRows × (keys it sees).
+inline constexpr int kFlashHostRows = 64;
+
+// Elements of accum_t<Real> the workspace of either direction holds: K, V, dK, dV, Q, dO (T×hs each), a
+// block's dQ or O (rows×hs), its scores and their gradients (rows×T each) and its row sums.
+constexpr std::size_t flash_attention_host_workspace(int T, int hs) {
+  const std::size_t t = std::size_t(T), h = std::size_t(hs), r = std::size_t(kFlashHostRows);
+  return 6 * t * h + r * h + 2 * r * t + r;
+}
+
+namespace detail {
+
+template <class Real>
+void flash_host_checks(const char* what, std::size_t workspace, int B, int T, int NH, int KVH, int hs,
+                       const AttentionSegments& segments) {
+  static_assert(Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible, "host builds only");
+  flash_attention_checks(what, B, T, NH, KVH, hs, 1, 0, segments);
+  if (workspace < flash_attention_host_workspace(T, hs)) {
+    throw std::invalid_argument(std::string(what) + ": workspace of " + std::to_string(workspace) + " elements, " +
+                                std::to_string(flash_attention_host_workspace(T, hs)) + " needed");
+  }
+}
+
+}  // namespace detail
+
+// out [B*T*NH*hs] and lse [B*NH*T] are written, as flash_attention_forward writes them. qkv is
+// [B*T*(NH+2KVH)*hs]; workspace holds flash_attention_host_workspace(T, hs) elements.
+template <class Real>
+void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> lse,
+                                  CVec<std::type_identity_t<Real>> qkv, int B, int T, int NH, int KVH, int hs,
+                                  const AttentionSegments& segments, Vec<accum_t<Real>> workspace) {
+  using A = accum_t<Real>;
+  if (B <= 0 || T <= 0) return;
+  detail::flash_host_checks<Real>("flash_attention_host_forward", workspace.extent(0), B, T, NH, KVH, hs, segments);
+  const detail::DocumentBounds docs{segments.offsets, segments.docs, T};
+  const int g = NH / KVH, R = kFlashHostRows;
+  const long row = long(NH + 2 * KVH) * hs, q_cols = long(NH) * hs;
+  const long k_offset = long(NH) * hs, v_offset = long(NH + KVH) * hs;
+  const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
+  const long th = long(T) * hs;
+  A* const K = workspace.data();
+  A* const V = K + th;
+  A* const Q = V + th;
+  A* const O = Q + th;  // a block's rows × hs
+  A* const S = O + long(R) * hs;
+  A* const L = S + long(R) * T;  // a block's row sums
+  space.fence();                 // host loops read what the space wrote
+
+  for (int b = 0; b < B; ++b) {
+    const long seq = long(b) * T;
+    for (int kv = 0; kv < KVH; ++kv) {
+      for (long t = 0; t < T; ++t) {
+        for (int d = 0; d < hs; ++d) {
+          K[t * hs + d] = A(qkv((seq + t) * row + k_offset + kv * hs + d));
+          V[t * hs + d] = A(qkv((seq + t) * row + v_offset + kv * hs + d));
+        }
+      }
+      for (int h = kv * g; h < (kv + 1) * g; ++h) {
+        for (long t = 0; t < T; ++t) {
+          for (int d = 0; d < hs; ++d) Q[t * hs + d] = A(qkv((seq + t) * row + h * hs + d));
+        }
+        for (int i0 = 0; i0 < T; i0 += R) {
+          const int nr = T - i0 < R ? T - i0 : R;
+          const int lo = docs.start(b, i0);
+          const int n = i0 + nr - lo;  // keys lo .. i0+nr-1
+          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, scale, Q + long(i0) * hs, hs, K + long(lo) * hs,
+                  hs, A(0), S, n);
+          for (int r = 0; r < nr; ++r) {
+            const int i = i0 + r;
+            const int c0 = docs.start(b, i) - lo, c1 = i - lo + 1;
+            A* const s = S + long(r) * n;
+            A top = s[c0];
+            for (int c = c0; c < c1; ++c) top = s[c] > top ? s[c] : top;
+            A sum = 0;
+            for (int c = 0; c < c0; ++c) s[c] = A(0);
+            for (int c = c0; c < c1; ++c) {
+              s[c] = fast_exp(s[c] - top);
+              sum += s[c];
+            }
+            for (int c = c1; c < n; ++c) s[c] = A(0);
+            L[r] = sum;
+            lse((long(b) * NH + h) * T + i) = top + kmath::log(sum);
+          }
+          gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, A(1), S, n, V + long(lo) * hs, hs, A(0), O, hs);
+          for (int r = 0; r < nr; ++r) {
+            const A inv = A(1) / L[r];
+            for (int d = 0; d < hs; ++d) out((seq + i0 + r) * q_cols + h * hs + d) = Real(O[long(r) * hs + d] * inv);
+          }
+        }
+      }
+    }
+  }
+}
+
+// dqkv [B*T*(NH+2KVH)*hs] is written (=), every column, as flash_attention_backward writes it; out and lse
+// are the forward's; workspace holds flash_attention_host_workspace(T, hs) elements.
+template <class Real>
+void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::type_identity_t<Real>> dout,
+                                   CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> out,
+                                   CVec<accum_t<Real>> lse, int B, int T, int NH, int KVH, int hs,
+                                   const AttentionSegments& segments, Vec<accum_t<Real>> workspace) {
+  using A = accum_t<Real>;
+  if (B <= 0 || T <= 0) return;
+  detail::flash_host_checks<Real>("flash_attention_host_backward", workspace.extent(0), B, T, NH, KVH, hs, segments);
+  const detail::DocumentBounds docs{segments.offsets, segments.docs, T};
+  const int g = NH / KVH, R = kFlashHostRows;
+  const long row = long(NH + 2 * KVH) * hs, q_cols = long(NH) * hs;
+  const long k_offset = long(NH) * hs, v_offset = long(NH + KVH) * hs;
+  const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
+  const long th = long(T) * hs;
+  A* const K = workspace.data();
+  A* const V = K + th;
+  A* const dK = V + th;
+  A* const dV = dK + th;
+  A* const Q = dV + th;
+  A* const dO = Q + th;
+  A* const dQ = dO + th;  // a block's rows × hs
+  A* const S = dQ + long(R) * hs;
+  A* const dP = S + long(R) * T;
+  space.fence();
+
+  for (int b = 0; b < B; ++b) {
+    const long seq = long(b) * T;
+    for (int kv = 0; kv < KVH; ++kv) {
+      for (long t = 0; t < T; ++t) {
+        for (int d = 0; d < hs; ++d) {
+          K[t * hs + d] = A(qkv((seq + t) * row + k_offset + kv * hs + d));
+          V[t * hs + d] = A(qkv((seq + t) * row + v_offset + kv * hs + d));
+          dK[t * hs + d] = A(0);
+          dV[t * hs + d] = A(0);
+        }
+      }
+      for (int h = kv * g; h < (kv + 1) * g; ++h) {
+        for (long t = 0; t < T; ++t) {
+          for (int d = 0; d < hs; ++d) {
+            Q[t * hs + d] = A(qkv((seq + t) * row + h * hs + d));
+            dO[t * hs + d] = A(dout((seq + t) * q_cols + h * hs + d));
+          }
+        }
+        for (int i0 = 0; i0 < T; i0 += R) {
+          const int nr = T - i0 < R ? T - i0 : R;
+          const int lo = docs.start(b, i0);
+          const int n = i0 + nr - lo;
+          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, scale, Q + long(i0) * hs, hs, K + long(lo) * hs,
+                  hs, A(0), S, n);
+          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, A(1), dO + long(i0) * hs, hs, V + long(lo) * hs,
+                  hs, A(0), dP, n);
+          for (int r = 0; r < nr; ++r) {
+            const int i = i0 + r;
+            const long at = (seq + i) * q_cols + h * hs;
+            A dot = 0;  // D_i
+            for (int d = 0; d < hs; ++d) dot += dO[long(i) * hs + d] * A(out(at + d));
+            const A l = lse((long(b) * NH + h) * T + i);
+            const int c0 = docs.start(b, i) - lo, c1 = i - lo + 1;
+            A* const s = S + long(r) * n;
+            A* const ds = dP + long(r) * n;
+            for (int c = 0; c < c0; ++c) s[c] = ds[c] = A(0);
+            for (int c = c0; c < c1; ++c) {
+              s[c] = fast_exp(s[c] - l);
+              ds[c] = s[c] * (ds[c] - dot);
+            }
+            for (int c = c1; c < n; ++c) s[c] = ds[c] = A(0);
+          }
+          gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, scale, dP, n, K + long(lo) * hs, hs, A(0), dQ, hs);
+          gemm<A>(space, Trans::yes, Trans::no, GemmShape{n, hs, nr}, A(1), S, n, dO + long(i0) * hs, hs, A(1),
+                  dV + long(lo) * hs, hs);
+          gemm<A>(space, Trans::yes, Trans::no, GemmShape{n, hs, nr}, scale, dP, n, Q + long(i0) * hs, hs, A(1),
+                  dK + long(lo) * hs, hs);
+          for (int r = 0; r < nr; ++r) {
+            for (int d = 0; d < hs; ++d) dqkv((seq + i0 + r) * row + h * hs + d) = Real(dQ[long(r) * hs + d]);
+          }
+        }
+      }
+      for (long t = 0; t < T; ++t) {
+        for (int d = 0; d < hs; ++d) {
+          dqkv((seq + t) * row + k_offset + kv * hs + d) = Real(dK[t * hs + d]);
+          dqkv((seq + t) * row + v_offset + kv * hs + d) = Real(dV[t * hs + d]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace meshtrain
