@@ -43,7 +43,8 @@ namespace detail {
 template <class Real>
 void flash_host_checks(const char* what, std::size_t workspace, int B, int T, int NH, int KVH, int hs,
                        const AttentionSegments& segments) {
-  static_assert(Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible, "host builds only");
+  static_assert(Kokkos::SpaceAccessibility<HostSpace, typename Vec<Real>::memory_space>::accessible,
+                "host builds only");
   flash_attention_checks(what, B, T, NH, KVH, hs, 1, 0, segments);
   if (workspace < flash_attention_host_workspace(T, hs)) {
     throw std::invalid_argument(std::string(what) + ": workspace of " + std::to_string(workspace) + " elements, " +
