@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace meshtrain {
 
@@ -52,6 +53,20 @@ void flash_host_checks(const char* what, std::size_t workspace, int B, int T, in
   }
 }
 
+// A T×hs operand whose rows sit `ld` elements apart from `base` (a head's columns of qkv or dout): used in
+// place when Real is the accumulation type (float, double), else widened into `copy` (rows hs apart).
+template <class Real, class A>
+std::pair<const A*, int> host_operand(const Real* base, long ld, int T, int hs, A* copy) {
+  if constexpr (std::is_same_v<Real, A>) {
+    return {base, int(ld)};
+  } else {
+    for (long t = 0; t < T; ++t) {
+      for (int d = 0; d < hs; ++d) copy[t * hs + d] = A(base[t * ld + d]);
+    }
+    return {copy, hs};
+  }
+}
+
 }  // namespace detail
 
 // out [B*T*NH*hs] and lse [B*NH*T] are written, as flash_attention_forward writes them. qkv is
@@ -61,6 +76,7 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
                                   CVec<std::type_identity_t<Real>> qkv, int B, int T, int NH, int KVH, int hs,
                                   const AttentionSegments& segments, Vec<accum_t<Real>> workspace) {
   using A = accum_t<Real>;
+  constexpr bool in_place = std::is_same_v<Real, A>;  // operands and results used where they are
   if (B <= 0 || T <= 0) return;
   detail::flash_host_checks<Real>("flash_attention_host_forward", workspace.extent(0), B, T, NH, KVH, hs, segments);
   const detail::DocumentBounds docs{segments.offsets, segments.docs, T};
@@ -72,7 +88,7 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
   A* const K = workspace.data();
   A* const V = K + th;
   A* const Q = V + th;
-  A* const O = Q + th;  // a block's rows × hs
+  A* const O = Q + th;  // a block's rows × hs (16-bit Real)
   A* const S = O + long(R) * hs;
   A* const L = S + long(R) * T;  // a block's row sums
   space.fence();                 // host loops read what the space wrote
@@ -80,22 +96,16 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
   for (int b = 0; b < B; ++b) {
     const long seq = long(b) * T;
     for (int kv = 0; kv < KVH; ++kv) {
-      for (long t = 0; t < T; ++t) {
-        for (int d = 0; d < hs; ++d) {
-          K[t * hs + d] = A(qkv((seq + t) * row + k_offset + kv * hs + d));
-          V[t * hs + d] = A(qkv((seq + t) * row + v_offset + kv * hs + d));
-        }
-      }
+      const auto [Kp, ldk] = detail::host_operand(qkv.data() + seq * row + k_offset + kv * hs, row, T, hs, K);
+      const auto [Vp, ldv] = detail::host_operand(qkv.data() + seq * row + v_offset + kv * hs, row, T, hs, V);
       for (int h = kv * g; h < (kv + 1) * g; ++h) {
-        for (long t = 0; t < T; ++t) {
-          for (int d = 0; d < hs; ++d) Q[t * hs + d] = A(qkv((seq + t) * row + h * hs + d));
-        }
+        const auto [Qp, ldq] = detail::host_operand(qkv.data() + seq * row + h * hs, row, T, hs, Q);
         for (int i0 = 0; i0 < T; i0 += R) {
           const int nr = T - i0 < R ? T - i0 : R;
           const int lo = docs.start(b, i0);
           const int n = i0 + nr - lo;  // keys lo .. i0+nr-1
-          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, scale, Q + long(i0) * hs, hs, K + long(lo) * hs,
-                  hs, A(0), S, n);
+          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, scale, Qp + long(i0) * ldq, ldq,
+                  Kp + long(lo) * ldk, ldk, A(0), S, n);
           for (int r = 0; r < nr; ++r) {
             const int i = i0 + r;
             const int c0 = docs.start(b, i) - lo, c1 = i - lo + 1;
@@ -112,10 +122,21 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
             L[r] = sum;
             lse((long(b) * NH + h) * T + i) = top + kmath::log(sum);
           }
-          gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, A(1), S, n, V + long(lo) * hs, hs, A(0), O, hs);
-          for (int r = 0; r < nr; ++r) {
-            const A inv = A(1) / L[r];
-            for (int d = 0; d < hs; ++d) out((seq + i0 + r) * q_cols + h * hs + d) = Real(O[long(r) * hs + d] * inv);
+          Real* const out_block = out.data() + (seq + i0) * q_cols + h * hs;
+          if constexpr (in_place) {
+            gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, A(1), S, n, Vp + long(lo) * ldv, ldv, A(0),
+                    out_block, int(q_cols));
+            for (int r = 0; r < nr; ++r) {
+              const A inv = A(1) / L[r];
+              for (int d = 0; d < hs; ++d) out_block[r * q_cols + d] *= inv;
+            }
+          } else {
+            gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, A(1), S, n, Vp + long(lo) * ldv, ldv, A(0), O,
+                    hs);
+            for (int r = 0; r < nr; ++r) {
+              const A inv = A(1) / L[r];
+              for (int d = 0; d < hs; ++d) out_block[r * q_cols + d] = Real(O[long(r) * hs + d] * inv);
+            }
           }
         }
       }
@@ -131,6 +152,7 @@ void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<
                                    CVec<accum_t<Real>> lse, int B, int T, int NH, int KVH, int hs,
                                    const AttentionSegments& segments, Vec<accum_t<Real>> workspace) {
   using A = accum_t<Real>;
+  constexpr bool in_place = std::is_same_v<Real, A>;
   if (B <= 0 || T <= 0) return;
   detail::flash_host_checks<Real>("flash_attention_host_backward", workspace.extent(0), B, T, NH, KVH, hs, segments);
   const detail::DocumentBounds docs{segments.offsets, segments.docs, T};
@@ -141,7 +163,7 @@ void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<
   const long th = long(T) * hs;
   A* const K = workspace.data();
   A* const V = K + th;
-  A* const dK = V + th;
+  A* const dK = V + th;  // 16-bit Real: dK, dV in float until the kv head is done
   A* const dV = dK + th;
   A* const Q = dV + th;
   A* const dO = Q + th;
@@ -153,34 +175,36 @@ void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<
   for (int b = 0; b < B; ++b) {
     const long seq = long(b) * T;
     for (int kv = 0; kv < KVH; ++kv) {
+      const auto [Kp, ldk] = detail::host_operand(qkv.data() + seq * row + k_offset + kv * hs, row, T, hs, K);
+      const auto [Vp, ldv] = detail::host_operand(qkv.data() + seq * row + v_offset + kv * hs, row, T, hs, V);
+      // dK, dV are sums over the group's heads and the blocks: in dqkv itself for float and double.
+      A* dKp = dK;
+      A* dVp = dV;
+      int ldg = hs;
+      if constexpr (in_place) {
+        dKp = dqkv.data() + seq * row + k_offset + kv * hs;
+        dVp = dqkv.data() + seq * row + v_offset + kv * hs;
+        ldg = int(row);
+      }
       for (long t = 0; t < T; ++t) {
-        for (int d = 0; d < hs; ++d) {
-          K[t * hs + d] = A(qkv((seq + t) * row + k_offset + kv * hs + d));
-          V[t * hs + d] = A(qkv((seq + t) * row + v_offset + kv * hs + d));
-          dK[t * hs + d] = A(0);
-          dV[t * hs + d] = A(0);
-        }
+        for (int d = 0; d < hs; ++d) dKp[t * ldg + d] = dVp[t * ldg + d] = A(0);
       }
       for (int h = kv * g; h < (kv + 1) * g; ++h) {
-        for (long t = 0; t < T; ++t) {
-          for (int d = 0; d < hs; ++d) {
-            Q[t * hs + d] = A(qkv((seq + t) * row + h * hs + d));
-            dO[t * hs + d] = A(dout((seq + t) * q_cols + h * hs + d));
-          }
-        }
+        const auto [Qp, ldq] = detail::host_operand(qkv.data() + seq * row + h * hs, row, T, hs, Q);
+        const auto [dOp, ldo] = detail::host_operand(dout.data() + seq * q_cols + h * hs, q_cols, T, hs, dO);
         for (int i0 = 0; i0 < T; i0 += R) {
           const int nr = T - i0 < R ? T - i0 : R;
           const int lo = docs.start(b, i0);
           const int n = i0 + nr - lo;
-          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, scale, Q + long(i0) * hs, hs, K + long(lo) * hs,
-                  hs, A(0), S, n);
-          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, A(1), dO + long(i0) * hs, hs, V + long(lo) * hs,
-                  hs, A(0), dP, n);
+          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, scale, Qp + long(i0) * ldq, ldq,
+                  Kp + long(lo) * ldk, ldk, A(0), S, n);
+          gemm<A>(space, Trans::no, Trans::yes, GemmShape{nr, n, hs}, A(1), dOp + long(i0) * ldo, ldo,
+                  Vp + long(lo) * ldv, ldv, A(0), dP, n);
           for (int r = 0; r < nr; ++r) {
             const int i = i0 + r;
             const long at = (seq + i) * q_cols + h * hs;
             A dot = 0;  // D_i
-            for (int d = 0; d < hs; ++d) dot += dO[long(i) * hs + d] * A(out(at + d));
+            for (int d = 0; d < hs; ++d) dot += dOp[long(i) * ldo + d] * A(out(at + d));
             const A l = lse((long(b) * NH + h) * T + i);
             const int c0 = docs.start(b, i) - lo, c1 = i - lo + 1;
             A* const s = S + long(r) * n;
@@ -192,20 +216,29 @@ void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<
             }
             for (int c = c1; c < n; ++c) s[c] = ds[c] = A(0);
           }
-          gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, scale, dP, n, K + long(lo) * hs, hs, A(0), dQ, hs);
-          gemm<A>(space, Trans::yes, Trans::no, GemmShape{n, hs, nr}, A(1), S, n, dO + long(i0) * hs, hs, A(1),
-                  dV + long(lo) * hs, hs);
-          gemm<A>(space, Trans::yes, Trans::no, GemmShape{n, hs, nr}, scale, dP, n, Q + long(i0) * hs, hs, A(1),
-                  dK + long(lo) * hs, hs);
-          for (int r = 0; r < nr; ++r) {
-            for (int d = 0; d < hs; ++d) dqkv((seq + i0 + r) * row + h * hs + d) = Real(dQ[long(r) * hs + d]);
+          Real* const dq_block = dqkv.data() + (seq + i0) * row + h * hs;
+          if constexpr (in_place) {
+            gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, scale, dP, n, Kp + long(lo) * ldk, ldk, A(0),
+                    dq_block, int(row));
+          } else {
+            gemm<A>(space, Trans::no, Trans::no, GemmShape{nr, hs, n}, scale, dP, n, Kp + long(lo) * ldk, ldk, A(0), dQ,
+                    hs);
+            for (int r = 0; r < nr; ++r) {
+              for (int d = 0; d < hs; ++d) dq_block[r * row + d] = Real(dQ[long(r) * hs + d]);
+            }
           }
+          gemm<A>(space, Trans::yes, Trans::no, GemmShape{n, hs, nr}, A(1), S, n, dOp + long(i0) * ldo, ldo, A(1),
+                  dVp + long(lo) * ldg, ldg);
+          gemm<A>(space, Trans::yes, Trans::no, GemmShape{n, hs, nr}, scale, dP, n, Qp + long(i0) * ldq, ldq, A(1),
+                  dKp + long(lo) * ldg, ldg);
         }
       }
-      for (long t = 0; t < T; ++t) {
-        for (int d = 0; d < hs; ++d) {
-          dqkv((seq + t) * row + k_offset + kv * hs + d) = Real(dK[t * hs + d]);
-          dqkv((seq + t) * row + v_offset + kv * hs + d) = Real(dV[t * hs + d]);
+      if constexpr (!in_place) {
+        for (long t = 0; t < T; ++t) {
+          for (int d = 0; d < hs; ++d) {
+            dqkv((seq + t) * row + k_offset + kv * hs + d) = Real(dK[t * hs + d]);
+            dqkv((seq + t) * row + v_offset + kv * hs + d) = Real(dV[t * hs + d]);
+          }
         }
       }
     }
