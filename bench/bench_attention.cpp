@@ -92,7 +92,7 @@ Measured measure(const Shape& s, int repeats) {
   {
     Buffer<A> lse("lse", std::size_t(s.B) * NH * s.T);
     Buffer<A> work("work", flash_attention_backward_workspace(s.B, s.T, NH));
-    Buffer<A> host_work("host_work", kHostBuild ? flash_attention_host_workspace(s.T, hs) : 0);
+    Buffer<A> host_work("host_work", kHostBuild ? flash_attention_host_workspace<Real>(s.T, hs) : 0);
     const CVec<A> lse_in(lse.data(), lse.extent(0));
     m.kernel.forward = timed(
         [&] { flash_attention_forward<Real>(space, vec_of(out), vec_of(lse), cvec_of(qkv), s.B, s.T, NH, NH, hs); });

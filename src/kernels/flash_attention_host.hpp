@@ -2,9 +2,9 @@
 // layouts and document masks, with the tile products as GEMMs (OpenBLAS, threaded) instead of loops in
 // team scratch. Nothing of size T×T: blocks of kFlashHostRows query rows against the keys they see.
 //
-// Per sequence and kv head, the kv head's K and V are widened once into the workspace (accum_t), then for
-// each query head of its group and each block of query rows [i0, i1), with lo the block's first document
-// start:
+// Per sequence and kv head (its K and V read in place for float and double, widened once into the
+// workspace for 16-bit Real), for each query head of its group and each block of query rows [i0, i1), with
+// lo the block's first document start:
 //   forward:  S = scale · Q_blk K[lo:i1)ᵀ (GEMM), each row's softmax over its keys [start(i), i] (exp
 //             s − max, the rest 0), O_blk = P V[lo:i1) / rowsum (GEMM), lse = max + log rowsum
 //   backward: S as in the forward (the same GEMM, so the same scores), P = exp(S − lse), dP = dO_blk
@@ -32,11 +32,13 @@ namespace meshtrain {
 // Query rows per block: a block's scores are kFlashHostRows × (keys it sees).
 inline constexpr int kFlashHostRows = 64;
 
-// Elements of accum_t<Real> the workspace of either direction holds: K, V, dK, dV, Q, dO (T×hs each), a
-// block's dQ or O (rows×hs), its scores and their gradients (rows×T each) and its row sums.
+// Elements of accum_t<Real> the workspace of either direction holds: a block's scores and their gradients
+// (rows×T each), its dQ or O (rows×hs) and row sums; for 16-bit Real also K, V, dK, dV, Q, dO widened to
+// float (T×hs each), which float and double read and write where they are.
+template <class Real>
 constexpr std::size_t flash_attention_host_workspace(int T, int hs) {
   const std::size_t t = std::size_t(T), h = std::size_t(hs), r = std::size_t(kFlashHostRows);
-  return 6 * t * h + r * h + 2 * r * t + r;
+  return 2 * r * t + r * h + r + (std::is_same_v<Real, accum_t<Real>> ? 0 : 6 * t * h);
 }
 
 namespace detail {
@@ -47,9 +49,9 @@ void flash_host_checks(const char* what, std::size_t workspace, int B, int T, in
   static_assert(Kokkos::SpaceAccessibility<HostSpace, typename Vec<Real>::memory_space>::accessible,
                 "host builds only");
   flash_attention_checks(what, B, T, NH, KVH, hs, 1, 0, segments);
-  if (workspace < flash_attention_host_workspace(T, hs)) {
+  if (workspace < flash_attention_host_workspace<Real>(T, hs)) {
     throw std::invalid_argument(std::string(what) + ": workspace of " + std::to_string(workspace) + " elements, " +
-                                std::to_string(flash_attention_host_workspace(T, hs)) + " needed");
+                                std::to_string(flash_attention_host_workspace<Real>(T, hs)) + " needed");
   }
 }
 
@@ -70,7 +72,7 @@ std::pair<const A*, int> host_operand(const Real* base, long ld, int T, int hs, 
 }  // namespace detail
 
 // out [B*T*NH*hs] and lse [B*NH*T] are written, as flash_attention_forward writes them. qkv is
-// [B*T*(NH+2KVH)*hs]; workspace holds flash_attention_host_workspace(T, hs) elements.
+// [B*T*(NH+2KVH)*hs]; workspace holds flash_attention_host_workspace<Real>(T, hs) elements.
 template <class Real>
 void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<Real>> lse,
                                   CVec<std::type_identity_t<Real>> qkv, int B, int T, int NH, int KVH, int hs,
@@ -85,13 +87,13 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
   const long k_offset = long(NH) * hs, v_offset = long(NH + KVH) * hs;
   const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
   const long th = long(T) * hs;
-  A* const K = workspace.data();
-  A* const V = K + th;
-  A* const Q = V + th;
-  A* const O = Q + th;  // a block's rows × hs (16-bit Real)
-  A* const S = O + long(R) * hs;
-  A* const L = S + long(R) * T;  // a block's row sums
-  space.fence();                 // host loops read what the space wrote
+  A* const S = workspace.data();
+  A* const O = S + long(R) * T;             // a block's rows × hs (16-bit Real)
+  A* const L = O + long(R) * hs;            // a block's row sums
+  A* const K = in_place ? nullptr : L + R;  // 16-bit Real: the widened operands
+  A* const V = in_place ? nullptr : K + th;
+  A* const Q = in_place ? nullptr : V + th;
+  space.fence();  // host loops read what the space wrote
 
   for (int b = 0; b < B; ++b) {
     const long seq = long(b) * T;
@@ -145,7 +147,7 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
 }
 
 // dqkv [B*T*(NH+2KVH)*hs] is written (=), every column, as flash_attention_backward writes it; out and lse
-// are the forward's; workspace holds flash_attention_host_workspace(T, hs) elements.
+// are the forward's; workspace holds flash_attention_host_workspace<Real>(T, hs) elements.
 template <class Real>
 void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::type_identity_t<Real>> dout,
                                    CVec<std::type_identity_t<Real>> qkv, CVec<std::type_identity_t<Real>> out,
@@ -161,15 +163,16 @@ void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<
   const long k_offset = long(NH) * hs, v_offset = long(NH + KVH) * hs;
   const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
   const long th = long(T) * hs;
-  A* const K = workspace.data();
-  A* const V = K + th;
-  A* const dK = V + th;  // 16-bit Real: dK, dV in float until the kv head is done
-  A* const dV = dK + th;
-  A* const Q = dV + th;
-  A* const dO = Q + th;
-  A* const dQ = dO + th;  // a block's rows × hs
-  A* const S = dQ + long(R) * hs;
+  A* const S = workspace.data();
   A* const dP = S + long(R) * T;
+  A* const dQ = dP + long(R) * T;  // a block's rows × hs (16-bit Real)
+  // 16-bit Real: the widened operands, and dK, dV in float until the kv head is done.
+  A* const K = in_place ? nullptr : dQ + long(R) * hs + R;
+  A* const V = in_place ? nullptr : K + th;
+  A* const dK = in_place ? nullptr : V + th;
+  A* const dV = in_place ? nullptr : dK + th;
+  A* const Q = in_place ? nullptr : dV + th;
+  A* const dO = in_place ? nullptr : Q + th;
   space.fence();
 
   for (int b = 0; b < B; ++b) {

@@ -72,7 +72,7 @@ Buffer<Real> flash_forward_buffers(const Shape& s, const Buffer<Real>& qkv, cons
   const AttentionSegments segments{cvec(seg), docs.docs};
   if constexpr (kHostBuild) {
     if (variant == Variant::host_blas) {
-      auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_host_workspace(s.T, s.hs)));
+      auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_host_workspace<Real>(s.T, s.hs)));
       flash_attention_host_forward<Real>(space, vec(out), vec(lse), cvec(qkv), s.B, s.T, s.NH, s.KVH, s.hs, segments,
                                          vec(work));
       return out;
@@ -92,7 +92,7 @@ Buffer<Real> flash_backward_buffers(const Shape& s, const Buffer<Real>& qkv, con
   const AttentionSegments segments{cvec(seg), docs.docs};
   if constexpr (kHostBuild) {
     if (variant == Variant::host_blas) {
-      auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_host_workspace(s.T, s.hs)));
+      auto work = to_device<accum_t<Real>>(nan_filled(flash_attention_host_workspace<Real>(s.T, s.hs)));
       flash_attention_host_backward<Real>(space, vec(dqkv), cvec(dout), cvec(qkv), cvec(out), cvec(lse), s.B, s.T, s.NH,
                                           s.KVH, s.hs, segments, vec(work));
       return dqkv;
