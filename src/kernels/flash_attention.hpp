@@ -139,6 +139,56 @@ struct DocumentBounds {
   }
 };
 
+// Sums of products kept in registers: acc[j] += Σ_{t0 ≤ t < t1} x(t) · y(t)[j] for j < w ≤ kFlashLanes, t in
+// order. A row of kFlashLanes compiles to vector FMAs with no store per t (a store and reload per t, as
+// `row[j] += …` in memory gives, made the host kernels latency-bound); each sum's order is the same.
+inline constexpr int kFlashLanes = 16;
+
+template <class A, class X, class Y>
+KOKKOS_FORCEINLINE_FUNCTION void accumulate_lanes(A (&acc)[kFlashLanes], int w, int t0, int t1, const X& x,
+                                                  const Y& y) {
+  if (w == kFlashLanes) {
+    for (int t = t0; t < t1; ++t) {
+      const A a = x(t);
+      const A* const v = y(t);
+      for (int j = 0; j < kFlashLanes; ++j) acc[j] += a * v[j];
+    }
+  } else {
+    for (int t = t0; t < t1; ++t) {
+      const A a = x(t);
+      const A* const v = y(t);
+      for (int j = 0; j < w; ++j) acc[j] += a * v[j];
+    }
+  }
+}
+
+// row[c] = Σ_{d < hs} x[d] · cols[d·stride + c] for c in [c0, c1): a row of a tile product whose right
+// factor is stored transposed (Kᵀ, Vᵀ), d in order.
+template <class A>
+KOKKOS_FORCEINLINE_FUNCTION void tile_row_product(A* row, const A* x, const A* cols, int stride, int hs, int c0,
+                                                  int c1) {
+  for (int cc = c0; cc < c1; cc += kFlashLanes) {
+    const int w = c1 - cc < kFlashLanes ? c1 - cc : kFlashLanes;
+    A acc[kFlashLanes] = {};
+    accumulate_lanes(
+        acc, w, 0, hs, [&](int d) { return x[d]; }, [&](int d) { return cols + d * stride + cc; });
+    for (int j = 0; j < w; ++j) row[cc + j] = acc[j];
+  }
+}
+
+// out[d] = first[d] · alpha + Σ_{t0 ≤ t < t1} x(t) · y(t)[d] for d < hs, t in order: a row of P·V, dS·K,
+// Pᵀ·dO or dSᵀ·Q added to (alpha = 1) or rescaled into (the forward's online softmax) its running value.
+template <class A, class X, class Y>
+KOKKOS_FORCEINLINE_FUNCTION void add_row_products(A* out, A alpha, int hs, int t0, int t1, const X& x, const Y& y) {
+  for (int d0 = 0; d0 < hs; d0 += kFlashLanes) {
+    const int w = hs - d0 < kFlashLanes ? hs - d0 : kFlashLanes;
+    A acc[kFlashLanes] = {};
+    for (int j = 0; j < w; ++j) acc[j] = out[d0 + j] * alpha;
+    accumulate_lanes(acc, w, t0, t1, x, [&](int t) { return y(t) + d0; });
+    for (int j = 0; j < w; ++j) out[d0 + j] = acc[j];
+  }
+}
+
 // Checks the sizes every entry point shares; the document bounds.
 inline DocumentBounds flash_attention_checks(const char* what, int B, int T, int NH, int KVH, int hs, int tile,
                                              std::size_t bytes, const AttentionSegments& segments) {
@@ -231,12 +281,7 @@ void flash_attention_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<
             const int c1 = i0 + r - j0 + 1 < nc ? i0 + r - j0 + 1 : nc;
             if (c0 >= c1) return;
             A* const Sr = S + r * bt;
-            for (int c = c0; c < c1; ++c) Sr[c] = A(0);
-            for (int d = 0; d < hs; ++d) {
-              const A q = Q[r * hs + d];
-              const A* const k = Kt + d * bt;
-              for (int c = c0; c < c1; ++c) Sr[c] += q * k[c];
-            }
+            detail::tile_row_product(Sr, Q + r * hs, Kt, bt, hs, c0, c1);
             A top = scale * Sr[c0];
             for (int c = c0; c < c1; ++c) {
               Sr[c] *= scale;
@@ -252,13 +297,8 @@ void flash_attention_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<
             }
             l[r] = alpha * l[r] + sum;
             m[r] = m_new;
-            A* const Or = O + r * hs;
-            for (int d = 0; d < hs; ++d) Or[d] *= alpha;
-            for (int c = c0; c < c1; ++c) {
-              const A p = Sr[c];
-              const A* const v = V + c * hs;
-              for (int d = 0; d < hs; ++d) Or[d] += p * v[d];
-            }
+            detail::add_row_products(
+                O + r * hs, alpha, hs, c0, c1, [&](int c) { return Sr[c]; }, [&](int c) { return V + c * hs; });
           });
           team.team_barrier();
         }
@@ -371,19 +411,8 @@ void flash_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
               if (c0 >= c1) return;
               A* const Pr = P + r * bt;
               A* const dSr = dS + r * bt;
-              for (int c = c0; c < c1; ++c) {
-                Pr[c] = A(0);
-                dSr[c] = A(0);
-              }
-              for (int d = 0; d < hs; ++d) {
-                const A q = Q[r * hs + d], o = dO[r * hs + d];
-                const A* const k = Kt + d * bt;
-                const A* const v = Vt + d * bt;
-                for (int c = c0; c < c1; ++c) {
-                  Pr[c] += q * k[c];
-                  dSr[c] += o * v[c];
-                }
-              }
+              detail::tile_row_product(Pr, Q + r * hs, Kt, bt, hs, c0, c1);
+              detail::tile_row_product(dSr, dO + r * hs, Vt, bt, hs, c0, c1);
               for (int c = c0; c < c1; ++c) {
                 Pr[c] = fast_exp(scale * Pr[c] - L[r]);
                 dSr[c] = Pr[c] * (dSr[c] - Dr[r]);
@@ -393,17 +422,15 @@ void flash_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
             // Column c adds the rows that see key j0 + c: from the diagonal while in its document.
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nc), [&](int c) {
               const int j = j0 + c;
-              A* const dKc = dK + c * hs;
-              A* const dVc = dV + c * hs;
-              for (int r = j - i0 > 0 ? j - i0 : 0; r < nr && start(r) <= j; ++r) {
-                const A p = P[r * bt + c], ds = dS[r * bt + c];
-                const A* const q = Q + r * hs;
-                const A* const o = dO + r * hs;
-                for (int d = 0; d < hs; ++d) {
-                  dVc[d] += p * o[d];
-                  dKc[d] += ds * q[d];
-                }
-              }
+              const int r0 = j - i0 > 0 ? j - i0 : 0;
+              int r1 = r0;
+              while (r1 < nr && start(r1) <= j) ++r1;
+              detail::add_row_products(
+                  dV + c * hs, A(1), hs, r0, r1, [&](int r) { return P[r * bt + c]; },
+                  [&](int r) { return dO + r * hs; });
+              detail::add_row_products(
+                  dK + c * hs, A(1), hs, r0, r1, [&](int r) { return dS[r * bt + c]; },
+                  [&](int r) { return Q + r * hs; });
             });
           }
         }
@@ -471,26 +498,11 @@ void flash_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
             if (c0 >= c1) return;
             A* const Sr = S + r * bt;
             A* const dPr = dP + r * bt;
-            for (int c = c0; c < c1; ++c) {
-              Sr[c] = A(0);
-              dPr[c] = A(0);
-            }
-            for (int d = 0; d < hs; ++d) {
-              const A q = Q[r * hs + d], o = dO[r * hs + d];
-              const A* const k = Kt + d * bt;
-              const A* const v = Vt + d * bt;
-              for (int c = c0; c < c1; ++c) {
-                Sr[c] += q * k[c];
-                dPr[c] += o * v[c];
-              }
-            }
-            A* const dQr = dQ + r * hs;
-            for (int c = c0; c < c1; ++c) {
-              const A p = fast_exp(scale * Sr[c] - L[r]);
-              const A ds = p * (dPr[c] - Dr[r]);
-              const A* const k = K + c * hs;
-              for (int d = 0; d < hs; ++d) dQr[d] += ds * k[d];
-            }
+            detail::tile_row_product(Sr, Q + r * hs, Kt, bt, hs, c0, c1);
+            detail::tile_row_product(dPr, dO + r * hs, Vt, bt, hs, c0, c1);
+            for (int c = c0; c < c1; ++c) dPr[c] = fast_exp(scale * Sr[c] - L[r]) * (dPr[c] - Dr[r]);  // dS
+            detail::add_row_products(
+                dQ + r * hs, A(1), hs, c0, c1, [&](int c) { return dPr[c]; }, [&](int c) { return K + c * hs; });
           });
         }
         team.team_barrier();
