@@ -5,7 +5,7 @@ cores, all measured in this one run.
 
 usage: bench/benchmark.py [--build build/release] [--baseline OTHER_BUILD]
                           [--config jobs/bench/gpt2_l6_c384.ini jobs/bench/llama_l6_c384.ini]
-                          [--steps 12] [--warmup 2] [--torch-threads 1]
+                          [--steps 12] [--warmup 2] [--torch-threads 1] [--materialized]
 
 For each config: tokens/s and model FLOP/s (6N + 6·L·C·T per token, llm.c's count; llama's N
 leaves out embed_tokens, a lookup) for meshtrain and for PyTorch (bench/torch_gpt2_bench.py,
@@ -18,6 +18,10 @@ agree with it. Steps before --warmup are not counted; the median step is reporte
 --baseline names another build (e.g. of the commit before a change, in a git worktree): its
 meshtrain runs each config in this same run, beside this build's, and the ratio of the two is
 printed, so a change's effect on speed is read off one run on one machine state.
+
+--materialized runs this build's meshtrain once more on each config with model.attention =
+materialized (the B·H·T² probabilities kept) beside the config's own (fused by default), and prints
+the ratio of the two.
 """
 import argparse
 import json
@@ -79,8 +83,8 @@ def torch_command(shape, args):
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.torch_threads)]
 
 
-def meshtrain_tokens_per_s(binary, config, n_rows, vocab, args):
-    """Median tokens/s of meshtrain's steps after the warm-up, on random tokens."""
+def meshtrain_tokens_per_s(binary, config, n_rows, vocab, args, keys=()):
+    """Median tokens/s of meshtrain's steps after the warm-up, on random tokens; keys: more --key value."""
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "tokens.bin")
         write_random_shard(shard, n_rows * (args.steps + 1) + 1, vocab)
@@ -88,7 +92,7 @@ def meshtrain_tokens_per_s(binary, config, n_rows, vocab, args):
         subprocess.run([os.path.join(binary, "meshtrain"), "train", "--config", config,
                         "--data.train", shard, "--train.steps", str(args.steps),
                         "--checkpoint.dir", os.path.join(tmp, "ckpt"), "--log.metrics", metrics,
-                        "--log.every", str(args.steps)], check=True, stdout=subprocess.DEVNULL)
+                        "--log.every", str(args.steps)] + list(keys), check=True, stdout=subprocess.DEVNULL)
         records = trainer_output.read_metrics(metrics)
     return trainer_output.median_after_warmup(records, "tokens_per_s", args.warmup)
 
@@ -103,12 +107,16 @@ def bench_config(binary, config, args):
     ours = meshtrain_tokens_per_s(binary, config, n_rows, shape["vocab"], args)
     base = (meshtrain_tokens_per_s(os.path.join(args.baseline, "bin"), config, n_rows, shape["vocab"], args)
             if args.baseline else None)
+    materialized = (meshtrain_tokens_per_s(binary, config, n_rows, shape["vocab"], args,
+                                           ("--model.attention", "materialized"))
+                    if args.materialized else None)
     torch = run_json(torch_command(shape, args))
     if abs(torch["flops_per_token"] - shape["flops_per_token"]) > 1e-9 * shape["flops_per_token"]:
         sys.exit(f"{config}: PyTorch's model counts {torch['flops_per_token']} FLOP per token, the planner "
                  f"{shape['flops_per_token']}: not the same model")
     return dict(config=os.path.relpath(config, ROOT), shape=shape, sgemm_flops_per_s=roofline["sgemm_flops_per_s"],
-                meshtrain_tokens_per_s=ours, baseline_tokens_per_s=base, torch_tokens_per_s=torch["tokens_per_s"],
+                meshtrain_tokens_per_s=ours, baseline_tokens_per_s=base, materialized_tokens_per_s=materialized,
+                torch_tokens_per_s=torch["tokens_per_s"],
                 flops_per_token=shape["flops_per_token"], blas=roofline["blas"],
                 blas_kernels=roofline["blas_kernels"], blas_threads=roofline["blas_threads"],
                 torch_blas=torch["blas"], torch_blas_kernels=torch["blas_kernels"])
@@ -125,6 +133,8 @@ def print_config(r):
     rows = [("meshtrain", r["meshtrain_tokens_per_s"])]
     if r["baseline_tokens_per_s"] is not None:
         rows.append(("baseline build", r["baseline_tokens_per_s"]))
+    if r["materialized_tokens_per_s"] is not None:
+        rows.append(("materialized", r["materialized_tokens_per_s"]))
     for name, tps in rows + [("pytorch eager", r["torch_tokens_per_s"])]:
         flops = tps * r["flops_per_token"]
         print(f"  {name:15} {tps:10.0f} {flops / 1e9:9.1f} {flops / r['sgemm_flops_per_s']:9.2f}")
@@ -132,6 +142,9 @@ def print_config(r):
     if r["baseline_tokens_per_s"] is not None:
         print(f"  baseline build / pytorch: {r['baseline_tokens_per_s'] / r['torch_tokens_per_s']:.2f}x; "
               f"meshtrain / baseline build: {r['meshtrain_tokens_per_s'] / r['baseline_tokens_per_s']:.2f}x")
+    if r["materialized_tokens_per_s"] is not None:
+        print(f"  meshtrain (model.attention {s['attention']}) / materialized: "
+              f"{r['meshtrain_tokens_per_s'] / r['materialized_tokens_per_s']:.2f}x")
 
 
 def main():
@@ -143,6 +156,8 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--materialized", action="store_true",
+                    help="also run meshtrain with model.attention = materialized on each config")
     args = ap.parse_args()
     binary = os.path.join(args.build, "bin")
 

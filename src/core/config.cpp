@@ -77,6 +77,7 @@ class KeyTable {
     add("model.d_model", cfg.model.d_model, "channels C");
     add("model.vocab", cfg.model.vocab, "vocabulary size V (byte-level data: 256)");
     add("model.seq_len", cfg.model.seq_len, "context length T (gpt2: rows of wpe)");
+    add_choice("model.attention", cfg.model.attention, "causal attention: {}");
     add("model.kv_heads", cfg.model.kv_heads,
         "llama: key/value heads of grouped-query attention, dividing heads (0: heads; 1: multi-query)");
     add("model.ffn_hidden", cfg.model.ffn_hidden,

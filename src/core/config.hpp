@@ -26,6 +26,8 @@ enum class Precision { fp32, bf16, fp16 };  // train.precision
 constexpr int compute_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 // train.recompute: which activations a block keeps for backward (see model/decoder_stage.hpp, Recompute).
 enum class Recompute { none, selective, full };
+// model.attention: how a block computes causal attention (see kernels/fused_attention.hpp).
+enum class AttentionKernel { fused, materialized };
 enum class LrDecay { cosine, constant };              // optim.decay
 enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
 enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
@@ -60,6 +62,13 @@ struct EnumNames<Recompute> {
       {{Recompute::none, "none"},
        {Recompute::selective, "selective", "attention probabilities"},
        {Recompute::full, "full", "whole blocks"}}};
+};
+template <>
+struct EnumNames<AttentionKernel> {
+  static constexpr std::string_view key = "model.attention";
+  static constexpr std::array<EnumName<AttentionKernel>, 2> all{
+      {{AttentionKernel::fused, "fused", "flash-style: memory linear in seq_len"},
+       {AttentionKernel::materialized, "materialized", "the B x heads x T x T probabilities kept"}}};
 };
 template <>
 struct EnumNames<LrDecay> {
@@ -199,6 +208,9 @@ struct ModelConfig {
   // multiple the vocabulary is padded to for the GEMMs (padded_vocab, core/model_sizes.hpp). It leaves the
   // model itself (its tensors, checkpoints, exports) unchanged. 1, no padding, in a ModelConfig built in code.
   int vocab_multiple = 1;
+  // Not part of the model's parameters (a checkpoint of either loads under the other): which kernels
+  // compute attention, and so which activations a block keeps (output and log-sum-exp, or P).
+  AttentionKernel attention = AttentionKernel::fused;
 
   // Key/value heads: kv_heads, or heads when it is 0 (always heads in a family without the llama keys).
   int kv_head_count() const { return family_shape(arch).llama_keys && kv_heads > 0 ? kv_heads : heads; }

@@ -3,7 +3,9 @@
 // Sizes: N rows (= B*T), T time, hs head size (even), half = hs/2; a row holds `heads` heads of hs
 // columns each at columns h*hs .. h*hs+hs-1, rows row_stride elements apart (in the fused qkv row
 // [q: NH*hs | k: KV*hs | v: KV*hs], heads = NH + KV rotates q and k and leaves v alone).
-//   angle(t, i) = t · theta^(−2i/hs),  i < half,  t = n % T (the row's position in its sequence)
+//   angle(t, i) = t · theta^(−2i/hs),  i < half,  t the row's position in its document: n % T, less the
+//   start of its document where segments are given (packed sequences: every document starts at 0, as
+//   when it is trained alone)
 //   forward:  x'[i]      = x[i] · cos − x[i+half] · sin
 //             x'[i+half] = x[i+half] · cos + x[i] · sin
 //   backward: the transpose, a rotation by −angle:
@@ -16,6 +18,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/attention_segments.hpp"
 
 #include <cmath>
 #include <type_traits>
@@ -53,20 +56,22 @@ namespace detail {
 // Rotates every (i, i+half) pair of every head by `direction` · angle (+1 forward, −1 backward).
 template <class Real>
 void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const RotaryTable<accum_t<Real>>& table,
-                  int N, int T, int row_stride, int heads, int hs, int direction) {
+                  int N, int T, int row_stride, int heads, int hs, int direction, const AttentionSegments& segments) {
   static_assert(reachable_v<Vec<Real>>);
   using A = accum_t<Real>;
   const int half = hs / 2;
   const CVec<A> cosines(table.cos.data(), table.cos.extent(0));  // the views, not the struct, go to the device
   const CVec<A> sines(table.sin.data(), table.sin.extent(0));
   const A sign = A(direction);
+  const DocumentBounds docs{segments.offsets, segments.docs, T};
   Kokkos::parallel_for(
       label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * heads * half), KOKKOS_LAMBDA(long p) {
         const int i = p % half;
         const long head = p / half;  // n * heads + h
         const long n = head / heads;
         const long lo = n * row_stride + (head % heads) * hs + i;
-        const long angle = (n % T) * half + i;
+        const int t = int(n % T);
+        const long angle = long(t - docs.start(int(n / T), t)) * half + i;
         const A c = cosines(angle);
         const A s = sign * sines(angle);
         const A x0 = x(lo);
@@ -78,18 +83,20 @@ void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const 
 
 }  // namespace detail
 
-// x [N*row_stride] is rotated in place; columns outside the `heads` heads are untouched.
+// x [N*row_stride] is rotated in place; columns outside the `heads` heads are untouched. segments: the
+// documents of each of the N/T sequences (none: one per sequence).
 template <class Real>
 void rotary_forward(const ExecSpace& space, Vec<Real> x, const RotaryTable<accum_t<Real>>& table, int N, int T,
-                    int row_stride, int heads, int hs) {
-  detail::rotate_heads<Real>(space, "meshtrain::rotary::forward", x, table, N, T, row_stride, heads, hs, 1);
+                    int row_stride, int heads, int hs, const AttentionSegments& segments = {}) {
+  detail::rotate_heads<Real>(space, "meshtrain::rotary::forward", x, table, N, T, row_stride, heads, hs, 1, segments);
 }
 
 // dx [N*row_stride] is rotated back in place (the transpose of the forward).
 template <class Real>
 void rotary_backward(const ExecSpace& space, Vec<Real> dx, const RotaryTable<accum_t<Real>>& table, int N, int T,
-                     int row_stride, int heads, int hs) {
-  detail::rotate_heads<Real>(space, "meshtrain::rotary::backward", dx, table, N, T, row_stride, heads, hs, -1);
+                     int row_stride, int heads, int hs, const AttentionSegments& segments = {}) {
+  detail::rotate_heads<Real>(space, "meshtrain::rotary::backward", dx, table, N, T, row_stride, heads, hs, -1,
+                             segments);
 }
 
 }  // namespace meshtrain

@@ -28,6 +28,40 @@ bool fits_at(const Config& cfg, int world, const Cluster& cluster, int dp, int m
   return make_plan(c, world, cluster, RankCoverage::ends).fits;
 }
 
+// Whether model.seq_len = T fits, at cfg's micro-batch.
+bool fits_at_seq_len(const Config& cfg, int world, const Cluster& cluster, int T) {
+  Config c = cfg;
+  c.model.seq_len = T;
+  try {
+    require_sizes_fit(c.model, c.train.micro_batch, c.parallel.ep);
+  } catch (const InputError&) {
+    return false;
+  }
+  return make_plan(c, world, cluster, RankCoverage::ends).fits;
+}
+
+// The largest n in [1, most] with fits(n), for a fits that holds up to some n and not beyond (0 when
+// fits(1) fails): doubling, then bisection between the last n that fits and the first that does not.
+template <class Fits>
+int largest_fitting(std::int64_t most, Fits fits) {
+  if (most < 1 || !fits(1)) return 0;
+  std::int64_t good = 1, bad = 2;
+  while (bad <= most && fits(int(bad))) {
+    good = bad;
+    bad *= 2;
+  }
+  bad = std::min(bad, most + 1);
+  while (bad - good > 1) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    if (fits(int(mid))) {
+      good = mid;
+    } else {
+      bad = mid;
+    }
+  }
+  return int(good);
+}
+
 // "82.1 MiB", "1.50 GiB".
 std::string memory_text(double bytes) {
   return bytes < GiB ? fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)) : fmt::format("{:.2f} GiB", bytes / GiB);
@@ -60,24 +94,13 @@ int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster) {
   // global_batch = micro · dp · accum is an int too.
   const std::int64_t per_micro = std::int64_t(dp) * accumulation_steps(cfg, dp);
   const std::int64_t most = std::numeric_limits<int>::max() / per_micro;
-  if (most < 1 || !fits_at(cfg, world, cluster, dp, 1)) return 0;
-  // Double while it fits, then bisect between the last that fits and the first that does not (or
-  // one past the most an int global_batch allows).
-  std::int64_t good = 1, bad = 2;
-  while (bad <= most && fits_at(cfg, world, cluster, dp, int(bad))) {
-    good = bad;
-    bad *= 2;
-  }
-  bad = std::min(bad, most + 1);
-  while (bad - good > 1) {
-    const std::int64_t mid = good + (bad - good) / 2;
-    if (fits_at(cfg, world, cluster, dp, int(mid))) {
-      good = mid;
-    } else {
-      bad = mid;
-    }
-  }
-  return int(good);
+  return largest_fitting(most, [&](int micro) { return fits_at(cfg, world, cluster, dp, micro); });
+}
+
+int largest_seq_len(const Config& cfg, int world, const Cluster& cluster) {
+  // The token rows B·T are an int (require_sizes_fit refuses more), so no T past int max / B fits.
+  const std::int64_t most = std::numeric_limits<int>::max() / std::max(1, cfg.train.micro_batch);
+  return largest_fitting(most, [&](int T) { return fits_at_seq_len(cfg, world, cluster, T); });
 }
 
 void require_fits_memory(const Config& cfg, int world, const Cluster& cluster, const std::string& origin) {

@@ -1,5 +1,5 @@
 // The one rule for whether a run fits its memory, and the largest micro-batch that does: `plan`
-// prints it (--max-micro-batch), the trainer refuses a config that breaks it, and
+// prints it (--max-micro-batch) with the largest seq_len, the trainer refuses a config that breaks it, and
 // bench/gpu/device_check.py asks `plan` for it rather than computing it again.
 //
 // A config fits when its sizes fit the kernels (require_sizes_fit: no weight of more than 2^31 − 1
@@ -30,6 +30,11 @@ Config with_micro_batch(const Config& cfg, int dp, int micro);
 // The largest train.micro_batch that fits `world` ranks of `cluster` with cfg's layout and
 // accumulation; 0 when not even 1 does. InputError when cfg's layout does not fit the world.
 int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster);
+
+// The largest model.seq_len that fits `world` ranks of `cluster` with cfg's layout, micro-batch and
+// accumulation (the sizes, then the memory, as for the micro-batch); 0 when not even 1 does. Memory
+// grows with T: linearly under model.attention = fused, quadratically under materialized.
+int largest_seq_len(const Config& cfg, int world, const Cluster& cluster);
 
 // InputError (exit 2) naming `origin`, the memory needed and the cluster's, the largest micro-batch
 // that fits and the keys to change, unless cfg fits `world` ranks of `cluster`. Nothing is checked

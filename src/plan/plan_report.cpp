@@ -6,6 +6,7 @@
 #include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
 #include "parallel/traffic_json.hpp"
+#include "plan/fit.hpp"
 #include "plan/traffic.hpp"
 
 #include <fmt/format.h>
@@ -90,6 +91,9 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 // names the family and the widths gpt2 fixes (kv heads, the SwiGLU hidden size).
 // An MoE model adds its experts and both parameter counts: all that memory holds, and the share
 // one token's forward passes through (compute).
+// A largest seq_len: the number, or "none" when not even 1 fits.
+std::string seq_len_text(int T) { return T > 0 ? std::to_string(T) : std::string("none"); }
+
 std::string model_line(const ModelConfig& m) {
   std::string family = family_shape(m.arch).llama_keys
                            ? fmt::format("{}, {} layers, {} heads ({} kv), d_model {}, SwiGLU {}", name_of(m.arch),
@@ -115,6 +119,7 @@ nlohmann::json model_json(const ModelConfig& m) {
           {"mlp_hidden", m.mlp_hidden()},
           {"vocab", m.vocab},
           {"seq_len", m.seq_len},
+          {"attention", name_of(m.attention)},
           {"parameters", parameter_count(m).value()},
           {"active_parameters", active_parameters(ParameterLayout(m))},
           {"experts", m.experts},
@@ -167,6 +172,8 @@ nlohmann::json summary_json(const Plan& plan) {
       {"capacity_bytes", plan.capacity_bytes},
       {"limiting_rank", plan.limiting_rank},
       {"fits", plan.fits},
+      // The largest model.seq_len this layout fits at this micro-batch (0: not even 1).
+      {"max_seq_len", largest_seq_len(cfg, plan.layout.world(), plan.cluster)},
   };
 }
 
@@ -177,8 +184,8 @@ std::string plan_table(const Plan& plan) {
   const ModelConfig& m = cfg.model;
   std::string out;
   out += model_line(m);
-  out += fmt::format("training: {}, recompute {}, zero {}, schedule {}\n", cfg.train.precision, cfg.train.recompute,
-                     cfg.parallel.zero, cfg.parallel.schedule);
+  out += fmt::format("training: {}, recompute {}, attention {}, zero {}, schedule {}\n", cfg.train.precision,
+                     cfg.train.recompute, m.attention, cfg.parallel.zero, cfg.parallel.schedule);
   out += cluster_line(plan) + "\n";
   out += fmt::format("layout: {}\n", layout_text(plan.layout));
   out += effective_batch_line(cfg.train.micro_batch, plan.layout.dp, plan.accum, m.seq_len) + "\n\n";
@@ -227,6 +234,8 @@ std::string plan_table(const Plan& plan) {
   }
   out += fmt::format("\nfits: {} — {} needs {} of {}\n", plan.fits ? "yes" : "no", where,
                      bytes_text(double(plan.needed_bytes)), bytes_text(double(plan.capacity_bytes)));
+  out += fmt::format("largest seq_len that fits this layout at micro_batch {}: {}\n", cfg.train.micro_batch,
+                     seq_len_text(largest_seq_len(cfg, plan.layout.world(), plan.cluster)));
   return out;
 }
 
@@ -281,7 +290,7 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp",
                                    "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
   if (ep) header += fmt::format(" {:>11}", "ep comm");
-  out += header + fmt::format(" {:>11} {:>11} {:>11}  {}\n", "bubble", "tok/s", "needs", "fits");
+  out += header + fmt::format(" {:>11} {:>11} {:>11} {:>4} {:>9}\n", "bubble", "tok/s", "needs", "fits", "max T");
   int i = 0;
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
@@ -290,8 +299,9 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
                     p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
                     seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
     if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
-    out += row + fmt::format(" {:>11} {:>11} {:>11}  {}\n", seconds_text(st.bubble_s), rate_text(p.tokens_per_s, ""),
-                             bytes_text(double(p.needed_bytes)), p.fits ? "yes" : "no");
+    out += row + fmt::format(" {:>11} {:>11} {:>11} {:>4} {:>9}\n", seconds_text(st.bubble_s),
+                             rate_text(p.tokens_per_s, ""), bytes_text(double(p.needed_bytes)), p.fits ? "yes" : "no",
+                             seq_len_text(largest_seq_len(p.cfg, world, p.cluster)));
   }
   return out;
 }

@@ -6,7 +6,8 @@
 //              F_stage: the stage's model FLOPs per token (6·N + 6·L·C·T split by stage, N the
 //              family's product matrices: stage_flops_per_token), r the recomputation factor (full:
 //              the forward runs twice, 8/6; selective: the attention scores' forward again,
-//              + 2·L·C·T, the query heads' width NH·hs being C in both families), R the rank's
+//              + 2·L·C·T, the query heads' width NH·hs being C in both families; the same under
+//              model.attention = fused, whose backward recomputes them, in every mode), R the rank's
 //              FLOP/s = peak · efficiency, divided
 //              by the node's ranks on a host-only cluster (they share its cores), and slower by
 //              1 + serial_fraction · (cores/ranks − 1) when fewer ranks than cores leave some idle.
@@ -131,7 +132,10 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
 
     double flops = stage_flops_per_token(model, s, p);
     if (cfg.train.recompute == Recompute::full) flops *= 8.0 / 6.0;
-    if (cfg.train.recompute == Recompute::selective) flops += 2.0 * L * C * T;
+    // Fused attention's backward recomputes the scores tile by tile: the extra of selective
+    // recomputation, which it makes a no-op (the probabilities are never kept to be dropped).
+    const bool rescores = model.attention == AttentionKernel::fused || cfg.train.recompute == Recompute::selective;
+    if (rescores) flops += 2.0 * L * C * T;
     const GridPosition position{0, 0, s};
     const int rank = Topology::global_rank(layout, position);
     const double rate = cluster.rank_flops(cfg.train.precision, cluster.ranks_on_node(rank, world));

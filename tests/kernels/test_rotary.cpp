@@ -1,6 +1,7 @@
 // Rotary embedding against Hugging Face's formulation written out (x·cos + rotate_half(x)·sin over
 // the whole head, with the frequencies from exp/log), the backward as its transpose and against
-// central differences, the table against its closed form.
+// central differences, the table against its closed form; with document segments, each document
+// rotated as if it were a sequence of its own.
 #include "kernels/rotary.hpp"
 
 #include "kernel_test_utils.hpp"
@@ -13,8 +14,9 @@ constexpr int B = 2, T = 5, N = B * T, NH = 3, KV = 1, hs = 6, heads = NH + KV, 
 constexpr double kTheta = 10000.0;
 
 // x'[d] = x[d]·cos(angle_d) + rotate_half(x)[d]·sin(angle_d), rotate_half(x) = [−x2, x1], the
-// angle of column d being that of d mod hs/2.
-Host rotary_reference(const Host& x) {
+// angle of column d being that of d mod hs/2; row n at position position(n).
+template <class Position>
+Host rotary_reference(const Host& x, Position position) {
   Host y = x;
   const int half = hs / 2;
   for (int n = 0; n < N; ++n)
@@ -22,7 +24,7 @@ Host rotary_reference(const Host& x) {
       const int base = n * row + h * hs;
       for (int d = 0; d < hs; ++d) {
         const double frequency = std::exp(-std::log(kTheta) * (2.0 * (d % half)) / hs);
-        const double angle = (n % T) * frequency;
+        const double angle = position(n) * frequency;
         const double rotated = d < half ? -x[base + d + half] : x[base + d - half];
         y[base + d] = x[base + d] * std::cos(angle) + rotated * std::sin(angle);
       }
@@ -51,7 +53,7 @@ constexpr double kTol = tolerance_for<Real>(1e-13, 1e-5);
 TYPED_TEST(Rotary, ForwardMatchesRotateHalfAndLeavesValuesAlone) {
   const Host x = random_vector(N * row, 71);
   const Host got = run_rotary<TypeParam>(x, false);
-  const Host want = rotary_reference(x);
+  const Host want = rotary_reference(x, [](int n) { return n % T; });
   expect_close(got, want, kTol<TypeParam>, "x'");
   for (int n = 0; n < N; ++n)
     for (int c = heads * hs; c < row; ++c)
@@ -77,6 +79,33 @@ TEST(Rotary, BackwardMatchesFiniteDifferences) {
   const Host r = random_vector(N * row, 75);
   const Host num = numeric_gradient(x, [&] { return dot(run_rotary<double>(x, false), r); });
   expect_close(run_rotary<double>(r, true), num, 1e-6, "dx");
+}
+
+// Sequence 0 holds documents [0, 2) and [2, 5), sequence 1 one document and an empty one: each row is
+// rotated by its position in its document, forward and back, as a sequence of that document alone
+// would be (the reference computes the positions from the offsets independently, by a linear scan).
+TYPED_TEST(Rotary, PositionsRestartAtEachDocument) {
+  const std::vector<int> offsets = {0, 2, 5, 0, 5, 5};
+  constexpr int docs = 2;
+  Buffer<int> d_offsets("offsets", offsets.size());
+  Kokkos::deep_copy(d_offsets, Kokkos::View<const int*, HostSpace>(offsets.data(), offsets.size()));
+  const AttentionSegments segments{CVec<int>(d_offsets), docs};
+  const auto position = [&](int n) {
+    const int b = n / T, t = n % T;
+    int start = 0;
+    for (int d = 0; d <= docs; ++d)
+      if (offsets[std::size_t(b * (docs + 1) + d)] <= t) start = offsets[std::size_t(b * (docs + 1) + d)];
+    return t - start;
+  };
+  ASSERT_EQ(position(3), 1);  // sequence 0, t 3: the second document's second row
+  const Host x = random_vector(N * row, 76);
+  ExecSpace space;
+  const auto table = make_rotary_table<accum_t<TypeParam>>(T, hs, kTheta);
+  auto d_x = to_device<TypeParam>(x);
+  rotary_forward(space, vec(d_x), table, N, T, row, heads, hs, segments);
+  expect_close(to_host(d_x), rotary_reference(x, position), kTol<TypeParam>, "x' by document");
+  rotary_backward(space, vec(d_x), table, N, T, row, heads, hs, segments);
+  expect_close(to_host(d_x), x, kTol<TypeParam>, "Rᵀ R x by document");
 }
 
 // cos(t·θ^(−2i/hs)) and sin of it, row t: frequency 1 in column 0, 1/θ^(2/hs) in column 1.

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace meshtrain {
@@ -147,12 +148,15 @@ std::vector<std::string> reference_files() {
   return files;
 }
 
-class ModelVsTorch : public ::testing::TestWithParam<std::string> {};
+// Each reference under each model.attention: torch's attention is the materialized one written out.
+class ModelVsTorch : public ::testing::TestWithParam<std::tuple<std::string, AttentionKernel>> {};
 
 TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
-  const Hdf5File ref(GetParam());
-  ASSERT_TRUE(ref.ok()) << "reference file missing: " << GetParam();
-  const ModelConfig m = reference_model(ref);
+  const auto& [path, attention] = GetParam();
+  const Hdf5File ref(path);
+  ASSERT_TRUE(ref.ok()) << "reference file missing: " << path;
+  ModelConfig m = reference_model(ref);
+  m.attention = attention;
   const int B = int(ref.attribute("batch")), N = B * m.seq_len;
 
   ExecSpace space;
@@ -211,12 +215,17 @@ TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
   }
 }
 
-// Each case is named by its file, e.g. References/ModelVsTorch.LossLogitsAndEveryGradient/torch_reference_llama_mqa.
-std::string case_name(const ::testing::TestParamInfo<std::string>& reference) {
-  return std::filesystem::path(reference.param).stem().string();
+// Each case is named by its file and attention, e.g.
+// References/ModelVsTorch.LossLogitsAndEveryGradient/torch_reference_llama_mqa_fused.
+std::string case_name(const ::testing::TestParamInfo<std::tuple<std::string, AttentionKernel>>& reference) {
+  const auto& [path, attention] = reference.param;
+  return std::filesystem::path(path).stem().string() + "_" + std::string(name_of(attention));
 }
 
-INSTANTIATE_TEST_SUITE_P(References, ModelVsTorch, ::testing::ValuesIn(reference_files()), case_name);
+INSTANTIATE_TEST_SUITE_P(References, ModelVsTorch,
+                         ::testing::Combine(::testing::ValuesIn(reference_files()),
+                                            ::testing::Values(AttentionKernel::fused, AttentionKernel::materialized)),
+                         case_name);
 
 }  // namespace
 }  // namespace meshtrain

@@ -86,8 +86,10 @@ TEST(LlamaPlan, StepTimeComputeAndTrafficByHand) {
   const std::vector<StepTime> stages = stage_step_times(cfg, layout, c);
   ASSERT_EQ(stages.size(), 2u);
   const double m = 4, b = 2, T = 32, t = 2, rate = 1e12 * 0.5;
-  const double stage_flops[] = {6 * block_parameters + attention_per_block,
-                                6 * (block_parameters + 64 + table) + attention_per_block};
+  // Each stage's model FLOPs and the scores fused attention's backward computes again (2·C·T, its block).
+  const double rescoring = 2.0 * 64 * 32;
+  const double stage_flops[] = {6 * block_parameters + attention_per_block + rescoring,
+                                6 * (block_parameters + 64 + table) + attention_per_block + rescoring};
   for (int s = 0; s < 2; ++s) {
     EXPECT_NEAR(stages[s].compute_s, m * b * T * stage_flops[s] / t / rate, 1e-15) << "stage " << s;
     const RankTraffic traffic = predicted_traffic(cfg, layout, GridPosition{0, 0, s});

@@ -81,7 +81,8 @@ TEST(StepTime, DataAndTensorParallelClosedForm) {
   const Cluster c = test_cluster();
   const StepTime st = predict_step_time(cfg, Layout{2, 2, 1}, c);
   const double L = 2, C = 64, V = 256, T = 64, b = 4, m = 16 / (4 * 2), t = 2;
-  const double F = 6 * gpt2_parameters(L, C, V, T) + 6 * L * C * T;
+  // The model FLOPs, and the scores fused attention's backward computes again (2·C·T a block).
+  const double F = 6 * gpt2_parameters(L, C, V, T) + 6 * L * C * T + 2 * L * C * T;
   EXPECT_NEAR(st.compute_s, m * b * T * F / t / (1e12 * 0.5), 1e-15);
 
   // 4 all-reduces per block, +1 embedding, +1 head gradient, of b·T·C fp32 over 2 ranks intra-node;
@@ -194,6 +195,7 @@ TEST(ZeroThree, GathersIntoTwoRoomsAndPrefetchesTheNextBlock) {
 
 TEST(StepTime, RecomputationCostsForwardAgain) {
   Config cfg = small_config();
+  cfg.model.attention = AttentionKernel::materialized;  // fused rescores in every mode (below)
   const Cluster c = test_cluster();
   const Layout layout{2, 2, 1};
   const StepTime none = predict_step_time(cfg, layout, c);
@@ -208,6 +210,22 @@ TEST(StepTime, RecomputationCostsForwardAgain) {
   cfg.train.recompute = Recompute::selective;
   const StepTime selective = predict_step_time(cfg, layout, c);
   EXPECT_NEAR(selective.compute_s - none.compute_s, m * b * T * 2 * L * C * T / 2 / (1e12 * 0.5), 1e-15);
+}
+
+// Fused attention's backward recomputes the scores (Q·Kᵀ, 2·C·T a token per block) whatever the mode;
+// selective recomputation adds nothing more under it.
+TEST(StepTime, FusedAttentionRescoresInBackward) {
+  Config cfg = small_config();
+  const Cluster c = test_cluster();
+  const Layout layout{2, 2, 1};
+  cfg.model.attention = AttentionKernel::materialized;
+  const StepTime materialized = predict_step_time(cfg, layout, c);
+  cfg.model.attention = AttentionKernel::fused;
+  const StepTime fused = predict_step_time(cfg, layout, c);
+  const double b = 4, T = 64, C = 64, L = 2, m = 2;
+  EXPECT_NEAR(fused.compute_s - materialized.compute_s, m * b * T * 2 * L * C * T / 2 / (1e12 * 0.5), 1e-15);
+  cfg.train.recompute = Recompute::selective;
+  EXPECT_EQ(predict_step_time(cfg, layout, c).compute_s, fused.compute_s);
 }
 
 TEST(StepTime, HostRanksShareTheNode) {

@@ -6,6 +6,7 @@
 #include "core/model_sizes.hpp"
 #include "kernels/column_sum.hpp"
 #include "kernels/encoder.hpp"
+#include "kernels/fused_attention.hpp"
 #include "model/impl/decoder_stage_impl.hpp"
 
 #include <fmt/format.h>
@@ -22,20 +23,24 @@ Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const Paramet
           std::size_t(m.heads) / tp,
           std::size_t(batch) * m.seq_len,
           padded / tp,
-          tp};
+          tp,
+          m.attention == AttentionKernel::fused};
 }
 
 std::vector<GemmShape> Gpt2Family::gemm_products(const ModelConfig& m, int batch, int tp) {
   const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, Cl = C / tp, hs = C / m.heads;
   const int Vl = int(padded_vocab(m, tp).value() / tp);  // this rank's (padded) vocabulary rows
-  return {
+  std::vector<GemmShape> products = {
       {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // tied output head: logits, dlnf, dwte
       {N, 3 * Cl, C}, {N, C, 3 * Cl}, {C, 3 * Cl, N},  // c_attn: forward, input and weight gradients
       {N, C, Cl},     {N, Cl, C},     {Cl, C, N},      // attn c_proj
       {N, 4 * Cl, C}, {N, C, 4 * Cl}, {C, 4 * Cl, N},  // c_fc
       {N, C, 4 * Cl}, {N, 4 * Cl, C}, {4 * Cl, C, N},  // mlp c_proj
-      {T, T, hs},     {T, hs, T},                      // attention, per sequence and head
   };
+  // Materialized attention's products, per sequence and head (fused attention's tiles widen their
+  // operands into its own workspace).
+  if (m.attention == AttentionKernel::materialized) products.insert(products.end(), {{T, T, hs}, {T, hs, T}});
+  return products;
 }
 
 void Gpt2Family::list_tensors(ParameterLayout& layout) {
@@ -113,7 +118,11 @@ Gpt2Family::Block<Real> Gpt2Family::carve_block(carving::Carver<Real>& c, const 
   b.ln1_rstd = c.take_as_if(take.rest, N, other.ln1_rstd);
   b.qkv = c.take_if(take.rest, N * 3 * Cl, other.qkv);
   b.atty = c.take_if(take.rest, N * Cl, other.atty);
-  b.att = c.take_if(take.att, B * NH * T * T, other.att);
+  if (d.fused_attention) {
+    b.lse = c.take_as_if(take.rest, B * NH * T, other.lse);
+  } else {
+    b.att = c.take_if(take.att, B * NH * T * T, other.att);
+  }
   b.residual2 = c.take_if(take.rest, N * C, other.residual2);
   b.ln2 = c.take_if(take.rest, N * C, other.ln2);
   b.ln2_mean = c.take_as_if(take.rest, N, other.ln2_mean);
@@ -132,7 +141,12 @@ Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, co
   s.dln = c.take(N * C);
   s.datty = c.take(N * Cl);
   s.dqkv = c.take(N * 3 * Cl);
-  s.datt = c.take(B * NH * T * T);
+  if (d.fused_attention) {
+    s.attention_workspace = c.template take_as<accum_t<Real>>(
+        fused_attention_workspace<Real>(int(B), int(T), int(NH), int(d.hs())));
+  } else {
+    s.datt = c.take(B * NH * T * T);
+  }
   s.dfch = c.take(N * 4 * Cl);
   // The widest column sum: c_fc's bias, or a LayerNorm's two with the c_proj bias its backward adds.
   s.column_partials =

@@ -24,7 +24,9 @@ struct Gpt2Family {
   struct Dims {
     std::size_t B, T, C, NH, N, Vl;  // NH: local heads; Vl: local (padded) vocabulary rows
     std::size_t tp;
+    bool fused_attention;  // model.attention = fused: blocks keep lse, not att
     std::size_t Cl() const { return C / tp; }  // channels of the local heads
+    std::size_t hs() const { return C / tp / NH; }
   };
 
   // One block's weights (or gradients).
@@ -62,7 +64,8 @@ struct Gpt2Family {
     Vec<accum_t<Real>> ln1_rstd;  // (N)
     Vec<Real> qkv;                // (N, 3Cl)
     Vec<Real> atty;               // (N, Cl)  attention output before c_proj
-    Vec<Real> att;                // (B, NH, T, T) softmax probabilities
+    Vec<Real> att;                // (B, NH, T, T) softmax probabilities (materialized attention)
+    Vec<accum_t<Real>> lse;       // (B, NH, T)    log-sum-exp of each score row (fused attention)
     Vec<Real> residual2;          // (N, C)   x + attn(ln_1(x))
     Vec<Real> ln2;                // (N, C)
     Vec<accum_t<Real>> ln2_mean;  // (N)
@@ -78,7 +81,8 @@ struct Gpt2Family {
     Vec<Real> dln;        // (N, C)
     Vec<Real> datty;      // (N, Cl)
     Vec<Real> dqkv;       // (N, 3Cl)
-    Vec<Real> datt;       // (B, NH, T, T)
+    Vec<Real> datt;       // (B, NH, T, T) materialized attention
+    Vec<accum_t<Real>> attention_workspace;  // fused attention (kernels/fused_attention.hpp)
     Vec<Real> dfch;       // (N, 4Cl)
     // The column sums' partials (bias, LayerNorm and position-embedding gradients;
     // kernels/column_sum.hpp) and the embedding gradient's token order (kernels/encoder.hpp).

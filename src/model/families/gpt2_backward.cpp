@@ -3,6 +3,7 @@
 #include "model/families/gpt2.hpp"
 
 #include "kernels/attention.hpp"
+#include "kernels/fused_attention.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/matmul.hpp"
@@ -34,7 +35,12 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   m.reduce_from.backward(span_of(d.dresidual));
   matmul_backward<Real>(m.space, d.datty, dw.attproj_w, no_bias, d.column_partials, d.dresidual, s.atty, w.attproj_w, N,
                         Cl, C);
-  attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
+  if (dm.fused_attention) {
+    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NH, NH, Cl / NH, {},
+                             d.attention_workspace);
+  } else {
+    attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
+  }
   matmul_backward<Real>(m.space, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
   m.copy_to.backward(span_of(d.dln));
   layernorm_backward(m.space, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, d.dln, x, w.ln1_w, s.ln1_mean,

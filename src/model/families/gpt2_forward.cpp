@@ -4,6 +4,7 @@
 #include "model/families/gpt2.hpp"
 
 #include "kernels/attention.hpp"
+#include "kernels/fused_attention.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/matmul.hpp"
@@ -24,7 +25,11 @@ void Gpt2Family::block_forward(Parts<Real>& m, int /*slot*/, int l, CVec<Real> x
   layernorm_forward(m.space, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
   m.copy_to.forward(span_of(s.ln1));
   matmul_forward<Real>(m.space, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
-  attention_forward(m.space, s.atty, s.att, s.qkv, B, T, Cl, NH);
+  if (d.fused_attention) {
+    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NH, NH, Cl / NH, {}, m.scratch.attention_workspace);
+  } else {
+    attention_forward(m.space, s.atty, s.att, s.qkv, B, T, Cl, NH);
+  }
   // The row-parallel products are summed over the group before their bias joins (once), fused
   // with the residual add and the LayerNorm after it.
   matmul_forward<Real>(m.space, proj, s.atty, w.attproj_w, no_bias, N, Cl, C);

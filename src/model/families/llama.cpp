@@ -5,6 +5,7 @@
 
 #include "kernels/column_sum.hpp"
 #include "kernels/encoder.hpp"
+#include "kernels/fused_attention.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/impl/decoder_stage_impl.hpp"
 
@@ -40,7 +41,8 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           capacity,
           P,
           El,
-          P > 1 ? P * per_sender : R};
+          P > 1 ? P * per_sender : R,
+          m.attention == AttentionKernel::fused};
 }
 
 namespace {
@@ -90,8 +92,10 @@ std::vector<GemmShape> LlamaFamily::gemm_products(const ModelConfig& m, int batc
       {N, Vl, C},  {N, C, Vl},  {Vl, C, N},   // lm_head: logits, dnorm, dlm_head
       {N, QKV, C}, {N, C, QKV}, {QKV, C, N},  // q|k|v: forward, input and weight gradients
       {N, C, Q},   {N, Q, C},   {C, Q, N},    // o_proj
-      {T, T, hs},  {T, hs, T},                // attention, per sequence and head
   };
+  // Materialized attention's products, per sequence and head (fused attention's tiles widen their
+  // operands into its own workspace).
+  if (m.attention == AttentionKernel::materialized) products.insert(products.end(), {{T, T, hs}, {T, hs, T}});
   if (m.moe_blocks() < m.layers) add_swiglu_products(products, N, C, m.mlp_hidden() / tp);
   if (m.experts > 0) {
     if (m.shared_experts > 0) add_swiglu_products(products, N, C, m.shared_hidden() / tp);
@@ -224,7 +228,11 @@ LlamaFamily::Block<Real> LlamaFamily::carve_block(carving::Carver<Real>& c, cons
   b.ln1_rstd = c.take_as_if(take.rest, N, other.ln1_rstd);
   b.qkv = c.take_if(take.rest, N * d.qkv_cols(), other.qkv);
   b.atty = c.take_if(take.rest, N * d.q_cols(), other.atty);
-  b.att = c.take_if(take.att, d.B * d.NHl * d.T * d.T, other.att);
+  if (d.fused_attention) {
+    b.lse = c.take_as_if(take.rest, d.B * d.NHl * d.T, other.lse);
+  } else {
+    b.att = c.take_if(take.att, d.B * d.NHl * d.T * d.T, other.att);
+  }
   b.residual2 = c.take_if(take.rest, N * C, other.residual2);
   b.ln2 = c.take_if(take.rest, N * C, other.ln2);
   b.ln2_rstd = c.take_as_if(take.rest, N, other.ln2_rstd);
@@ -243,7 +251,12 @@ LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, 
   s.dln = c.take(N * C);
   s.datty = c.take(N * d.q_cols());
   s.dqkv = c.take(N * d.qkv_cols());
-  s.datt = c.take(d.B * d.NHl * d.T * d.T);
+  if (d.fused_attention) {
+    s.attention_workspace = c.template take_as<accum_t<Real>>(
+        fused_attention_workspace<Real>(int(d.B), int(d.T), int(d.NHl), int(d.hs)));
+  } else {
+    s.datt = c.take(d.B * d.NHl * d.T * d.T);
+  }
   s.dswiglu = c.take(N * d.widest_dense_cols());
   s.dgate_up = c.take(N * 2 * d.widest_dense_cols());
   s.column_partials = c.template take_as<accum_t<Real>>(column_sum_workspace(N, C));

@@ -74,6 +74,7 @@ struct LlamaFamily {
     // Rows an ep rank's experts may receive: R without expert parallelism; else each of the ep
     // senders' rows for El experts at most (all N·k of them when nothing is dropped).
     std::size_t Rr;
+    bool fused_attention;  // model.attention = fused: blocks keep lse, not att
     std::size_t q_cols() const { return NHl * hs; }
     std::size_t qkv_cols() const { return (NHl + 2 * KVl) * hs; }
     bool moe(int l) const { return E > 0 && (first_layer + l) % moe_every == 0; }
@@ -122,7 +123,8 @@ struct LlamaFamily {
     Vec<accum_t<Real>> ln1_rstd;  // (N)
     Vec<Real> qkv;                // (N, (NHl+2KVl)·hs)  q and k rotated
     Vec<Real> atty;               // (N, NHl·hs)  attention output before o_proj
-    Vec<Real> att;                // (B, NHl, T, T) softmax probabilities
+    Vec<Real> att;                // (B, NHl, T, T) softmax probabilities (materialized attention)
+    Vec<accum_t<Real>> lse;       // (B, NHl, T)    log-sum-exp of each score row (fused attention)
     Vec<Real> residual2;          // (N, C)       x + attn(...)
     Vec<Real> ln2;                // (N, C)       post_attention_layernorm output
     Vec<accum_t<Real>> ln2_rstd;  // (N)
@@ -137,7 +139,8 @@ struct LlamaFamily {
     Vec<Real> dln;        // (N, C)
     Vec<Real> datty;      // (N, NHl·hs)
     Vec<Real> dqkv;       // (N, (NHl+2KVl)·hs)
-    Vec<Real> datt;       // (B, NHl, T, T)
+    Vec<Real> datt;       // (B, NHl, T, T) materialized attention
+    Vec<accum_t<Real>> attention_workspace;  // fused attention (kernels/fused_attention.hpp)
     Vec<Real> dswiglu;    // (N, Hl)
     Vec<Real> dgate_up;   // (N, 2Hl)
     // The RMSNorm weight gradients' partial sums (kernels/column_sum.hpp) and the embedding gradient's

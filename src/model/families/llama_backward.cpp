@@ -4,6 +4,7 @@
 #include "model/families/llama.hpp"
 
 #include "kernels/attention.hpp"
+#include "kernels/fused_attention.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rotary.hpp"
@@ -30,7 +31,12 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   // Attention branch; d.dresidual becomes dL/d x.
   m.reduce_from.backward(span_of(d.dresidual));
   linear_backward<Real>(m.space, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
-  attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
+  if (dm.fused_attention) {
+    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NHl, KVl, hs, {},
+                             d.attention_workspace);
+  } else {
+    attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
+  }
   rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // back to the unrotated q and k
   linear_backward<Real>(m.space, d.dln, dw.qkv, d.dqkv, s.ln1, w.qkv, N, C, QKV);
   m.copy_to.backward(span_of(d.dln));

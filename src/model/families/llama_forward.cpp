@@ -4,6 +4,7 @@
 #include "model/families/llama.hpp"
 
 #include "kernels/attention.hpp"
+#include "kernels/fused_attention.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/rmsnorm.hpp"
@@ -25,7 +26,11 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
   m.copy_to.forward(span_of(s.ln1));
   linear_forward<Real>(m.space, s.qkv, s.ln1, w.qkv, N, C, QKV);
   rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // the q heads, then the k heads
-  attention_forward(m.space, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
+  if (d.fused_attention) {
+    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NHl, KVl, hs, {}, m.scratch.attention_workspace);
+  } else {
+    attention_forward(m.space, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
+  }
   linear_forward<Real>(m.space, proj, s.atty, w.o, N, Q, C);
   m.reduce_from.forward(span_of(proj));
   residual_rmsnorm_forward(m.space, s.residual2, s.ln2, s.ln2_rstd, x, proj, w.mlp_norm, N, C, eps);

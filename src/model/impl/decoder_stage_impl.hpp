@@ -186,7 +186,8 @@ void DecoderStage<Real, Family>::recompute_block(int slot, int l) {
   if (m_.recompute == Recompute::none || resident_ == std::pair{slot, l}) return;
   const auto& s = m_.slots[std::size_t(slot)].blocks[std::size_t(l)];
   if (m_.recompute == Recompute::selective) {
-    Family::recompute_attention(m_, s);
+    // Fused attention keeps no probabilities: its backward recomputes them tile by tile anyway.
+    if (!m_.dims.fused_attention) Family::recompute_attention(m_, s);
   } else {
     Family::block_forward(m_, slot, l, m_.block_input(slot, l), s, m_.slots[std::size_t(slot)].proj, false);
   }
