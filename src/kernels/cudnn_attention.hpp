@@ -52,9 +52,10 @@ bool attention_supported(AttentionShape shape, int docs) {
 }
 
 // Whether the backward asks cuDNN for its deterministic algorithm (process-wide; off by default). On
-// Hopper that algorithm keeps dP in a workspace of about 2·B·NH·T² bytes (T rounded up to 64), the
-// quadratic memory fused attention is there to avoid; the default backward adds dQ with atomics, so it
-// is not bitwise reproducible from run to run. The Kokkos kernel is deterministic either way.
+// Hopper the frontend then builds the variant that keeps dP in the workspace (2·B·NH·T² bytes, T rounded
+// up to 64, by the frontend's own sizing; not measured here), the quadratic memory fused attention is
+// there to avoid; the default backward adds dQ with atomics, so it is not bitwise reproducible from run
+// to run. The Kokkos kernel is deterministic either way.
 void set_deterministic(bool on);
 
 // The forward: out and lse from qkv, on `stream` (a cudaStream_t; nullptr is the default stream). Real is
