@@ -25,6 +25,10 @@ if(MESHTRAIN_ENABLE_CUDA)  # the device GEMM dispatch in meshtrain::kernels link
   set_target_properties(meshtrain_cublas PROPERTIES EXPORT_NAME cublas)
   list(APPEND _meshtrain_export_targets meshtrain_cublas)
 endif()
+if(MESHTRAIN_ENABLE_CUDA AND TARGET meshtrain_cudnn)  # cuDNN's fused attention, for the device dispatch
+  set_target_properties(meshtrain_cudnn PROPERTIES EXPORT_NAME cudnn)
+  list(APPEND _meshtrain_export_targets meshtrain_cudnn)
+endif()
 
 # The installed binary keeps the run paths of the shared libraries it was linked with outside the
 # system's directories (a site's HDF5, Kokkos, MPI modules), so that it runs in a job that loaded

@@ -140,6 +140,10 @@ def main():
           "no variant nccl (default off)")
     check(any(a == ("+nccl",) and k.get("when") == "~cuda" for a, k in directives("conflicts")),
           "+nccl without +cuda is not a conflict")
+    check(any(a[0] == "cudnn" and k.get("default") is False for a, k in directives("variant")),
+          "no variant cudnn (default off)")
+    check(any(a == ("+cudnn",) and k.get("when") == "~cuda" for a, k in directives("conflicts")),
+          "+cudnn without +cuda is not a conflict")
 
     deps = [(a[0], k.get("when"), k.get("type")) for a, k in directives("depends_on")]
     for name in ("mpi", "hdf5@1.10:+mpi", "kokkos@4:", "blas", "boost@1.74:+program_options", "fmt",
@@ -148,6 +152,8 @@ def main():
     check(("googletest", None, "test") in deps, "googletest is not a test dependency")
     check(("kokkos+cuda+cuda_lambda", "+cuda", None) in deps, "+cuda does not ask for kokkos+cuda+cuda_lambda")
     check(("nccl", "+nccl", None) in deps, "+nccl does not depend on nccl")
+    check(("cudnn@9:", "+cudnn", None) in deps, "+cudnn does not depend on cudnn@9:")
+    check(("cudnn-frontend@1:", "+cudnn", None) in deps, "+cudnn does not depend on cudnn-frontend@1:")
     check(("kokkos+wrapper", "+cuda %gcc", None) in deps, "+cuda with gcc does not ask for Kokkos' nvcc_wrapper")
     for arch in api.CudaPackage.cuda_arch_values:
         check((f"kokkos cuda_arch={arch}", f"+cuda cuda_arch={arch}", None) in deps,
@@ -158,6 +164,7 @@ def main():
     package.spec = FakeSpec("meshtrain", deps=[FakeSpec("kokkos")])
     cpu = package.cmake_args()
     for expected in ("-DMESHTRAIN_ENABLE_CUDA:BOOL=OFF", "-DMESHTRAIN_ENABLE_NCCL:BOOL=OFF",
+                     "-DMESHTRAIN_ENABLE_CUDNN:BOOL=OFF",
                      "-DMESHTRAIN_BUILD_TESTS:BOOL=OFF", "-DMESHTRAIN_BUILD_BENCH:BOOL=OFF",
                      "-DMESHTRAIN_NATIVE:BOOL=OFF", "-DKokkos_ROOT:STRING=/spack/opt/kokkos"):
         check(expected in cpu, f"CPU cmake_args lack {expected}: {cpu}")
@@ -174,8 +181,16 @@ def main():
                      f"-DCMAKE_CXX_COMPILER:STRING={wrapper.kokkos_cxx}"):
         check(expected in gpu, f"+cuda+nccl cmake_args lack {expected}: {gpu}")
 
+    package.spec = FakeSpec("meshtrain", ["cuda", "cudnn"], cuda_arch="90",
+                            deps=[FakeSpec("kokkos", ["cuda", "cuda_lambda"], cuda_arch="90"), FakeSpec("cuda"),
+                                  FakeSpec("cudnn"), FakeSpec("cudnn-frontend")])
+    cudnn = package.cmake_args()
+    for expected in ("-DMESHTRAIN_ENABLE_CUDNN:BOOL=ON", "-DCUDNN_ROOT:STRING=/spack/opt/cudnn",
+                     "-Dcudnn_frontend_ROOT:STRING=/spack/opt/cudnn-frontend"):
+        check(expected in cudnn, f"+cuda+cudnn cmake_args lack {expected}: {cudnn}")
+
     options = cmake_options(args.source_dir)
-    for arg in sorted(set(cpu + gpu)):
+    for arg in sorted(set(cpu + gpu + cudnn)):
         name = re.match(r"-D(\w+)", arg).group(1)
         if name.startswith("MESHTRAIN_"):
             check(name in options, f"the recipe sets {name}, which no CMakeLists.txt declares (options: {sorted(options)})")

@@ -4,6 +4,7 @@
 #   spack repo add share/spack
 #   spack install meshtrain                          # CPU ranks: host Kokkos, OpenBLAS GEMMs, MPI
 #   spack install meshtrain+cuda+nccl cuda_arch=90   # GPUs: Kokkos CUDA, cuBLAS, NCCL collectives
+#   spack install meshtrain+cuda+nccl+cudnn cuda_arch=90   # ... and cuDNN's fused attention
 #
 # The installed prefix holds bin/meshtrain, the libraries with a CMake package
 # (find_package(meshtrain)), share/meshtrain/{jobs,slurm} and share/doc/meshtrain.
@@ -24,6 +25,8 @@ class Meshtrain(CMakePackage, CudaPackage):
 
     variant("nccl", default=False, description="NCCL collectives between GPUs (needs +cuda)")
     conflicts("+nccl", when="~cuda", msg="the NCCL backend runs on GPUs: use +cuda+nccl")
+    variant("cudnn", default=False, description="cuDNN's fused attention for bf16/fp16 (needs +cuda)")
+    conflicts("+cudnn", when="~cuda", msg="cuDNN's attention runs on GPUs: use +cuda+cudnn")
     conflicts("+cuda", when="cuda_arch=none", msg="Kokkos' CUDA backend needs a GPU: set cuda_arch")
 
     depends_on("c", type="build")
@@ -40,6 +43,9 @@ class Meshtrain(CMakePackage, CudaPackage):
         depends_on(f"kokkos cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
         depends_on(f"nccl cuda_arch={_arch}", when=f"+nccl cuda_arch={_arch}")
     depends_on("nccl", when="+nccl")
+    # cuDNN 9's graph API through NVIDIA's header-only C++ frontend (src/kernels/CMakeLists.txt).
+    depends_on("cudnn@9:", when="+cudnn")
+    depends_on("cudnn-frontend@1:", when="+cudnn")
     depends_on("blas")  # the host GEMM dispatch (OpenBLAS preferred)
     depends_on("boost@1.74:+program_options")
     depends_on("fmt")
@@ -60,6 +66,7 @@ class Meshtrain(CMakePackage, CudaPackage):
         args = [
             self.define_from_variant("MESHTRAIN_ENABLE_CUDA", "cuda"),
             self.define_from_variant("MESHTRAIN_ENABLE_NCCL", "nccl"),
+            self.define_from_variant("MESHTRAIN_ENABLE_CUDNN", "cudnn"),
             self.define("MESHTRAIN_BUILD_TESTS", self.run_tests),
             self.define("MESHTRAIN_BUILD_BENCH", False),
             # Spack's compiler wrappers target the spec's microarchitecture; -march=native would
@@ -69,6 +76,9 @@ class Meshtrain(CMakePackage, CudaPackage):
         ]
         if spec.satisfies("+cuda"):
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
+        if spec.satisfies("+cudnn"):
+            args.append(self.define("CUDNN_ROOT", spec["cudnn"].prefix))
+            args.append(self.define("cudnn_frontend_ROOT", spec["cudnn-frontend"].prefix))
         if spec.satisfies("^kokkos+wrapper"):
             # Kokkos' CUDA headers compile only through its nvcc_wrapper (or clang).
             args.append(self.define("CMAKE_CXX_COMPILER", spec["kokkos-nvcc-wrapper"].kokkos_cxx))
