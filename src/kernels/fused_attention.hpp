@@ -3,8 +3,11 @@
 //   host memory (Serial, OpenMP builds): kernels/flash_attention_host.hpp, the tiles as BLAS GEMMs
 //     (1.5-1.7x the materialised path at T >= 1024 on 2 cores, where the Kokkos kernel's scalar tile
 //     loops ran at 0.17-0.25x of it: share/docs/design.md, Attention);
-//   device memory (CUDA builds): kernels/flash_attention.hpp's Kokkos kernel, one launch forward and
-//     three backward.
+//   device memory (CUDA builds): bf16 and fp16 calls cuDNN's fused attention takes
+//     (kernels/cudnn_attention.hpp: where the build has it, MESHTRAIN_ENABLE_CUDNN; head sizes a multiple
+//     of 8 up to 128, no documents) go to cuDNN, on the space's stream; the others to
+//     kernels/flash_attention.hpp's Kokkos kernel, one launch forward and three backward. Both keep the
+//     same lse, so either backward follows either forward.
 // Both keep the output and one accum_t log-sum-exp per row; nothing of size T×T exists outside a tile,
 // so the memory a block keeps is linear in T. Layouts, segments and equations: kernels/flash_attention.hpp.
 #pragma once
@@ -12,6 +15,10 @@
 #include "core/exec.hpp"
 #include "kernels/flash_attention.hpp"
 #include "kernels/flash_attention_host.hpp"
+#if defined(MESHTRAIN_HAVE_CUDNN_ATTENTION) && defined(KOKKOS_ENABLE_CUDA)
+#include "kernels/cudnn_attention.hpp"
+#define MESHTRAIN_FUSED_ATTENTION_CUDNN 1
+#endif
 
 #include <cstddef>
 #include <type_traits>
@@ -22,6 +29,19 @@ namespace meshtrain {
 template <class Real>
 inline constexpr bool fused_attention_on_host =
     Kokkos::SpaceAccessibility<HostSpace, typename Vec<Real>::memory_space>::accessible;
+
+// Whether cuDNN runs a call of this type, shape and segments (never on host builds).
+template <class Real>
+bool fused_attention_on_cudnn([[maybe_unused]] int B, [[maybe_unused]] int T, [[maybe_unused]] int NH,
+                              [[maybe_unused]] int KVH, [[maybe_unused]] int hs,
+                              [[maybe_unused]] const AttentionSegments& segments) {
+#ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
+  if constexpr (!fused_attention_on_host<Real>) {
+    return cudnn::attention_supported<Real>(cudnn::AttentionShape{B, T, NH, KVH, hs}, segments.docs);
+  }
+#endif
+  return false;
+}
 
 // Elements of accum_t<Real> the workspace of either direction needs (a block's scratch, shared by all
 // blocks: nothing in it outlives a call).
@@ -42,6 +62,15 @@ void fused_attention_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<
   if constexpr (fused_attention_on_host<Real>) {
     flash_attention_host_forward(space, out, lse, qkv, B, T, NH, KVH, hs, segments, workspace);
   } else {
+#ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
+    if constexpr (cudnn::attention_type_v<Real>) {
+      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments)) {
+        cudnn::attention_forward<Real>(space.cuda_stream(), out.data(), lse.data(), qkv.data(),
+                                       cudnn::AttentionShape{B, T, NH, KVH, hs});
+        return;
+      }
+    }
+#endif
     flash_attention_forward(space, out, lse, qkv, B, T, NH, KVH, hs, segments);
   }
 }
@@ -55,6 +84,15 @@ void fused_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
   if constexpr (fused_attention_on_host<Real>) {
     flash_attention_host_backward(space, dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs, segments, workspace);
   } else {
+#ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
+    if constexpr (cudnn::attention_type_v<Real>) {
+      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments)) {
+        cudnn::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                        lse.data(), cudnn::AttentionShape{B, T, NH, KVH, hs});
+        return;
+      }
+    }
+#endif
     flash_attention_backward(space, dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs, segments, workspace);
   }
 }

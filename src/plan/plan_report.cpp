@@ -290,7 +290,7 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp",
                                    "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
   if (ep) header += fmt::format(" {:>11}", "ep comm");
-  out += header + fmt::format(" {:>11} {:>11} {:>11} {:>4} {:>9}\n", "bubble", "tok/s", "needs", "fits", "max T");
+  out += header + fmt::format(" {:>11} {:>11} {:>11} {:>9}  {}\n", "bubble", "tok/s", "needs", "max T", "fits");
   int i = 0;
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
@@ -299,9 +299,9 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
                     p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
                     seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
     if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
-    out += row + fmt::format(" {:>11} {:>11} {:>11} {:>4} {:>9}\n", seconds_text(st.bubble_s),
-                             rate_text(p.tokens_per_s, ""), bytes_text(double(p.needed_bytes)), p.fits ? "yes" : "no",
-                             seq_len_text(largest_seq_len(p.cfg, world, p.cluster)));
+    out += row + fmt::format(" {:>11} {:>11} {:>11} {:>9}  {}\n", seconds_text(st.bubble_s),
+                             rate_text(p.tokens_per_s, ""), bytes_text(double(p.needed_bytes)),
+                             seq_len_text(largest_seq_len(p.cfg, world, p.cluster)), p.fits ? "yes" : "no");
   }
   return out;
 }

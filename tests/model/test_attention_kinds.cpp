@@ -51,8 +51,8 @@ ModelConfig llama(ModelConfig m, int kv_heads, int ffn) {
 
 // L H C V T. gpt2: head sizes 9 and 5; llama: 4 query heads on 2 kv heads, and 1 (multi-query).
 const Case cases[] = {
-    {{2, 2, 18, 13, 67}, 2, {0, 1}, 2},               // the whole model, T 67: two query blocks
-    {{3, 3, 15, 11, 130}, 1, {1, 2}, 2},              // last stage, T 130: three
+    {{2, 2, 18, 13, 67}, 2, {0, 1}, 2},                // the whole model, T 67: two query blocks
+    {{3, 3, 15, 11, 130}, 1, {1, 2}, 2},               // last stage, T 130: three
     {llama({2, 4, 24, 11, 67}, 2, 20), 2, {0, 1}, 2},  // grouped-query
     {llama({3, 2, 12, 7, 70}, 1, 12), 1, {0, 2}, 3},   // multi-query, first stage
 };

@@ -86,6 +86,22 @@ class PlanCli(unittest.TestCase):
         p = self.plan(*gpu, "--train.memory_gib", 2, "--max-micro-batch")
         self.assertEqual(json.loads(p.stdout)["effective_batch"]["micro_batch"], micro, p.stderr)
 
+    def test_largest_seq_len_fits_and_one_more_does_not(self):
+        # Both attention kinds under 2 GiB of GPU: the planned max_seq_len fits, one more does not, and
+        # fused attention (memory linear in T) reaches further than materialized (T²). The table prints it.
+        gpu = SMALL + ["--world", "2", "--cluster", "h100-sxm-8", "--device-memory-gib", "2", "--json"]
+        largest = {}
+        for attention in ("fused", "materialized"):
+            keys = gpu + ["--model.attention", attention]
+            T = json.loads(self.plan(*keys).stdout)["max_seq_len"]
+            self.assertGreater(T, 32)
+            self.assertTrue(json.loads(self.plan(*keys, "--model.seq_len", T).stdout)["fits"], attention)
+            self.assertFalse(json.loads(self.plan(*keys, "--model.seq_len", T + 1).stdout)["fits"], attention)
+            largest[attention] = T
+        self.assertGreater(largest["fused"], 2 * largest["materialized"])
+        table = self.plan(*gpu[:-1]).stdout
+        self.assertIn(f"largest seq_len that fits this layout at micro_batch 2: {largest['fused']}", table)
+
     def test_sizes_and_worlds(self):
         # train's checks, one rule: a tensor of 2^32 elements is refused by both.
         self.assert_bad_input(SMALL + ["--world", "1", "--model.d_model", "65536", "--model.vocab", "65536",

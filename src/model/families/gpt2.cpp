@@ -142,8 +142,8 @@ Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, co
   s.datty = c.take(N * Cl);
   s.dqkv = c.take(N * 3 * Cl);
   if (d.fused_attention) {
-    s.attention_workspace = c.template take_as<accum_t<Real>>(
-        fused_attention_workspace<Real>(int(B), int(T), int(NH), int(d.hs())));
+    s.attention_workspace =
+        c.template take_as<accum_t<Real>>(fused_attention_workspace<Real>(int(B), int(T), int(NH), int(d.hs())));
   } else {
     s.datt = c.take(B * NH * T * T);
   }

@@ -24,7 +24,7 @@ struct Gpt2Family {
   struct Dims {
     std::size_t B, T, C, NH, N, Vl;  // NH: local heads; Vl: local (padded) vocabulary rows
     std::size_t tp;
-    bool fused_attention;  // model.attention = fused: blocks keep lse, not att
+    bool fused_attention;                      // model.attention = fused: blocks keep lse, not att
     std::size_t Cl() const { return C / tp; }  // channels of the local heads
     std::size_t hs() const { return C / tp / NH; }
   };
@@ -77,13 +77,13 @@ struct Gpt2Family {
   // Gradients of activations, reused by every block on the way back.
   template <class Real>
   struct Scratch {
-    Vec<Real> dresidual;  // (N, C) gradient flowing down the residual stream
-    Vec<Real> dln;        // (N, C)
-    Vec<Real> datty;      // (N, Cl)
-    Vec<Real> dqkv;       // (N, 3Cl)
-    Vec<Real> datt;       // (B, NH, T, T) materialized attention
+    Vec<Real> dresidual;                     // (N, C) gradient flowing down the residual stream
+    Vec<Real> dln;                           // (N, C)
+    Vec<Real> datty;                         // (N, Cl)
+    Vec<Real> dqkv;                          // (N, 3Cl)
+    Vec<Real> datt;                          // (B, NH, T, T) materialized attention
     Vec<accum_t<Real>> attention_workspace;  // fused attention (kernels/fused_attention.hpp)
-    Vec<Real> dfch;       // (N, 4Cl)
+    Vec<Real> dfch;                          // (N, 4Cl)
     // The column sums' partials (bias, LayerNorm and position-embedding gradients;
     // kernels/column_sum.hpp) and the embedding gradient's token order (kernels/encoder.hpp).
     Vec<accum_t<Real>> column_partials;

@@ -252,8 +252,8 @@ LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, 
   s.datty = c.take(N * d.q_cols());
   s.dqkv = c.take(N * d.qkv_cols());
   if (d.fused_attention) {
-    s.attention_workspace = c.template take_as<accum_t<Real>>(
-        fused_attention_workspace<Real>(int(d.B), int(d.T), int(d.NHl), int(d.hs)));
+    s.attention_workspace =
+        c.template take_as<accum_t<Real>>(fused_attention_workspace<Real>(int(d.B), int(d.T), int(d.NHl), int(d.hs)));
   } else {
     s.datt = c.take(d.B * d.NHl * d.T * d.T);
   }

@@ -135,14 +135,14 @@ struct LlamaFamily {
   };
   template <class Real>
   struct Scratch {
-    Vec<Real> dresidual;  // (N, C)
-    Vec<Real> dln;        // (N, C)
-    Vec<Real> datty;      // (N, NHl·hs)
-    Vec<Real> dqkv;       // (N, (NHl+2KVl)·hs)
-    Vec<Real> datt;       // (B, NHl, T, T) materialized attention
+    Vec<Real> dresidual;                     // (N, C)
+    Vec<Real> dln;                           // (N, C)
+    Vec<Real> datty;                         // (N, NHl·hs)
+    Vec<Real> dqkv;                          // (N, (NHl+2KVl)·hs)
+    Vec<Real> datt;                          // (B, NHl, T, T) materialized attention
     Vec<accum_t<Real>> attention_workspace;  // fused attention (kernels/fused_attention.hpp)
-    Vec<Real> dswiglu;    // (N, Hl)
-    Vec<Real> dgate_up;   // (N, 2Hl)
+    Vec<Real> dswiglu;                       // (N, Hl)
+    Vec<Real> dgate_up;                      // (N, 2Hl)
     // The RMSNorm weight gradients' partial sums (kernels/column_sum.hpp) and the embedding gradient's
     // token order (kernels/encoder.hpp).
     Vec<accum_t<Real>> column_partials;
