@@ -7,9 +7,10 @@ Steps, each timed, each passing or failing on its own; a failed step does not st
   setup         unpack the folder, find the CUDA libraries it leaves to the machine (cuBLAS, NCCL:
                 its CUDA install or PyTorch's wheels), check that every program's libraries resolve
                 and how MPI starts (a plain process, else the carried mpiexec -n 1)
-  unit_tests    test_kernels, test_model and test_cublas_gemm (gtest; on the GPU no cuBLAS case may
-                be skipped)
+  unit_tests    test_kernels, test_model, test_cublas_gemm and test_cudnn_attention where built (gtest;
+                on the GPU no cuBLAS case may be skipped)
   small_vs_cpu  bench/gpu/small.ini, 10 steps from bench/gpu/init_weights_small.h5 in fp32 and bf16,
+                each under model.attention fused (bf16: cuDNN's forward where built) and materialized,
                 losses against the CPU build's (reference_small.json): fp32 to 1e-4 relative, bf16 to
                 2e-3 (tests/train/test_mixed_precision.py's bound for sums in another order)
   mpi_ranks     test_comm's MPI cases on 2 ranks under the carried mpiexec (the launcher works)
@@ -36,6 +37,7 @@ usage: device_check.py [--cpu] [--carry DIR] [--out DIR] [--work DIR] [--budget-
 import argparse
 import glob
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -462,7 +464,8 @@ class DeviceCheck:
 
     # -- unit tests -------------------------------------------------------------------------------
     def unit_tests(self):
-        names = [n for n in ("test_kernels", "test_model", "test_cublas_gemm") if self.programs.has(n)]
+        names = [n for n in ("test_kernels", "test_model", "test_cublas_gemm", "test_cudnn_attention")
+                 if self.programs.has(n)]
         results, threads = {}, []
 
         def one(name):
@@ -507,29 +510,31 @@ class DeviceCheck:
             reference = json.load(f)
         shard = make_small_shard(self.work, lambda argv, log: self.run(argv, log, 60), self.one_rank)
         figures, failures = {"reference_made_by": reference["made_by"]}, []
-        for precision in ("fp32", "bf16"):
-            out = os.path.join(self.work, f"small_{precision}")
-            result = self.train(f"small_{precision}", 90, *small_run_keys(precision, shard, out))
+        for precision, attention in itertools.product(("fp32", "bf16"), ("fused", "materialized")):
+            run = f"{precision}_{attention}"
+            out = os.path.join(self.work, f"small_{run}")
+            result = self.train(f"small_{run}", 90, *small_run_keys(precision, shard, out),
+                                "--model.attention", attention)
             if result.rc != 0:
-                failures.append(f"{precision} run exited {result.rc}: {result.tail(1500)}")
+                failures.append(f"{run} run exited {result.rc}: {result.tail(1500)}")
                 continue
             if problem := self.gpu_compute_problem(result):
-                failures.append(f"{precision}: {problem}")
+                failures.append(f"{run}: {problem}")
             if "initial weights from" not in result.output:
-                failures.append(f"{precision}: the trainer did not say it loaded the initial weights")
+                failures.append(f"{run}: the trainer did not say it loaded the initial weights")
             got = self.metrics(os.path.join(out, "metrics.jsonl"))
             want = reference[precision]
             loss_diff = max_relative_difference([r["loss"] for r in got], want["loss"])
             norm_diff = max_relative_difference([r["grad_norm"] for r in got], want["grad_norm"])
             tolerance = TOLERANCE[precision]
-            figures[precision] = {"loss": [r["loss"] for r in got], "reference_loss": want["loss"],
+            figures[run] = {"loss": [r["loss"] for r in got], "reference_loss": want["loss"],
                                   "max_relative_loss_difference": loss_diff, "tolerance": tolerance,
                                   "max_relative_grad_norm_difference": norm_diff, "compute": result.compute,
                                   "wall_s": round(result.wall_s, 2)}
-            print(f"{precision}: losses {[round(r['loss'], 5) for r in got]}\n  worst relative difference "
+            print(f"{run}: losses {[round(r['loss'], 5) for r in got]}\n  worst relative difference "
                   f"{loss_diff:.2e} (allowed {tolerance:g}); grad norms {norm_diff:.2e}; {result.compute}")
             if len(got) != len(want["loss"]) or not loss_diff <= tolerance:  # NaN fails too
-                failures.append(f"{precision}: losses differ from the CPU build's by {loss_diff:.2e} relative "
+                failures.append(f"{run}: losses differ from the CPU build's by {loss_diff:.2e} relative "
                                 f"(allowed {tolerance:g}) over {len(got)} of {len(want['loss'])} steps")
         if failures:
             raise StepFailure("; ".join(failures), **figures)

@@ -3,11 +3,13 @@
 //   host memory (Serial, OpenMP builds): kernels/flash_attention_host.hpp, the tiles as BLAS GEMMs
 //     (1.5-1.7x the materialised path at T >= 1024 on 2 cores, where the Kokkos kernel's scalar tile
 //     loops ran at 0.17-0.25x of it: share/docs/design.md, Attention);
-//   device memory (CUDA builds): bf16 and fp16 calls cuDNN's fused attention takes
-//     (kernels/cudnn_attention.hpp: where the build has it, MESHTRAIN_ENABLE_CUDNN; head sizes a multiple
-//     of 8 up to 128, no documents) go to cuDNN, on the space's stream; the others to
-//     kernels/flash_attention.hpp's Kokkos kernel, one launch forward and three backward. Both keep the
-//     same lse, so either backward follows either forward.
+//   device memory (CUDA builds): kernels/flash_attention.hpp's Kokkos kernel, one launch forward and
+//     three backward; where the build has cuDNN (MESHTRAIN_ENABLE_CUDNN), the bf16 and fp16 forwards
+//     it takes (head sizes a multiple of 8 up to 128, no documents) run on cuDNN instead, on the space's
+//     stream. The backward stays on the Kokkos kernel: cuDNN's adds dQ with atomics, so two runs would
+//     differ in the last bits and a resumed run would no longer equal the straight one, and its
+//     deterministic variant keeps O(T²) in its workspace. Both forwards leave the same lse (the
+//     natural-log log-sum-exp of each row's scaled scores), which the Kokkos backward reads.
 // Both keep the output and one accum_t log-sum-exp per row; nothing of size T×T exists outside a tile,
 // so the memory a block keeps is linear in T. Layouts, segments and equations: kernels/flash_attention.hpp.
 #pragma once
@@ -84,15 +86,6 @@ void fused_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
   if constexpr (fused_attention_on_host<Real>) {
     flash_attention_host_backward(space, dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs, segments, workspace);
   } else {
-#ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
-    if constexpr (cudnn::attention_type_v<Real>) {
-      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments)) {
-        cudnn::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
-                                        lse.data(), cudnn::AttentionShape{B, T, NH, KVH, hs});
-        return;
-      }
-    }
-#endif
     flash_attention_backward(space, dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs, segments, workspace);
   }
 }
