@@ -68,7 +68,7 @@ timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan
 # resharding, 3-D and other families' layouts (the same kernels, more ranks) run once, in the
 # release pass.
 timed openmp configure cmake --preset openmp "${unity[@]}"
-timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_half_types test_model \
+timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_flash_attention test_half_types test_model \
   test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch test_owned_launches meshtrain_test_mpi_yield
 timed openmp test ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
   -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts))$' "$@"

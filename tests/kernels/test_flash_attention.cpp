@@ -365,6 +365,39 @@ TEST(FlashAttentionHost, EqualsTheKernelInDouble) {
   }
 }
 
+// T = 131072 (issue 25: long sequences), as 128 documents of 1024 positions so that it stays cheap: every
+// position, offset and row index past 2^16 goes through the same arithmetic as a plain causal sequence
+// of that length would. The first, a middle and the last document each equal that document alone (the
+// kernel on T 1024), for the host variant here; the Kokkos kernel's loops index the same way and are
+// checked on shorter sequences above (on the host its scalar tiles would take minutes at this length).
+TEST(FlashAttentionHost, DocumentsOfALongSequenceEqualEachAlone) {
+  if (!kHostBuild) GTEST_SKIP() << "a host build's variant";
+  constexpr int T = 131072, length = 1024, docs = T / length;
+  const Shape s{1, T, 2, 1, 4};
+  Documents documents{std::vector<int>(docs + 1), docs};
+  for (int d = 0; d <= docs; ++d) documents.offsets[std::size_t(d)] = d * length;
+  const Host qkv = attention_inputs(s, 91), dout = random_vector(s.out_size(), 92);
+  const Result all = run_flash<double>(s, qkv, dout, documents, Variant::host_blas);
+  const Shape one{1, length, s.NH, s.KVH, s.hs};
+  for (int d : {0, docs / 2 + 3, docs - 1}) {
+    SCOPED_TRACE("document " + std::to_string(d));
+    const std::size_t first = std::size_t(d) * length;
+    const Host doc_qkv(qkv.begin() + first * s.row(), qkv.begin() + (first + length) * s.row());
+    const Host doc_dout(dout.begin() + first * s.NH * s.hs, dout.begin() + (first + length) * s.NH * s.hs);
+    const Result alone = run_flash<double>(one, doc_qkv, doc_dout);
+    const Host out(all.out.begin() + first * s.NH * s.hs, all.out.begin() + (first + length) * s.NH * s.hs);
+    const Host dqkv(all.dqkv.begin() + first * s.row(), all.dqkv.begin() + (first + length) * s.row());
+    expect_close(out, alone.out, 1e-12, "out");
+    expect_close(dqkv, alone.dqkv, 1e-12, "dqkv");
+    for (int h = 0; h < s.NH; ++h) {  // lse [B, NH, T]: this document's rows of head h
+      const Host lse(all.lse.begin() + std::size_t(h) * T + first,
+                     all.lse.begin() + std::size_t(h) * T + first + length);
+      const Host want(alone.lse.begin() + std::size_t(h) * length, alone.lse.begin() + std::size_t(h + 1) * length);
+      expect_close(lse, want, 1e-12, "lse");
+    }
+  }
+}
+
 // As for the kernel: the 16-bit host variant is the float one rounded once.
 TYPED_TEST(FlashAttentionLowPrecision, TheHostVariantIsItsFloatRoundedOnce) {
   using H = TypeParam;
