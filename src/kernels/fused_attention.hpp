@@ -23,6 +23,8 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace meshtrain {
@@ -32,13 +34,19 @@ template <class Real>
 inline constexpr bool fused_attention_on_host =
     Kokkos::SpaceAccessibility<HostSpace, typename Vec<Real>::memory_space>::accessible;
 
-// Whether cuDNN runs a call of this type, shape and segments (never on host builds).
+// Whether cuDNN runs a call of this type, shape, segments and operands (never on host builds). cuDNN's
+// plans take 16-byte aligned tensors; the model carves its activations from one buffer, aligned for
+// their element type only, so a view that starts elsewhere goes to the Kokkos kernel.
 template <class Real>
 bool fused_attention_on_cudnn([[maybe_unused]] int B, [[maybe_unused]] int T, [[maybe_unused]] int NH,
                               [[maybe_unused]] int KVH, [[maybe_unused]] int hs,
-                              [[maybe_unused]] const AttentionSegments& segments) {
+                              [[maybe_unused]] const AttentionSegments& segments,
+                              [[maybe_unused]] std::initializer_list<const void*> operands) {
 #ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
   if constexpr (!fused_attention_on_host<Real>) {
+    for (const void* p : operands) {
+      if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+    }
     return cudnn::attention_supported<Real>(cudnn::AttentionShape{B, T, NH, KVH, hs}, segments.docs);
   }
 #endif
@@ -66,7 +74,7 @@ void fused_attention_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<
   } else {
 #ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
     if constexpr (cudnn::attention_type_v<Real>) {
-      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments)) {
+      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments, {out.data(), lse.data(), qkv.data()})) {
         cudnn::attention_forward<Real>(space.cuda_stream(), out.data(), lse.data(), qkv.data(),
                                        cudnn::AttentionShape{B, T, NH, KVH, hs});
         return;
