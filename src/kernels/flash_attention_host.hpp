@@ -55,6 +55,33 @@ void flash_host_checks(const char* what, std::size_t workspace, int B, int T, in
   }
 }
 
+// What both directions compute before their loops: the document bounds, the heads per kv head g, the rows
+// of a query block R, where a head's columns start in a qkv row (row elements long; q_cols of them in an
+// out row), the elements of one T×hs operand th, and the scores' scale 1/sqrt(hs).
+template <class A>
+struct HostCall {
+  DocumentBounds docs;
+  int g, R;
+  long row, q_cols, k_offset, v_offset, th;
+  A scale;
+};
+
+// The checks both directions make (flash_host_checks), and their HostCall.
+template <class Real>
+HostCall<accum_t<Real>> host_call(const char* what, std::size_t workspace, int B, int T, int NH, int KVH, int hs,
+                                  const AttentionSegments& segments) {
+  flash_host_checks<Real>(what, workspace, B, T, NH, KVH, hs, segments);
+  return {DocumentBounds{segments.offsets, segments.docs, T},
+          NH / KVH,
+          kFlashHostRows,
+          long(NH + 2 * KVH) * hs,
+          long(NH) * hs,
+          long(NH) * hs,
+          long(NH + KVH) * hs,
+          long(T) * hs,
+          accum_t<Real>(1.0 / std::sqrt(static_cast<double>(hs)))};
+}
+
 // A T×hs operand whose rows sit `ld` elements apart from `base` (a head's columns of qkv or dout): used in
 // place when Real is the accumulation type (float, double), else widened into `copy` (rows hs apart).
 template <class Real, class A>
@@ -80,13 +107,8 @@ void flash_attention_host_forward(const ExecSpace& space, Vec<Real> out, Vec<acc
   using A = accum_t<Real>;
   constexpr bool in_place = std::is_same_v<Real, A>;  // operands and results used where they are
   if (B <= 0 || T <= 0) return;
-  detail::flash_host_checks<Real>("flash_attention_host_forward", workspace.extent(0), B, T, NH, KVH, hs, segments);
-  const detail::DocumentBounds docs{segments.offsets, segments.docs, T};
-  const int g = NH / KVH, R = kFlashHostRows;
-  const long row = long(NH + 2 * KVH) * hs, q_cols = long(NH) * hs;
-  const long k_offset = long(NH) * hs, v_offset = long(NH + KVH) * hs;
-  const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
-  const long th = long(T) * hs;
+  const auto [docs, g, R, row, q_cols, k_offset, v_offset, th, scale] =
+      detail::host_call<Real>("flash_attention_host_forward", workspace.extent(0), B, T, NH, KVH, hs, segments);
   A* const S = workspace.data();
   A* const O = S + long(R) * T;             // a block's rows × hs (16-bit Real)
   A* const L = O + long(R) * hs;            // a block's row sums
@@ -156,13 +178,8 @@ void flash_attention_host_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<
   using A = accum_t<Real>;
   constexpr bool in_place = std::is_same_v<Real, A>;
   if (B <= 0 || T <= 0) return;
-  detail::flash_host_checks<Real>("flash_attention_host_backward", workspace.extent(0), B, T, NH, KVH, hs, segments);
-  const detail::DocumentBounds docs{segments.offsets, segments.docs, T};
-  const int g = NH / KVH, R = kFlashHostRows;
-  const long row = long(NH + 2 * KVH) * hs, q_cols = long(NH) * hs;
-  const long k_offset = long(NH) * hs, v_offset = long(NH + KVH) * hs;
-  const A scale = A(1.0 / std::sqrt(static_cast<double>(hs)));
-  const long th = long(T) * hs;
+  const auto [docs, g, R, row, q_cols, k_offset, v_offset, th, scale] =
+      detail::host_call<Real>("flash_attention_host_backward", workspace.extent(0), B, T, NH, KVH, hs, segments);
   A* const S = workspace.data();
   A* const dP = S + long(R) * T;
   A* const dQ = dP + long(R) * T;  // a block's rows × hs (16-bit Real)

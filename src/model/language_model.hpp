@@ -108,7 +108,7 @@ std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space,
                                                          ParameterStore<Real>* store = nullptr, Comm* ep = nullptr);
 
 // What make_language_model's model allocates for these arguments, in elements of Real.
-template <class Real = float>
+template <class Real>
 ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
                                     Recompute recompute, int ep = 1);
 

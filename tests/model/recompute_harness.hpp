@@ -31,6 +31,14 @@ inline double hashed_unit(const std::string& name, std::int64_t index) {
   return double(z >> 11) / double(1ull << 52) - 1.0;
 }
 
+// A llama of m's sizes (L H C V T) with kv_heads key/value heads and a SwiGLU width of ffn.
+inline ModelConfig llama_of(ModelConfig m, int kv_heads, int ffn) {
+  m.arch = Arch::llama;
+  m.kv_heads = kv_heads;
+  m.ffn_hidden = ffn;
+  return m;
+}
+
 // Weights with non-trivial norm weights and bias values, so every gradient path carries signal.
 template <class Real>
 void fill_weights(LanguageModel<Real>& model) {

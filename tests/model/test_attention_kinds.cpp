@@ -42,19 +42,12 @@ struct Case {
   int slots;
 };
 
-ModelConfig llama(ModelConfig m, int kv_heads, int ffn) {
-  m.arch = Arch::llama;
-  m.kv_heads = kv_heads;
-  m.ffn_hidden = ffn;
-  return m;
-}
-
 // L H C V T. gpt2: head sizes 9 and 5; llama: 4 query heads on 2 kv heads, and 1 (multi-query).
 const Case cases[] = {
-    {{2, 2, 18, 13, 67}, 2, {0, 1}, 2},                // the whole model, T 67: two query blocks
-    {{3, 3, 15, 11, 130}, 1, {1, 2}, 2},               // last stage, T 130: three
-    {llama({2, 4, 24, 11, 67}, 2, 20), 2, {0, 1}, 2},  // grouped-query
-    {llama({3, 2, 12, 7, 70}, 1, 12), 1, {0, 2}, 3},   // multi-query, first stage
+    {{2, 2, 18, 13, 67}, 2, {0, 1}, 2},                         // the whole model, T 67: two query blocks
+    {{3, 3, 15, 11, 130}, 1, {1, 2}, 2},                        // last stage, T 130: three
+    {test::llama_of({2, 4, 24, 11, 67}, 2, 20), 2, {0, 1}, 2},  // grouped-query
+    {test::llama_of({3, 2, 12, 7, 70}, 1, 12), 1, {0, 2}, 3},   // multi-query, first stage
 };
 
 template <class Real>
@@ -82,7 +75,7 @@ TEST(AttentionKinds, FusedMatchesMaterializedInDouble) { fused_matches_materiali
 // Under fused attention selective recomputation has nothing to drop: the same memory and the same
 // bits as none (the stage skips recompute_attention).
 TEST(AttentionKinds, SelectiveIsNoneUnderFused) {
-  ModelConfig m = llama({2, 4, 24, 11, 67}, 2, 20);
+  ModelConfig m = test::llama_of({2, 4, 24, 11, 67}, 2, 20);
   m.attention = AttentionKernel::fused;
   const Observed<float> none = run_pipeline_like<float>(m, 2, {0, 1}, 2, Recompute::none);
   const Observed<float> selective = run_pipeline_like<float>(m, 2, {0, 1}, 2, Recompute::selective);

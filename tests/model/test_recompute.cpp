@@ -68,20 +68,12 @@ void expect_modes_agree(const Case& c) {
   }
 }
 
-// A llama of the GPT-2 case's sizes with kv_heads key/value heads and a SwiGLU width of ffn.
-ModelConfig llama(ModelConfig m, int kv_heads, int ffn) {
-  m.arch = Arch::llama;
-  m.kv_heads = kv_heads;
-  m.ffn_hidden = ffn;
-  return m;
-}
-
 const Case llama_cases[] = {
-    {llama({3, 4, 16, 11, 5}, 2, 20), 2, {0, 1}, 2},  // grouped-query, the whole model, two in flight
-    {llama({1, 2, 8, 7, 6}, 1, 12), 1, {0, 1}, 2},    // multi-query, one block, two in flight
-    {llama({5, 2, 8, 13, 6}, 1, 12), 2, {0, 3}, 2},   // first stage
-    {llama({5, 2, 8, 13, 6}, 2, 12), 2, {1, 3}, 3},   // middle stage, multi-head
-    {llama({5, 2, 8, 13, 6}, 1, 12), 2, {2, 3}, 2},   // last stage
+    {test::llama_of({3, 4, 16, 11, 5}, 2, 20), 2, {0, 1}, 2},  // grouped-query, the whole model, two in flight
+    {test::llama_of({1, 2, 8, 7, 6}, 1, 12), 1, {0, 1}, 2},    // multi-query, one block, two in flight
+    {test::llama_of({5, 2, 8, 13, 6}, 1, 12), 2, {0, 3}, 2},   // first stage
+    {test::llama_of({5, 2, 8, 13, 6}, 2, 12), 2, {1, 3}, 3},   // middle stage, multi-head
+    {test::llama_of({5, 2, 8, 13, 6}, 1, 12), 2, {2, 3}, 2},   // last stage
 };
 
 TEST(Recompute, LlamaIdenticalToNone) {
@@ -243,11 +235,11 @@ void expect_model_allocates(ModelConfig m, SizeFunction sizing) {
 
 TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
   const Sizing sizings[] = {
-      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1},
-      {llama({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
-      {llama({5, 8, 32, 13, 6}, 4, 24), 3, 4, {1, 3}, 3},
-      {llama({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
-      {llama({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
+      {test::llama_of({3, 4, 16, 11, 5}, 2, 20), 2, 1, {0, 1}, 1},
+      {test::llama_of({3, 4, 16, 11, 5}, 2, 20), 2, 2, {0, 1}, 2},
+      {test::llama_of({5, 8, 32, 13, 6}, 4, 24), 3, 4, {1, 3}, 3},
+      {test::llama_of({5, 8, 32, 13, 6}, 4, 24), 1, 2, {2, 3}, 2},
+      {test::llama_of({32, 32, 4096, 32000, 2048}, 8, 11008), 1, 8, {0, 4}, 4},  // LLaMA-7B's shape with GQA
   };
   expect_sizes_follow(sizings, &llama_sizes, &expected_llama_sizes);
   // The family dispatch of the planner (and so of the trainer's fit check, plan/fit.hpp).
@@ -255,7 +247,7 @@ TEST(Recompute, LlamaActivationElementsFollowTheFormulas) {
 }
 
 TEST(Recompute, LlamaAllocatesWhatTheSizingSays) {
-  expect_model_allocates(llama({5, 2, 8, 13, 6}, 1, 12), &expected_llama_sizes);
+  expect_model_allocates(test::llama_of({5, 2, 8, 13, 6}, 1, 12), &expected_llama_sizes);
 }
 
 TEST(Recompute, ActivationElementsFollowTheFormulas) {
