@@ -17,21 +17,11 @@ import os
 import subprocess
 import tempfile
 
-import numpy as np
-
 import trainer_output
+from benchmark import write_random_shard
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def write_shard(path, tokens, vocab):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = (20240520, 1, tokens)
-    data = np.random.default_rng(0).integers(0, vocab, size=tokens, dtype=np.uint16)
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(data.astype("<u2").tobytes())
 
 
 def keys(args, T, attention):
@@ -50,7 +40,7 @@ def planned(binary, args, T, attention):
 def measured(binary, args, T, attention):
     with tempfile.TemporaryDirectory() as tmp:
         shard, metrics = os.path.join(tmp, "tokens.bin"), os.path.join(tmp, "metrics.jsonl")
-        write_shard(shard, 3 * T + 1, 256)
+        write_random_shard(shard, 3 * T + 1, 256)
         subprocess.run([binary, "train", "--data.train", shard, "--train.steps", "2", "--checkpoint.dir",
                         os.path.join(tmp, "ckpt"), "--checkpoint.resume", "never", "--log.metrics", metrics]
                        + keys(args, T, attention), check=True, stdout=subprocess.DEVNULL)
