@@ -17,27 +17,26 @@
 namespace meshtrain {
 namespace {
 
-// Whether `micro` sequences per micro-batch fit: the sizes, then the memory.
-bool fits_at(const Config& cfg, int world, const Cluster& cluster, int dp, int micro) {
-  const Config c = with_micro_batch(cfg, dp, micro);
-  try {
-    require_sizes_fit(c.model, micro, c.parallel.ep);
-  } catch (const InputError&) {
-    return false;
-  }
-  return make_plan(c, world, cluster, RankCoverage::ends).fits;
-}
-
-// Whether model.seq_len = T fits, at cfg's micro-batch.
-bool fits_at_seq_len(const Config& cfg, int world, const Cluster& cluster, int T) {
-  Config c = cfg;
-  c.model.seq_len = T;
+// Whether c fits: the sizes, then the memory.
+bool fits(const Config& c, int world, const Cluster& cluster) {
   try {
     require_sizes_fit(c.model, c.train.micro_batch, c.parallel.ep);
   } catch (const InputError&) {
     return false;
   }
   return make_plan(c, world, cluster, RankCoverage::ends).fits;
+}
+
+// Whether `micro` sequences per micro-batch fit.
+bool fits_at(const Config& cfg, int world, const Cluster& cluster, int dp, int micro) {
+  return fits(with_micro_batch(cfg, dp, micro), world, cluster);
+}
+
+// Whether model.seq_len = T fits, at cfg's micro-batch.
+bool fits_at_seq_len(const Config& cfg, int world, const Cluster& cluster, int T) {
+  Config c = cfg;
+  c.model.seq_len = T;
+  return fits(c, world, cluster);
 }
 
 // The largest n in [1, most] with fits(n), for a fits that holds up to some n and not beyond (0 when
