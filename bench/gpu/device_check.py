@@ -11,6 +11,7 @@ Steps, each timed, each passing or failing on its own; a failed step does not st
                 on the GPU no cuBLAS case may be skipped)
   small_vs_cpu  bench/gpu/small.ini, 10 steps from bench/gpu/init_weights_small.h5 in fp32 and bf16,
                 each under model.attention fused (bf16: cuDNN's forward where built) and materialized,
+                and bf16 fused once more with train.deterministic = false (cuDNN's backward too),
                 losses against the CPU build's (reference_small.json): fp32 to 1e-4 relative, bf16 to
                 2e-3 (tests/train/test_mixed_precision.py's bound for sums in another order)
   mpi_ranks     test_comm's MPI cases on 2 ranks under the carried mpiexec (the launcher works)
@@ -510,11 +511,15 @@ class DeviceCheck:
             reference = json.load(f)
         shard = make_small_shard(self.work, lambda argv, log: self.run(argv, log, 60), self.one_rank)
         figures, failures = {"reference_made_by": reference["made_by"]}, []
-        for precision, attention in itertools.product(("fp32", "bf16"), ("fused", "materialized")):
-            run = f"{precision}_{attention}"
+        # The last run takes attention's backward off the deterministic kernel: cuDNN's, where built.
+        runs = [(precision, attention, True) for precision, attention
+                in itertools.product(("fp32", "bf16"), ("fused", "materialized"))] + [("bf16", "fused", False)]
+        for precision, attention, deterministic in runs:
+            run = f"{precision}_{attention}" + ("" if deterministic else "_nondeterministic")
             out = os.path.join(self.work, f"small_{run}")
             result = self.train(f"small_{run}", 90, *small_run_keys(precision, shard, out),
-                                "--model.attention", attention)
+                                "--model.attention", attention,
+                                "--train.deterministic", "true" if deterministic else "false")
             if result.rc != 0:
                 failures.append(f"{run} run exited {result.rc}: {result.tail(1500)}")
                 continue

@@ -113,6 +113,9 @@ class KeyTable {
     add_choice("train.recompute", cfg.train.recompute, "activation recomputation: {}");
     add("train.tf32", cfg.train.tf32,
         "fp32 runs on CUDA builds: GEMMs on TF32 tensor cores (10-bit mantissa inputs; host builds stay exact)");
+    add("train.deterministic", cfg.train.deterministic,
+        "false lets CUDA builds with cuDNN run attention's backward on cuDNN (dQ added with atomics: faster, no "
+        "longer bitwise from run to run or across a resume); host builds are deterministic either way");
     add("train.vocab_multiple", cfg.train.vocab_multiple,
         "pad the vocabulary to a multiple of this (x tp) for the GEMMs; the pad is out of the loss and of "
         "checkpoints (0: 128 on CUDA builds, 1 on host builds)");

@@ -250,6 +250,9 @@ struct TrainConfig {
   std::int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
   NonFinite nonfinite = NonFinite::stop;  // fp16: its loss only (the scaler handles its gradients)
   std::int64_t nonfinite_skips = 3;       // consecutive skipped steps before train.nonfinite = skip stops
+  // false: kernels that add in a run-dependent order may run (CUDA builds with cuDNN: attention's backward,
+  // kernels/fused_attention.hpp); true keeps every run, and a resumed one, bitwise the same.
+  bool deterministic = true;
 };
 
 struct OptimConfig {

@@ -6,10 +6,11 @@
 //   device memory (CUDA builds): kernels/flash_attention.hpp's Kokkos kernel, one launch forward and
 //     three backward; where the build has cuDNN (MESHTRAIN_ENABLE_CUDNN), the bf16 and fp16 forwards
 //     it takes (head sizes a multiple of 8 up to 128, no documents) run on cuDNN instead, on the space's
-//     stream. The backward stays on the Kokkos kernel: cuDNN's adds dQ with atomics, so two runs would
+//     stream. The backward stays on the Kokkos kernel unless train.deterministic = false
+//     (kernels/fused_attention_backward_choice.hpp): cuDNN's adds dQ with atomics, so two runs would
 //     differ in the last bits and a resumed run would no longer equal the straight one, and its
 //     deterministic variant keeps O(T²) in its workspace. Both forwards leave the same lse (the
-//     natural-log log-sum-exp of each row's scaled scores), which the Kokkos backward reads.
+//     natural-log log-sum-exp of each row's scaled scores), which either backward reads.
 // Both keep the output and one accum_t log-sum-exp per row; nothing of size T×T exists outside a tile,
 // so the memory a block keeps is linear in T. Layouts, segments and equations: kernels/flash_attention.hpp.
 #pragma once
@@ -17,6 +18,7 @@
 #include "core/exec.hpp"
 #include "kernels/flash_attention.hpp"
 #include "kernels/flash_attention_host.hpp"
+#include "kernels/fused_attention_backward_choice.hpp"
 #if defined(MESHTRAIN_HAVE_CUDNN_ATTENTION) && defined(KOKKOS_ENABLE_CUDA)
 #include "kernels/cudnn_attention.hpp"
 #define MESHTRAIN_FUSED_ATTENTION_CUDNN 1
@@ -94,6 +96,17 @@ void fused_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
   if constexpr (fused_attention_on_host<Real>) {
     flash_attention_host_backward(space, dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs, segments, workspace);
   } else {
+#ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
+    if constexpr (cudnn::attention_type_v<Real>) {
+      if (fused_attention_backward_choice() == FusedAttentionBackward::fastest &&
+          fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments,
+                                         {dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data()})) {
+        cudnn::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                        lse.data(), cudnn::AttentionShape{B, T, NH, KVH, hs});
+        return;
+      }
+    }
+#endif
     flash_attention_backward(space, dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs, segments, workspace);
   }
 }

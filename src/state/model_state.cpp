@@ -3,6 +3,7 @@
 
 #include "core/mpi_check.hpp"
 #include "core/watched_wait.hpp"
+#include "kernels/fused_attention_backward_choice.hpp"
 #include "model/gemm_workspace.hpp"
 #include "state/working_copy.hpp"
 
@@ -55,6 +56,8 @@ class ModelOn final : public Computation {
                                          cfg.train.recompute, &copy_, ep)),
         workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
     set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);
+    set_fused_attention_backward(cfg.train.deterministic ? FusedAttentionBackward::deterministic
+                                                         : FusedAttentionBackward::fastest);
     // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
     if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {

@@ -287,6 +287,9 @@ class BadInput(CliCase):
     def test_wrong_type(self):
         self.rejects({"model.layers": "abc"}, needles=["model.layers", "abc"])
 
+    def test_deterministic_not_a_boolean(self):
+        self.rejects({"train.deterministic": "sometimes"}, needles=["train.deterministic", "sometimes"])
+
     def test_heads_do_not_divide_d_model(self):
         self.rejects({"model.heads": 3}, needles=["model.heads", "3", "16"])
 
@@ -770,6 +773,15 @@ class Resume(CliCase):
         oracle = read_metrics(self.path("B.jsonl"))
         self.assert_same_records(resumed, oracle, keys=("step", "loss", "lr", "grad_norm"))
         self.assert_checkpoints_equal(self.path("A", "step_00000006.h5"), self.path("B", "step_00000006.h5"))
+
+    def test_nondeterministic_is_the_same_run_on_host_builds(self):
+        """train.deterministic = false only frees CUDA builds with cuDNN to run attention's backward on
+        cuDNN; a host build runs the same kernels, so the run is bitwise the default one."""
+        keys = {"data.train": "shard.bin", "train.steps": 3}
+        self.run_ok(train_args({**keys, "checkpoint.dir": "D", "log.metrics": "D.jsonl"}))
+        self.run_ok(train_args({**keys, "checkpoint.dir": "N", "log.metrics": "N.jsonl",
+                                "train.deterministic": "false"}))
+        self.assert_same_records(read_metrics(self.path("N.jsonl")), read_metrics(self.path("D.jsonl")))
 
     def test_background_saves_write_what_synchronous_saves_write(self):
         """checkpoint.async: every checkpoint equals the synchronous run's, tensor for tensor, and the
