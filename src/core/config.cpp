@@ -85,6 +85,16 @@ class KeyTable {
     add("model.multiple_of", cfg.model.multiple_of, "llama: the SwiGLU hidden size's rounding when ffn_hidden is 0");
     add("model.rope_theta", cfg.model.rope_theta, "llama: rotary position embedding base theta");
     add("model.norm_eps", cfg.model.norm_eps, "llama: RMSNorm epsilon");
+    add("model.tie_embeddings", cfg.model.tie_embeddings,
+        "llama: the output head lm_head is the token embedding embed_tokens (one tensor)");
+    add("model.qkv_bias", cfg.model.qkv_bias, "llama: q_proj, k_proj and v_proj carry biases (Qwen2)");
+    add("model.head_dim", cfg.model.head_dim, "llama: channels of one attention head (0: d_model / heads)");
+    add_choice("model.rope_scaling", cfg.model.rope_scaling, "llama: rotary frequency scaling: {}");
+    add("model.rope_factor", cfg.model.rope_factor, "llama, rope_scaling linear or llama3: the scaling factor");
+    add("model.rope_low_freq_factor", cfg.model.rope_low_freq_factor, "llama, rope_scaling llama3: low_freq_factor");
+    add("model.rope_high_freq_factor", cfg.model.rope_high_freq_factor, "llama, rope_scaling llama3: high_freq_factor");
+    add("model.rope_original_max_position", cfg.model.rope_original_max_position,
+        "llama, rope_scaling llama3: original_max_position_embeddings, the pre-training context");
     add("model.experts", cfg.model.experts, "llama: routed experts E of each MoE block (0: dense MLPs)");
     add("model.experts_per_token", cfg.model.experts_per_token, "MoE: experts k each token is routed to");
     add("model.moe_every", cfg.model.moe_every, "MoE: block l has routed experts when l % moe_every == 0");
@@ -251,13 +261,55 @@ KeyDefaults moe_keys(const ModelConfig& m) {
           {"model.z_loss_coef", m.z_loss_coef == d.z_loss_coef}};
 }
 
+// The rotary scaling's parameters: each given only where model.rope_scaling uses it.
+KeyDefaults rope_scaling_keys(const ModelConfig& m) {
+  const ModelConfig d;
+  return {{"model.rope_factor", m.rope_factor == d.rope_factor},
+          {"model.rope_low_freq_factor", m.rope_low_freq_factor == d.rope_low_freq_factor},
+          {"model.rope_high_freq_factor", m.rope_high_freq_factor == d.rope_high_freq_factor},
+          {"model.rope_original_max_position", m.rope_original_max_position == d.rope_original_max_position}};
+}
+
+// model.rope_scaling's parameters: positive, ordered as Llama 3.1's definition needs (the smooth band's
+// denominator high − low nonzero), and left at their defaults where the scaling does not read them.
+void validate_rope_scaling(const ModelConfig& m) {
+  if (m.rope_scaling == RopeScaling::none) {
+    require_at_defaults(rope_scaling_keys(m), "a rotary scaling key: set model.rope_scaling = linear or llama3");
+    return;
+  }
+  require_positive_real("model.rope_factor", m.rope_factor);
+  if (m.rope_scaling == RopeScaling::linear) {
+    KeyDefaults llama3_only = rope_scaling_keys(m);
+    llama3_only.erase(llama3_only.begin());
+    require_at_defaults(llama3_only, "a key of model.rope_scaling = llama3 only");
+    return;
+  }
+  require_positive_real("model.rope_low_freq_factor", m.rope_low_freq_factor);
+  require_positive_real("model.rope_high_freq_factor", m.rope_high_freq_factor);
+  if (!(m.rope_high_freq_factor > m.rope_low_freq_factor)) {
+    input_error(
+        "model.rope_high_freq_factor = {} must be larger than model.rope_low_freq_factor = {} (llama3 "
+        "scaling blends the frequencies between the two wavelengths they mark)",
+        m.rope_high_freq_factor, m.rope_low_freq_factor);
+  }
+  require_positive("model.rope_original_max_position", m.rope_original_max_position);
+}
+
 // Every key of the llama family, the mixture-of-experts ones included.
 KeyDefaults llama_keys(const ModelConfig& m) {
   const ModelConfig d;
-  KeyDefaults keys = {
-      {"model.kv_heads", m.kv_heads == d.kv_heads},          {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
-      {"model.multiple_of", m.multiple_of == d.multiple_of}, {"model.rope_theta", m.rope_theta == d.rope_theta},
-      {"model.norm_eps", m.norm_eps == d.norm_eps},          {"model.experts", m.experts == d.experts}};
+  KeyDefaults keys = {{"model.kv_heads", m.kv_heads == d.kv_heads},
+                      {"model.ffn_hidden", m.ffn_hidden == d.ffn_hidden},
+                      {"model.multiple_of", m.multiple_of == d.multiple_of},
+                      {"model.rope_theta", m.rope_theta == d.rope_theta},
+                      {"model.norm_eps", m.norm_eps == d.norm_eps},
+                      {"model.experts", m.experts == d.experts},
+                      {"model.tie_embeddings", m.tie_embeddings == d.tie_embeddings},
+                      {"model.qkv_bias", m.qkv_bias == d.qkv_bias},
+                      {"model.head_dim", m.head_dim == d.head_dim}};
+  const KeyDefaults rope = rope_scaling_keys(m);
+  keys.insert(keys.end(), rope.begin(), rope.end());
+  keys.push_back({"model.rope_scaling", m.rope_scaling == d.rope_scaling});
   const KeyDefaults moe = moe_keys(m);
   keys.insert(keys.end(), moe.begin(), moe.end());
   return keys;
@@ -309,11 +361,14 @@ void validate_family(const ModelConfig& m, const GivenKeys& given) {
   require_positive_real("model.rope_theta", m.rope_theta);
   require_positive_real("model.norm_eps", m.norm_eps);
   validate_experts(m);
+  validate_rope_scaling(m);
+  if (m.head_dim < 0 || m.head_dim > 1024) {
+    input_error("model.head_dim = {} is invalid: it must lie in 0..1024 (0: d_model / heads)", m.head_dim);
+  }
   if (!family.learned_positions && m.head_size() % 2 != 0) {
     input_error(
-        "model.d_model / model.heads = {} is odd: rotary position embedding rotates pairs of a head's channels, "
-        "so the head size must be even",
-        m.head_size());
+        "{} = {} is odd: rotary position embedding rotates pairs of a head's channels, so the head size must be even",
+        m.head_dim > 0 ? "model.head_dim" : "model.d_model / model.heads", m.head_size());
   }
 }
 
@@ -324,9 +379,11 @@ void validate(const Config& c, const GivenKeys& given) {
   require_positive("model.d_model", c.model.d_model);
   require_positive("model.vocab", c.model.vocab);
   require_positive("model.seq_len", c.model.seq_len);
-  if (c.model.d_model % c.model.heads != 0) {
-    input_error("model.heads = {} does not divide model.d_model = {}: choose heads among the divisors of d_model",
-                c.model.heads, c.model.d_model);
+  // model.head_dim frees a llama's heads from dividing d_model (Gemma's, Qwen3's shapes).
+  const bool own_head_dim = family_shape(c.model.arch).llama_keys && c.model.head_dim > 0;
+  if (c.model.d_model % c.model.heads != 0 && !own_head_dim) {
+    input_error("model.heads = {} does not divide model.d_model = {}: choose heads among the divisors of d_model{}",
+                c.model.heads, c.model.d_model, family_shape(c.model.arch).llama_keys ? ", or set model.head_dim" : "");
   }
   validate_family(c.model, given);
   if (c.model.vocab > 65536) {

@@ -28,6 +28,7 @@ constexpr int compute_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; 
 enum class Recompute { none, selective, full };
 // model.attention: how a block computes causal attention (see kernels/fused_attention.hpp).
 enum class AttentionKernel { fused, materialized };
+enum class RopeScaling { none, linear, llama3 };
 enum class LrDecay { cosine, constant };              // optim.decay
 enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
 enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
@@ -69,6 +70,14 @@ struct EnumNames<AttentionKernel> {
   static constexpr std::array<EnumName<AttentionKernel>, 2> all{
       {{AttentionKernel::fused, "fused", "flash-style: memory linear in seq_len"},
        {AttentionKernel::materialized, "materialized", "the B x heads x T x T probabilities kept"}}};
+};
+template <>
+struct EnumNames<RopeScaling> {
+  static constexpr std::string_view key = "model.rope_scaling";
+  static constexpr std::array<EnumName<RopeScaling>, 3> all{
+      {{RopeScaling::none, "none", "the frequencies theta^(-2i/hs)"},
+       {RopeScaling::linear, "linear", "every frequency divided by rope_factor"},
+       {RopeScaling::llama3, "llama3", "Llama 3.1's: long wavelengths divided by rope_factor, a smooth band between"}}};
 };
 template <>
 struct EnumNames<LrDecay> {
@@ -194,6 +203,16 @@ struct ModelConfig {
   int multiple_of = 256;    // the LLaMA rule rounds the SwiGLU hidden size up to a multiple of this
   double rope_theta = 1e4;  // rotary position embedding base θ
   double norm_eps = 1e-5;   // RMSNorm epsilon
+  // What published llama-family checkpoints carry (share/docs/usage.md, Model families).
+  bool tie_embeddings = false;  // lm_head is embed_tokens (a pipeline's first and last stage hold it)
+  bool qkv_bias = false;        // q_proj, k_proj and v_proj have biases (Qwen2)
+  int head_dim = 0;             // a head's channels (0: d_model / heads)
+  // Rotary frequencies rescaled for contexts longer than the pre-training one (kernels/rotary.hpp).
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_factor = 1;                 // linear, llama3: the factor long wavelengths are stretched by
+  double rope_low_freq_factor = 1;        // llama3: wavelengths above original / low_freq_factor are divided
+  double rope_high_freq_factor = 4;       // llama3: wavelengths below original / high_freq_factor are kept
+  int rope_original_max_position = 8192;  // llama3: the pre-training context
   // Mixture of experts (llama; share/docs/usage.md, Mixture of experts). experts = 0: every MLP dense.
   int experts = 0;              // E routed experts of each MoE block
   int experts_per_token = 2;    // k: experts each token is routed to
@@ -218,7 +237,10 @@ struct ModelConfig {
   // multiple of multiple_of. This and the other widths are computed in 64 bits by core/model_sizes,
   // which validation checks fit an int.
   int mlp_hidden() const;
-  int head_size() const { return d_model / heads; }
+  // A head's channels: head_dim, or d_model / heads (always that in a family without the llama keys).
+  int head_size() const { return family_shape(arch).llama_keys && head_dim > 0 ? head_dim : d_model / heads; }
+  // Channels of all query heads together (d_model unless head_dim says otherwise): o_proj's inputs.
+  int query_width() const { return heads * head_size(); }
   // Whether block l's MLP is routed experts (always false when experts = 0).
   bool is_moe_block(int l) const { return experts > 0 && l % moe_every == 0; }
   int moe_blocks() const { return experts > 0 ? (layers - 1) / moe_every + 1 : 0; }  // no overflow at any moe_every
@@ -227,8 +249,13 @@ struct ModelConfig {
   // Assignments an expert keeps out of a micro-batch of `tokens` tokens (0: no limit; at most tokens).
   int expert_capacity(int tokens) const;
   // gpt2's output head is its token embedding wte: with a pipeline the first and the last stage
-  // both hold it and sum its gradient. llama's lm_head is a matrix of its own.
-  bool ties_output_head() const { return family_shape(arch).tied_head; }
+  // both hold it and sum its gradient. llama's lm_head is a matrix of its own unless
+  // model.tie_embeddings, which makes it the same.
+  bool ties_output_head() const {
+    return family_shape(arch).tied_head || (family_shape(arch).llama_keys && tie_embeddings);
+  }
+  // Whether q, k and v carry biases: always in gpt2's c_attn, in llama with model.qkv_bias.
+  bool has_qkv_bias() const { return family_shape(arch).biases || (family_shape(arch).llama_keys && qkv_bias); }
 };
 
 struct TrainConfig {

@@ -30,9 +30,10 @@ struct FamilyShape {
   // mixture-of-experts keys): a family without them must not be given any (core/config.cpp).
   bool llama_keys;
   // The largest weights' names, for the messages of the fit checks (core/model_sizes.cpp).
-  std::string_view embedding_names;  // the token embedding, and the output head where it is not tied
-  std::string_view position_name;    // the position table (learned_positions)
-  std::string_view block_prefix;     // "h.*.": a block's tensor names below
+  std::string_view embedding_names;       // the token embedding, and the output head where it is not tied
+  std::string_view token_embedding_name;  // the token embedding alone (llama's with model.tie_embeddings)
+  std::string_view position_name;         // the position table (learned_positions)
+  std::string_view block_prefix;          // "h.*.": a block's tensor names below
   std::string_view qkv_names;
   std::string_view attention_out_name;
   std::string_view mlp_in_names;  // the dense MLP's first product
@@ -40,9 +41,9 @@ struct FamilyShape {
 
 inline constexpr std::array<FamilyShape, 2> families{{
     {Arch::gpt2, "gpt2", "LayerNorm, GELU, learned positions, tied head", MlpKind::gelu, true, true, true, false,
-     "wte.weight", "wpe.weight", "h.*.", "attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight"},
+     "wte.weight", "wte.weight", "wpe.weight", "h.*.", "attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight"},
     {Arch::llama, "llama", "RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head", MlpKind::swiglu,
-     false, false, false, true, "embed_tokens.weight and lm_head.weight", "", "layers.*.",
+     false, false, false, true, "embed_tokens.weight and lm_head.weight", "embed_tokens.weight", "", "layers.*.",
      "self_attn.q_proj|k_proj|v_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj|up_proj.weight"},
 }};
 

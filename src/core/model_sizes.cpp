@@ -92,14 +92,22 @@ Dim shared_dim(const ModelConfig& m) {
   return product(key_dim("model.shared_experts", m.shared_experts), expert_dim(m));
 }
 
-// q|k|v, one matrix: query heads C rows, key and value heads kv_heads · head size each.
+// q|k|v, one matrix: query heads C rows (heads × head_dim with model.head_dim), key and value heads
+// kv_heads · head size each.
+Dim query_dim(const ModelConfig& m) {
+  if (m.head_size() * m.heads == m.d_model) return key_dim("model.d_model", m.d_model);
+  return {Size(m.heads) * Size(m.head_size()),
+          fmt::format("model.heads {} × model.head_dim {}", m.heads, m.head_size()),
+          {"model.heads", "model.head_dim"}};
+}
+
 Dim qkv_dim(const ModelConfig& m) {
   const std::int64_t kv_rows = std::int64_t(m.kv_head_count()) * m.head_size();
   if (!family_shape(m.arch).llama_keys) return scaled(3, key_dim("model.d_model", m.d_model));
-  return {Size(m.d_model) + Size(2 * kv_rows),
-          fmt::format("model.d_model {} + 2 × model.kv_heads {} × the head size {}", m.d_model, m.kv_head_count(),
-                      m.head_size()),
-          {"model.d_model", "model.kv_heads"}};
+  const Dim q = query_dim(m);
+  return {q.size + Size(2 * kv_rows),
+          fmt::format("{} + 2 × model.kv_heads {} × the head size {}", q.text, m.kv_head_count(), m.head_size()),
+          {q.keys.front(), "model.kv_heads"}};
 }
 
 struct Tensor {
@@ -115,10 +123,10 @@ std::vector<Tensor> largest_weights(const ModelConfig& m) {
   const Dim T = key_dim("model.seq_len", m.seq_len);
   const auto block = [&](std::string_view name) { return fmt::format("{}{}", f.block_prefix, name); };
   std::vector<Tensor> t;
-  t.push_back({std::string(f.embedding_names), {V, C}});
+  t.push_back({std::string(m.ties_output_head() ? f.token_embedding_name : f.embedding_names), {V, C}});
   if (f.learned_positions) t.push_back({std::string(f.position_name), {T, C}});
   t.push_back({block(f.qkv_names), {qkv_dim(m), C}});
-  t.push_back({block(f.attention_out_name), {C, C}});
+  t.push_back({block(f.attention_out_name), {C, query_dim(m)}});
   const bool dense_blocks = m.moe_blocks() < m.layers;
   if (f.mlp == MlpKind::gelu) t.push_back({block(f.mlp_in_names), {C, mlp_dim(m)}});
   if (f.mlp == MlpKind::swiglu && dense_blocks) t.push_back({block(f.mlp_in_names), {scaled(2, mlp_dim(m)), C}});
@@ -255,9 +263,10 @@ Size parameter_count(const ModelConfig& m) {
   const Size bias = f.biases ? Size(1) : Size(0);
   const Size norm = (Size(1) + bias) * C;  // a weight, and a shift where the family has biases
   // A block: two norms, q|k|v (kv_heads' rows for k and v), the attention's output, and its MLP.
-  const Size kv_rows = Size(m.kv_head_count()) * Size(m.head_size());
-  const Size qkv_rows = C + Size(2) * kv_rows;
-  const Size attention = Size(2) * norm + (qkv_rows * C + bias * qkv_rows) + (C * C + bias * C);
+  const Size kv_rows = Size(m.kv_head_count()) * Size(m.head_size()), q_rows = Size(m.query_width());
+  const Size qkv_rows = q_rows + Size(2) * kv_rows;
+  const Size qkv_bias = m.has_qkv_bias() ? qkv_rows : Size(0);
+  const Size attention = Size(2) * norm + (qkv_rows * C + qkv_bias) + (C * q_rows + bias * C);
   const Size hidden = mlp_width(m);
   const Size dense = f.mlp == MlpKind::gelu ? Size(2) * hidden * C + bias * (hidden + C)
                                             : Size(3) * hidden * C + bias * (Size(2) * hidden + C);
@@ -266,7 +275,7 @@ Size parameter_count(const ModelConfig& m) {
   const Size moe_blocks = m.moe_blocks(), dense_blocks = Size(m.layers - m.moe_blocks());
   // The token embedding (and an untied head), the position table, the final norm.
   const Size outer =
-      (f.tied_head ? Size(1) : Size(2)) * V * C + (f.learned_positions ? Size(m.seq_len) * C : Size(0)) + norm;
+      (m.ties_output_head() ? Size(1) : Size(2)) * V * C + (f.learned_positions ? Size(m.seq_len) * C : Size(0)) + norm;
   return outer + Size(m.layers) * attention + dense_blocks * dense + moe_blocks * moe;
 }
 

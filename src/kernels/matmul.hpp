@@ -92,21 +92,44 @@ void matmul_backward_gelu(const ExecSpace& space, Vec<Real> dpre, Vec<Real> dpre
   gelu_backward_bias(space, dpre, dpre_bias, partials, pre, dpre, N, IC);
 }
 
-// Torch Linear layout [out, in] without bias (the llama family): out (N, OC) = inp (N, IC) · weightᵀ.
+// Torch Linear layout [out, in] (the llama family): out (N, OC) = inp (N, IC) · weightᵀ + bias (OC); bias
+// may be empty (no bias, llama's every product but Qwen2's q|k|v).
 template <class Real>
-void linear_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<Real> weight, int N, int IC, int OC) {
-  gemm<Real>(space, Trans::no, Trans::yes, {N, OC, IC}, accum_t<Real>(1), inp.data(), IC, weight.data(), IC,
-             accum_t<Real>(0), out.data(), OC);
+void linear_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<Real> weight, CVec<Real> bias, int N,
+                    int IC, int OC) {
+  using A = accum_t<Real>;
+  const GemmShape shape{N, OC, IC};
+  if (bias.data() != nullptr &&
+      gemm_fused<Real>(space, Trans::no, Trans::yes, shape, A(1), inp.data(), IC, weight.data(), IC, A(0), out.data(),
+                       OC, GemmEpilogue::bias, {.bias = bias.data()})) {
+    return;
+  }
+  gemm<Real>(space, Trans::no, Trans::yes, shape, A(1), inp.data(), IC, weight.data(), IC, A(0), out.data(), OC);
+  if (bias.data() != nullptr) add_bias(space, out, bias, N, OC);
 }
 
-// dinp (N, IC) = dout · weight (overwritten); dweight (OC, IC) += doutᵀ · inp.
 template <class Real>
-void linear_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, CVec<Real> dout, CVec<Real> inp,
-                     CVec<Real> weight, int N, int IC, int OC) {
+void linear_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<Real> weight, int N, int IC, int OC) {
+  linear_forward<Real>(space, out, inp, weight, CVec<Real>(), N, IC, OC);
+}
+
+// dinp (N, IC) = dout · weight (overwritten); dweight (OC, IC) += doutᵀ · inp; dbias, when not empty,
+// += column sums of dout (partials: bias_backward's workspace, column_sum_workspace(N, OC) elements).
+template <class Real>
+void linear_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
+                     Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
+                     int OC) {
   gemm<Real>(space, Trans::no, Trans::no, {N, IC, OC}, accum_t<Real>(1), dout.data(), OC, weight.data(), IC,
              accum_t<Real>(0), dinp.data(), IC);
   gemm<Real>(space, Trans::yes, Trans::no, {OC, IC, N}, accum_t<Real>(1), dout.data(), OC, inp.data(), IC,
              accum_t<Real>(1), dweight.data(), IC);
+  if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
+}
+
+template <class Real>
+void linear_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, CVec<Real> dout, CVec<Real> inp,
+                     CVec<Real> weight, int N, int IC, int OC) {
+  linear_backward<Real>(space, dinp, dweight, Vec<Real>(), Vec<accum_t<Real>>(), dout, inp, weight, N, IC, OC);
 }
 
 }  // namespace meshtrain

@@ -3,10 +3,9 @@
 // Sizes: N rows (= B*T), T time, hs head size (even), half = hs/2; a row holds `heads` heads of hs
 // columns each at columns h*hs .. h*hs+hs-1, rows row_stride elements apart (in the fused qkv row
 // [q: NH*hs | k: KV*hs | v: KV*hs], heads = NH + KV rotates q and k and leaves v alone).
-//   angle(t, i) = t · theta^(−2i/hs),  i < half,  t the row's position in its document: n % T, less the
-//   start of its document where segments are given (packed sequences: every document starts at 0, as
-//   when it is trained alone)
-//   forward:  x'[i]      = x[i] · cos − x[i+half] · sin
+//   angle(t, i) = t · f_i,  f_i = theta^(−2i/hs) (rescaled under model.rope_scaling),  i < half,  t the row's position
+//   in its document: n % T, less the start of its document where segments are given (packed sequences: every document
+//   starts at 0, as when it is trained alone) forward:  x'[i]      = x[i] · cos − x[i+half] · sin
 //             x'[i+half] = x[i+half] · cos + x[i] · sin
 //   backward: the transpose, a rotation by −angle:
 //             dx[i]      = dx'[i] · cos + dx'[i+half] · sin
@@ -22,6 +21,7 @@
 
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 namespace meshtrain {
 
@@ -31,17 +31,25 @@ struct RotaryTable {
   Buffer<A> cos, sin;
 };
 
+// The unscaled frequencies θ^(−2i/hs), i < hs/2 (model/rotary_frequencies.hpp rescales them for
+// model.rope_scaling).
+inline std::vector<double> rotary_frequencies(int hs, double theta) {
+  std::vector<double> frequencies(static_cast<std::size_t>(hs / 2));
+  for (int i = 0; i < hs / 2; ++i) frequencies[static_cast<std::size_t>(i)] = std::pow(theta, -2.0 * i / hs);
+  return frequencies;
+}
+
+// The table of angle(t, i) = t · frequencies[i] for t < T; hs = 2 · frequencies.size().
 template <class A>
-RotaryTable<A> make_rotary_table(int T, int hs, double theta) {
-  const int half = hs / 2;
+RotaryTable<A> make_rotary_table(int T, const std::vector<double>& frequencies) {
+  const int half = static_cast<int>(frequencies.size());
   const std::size_t count = static_cast<std::size_t>(T) * half;
   RotaryTable<A> table{Buffer<A>("meshtrain::rotary::cos", count), Buffer<A>("meshtrain::rotary::sin", count)};
   auto cosines = Kokkos::create_mirror_view(table.cos);
   auto sines = Kokkos::create_mirror_view(table.sin);
   for (int i = 0; i < half; ++i) {
-    const double frequency = std::pow(theta, -2.0 * i / hs);
     for (int t = 0; t < T; ++t) {
-      const double angle = t * frequency;
+      const double angle = t * frequencies[static_cast<std::size_t>(i)];
       cosines(static_cast<std::size_t>(t) * half + i) = A(std::cos(angle));
       sines(static_cast<std::size_t>(t) * half + i) = A(std::sin(angle));
     }
@@ -49,6 +57,11 @@ RotaryTable<A> make_rotary_table(int T, int hs, double theta) {
   Kokkos::deep_copy(table.cos, cosines);
   Kokkos::deep_copy(table.sin, sines);
   return table;
+}
+
+template <class A>
+RotaryTable<A> make_rotary_table(int T, int hs, double theta) {
+  return make_rotary_table<A>(T, rotary_frequencies(hs, theta));
 }
 
 namespace detail {

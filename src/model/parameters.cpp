@@ -237,7 +237,7 @@ double stage_flops_per_token(const ParameterLayout& layout) {
   }
   // Attention's two products, QKᵀ and PV, over all query heads (grouped-query attention shares
   // keys and values, not these products).
-  return 6.0 * parameters + 6.0 * layout.stage_layers() * double(m.d_model) * m.seq_len;
+  return 6.0 * parameters + 6.0 * layout.stage_layers() * double(m.query_width()) * m.seq_len;
 }
 
 double active_parameters(const ParameterLayout& layout) {

@@ -3,10 +3,10 @@
 // What one step of one pipeline stage costs, per rank of that stage:
 //
 //   compute  = m · b·T · F_stage · r / t / R
-//              F_stage: the stage's model FLOPs per token (6·N + 6·L·C·T split by stage, N the
+//              F_stage: the stage's model FLOPs per token (6·N + 6·L·Q·T split by stage, N the
 //              family's product matrices: stage_flops_per_token), r the recomputation factor (full:
 //              the forward runs twice, 8/6; selective: the attention scores' forward again,
-//              + 2·L·C·T, the query heads' width NH·hs being C in both families; the same under
+//              + 2·L·Q·T, Q = NH·hs the query heads' width (C unless model.head_dim); the same under
 //              model.attention = fused, whose backward recomputes them, in every mode), R the rank's
 //              FLOP/s = peak · efficiency, divided
 //              by the node's ranks on a host-only cluster (they share its cores), and slower by
@@ -17,12 +17,11 @@
 //              f(B) + (c − 1) · f(0): every call pays its latency, the bytes their bandwidth.
 //              tp comm: the tensor-parallel all-reduces over t ranks. pp comm: the stage's sends
 //              (a receive is the neighbour's send, counted there), the loss sum over p ranks and
-//              gpt2's tied wte gradient over 2 (llama's lm_head is untied: none). dp comm: the loss sum, the gradient
-//              buckets or ZeRO's reduce-scatters, and ZeRO's all-gathers, over d ranks; under
-//              expert parallelism the routed experts' share of them over d / ep ranks (their group
-//              lies inside a dp group: its link is taken as the dp groups'). ep comm: the MoE
-//              blocks' all-to-alls over the ep ranks (their token rows as plan/traffic.hpp plans
-//              them: an even load, every expert at its capacity when there is one).
+//              a tied embedding's gradient over 2 (gpt2's wte; llama's with model.tie_embeddings). dp comm: the loss
+//              sum, the gradient buckets or ZeRO's reduce-scatters, and ZeRO's all-gathers, over d ranks; under expert
+//              parallelism the routed experts' share of them over d / ep ranks (their group lies inside a dp group: its
+//              link is taken as the dp groups'). ep comm: the MoE blocks' all-to-alls over the ep ranks (their token
+//              rows as plan/traffic.hpp plans them: an even load, every expert at its capacity when there is one).
 //   bubble   = (p − 1)/m · (compute + tp comm + ep comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
@@ -117,7 +116,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
   const ModelConfig& model = cfg.model;
   const int m = accumulation_steps(cfg, layout.dp);
   const int p = layout.pp, t = layout.tp, d = layout.dp;
-  const double b = cfg.train.micro_batch, T = model.seq_len, C = model.d_model;
+  const double b = cfg.train.micro_batch, T = model.seq_len, Q = model.query_width();
   const int world = layout.world();
   const Link tp_link = group_link(tp_groups(layout), cluster, world);
   const Link pp_link = group_link(pp_groups(layout), cluster, world);
@@ -135,7 +134,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     // Fused attention's backward recomputes the scores tile by tile: the extra of selective
     // recomputation, which it makes a no-op (the probabilities are never kept to be dropped).
     const bool rescores = model.attention == AttentionKernel::fused || cfg.train.recompute == Recompute::selective;
-    if (rescores) flops += 2.0 * L * C * T;
+    if (rescores) flops += 2.0 * L * Q * T;
     const GridPosition position{0, 0, s};
     const int rank = Topology::global_rank(layout, position);
     const double rate = cluster.rank_flops(cfg.train.precision, cluster.ranks_on_node(rank, world));

@@ -94,6 +94,11 @@ TEST(ParameterCount, EqualsTheLayoutsSum) {
   moe.expert_hidden = 0;
   moe.moe_every = 1;
   models.push_back(moe);
+  ModelConfig qwen = gqa;  // a tied head, q|k|v biases and query heads wider than d_model
+  qwen.tie_embeddings = true;
+  qwen.qkv_bias = true;
+  qwen.head_dim = 16;
+  models.push_back(qwen);
   for (const ModelConfig& m : models) {
     EXPECT_EQ(parameter_count(m).value(), std::int64_t(ParameterLayout(m).total()))
         << name_of(m.arch) << " layers " << m.layers << " experts " << m.experts;

@@ -97,6 +97,16 @@ ModelConfig reference_model(const Hdf5File& ref) {
     m.multiple_of = int(ref.attribute("multiple_of"));
     m.rope_theta = ref.real_attribute("rope_theta");
     m.norm_eps = ref.real_attribute("norm_eps");
+    m.tie_embeddings = ref.attribute("tie_embeddings") != 0;
+    m.qkv_bias = ref.attribute("qkv_bias") != 0;
+    m.head_dim = int(ref.attribute("head_dim"));
+    const auto scaling = from_name<RopeScaling>(ref.text_attribute("rope_scaling"));
+    EXPECT_TRUE(scaling.has_value()) << "rope_scaling " << ref.text_attribute("rope_scaling");
+    m.rope_scaling = scaling.value_or(RopeScaling::none);
+    m.rope_factor = ref.real_attribute("rope_factor");
+    m.rope_low_freq_factor = ref.real_attribute("rope_low_freq_factor");
+    m.rope_high_freq_factor = ref.real_attribute("rope_high_freq_factor");
+    m.rope_original_max_position = int(ref.attribute("rope_original_max_position"));
   }
   if (ref.has_attribute("experts")) {  // a mixture of experts; absent: dense
     m.experts = int(ref.attribute("experts"));
@@ -169,7 +179,7 @@ TEST_P(ModelVsTorch, LossLogitsAndEveryGradient) {
     std::copy(values.begin(), values.end(), w.data() + t.offset);
   }
   Kokkos::deep_copy(model.weights(), w);
-  // Every tensor torch holds is one of the model's (torch has no bias, no extra table meshtrain lacks).
+  // Every tensor torch holds is one of the model's (no bias, no extra table meshtrain lacks).
   ASSERT_EQ(ref.members("/model"), model.layout().tensors().size());
 
   Buffer<int> inputs("inputs", N), targets("targets", N);

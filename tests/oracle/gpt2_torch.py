@@ -30,7 +30,8 @@ import llama_torch
 DEFAULTS = {
     "model": {"layers": 2, "heads": 2, "d_model": 64, "vocab": 256, "seq_len": 64, "arch": "gpt2",
               "kv_heads": 0, "ffn_hidden": 0, "multiple_of": 256, "rope_theta": 1e4, "norm_eps": 1e-5,
-              **llama_torch.MOE_DEFAULTS},
+              "tie_embeddings": False, "qkv_bias": False, "head_dim": 0,
+              **llama_torch.ROPE_DEFAULTS, **llama_torch.MOE_DEFAULTS},
     "train": {"micro_batch": 4, "global_batch": 4, "steps": 10, "seed": 1337},
     "optim": {"lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 2, "decay": "cosine",
               "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},

@@ -5,10 +5,16 @@ from the family's definition, not from meshtrain's kernels:
   x = embed_tokens[tokens]                                   (no position table)
   per block:  x += o_proj(attention(rope(q), rope(k), v)),   q, k, v = q|k|v_proj(rmsnorm(x))
               x += down_proj(silu(gate_proj(x')) · up_proj(x')),   x' = rmsnorm(x)
-  logits = lm_head(rmsnorm(x))                               (untied; no biases anywhere)
+  logits = lm_head(rmsnorm(x))                               (lm_head = embed_tokens when tied)
+
+The checkpoint keys of published models: tie_embeddings (no lm_head tensor: the logits use
+embed_tokens), qkv_bias (q_proj, k_proj, v_proj add biases, Qwen2; no other bias anywhere), head_dim
+(a head's channels, else d_model / heads; q_proj then has heads·head_dim rows and o_proj as many
+columns), rope_scaling (Llama 3.1's and linear rescaled frequencies, `rope_frequencies` below).
 
 RMSNorm: y = x · rstd · w, rstd = 1/sqrt(mean(x²) + eps), weight only. Rotary embedding: Hugging
-Face's half-split convention (rotate_half), positions 0..T−1, frequency i = θ^(−2i/hs), i < hs/2.
+Face's half-split convention (rotate_half), positions 0..T−1, frequency i = θ^(−2i/hs), i < hs/2,
+rescaled under rope_scaling.
 Grouped-query attention: kv head h // (NH/KV) serves query head h; causal softmax with scale
 1/sqrt(hs). SwiGLU hidden size: ffn_hidden, or the LLaMA rule multiple_of·⌈⌊8C/3⌋/multiple_of⌉.
 Mixture of experts (share/docs/usage.md, Mixture of experts): with model.experts E > 0, block l's
@@ -37,14 +43,16 @@ def hidden_size(d_model, ffn_hidden, multiple_of):
 
 
 class Linear(nn.Module):
-    """y = x Wᵀ with W stored [out, in] (torch Linear layout), no bias."""
+    """y = x Wᵀ (+ b) with W stored [out, in] (torch Linear layout); a bias only where asked."""
 
-    def __init__(self, n_in, n_out, dtype):
+    def __init__(self, n_in, n_out, dtype, bias=False):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(n_out, n_in, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(n_out, dtype=dtype)) if bias else None
 
     def forward(self, x):
-        return torch.matmul(x, self.weight.t())
+        y = torch.matmul(x, self.weight.t())
+        return y if self.bias is None else y + self.bias
 
 
 class RMSNorm(nn.Module):
@@ -64,23 +72,48 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotary_tables(T, hs, theta, dtype):
-    """cos and sin [T, hs] of angle(t, i) = t · θ^(−2i/hs), each frequency repeated for both halves."""
+# The rotary scaling keys and their defaults (share/docs/usage.md, Model families).
+ROPE_DEFAULTS = {"rope_scaling": "none", "rope_factor": 1.0, "rope_low_freq_factor": 1.0,
+                 "rope_high_freq_factor": 4.0, "rope_original_max_position": 8192}
+
+
+def rope_frequencies(hs, theta, rope=None):
+    """[hs/2] float64: θ^(−2i/hs), then as rope_scaling says. linear: each divided by the factor.
+    llama3 (Llama 3.1's published rule), with wavelength λ = 2π/f and L the original context:
+    λ > L/low_freq_factor → f/factor; λ < L/high_freq_factor → f; between, the blend
+    (1 − s)·f/factor + s·f with s = (L/λ − low_freq_factor)/(high_freq_factor − low_freq_factor)."""
+    rope = {**ROPE_DEFAULTS, **(rope or {})}
     freq = theta ** (-2.0 * torch.arange(hs // 2, dtype=torch.float64) / hs)
-    angle = torch.outer(torch.arange(T, dtype=torch.float64), freq)
+    factor = rope["rope_factor"]
+    if rope["rope_scaling"] == "linear":
+        return freq / factor
+    if rope["rope_scaling"] == "llama3":
+        low, high, L = rope["rope_low_freq_factor"], rope["rope_high_freq_factor"], rope["rope_original_max_position"]
+        wavelength = 2 * math.pi / freq
+        s = (L / wavelength - low) / (high - low)
+        blended = (1 - s) * freq / factor + s * freq
+        return torch.where(wavelength > L / low, freq / factor, torch.where(wavelength < L / high, freq, blended))
+    if rope["rope_scaling"] != "none":
+        raise ValueError(f"rope_scaling {rope['rope_scaling']!r}")
+    return freq
+
+
+def rotary_tables(T, hs, theta, dtype, rope=None):
+    """cos and sin [T, hs] of angle(t, i) = t · f_i, each frequency repeated for both halves."""
+    angle = torch.outer(torch.arange(T, dtype=torch.float64), rope_frequencies(hs, theta, rope))
     angle = torch.cat((angle, angle), dim=-1)
     return angle.cos().to(dtype), angle.sin().to(dtype)
 
 
 class Attention(nn.Module):
-    def __init__(self, c, heads, kv_heads, theta, dtype):
+    def __init__(self, c, heads, kv_heads, theta, dtype, hs, qkv_bias=False, rope=None):
         super().__init__()
         if heads % kv_heads:
             raise ValueError(f"kv_heads {kv_heads} does not divide heads {heads}")
-        self.heads, self.kv_heads, self.hs, self.theta = heads, kv_heads, c // heads, theta
-        self.q_proj = Linear(c, heads * self.hs, dtype)
-        self.k_proj = Linear(c, kv_heads * self.hs, dtype)
-        self.v_proj = Linear(c, kv_heads * self.hs, dtype)
+        self.heads, self.kv_heads, self.hs, self.theta, self.rope = heads, kv_heads, hs, theta, rope
+        self.q_proj = Linear(c, heads * self.hs, dtype, qkv_bias)
+        self.k_proj = Linear(c, kv_heads * self.hs, dtype, qkv_bias)
+        self.v_proj = Linear(c, kv_heads * self.hs, dtype, qkv_bias)
         self.o_proj = Linear(heads * self.hs, c, dtype)
 
     def forward(self, x):
@@ -89,7 +122,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, NH, hs).transpose(1, 2)   # [B, NH, T, hs]
         k = self.k_proj(x).view(B, T, KV, hs).transpose(1, 2)   # [B, KV, T, hs]
         v = self.v_proj(x).view(B, T, KV, hs).transpose(1, 2)
-        cos, sin = rotary_tables(T, hs, self.theta, x.dtype)
+        cos, sin = rotary_tables(T, hs, self.theta, x.dtype, self.rope)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         serving = torch.arange(NH) // (NH // KV)                 # the kv head of each query head
@@ -193,10 +226,10 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c, heads, kv_heads, theta, eps, dtype, mlp):
+    def __init__(self, c, heads, kv_heads, theta, eps, dtype, mlp, hs, qkv_bias, rope):
         super().__init__()
         self.input_layernorm = RMSNorm(c, eps, dtype)
-        self.self_attn = Attention(c, heads, kv_heads, theta, dtype)
+        self.self_attn = Attention(c, heads, kv_heads, theta, dtype, hs, qkv_bias, rope)
         self.post_attention_layernorm = RMSNorm(c, eps, dtype)
         self.mlp = mlp
 
@@ -212,13 +245,16 @@ class Embedding(nn.Module):
 
 
 class Llama(nn.Module):
-    """`moe`: the MOE_DEFAULTS keys (left out: those defaults; experts 0 is the dense model)."""
+    """`moe`: the MOE_DEFAULTS keys (left out: those defaults; experts 0 is the dense model); `rope`:
+    the ROPE_DEFAULTS keys."""
 
     def __init__(self, layers, heads, d_model, vocab, kv_heads=0, ffn_hidden=0, multiple_of=256,
-                 rope_theta=1e4, norm_eps=1e-5, dtype=torch.float64, moe=None):
+                 rope_theta=1e4, norm_eps=1e-5, dtype=torch.float64, moe=None, tie_embeddings=False,
+                 qkv_bias=False, head_dim=0, rope=None):
         super().__init__()
-        if d_model % heads or (d_model // heads) % 2:
-            raise ValueError(f"d_model {d_model} / heads {heads} is not an even head size")
+        hs = head_dim or d_model // heads
+        if (not head_dim and d_model % heads) or hs % 2:
+            raise ValueError(f"heads {heads}, d_model {d_model}, head_dim {head_dim}: no even head size")
         kv_heads = kv_heads or heads
         hidden = hidden_size(d_model, ffn_hidden, multiple_of)
         moe = {**MOE_DEFAULTS, **(moe or {})}
@@ -231,10 +267,10 @@ class Llama(nn.Module):
                        moe["shared_experts"], moe["capacity_factor"], moe["normalize_gates"], dtype)
 
         self.embed_tokens = Embedding(vocab, d_model, dtype)
-        self.layers = nn.ModuleList(Block(d_model, heads, kv_heads, rope_theta, norm_eps, dtype, mlp(l))
-                                    for l in range(layers))
+        self.layers = nn.ModuleList(Block(d_model, heads, kv_heads, rope_theta, norm_eps, dtype, mlp(l), hs,
+                                          qkv_bias, rope) for l in range(layers))
         self.norm = RMSNorm(d_model, norm_eps, dtype)
-        self.lm_head = Linear(d_model, vocab, dtype)
+        self.lm_head = None if tie_embeddings else Linear(d_model, vocab, dtype)
 
     def moe_blocks(self):
         """[(l, MoE)] the MoE blocks in order."""
@@ -250,7 +286,8 @@ class Llama(nn.Module):
         x = self.embed_tokens.weight[tokens]
         for block in self.layers:
             x = block(x)
-        return self.lm_head(self.norm(x))
+        x = self.norm(x)
+        return torch.matmul(x, self.embed_tokens.weight.t()) if self.lm_head is None else self.lm_head(x)
 
     def forward(self, tokens, targets):
         """Mean cross-entropy over every target token."""
@@ -260,7 +297,10 @@ class Llama(nn.Module):
 
 def build(m, dtype=torch.float64):
     """The model of a config's [model] section (seq_len needs no table: rope works for any T); MoE
-    keys left out take MOE_DEFAULTS."""
+    and rope keys left out take their defaults, the other checkpoint keys theirs (untied, no bias,
+    head_dim d_model / heads)."""
     return Llama(m["layers"], m["heads"], m["d_model"], m["vocab"], m["kv_heads"], m["ffn_hidden"],
                  m["multiple_of"], m["rope_theta"], m["norm_eps"], dtype,
-                 moe={key: m[key] for key in MOE_DEFAULTS if key in m})
+                 moe={key: m[key] for key in MOE_DEFAULTS if key in m},
+                 tie_embeddings=m.get("tie_embeddings", False), qkv_bias=m.get("qkv_bias", False),
+                 head_dim=m.get("head_dim", 0), rope={key: m[key] for key in ROPE_DEFAULTS if key in m})

@@ -15,7 +15,9 @@ independent PyTorch model (gpt2_torch.py, llama_torch.py) from the weights exact
                            the mean cross-entropy + aux_loss_coef·Σ aux + z_loss_coef·Σ z (MoE)
   root attributes          layers, heads, d_model, vocab, seq_len, batch, seed (int64),
                            arch, dtype (string), std, bias_std (float64); llama also
-                           kv_heads, ffn_hidden, multiple_of (int64), rope_theta, norm_eps (float64)
+                           kv_heads, ffn_hidden, multiple_of, head_dim, rope_original_max_position,
+                           tie_embeddings, qkv_bias (0/1) (int64), rope_theta, norm_eps, rope_factor,
+                           rope_low_freq_factor, rope_high_freq_factor (float64), rope_scaling (string)
 
 A mixture of experts (llama, --experts E > 0; share/docs/usage.md, Mixture of experts), the batch
 being one micro-batch, adds
@@ -32,7 +34,9 @@ the C++ test's tolerance, and, with --expect_drops, that capacity drops assignme
 usage: /usr/bin/python3 make_reference.py --out ref.h5 [--arch gpt2 --layers 2 --heads 2
        --d_model 64 --vocab 256 --seq_len 64 --batch 4 --seed 1337 --dtype float32 --std 0.02
        --bias_std 0.1] [llama: --kv_heads 0 --ffn_hidden 0 --multiple_of 256 --rope_theta 1e4
-       --norm_eps 1e-5] [MoE: --experts 0 --experts_per_token 2 --moe_every 1 --shared_experts 0
+       --norm_eps 1e-5 --tie_embeddings false --qkv_bias false --head_dim 0 --rope_scaling none
+       --rope_factor 1 --rope_low_freq_factor 1 --rope_high_freq_factor 4
+       --rope_original_max_position 8192] [MoE: --experts 0 --experts_per_token 2 --moe_every 1 --shared_experts 0
        --expert_hidden 0 --capacity_factor 0 --normalize_gates true --aux_loss_coef 0.01
        --z_loss_coef 0 --expect_drops yes|no]
 """
@@ -50,6 +54,8 @@ import llama_torch  # noqa: E402
 
 
 LLAMA_KEYS = {"kv_heads": int, "ffn_hidden": int, "multiple_of": int, "rope_theta": float, "norm_eps": float,
+              "tie_embeddings": bool, "qkv_bias": bool, "head_dim": int,
+              **{key: type(value) for key, value in llama_torch.ROPE_DEFAULTS.items()},
               **{key: type(value) for key, value in llama_torch.MOE_DEFAULTS.items()}}
 GRAD_TOLERANCE = 1e-9   # test_model_vs_torch.cpp: max |Δ| ≤ 1e-9 · max(1, max |gradient|) per tensor
 
@@ -137,7 +143,8 @@ def make_reference(out, layers, heads, d_model, vocab, seq_len, batch, seed, dty
             for key, kind in LLAMA_KEYS.items():
                 if key not in llama_torch.MOE_DEFAULTS:
                     value = kind(llama.get(key, gpt2_torch.DEFAULTS["model"][key]))
-                    f.attrs[key] = np.int64(value) if kind is int else np.float64(value)
+                    f.attrs[key] = (value if kind is str else np.int64(value) if kind in (int, bool)
+                                    else np.float64(value))
         if model.moe_blocks():
             write_moe(f, model, llama)
         f.attrs["arch"], f.attrs["dtype"] = arch, dtype

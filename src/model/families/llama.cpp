@@ -8,6 +8,7 @@
 #include "kernels/fused_attention.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/impl/decoder_stage_impl.hpp"
+#include "model/rotary_frequencies.hpp"
 
 #include <fmt/format.h>
 
@@ -42,7 +43,8 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           P,
           El,
           P > 1 ? P * per_sender : R,
-          m.attention == AttentionKernel::fused};
+          m.attention == AttentionKernel::fused,
+          m.has_qkv_bias()};
 }
 
 namespace {
@@ -109,9 +111,11 @@ void LlamaFamily::list_tensors(ParameterLayout& layout) {
   const ModelConfig& m = layout.model();
   const std::uint64_t C = m.d_model, hs = m.head_size(), H = m.mlp_hidden();
   const std::uint64_t q_rows = std::uint64_t(m.heads) * hs, kv_rows = std::uint64_t(m.kv_head_count()) * hs;
-  if (layout.place().first()) {
+  // Tied, the first stage embeds and the last stage's head reuses embed_tokens: both hold it, as gpt2's wte.
+  const bool tied = m.ties_output_head();
+  if (layout.place().first() || (tied && layout.place().last())) {
     layout.start_unit("embed_tokens", -1);
-    layout.add_vocabulary_table("embed_tokens.weight", TableRole::lookup);
+    layout.add_vocabulary_table("embed_tokens.weight", tied ? TableRole::tied : TableRole::lookup);
   }
   for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
     const std::string h = fmt::format("layers.{}.", l);
@@ -120,6 +124,11 @@ void LlamaFamily::list_tensors(ParameterLayout& layout) {
     layout.add_split(h + "self_attn.q_proj.weight", {q_rows, C}, 0, 1, InitKind::normal);  // column-parallel, by heads
     layout.add_split(h + "self_attn.k_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
     layout.add_split(h + "self_attn.v_proj.weight", {kv_rows, C}, 0, 1, InitKind::normal);
+    if (m.has_qkv_bias()) {  // after the three matrices, so that they stay one [Σ out, C] matrix
+      layout.add_split(h + "self_attn.q_proj.bias", {q_rows}, 0, 1, InitKind::zeros);
+      layout.add_split(h + "self_attn.k_proj.bias", {kv_rows}, 0, 1, InitKind::zeros);
+      layout.add_split(h + "self_attn.v_proj.bias", {kv_rows}, 0, 1, InitKind::zeros);
+    }
     layout.add_split(h + "self_attn.o_proj.weight", {C, q_rows}, 1, 1, InitKind::normal_residual);  // row-parallel
     layout.add_replicated(h + "post_attention_layernorm.weight", {C}, InitKind::ones);
     if (m.is_moe_block(l)) {
@@ -131,8 +140,10 @@ void LlamaFamily::list_tensors(ParameterLayout& layout) {
   if (layout.place().last()) {
     layout.start_unit("norm", -1);
     layout.add_replicated("norm.weight", {C}, InitKind::ones);
-    layout.start_unit("lm_head", -1);
-    layout.add_vocabulary_table("lm_head.weight", TableRole::output);
+    if (!tied) {
+      layout.start_unit("lm_head", -1);
+      layout.add_vocabulary_table("lm_head.weight", TableRole::output);
+    }
   }
 }
 
@@ -147,6 +158,9 @@ LlamaFamily::Weights<Real> LlamaFamily::bind(const TensorViews<Real>& v) {
     BlockWeights<Real> b;
     b.attn_norm = v.view(h + "input_layernorm.weight");
     b.qkv = v.joined(h, {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
+    if (m.has_qkv_bias()) {
+      b.qkv_bias = v.joined(h, {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"});
+    }
     b.o = v.view(h + "self_attn.o_proj.weight");
     b.mlp_norm = v.view(h + "post_attention_layernorm.weight");
     if (!m.is_moe_block(l)) {
@@ -180,7 +194,7 @@ LlamaFamily::State<Real>::State(const ParameterLayout& layout, const Dims& d, Co
                                 RouterStatistics& statistics)
     : exchange(ep, int(d.E)),
       rotary(make_rotary_table<accum_t<Real>>(layout.model().seq_len, layout.model().head_size(),
-                                              layout.model().rope_theta)) {
+                                              rotary_frequencies(layout.model()))) {
   host_routing.assign(std::size_t(slots), std::vector<HostRouting>(std::size_t(d.layers)));
   for (int l = 0; l < d.layers; ++l) {
     if (!d.moe(l)) continue;
@@ -259,7 +273,8 @@ LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, 
   }
   s.dswiglu = c.take(N * d.widest_dense_cols());
   s.dgate_up = c.take(N * 2 * d.widest_dense_cols());
-  s.column_partials = c.template take_as<accum_t<Real>>(column_sum_workspace(N, C));
+  s.column_partials =
+      c.template take_as<accum_t<Real>>(column_sum_workspace(N, d.qkv_bias ? std::max(C, d.qkv_cols()) : C));
   s.token_order = c.template take_as<int>(token_order_workspace(N));
   if (d.any_moe()) {
     s.router_logits = c.template take_as<accum_t<Real>>(N * d.E);

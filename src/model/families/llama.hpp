@@ -2,7 +2,8 @@
 //   token embedding (no position table), L blocks of
 //     x += o_proj(attention(rope(q), rope(k), v)),  q|k|v = qkv_proj(rmsnorm(x))
 //     x += down_proj(silu(gate) · up),              gate|up = gate_up_proj(rmsnorm(x))
-//   a final RMSNorm and an untied output head lm_head; no biases anywhere.
+//   a final RMSNorm and the output head lm_head, a matrix of its own or (model.tie_embeddings) the token
+//   embedding; no biases but q's, k's and v's under model.qkv_bias (Qwen2).
 // Attention is grouped-query: KV key/value heads, each shared by NH/KV query heads. Tensor
 // parallelism as Megatron's: q, k, v, gate and up column-parallel (q, k, v by heads), o and down
 // row-parallel, embed_tokens and lm_head vocabulary-parallel. A block may route experts instead of
@@ -75,6 +76,7 @@ struct LlamaFamily {
     // senders' rows for El experts at most (all N·k of them when nothing is dropped).
     std::size_t Rr;
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
+    bool qkv_bias;         // model.qkv_bias: q|k|v's product adds a bias
     std::size_t q_cols() const { return NHl * hs; }
     std::size_t qkv_cols() const { return (NHl + 2 * KVl) * hs; }
     bool moe(int l) const { return E > 0 && (first_layer + l) % moe_every == 0; }
@@ -99,6 +101,7 @@ struct LlamaFamily {
   struct BlockWeights {
     Vec<Real> attn_norm;  // (C)
     Vec<Real> qkv;        // ((NHl+2KVl)·hs, C)
+    Vec<Real> qkv_bias;   // ((NHl+2KVl)·hs)  model.qkv_bias only
     Vec<Real> o;          // (C, NHl·hs)
     Vec<Real> mlp_norm;   // (C)
     Vec<Real> gate_up;    // (2Hl, C)
@@ -112,7 +115,7 @@ struct LlamaFamily {
     Vec<Real> positions;  // none (rotary positions)
     std::vector<BlockWeights<Real>> blocks;
     Vec<Real> norm;    // (C)
-    Vec<Real> output;  // lm_head (Vl, C)
+    Vec<Real> output;  // lm_head (Vl, C); embed itself under model.tie_embeddings
   };
 
   // Activations one block keeps for its backward pass (views of the shared set where
@@ -143,8 +146,8 @@ struct LlamaFamily {
     Vec<accum_t<Real>> attention_workspace;  // fused attention (kernels/fused_attention.hpp)
     Vec<Real> dswiglu;                       // (N, Hl)
     Vec<Real> dgate_up;                      // (N, 2Hl)
-    // The RMSNorm weight gradients' partial sums (kernels/column_sum.hpp) and the embedding gradient's
-    // token order (kernels/encoder.hpp).
+    // The RMSNorm weight and qkv bias gradients' partial sums (kernels/column_sum.hpp) and the
+    // embedding gradient's token order (kernels/encoder.hpp).
     Vec<accum_t<Real>> column_partials;
     Vec<int> token_order;
     // MoE blocks: router logits (forward) and their gradient (backward); the gate weights' gradient;

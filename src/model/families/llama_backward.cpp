@@ -38,7 +38,7 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
   }
   rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // back to the unrotated q and k
-  linear_backward<Real>(m.space, d.dln, dw.qkv, d.dqkv, s.ln1, w.qkv, N, C, QKV);
+  linear_backward<Real>(m.space, d.dln, dw.qkv, dw.qkv_bias, d.column_partials, d.dqkv, s.ln1, w.qkv, N, C, QKV);
   m.copy_to.backward(span_of(d.dln));
   rmsnorm_backward(m.space, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
 }

@@ -24,7 +24,7 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
   const auto& w = m.params.blocks[std::size_t(l)];
   rmsnorm_forward(m.space, s.ln1, s.ln1_rstd, x, w.attn_norm, N, C, eps);
   m.copy_to.forward(span_of(s.ln1));
-  linear_forward<Real>(m.space, s.qkv, s.ln1, w.qkv, N, C, QKV);
+  linear_forward<Real>(m.space, s.qkv, s.ln1, w.qkv, w.qkv_bias, N, C, QKV);
   rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // the q heads, then the k heads
   if (d.fused_attention) {
     fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NHl, KVl, hs, {}, m.scratch.attention_workspace);
