@@ -16,7 +16,7 @@ include(CMakePackageConfigHelpers)
 set(MESHTRAIN_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/meshtrain")
 
 set(_meshtrain_export_targets meshtrain)
-foreach(lib IN ITEMS core exec kernels parallel model optim io state train plan commands)
+foreach(lib IN ITEMS core exec kernels parallel model optim io state train plan hf commands)
   add_library(meshtrain::${lib} ALIAS meshtrain_${lib})
   set_target_properties(meshtrain_${lib} PROPERTIES EXPORT_NAME ${lib})
   list(APPEND _meshtrain_export_targets meshtrain_${lib})

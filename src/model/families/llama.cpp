@@ -193,8 +193,7 @@ template <class Real>
 LlamaFamily::State<Real>::State(const ParameterLayout& layout, const Dims& d, Comm* ep, int slots,
                                 RouterStatistics& statistics)
     : exchange(ep, int(d.E)),
-      rotary(make_rotary_table<accum_t<Real>>(layout.model().seq_len, layout.model().head_size(),
-                                              rotary_frequencies(layout.model()))) {
+      rotary(make_rotary_table<accum_t<Real>>(layout.model().seq_len, rotary_frequencies(layout.model()))) {
   host_routing.assign(std::size_t(slots), std::vector<HostRouting>(std::size_t(d.layers)));
   for (int l = 0; l < d.layers; ++l) {
     if (!d.moe(l)) continue;
