@@ -139,6 +139,36 @@ std::string refusal(std::vector<std::string> args) {
   return "";
 }
 
+// The checkpoint keys of published llama models (share/docs/usage.md, Model families): each rope
+// parameter only under the scaling that reads it, llama3's band ordered, an even head_dim, none of them
+// under gpt2; head_dim frees heads from dividing d_model, and its query width is what the sizes count.
+TEST(Refusals, LlamaCheckpointKeys) {
+  const std::vector<std::string> llama = {"--model.arch", "llama"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), llama.begin(), llama.end());
+    return refusal(more);
+  };
+  std::string why = with({"--model.rope_factor", "4"});
+  EXPECT_NE(why.find("model.rope_factor"), std::string::npos) << why;
+  EXPECT_NE(why.find("model.rope_scaling"), std::string::npos) << why;
+  why = with({"--model.rope_scaling", "linear", "--model.rope_factor", "4", "--model.rope_low_freq_factor", "2"});
+  EXPECT_NE(why.find("model.rope_low_freq_factor"), std::string::npos) << why;
+  why = with({"--model.rope_scaling", "llama3", "--model.rope_factor", "8", "--model.rope_high_freq_factor", "1"});
+  EXPECT_NE(why.find("model.rope_high_freq_factor = 1"), std::string::npos) << why;
+  why = with({"--model.rope_scaling", "linear", "--model.rope_factor", "0"});
+  EXPECT_NE(why.find("model.rope_factor"), std::string::npos) << why;
+  why = with({"--model.rope_scaling", "yarn"});
+  EXPECT_NE(why.find("yarn"), std::string::npos) << why;
+  why = with({"--model.head_dim", "7"});
+  EXPECT_NE(why.find("model.head_dim = 7 is odd"), std::string::npos) << why;
+  why = refusal({"--model.qkv_bias", "true"});
+  EXPECT_NE(why.find("model.qkv_bias is a llama key"), std::string::npos) << why;
+  EXPECT_EQ(with({"--model.rope_scaling", "llama3", "--model.rope_factor", "8"}), "");
+  // 3 heads of 16 channels on d_model 64: heads need not divide d_model once head_dim says the width.
+  EXPECT_NE(with({"--model.heads", "3"}).find("or set model.head_dim"), std::string::npos);
+  EXPECT_EQ(with({"--model.heads", "3", "--model.kv_heads", "1", "--model.head_dim", "16"}), "");
+}
+
 TEST(Refusals, NameTheKeyAndTheTensorWithExactNumbers) {
   std::string why = refusal({"--model.d_model", "65536", "--model.vocab", "65536", "--model.heads", "1"});
   EXPECT_NE(why.find("wte.weight [65536, 65536]"), std::string::npos) << why;
