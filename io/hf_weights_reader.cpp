@@ -44,8 +44,8 @@ HfWeightsReader::HfWeightsReader(const std::string& dir) : dir_(dir) {
   const std::string single = in_directory(dir, single_weights_file), index = in_directory(dir, weights_index_file);
   const bool has_single = path_exists(single), has_index = path_exists(index);
   if (has_single && has_index) {
-    input_error("model directory {} holds both {} and {}: one is left from another model; remove it", dir,
-                single_weights_file, weights_index_file);
+    input_error("model directory {} holds both {} and {}: one of them is left from another model; remove the stale one",
+                dir, single_weights_file, weights_index_file);
   }
   if (!has_single && !has_index) {
     const bool pickled = path_exists(in_directory(dir, "pytorch_model.bin")) ||
