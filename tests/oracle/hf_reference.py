@@ -52,6 +52,11 @@ causal); x += mlp.c_proj(gelu_new(mlp.c_fc(ln_2(x)))), width n_inner or 4·C; lo
 (lm_head tied, absent from the files). Conv1D: y = x W + b with W stored [in, out]. LayerNorm eps
 layer_norm_epsilon. gelu_new(x) = ½x(1 + tanh(sqrt(2/π)(x + 0.044715x³))).
 
+What an importer meets beyond these files: save_pretrained leaves out of config.json a field equal
+to PretrainedConfig's default, so a missing tie_word_embeddings means true (this writer always
+writes it); the original `gpt2` checkpoint on the Hub names its tensors without `transformer.`
+and may carry `attn.bias` buffers; newer transformers (v5) write RoPE as `rope_parameters`.
+
 Loss: the mean cross-entropy of logits [B, T, V] against the given targets [B, T] (HF shifts its
 labels inside the model; here the caller passes inputs and targets already shifted).
 
@@ -67,14 +72,14 @@ Mixtral's router_jitter_noise, GPT-2's scale_attn_by_inverse_layer_idx or scale_
 The writer: write_hf_dir builds the config (HF defaults for behaviour, a tiny model for sizes
 unless given), random weights (gpt2_torch.random_init: matrices and embeddings normal(0, std),
 biases normal(0, 0.1), norm weights 1 + normal(0, 0.1), deterministic from the seed), and writes
-config.json, generation_config.json and model.safetensors or shards + index in float32 or
-bfloat16 (bf16 = the float32 values rounded to nearest even). Training: train_steps runs
+config.json, generation_config.json and model.safetensors or shards + index in float32,
+bfloat16 or float16 (both rounded to nearest even from the float32 values). Training: train_steps runs
 gpt2_torch.train (meshtrain's schedule, AdamW decay on tensors of two or more dimensions, clipping;
 share/docs/usage.md, Model and optimizer) on a model keyed by HF names.
 
 CLI (run with /usr/bin/python3):
   hf_reference.py write --arch llama --config '{"tie_word_embeddings": true}' --out DIR
-                        [--dtype float32|bfloat16] [--shard-bytes 4096] [--seed 3] [--std 0.02]
+                        [--dtype float32|bfloat16|float16] [--shard-bytes 4096] [--seed 3] [--std 0.02]
   hf_reference.py oracle --dir DIR --tokens tokens.npy [--targets targets.npy] --out ref.npz|ref.h5 [--include-aux]
       tokens.npy int [B, T+1] (inputs = [:, :-1], targets = [:, 1:]) or [B, T] with --targets;
       writes logits, loss, aux_loss (mixtral), tokens, targets and grad/<HF name> in float64
@@ -545,19 +550,18 @@ def load_hf_dir(directory, allow_unsupported=False):
     return load_weights(build_model(config, allow_unsupported), tensors, directory)
 
 
+FILE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def stored_tensors(model, dtype):
-    """{HF name: tensor} in file dtype: float32, or bfloat16 rounded from the float32 values."""
-    out = {}
-    for name, p in model.named_parameters():
-        t = p.detach().to(torch.float32)
-        out[name] = t.to(torch.bfloat16) if dtype == "bfloat16" else t
-    return out
+    """{HF name: tensor} in file dtype: float32, or bfloat16/float16 rounded from the float32 values."""
+    return {name: p.detach().to(torch.float32).to(FILE_DTYPES[dtype]) for name, p in model.named_parameters()}
 
 
 def write_model_dir(out_dir, model, dtype="float32", shard_bytes=None):
     """Writes config.json (torch_dtype = dtype), generation_config.json and the model's weights."""
-    if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"dtype {dtype!r}: valid values are float32, bfloat16")
+    if dtype not in FILE_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: valid values are {', '.join(FILE_DTYPES)}")
     config = {**model.config, "torch_dtype": dtype}
     os.makedirs(out_dir, exist_ok=True)
     st.write_json(os.path.join(out_dir, "config.json"), config)
@@ -608,7 +612,8 @@ def train_config(seq_len, **keys):
     for key, value in keys.items():
         section, _, name = key.partition("_")
         if section not in ("train", "optim") or name not in cfg[section]:
-            raise ValueError(f"{key}: expected train_<key> or optim_<key> of {sorted(cfg['train']) + sorted(cfg['optim'])}")
+            keys = sorted(cfg["train"]) + sorted(cfg["optim"])
+            raise ValueError(f"{key}: expected train_<key> or optim_<key> of {keys}")
         cfg[section][name] = value
     return cfg
 
@@ -655,7 +660,7 @@ def main(argv=None):
     w.add_argument("--arch", required=True, choices=sorted(ARCHS))
     w.add_argument("--config", default="{}", help="JSON object of config.json fields")
     w.add_argument("--out", required=True)
-    w.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    w.add_argument("--dtype", choices=sorted(FILE_DTYPES), default="float32")
     w.add_argument("--shard-bytes", type=int, default=None)
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--std", type=float, default=0.02)
@@ -689,9 +694,8 @@ def main(argv=None):
         model = load_hf_dir(args.dir)
         cfg = {"model": {}, "train": dict(gpt2_torch.DEFAULTS["train"]), "optim": dict(gpt2_torch.DEFAULTS["optim"])}
         gpt2_torch.apply_sets(cfg, args.set)
-        if "seq_len" not in cfg["model"]:
-            ap.error("train needs --set model.seq_len=T")
-        cfg["model"]["seq_len"] = int(cfg["model"]["seq_len"])
+        if set(cfg) != {"model", "train", "optim"} or set(cfg["model"]) != {"seq_len"}:
+            ap.error("train takes --set model.seq_len=T (required), train.* and optim.*; the model is the directory's")
         hist = train_steps(model, read_token_stream(args.data), cfg, include_aux=args.include_aux,
                            log=None if args.quiet else print)
         with open(args.out, "w") as f:

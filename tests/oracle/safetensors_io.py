@@ -139,7 +139,8 @@ def read_safetensors(path):
     with open(path, "rb") as f:
         data = f.read()
     entries, metadata = read_header(path, data)
-    return {name: tensor_from_bytes(data[b:e], dtype, shape) for name, (dtype, shape, b, e) in entries.items()}, metadata
+    tensors = {name: tensor_from_bytes(data[b:e], dtype, shape) for name, (dtype, shape, b, e) in entries.items()}
+    return tensors, metadata
 
 
 def write_json(path, obj):

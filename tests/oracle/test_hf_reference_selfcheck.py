@@ -79,7 +79,8 @@ def hf_names_and_shapes():
         return {"mlp.gate_proj.weight": (F, C), "mlp.up_proj.weight": (F, C), "mlp.down_proj.weight": (C, F)}
 
     def qkv_bias(C, H, KV, D):
-        return {"self_attn.q_proj.bias": (H * D,), "self_attn.k_proj.bias": (KV * D,), "self_attn.v_proj.bias": (KV * D,)}
+        return {"self_attn.q_proj.bias": (H * D,), "self_attn.k_proj.bias": (KV * D,),
+                "self_attn.v_proj.bias": (KV * D,)}
 
     def moe(C, H, KV, D, F):
         out = {"block_sparse_moe.gate.weight": (4, C)}
@@ -347,8 +348,8 @@ def safetensors_round_trip():
 
 
 @check
-def bf16_rounding():
-    """bf16 = the float32 bits rounded to nearest even by integer arithmetic."""
+def bf16_and_fp16_rounding():
+    """bf16 = the float32 bits rounded to nearest even by integer arithmetic; fp16 as numpy rounds."""
     with tempfile.TemporaryDirectory() as d:
         config, tensors = hr.write_hf_dir(d, "llama", CASES["llama"], seed=9, dtype="bfloat16", shard_bytes=2048)
         fp32 = hr.stored_tensors(gpt2_torch.random_init(hr.build_model(config), 9, std=0.02), "float32")
@@ -364,6 +365,11 @@ def bf16_rounding():
         assert rounded_up > 0, "no value rounds up: the check would not see truncation"
         header, _ = parse_by_hand(os.path.join(d, first_shard(d)))
         assert header["model.embed_tokens.weight"]["dtype"] == "BF16"
+        hr.write_hf_dir(d, "llama", CASES["llama"], seed=9, dtype="float16")
+        _, half = hr.read_hf_dir(d)
+        assert sorted(os.listdir(d)) == ["config.json", "generation_config.json", "model.safetensors"]
+        for name, t in fp32.items():                              # numpy's own float32 -> float16 rounding
+            assert np.array_equal(half[name].numpy().view(np.uint16), t.numpy().astype(np.float16).view(np.uint16))
 
 
 @check
