@@ -36,6 +36,7 @@ constexpr const char* usage =
     "                                                           per-rank memory and step time of a layout\n"
     "  inspect  FILE                                            describe a checkpoint\n"
     "  export   FILE --format safetensors --out OUT             the model for other tools\n"
+    "  import   DIR --out WEIGHTS.h5 --ini MODEL.ini            a Hugging Face model as initial weights\n"
     "  blas     [--openblas-coretype]                           which BLAS runs; the OPENBLAS_CORETYPE this CPU needs\n"
     "  config   [--config FILE.ini] [--section.key VALUE ...] [--get KEY ...]\n"
     "                                                           the keys train would run with\n"
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, int (*)(const Args&, MPI_Comm)> commands = {
       {"train", train_command},   {"prepare", prepare_command}, {"tokenizer", tokenizer_command},
       {"sample", sample_command}, {"inspect", inspect_command}, {"export", export_command},
-      {"plan", plan_command}};
+      {"import", import_command}, {"plan", plan_command}};
 
   int code = exit_code::finished;
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

@@ -15,12 +15,16 @@
 
 namespace meshtrain {
 
+std::vector<ModelTensor> model_tensors(const ModelConfig& model) {
+  std::vector<ModelTensor> tensors;
+  for (const TensorInfo& t : ParameterLayout(model).tensors()) tensors.push_back({t.name, t.shape});
+  return tensors;
+}
+
 void require_model_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
                            const std::vector<const char*>& groups, std::string_view whose) {
-  // Every tensor whole, as one rank of one stage holds them: the global names and shapes.
-  const ParameterLayout layout(model);
   std::map<std::string, std::vector<std::uint64_t>> wanted;
-  for (const TensorInfo& t : layout.tensors()) wanted.emplace(t.name, t.shape);
+  for (ModelTensor& t : model_tensors(model)) wanted.emplace(std::move(t.name), std::move(t.shape));
   for (const char* group : groups) {
     const std::vector<std::string> held = reader.datasets(group);
     const std::set<std::string> held_names(held.begin(), held.end());

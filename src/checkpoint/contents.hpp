@@ -19,6 +19,15 @@ namespace io {
 class CheckpointReader;
 }
 
+// One tensor of a model whole, as a checkpoint stores it: its name and global shape.
+struct ModelTensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+};
+
+// Every tensor of `model` (as one rank of one stage holds them), in the model's order.
+std::vector<ModelTensor> model_tensors(const ModelConfig& model);
+
 // The datasets under each of `groups` (io/checkpoint/schema.hpp's state groups) must be exactly the
 // tensors of `model`, each in its global shape. InputError naming the file and the first dataset
 // that is extra, missing or of another shape, with what would be valid; `whose` names the model in

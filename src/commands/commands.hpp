@@ -18,6 +18,7 @@ int sample_command(const Args& args, MPI_Comm comm);
 int inspect_command(const Args& args, MPI_Comm comm);
 int plan_command(const Args& args, MPI_Comm comm);
 int export_command(const Args& args, MPI_Comm comm);
+int import_command(const Args& args, MPI_Comm comm);
 // Without MPI: it may run inside a launcher's task before the rank does.
 int blas_command(const Args& args);
 // Without MPI: a batch script asks it before it starts a launcher.

@@ -2,18 +2,30 @@
 // it: the tensors are stored whole) as a safetensors file in the checkpoint's names and shapes
 // (gpt2: Hugging Face GPT-2's, Conv1D [in, out]; llama: Hugging Face Llama's, [out, in]), float32,
 // for other tools.
+// meshtrain export FILE --format hf --out DIR [--dtype fp32|bf16]: the same tensors as a directory
+// transformers loads (hf/hf_config.hpp: config.json, generation_config.json, model.safetensors or 5 GB
+// shards and their index, the tokenizer's files), exactly the tensors `meshtrain import` reads.
 #include "commands/commands.hpp"
 
+#include "checkpoint/attributes.hpp"
 #include "checkpoint/contents.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
+#include "core/regular_file.hpp"
+#include "hf/hf_config.hpp"
 #include "io/checkpoint/checksum_verifier.hpp"
 #include "io/checkpoint/file.hpp"
 #include "io/checkpoint/schema.hpp"
 #include "io/checkpoint/tensor_checksum.hpp"
 #include "io/output_guard.hpp"
 #include "io/safetensors_writer.hpp"
+#include "io/staged_files.hpp"
+#include "io/tokenizer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -50,23 +62,124 @@ std::vector<io::NamedTensor> read_verified_model(const io::CheckpointReader& rea
   return tensors;
 }
 
+// The files of the tokenizer a checkpoint records, as Hugging Face directories ship them beside it
+// (tokenizer.json or tokenizer.model, tokenizer_config.json, special_tokens_map.json): copied when the
+// recorded file still has the bytes the checkpoint was trained with; none for a byte-level model.
+std::vector<std::filesystem::path> tokenizer_files(const io::CheckpointReader& reader) {
+  const std::optional<std::string> path = reader.string_attribute(schema::attr::tokenizer);
+  const std::optional<std::string> hash = reader.string_attribute(schema::attr::tokenizer_xxh64);
+  if (!path || !hash) return {};
+  if (!std::filesystem::is_regular_file(*path) ||
+      io::hash_hex(io::tokenizer_hash(read_regular_file(*path, "the checkpoint's tokenizer"))) != *hash) {
+    input_error(
+        "'{}' records the tokenizer '{}' (XXH64 {}), which is no longer there with those bytes: an export "
+        "ships the tokenizer its ids mean; restore the file",
+        reader.path(), *path, *hash);
+  }
+  std::vector<std::filesystem::path> files = {*path};
+  for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    const auto p = std::filesystem::path(*path).parent_path() / beside;
+    if (std::filesystem::is_regular_file(p)) files.push_back(p);
+  }
+  return files;
+}
+
+// The directory `--format hf` writes: config.json, generation_config.json and the tokenizer's files
+// staged first, then the weights written (and committed) one tensor at a time, each checked against
+// its checksum as it is read, then the staged files committed: a failure leaves no new file.
+void export_hf(const io::CheckpointReader& reader, const std::string& path, const std::string& dir,
+               const std::string& dtype) {
+  namespace fs = std::filesystem;
+  const std::optional<Config> stored = checked_stored_model(reader, /*with_optimizer=*/false);
+  if (!stored) {
+    input_error(
+        "'{}' holds no meshtrain config (a weights file of another tool): --format hf needs the model's "
+        "keys to write config.json; export a checkpoint, or a file of `meshtrain import`",
+        path);
+  }
+  const ModelConfig& model = stored->model;
+  const hf::Architecture architecture = hf::export_architecture(model);
+  std::vector<io::TensorSource> tensors;
+  for (const ModelTensor& t : model_tensors(model)) {
+    const std::string dataset = schema::dataset(schema::model_group, t.name);
+    const bool checked = schema::requires_checksums(reader);
+    tensors.push_back({hf::hf_tensor_name(architecture, t.name), t.shape,
+                       [&reader, dataset, shape = t.shape, checked](std::span<float> out) {
+                         reader.read(io::TensorSlab::whole(dataset, shape), out.data());
+                         io::verify_checksums(
+                             reader, {dataset},
+                             [&](std::size_t) { return io::tensor_checksum(out.data(), out.size()); }, checked);
+                       }});
+  }
+  io::HfWeightsOptions options;
+  options.dtype = dtype == "bf16" ? io::SafetensorsDtype::bf16 : io::SafetensorsDtype::f32;
+  options.metadata = {{"format", "pt"}, {"source", path}};
+
+  // The outputs checked before anything is written: none of them the checkpoint or the tokenizer read.
+  const std::vector<fs::path> tokenizer = tokenizer_files(reader);
+  std::vector<io::NamedPath> inputs = {{"the checkpoint", path}};
+  for (const fs::path& p : tokenizer) inputs.push_back({"the tokenizer", p.string()});
+  std::vector<io::Output> outputs;
+  for (const std::string& name : io::hf_weights_file_names(tensors, options)) {
+    const std::string p = (fs::path(dir) / name).string();
+    outputs.push_back({"--out", p, io::FileKind::other, false, {io::safetensors_temporary_path(p)}});
+  }
+  std::vector<std::string> written_beside = {"config.json", "generation_config.json"};
+  for (const fs::path& p : tokenizer) written_beside.push_back(p.filename().string());
+  for (const std::string& name : written_beside) {
+    const std::string p = (fs::path(dir) / name).string();
+    outputs.push_back({"--out", p, io::FileKind::other, false, {io::staged_temporary_path(p)}});
+  }
+  for (const io::Output& o : outputs) io::require_safe_output(o, inputs);
+  if (fs::exists(dir) && !fs::is_directory(dir)) input_error("--out '{}' is not a directory", dir);
+  fs::create_directories(dir);
+
+  const std::string torch_dtype = dtype == "bf16" ? "bfloat16" : "float32";
+  const nlohmann::json config = hf::config_json(model, torch_dtype);
+  const nlohmann::json generation = {
+      {"_from_model_config", true}, {"bos_token_id", config["bos_token_id"]}, {"eos_token_id", config["eos_token_id"]}};
+  io::StagedFiles beside("Hugging Face model file");
+  beside.write((fs::path(dir) / "config.json").string(), [&](const auto& append) { append(config.dump(2) + "\n"); });
+  beside.write((fs::path(dir) / "generation_config.json").string(),
+               [&](const auto& append) { append(generation.dump(2) + "\n"); });
+  for (const fs::path& p : tokenizer) {
+    const std::string bytes = read_regular_file(p.string(), "the tokenizer");
+    beside.write((fs::path(dir) / p.filename()).string(), [&](const auto& append) { append(bytes); });
+  }
+  const std::vector<std::string> weights = io::write_hf_weights(dir, tensors, options);
+  beside.commit();
+  fmt::print("wrote {} tensors from {} as a Hugging Face {} ({}, {} weight file{}) to {}\n", tensors.size(), path,
+             hf::architecture_name(architecture), torch_dtype, weights.size(), weights.size() == 1 ? "" : "s", dir);
+}
+
 }  // namespace
 
 int export_command(const Args& args, MPI_Comm comm) {
   namespace po = boost::program_options;
-  const std::string usage = "meshtrain export FILE --format safetensors --out OUT";
-  std::string format, out;
+  const std::string usage = "meshtrain export FILE --format safetensors|hf --out OUT [--dtype fp32|bf16]";
+  std::string format, out, dtype = "fp32";
   po::options_description options("meshtrain export");
-  options.add_options()("format", po::value(&format), "output format: safetensors")(
-      "out", po::value(&out), "file to write (written as OUT.tmp, renamed when complete)");
+  options.add_options()("format", po::value(&format),
+                        "output format: safetensors (one file) or hf (a Hugging Face model directory)")(
+      "out", po::value(&out), "safetensors: the file to write (as OUT.tmp, renamed when complete); hf: the directory")(
+      "dtype", po::value(&dtype), "hf: the weights' type, fp32 (exact) or bf16 (rounded to nearest even)");
   if (print_help_if_asked(args, options, usage)) return 0;
   if (args.empty() || args[0].rfind("--", 0) == 0) input_error("expected a checkpoint FILE first (usage: {})", usage);
   const std::string path = args[0];
   parse_options(Args(args.begin() + 1, args.end()), options, usage);
-  if (format != "safetensors") {
-    input_error("--format = '{}' is invalid: valid formats are safetensors (usage: {})", format, usage);
+  if (format != "safetensors" && format != "hf") {
+    input_error("--format = '{}' is invalid: valid formats are safetensors and hf (usage: {})", format, usage);
   }
-  if (out.empty()) input_error("--out is missing: name the file to write (usage: {})", usage);
+  if (out.empty()) input_error("--out is missing: name the file or directory to write (usage: {})", usage);
+  if (dtype != "fp32" && dtype != "bf16") input_error("--dtype = '{}' is invalid: valid are fp32 and bf16", dtype);
+  if (format == "safetensors" && dtype != "fp32") input_error("--dtype is for --format hf; safetensors is fp32");
+  if (format == "hf") {
+    int rank = 0;
+    MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
+    io::CheckpointReader reader(path, comm);
+    if (rank == 0) export_hf(reader, path, out, dtype);
+    return 0;
+  }
   // Before anything is read: the output must not replace the checkpoint, a directory or a file
   // that is not a safetensors file.
   const io::Output safetensors{"--out", out, io::FileKind::safetensors, false, {io::safetensors_temporary_path(out)}};

@@ -1,0 +1,223 @@
+// meshtrain import DIR --out WEIGHTS.h5 --ini MODEL.ini [--seq-len T]: a Hugging Face model directory
+// (config.json, model.safetensors or its index and shards, the tokenizer) as initial weights in the
+// checkpoint schema — usable by checkpoint.init_weights under any layout, and by `export` — and an
+// INI of every [model] key with checkpoint.init_weights and data.tokenizer set (share/docs/usage.md,
+// Hugging Face models). Everything is checked before anything is written; the weights are read one
+// tensor at a time, so the model is never in memory twice.
+#include "checkpoint/attributes.hpp"
+#include "checkpoint/contents.hpp"
+#include "commands/commands.hpp"
+#include "core/command_line.hpp"
+#include "core/errors.hpp"
+#include "core/mpi_check.hpp"
+#include "core/regular_file.hpp"
+#include "hf/hf_config.hpp"
+#include "io/atomic_file.hpp"
+#include "io/checkpoint/file.hpp"
+#include "io/checkpoint/schema.hpp"
+#include "io/hf_weights_reader.hpp"
+#include "io/output_guard.hpp"
+#include "io/tokenizer.hpp"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+namespace meshtrain {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tokenizer a Hugging Face directory ships: tokenizer.json (byte-level BPE), else a SentencePiece
+// tokenizer.model (Llama 2, Mistral); none where the directory has neither.
+std::optional<std::string> tokenizer_file(const fs::path& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    if (fs::is_regular_file(dir / name)) return fs::absolute(dir / name).lexically_normal().string();
+  }
+  return std::nullopt;
+}
+
+// One of the model's tensors and where its values come from.
+struct Source {
+  ModelTensor tensor;
+  const io::SafetensorsTensor* file_tensor;
+};
+
+// Each tensor of `model` matched with the file's tensor of its Hugging Face name, shapes checked;
+// every tensor of the file must be one of them, a buffer that is no parameter, or a tied model's
+// lm_head.weight (returned in `tied_copy`, checked against the embedding when it is read).
+std::vector<Source> match_tensors(const io::HfWeightsReader& reader, hf::Architecture a, const ModelConfig& model,
+                                  const io::SafetensorsTensor*& tied_copy) {
+  std::map<std::string, const io::SafetensorsTensor*> by_name;
+  for (const io::SafetensorsTensor& t : reader.tensors()) {
+    const std::optional<std::string> ours = hf::meshtrain_tensor_name(a, t.name);
+    if (!ours) continue;
+    if (const auto [it, fresh] = by_name.emplace(*ours, &t); !fresh) {
+      input_error("{}: tensors '{}' and '{}' are both the model's {}: one copy of each tensor is valid",
+                  reader.source(), it->second->name, t.name, *ours);
+    }
+  }
+  std::vector<Source> sources;
+  for (ModelTensor& t : model_tensors(model)) {
+    const std::string theirs = hf::hf_tensor_name(a, t.name);
+    const auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      input_error("{}: no tensor '{}' [{}], which a {} of this config.json needs", reader.source(), theirs,
+                  fmt::join(t.shape, ", "), hf::architecture_name(a));
+    }
+    const io::SafetensorsTensor& have = *it->second;
+    // GPT-2's position table has n_positions rows; a run at a shorter seq_len keeps the first ones.
+    const bool positions = a == hf::Architecture::gpt2 && t.name == "wpe.weight";
+    const bool fits = positions ? have.shape.size() == 2 && have.shape[0] >= t.shape[0] && have.shape[1] == t.shape[1]
+                                : have.shape == t.shape;
+    if (!fits) {
+      input_error("{}: tensor '{}' in {} has shape {}, but this config.json's {} needs [{}]{}", reader.source(),
+                  have.name, reader.file_of(have.name), io::shape_text(have.shape), hf::architecture_name(a),
+                  fmt::join(t.shape, ", "), positions ? " rows or more" : "");
+    }
+    sources.push_back({std::move(t), &have});
+    by_name.erase(it);
+  }
+  tied_copy = nullptr;
+  for (const auto& [ours, t] : by_name) {
+    if (ours == "lm_head.weight" && model.ties_output_head()) {
+      tied_copy = t;
+      continue;
+    }
+    input_error("{}: tensor '{}' in {} is no parameter of a {} of this config.json (valid: the {} tensors it needs)",
+                reader.source(), t->name, reader.file_of(t->name), hf::architecture_name(a), sources.size());
+  }
+  return sources;
+}
+
+// A tensor's values as the model takes them: every one finite; GPT-2's position table cut to its rows.
+std::vector<float> read_values(io::HfWeightsReader& reader, const Source& s) {
+  std::vector<float> values(s.file_tensor->elements());
+  reader.read(s.file_tensor->name, values);
+  std::uint64_t count = 1;
+  for (auto d : s.tensor.shape) count *= d;
+  values.resize(count);  // the first rows: row-major, so a prefix
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      input_error("{}: tensor '{}' holds a non-finite value ({}) at element {}: the weights are damaged",
+                  reader.file_of(s.file_tensor->name), s.file_tensor->name, values[i], i);
+    }
+  }
+  return values;
+}
+
+// The [model] section of a resolved config's INI.
+std::string model_section(const Config& config) {
+  const std::string ini = config.to_ini();
+  const std::size_t begin = ini.find("[model]\n");
+  const std::size_t end = ini.find("\n[", begin);
+  return ini.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+}
+
+}  // namespace
+
+int import_command(const Args& args, MPI_Comm comm) {
+  namespace po = boost::program_options;
+  const std::string usage = "meshtrain import DIR --out WEIGHTS.h5 --ini MODEL.ini [--seq-len T]";
+  std::string out, ini;
+  int seq_len = 0;
+  po::options_description options("meshtrain import");
+  options.add_options()("out", po::value(&out), "initial weights to write (HDF5, written as OUT.tmp, renamed)")(
+      "ini", po::value(&ini), "the [model] keys, checkpoint.init_weights and data.tokenizer to write")(
+      "seq-len", po::value(&seq_len),
+      "model.seq_len to train at (default: max_position_embeddings, at most 4096; gpt2 keeps that many position rows)");
+  if (print_help_if_asked(args, options, usage)) return 0;
+  if (args.empty() || args[0].rfind("--", 0) == 0) {
+    input_error("expected a Hugging Face model directory DIR first (usage: {})", usage);
+  }
+  const fs::path dir = args[0];
+  parse_options(Args(args.begin() + 1, args.end()), options, usage);
+  if (out.empty() || ini.empty()) input_error("--out and --ini name the files to write (usage: {})", usage);
+  if (seq_len < 0) input_error("--seq-len = {} is invalid: it must be >= 1 (or left out)", seq_len);
+  if (!fs::is_directory(dir)) {
+    input_error(
+        "'{}' is not a directory: import reads a Hugging Face model directory (config.json, "
+        "model.safetensors or model.safetensors.index.json and its shards)",
+        dir.string());
+  }
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
+  if (rank != 0) return 0;  // one process reads and writes; the others have nothing to do
+
+  // Everything read and checked before anything is written.
+  const std::string config_path = (dir / "config.json").string();
+  const hf::ImportedConfig imported = hf::read_config(config_path, seq_len);
+  Config config;
+  config.model = imported.model;
+  const std::optional<std::string> tokenizer = tokenizer_file(dir);
+  if (tokenizer) config.data.tokenizer = *tokenizer;
+  const std::string origin = fmt::format("the model of {}", config_path);
+  config = config_from_ini(config.to_ini(), origin);  // the trainer's validation of every key
+  io::HfWeightsReader reader(dir.string());
+  const io::SafetensorsTensor* tied_copy = nullptr;
+  const std::vector<Source> sources = match_tensors(reader, imported.architecture, config.model, tied_copy);
+
+  const io::Output weights{"--out", out, io::FileKind::hdf5, false, {out + ".tmp"}};
+  const io::Output keys{"--ini", ini, io::FileKind::other, false, {io::atomic_temporary_path(ini)}};
+  std::vector<io::NamedPath> inputs = {{"config.json", config_path}, {"the weights", reader.source()}};
+  if (tokenizer) inputs.push_back({"the tokenizer", *tokenizer});
+  for (const auto& t : reader.tensors()) inputs.push_back({"a weights shard", reader.file_of(t.name)});
+  io::require_safe_output(weights, inputs);
+  inputs.push_back({"--out", out});
+  io::require_safe_output(keys, inputs);
+  io::require_output_directory(weights);
+  io::require_output_directory(keys);
+
+  TokenizerRecord record;
+  if (tokenizer) record = {*tokenizer, io::tokenizer_hash(read_regular_file(*tokenizer, "the tokenizer"))};
+  std::vector<std::vector<std::uint64_t>> shapes;
+  for (const Source& s : sources) shapes.push_back(s.tensor.shape);
+  {
+    io::CheckpointWriter writer(out, MPI_COMM_SELF, io::Transfer::independent,
+                                {io::CheckpointWriter::planned_bytes(shapes), true});
+    for (const auto& [name, value] : root_attributes(config, MPI_COMM_SELF, TrainingProgress{}, record)) {
+      std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
+    }
+    std::uint64_t parameters = 0;
+    for (const Source& s : sources) {
+      const std::vector<float> values = read_values(reader, s);
+      if (tied_copy != nullptr && (s.tensor.name == "wte.weight" || s.tensor.name == "embed_tokens.weight")) {
+        std::vector<float> copy(tied_copy->elements());
+        reader.read(tied_copy->name, copy);
+        if (copy != values) {
+          input_error(
+              "{}: '{}' differs from the token embedding, but config.json ties them (tie_word_embeddings): "
+              "the file is from another model",
+              reader.file_of(tied_copy->name), tied_copy->name);
+        }
+      }
+      writer.write(io::TensorSlab::whole(io::schema::dataset(io::schema::model_group, s.tensor.name), s.tensor.shape),
+                   values.data());
+      parameters += values.size();
+    }
+    writer.commit();
+    fmt::print("imported {} tensors ({} parameters) of {} ({}) to {}\n", sources.size(), parameters, dir.string(),
+               hf::architecture_name(imported.architecture), out);
+  }
+  // The keys a run needs to start from the weights: the model, where they are and whose ids the data has.
+  std::string text =
+      fmt::format("# meshtrain import {}: {}\n", dir.string(), hf::architecture_name(imported.architecture));
+  text += model_section(config);
+  text += fmt::format("[checkpoint]\ninit_weights = {}\n", fs::absolute(out).lexically_normal().string());
+  if (tokenizer) text += fmt::format("[data]\ntokenizer = {}\n", *tokenizer);
+  try {
+    io::write_file_atomically(ini, "model INI", [&](const auto& append) { append(text); });
+  } catch (...) {
+    fs::remove(out);  // both files or neither
+    throw;
+  }
+  fmt::print("model keys, init_weights and tokenizer in {}\n", ini);
+  return 0;
+}
+
+}  // namespace meshtrain
