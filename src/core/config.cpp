@@ -329,9 +329,9 @@ void validate(const Config& c, const GivenKeys& given) {
                 c.model.heads, c.model.d_model);
   }
   validate_family(c.model, given);
-  if (c.model.vocab > 65536) {
-    input_error("model.vocab = {} is invalid: token shards hold uint16 tokens, so vocab must be <= 65536",
-                c.model.vocab);
+  // Token shards hold uint16 or uint32 ids; tokenizer.json ids stop below 2^24 (io/tokenizer_json.cpp).
+  if (c.model.vocab > (1 << 24)) {
+    input_error("model.vocab = {} is invalid: at most 16777216 (2^24) token ids", c.model.vocab);
   }
   require_positive("train.micro_batch", c.train.micro_batch);
   require_positive("train.global_batch", c.train.global_batch);
