@@ -69,9 +69,16 @@ std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, co
                                   const std::string& out) {
   require_texts_and_output(text_files, out, tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
+  // SentencePiece models keep uint16 shards, as `tokenizer train` makes them (at most 65536 pieces).
+  if (!tokenizer.is_json() && tokenizer.vocab_size() > max_tokenizer_vocab) {
+    input_error(
+        "tokenizer '{}' has {} pieces, but token shards hold uint16 ids: at most {} pieces fit (train one with "
+        "meshtrain tokenizer train --vocab N, N <= {})",
+        tokenizer_path, tokenizer.vocab_size(), max_tokenizer_vocab, max_tokenizer_vocab);
+  }
   std::vector<std::uint32_t> tokens;
   for (const std::string& path : text_files) append_ids(path, tokenizer, tokens);
-  // uint32 tokens only where uint16 cannot hold every id of the vocabulary (io/token_shard.hpp).
+  // uint32 tokens only where uint16 cannot hold every id of a tokenizer.json's vocabulary (io/token_shard.hpp).
   if (tokenizer.vocab_size() > uint16_shard_vocab) return write_nonempty_shard(text_files, out, tokens);
   const std::vector<std::uint16_t> narrow(tokens.begin(), tokens.end());
   return write_nonempty_shard(text_files, out, narrow);

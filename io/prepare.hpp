@@ -21,8 +21,9 @@ std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const
 // The same with the ids of the tokenizer at `tokenizer` (io/tokenizer.hpp: a SentencePiece model or
 // a tokenizer.json): each file is encoded on its own as a document (Tokenizer::encode_document) and
 // the ids concatenated in the order given; uint16 tokens, uint32 for a vocabulary of more than
-// 65,536 ids (io/token_shard.hpp). Also InputError when a text is not UTF-8 (io/utf8.hpp), or the
-// tokenizer cannot be loaded or is what `out` would replace.
+// 65,536 ids (io/token_shard.hpp; a tokenizer.json's only: a SentencePiece model of more pieces is
+// refused, as before). Also InputError when a text is not UTF-8 (io/utf8.hpp), or the tokenizer
+// cannot be loaded or is what `out` would replace.
 std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, const std::string& tokenizer,
                                   const std::string& out);
 

@@ -122,6 +122,8 @@ bool is_sentencepiece_model(std::string_view bytes) {
   return parse_model(bytes, processor).empty();
 }
 
+bool Tokenizer::is_json() const { return model_->json.has_value(); }
+
 int Tokenizer::vocab_size() const {
   return model_->json ? model_->json->vocab_size() : model_->processor.GetPieceSize();
 }

@@ -34,6 +34,8 @@ class Tokenizer {
   ~Tokenizer();
 
   const std::string& path() const { return path_; }
+  // Whether the file is a tokenizer.json (else a SentencePiece model).
+  bool is_json() const;
   // The pieces of the model: every id it gives is below this.
   int vocab_size() const;
   // tokenizer_hash of the model file's bytes, as they were parsed: what a checkpoint records.
