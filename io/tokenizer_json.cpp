@@ -84,15 +84,18 @@ class Regex {
       source.fail(key, "the regex does not compile (PCRE2: {} at offset {})", reinterpret_cast<char*>(message.data()),
                   offset);
     }
+    // Machine code where PCRE2 has a JIT for this CPU; the interpreter otherwise (same matches).
+    pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);
   }
-  // The [begin, end) of each non-empty match, left to right.
+  // The [begin, end) of each non-empty match, left to right. `text` must be UTF-8 (encode checks
+  // it once: PCRE2's own check would read the whole text again at every match).
   std::vector<std::pair<std::size_t, std::size_t>> matches(std::string_view text) const {
     std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
         pcre2_match_data_create_from_pattern(code_.get(), nullptr), &pcre2_match_data_free);
     std::vector<std::pair<std::size_t, std::size_t>> found;
     for (std::size_t at = 0; at < text.size();) {
-      const int rc =
-          pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0, data.get(), nullptr);
+      const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at,
+                                 PCRE2_NO_UTF_CHECK, data.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) throw std::runtime_error(fmt::format("PCRE2 match failed with error {}", rc));
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
@@ -544,6 +547,7 @@ const std::vector<int>& TokenizerJson::prefix() const { return impl_->prefix; }
 const std::vector<int>& TokenizerJson::suffix() const { return impl_->suffix; }
 
 std::vector<int> TokenizerJson::encode(std::string_view text) const {
+  require_utf8_text("the text to encode", text);
   std::vector<int> ids;
   impl_->raw_added.split(
       text,

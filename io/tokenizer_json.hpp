@@ -24,8 +24,9 @@ class TokenizerJson {
 
   // One past the largest id of the vocabulary and the added tokens.
   int vocab_size() const;
-  // The ids of `text` (UTF-8) without the post-processor's tokens: added tokens matched first
-  // (never split), the rest normalized, pre-tokenized and merged.
+  // The ids of `text` without the post-processor's tokens: added tokens matched first (never
+  // split), the rest normalized, pre-tokenized and merged. InputError unless `text` is UTF-8 (as
+  // Hugging Face's, which take strings; the commands check their texts first, naming them).
   std::vector<int> encode(std::string_view text) const;
   // The ids the post-processor puts around a text (TemplateProcessing's single template: Llama 3's
   // <|begin_of_text|> before it); empty without one.
