@@ -147,7 +147,7 @@ class KeyTable {
         "seconds a collective may wait for its group before the job ends with exit 5 (0: off)");
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
     add("data.tokenizer", cfg.data.tokenizer,
-        "SentencePiece model the shards were made with (prepare --tokenizer); empty: byte-level");
+        "SentencePiece model or tokenizer.json the shards were made with (prepare --tokenizer); empty: byte-level");
     add_choice("data.tokenizer_change", cfg.data.tokenizer_change,
                "a checkpoint that records another tokenizer than data.tokenizer (or none): {}");
     add_choice("data.order", cfg.data.order, "{}");
