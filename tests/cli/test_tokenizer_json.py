@@ -316,6 +316,12 @@ class TokenizerJson(CliCase):
         magic, tokens = read_shard(self.path("s.bin"))
         self.assertEqual(magic, 20240520, "a vocabulary under 65,536 ids keeps the uint16 shard")
         self.assertEqual(tokens, peer["document"][0] + peer["document"][1])
+        # An --out that is a tokenizer.json is not written over (usage.md, Outputs that never destroy a file).
+        shutil.copy(self.files["gpt2"], self.path("other.json"))
+        p = cli.run(["prepare", "--tokenizer", self.files["llama3"], "--text", *texts, "--out", "other.json"], self.dir)
+        self.assert_bad_input(p, "other.json", "a tokenizer.json")
+        with open(self.files["gpt2"], "rb") as a, open(self.path("other.json"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
 
     def test_a_megabyte_encodes_in_linear_time(self):
         """A whole text is one subject of the split regex: matching must not re-read it at every match

@@ -4,6 +4,8 @@
 #include "io/tokenizer_json.hpp"
 #include "core/errors.hpp"
 #include "io/bpe_model.hpp"
+#include "io/decoded_text.hpp"
+#include "io/file_kind.hpp"
 #include "io/tokenizer.hpp"
 #include "io/utf8.hpp"
 
@@ -166,6 +168,27 @@ TEST(TokenizerJson, TheTokenizerFacadeAddsTheTemplateToDocuments) {
   EXPECT_EQ(tokenizer.content_hash(), tokenizer_hash(bytes));
   EXPECT_TRUE(is_tokenizer_json(bytes));
   EXPECT_FALSE(is_sentencepiece_model(bytes));
+}
+
+TEST(TokenizerJson, StreamedDecodingEqualsTheWholeAndFileKindTellsIt) {
+  const auto path = std::filesystem::path(::testing::TempDir()) / "stream_tokenizer.json";
+  std::ofstream(path) << small_file().dump();
+  const Tokenizer tokenizer = Tokenizer::load(path.string());
+  // Byte pieces that split characters (é, CJK, an emoji and its modifier), added tokens, merges.
+  const std::string text = "ab caf\xC3\xA9<s>\xE6\x97\xA5\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD abc<e> a";
+  std::vector<int> ids = tokenizer.encode(text);
+  ids.push_back(0xF0);  // a character that never completes: held back, then handed on by finish()
+  std::string streamed;
+  DecodedText decoded(tokenizer, [&](std::string_view piece) {
+    // Each piece handed on is final: the streamed text stays a prefix of the whole.
+    streamed += piece;
+    EXPECT_EQ(tokenizer.decode(ids).compare(0, streamed.size(), streamed), 0) << streamed;
+  });
+  for (int id : ids) decoded.add(id);
+  decoded.finish();
+  EXPECT_EQ(streamed, tokenizer.decode(ids));
+  EXPECT_EQ(streamed, text + "\xEF\xBF\xBD");
+  EXPECT_EQ(file_kind(path.string()), FileKind::tokenizer_json);
 }
 
 void expect_refused(const json& file, std::initializer_list<std::string> needles) {
