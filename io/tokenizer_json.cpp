@@ -20,7 +20,9 @@
 #include <stdexcept>
 
 namespace meshtrain::io {
-namespace {
+// The pipeline's parts, which TokenizerJson::Impl holds: in a named namespace, as a type with
+// internal linkage may not be a member's (in a unity build, -Wsubobject-linkage).
+namespace tokenizer_json_parts {
 
 using nlohmann::json;
 
@@ -225,14 +227,15 @@ json parse_json(const Source& source, std::string_view bytes) {
   }
 }
 
-}  // namespace
+}  // namespace tokenizer_json_parts
 
 struct TokenizerJson::Impl {
   std::optional<BpeModel> model;
-  AddedTokenMatcher raw_added;         // added tokens with normalized = false: matched in the text as given
-  AddedTokenMatcher normalized_added;  // normalized = true: matched in the normalized text
+  tokenizer_json_parts::AddedTokenMatcher
+      raw_added;  // added tokens with normalized = false: matched in the text as given
+  tokenizer_json_parts::AddedTokenMatcher normalized_added;  // normalized = true: matched in the normalized text
   bool nfc = false;
-  std::vector<PreTokenizerStep> steps;
+  std::vector<tokenizer_json_parts::PreTokenizerStep> steps;
   std::vector<int> prefix, suffix;
   std::vector<std::string> id_bytes;  // what each id decodes to
   std::vector<bool> id_known;         // whether some piece has that id
@@ -240,7 +243,7 @@ struct TokenizerJson::Impl {
 
   void pre_tokenize(std::string_view text, std::vector<int>& ids) const {
     std::vector<std::string> pieces{std::string(text)};
-    for (const PreTokenizerStep& step : steps) {
+    for (const tokenizer_json_parts::PreTokenizerStep& step : steps) {
       std::vector<std::string> next;
       for (const std::string& piece : pieces) step.apply(piece, next);
       pieces = std::move(next);
@@ -249,7 +252,7 @@ struct TokenizerJson::Impl {
   }
 };
 
-namespace {
+namespace tokenizer_json_parts {
 
 void read_normalizer(const Source& source, const json& file, TokenizerJson::Impl& impl) {
   const json* normalizer = source.optional(file, "normalizer");
@@ -500,7 +503,7 @@ void read_decoder(const Source& source, const json& file) {
   if (type != "ByteLevel") source.fail("decoder.type", "'{}' is not supported (supported: ByteLevel)", type);
 }
 
-}  // namespace
+}  // namespace tokenizer_json_parts
 
 TokenizerJson::TokenizerJson(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TokenizerJson::TokenizerJson(TokenizerJson&&) noexcept = default;
@@ -508,6 +511,7 @@ TokenizerJson& TokenizerJson::operator=(TokenizerJson&&) noexcept = default;
 TokenizerJson::~TokenizerJson() = default;
 
 TokenizerJson TokenizerJson::parse(const std::string& path, std::string_view bytes) {
+  using namespace tokenizer_json_parts;
   const Source source{path};
   const json file = parse_json(source, bytes);
   if (!file.is_object()) source.fail("(top level)", "is not a JSON object");
@@ -547,6 +551,7 @@ const std::vector<int>& TokenizerJson::prefix() const { return impl_->prefix; }
 const std::vector<int>& TokenizerJson::suffix() const { return impl_->suffix; }
 
 std::vector<int> TokenizerJson::encode(std::string_view text) const {
+  using tokenizer_json_parts::nfc;
   require_utf8_text("the text to encode", text);
   std::vector<int> ids;
   impl_->raw_added.split(
@@ -578,7 +583,7 @@ bool TokenizerJson::is_partial_character(int id) const {
 bool is_tokenizer_json(std::string_view bytes) {
   const auto first = bytes.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos || bytes[first] != '{') return false;
-  const json file = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  const auto file = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   return file.is_object() && file.contains("model") && file["model"].is_object();
 }
 
