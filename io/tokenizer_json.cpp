@@ -222,8 +222,10 @@ json parse_json(const Source& source, std::string_view bytes) {
   try {
     return json::parse(bytes);
   } catch (const json::parse_error& e) {
-    input_error("tokenizer '{}' is not valid JSON (byte {}: {}); a tokenizer.json or a SentencePiece .model is",
-                source.path, e.byte, e.what());
+    input_error(
+        "tokenizer '{}' starts as JSON but is not valid JSON (byte {}: {}); give a tokenizer.json or a SentencePiece "
+        ".model",
+        source.path, e.byte, e.what());
   }
 }
 
@@ -231,9 +233,9 @@ json parse_json(const Source& source, std::string_view bytes) {
 
 struct TokenizerJson::Impl {
   std::optional<BpeModel> model;
-  tokenizer_json_parts::AddedTokenMatcher
-      raw_added;  // added tokens with normalized = false: matched in the text as given
-  tokenizer_json_parts::AddedTokenMatcher normalized_added;  // normalized = true: matched in the normalized text
+  // Added tokens with normalized = false, matched in the text as given; normalized = true, in the
+  // normalized text.
+  tokenizer_json_parts::AddedTokenMatcher raw_added, normalized_added;
   bool nfc = false;
   std::vector<tokenizer_json_parts::PreTokenizerStep> steps;
   std::vector<int> prefix, suffix;
