@@ -32,7 +32,8 @@ bool is_tokenizer_model(const std::string& path);
 bool is_tokenizer_json_file(const std::string& path);
 
 // The kind of an existing regular file: the first test above that it passes, in that order (the
-// ones with a magic number first, the SentencePiece parse, which is the least specific, last).
+// ones with a magic number first, the SentencePiece parse and the tokenizer.json, the least
+// specific, last).
 FileKind file_kind(const std::string& path);
 
 // "an HDF5 file (a checkpoint?)", "a token shard", ...: for messages.
