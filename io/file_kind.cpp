@@ -4,6 +4,7 @@
 #include "io/hdf5_handles.hpp"
 #include "io/token_shard.hpp"
 #include "io/tokenizer.hpp"
+#include "io/tokenizer_json.hpp"
 
 #include <hdf5.h>
 #include <nlohmann/json.hpp>
@@ -55,8 +56,10 @@ bool is_hdf5(const std::string& path) {
 
 bool is_token_shard(const std::string& path) {
   const std::string bytes = head(path, 8);
-  return bytes.size() == 8 && std::int32_t(load_le(bytes, 4)) == token_shard_magic &&
-         std::int32_t(load_le(bytes.substr(4), 4)) == token_shard_version;
+  if (bytes.size() != 8) return false;
+  const auto magic = std::int32_t(load_le(bytes, 4)), version = std::int32_t(load_le(bytes.substr(4), 4));
+  return (magic == token_shard_magic && version == token_shard_version) ||
+         (magic == token_shard_magic_uint32 && version == token_shard_version_uint32);
 }
 
 bool is_safetensors(const std::string& path) {
@@ -86,6 +89,11 @@ bool is_tokenizer_model(const std::string& path) {
   return size <= whole_file_limit && is_sentencepiece_model(head(path, std::size_t(size)));
 }
 
+bool is_tokenizer_json_file(const std::string& path) {
+  const std::uintmax_t size = size_of(path);
+  return size <= whole_file_limit && head(path, 1) == "{" && is_tokenizer_json(head(path, std::size_t(size)));
+}
+
 FileKind file_kind(const std::string& path) {
   if (size_of(path) == 0) return FileKind::empty;
   if (is_hdf5(path)) return FileKind::hdf5;
@@ -94,6 +102,7 @@ FileKind file_kind(const std::string& path) {
   if (is_traffic_json(path)) return FileKind::traffic_json;
   if (is_metrics_jsonl(path)) return FileKind::metrics_jsonl;
   if (is_tokenizer_model(path)) return FileKind::tokenizer;
+  if (is_tokenizer_json_file(path)) return FileKind::tokenizer_json;
   return FileKind::other;
 }
 
@@ -106,6 +115,7 @@ std::string_view describe(FileKind kind) {
     case FileKind::traffic_json: return "a traffic file (log.traffic)";
     case FileKind::metrics_jsonl: return "a metrics file (log.metrics)";
     case FileKind::tokenizer: return "a SentencePiece tokenizer model";
+    case FileKind::tokenizer_json: return "a tokenizer.json";
     case FileKind::other: break;
   }
   return "a file of another kind";

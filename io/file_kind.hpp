@@ -12,14 +12,15 @@
 namespace meshtrain::io {
 
 enum class FileKind {
-  empty,          // no bytes: nothing to lose
-  hdf5,           // an HDF5 file: a checkpoint, or another tool's data
-  token_shard,    // io/token_shard.hpp's header: magic and version
-  safetensors,    // an 8-byte header length, then that many bytes of JSON object
-  traffic_json,   // log.traffic's JSON object ("counted", "ranks")
-  metrics_jsonl,  // log.metrics' JSON lines: the first is an object with "step"
-  tokenizer,      // a SentencePiece model that io::Tokenizer::load accepts
-  other,          // anything else (text, a config file, ...)
+  empty,           // no bytes: nothing to lose
+  hdf5,            // an HDF5 file: a checkpoint, or another tool's data
+  token_shard,     // io/token_shard.hpp's header: magic and version
+  safetensors,     // an 8-byte header length, then that many bytes of JSON object
+  traffic_json,    // log.traffic's JSON object ("counted", "ranks")
+  metrics_jsonl,   // log.metrics' JSON lines: the first is an object with "step"
+  tokenizer,       // a SentencePiece model that io::Tokenizer::load accepts
+  tokenizer_json,  // a JSON object with a "model" object (io/tokenizer_json.hpp)
+  other,           // anything else (text, a config file, ...)
 };
 
 bool is_hdf5(const std::string& path);
@@ -28,9 +29,11 @@ bool is_safetensors(const std::string& path);
 bool is_traffic_json(const std::string& path);
 bool is_metrics_jsonl(const std::string& path);
 bool is_tokenizer_model(const std::string& path);
+bool is_tokenizer_json_file(const std::string& path);
 
 // The kind of an existing regular file: the first test above that it passes, in that order (the
-// ones with a magic number first, the SentencePiece parse, which is the least specific, last).
+// ones with a magic number first, the SentencePiece parse and the tokenizer.json, the least
+// specific, last).
 FileKind file_kind(const std::string& path);
 
 // "an HDF5 file (a checkpoint?)", "a token shard", ...: for messages.

@@ -23,6 +23,7 @@ std::string_view kind_noun(FileKind kind) {
     case FileKind::token_shard: return "a token shard";
     case FileKind::safetensors: return "a safetensors file";
     case FileKind::tokenizer: return "a SentencePiece tokenizer model";
+    case FileKind::tokenizer_json: return "a tokenizer.json";
     case FileKind::metrics_jsonl: return "a metrics file (JSON lines)";
     case FileKind::traffic_json: return "a traffic file (JSON)";
     case FileKind::hdf5: return "an HDF5 file";

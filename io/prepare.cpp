@@ -23,10 +23,11 @@ void append_bytes(const std::string& path, std::vector<std::uint16_t>& tokens) {
   });
 }
 
-void append_ids(const std::string& path, const Tokenizer& tokenizer, std::vector<std::uint16_t>& tokens) {
+// Each file is a document: a tokenizer.json's post-processor puts its tokens (a BOS) around it.
+void append_ids(const std::string& path, const Tokenizer& tokenizer, std::vector<std::uint32_t>& tokens) {
   const std::string text = read_regular_file(path, "text file");
   require_utf8_text(fmt::format("text file '{}'", path), text);
-  for (int id : tokenizer.encode(text)) tokens.push_back(std::uint16_t(id));
+  for (int id : tokenizer.encode_document(text)) tokens.push_back(std::uint32_t(id));
 }
 
 // Before anything is read: the shard must not replace a file it is made from, or a file of another kind.
@@ -42,11 +43,16 @@ void require_texts_and_output(const std::vector<std::string>& text_files, const 
   require_output_directory(shard);
 }
 
+template <class Token>
 std::size_t write_nonempty_shard(const std::vector<std::string>& text_files, const std::string& out,
-                                 const std::vector<std::uint16_t>& tokens) {
+                                 const std::vector<Token>& tokens) {
   if (tokens.empty())
     input_error("the text files {} are all empty; there is nothing to tokenize", fmt::join(text_files, ", "));
-  write_token_shard(out, tokens);
+  if constexpr (sizeof(Token) == 4) {
+    write_token_shard_uint32(out, tokens);
+  } else {
+    write_token_shard(out, tokens);
+  }
   return tokens.size();
 }
 
@@ -63,15 +69,19 @@ std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, co
                                   const std::string& out) {
   require_texts_and_output(text_files, out, tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
-  if (tokenizer.vocab_size() > max_tokenizer_vocab) {
+  // SentencePiece models keep uint16 shards, as `tokenizer train` makes them (at most 65536 pieces).
+  if (!tokenizer.is_json() && tokenizer.vocab_size() > max_tokenizer_vocab) {
     input_error(
         "tokenizer '{}' has {} pieces, but token shards hold uint16 ids: at most {} pieces fit (train one with "
         "meshtrain tokenizer train --vocab N, N <= {})",
         tokenizer_path, tokenizer.vocab_size(), max_tokenizer_vocab, max_tokenizer_vocab);
   }
-  std::vector<std::uint16_t> tokens;
+  std::vector<std::uint32_t> tokens;
   for (const std::string& path : text_files) append_ids(path, tokenizer, tokens);
-  return write_nonempty_shard(text_files, out, tokens);
+  // uint32 tokens only where uint16 cannot hold every id of a tokenizer.json's vocabulary (io/token_shard.hpp).
+  if (tokenizer.vocab_size() > uint16_shard_vocab) return write_nonempty_shard(text_files, out, tokens);
+  const std::vector<std::uint16_t> narrow(tokens.begin(), tokens.end());
+  return write_nonempty_shard(text_files, out, narrow);
 }
 
 }  // namespace meshtrain::io

@@ -1,5 +1,5 @@
 // `meshtrain prepare`: text files into one token shard, byte-level (token = byte value, vocabulary
-// 256) or with a SentencePiece model's ids (share/docs/usage.md, Tokenizers).
+// 256) or with a tokenizer's ids (share/docs/usage.md, Tokenizers).
 #pragma once
 
 #include <cstddef>
@@ -18,10 +18,12 @@ inline constexpr int byte_vocab = 256;
 // shard (io/output_guard.hpp).
 std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const std::string& out);
 
-// The same with the ids of the SentencePiece model at `tokenizer` (io/tokenizer.hpp): each file is
-// encoded on its own and the ids concatenated in the order given. Also InputError when a text is
-// not UTF-8 (io/utf8.hpp), or the model cannot be loaded, has more pieces than a uint16 shard
-// holds (io::max_tokenizer_vocab), or is what `out` would replace.
+// The same with the ids of the tokenizer at `tokenizer` (io/tokenizer.hpp: a SentencePiece model or
+// a tokenizer.json): each file is encoded on its own as a document (Tokenizer::encode_document) and
+// the ids concatenated in the order given; uint16 tokens, uint32 for a vocabulary of more than
+// 65,536 ids (io/token_shard.hpp; a tokenizer.json's only: a SentencePiece model of more pieces is
+// refused, as before). Also InputError when a text is not UTF-8 (io/utf8.hpp), or the tokenizer
+// cannot be loaded or is what `out` would replace.
 std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, const std::string& tokenizer,
                                   const std::string& out);
 

@@ -29,6 +29,10 @@ std::uint16_t load_u16le(const unsigned char* p) {
   return v;
 }
 
+std::uint32_t load_u32le(const unsigned char* p) {
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
+}
+
 std::int32_t load_i32le(const unsigned char* p) {
   const std::uint32_t u =
       std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
@@ -111,18 +115,24 @@ class MappedFile {
 struct TokenStream::Shard {
   std::string path;
   MappedFile map;
-  const unsigned char* tokens = nullptr;  // count little-endian uint16, just past the header
+  const unsigned char* tokens = nullptr;  // count little-endian uint16 or uint32, just past the header
   std::size_t count = 0;
+  std::size_t width = 2;  // bytes per token
   std::size_t begin = 0;  // stream position of the first token
-  std::uint16_t max_token = 0;
+  std::uint32_t max_token = 0;
 
-  std::uint16_t at(std::size_t i) const { return load_u16le(tokens + 2 * i); }
+  std::uint32_t at(std::size_t i) const { return width == 2 ? load_u16le(tokens + 2 * i) : load_u32le(tokens + 4 * i); }
 };
 
 namespace {
 
-// Checks the header and size; returns the token count.
-std::size_t validate(const std::string& path, const MappedFile& map) {
+struct ShardShape {
+  std::size_t count;
+  std::size_t width;
+};
+
+// Checks the header and size; returns the token count and width.
+ShardShape validate(const std::string& path, const MappedFile& map) {
   const std::size_t bytes = map.size();
   if (bytes < token_shard_header_bytes) {
     input_error(
@@ -133,23 +143,29 @@ std::size_t validate(const std::string& path, const MappedFile& map) {
   const std::int32_t magic = load_i32le(map.data());
   const std::int32_t version = load_i32le(map.data() + 4);
   const std::int32_t count = load_i32le(map.data() + 8);
-  if (magic != token_shard_magic) {
-    input_error("token shard {} starts with magic number {} (0x{:08x}), expected {}; it is not a token shard", path,
-                magic, static_cast<std::uint32_t>(magic), token_shard_magic);
+  if (magic != token_shard_magic && magic != token_shard_magic_uint32) {
+    input_error(
+        "token shard {} starts with magic number {} (0x{:08x}), expected {} (uint16 tokens) or {} (uint32 tokens); "
+        "it is not a token shard",
+        path, magic, static_cast<std::uint32_t>(magic), token_shard_magic, token_shard_magic_uint32);
   }
-  if (version != token_shard_version) {
-    input_error("token shard {} has version {}, expected {} (uint16 tokens)", path, version, token_shard_version);
+  const bool wide = magic == token_shard_magic_uint32;
+  const std::int32_t expected_version = wide ? token_shard_version_uint32 : token_shard_version;
+  if (version != expected_version) {
+    input_error("token shard {} has version {}, expected {} ({} tokens under magic {})", path, version,
+                expected_version, wide ? "uint32" : "uint16", magic);
   }
+  const std::size_t width = wide ? 4 : 2;
   if (count < 0) input_error("token shard {} declares a negative token count {}; the count must be >= 1", path, count);
-  const std::size_t expected = token_shard_header_bytes + 2 * static_cast<std::size_t>(count);
+  const std::size_t expected = token_shard_header_bytes + width * static_cast<std::size_t>(count);
   if (bytes != expected) {
     input_error(
-        "token shard {} declares {} tokens, so it should be {} + 2*{} = {} bytes, but it is {} bytes "
+        "token shard {} declares {} tokens, so it should be {} + {}*{} = {} bytes, but it is {} bytes "
         "(truncated or wrong header)",
-        path, count, token_shard_header_bytes, count, expected, bytes);
+        path, count, token_shard_header_bytes, width, count, expected, bytes);
   }
   if (count == 0) input_error("token shard {} holds no tokens; a shard needs at least one", path);
-  return static_cast<std::size_t>(count);
+  return {static_cast<std::size_t>(count), width};
 }
 
 }  // namespace
@@ -165,13 +181,13 @@ TokenStream TokenStream::open(const std::string& path_or_glob) {
   stream.shards_.reserve(stream.paths_.size());
   for (const std::string& path : stream.paths_) {
     MappedFile map(path);
-    const std::size_t count = validate(path, map);
-    const unsigned char* tokens = map.data() + token_shard_header_bytes;
-    std::uint16_t max_token = 0;
-    for (std::size_t i = 0; i < count; ++i) max_token = std::max(max_token, load_u16le(tokens + 2 * i));
-    stream.shards_.push_back(Shard{path, std::move(map), tokens, count, stream.size_, max_token});
+    const auto [count, width] = validate(path, map);
+    Shard shard{path, std::move(map), nullptr, count, width, stream.size_, 0};
+    shard.tokens = shard.map.data() + token_shard_header_bytes;
+    for (std::size_t i = 0; i < count; ++i) shard.max_token = std::max(shard.max_token, shard.at(i));
+    stream.max_token_ = std::max(stream.max_token_, shard.max_token);
+    stream.shards_.push_back(std::move(shard));
     stream.size_ += count;
-    stream.max_token_ = std::max(stream.max_token_, max_token);
   }
   return stream;
 }
@@ -190,7 +206,8 @@ void TokenStream::copy(std::size_t begin, std::size_t count, std::int32_t* out) 
   std::size_t local = begin - it->begin;
   while (count > 0) {
     const std::size_t n = std::min(count, it->count - local);
-    for (std::size_t i = 0; i < n; ++i) out[i] = it->at(local + i);
+    // A uint32 token past INT32_MAX wraps negative: require_vocab refuses such data first.
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int32_t>(it->at(local + i));
     out += n;
     count -= n;
     local = 0;
@@ -201,11 +218,11 @@ void TokenStream::copy(std::size_t begin, std::size_t count, std::int32_t* out) 
 void TokenStream::require_vocab(int vocab) const {
   if (vocab <= 0)
     input_error("model.vocab = {} is not a vocabulary size; it must be at least {}", vocab, max_token_ + 1);
-  if (int{max_token_} < vocab) return;
+  if (std::int64_t{max_token_} < vocab) return;
   for (const Shard& s : shards_) {
-    if (int{s.max_token} < vocab) continue;
+    if (std::int64_t{s.max_token} < vocab) continue;
     for (std::size_t i = 0; i < s.count; ++i) {
-      if (int{s.at(i)} >= vocab) {
+      if (std::int64_t{s.at(i)} >= vocab) {
         input_error(
             "token shard {}: token {} at position {} (stream position {}) is outside the vocabulary "
             "of {} (model.vocab); valid tokens are 0..{}, and the largest in the data is {}",
@@ -215,7 +232,11 @@ void TokenStream::require_vocab(int vocab) const {
   }
 }
 
-void write_token_shard(const std::string& path, std::span<const std::uint16_t> tokens) {
+namespace {
+
+// The shard of `tokens` (uint16_t or uint32_t) under `magic` and `version`.
+template <class Token>
+void write_shard(const std::string& path, std::span<const Token> tokens, std::int32_t magic, std::int32_t version) {
   if (tokens.empty()) input_error("refusing to write token shard {}: there are no tokens", path);
   if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     input_error("cannot write token shard {}: {} tokens, but a shard holds at most {}; split the text", path,
@@ -223,8 +244,8 @@ void write_token_shard(const std::string& path, std::span<const std::uint16_t> t
   }
   write_file_atomically(path, "token shard", [&](const std::function<void(std::string_view)>& write) {
     unsigned char header[token_shard_header_bytes] = {};
-    store_i32le(header, token_shard_magic);
-    store_i32le(header + 4, token_shard_version);
+    store_i32le(header, magic);
+    store_i32le(header + 4, version);
     store_i32le(header + 8, static_cast<std::int32_t>(tokens.size()));
     write(std::string_view(reinterpret_cast<const char*>(header), sizeof header));
 
@@ -232,14 +253,25 @@ void write_token_shard(const std::string& path, std::span<const std::uint16_t> t
     constexpr std::size_t chunk = 1 << 20;
     for (std::size_t at = 0; at < tokens.size(); at += chunk) {
       const std::size_t n = std::min(chunk, tokens.size() - at);
-      buffer.resize(2 * n);
+      buffer.resize(sizeof(Token) * n);
       for (std::size_t i = 0; i < n; ++i) {
-        buffer[2 * i] = static_cast<char>(tokens[at + i] & 0xff);
-        buffer[2 * i + 1] = static_cast<char>(tokens[at + i] >> 8);
+        for (std::size_t k = 0; k < sizeof(Token); ++k) {
+          buffer[sizeof(Token) * i + k] = static_cast<char>((tokens[at + i] >> (8 * k)) & 0xff);
+        }
       }
       write(buffer);
     }
   });
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, std::span<const std::uint16_t> tokens) {
+  write_shard(path, tokens, token_shard_magic, token_shard_version);
+}
+
+void write_token_shard_uint32(const std::string& path, std::span<const std::uint32_t> tokens) {
+  write_shard(path, tokens, token_shard_magic_uint32, token_shard_version_uint32);
 }
 
 }  // namespace meshtrain::io

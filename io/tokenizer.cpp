@@ -1,14 +1,17 @@
-// The SentencePiece calls behind io/tokenizer.hpp, and the training options they are made with.
+// The SentencePiece calls behind io/tokenizer.hpp, and the training options they are made with; a
+// tokenizer.json goes to io/tokenizer_json.hpp.
 #include "io/tokenizer.hpp"
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
+#include "io/tokenizer_json.hpp"
 
 #include <fmt/format.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <xxhash.h>
 
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -16,6 +19,7 @@ namespace meshtrain::io {
 
 struct Tokenizer::Model {
   sentencepiece::SentencePieceProcessor processor;
+  std::optional<TokenizerJson> json;  // set for a tokenizer.json: then the processor is unused
 };
 
 namespace {
@@ -96,6 +100,10 @@ Tokenizer Tokenizer::load(const std::string& path) {
   // The bytes are read once, so the hash is of exactly the model that is parsed.
   const std::string bytes = read_regular_file(path, "tokenizer");
   auto model = std::make_unique<Model>();
+  if (looks_like_json(bytes)) {
+    model->json.emplace(TokenizerJson::parse(path, bytes));
+    return Tokenizer(path, tokenizer_hash(bytes), std::move(model));
+  }
   const std::string problem = parse_model(bytes, model->processor);
   if (!problem.empty()) {
     input_error("tokenizer '{}' is not a SentencePiece model ({}); make one with meshtrain tokenizer train", path,
@@ -104,16 +112,42 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return Tokenizer(path, tokenizer_hash(bytes), std::move(model));
 }
 
+bool looks_like_json(std::string_view bytes) {
+  const auto first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && bytes[first] == '{';
+}
+
 bool is_sentencepiece_model(std::string_view bytes) {
   sentencepiece::SentencePieceProcessor processor;
   return parse_model(bytes, processor).empty();
 }
 
-int Tokenizer::vocab_size() const { return model_->processor.GetPieceSize(); }
+bool Tokenizer::is_json() const { return model_->json.has_value(); }
 
-bool Tokenizer::is_byte(int id) const { return model_->processor.IsByte(id); }
+int Tokenizer::vocab_size() const {
+  return model_->json ? model_->json->vocab_size() : model_->processor.GetPieceSize();
+}
+
+bool Tokenizer::is_byte(int id) const {
+  return model_->json ? model_->json->is_partial_character(id) : model_->processor.IsByte(id);
+}
+
+std::vector<int> Tokenizer::encode_document(std::string_view text) const {
+  std::vector<int> ids = encode_document_start(text);
+  if (model_->json) ids.insert(ids.end(), model_->json->suffix().begin(), model_->json->suffix().end());
+  return ids;
+}
+
+std::vector<int> Tokenizer::encode_document_start(std::string_view text) const {
+  if (!model_->json) return encode(text);
+  std::vector<int> ids = model_->json->prefix();
+  const std::vector<int> body = model_->json->encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
 
 std::vector<int> Tokenizer::encode(std::string_view text) const {
+  if (model_->json) return model_->json->encode(text);
   std::vector<int> ids;
   const auto status = model_->processor.Encode(text, &ids);
   if (!status.ok()) throw std::runtime_error(fmt::format("tokenizer '{}': encoding failed: {}", path_, reason(status)));
@@ -126,6 +160,7 @@ std::string Tokenizer::decode(std::span<const int> ids) const {
       input_error("token {} is outside tokenizer '{}' (ids 0 to {})", id, path_, vocab_size() - 1);
     }
   }
+  if (model_->json) return model_->json->decode(ids);
   std::string text;
   const auto status = model_->processor.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
   if (!status.ok()) throw std::runtime_error(fmt::format("tokenizer '{}': decoding failed: {}", path_, reason(status)));

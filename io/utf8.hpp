@@ -19,3 +19,12 @@ std::optional<std::size_t> first_invalid_utf8(std::string_view text);
 void require_utf8_text(std::string_view what, std::string_view text);
 
 }  // namespace meshtrain::io
+
+namespace meshtrain::io {
+
+// `bytes` as UTF-8 text, each ill-formed part replaced by one U+FFFD: the longest start of a
+// well-formed sequence, or else one byte (Unicode's "maximal subparts", as Rust's
+// String::from_utf8_lossy and the WHATWG decoder replace them).
+std::string lossy_utf8(std::string_view bytes);
+
+}  // namespace meshtrain::io

@@ -31,6 +31,8 @@ packages=(
   # SentencePiece subword tokenizers (meshtrain tokenizer, prepare --tokenizer); its CLI and Python
   # module are the tests' independent encoders
   libsentencepiece-dev sentencepiece python3-sentencepiece
+  # tokenizer.json byte-level BPE: the pre-tokenizer's split regex (PCRE2) and NFC (ICU)
+  libpcre2-dev libicu-dev
   # the quickstart's default corpus
   fortunes fortunes-min
   # the tests' independent oracle (PyTorch) and HDF5 reader; the scaling studies' plots
@@ -38,6 +40,12 @@ packages=(
   # a one-node Slurm for slurm/local_cluster.sh and the slurm tests (slurmctld, slurmd, clients; munge)
   slurm-wlm munge
 )
+
+# Node.js runs Hugging Face's own JavaScript tokenizers, the tokenizer.json tests' independent
+# encoder: Debian's nodejs and npm unless a node and an npm (e.g. NodeSource's Node 20) are there.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -54,6 +62,16 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# @huggingface/tokenizers, pinned, into build/npm/node_modules (ignored by git), where
+# tests/cli/test_tokenizer_json.py finds it.
+hf_tokenizers=@huggingface/tokenizers@0.2.0
+npm_dir="$(cd "$(dirname "$0")/../.." && pwd)/build/npm"
+if ! grep -qs '"version": "0.2.0"' "$npm_dir/node_modules/@huggingface/tokenizers/package.json"; then
+  echo "setup: installing $hf_tokenizers into $npm_dir"
+  mkdir -p "$npm_dir"
+  npm install --no-save --no-audit --no-fund --prefix "$npm_dir" "$hf_tokenizers"
 fi
 
 if ((kokkos_openmp)); then

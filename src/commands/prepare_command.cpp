@@ -20,8 +20,9 @@ int prepare_command(const Args& args, MPI_Comm comm) {
   po::options_description options(
       "meshtrain prepare: a token shard, byte-level (token = byte value, vocab 256) or with a tokenizer's ids");
   options.add_options()("text", po::value(&texts)->multitoken(), "text files, concatenated in the order given")(
-      "tokenizer", po::value(&tokenizer), "SentencePiece model (meshtrain tokenizer train); none: byte-level")(
-      "out", po::value(&out), "token shard to write");
+      "tokenizer", po::value(&tokenizer),
+      "SentencePiece model (meshtrain tokenizer train) or tokenizer.json; none: byte-level")("out", po::value(&out),
+                                                                                             "token shard to write");
   constexpr const char* usage = "meshtrain prepare --text FILE... [--tokenizer TOKENIZER.model] --out SHARD.bin";
   if (print_help_if_asked(args, options, usage)) return 0;
   parse_options(args, options, usage);

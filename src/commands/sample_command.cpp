@@ -120,12 +120,12 @@ class TokenPrinter {
   std::optional<io::DecodedText> decoded_;
 };
 
-// The prompt's ids: the tokenizer's, or its bytes.
+// The prompt's ids: the tokenizer's (as a document), or its bytes.
 std::vector<int> encode_prompt(const std::string& prompt, const std::optional<io::Tokenizer>& tokenizer, int vocab) {
   std::vector<int> context;
   if (tokenizer) {
     io::require_utf8_text("--prompt", prompt);
-    context = tokenizer->encode(prompt);
+    context = tokenizer->encode_document_start(prompt);  // a tokenizer.json's BOS first, as in prepare's shards
   } else {
     for (unsigned char c : prompt) context.push_back(c);
   }

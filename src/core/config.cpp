@@ -157,7 +157,7 @@ class KeyTable {
         "seconds a collective may wait for its group before the job ends with exit 5 (0: off)");
     add("data.train", cfg.data.train, "token shard, or a glob of shards (sorted order)");
     add("data.tokenizer", cfg.data.tokenizer,
-        "SentencePiece model the shards were made with (prepare --tokenizer); empty: byte-level");
+        "SentencePiece model or tokenizer.json the shards were made with (prepare --tokenizer); empty: byte-level");
     add_choice("data.tokenizer_change", cfg.data.tokenizer_change,
                "a checkpoint that records another tokenizer than data.tokenizer (or none): {}");
     add_choice("data.order", cfg.data.order, "{}");
@@ -386,9 +386,9 @@ void validate(const Config& c, const GivenKeys& given) {
                 c.model.heads, c.model.d_model, family_shape(c.model.arch).llama_keys ? ", or set model.head_dim" : "");
   }
   validate_family(c.model, given);
-  if (c.model.vocab > 65536) {
-    input_error("model.vocab = {} is invalid: token shards hold uint16 tokens, so vocab must be <= 65536",
-                c.model.vocab);
+  // Token shards hold uint16 or uint32 ids; tokenizer.json ids stop below 2^24 (io/tokenizer_json.cpp).
+  if (c.model.vocab > (1 << 24)) {
+    input_error("model.vocab = {} is invalid: at most 16777216 (2^24) token ids", c.model.vocab);
   }
   require_positive("train.micro_batch", c.train.micro_batch);
   require_positive("train.global_batch", c.train.global_batch);

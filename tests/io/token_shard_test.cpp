@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <limits>
 #include <random>
@@ -242,6 +243,48 @@ TEST(TokenShard, WriteIntoAMissingDirectoryNamesThePath) {
   LocalDir dir;
   const std::string path = dir / "no/such/dir/x.bin";
   expect_input_error([&] { write_token_shard(path, std::vector<std::uint16_t>{1}); }, {path});
+}
+
+// The uint32 form (magic 20240801, version 7: llm.c's Llama 3 shards), its bytes assembled here.
+std::vector<unsigned char> wide_shard_bytes(const std::vector<std::uint32_t>& tokens) {
+  std::vector<unsigned char> bytes = shard_bytes(20240801, 7, std::int32_t(tokens.size()), {});
+  for (std::uint32_t t : tokens) {
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<unsigned char>(t >> (8 * i)));
+  }
+  return bytes;
+}
+
+TEST(TokenShard, Uint32ShardsReadBesideUint16Ones) {
+  LocalDir dir;
+  const std::vector<std::uint32_t> wide = {0, 65535, 65536, 151642, 7, 0x00FFFFFF};
+  write_token_shard_uint32(dir / "s1.bin", wide);
+  const std::vector<unsigned char> expected = wide_shard_bytes(wide);
+  std::ifstream in(std::string(dir / "s1.bin"), std::ios::binary);
+  const std::vector<unsigned char> written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(written, expected);
+  EXPECT_EQ(written.size(), 1024 + 4 * wide.size());
+
+  write_token_shard(dir / "s0.bin", std::vector<std::uint16_t>{3, 65535});  // an old shard, first in the stream
+  const TokenStream stream = TokenStream::open(dir / "s*.bin");
+  ASSERT_EQ(stream.size(), 2 + wide.size());
+  std::vector<std::int32_t> got(stream.size());
+  stream.copy(0, got.size(), got.data());
+  std::vector<std::int32_t> want = {3, 65535};
+  want.insert(want.end(), wide.begin(), wide.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(stream.max_token(), 0x00FFFFFFu);
+  expect_input_error([&] { stream.require_vocab(151643); }, {dir / "s1.bin", "token 16777215", "position 5"});
+}
+
+TEST_F(BadShard, Uint32ShardWithAnotherVersionOrSize) {
+  std::vector<unsigned char> bytes = wide_shard_bytes({1, 2, 3});
+  bytes[4] = 1;  // version 1 under the uint32 magic
+  const std::string version = file("wide_version.bin", bytes);
+  expect_input_error([&] { TokenStream::open(version); }, {version, "version 1", "expected 7", "uint32"});
+  std::vector<unsigned char> cut = wide_shard_bytes({1, 2, 3});
+  cut.resize(cut.size() - 2);  // the size a uint16 shard of 3 tokens would have
+  const std::string truncated = file("wide_cut.bin", cut);
+  expect_input_error([&] { TokenStream::open(truncated); }, {truncated, "1024 + 4*3"});
 }
 
 }  // namespace token_shard_test

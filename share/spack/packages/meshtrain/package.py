@@ -53,6 +53,8 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("random123")
     depends_on("xxhash")  # checkpoint checksums, tokenizer hashes
     depends_on("sentencepiece")  # subword tokenizers (io/tokenizer.cpp)
+    depends_on("pcre2")  # tokenizer.json split regexes (io/tokenizer_json.cpp)
+    depends_on("icu4c")  # tokenizer.json's NFC normalizer
 
     depends_on("googletest", type="test")
     # The end-to-end tests drive the binary from Python and read checkpoints with h5py.
@@ -60,6 +62,7 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("py-numpy", type="test")
     depends_on("py-h5py", type="test")
     depends_on("py-sentencepiece", type="test")  # tests/cli/test_tokenizer.py
+    depends_on("node-js@20:", type="test")  # tests/cli/test_tokenizer_json.py: Hugging Face's JavaScript tokenizers
 
     def cmake_args(self):
         spec = self.spec
