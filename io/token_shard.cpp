@@ -2,18 +2,13 @@
 #include "io/token_shard.hpp"
 
 #include "core/errors.hpp"
-#include "core/regular_file.hpp"
 #include "io/atomic_file.hpp"
+#include "io/file_mapping.hpp"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -69,52 +64,11 @@ std::vector<std::string> resolve_paths(const std::string& path_or_glob) {
   return paths;
 }
 
-// A read-only private mapping of a whole file.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    // Checked to be a regular file before it is opened, so a FIFO or a device is refused, not waited on.
-    const int fd = open_regular_file(path, "token shard");
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      input_error("cannot stat token shard {}: {}", path, std::strerror(err));
-    }
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > 0) {
-      void* addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (addr == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        input_error("cannot map token shard {} ({} bytes): {}", path, size_, std::strerror(err));
-      }
-      data_ = static_cast<const unsigned char*>(addr);
-    }
-    ::close(fd);  // the mapping keeps the file alive
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
-  }
-  MappedFile(MappedFile&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  MappedFile& operator=(MappedFile&&) = delete;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const unsigned char* data() const { return data_; }
-  std::size_t size() const { return size_; }
-
- private:
-  const unsigned char* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
 }  // namespace
 
 struct TokenStream::Shard {
   std::string path;
-  MappedFile map;
+  FileMapping map;
   const unsigned char* tokens = nullptr;  // count little-endian uint16 or uint32, just past the header
   std::size_t count = 0;
   std::size_t width = 2;  // bytes per token
@@ -132,7 +86,7 @@ struct ShardShape {
 };
 
 // Checks the header and size; returns the token count and width.
-ShardShape validate(const std::string& path, const MappedFile& map) {
+ShardShape validate(const std::string& path, const FileMapping& map) {
   const std::size_t bytes = map.size();
   if (bytes < token_shard_header_bytes) {
     input_error(
@@ -180,7 +134,7 @@ TokenStream TokenStream::open(const std::string& path_or_glob) {
   stream.paths_ = resolve_paths(path_or_glob);
   stream.shards_.reserve(stream.paths_.size());
   for (const std::string& path : stream.paths_) {
-    MappedFile map(path);
+    FileMapping map(path, "token shard");
     const auto [count, width] = validate(path, map);
     Shard shard{path, std::move(map), nullptr, count, width, stream.size_, 0};
     shard.tokens = shard.map.data() + token_shard_header_bytes;
