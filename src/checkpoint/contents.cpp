@@ -23,8 +23,9 @@ std::vector<ModelTensor> model_tensors(const ModelConfig& model) {
 
 void require_model_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
                            const std::vector<const char*>& groups, std::string_view whose) {
+  const std::vector<ModelTensor> tensors = model_tensors(model);
   std::map<std::string, std::vector<std::uint64_t>> wanted;
-  for (ModelTensor& t : model_tensors(model)) wanted.emplace(std::move(t.name), std::move(t.shape));
+  for (const ModelTensor& t : tensors) wanted.emplace(t.name, t.shape);
   for (const char* group : groups) {
     const std::vector<std::string> held = reader.datasets(group);
     const std::set<std::string> held_names(held.begin(), held.end());
@@ -42,7 +43,7 @@ void require_model_tensors(const io::CheckpointReader& reader, const ModelConfig
                     io::schema::dataset(group, name), fmt::join(shape, ", "), whose, fmt::join(it->second, ", "));
       }
     }
-    for (const TensorInfo& t : layout.tensors()) {
+    for (const ModelTensor& t : tensors) {
       if (!held_names.contains(t.name)) {
         input_error("'{}' has no dataset {} (shape [{}]), which {} needs: it is from another model, or damaged",
                     reader.path(), io::schema::dataset(group, t.name), fmt::join(t.shape, ", "), whose);

@@ -9,6 +9,7 @@
 #include "commands/commands.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/families.hpp"
 #include "core/mpi_check.hpp"
 #include "core/regular_file.hpp"
 #include "hf/hf_config.hpp"
@@ -186,7 +187,7 @@ int import_command(const Args& args, MPI_Comm comm) {
     std::uint64_t parameters = 0;
     for (const Source& s : sources) {
       const std::vector<float> values = read_values(reader, s);
-      if (tied_copy != nullptr && (s.tensor.name == "wte.weight" || s.tensor.name == "embed_tokens.weight")) {
+      if (tied_copy != nullptr && s.tensor.name == family_shape(config.model.arch).token_embedding_name) {
         std::vector<float> copy(tied_copy->elements());
         reader.read(tied_copy->name, copy);
         if (copy != values) {
