@@ -17,7 +17,8 @@ namespace meshtrain {
 
 std::vector<ModelTensor> model_tensors(const ModelConfig& model) {
   std::vector<ModelTensor> tensors;
-  for (const TensorInfo& t : ParameterLayout(model).tensors()) tensors.push_back({t.name, t.shape});
+  const ParameterLayout layout(model);  // named: a temporary's tensors() would dangle in the loop
+  for (const TensorInfo& t : layout.tensors()) tensors.push_back({t.name, t.shape});
   return tensors;
 }
 
