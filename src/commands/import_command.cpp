@@ -27,6 +27,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 namespace meshtrain {
 
@@ -112,12 +113,24 @@ std::vector<float> read_values(io::HfWeightsReader& reader, const Source& s) {
   return values;
 }
 
-// The [model] section of a resolved config's INI.
+// The [model] section of a resolved config's INI: every key, but for a family without the llama keys
+// (gpt2) the keys at their defaults, among which are the llama keys, which a gpt2 run refuses even at
+// their defaults once given.
 std::string model_section(const Config& config) {
-  const std::string ini = config.to_ini();
-  const std::size_t begin = ini.find("[model]\n");
-  const std::size_t end = ini.find("\n[", begin);
-  return ini.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+  const auto section = [](const std::string& ini) {
+    const std::size_t begin = ini.find("[model]\n");
+    const std::size_t end = ini.find("\n[", begin);
+    return ini.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+  };
+  const std::string ours = section(config.to_ini());
+  if (family_shape(config.model.arch).llama_keys) return ours;
+  const std::string defaults = section(Config{}.to_ini());
+  std::istringstream lines(ours);
+  std::string out;
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "[model]" || defaults.find("\n" + line + "\n") == std::string::npos) out += line + "\n";
+  }
+  return out;
 }
 
 }  // namespace
