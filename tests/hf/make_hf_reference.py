@@ -10,7 +10,6 @@ usage: make_hf_reference.py --meshtrain BIN --arch llama|qwen2|mistral|gpt2 --co
        [--batch 2] [--seed 5] [--dtype float32|bfloat16]
 """
 import argparse
-import configparser
 import json
 import os
 import subprocess
@@ -35,6 +34,17 @@ REAL_KEYS = ["rope_theta", "norm_eps", "rope_factor", "rope_low_freq_factor", "r
 TEXT_KEYS = ["arch", "rope_scaling"]
 
 
+def resolved_model_keys(meshtrain, ini):
+    """Every [model] key as `meshtrain config` resolves the INI: a gpt2 import leaves out the keys at their
+    defaults, and the reference file needs them all."""
+    names = INT_KEYS + BOOL_KEYS + REAL_KEYS + TEXT_KEYS
+    p = subprocess.run([meshtrain, "config", "--config", ini, "--get"] + [f"model.{k}" for k in names],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"make_hf_reference.py: meshtrain config failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    return dict(zip(names, p.stdout.splitlines()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--meshtrain", required=True)
@@ -55,9 +65,7 @@ def main():
                            text=True)
         if p.returncode != 0:
             sys.exit(f"make_hf_reference.py: meshtrain import failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-        keys = configparser.ConfigParser()
-        keys.read(ini)
-        model = keys["model"]
+        model = resolved_model_keys(a.meshtrain, ini)
         with h5py.File(weights, "r") as f:
             imported = {name: f["model"][name][()] for name in f["model"]}
 
@@ -79,8 +87,6 @@ def main():
         f.create_dataset("expected/logits", data=result["logits"].numpy())
         f.attrs["batch"] = np.int64(a.batch)
         for key in INT_KEYS + BOOL_KEYS + REAL_KEYS + TEXT_KEYS:
-            if key not in model:
-                continue
             text = model[key]
             f.attrs[key] = (text if key in TEXT_KEYS else np.int64(text == "true") if key in BOOL_KEYS
                             else np.int64(text) if key in INT_KEYS else np.float64(text))

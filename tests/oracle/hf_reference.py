@@ -53,8 +53,9 @@ causal); x += mlp.c_proj(gelu_new(mlp.c_fc(ln_2(x)))), width n_inner or 4·C; lo
 layer_norm_epsilon. gelu_new(x) = ½x(1 + tanh(sqrt(2/π)(x + 0.044715x³))).
 
 What an importer meets beyond these files: save_pretrained leaves out of config.json a field equal
-to PretrainedConfig's default, so a missing tie_word_embeddings means true (this writer always
-writes it); the original `gpt2` checkpoint on the Hub names its tensors without `transformer.`
+to the config class's own default (to_diff_dict compares with a default instance of that class), so a
+missing tie_word_embeddings means that class's default: false for Llama, Mistral, Qwen2 and Mixtral,
+true for GPT-2 (this writer always writes it); the original `gpt2` checkpoint on the Hub names its tensors without `transformer.`
 and may carry `attn.bias` buffers; newer transformers (v5) write RoPE as `rope_parameters`.
 
 Loss: the mean cross-entropy of logits [B, T, V] against the given targets [B, T] (HF shifts its
