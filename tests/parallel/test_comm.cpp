@@ -973,19 +973,10 @@ TEST(MpiComm, BackendNameAndShape) {
   }
 }
 
-// A count of a million elements, as a gradient bucket holds; under AddressSanitizer (the debug-asan
-// pass, tests/run.sh) a tenth of it: the same calls and code paths, where the instrumented closed-form
-// checks of 10^6 elements per collective and rank took most of the pass's MPI time.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr std::size_t large_count = 100003;
-#else
-constexpr std::size_t large_count = 1000003;
-#endif
-
 TEST(MpiComm, CollectivesAndMessagesMatchClosedForms) {
   for (const Group& group : make_groups()) {
     auto comm = make_mpi_comm(group.comm.get());
-    check_everything(*comm, group, Space::host, "mpi " + group.name, {1, 7, large_count}, true);
+    check_everything(*comm, group, Space::host, "mpi " + group.name, {1, 7, 1000003}, true);
   }
 }
 
@@ -1341,7 +1332,7 @@ TEST(NcclComm, CollectivesAndMessagesMatchClosedForms) {
     EXPECT_EQ(comm->backend(), "nccl");
     // NCCL matches messages between two ranks in issue order and has no tags: the out-of-order
     // tag check does not apply.
-    check_everything(*comm, group, Space::device, "nccl " + group.name, {1, 7, large_count}, false);
+    check_everything(*comm, group, Space::device, "nccl " + group.name, {1, 7, 1000003}, false);
   }
 }
 
