@@ -973,10 +973,14 @@ TEST(MpiComm, BackendNameAndShape) {
   }
 }
 
+// Counts of one, a few, and a quarter of a million elements (1 MB of floats: past MPICH's short-message
+// algorithms; a quarter of the 10^6 this used, whose closed-form checks took most of the sanitizer
+// pass's MPI time). Not 100003: there MPICH 4.0's ireduce_scatter rounds otherwise than its blocking
+// reduce_scatter on 3 and 4 ranks (the nonblocking and blocking calls must agree bitwise, below).
 TEST(MpiComm, CollectivesAndMessagesMatchClosedForms) {
   for (const Group& group : make_groups()) {
     auto comm = make_mpi_comm(group.comm.get());
-    check_everything(*comm, group, Space::host, "mpi " + group.name, {1, 7, 1000003}, true);
+    check_everything(*comm, group, Space::host, "mpi " + group.name, {1, 7, 250007}, true);
   }
 }
 
