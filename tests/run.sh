@@ -6,7 +6,10 @@
 # (label `large`: one step of it would take the unoptimised, instrumented build many minutes; its
 # 64-bit offsets are checked in the first pass), the Slurm and scaling-study runs,
 # which test scripts rather than the binary's memory, and mixed_precision's dozens of training
-# runs, whose 16-bit paths the low-precision model tests cover under the sanitizers, the Hugging Face
+# runs, whose 16-bit paths the low-precision model tests cover under the sanitizers, cli_tokenizer's
+# SentencePiece trainings (the library's code, not instrumented; the prepare and tokenizer paths run
+# sanitized in test_tokenizer), checkpoint_crash_kill's kill -9 at random instants (what a file holds
+# after a crash, not memory; the sanitized checkpoint_corruption reads damaged files), the Hugging Face
 # import's training runs (hf_import_training: layouts against a reference; its files the sanitized
 # hf_import_files reads), and the checks
 # of the sources themselves (label `source`: formatting, the Spack recipe), only in the
@@ -60,7 +63,7 @@ timed release test ctest --preset release -j "$jobs" "$@"
 
 timed debug-asan configure cmake --preset debug-asan "${unity[@]}"
 timed debug-asan build cmake --build --preset debug-asan -j "$jobs"
-timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|large|slurm|scaling|source" -E '^(mixed_precision|hf_import_training)$' "$@"
+timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|large|slurm|scaling|source" -E '^(mixed_precision|cli_tokenizer|checkpoint_crash_kill|hf_import_training)$' "$@"
 
 # Only what these tests run is built (the binary, for the oracle and equivalence runs); the cuBLAS
 # wrapper's test has nothing to do with the host backend and stays in the release pass. The
