@@ -8,60 +8,55 @@ namespace {
 
 bool continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
 
-// The length of the well-formed sequence at text[at], or 0. The ranges of the second byte are
-// RFC 3629's table: they exclude overlong forms (E0, F0), surrogates (ED) and code points past
-// U+10FFFF (F4).
-std::size_t sequence_length(std::string_view text, std::size_t at) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[at + k]); };
-  const unsigned char lead = byte(0);
-  if (lead < 0x80) return 1;
+// What a lead byte begins: the sequence's length (0: no sequence) and the range of its second byte.
+// The ranges are RFC 3629's table: they exclude overlong forms (E0, F0), surrogates (ED) and code
+// points past U+10FFFF (F4).
+struct LeadForm {
   std::size_t length = 0;
   unsigned char low = 0x80, high = 0xBF;
+};
+
+LeadForm lead_form(unsigned char lead) {
+  LeadForm f;
   if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
+    f.length = 2;
   } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
+    f.length = 3;
+    if (lead == 0xE0) f.low = 0xA0;
+    if (lead == 0xED) f.high = 0x9F;
   } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
+    f.length = 4;
+    if (lead == 0xF0) f.low = 0x90;
+    if (lead == 0xF4) f.high = 0x8F;
   }
-  if (at + length > text.size() || byte(1) < low || byte(1) > high) return 0;
-  for (std::size_t k = 2; k < length; ++k) {
-    if (!continuation(byte(k))) return 0;
+  return f;
+}
+
+// How many bytes from text[at] agree with the sequence its lead byte f begins: f.length where the
+// sequence is whole and well formed, fewer where a byte breaks it or the text ends.
+std::size_t well_formed_prefix(std::string_view text, std::size_t at, const LeadForm& f) {
+  std::size_t k = 1;
+  for (; k < f.length && at + k < text.size(); ++k) {
+    const auto b = static_cast<unsigned char>(text[at + k]);
+    if (k == 1 ? (b < f.low || b > f.high) : !continuation(b)) break;
   }
-  return length;
+  return k;
+}
+
+// The length of the well-formed sequence at text[at], or 0.
+std::size_t sequence_length(std::string_view text, std::size_t at) {
+  const auto lead = static_cast<unsigned char>(text[at]);
+  if (lead < 0x80) return 1;
+  const LeadForm f = lead_form(lead);
+  if (f.length == 0) return 0;
+  return well_formed_prefix(text, at, f) == f.length ? f.length : 0;
 }
 
 // The length of the longest start of a well-formed sequence at text[at] (1 when the lead byte
 // begins none): what one U+FFFD replaces where sequence_length is 0.
 std::size_t maximal_subpart(std::string_view text, std::size_t at) {
-  const auto lead = static_cast<unsigned char>(text[at]);
-  std::size_t length = 0;
-  unsigned char low = 0x80, high = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 1;
-  }
-  std::size_t k = 1;
-  for (; k < length && at + k < text.size(); ++k) {
-    const auto b = static_cast<unsigned char>(text[at + k]);
-    if (k == 1 ? (b < low || b > high) : !continuation(b)) break;
-  }
-  return k;
+  const LeadForm f = lead_form(static_cast<unsigned char>(text[at]));
+  return f.length == 0 ? 1 : well_formed_prefix(text, at, f);
 }
 
 }  // namespace

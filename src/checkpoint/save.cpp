@@ -23,13 +23,20 @@
 #include <utility>
 
 namespace meshtrain {
-namespace {
+// Named, not anonymous: Checkpointer::Snapshot holds one, and a member of a type with linkage whose
+// type has none draws -Wsubobject-linkage where this file is compiled inside a unity batch.
+namespace checkpoint_save {
 
 // Where a save goes and what it reserves there.
 struct SaveTarget {
   std::string path;
   io::ExpectedSize expected;
 };
+
+}  // namespace checkpoint_save
+using checkpoint_save::SaveTarget;
+
+namespace {
 
 // Rank 0's pruning: a file it cannot delete costs space, not the checkpoint just saved.
 void prune(const std::string& dir, int keep) {

@@ -282,7 +282,7 @@ TEST_F(BadShard, Uint32ShardWithAnotherVersionOrSize) {
   const std::string version = file("wide_version.bin", bytes);
   expect_input_error([&] { TokenStream::open(version); }, {version, "version 1", "expected 7", "uint32"});
   std::vector<unsigned char> cut = wide_shard_bytes({1, 2, 3});
-  cut.resize(cut.size() - 2);  // the size a uint16 shard of 3 tokens would have
+  cut.erase(cut.end() - 2, cut.end());  // the size a uint16 shard of 3 tokens would have
   const std::string truncated = file("wide_cut.bin", cut);
   expect_input_error([&] { TokenStream::open(truncated); }, {truncated, "1024 + 4*3"});
 }
