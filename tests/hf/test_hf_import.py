@@ -13,7 +13,8 @@ safetensors reader and writer (tests/oracle/safetensors_io.py, written from the 
                  to nearest even (torch's rounding)
   training       ten steps of meshtrain from the imported weights against the reference's ten steps
                  on the same tokens (fp32 against float64: loss to 1e-4 relative): Llama on one rank and
-                 under tp2·pp2, Mixtral under dp2·ep2 with a stop after 5 steps and a resume, GPT-2
+                 under dp2·tp2·pp2, Qwen2 under dp2·tp2, Mixtral under dp2·ep2 with a stop after 5 steps
+                 and a resume, GPT-2
   bad_input      a missing shard, a wrong shape, a truncated file, a header lying about its offsets, an
                  unknown tensor, an unsupported config value: exit 2 naming the file and the tensor or
                  key, and neither output written
@@ -234,8 +235,11 @@ class Training(HfCase):
     def test_llama_one_rank(self):
         self.compare("llama")
 
-    def test_llama_tp2_pp2(self):
-        self.compare("llama", [MPIEXEC, "-n", "4"], {"parallel.tp": 2, "parallel.pp": 2})
+    def test_llama_dp2_tp2_pp2(self):
+        self.compare("llama", [MPIEXEC, "-n", "8"], {"parallel.tp": 2, "parallel.pp": 2})
+
+    def test_qwen2_dp2_tp2(self):  # the q|k|v biases split with their columns
+        self.compare("qwen2", [MPIEXEC, "-n", "4"], {"parallel.tp": 2}, num_key_value_heads=2)
 
     def test_mixtral_dp2_ep2_resumed(self):
         self.compare("mixtral", [MPIEXEC, "-n", "2"], {"parallel.ep": 2}, stop_after=5)
