@@ -122,7 +122,11 @@ SftRecord read_record(const std::string& where, std::string_view line) {
   try {
     j = json::parse(line);
   } catch (const json::parse_error& e) {
-    record_error(where, "not valid JSON (byte {}: {}); each line holds one JSON object", e.byte, e.what());
+    // nlohmann's reason without its "[json.exception.parse_error.101] parse error at line 1, column 15: ".
+    const std::string what = e.what();
+    const std::size_t reason = what.find(": ", what.find("] "));
+    record_error(where, "not valid JSON (byte {}: {}); each line holds one JSON object", e.byte,
+                 reason == std::string::npos ? what : what.substr(reason + 2));
   }
   if (!j.is_object()) {
     record_error(where, "the line is {}, expected a JSON object with \"messages\", or \"instruction\" and \"output\"",
