@@ -129,7 +129,8 @@ SftRecord read_record(const std::string& where, std::string_view line) {
                  reason == std::string::npos ? what : what.substr(reason + 2));
   }
   if (!j.is_object()) {
-    record_error(where, "the line is {}, expected a JSON object with \"messages\", or \"instruction\" and \"output\"",
+    record_error(where,
+                 "the line is a JSON {}, expected a JSON object with \"messages\", or \"instruction\" and \"output\"",
                  j.type_name());
   }
   SftRecord record;

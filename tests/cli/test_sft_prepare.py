@@ -354,33 +354,17 @@ class SftErrors(SftFiles):
     def test_malformed_records_name_file_line_and_field(self):
         good = json.dumps(SINGLE[1])
         ok_chat = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+        # Every kind of malformed line is in tests/io/sft_records_test.cpp; these go through the command.
         cases = [
             ('{"messages": [', ["not valid JSON"]),
-            ('[1, 2]', ["expected a JSON object"]),
-            ('{"foo": 1}', ["messages is missing", "instruction and output"]),
             (json.dumps({"messages": ok_chat[:1] + [{"role": "bot", "content": "b"}]}),
              ['messages[1].role "bot" is not system, user or assistant']),
             (json.dumps({"messages": [ok_chat[0], ok_chat[0], ok_chat[1]]}), ['messages[1].role is "user"',
                                                                                'expected "assistant"']),
-            (json.dumps({"messages": [ok_chat[1]]}), ['messages[0].role is "assistant"', 'expected "user"']),
-            (json.dumps({"messages": ok_chat + [{"role": "system", "content": "s"}]}),
-             ['messages[2].role is "system"', "only first"]),
-            (json.dumps({"messages": ok_chat + [ok_chat[0]]}), ["messages[2]", "ends with an assistant turn"]),
             (json.dumps({"messages": [ok_chat[0], {"role": "assistant", "content": ""}]}),
              ["messages[1].content is empty"]),
             (json.dumps({"messages": [ok_chat[0], {"role": "assistant"}]}), ["messages[1].content is missing"]),
-            (json.dumps({"messages": [{"content": "a"}, ok_chat[1]]}), ["messages[0].role is missing"]),
-            (json.dumps({"messages": [{"role": "user", "content": 5}, ok_chat[1]]}),
-             ["messages[0].content is 5, expected a string"]),
-            (json.dumps({"messages": "hi"}), ["messages is \"hi\", expected an array"]),
-            (json.dumps({"messages": []}), ["messages is empty"]),
-            (json.dumps({"messages": [1]}), ["messages[0] is 1"]),
-            (json.dumps({"output": "x"}), ["instruction is missing"]),
-            (json.dumps({"instruction": "x"}), ["output is missing"]),
-            (json.dumps({"instruction": "x", "output": ""}), ["output is empty"]),
             (json.dumps({"instruction": "x", "input": 3, "output": "y"}), ["input is 3, expected a string"]),
-            (json.dumps({"instruction": None, "output": "y"}), ["instruction is null"]),
-            (json.dumps({"messages": ok_chat, "instruction": "x", "output": "y"}), ["both messages and"]),
         ]
         bad_utf8 = b'{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "caf\xc3("}]}'
         for i, (line, needles) in enumerate(cases + [(bad_utf8, ["messages[1].content is not UTF-8", "0xc3"])]):
@@ -396,12 +380,11 @@ class SftErrors(SftFiles):
                 self.assert_bad_input(p, f"{name} line 4: ", *needles)
                 self.assertFalse(os.path.exists(self.path("o.bin")))
                 self.assertEqual([f for f in os.listdir(self.dir) if f.startswith("o.bin")], [])
-        for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n\t\n")):
-            with open(self.path(name), "w") as f:
-                f.write(text)
-            p = cli.run(["prepare", "--sft", name, "--tokenizer", self.json_path, "--template", "chatml", "--out",
-                         "o.bin"], self.dir)
-            self.assert_bad_input(p, name, "holds no records")
+        with open(self.path("empty.jsonl"), "w"):
+            pass
+        p = cli.run(["prepare", "--sft", "empty.jsonl", "--tokenizer", self.json_path, "--template", "chatml",
+                     "--out", "o.bin"], self.dir)
+        self.assert_bad_input(p, "empty.jsonl", "holds no records")
         # alpaca and plain take one exchange: a longer chat is refused naming its line.
         p = cli.run(["prepare", "--sft", self.multi, "--tokenizer", self.json_path, "--template", "alpaca", "--out",
                      "o.bin"], self.dir)
