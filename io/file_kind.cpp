@@ -2,6 +2,7 @@
 #include "io/file_kind.hpp"
 
 #include "io/hdf5_handles.hpp"
+#include "io/sft_shard.hpp"
 #include "io/token_shard.hpp"
 #include "io/tokenizer.hpp"
 #include "io/tokenizer_json.hpp"
@@ -62,6 +63,12 @@ bool is_token_shard(const std::string& path) {
          (magic == token_shard_magic_uint32 && version == token_shard_version_uint32);
 }
 
+bool is_sft_shard(const std::string& path) {
+  const std::string bytes = head(path, 8);
+  return bytes.size() == 8 && std::int32_t(load_le(bytes, 4)) == sft_shard_magic &&
+         std::int32_t(load_le(bytes.substr(4), 4)) == sft_shard_version;
+}
+
 bool is_safetensors(const std::string& path) {
   const std::string bytes = head(path, 9);
   return bytes.size() == 9 && load_le(bytes, 8) <= size_of(path) - 8 && bytes[8] == '{';
@@ -98,6 +105,7 @@ FileKind file_kind(const std::string& path) {
   if (size_of(path) == 0) return FileKind::empty;
   if (is_hdf5(path)) return FileKind::hdf5;
   if (is_token_shard(path)) return FileKind::token_shard;
+  if (is_sft_shard(path)) return FileKind::sft_shard;
   if (is_safetensors(path)) return FileKind::safetensors;
   if (is_traffic_json(path)) return FileKind::traffic_json;
   if (is_metrics_jsonl(path)) return FileKind::metrics_jsonl;
@@ -111,6 +119,7 @@ std::string_view describe(FileKind kind) {
     case FileKind::empty: return "an empty file";
     case FileKind::hdf5: return "an HDF5 file (a checkpoint?)";
     case FileKind::token_shard: return "a token shard";
+    case FileKind::sft_shard: return "a fine-tuning shard";
     case FileKind::safetensors: return "a safetensors file";
     case FileKind::traffic_json: return "a traffic file (log.traffic)";
     case FileKind::metrics_jsonl: return "a metrics file (log.metrics)";

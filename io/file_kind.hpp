@@ -15,6 +15,7 @@ enum class FileKind {
   empty,           // no bytes: nothing to lose
   hdf5,            // an HDF5 file: a checkpoint, or another tool's data
   token_shard,     // io/token_shard.hpp's header: magic and version
+  sft_shard,       // io/sft_shard.hpp's header: magic and version
   safetensors,     // an 8-byte header length, then that many bytes of JSON object
   traffic_json,    // log.traffic's JSON object ("counted", "ranks")
   metrics_jsonl,   // log.metrics' JSON lines: the first is an object with "step"
@@ -25,6 +26,7 @@ enum class FileKind {
 
 bool is_hdf5(const std::string& path);
 bool is_token_shard(const std::string& path);
+bool is_sft_shard(const std::string& path);
 bool is_safetensors(const std::string& path);
 bool is_traffic_json(const std::string& path);
 bool is_metrics_jsonl(const std::string& path);

@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 std::string_view kind_noun(FileKind kind) {
   switch (kind) {
     case FileKind::token_shard: return "a token shard";
+    case FileKind::sft_shard: return "a fine-tuning shard";
     case FileKind::safetensors: return "a safetensors file";
     case FileKind::tokenizer: return "a SentencePiece tokenizer model";
     case FileKind::tokenizer_json: return "a tokenizer.json";

@@ -4,7 +4,10 @@
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
 #include "io/atomic_file.hpp"
+#include "io/chat_templates.hpp"
 #include "io/output_guard.hpp"
+#include "io/sft_records.hpp"
+#include "io/sft_shard.hpp"
 #include "io/token_shard.hpp"
 #include "io/tokenizer.hpp"
 #include "io/utf8.hpp"
@@ -12,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace meshtrain::io {
@@ -82,6 +86,40 @@ std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, co
   if (tokenizer.vocab_size() > uint16_shard_vocab) return write_nonempty_shard(text_files, out, tokens);
   const std::vector<std::uint16_t> narrow(tokens.begin(), tokens.end());
   return write_nonempty_shard(text_files, out, narrow);
+}
+
+SftSummary prepare_sft_shard(const std::vector<std::string>& sft_files, const std::string& tokenizer_path,
+                             const std::string& template_name, bool train_on_prompt, const std::string& out) {
+  if (sft_files.empty()) input_error("no fine-tuning data given (--sft FILE.jsonl...)");
+  if (out.empty()) input_error("no output shard given (--out SHARD.bin)");
+  const ChatTemplate kind = parse_chat_template(template_name);
+  std::vector<NamedPath> inputs;
+  for (const std::string& file : sft_files) inputs.push_back({"--sft", file});
+  inputs.push_back({"--tokenizer", tokenizer_path});
+  const Output shard{"--out", out, FileKind::sft_shard, false, {atomic_temporary_path(out)}};
+  require_safe_output(shard, inputs);
+  require_output_directory(shard);
+
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
+  const TemplateTokens tokens = resolve_template_tokens(kind, tokenizer);
+  SftRecords shard_records;
+  SftSummary summary;
+  std::vector<int> ids;
+  std::vector<std::uint8_t> mask;
+  for (const std::string& file : sft_files) {
+    for (const SftRecord& record : read_sft_records(file)) {
+      encode_pieces(render_record(tokens, record), tokenizer, train_on_prompt, ids, mask);
+      shard_records.tokens.insert(shard_records.tokens.end(), ids.begin(), ids.end());
+      shard_records.mask.insert(shard_records.mask.end(), mask.begin(), mask.end());
+      shard_records.offsets.push_back(std::int64_t(shard_records.tokens.size()));
+      summary.longest = std::max(summary.longest, ids.size());
+      for (std::uint8_t m : mask) summary.loss_tokens += m;
+    }
+  }
+  summary.records = shard_records.offsets.size() - 1;
+  summary.tokens = shard_records.tokens.size();
+  write_sft_shard(out, shard_records, tokenizer.vocab_size());
+  return summary;
 }
 
 }  // namespace meshtrain::io

@@ -27,4 +27,18 @@ std::size_t prepare_byte_shard(const std::vector<std::string>& text_files, const
 std::size_t prepare_subword_shard(const std::vector<std::string>& text_files, const std::string& tokenizer,
                                   const std::string& out);
 
+// What prepare_sft_shard wrote: the numbers `prepare --sft` reports.
+struct SftSummary {
+  std::size_t records = 0, tokens = 0, loss_tokens = 0, longest = 0;
+};
+
+// Fine-tuning records (io/sft_records.hpp) of the JSON-lines `sft_files`, in the order given, under
+// the chat template `template_name` (io/chat_templates.hpp) with the ids of the tokenizer at
+// `tokenizer`, into one fine-tuning shard at `out` (io/sft_shard.hpp, written atomically). InputError,
+// with nothing written, for a malformed record (naming the file, line and field), an unknown
+// template, a special token the template needs that is not one id of the tokenizer, and an `out` the
+// output guard refuses (an input, a directory, a file that is not a fine-tuning shard).
+SftSummary prepare_sft_shard(const std::vector<std::string>& sft_files, const std::string& tokenizer,
+                             const std::string& template_name, bool train_on_prompt, const std::string& out);
+
 }  // namespace meshtrain::io

@@ -4,6 +4,7 @@
 #include "core/errors.hpp"
 #include "io/atomic_file.hpp"
 #include "io/file_mapping.hpp"
+#include "io/sft_shard.hpp"
 
 #include <glob.h>
 
@@ -41,9 +42,10 @@ void store_i32le(unsigned char* p, std::int32_t value) {
 
 bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
-// Paths named by path_or_glob, sorted; InputError if there are none.
-std::vector<std::string> resolve_paths(const std::string& path_or_glob) {
-  if (path_or_glob.empty()) input_error("no token shard given: name a shard file or a glob such as 'data/train_*.bin'");
+}  // namespace
+
+std::vector<std::string> resolve_shard_paths(const std::string& path_or_glob, std::string_view what) {
+  if (path_or_glob.empty()) input_error("no {} given: name a shard file or a glob such as 'data/train_*.bin'", what);
   std::vector<std::string> paths;
   if (!is_glob(path_or_glob)) {
     paths.push_back(path_or_glob);
@@ -56,15 +58,13 @@ std::vector<std::string> resolve_paths(const std::string& path_or_glob) {
   }
   globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
-    input_error("token shard pattern '{}' matches no file; give an existing shard or a glob that matches some",
+    input_error("{} pattern '{}' matches no file; give an existing shard or a glob that matches some", what,
                 path_or_glob);
   }
-  if (rc != 0) input_error("cannot expand token shard pattern '{}' (glob error {})", path_or_glob, rc);
+  if (rc != 0) input_error("cannot expand {} pattern '{}' (glob error {})", what, path_or_glob, rc);
   std::sort(paths.begin(), paths.end());
   return paths;
 }
-
-}  // namespace
 
 struct TokenStream::Shard {
   std::string path;
@@ -97,6 +97,12 @@ ShardShape validate(const std::string& path, const FileMapping& map) {
   const std::int32_t magic = load_i32le(map.data());
   const std::int32_t version = load_i32le(map.data() + 4);
   const std::int32_t count = load_i32le(map.data() + 8);
+  if (magic == sft_shard_magic) {
+    input_error(
+        "{} is a fine-tuning shard (records with loss masks, written by 'meshtrain prepare --sft'), not a token "
+        "stream; give a token shard written by 'meshtrain prepare --text'",
+        path);
+  }
   if (magic != token_shard_magic && magic != token_shard_magic_uint32) {
     input_error(
         "token shard {} starts with magic number {} (0x{:08x}), expected {} (uint16 tokens) or {} (uint32 tokens); "
@@ -131,7 +137,7 @@ TokenStream::~TokenStream() = default;
 
 TokenStream TokenStream::open(const std::string& path_or_glob) {
   TokenStream stream;
-  stream.paths_ = resolve_paths(path_or_glob);
+  stream.paths_ = resolve_shard_paths(path_or_glob, "token shard");
   stream.shards_.reserve(stream.paths_.size());
   for (const std::string& path : stream.paths_) {
     FileMapping map(path, "token shard");

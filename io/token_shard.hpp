@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshtrain::io {
@@ -64,6 +65,11 @@ class TokenStream {
   std::size_t size_ = 0;
   std::uint32_t max_token_ = 0;
 };
+
+// The files path_or_glob names, sorted: the path itself (which need not exist yet), or every match
+// of a glob(3) pattern (containing *, ? or [). InputError naming the pattern and `what` ("token
+// shard") when it is empty or matches nothing.
+std::vector<std::string> resolve_shard_paths(const std::string& path_or_glob, std::string_view what);
 
 // Writes a shard atomically (a temporary file in the same directory, then rename), so a reader never
 // sees a partial one. Throws InputError if tokens is empty, holds more than INT32_MAX tokens, or

@@ -7,6 +7,7 @@
 #include "io/tokenizer_json.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <xxhash.h>
@@ -56,8 +57,8 @@ class LineIterator : public sentencepiece::SentenceIterator {
 constexpr const char* character_coverage = "0.9995";
 
 // The trainer's options (share/docs/usage.md, Tokenizers, which gives the reasons): exact round
-// trips (byte fallback, no normalisation, whitespace kept as it is), no control pieces but <unk>,
-// and one thread with a fixed seed, so that the same text gives the same file.
+// trips (byte fallback, no normalisation, whitespace kept as it is), no control pieces but <unk>
+// (and those of --special), and one thread with a fixed seed, so that the same text gives the same file.
 std::unordered_map<std::string, std::string> training_options(int vocab) {
   return {{"model_type", "bpe"},
           {"vocab_size", std::to_string(vocab)},
@@ -146,6 +147,17 @@ std::vector<int> Tokenizer::encode_document_start(std::string_view text) const {
   return ids;
 }
 
+std::vector<int> Tokenizer::encode_text(std::string_view text) const {
+  return model_->json ? model_->json->encode_text(text) : encode(text);
+}
+
+std::optional<int> Tokenizer::special_token_id(std::string_view token) const {
+  if (model_->json) return model_->json->special_token(token);
+  const int id = model_->processor.PieceToId(token);
+  if (id < 0 || model_->processor.IdToPiece(id) != token || !model_->processor.IsControl(id)) return std::nullopt;
+  return id;
+}
+
 std::vector<int> Tokenizer::encode(std::string_view text) const {
   if (model_->json) return model_->json->encode(text);
   std::vector<int> ids;
@@ -171,11 +183,15 @@ std::uint64_t tokenizer_hash(std::string_view file_bytes) { return XXH64(file_by
 
 std::string hash_hex(std::uint64_t hash) { return fmt::format("{:016x}", hash); }
 
-std::string train_bpe_model(const std::vector<std::string_view>& lines, int vocab) {
+std::string train_bpe_model(const std::vector<std::string_view>& lines, int vocab,
+                            const std::vector<std::string>& special) {
   sentencepiece::SetRandomGeneratorSeed(training_seed);
   LineIterator iterator(lines);
+  auto options = training_options(vocab);
+  // Chat templates' tokens (tokenizer train --special): control pieces, which text never produces.
+  if (!special.empty()) options["control_symbols"] = fmt::format("{}", fmt::join(special, ","));
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(training_options(vocab), &iterator, &model);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(options, &iterator, &model);
   if (!status.ok()) {
     input_error(
         "--vocab {}: SentencePiece cannot train it from these texts: {} (meshtrain keeps character_coverage at "

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,6 +46,14 @@ class Tokenizer {
   // the pieces do not). SentencePiece reads each byte of an ill-formed UTF-8 sequence as U+FFFD
   // (io/utf8.hpp checks texts first).
   std::vector<int> encode(std::string_view text) const;
+  // The ids of `text` where a template's special tokens can never come from text: a tokenizer.json's
+  // special added tokens are left as text (TokenizerJson::encode_text); a SentencePiece model's
+  // control pieces never come from text anyway, so this is encode's.
+  std::vector<int> encode_text(std::string_view text) const;
+  // The id of `token` as a template's special token: a tokenizer.json's special added token of that
+  // content, or a SentencePiece control piece of that text (its <s> and </s> are control pieces,
+  // and so are those `tokenizer train --special` adds). Nothing when there is none.
+  std::optional<int> special_token_id(std::string_view token) const;
   // The ids of `text` as a document: encode's, between the tokens a tokenizer.json's post-processor
   // adds (Llama 3's <|begin_of_text|> first); encode's for a SentencePiece model, which adds none.
   std::vector<int> encode_document(std::string_view text) const;
@@ -82,6 +91,9 @@ std::string hash_hex(std::uint64_t hash);
 // options of share/docs/usage.md, Tokenizers, and returns the model file's bytes: the same lines
 // and vocab give the same bytes. InputError with SentencePiece's reason when it cannot train that
 // vocabulary from these lines (too small for their characters, or more pieces than they offer).
-std::string train_bpe_model(const std::vector<std::string_view>& lines, int vocab);
+// `special` are control pieces (ids 1, 2, ... after <unk>, before the byte pieces): pieces that
+// text never produces, which chat templates insert by id (share/docs/usage.md, Fine-tuning data).
+std::string train_bpe_model(const std::vector<std::string_view>& lines, int vocab,
+                            const std::vector<std::string>& special = {});
 
 }  // namespace meshtrain::io

@@ -234,8 +234,9 @@ json parse_json(const Source& source, std::string_view bytes) {
 struct TokenizerJson::Impl {
   std::optional<BpeModel> model;
   // Added tokens with normalized = false, matched in the text as given; normalized = true, in the
-  // normalized text.
-  tokenizer_json_parts::AddedTokenMatcher raw_added, normalized_added;
+  // normalized text. The *_text ones leave the special tokens out, for encode_text.
+  tokenizer_json_parts::AddedTokenMatcher raw_added, normalized_added, raw_added_text, normalized_added_text;
+  std::map<std::string, int, std::less<>> special_ids;  // the special added tokens by content
   bool nfc = false;
   std::vector<tokenizer_json_parts::PreTokenizerStep> steps;
   std::vector<int> prefix, suffix;
@@ -432,7 +433,13 @@ std::map<int, std::string> read_added_tokens(const Source& source, const json& f
     }
     by_id[parsed.id] = parsed.content;
     // Hugging Face's default: special tokens are matched in the raw text, others after normalizing.
-    const bool normalized = source.boolean(token, key, "normalized", !source.boolean(token, key, "special", false));
+    const bool special = source.boolean(token, key, "special", false);
+    const bool normalized = source.boolean(token, key, "normalized", !special);
+    if (special) {
+      impl.special_ids[parsed.content] = parsed.id;
+    } else {
+      (normalized ? impl.normalized_added_text : impl.raw_added_text).add(parsed);
+    }
     (normalized ? impl.normalized_added : impl.raw_added).add(std::move(parsed));
   }
   return by_id;
@@ -552,19 +559,37 @@ int TokenizerJson::vocab_size() const { return impl_->vocab_size; }
 const std::vector<int>& TokenizerJson::prefix() const { return impl_->prefix; }
 const std::vector<int>& TokenizerJson::suffix() const { return impl_->suffix; }
 
-std::vector<int> TokenizerJson::encode(std::string_view text) const {
+namespace {
+
+std::vector<int> encode_with(const TokenizerJson::Impl& impl, const tokenizer_json_parts::AddedTokenMatcher& raw,
+                             const tokenizer_json_parts::AddedTokenMatcher& normalized, std::string_view text) {
   using tokenizer_json_parts::nfc;
   require_utf8_text("the text to encode", text);
   std::vector<int> ids;
-  impl_->raw_added.split(
+  raw.split(
       text,
       [&](std::string_view part) {
-        const std::string normalized = impl_->nfc ? nfc(part) : std::string(part);
-        impl_->normalized_added.split(
-            normalized, [&](std::string_view rest) { impl_->pre_tokenize(rest, ids); }, ids);
+        const std::string normal = impl.nfc ? nfc(part) : std::string(part);
+        normalized.split(
+            normal, [&](std::string_view rest) { impl.pre_tokenize(rest, ids); }, ids);
       },
       ids);
   return ids;
+}
+
+}  // namespace
+
+std::vector<int> TokenizerJson::encode(std::string_view text) const {
+  return encode_with(*impl_, impl_->raw_added, impl_->normalized_added, text);
+}
+
+std::vector<int> TokenizerJson::encode_text(std::string_view text) const {
+  return encode_with(*impl_, impl_->raw_added_text, impl_->normalized_added_text, text);
+}
+
+std::optional<int> TokenizerJson::special_token(std::string_view content) const {
+  const auto it = impl_->special_ids.find(content);
+  return it == impl_->special_ids.end() ? std::nullopt : std::optional<int>(it->second);
 }
 
 std::string TokenizerJson::decode(std::span<const int> ids) const {

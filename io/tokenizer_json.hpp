@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,12 @@ class TokenizerJson {
   // split), the rest normalized, pre-tokenized and merged. InputError unless `text` is UTF-8 (as
   // Hugging Face's, which take strings; the commands check their texts first, naming them).
   std::vector<int> encode(std::string_view text) const;
+  // The same with the special added tokens (`"special": true`) left as text, as Hugging Face's
+  // encode_special_tokens (split_special_tokens) does: a fine-tuning record's text never becomes
+  // a template's token (io/chat_templates.hpp). Other added tokens are still matched.
+  std::vector<int> encode_text(std::string_view text) const;
+  // The id of the special added token whose content is `content`, if there is one.
+  std::optional<int> special_token(std::string_view content) const;
   // The ids the post-processor puts around a text (TemplateProcessing's single template: Llama 3's
   // <|begin_of_text|> before it); empty without one.
   const std::vector<int>& prefix() const;

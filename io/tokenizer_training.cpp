@@ -35,12 +35,32 @@ void append_lines(std::string_view text, std::vector<std::string_view>& lines) {
   }
 }
 
+// Control pieces SentencePiece can hold: its option is a comma-separated list, and the names of
+// <unk> and the byte pieces are taken.
+void require_valid_special(const std::vector<std::string>& special) {
+  for (std::size_t i = 0; i < special.size(); ++i) {
+    const std::string& token = special[i];
+    const bool byte_name = token.size() == 6 && token.starts_with("<0x") && token.ends_with(">");
+    if (token.empty() || token.find_first_of(", \t\r\n") != std::string::npos || token == "<unk>" || byte_name) {
+      input_error(
+          "--special '{}' cannot be a special token: give a non-empty name without commas or white space, other "
+          "than <unk> and the byte pieces <0x00> ... <0xFF> (such as <|im_start|>)",
+          token);
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (special[j] == token) input_error("--special names '{}' twice; name each special token once", token);
+    }
+  }
+}
+
 }  // namespace
 
-TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int vocab, const std::string& out) {
+TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int vocab, const std::string& out,
+                                 const std::vector<std::string>& special) {
   if (text_files.empty()) input_error("no text files given to train on (--text FILE...)");
   if (out.empty()) input_error("no output model given (--out TOKENIZER.model)");
   require_vocab_in_range(vocab);
+  require_valid_special(special);
   std::vector<NamedPath> inputs;
   for (const std::string& text : text_files) inputs.push_back({"--text", text});
   const Output model_file{"--out", out, FileKind::tokenizer, false, {atomic_temporary_path(out)}};
@@ -58,7 +78,7 @@ TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int
     input_error("the text files {} hold no text (only empty lines); there is nothing to train on",
                 fmt::join(text_files, ", "));
   }
-  const std::string model = train_bpe_model(lines, vocab);
+  const std::string model = train_bpe_model(lines, vocab, special);
   write_file_atomically(out, "tokenizer", [&](const auto& write) { write(model); });
   return {lines.size(), tokenizer_hash(model)};
 }

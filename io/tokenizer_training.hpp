@@ -19,6 +19,9 @@ struct TrainedTokenizer {
 // regular file or not UTF-8, vocab is outside [io::tokenizer_meta_pieces + 1, io::max_tokenizer_vocab], `out`
 // would replace an input, a directory or a file that is not a tokenizer model (io/output_guard.hpp), or SentencePiece
 // cannot train that vocabulary from these texts.
-TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int vocab, const std::string& out);
+// `special` (tokenizer train --special) become control pieces: InputError for an empty one, one
+// with a comma or white space, one named twice, <unk>, or a byte piece's name <0xNN>.
+TrainedTokenizer train_tokenizer(const std::vector<std::string>& text_files, int vocab, const std::string& out,
+                                 const std::vector<std::string>& special = {});
 
 }  // namespace meshtrain::io

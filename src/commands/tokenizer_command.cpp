@@ -18,23 +18,27 @@ namespace po = boost::program_options;
 namespace meshtrain {
 namespace {
 
-constexpr const char* train_usage = "meshtrain tokenizer train --text FILE... --vocab N --out TOKENIZER.model";
+constexpr const char* train_usage =
+    "meshtrain tokenizer train --text FILE... --vocab N --out TOKENIZER.model [--special TOKEN...]";
 
 int train_subcommand(const Args& args, MPI_Comm comm) {
   std::vector<std::string> texts;
   int vocab = 0;  // missing: refused with the valid range
   std::string out;
+  std::vector<std::string> special;
   po::options_description options(
       "meshtrain tokenizer train: a SentencePiece BPE model (byte fallback, exact round trips)");
   options.add_options()("text", po::value(&texts)->multitoken(), "text files to learn from (one sentence a line)")(
       "vocab", po::value(&vocab), "pieces in the model, <unk> and the 256 byte pieces included (258..65536)")(
-      "out", po::value(&out), "the model file to write");
+      "out", po::value(&out), "the model file to write")(
+      "special", po::value(&special)->multitoken(),
+      "special tokens of chat templates (<|im_start|> ...): control pieces, ids 1, 2, ... (prepare --sft)");
   if (print_help_if_asked(args, options, train_usage)) return 0;
   parse_options(args, options, train_usage);
   if (texts.empty()) input_error("--text is missing: give one or more text files");
   if (out.empty()) input_error("--out is missing: give the path of the model file to write");
   if (mpi::rank_of(comm) == 0) {
-    const io::TrainedTokenizer trained = io::train_tokenizer(texts, vocab, out);
+    const io::TrainedTokenizer trained = io::train_tokenizer(texts, vocab, out, special);
     fmt::print("wrote tokenizer {}: {} pieces learnt from {} lines of {} file(s), xxh64 {}\n", out, vocab,
                trained.lines, texts.size(), io::hash_hex(trained.hash));
   }
