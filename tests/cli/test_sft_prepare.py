@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_cli as cli  # noqa: E402
 from test_cli import CliCase  # noqa: E402
 from test_tokenizer_json import (HF_SCRIPT, LLAMA3_REGEX, bos_template, byte_level, fortunes_text,  # noqa: E402
-                                 learn_merges, split, tokenizer_file)
+                                 hf_tokenizers_at, learn_merges, split, tokenizer_file)
 
 try:
     import numpy as np
@@ -426,13 +426,9 @@ def main():
     ap.add_argument("-k", dest="pattern", default=None)
     ap.add_argument("-v", dest="verbose", action="store_true")
     opts = ap.parse_args()
-    if shutil.which("node") is None:
-        print("SKIP: node is not installed (share/scripts/setup.sh installs nodejs and @huggingface/tokenizers)")
+    NODE_MODULES = hf_tokenizers_at(opts.node_modules)
+    if NODE_MODULES is None:
         return 77
-    NODE_MODULES = os.path.abspath(opts.node_modules)
-    package = os.path.join(NODE_MODULES, "@huggingface", "tokenizers", "package.json")
-    if not os.path.exists(package):
-        sys.exit(f"{package} is missing: run share/scripts/setup.sh, which installs @huggingface/tokenizers there")
     cli.take_common_options(opts)
     return cli.run_groups({"sft_templates": SftTemplates, "sft_errors": SftErrors}, opts, cli.WORKDIR)
 

@@ -229,6 +229,19 @@ def xxh64(data):
     return f"{lib.XXH64(data, len(data), 0):016x}"
 
 
+def hf_tokenizers_at(node_modules):
+    """The absolute node_modules holding @huggingface/tokenizers, or None when node is missing (the
+    test is then skipped, exit 77); exits naming the package when node is there but it is not."""
+    if shutil.which("node") is None:
+        print("SKIP: node is not installed (share/scripts/setup.sh installs nodejs and @huggingface/tokenizers)")
+        return None
+    modules = os.path.abspath(node_modules)
+    package = os.path.join(modules, "@huggingface", "tokenizers", "package.json")
+    if not os.path.exists(package):
+        sys.exit(f"{package} is missing: run share/scripts/setup.sh, which installs @huggingface/tokenizers there")
+    return modules
+
+
 def run_json(args, what):
     p = subprocess.run(args, capture_output=True, timeout=120)
     if p.returncode != 0:
@@ -426,14 +439,10 @@ def main():
     ap.add_argument("-k", dest="pattern", default=None)
     ap.add_argument("-v", dest="verbose", action="store_true")
     opts = ap.parse_args()
-    if shutil.which("node") is None:
-        print("SKIP: node is not installed (share/scripts/setup.sh installs nodejs and @huggingface/tokenizers)")
+    NODE_MODULES = hf_tokenizers_at(opts.node_modules)
+    if NODE_MODULES is None:
         return 77
     TOOL = os.path.abspath(opts.tool)
-    NODE_MODULES = os.path.abspath(opts.node_modules)
-    package = os.path.join(NODE_MODULES, "@huggingface", "tokenizers", "package.json")
-    if not os.path.exists(package):
-        sys.exit(f"{package} is missing: run share/scripts/setup.sh, which installs @huggingface/tokenizers there")
     opts.group = "tokenizer_json"
     cli.take_common_options(opts)
     return cli.run_groups({"tokenizer_json": TokenizerJson}, opts, cli.WORKDIR)
