@@ -3,6 +3,7 @@
 
 #include "core/errors.hpp"
 #include "io/atomic_file.hpp"
+#include "io/file_kind.hpp"
 #include "io/file_mapping.hpp"
 #include "io/token_shard.hpp"
 
@@ -260,6 +261,10 @@ void write_sft_shard(const std::string& path, const SftRecords& rec, int vocab) 
     for (std::int64_t offset : rec.offsets) store_le(buffer, std::uint64_t(offset), 8);
     write(buffer);
   });
+}
+
+bool names_sft_shards(const std::string& path_or_glob) {
+  return is_sft_shard(resolve_shard_paths(path_or_glob, "token shard or fine-tuning shard").front());
 }
 
 }  // namespace meshtrain::io

@@ -66,6 +66,11 @@ class SftShards {
   std::uint32_t max_token_ = 0;
 };
 
+// Whether `path_or_glob` names fine-tuning shards rather than token shards: the kind of its first
+// file in sorted order (each reader refuses the other kind among the rest, naming the file).
+// InputError as resolve_shard_paths when it names no file.
+bool names_sft_shards(const std::string& path_or_glob);
+
 // One shard's contents, as prepare builds them.
 struct SftRecords {
   std::vector<std::uint32_t> tokens;

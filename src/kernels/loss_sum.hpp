@@ -1,7 +1,9 @@
-// The step's loss, summed in device memory: each micro-batch adds its mean cross-entropy where the
-// kernels computed it, with no read to the host; the training step sums it over the pipeline and
+// The step's loss, summed in device memory: each micro-batch adds its term where the kernels
+// computed it, with no read to the host; the training step sums it over the pipeline and
 // data-parallel groups in place (a device backend's Comm takes device memory only) and reads it
-// once per step.
+// once per step. The term (share/docs/usage.md, Packing and the fine-tuning loss): the micro-batch's
+// mean cross-entropy on plain token data, where every target carries loss; its sum on fine-tuning
+// data, where the step divides by the loss-carrying targets of the whole global batch instead.
 //
 // Bitwise the host sum it replaced: a micro-batch's mean is its row losses' double total (sum_reduce's
 // fixed order), rounded to accum_t<Real>, divided by the row count in accum_t<Real>, widened to
@@ -13,9 +15,17 @@
 
 namespace meshtrain {
 
+enum class LossTerm {
+  micro_batch_mean,  // Σ of the rows' losses ÷ the rows
+  token_sum,         // Σ of the rows' losses (rows without loss add 0)
+};
+
 class LossSum {
  public:
-  LossSum() : sum_("meshtrain::loss::sum"), total_("meshtrain::loss::micro_batch_total") {}
+  explicit LossSum(LossTerm term = LossTerm::micro_batch_mean)
+      : sum_("meshtrain::loss::sum"), total_("meshtrain::loss::micro_batch_total"), term_(term) {}
+
+  LossTerm term() const { return term_; }
 
   // sum ← 0, enqueued on `space`.
   void clear(const ExecSpace& space) const {
@@ -24,15 +34,18 @@ class LossSum {
         "meshtrain::loss::clear", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(int) { sum() = 0; });
   }
 
-  // sum += mean of losses[0, n), enqueued on `space` (two launches, no fence).
+  // sum += the term of losses[0, n) (their mean, or their double total), enqueued on `space` (two
+  // launches, no fence).
   template <class Real>
-  void add_mean(const ExecSpace& space, CVec<Real> losses, int n) const {
+  void add_micro_batch(const ExecSpace& space, CVec<Real> losses, int n) const {
     using Accum = accum_t<Real>;
     sum_reduce_into(space, total_, losses, n);
     const Kokkos::View<double, MemSpace> sum = sum_, total = total_;
+    const bool mean = term_ == LossTerm::micro_batch_mean;
     Kokkos::parallel_for(
-        "meshtrain::loss::add_mean", Kokkos::RangePolicy<ExecSpace>(space, 0, 1),
-        KOKKOS_LAMBDA(int) { sum() += double(static_cast<Accum>(total()) / static_cast<Accum>(n)); });
+        "meshtrain::loss::add_micro_batch", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(int) {
+          sum() += mean ? double(static_cast<Accum>(total()) / static_cast<Accum>(n)) : total();
+        });
   }
 
   // The sum in device memory, for a group's in-place all-reduce (fence `space` first on a host backend).
@@ -49,6 +62,7 @@ class LossSum {
  private:
   Kokkos::View<double, MemSpace> sum_;
   Kokkos::View<double, MemSpace> total_;  // the last micro-batch's Σ of row losses, before its mean
+  LossTerm term_;
 };
 
 }  // namespace meshtrain

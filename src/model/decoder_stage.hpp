@@ -116,8 +116,10 @@ struct DecoderParts {
   // (per MoE block: Σ aux, Σ z over the passes), read into the statistics when asked.
   RouterStatistics router_statistics;
   Buffer<double> router_loss_sums;
-  // LanguageModel::loss_weight() when backward started (MoE blocks' auxiliary losses).
-  Accum loss_weight = Accum(1);
+  // LanguageModel::aux_weight() when backward started (MoE blocks' auxiliary losses).
+  Accum aux_weight = Accum(1);
+  // Per slot: the documents of its sequences (LanguageModel::set_documents; none by default).
+  std::vector<AttentionSegments> documents;
   typename Family::template State<Real> state;  // constructed last, from the parts above
 
   // make_language_model's arguments (model/language_model.hpp).
@@ -198,6 +200,7 @@ class DecoderStage final : public LanguageModel<Real> {
   void zero_grads() override;
 
   CVec<Real> forward_logits(CVec<int> inputs) override;
+  void set_documents(int slot, const AttentionSegments& documents) override;
   void stage_forward(int slot, CVec<int> inputs) override;
   void stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) override;
   void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) override;

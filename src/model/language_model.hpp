@@ -6,6 +6,7 @@
 // Size letters: B micro-batch, T context, C channels, N = B·T.
 #pragma once
 
+#include "kernels/attention_segments.hpp"
 #include "kernels/loss_sum.hpp"
 #include "model/parameter_store.hpp"
 #include "model/parameters.hpp"
@@ -24,6 +25,24 @@ struct ActivationSizes {
   std::size_t kept = 0;
   std::size_t scratch = 0;
   std::size_t total() const { return kept + scratch; }
+};
+
+// One micro-batch: N = B·T input tokens and as many targets (kNoLossTarget where a target carries no
+// loss: prompts and padding of fine-tuning data), and the documents packed into each sequence (none:
+// one document per sequence).
+struct MicroBatch {
+  CVec<int> inputs;
+  CVec<int> targets;
+  AttentionSegments documents;
+};
+
+// The weights of a step's terms in its objective (share/docs/usage.md, Packing and the fine-tuning
+// loss), before the fp16 loss scale: each loss-carrying target's cross-entropy (1/(B·T·accum·dp) on
+// plain data, 1 / the step's loss-carrying targets on fine-tuning data), and each micro-batch's MoE
+// auxiliary losses (1/(accum·dp) on both).
+struct LossWeights {
+  double per_target = 0;
+  double per_micro_batch = 0;
 };
 
 template <class Real>
@@ -46,6 +65,12 @@ class LanguageModel {
   std::size_t activation_bytes() const { return activation_elements().total() * sizeof(Real); }
   virtual void zero_grads() = 0;
 
+  // The documents of the sequences the coming stage_forward and stage_backward of `slot` run: attention
+  // stays within each, and positions (rotary, gpt2's table) restart at each (kernels/attention_segments.hpp).
+  // The offsets are read when those run, so they must still hold then. std::invalid_argument under
+  // materialized attention, which has no document mask (model.attention = fused has).
+  virtual void set_documents(int slot, const AttentionSegments& documents) = 0;
+
   // One pipeline stage's part, for micro-batch activations kept in `slot`. A stage that is not
   // first reads its input from stage_input(slot), where the previous stage's activation is
   // received; one that is not last starts backward from output_gradient(), where the next stage's
@@ -65,18 +90,20 @@ class LanguageModel {
   // vocabulary's, train.vocab_multiple), of which the first V are the tokens'.
   virtual CVec<Real> forward_logits(CVec<int> inputs) = 0;
 
-  // Mixture of experts: the weight `grad_scale` that the coming micro-batches' losses carry in the
-  // step's objective (stage_loss's grad_scale, times the fp16 loss scale). Stages without the loss
-  // need it for their MoE blocks' auxiliary losses, which join the objective with the same weight.
-  void set_loss_weight(Accum grad_scale) { loss_weight_ = grad_scale; }
-  Accum loss_weight() const { return loss_weight_; }
+  // Mixture of experts: the weight each coming micro-batch's auxiliary losses carry in the step's
+  // objective (times the fp16 loss scale), the weight of a micro-batch's mean cross-entropy
+  // (share/docs/usage.md, Packing and the fine-tuning loss). Every stage's MoE blocks need it, also
+  // those of stages without the loss.
+  void set_aux_weight(Accum per_micro_batch) { aux_weight_ = per_micro_batch; }
+  Accum aux_weight() const { return aux_weight_; }
   // What the stage's routers saw since the last clear (empty without MoE blocks).
   virtual RouterStatistics router_statistics() const { return {}; }
   virtual void clear_router_statistics() {}
 
-  // The whole model on one stage: forward and loss (added to `sum`), and backward.
+  // The whole model on one stage: forward and loss (added to `sum`), and backward. The auxiliary
+  // losses weigh as the micro-batch's mean: grad_scale per target, N targets.
   void forward(CVec<int> inputs, CVec<int> targets, Accum grad_scale, const LossSum& sum) {
-    set_loss_weight(grad_scale);
+    set_aux_weight(grad_scale * Accum(std::size_t(batch()) * std::size_t(model().seq_len)));
     stage_forward(0, inputs);
     stage_loss(0, targets, grad_scale, sum);
   }
@@ -93,7 +120,7 @@ class LanguageModel {
   void backward(CVec<int> inputs, const ReadyFrom& ready_from = {}) { stage_backward(0, inputs, ready_from); }
 
  private:
-  Accum loss_weight_ = Accum(1);
+  Accum aux_weight_ = Accum(1);
 };
 
 // The family model.arch names, with the arguments of DecoderStage's constructor: `tp` the tensor-parallel

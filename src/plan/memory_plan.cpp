@@ -3,6 +3,8 @@
 #include "plan/memory_plan.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/errors.hpp"
+#include "io/sft_shard.hpp"
 #include "model/gemm_workspace.hpp"
 #include "model/language_model.hpp"
 #include "parallel/pipeline_schedule.hpp"
@@ -21,6 +23,17 @@ MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, in
   m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * activations.total());
   m[MemoryCategory::workspace] = std::int64_t(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
   return m;
+}
+
+// Whether data.train names fine-tuning shards, whose loader also holds each sequence's documents. A
+// plan may be made before the data exists: then it is sized for token shards.
+bool plans_packed_data(const Config& cfg) {
+  if (cfg.data.train.empty()) return false;
+  try {
+    return io::names_sft_shards(cfg.data.train);
+  } catch (const InputError&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -43,7 +56,8 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
     // bf16 and fp16 models take the same bytes.
     m += planned_model_memory<bf16>(cfg, grid.tp, place, slots, grid.ep);
   }
-  m[MemoryCategory::workspace] += std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len));
+  m[MemoryCategory::workspace] +=
+      std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len, plans_packed_data(cfg)));
   // Background saves copy the rank's share of the three states to host memory.
   if (cfg.checkpoint.async) {
     m[MemoryCategory::workspace] += std::int64_t(checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));

@@ -66,17 +66,20 @@ class ModelOn final : public Computation {
     }
   }
 
-  void forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale, const LossSum& sum) override {
-    model_->forward(inputs, targets, accum_t<Real>(grad_scale * loss_scale), sum);
+  void forward(const MicroBatch& batch, const LossWeights& weights, double loss_scale, const LossSum& sum) override {
+    model_->set_documents(0, batch.documents);
+    model_->set_aux_weight(accum_t<Real>(weights.per_micro_batch * loss_scale));
+    model_->stage_forward(0, batch.inputs);
+    model_->stage_loss(0, batch.targets, accum_t<Real>(weights.per_target * loss_scale), sum);
   }
   void backward(CVec<int> inputs, double loss_scale) override {
     loss_scale_ = loss_scale;
     model_->backward(inputs, [this](std::size_t offset) { ready_from(offset); });
   }
-  void run_pipeline(std::int64_t step, double grad_scale, double loss_scale, const LossSum& sum) override {
+  void run_pipeline(std::int64_t step, const LossWeights& weights, double loss_scale, const LossSum& sum) override {
     if (!executor_) throw std::logic_error("ModelState::run_pipeline without a pipeline schedule");
     loss_scale_ = loss_scale;
-    executor_->run(step, accum_t<Real>(grad_scale * loss_scale), sum);
+    executor_->run(step, {weights.per_target * loss_scale, weights.per_micro_batch * loss_scale}, sum);
   }
   void publish() override { copy_.publish(); }
   void poison_next_gradient() override {
@@ -129,7 +132,7 @@ std::unique_ptr<Computation> model_in_precision(const ExecSpace& space, const Co
 }  // namespace
 
 ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place,
-                       const PipelineParts& pipeline)
+                       const PipelineParts& pipeline, LossTerm term)
     : space_(space),
       groups_(groups),
       optimizer_(space, state_layout(cfg, groups, place), ZeroStage{cfg.parallel.zero}, *groups.dp,
@@ -138,7 +141,8 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       compute_(model_in_precision(space, cfg, optimizer_, groups.tp, groups.ep, place, pipeline)),
       fp16_(cfg.train.precision == Precision::fp16),
       scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window),
-      nonfinite_(cfg.train.nonfinite, cfg.train.nonfinite_skips) {}
+      nonfinite_(cfg.train.nonfinite, cfg.train.nonfinite_skips),
+      loss_(term) {}
 
 ModelState::~ModelState() = default;
 

@@ -48,13 +48,13 @@ struct PipelineParts {
 class Computation {
  public:
   virtual ~Computation() = default;
-  // Adds the micro-batch's mean loss to `sum` (device memory); dlogits scaled by grad_scale · loss_scale.
-  virtual void forward(CVec<int> inputs, CVec<int> targets, double grad_scale, double loss_scale,
-                       const LossSum& sum) = 0;
+  // Adds the micro-batch's loss term to `sum` (device memory); dlogits scaled by
+  // weights.per_target · loss_scale, its MoE auxiliary losses by weights.per_micro_batch · loss_scale.
+  virtual void forward(const MicroBatch& batch, const LossWeights& weights, double loss_scale, const LossSum& sum) = 0;
   // Backward; each finished range reaches the reduction (through fp32, ÷ loss_scale, for 16 bits).
   virtual void backward(CVec<int> inputs, double loss_scale) = 0;
-  // One step of the pipeline schedule: adds the micro-batches' mean losses to `sum` (last stage only).
-  virtual void run_pipeline(std::int64_t step, double grad_scale, double loss_scale, const LossSum& sum) = 0;
+  // One step of the pipeline schedule: adds the micro-batches' loss terms to `sum` (last stage only).
+  virtual void run_pipeline(std::int64_t step, const LossWeights& weights, double loss_scale, const LossSum& sum) = 0;
   // The master weights changed: the model's weights agree with them on return.
   virtual void publish() = 0;
   // Test-only (injected fault nan_gradient): the next backward pass turns the first element of this
@@ -70,8 +70,9 @@ class Computation {
 class ModelState {
  public:
   // `pipeline`: the stage's schedule (its activation slots), loader and group; empty without pipeline.
+  // `term`: what each micro-batch adds to step_loss() (its mean on plain data, its sum on fine-tuning data).
   ModelState(const ExecSpace& space, const Config& cfg, const StateGroups& groups, StagePlace place,
-             const PipelineParts& pipeline = {});
+             const PipelineParts& pipeline = {}, LossTerm term = LossTerm::micro_batch_mean);
   ~ModelState();
 
   const ParameterLayout& layout() const { return optimizer_.layout(); }
@@ -82,18 +83,19 @@ class ModelState {
   TrainingTensors checkpoint_tensors() { return optimizer_.checkpoint_tensors(); }
   void loaded() { compute_->publish(); }
 
-  // One micro-batch through the model (without pipeline): its mean loss joins step_loss(); gradients
-  // scaled by grad_scale.
-  void forward(CVec<int> inputs, CVec<int> targets, double grad_scale) {
-    compute_->forward(inputs, targets, grad_scale, scaler_.scale(), loss_);
+  // One micro-batch through the model (without pipeline): its loss term joins step_loss(); its
+  // terms weigh `weights` in the step's objective.
+  void forward(const MicroBatch& batch, const LossWeights& weights) {
+    compute_->forward(batch, weights, scaler_.scale(), loss_);
   }
   void backward(CVec<int> inputs) { compute_->backward(inputs, scaler_.scale()); }
-  // One step of the pipeline schedule: the micro-batches' mean losses join step_loss() on the last
+  // One step of the pipeline schedule: the micro-batches' loss terms join step_loss() on the last
   // stage (the others' stays 0).
-  void run_pipeline(std::int64_t step, double grad_scale) {
-    compute_->run_pipeline(step, grad_scale, scaler_.scale(), loss_);
+  void run_pipeline(std::int64_t step, const LossWeights& weights) {
+    compute_->run_pipeline(step, weights, scaler_.scale(), loss_);
   }
-  // Σ of the step's micro-batch mean losses so far, in device memory (kernels/loss_sum.hpp).
+  // Σ of the step's micro-batch loss terms so far, in device memory (kernels/loss_sum.hpp): their
+  // means on plain data, their sums on fine-tuning data (ModelState's `term`).
   const LossSum& step_loss() const { return loss_; }
 
   // One step's gradients: zero_grads() (which also zeroes step_loss()); arm() before the last

@@ -1,6 +1,9 @@
 // Micro-batch assembly from windows of the token stream, and its upload.
 #include "train/batch_loader.hpp"
 
+#include "kernels/cross_entropy.hpp"
+
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <type_traits>
@@ -23,7 +26,7 @@ Kokkos::View<int*, PinnedSpace> staging_for(const Tokens& tokens) {
 
 BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro,
                          const ExecSpace& space)
-    : stream_(stream),
+    : stream_(&stream),
       order_(order),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
@@ -32,9 +35,34 @@ BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int mi
       window_("meshtrain::data::window", seq_len + 1),
       marks_("meshtrain::data::marks", slots) {
   for (Slot& s : slots_) {
-    s.device = Buffer<int>("meshtrain::data::tokens", 2 * tokens());
+    s.device = Buffer<int>("meshtrain::data::tokens", slot_elements(micro_batch, seq_len, false));
     s.staging = staging_for(s.device);
   }
+}
+
+BatchLoader::BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro, const ExecSpace& space)
+    : stream_(data.packed() ? nullptr : &data.stream()),
+      data_(&data),
+      order_(data.order()),
+      micro_batch_(micro_batch),
+      seq_len_(seq_len),
+      first_micro_(first_micro),
+      space_(space),
+      window_("meshtrain::data::window", seq_len + 1),
+      marks_("meshtrain::data::marks", slots) {
+  for (Slot& s : slots_) {
+    s.device = Buffer<int>("meshtrain::data::tokens", slot_elements(micro_batch, seq_len, data.packed()));
+    s.staging = staging_for(s.device);
+  }
+  if (!data.packed()) return;
+  std::size_t longest = 0;
+  for (std::size_t r = 0; r < data.records().record_count(); ++r) {
+    longest = std::max(longest, data.records().record_length(r));
+  }
+  record_tokens_.resize(longest);
+  record_mask_.resize(longest);
+  ends_.resize(std::size_t(micro_batch));
+  for (std::vector<int>& e : ends_) e.reserve(std::size_t(seq_len) + 1);
 }
 
 void BatchLoader::wait_for_slot(int slot) const {
@@ -42,20 +70,69 @@ void BatchLoader::wait_for_slot(int slot) const {
   while (mark.load(std::memory_order_acquire) < awaited_[std::size_t(slot)]) std::this_thread::yield();
 }
 
-void BatchLoader::load(std::int64_t step, int micro) {
-  current_ = (current_ + 1) % slots;
-  const Slot& slot = slots_[std::size_t(current_)];
-  wait_for_slot(current_);
+int BatchLoader::fill_plain(const Slot& slot, std::int64_t step, int micro) {
   const std::size_t T = seq_len_, N = tokens();
   for (int b = 0; b < micro_batch_; ++b) {
     const std::uint64_t w = order_.window(step, (first_micro_ + micro) * micro_batch_ + b);
-    stream_.copy(w * T, T + 1, window_.data());
+    stream_->copy(w * T, T + 1, window_.data());
     for (std::size_t t = 0; t < T; ++t) {
       slot.staging(b * T + t) = window_(t);
       slot.staging(N + b * T + t) = window_(t + 1);
     }
   }
-  if (slot.staging.data() != slot.device.data()) Kokkos::deep_copy(space_, slot.device, slot.staging);
+  return 0;
+}
+
+// Each record of L tokens takes P = min(L − 1, T) positions: inputs r_0 … r_{P−1}, targets r_1 … r_P,
+// a target kNoLossTarget where its mask is 0. The positions past the last record are padding (input
+// 0, no loss), a document of their own so that nothing of it reaches a record.
+int BatchLoader::fill_packed(const Slot& slot, std::int64_t step, int micro) {
+  const std::size_t T = seq_len_, N = tokens();
+  const io::SftShards& records = data_->records();
+  int docs = 1;
+  for (int b = 0; b < micro_batch_; ++b) {
+    const PackedWindow& window = data_->window(order_.sample_index(step, (first_micro_ + micro) * micro_batch_ + b));
+    std::vector<int>& ends = ends_[std::size_t(b)];
+    ends.clear();
+    std::size_t t = b * T;
+    for (const PackedRecord& r : window.records) {
+      records.copy_record(r.record, record_tokens_.data(), record_mask_.data());
+      for (std::int32_t i = 0; i < r.positions; ++i, ++t) {
+        slot.staging(t) = record_tokens_[std::size_t(i)];
+        slot.staging(N + t) = record_mask_[std::size_t(i) + 1] ? record_tokens_[std::size_t(i) + 1] : kNoLossTarget;
+      }
+      ends.push_back(int(t - b * T));
+    }
+    for (; t < (b + 1) * T; ++t) {
+      slot.staging(t) = 0;
+      slot.staging(N + t) = kNoLossTarget;
+    }
+    if (ends.empty() || ends.back() < int(T)) ends.push_back(int(T));
+    docs = std::max(docs, int(ends.size()));
+  }
+  // Offsets 0, the ends, then T again for the documents a sequence lacks (kernels/attention_segments.hpp).
+  for (int b = 0; b < micro_batch_; ++b) {
+    const std::vector<int>& ends = ends_[std::size_t(b)];
+    const std::size_t base = 2 * N + std::size_t(b) * std::size_t(docs + 1);
+    slot.staging(base) = 0;
+    for (int d = 0; d < docs; ++d) {
+      slot.staging(base + 1 + std::size_t(d)) = d < int(ends.size()) ? ends[std::size_t(d)] : int(T);
+    }
+  }
+  return docs;
+}
+
+void BatchLoader::load(std::int64_t step, int micro) {
+  current_ = (current_ + 1) % slots;
+  Slot& slot = slots_[std::size_t(current_)];
+  wait_for_slot(current_);
+  slot.docs = packed() ? fill_packed(slot, step, micro) : fill_plain(slot, step, micro);
+  if (slot.staging.data() != slot.device.data()) {
+    // Only what this load filled: the offsets of `docs` documents per sequence.
+    const std::size_t used = 2 * tokens() + attention_segments_size(micro_batch_, slot.docs);
+    Kokkos::deep_copy(space_, Kokkos::subview(slot.device, std::make_pair(std::size_t(0), used)),
+                      Kokkos::subview(slot.staging, std::make_pair(std::size_t(0), used)));
+  }
   // The other slot was last read by what is queued so far: the device marks when that is done,
   // and the load after this one waits for the mark before refilling it.
   const int other = (current_ + 1) % slots;

@@ -1,4 +1,6 @@
-// Fills a micro-batch's input and target tokens from the token stream in the data-order contract.
+// Fills a micro-batch's input and target tokens from the training data in the data-order contract:
+// windows of the token stream, or packed windows of fine-tuning records with their documents and
+// kNoLossTarget where a target carries no loss (share/docs/usage.md, Packing and the fine-tuning loss).
 //
 // Micro-batch k of a step holds samples j = (first + k)·B … (first + k)·B + B − 1 of that step
 // (B = micro_batch); a data-parallel rank d starts at first = d · accum.
@@ -14,50 +16,89 @@
 
 #include "core/exec.hpp"
 #include "io/token_shard.hpp"
+#include "model/language_model.hpp"
 #include "train/data_order.hpp"
+#include "train/training_data.hpp"
 
 #include <array>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace meshtrain {
 
 class BatchLoader {
  public:
+  // Windows of a token stream.
   BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro = 0,
               const ExecSpace& space = ExecSpace());
+  // Either kind of training data.
+  BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro = 0,
+              const ExecSpace& space = ExecSpace());
 
-  // Loads micro-batch `micro` of step `step` into inputs() and targets() (B·T tokens each), which
-  // hold it until the next load but one.
+  // Loads micro-batch `micro` of step `step` into inputs(), targets() (B·T tokens each) and
+  // documents(), which hold it until the next load but one.
   void load(std::int64_t step, int micro);
 
   CVec<int> inputs() const { return CVec<int>(slots_[current_].device.data(), tokens()); }
   CVec<int> targets() const { return CVec<int>(slots_[current_].device.data() + tokens(), tokens()); }
-  // Bytes of its buffers (host staging counts only where it is a separate allocation).
-  std::size_t bytes() const { return bytes_for(micro_batch_, seq_len_); }
-  static std::size_t bytes_for(int micro_batch, int seq_len) {
+  // The documents of the loaded sequences (none on plain data: one per sequence).
+  AttentionSegments documents() const {
+    const int docs = slots_[current_].docs;
+    return {CVec<int>(slots_[current_].device.data() + 2 * tokens(), attention_segments_size(micro_batch_, docs)),
+            docs};
+  }
+  MicroBatch batch() const { return {inputs(), targets(), documents()}; }
+  // Fine-tuning data: the loss-carrying targets of step `step`'s `global_batch` samples, all ranks' (the
+  // step's divisor, counted from the packing on every rank alike).
+  bool packed() const { return data_ != nullptr && data_->packed(); }
+  std::int64_t step_loss_targets(std::int64_t step, int global_batch) const {
+    return data_->step_loss_targets(step, global_batch);
+  }
+
+  // Bytes of its buffers (host staging counts only where it is a separate allocation); packed data
+  // adds each slot's document offsets.
+  std::size_t bytes() const { return bytes_for(micro_batch_, seq_len_, packed()); }
+  static std::size_t bytes_for(int micro_batch, int seq_len, bool packed = false) {
     constexpr bool mirrored = !std::is_same_v<MemSpace, PinnedSpace>;
-    const std::size_t n = std::size_t(micro_batch) * std::size_t(seq_len);
-    return sizeof(int) * (std::size_t(seq_len) + 1) + slots * 2 * n * sizeof(int) * (mirrored ? 2 : 1) +
+    const std::size_t n = slot_elements(micro_batch, seq_len, packed);
+    return sizeof(int) * (std::size_t(seq_len) + 1) + slots * n * sizeof(int) * (mirrored ? 2 : 1) +
            slots * sizeof(std::int64_t);
   }
 
  private:
   static constexpr int slots = 2;
+  // Ints per slot: inputs and targets, then (packed data) the document offsets of B sequences of up
+  // to T documents each (a record takes at least one position, padding one document of its own).
+  static std::size_t slot_elements(int micro_batch, int seq_len, bool packed) {
+    const std::size_t n = std::size_t(micro_batch) * std::size_t(seq_len);
+    return 2 * n + (packed ? attention_segments_size(micro_batch, seq_len) : 0);
+  }
   struct Slot {
-    Buffer<int> device;                       // (2·B·T): inputs, then targets
+    Buffer<int> device;                       // inputs (B·T), targets (B·T), document offsets (packed data)
     Kokkos::View<int*, PinnedSpace> staging;  // the same on host builds (no allocation of its own)
+    int docs = 0;                             // documents per sequence in the last load (0: plain data)
   };
   std::size_t tokens() const { return std::size_t(micro_batch_) * std::size_t(seq_len_); }
   void wait_for_slot(int slot) const;
+  // The slot's sequences from windows of the stream, or from packed records; returns the documents
+  // per sequence (0 for the stream).
+  int fill_plain(const Slot& slot, std::int64_t step, int micro);
+  int fill_packed(const Slot& slot, std::int64_t step, int micro);
 
-  const io::TokenStream& stream_;
+  const io::TokenStream* stream_ = nullptr;
+  TrainingData* data_ = nullptr;  // null: the stream alone (tests)
   DataOrder& order_;
   int micro_batch_;
   int seq_len_;
   int first_micro_;
   ExecSpace space_;
   Kokkos::View<int*, HostSpace> window_;  // T + 1 tokens
+  // Packed data: one record's tokens and mask (sized for the longest record once), and each
+  // sequence's document ends.
+  std::vector<std::int32_t> record_tokens_;
+  std::vector<std::uint8_t> record_mask_;
+  std::vector<std::vector<int>> ends_;
   std::array<Slot, slots> slots_;
   int current_ = slots - 1;  // the slot the last load filled
   // marks_(s) reaches awaited_[s] once the device is done with slot s's last use.

@@ -6,6 +6,7 @@
 #include <Random123/philox.h>
 
 #include <numeric>
+#include <stdexcept>
 
 namespace meshtrain {
 
@@ -20,9 +21,15 @@ DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, Sample
   }
 }
 
+DataOrder DataOrder::of_samples(int global_batch) {
+  DataOrder order;
+  order.global_batch_ = global_batch;
+  return order;
+}
+
 std::uint64_t DataOrder::window(std::int64_t step, int sample) {
-  const std::uint64_t index =
-      first_sample_ + std::uint64_t(step - first_step_) * std::uint64_t(global_batch_) + std::uint64_t(sample);
+  if (windows_ == 0) throw std::logic_error("DataOrder::window on an order of samples without windows");
+  const std::uint64_t index = sample_index(step, sample);
   if (!shuffle_) return index % windows_;
   return permutation(index / windows_)[index % windows_];
 }

@@ -22,6 +22,9 @@ namespace meshtrain {
 class DataOrder {
  public:
   DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order, std::uint64_t seed);
+  // The sample count alone, for data whose windows another order makes (fine-tuning records, packed
+  // by train/packed_windows): sample_index() and the resume position, no window().
+  static DataOrder of_samples(int global_batch);
 
   std::uint64_t windows() const { return windows_; }
   // Steps from `step` on continue after `samples` samples (a checkpoint's position).
@@ -29,16 +32,21 @@ class DataOrder {
     first_step_ = step;
     first_sample_ = samples;
   }
+  // The run's sample index of sample j (0 ≤ j < G) of step s (0-based).
+  std::uint64_t sample_index(std::int64_t step, int sample) const {
+    return first_sample_ + std::uint64_t(step - first_step_) * std::uint64_t(global_batch_) + std::uint64_t(sample);
+  }
   // Window read by sample j (0 ≤ j < G) of step s (0-based).
   std::uint64_t window(std::int64_t step, int sample);
 
  private:
+  DataOrder() = default;
   const std::vector<std::uint64_t>& permutation(std::uint64_t epoch);
 
-  std::uint64_t windows_;
-  int global_batch_;
-  bool shuffle_;
-  std::uint64_t seed_;
+  std::uint64_t windows_ = 0;
+  int global_batch_ = 0;
+  bool shuffle_ = false;
+  std::uint64_t seed_ = 0;
   std::int64_t first_step_ = 0;
   std::uint64_t first_sample_ = 0;
   std::uint64_t cached_epoch_ = ~std::uint64_t(0);

@@ -24,7 +24,7 @@ int PipelineExecutor<Real>::take_slot(int micro) {
 }
 
 template <class Real>
-void PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale, const LossSum& sum) {
+void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, const LossSum& sum) {
   const int micros = [&] {
     int most = 0;
     for (const Action& a : actions_) most = std::max(most, a.micro + 1);
@@ -38,7 +38,8 @@ void PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale, co
   const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
   const int previous = place.stage - 1, next = place.stage + 1;
   ExecSpace space;
-  model_.set_loss_weight(grad_scale);  // every stage's MoE blocks weigh their auxiliary losses by it
+  model_.set_aux_weight(accum_t<Real>(weights.per_micro_batch));  // every stage's MoE blocks weigh their losses by it
+  const accum_t<Real> grad_scale(weights.per_target);
   for (const Action& a : actions_) {
     switch (a.kind) {
       case ActionKind::recv_activation:
@@ -47,6 +48,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale, co
       case ActionKind::forward: {
         const int slot = take_slot(a.micro);
         loader_.load(step, a.micro);
+        model_.set_documents(slot, loader_.documents());
         model_.stage_forward(slot, loader_.inputs());
         if (place.last()) model_.stage_loss(slot, loader_.targets(), grad_scale, sum);
         break;
@@ -57,7 +59,10 @@ void PipelineExecutor<Real>::run(std::int64_t step, accum_t<Real> grad_scale, co
         break;
       case ActionKind::recv_gradient: pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro); break;
       case ActionKind::backward:
-        loader_.load(step, a.micro);  // the first stage's embedding backward reads the tokens again
+        // The first stage's embedding backward reads the tokens again, every stage the documents (the
+        // buffers of the forward's load have been refilled since).
+        loader_.load(step, a.micro);
+        model_.set_documents(slot_of_[a.micro], loader_.documents());
         model_.stage_backward(slot_of_[a.micro], loader_.inputs(), ready_from_);
         free_slots_.push_back(slot_of_[a.micro]);
         break;

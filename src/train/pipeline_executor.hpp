@@ -24,9 +24,9 @@ class PipelineExecutor {
   PipelineExecutor(std::vector<Action> actions, LanguageModel<Real>& model, BatchLoader& loader, Comm& pipeline,
                    typename LanguageModel<Real>::ReadyFrom ready_from = {});
 
-  // Runs the step's schedule; the last stage adds each micro-batch's mean loss to `sum` (in device
-  // memory), the others add nothing.
-  void run(std::int64_t step, accum_t<Real> grad_scale, const LossSum& sum);
+  // Runs the step's schedule with the terms weighed by `weights` (the fp16 loss scale included); the
+  // last stage adds each micro-batch's loss term to `sum` (in device memory), the others add nothing.
+  void run(std::int64_t step, const LossWeights& weights, const LossSum& sum);
 
  private:
   int take_slot(int micro);

@@ -71,6 +71,7 @@ nlohmann::json metrics_record(const StepReport& r) {
   j["lr"] = r.lr;
   j["grad_norm"] = r.grad_norm;
   j["tokens"] = r.tokens;
+  if (r.loss_targets > 0) j["loss_targets"] = r.loss_targets;
   j["step_time_s"] = r.step_time_s;
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_flops_per_s"] = r.model_flops_per_s;

@@ -19,6 +19,7 @@ struct StepReport {
   double lr;
   double grad_norm;
   std::int64_t tokens;  // cumulative
+  std::int64_t loss_targets = 0;  // fine-tuning data: the step's loss-carrying targets (0: plain data)
   double step_time_s;
   double tokens_per_s;
   double model_flops_per_s;             // (6N + 6LCT) · tokens/s

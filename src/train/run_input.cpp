@@ -17,13 +17,17 @@
 namespace meshtrain {
 namespace {
 
-io::TokenStream open_training_data(const Config& cfg) {
-  if (cfg.data.train.empty()) {
-    input_error("data.train is not set: give a token shard or a glob of them (make one with meshtrain prepare)");
+// data.train, either kind; fine-tuning data packs documents into sequences, which only the fused
+// attention's document mask keeps apart.
+TrainingData open_training_data(const Config& cfg) {
+  TrainingData data = TrainingData::open(cfg);
+  if (data.packed() && cfg.model.attention == AttentionKernel::materialized) {
+    input_error(
+        "data.train '{}' holds fine-tuning records, packed several to a sequence: model.attention = materialized has "
+        "no document mask to keep them apart; use model.attention = fused",
+        cfg.data.train);
   }
-  io::TokenStream stream = io::TokenStream::open(cfg.data.train);
-  stream.require_vocab(cfg.model.vocab);
-  return stream;
+  return data;
 }
 
 // data.tokenizer, when set: a SentencePiece model whose ids the model's vocabulary holds.
@@ -72,7 +76,7 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
   Layout grid;
   int accum = 0;
   TokenizerRecord tokenizer;
-  io::TokenStream stream = agree_on_input(comm, [&] {
+  TrainingData data = agree_on_input(comm, [&] {
     if (cfg.parallel.backend == CommBackend::nccl && !nccl_usable()) {
       input_error(
           "parallel.backend = nccl needs a CUDA build of meshtrain with NCCL; this one keeps tensors in host "
@@ -84,17 +88,13 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
     require_fits_memory(cfg, world, training_cluster(cfg, ranks_on_node, !std::is_same_v<MemSpace, HostSpace>),
                         "the config");
     tokenizer = check_tokenizer(cfg);
-    io::TokenStream data = open_training_data(cfg);
+    TrainingData opened = open_training_data(cfg);
     // Every rank, on its own view of the files: no output may destroy an input or a file of another kind.
-    check_run_outputs(cfg, data.paths());
-    return data;
+    check_run_outputs(cfg, opened.paths());
+    return opened;
   });
   agree_on_same_tokenizer(tokenizer, comm);
-  // The windows depend on the data's size, so the order is agreed once the data is.
-  DataOrder order = agree_on_input(comm, [&] {
-    return DataOrder(stream.size(), cfg.model.seq_len, cfg.train.global_batch, cfg.data.order, cfg.train.seed);
-  });
-  return RunInput{grid, accum, std::move(tokenizer), std::move(stream), std::move(order)};
+  return RunInput{grid, accum, std::move(tokenizer), std::move(data)};
 }
 
 }  // namespace meshtrain

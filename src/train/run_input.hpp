@@ -1,12 +1,11 @@
 // The input of a training run, agreed by every rank before anything is written: the grid, the
-// gradient accumulation, the tokenizer, the token data and its order, and outputs that spare them.
+// gradient accumulation, the tokenizer, the training data and its order, and outputs that spare them.
 #pragma once
 
 #include "checkpoint/attributes.hpp"
 #include "core/config.hpp"
-#include "io/token_shard.hpp"
 #include "parallel/topology.hpp"
-#include "train/data_order.hpp"
+#include "train/training_data.hpp"
 
 #include <mpi.h>
 
@@ -16,8 +15,7 @@ struct RunInput {
   Layout grid;
   int accum = 0;              // micro-batches per rank per step
   TokenizerRecord tokenizer;  // data.tokenizer and its hash, the same on every rank (empty: byte-level)
-  io::TokenStream stream;
-  DataOrder order;
+  TrainingData data;
 };
 
 // Everything that can reject the configuration or the data, checked on every rank; a refusal is an

@@ -128,19 +128,20 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       place_{topology_.position().pp_rank, input_.grid.pp},
       groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic, cfg.model.ties_output_head()),
       schedule_(stage_schedule(cfg, input_.grid, place_, input_.accum)),
-      loader_(input_.stream, input_.order, cfg.train.micro_batch, cfg.model.seq_len,
-              topology_.position().dp_rank * input_.accum),
+      loader_(input_.data, cfg.train.micro_batch, cfg.model.seq_len, topology_.position().dp_rank * input_.accum),
       shape_{input_.accum, input_.grid.dp, input_.grid.pp > 1,
-             gradient_scale(cfg.train.micro_batch, cfg.model.seq_len, input_.accum, input_.grid.dp)},
+             gradient_scale(cfg.train.micro_batch, cfg.model.seq_len, input_.accum, input_.grid.dp),
+             cfg.train.global_batch},
       state_(
           space_, cfg,
           StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm, groups_.ep.get(), &groups_.edp()},
-          place_, PipelineParts{schedule_, &loader_, groups_.pp.get()}),
+          place_, PipelineParts{schedule_, &loader_, groups_.pp.get()},
+          input_.data.packed() ? LossTerm::token_sum : LossTerm::micro_batch_mean),
       allocation_s_(seconds_since(allocation_start_)),
       checkpointer_(cfg, state_.layout(), comm, input_.tokenizer) {}
 
 int TrainingRun::run() {
-  const RunStart start = start_run(cfg_, comm_, checkpointer_, state_, input_.order);
+  const RunStart start = start_run(cfg_, comm_, checkpointer_, state_, input_.data.order());
   SavePolicy saves(cfg_, checkpointer_, leader_);
   const std::size_t snapshot =
       saves.background_saves() ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp,
@@ -223,8 +224,7 @@ void TrainingRun::print_start(double initialization_s) const {
                parameter_count_text(cfg_.model));
     // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
     fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), groups_.dp->backend());
-    fmt::print("data: {} tokens in {} shard(s), {} windows, order {}\n", input_.stream.size(),
-               input_.stream.paths().size(), input_.order.windows(), cfg_.data.order);
+    fmt::print("{}\n", input_.data.summary(cfg_.data.order));
     if (!input_.tokenizer.path.empty()) {
       fmt::print("tokenizer: {} (xxh64 {})\n", input_.tokenizer.path, io::hash_hex(input_.tokenizer.hash));
     }
@@ -259,6 +259,7 @@ StepReport TrainingRun::step_report(const StepResult& result, const TrainingProg
   report.lr = result.lr;
   report.grad_norm = result.grad_norm;
   report.tokens = progress.tokens;
+  report.loss_targets = result.loss_targets;
   report.step_time_s = step_s;
   report.tokens_per_s = std::int64_t(cfg_.train.global_batch) * cfg_.model.seq_len / step_s;
   report.model_flops_per_s = report.tokens_per_s * flops_per_token(state_.layout());

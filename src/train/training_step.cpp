@@ -28,6 +28,21 @@ void stall_if_injected(const Config& cfg, std::int64_t i, MPI_Comm world) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
+// The weights of the step's terms (share/docs/usage.md, Packing and the fine-tuning loss). Plain data:
+// every target carries loss, each rank's share of the global batch's mean is shape.grad_scale per
+// target. Fine-tuning data: the step's objective is the sum over its global batch's loss-carrying
+// targets divided by their count, which every rank counts alike from the packing, so no layout can
+// change it; a step without any weighs nothing. MoE auxiliary losses weigh as a micro-batch's mean on both.
+LossWeights step_weights(const StepShape& shape, const BatchLoader& loader, std::int64_t i, std::int64_t& targets) {
+  const double micro_batches = double(shape.accum) * double(shape.dp);
+  if (!loader.packed()) {
+    targets = 0;
+    return {shape.grad_scale, 1.0 / micro_batches};
+  }
+  targets = loader.step_loss_targets(i, shape.global_batch);
+  return {targets > 0 ? 1.0 / double(targets) : 0.0, 1.0 / micro_batches};
+}
+
 }  // namespace
 
 float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
@@ -43,15 +58,16 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   // The micro-batches' mean losses are summed in device memory and summed over the groups there
   // (a device backend's Comm takes no host pointer); the host reads the sum once, at the end.
   const LossSum& loss = state.step_loss();
+  const LossWeights weights = step_weights(shape, loader, i, r.loss_targets);
   if (!shape.pipelined) {
     for (int micro = 0; micro < shape.accum; ++micro) {
       loader.load(i, micro);
-      state.forward(loader.inputs(), loader.targets(), shape.grad_scale);
+      state.forward(loader.batch(), weights);
       if (micro == shape.accum - 1) state.arm();  // the last pass finishes the gradients
       state.backward(loader.inputs());
     }
   } else {
-    state.run_pipeline(i, shape.grad_scale);  // the last stage's sum; the others add zero below
+    state.run_pipeline(i, weights);  // the last stage's sum; the others add zero below
     space.fence();                            // the kernels that wrote it are done before MPI reads it
     groups.pp->allreduce_sum(loss.data(), 1);
   }
@@ -59,7 +75,13 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   space.fence();
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
   if (!fault_fires_in("skip_collective", i, groups.world)) groups.dp->allreduce_sum(loss.data(), 1);
-  r.loss = loss.read(space) / (double(shape.accum) * shape.dp);
+  // The sum of the micro-batches' means over accum·dp of them, or of token losses over their count.
+  const double total = loss.read(space);
+  if (loss.term() == LossTerm::micro_batch_mean) {
+    r.loss = total / (double(shape.accum) * shape.dp);
+  } else {
+    r.loss = r.loss_targets > 0 ? total / double(r.loss_targets) : 0.0;
+  }
   if (fault_fires_in("inf_loss", i, groups.world)) r.loss = std::numeric_limits<double>::infinity();
 
   const StepValues agreed = state.agreed_values(r.loss);

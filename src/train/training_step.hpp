@@ -16,11 +16,13 @@ struct StepShape {
   int accum = 1;            // micro-batches per rank
   int dp = 1;               // data-parallel ranks
   bool pipelined = false;   // parallel.pp > 1: the schedule runs the micro-batches
-  float grad_scale = 1.0f;  // 1 / (B·T·accum·dp): each rank's share of the global batch's mean
+  float grad_scale = 1.0f;  // 1 / (B·T·accum·dp): each rank's share of the global batch's mean (plain data)
+  int global_batch = 1;     // G: the step's samples (fine-tuning data counts their loss-carrying targets)
 };
 
 struct StepResult {
-  double loss = 0;  // mean over the global batch, the same on every rank (agreed when non-finite)
+  double loss = 0;  // mean over the global batch's loss-carrying targets, the same on every rank (agreed when non-finite)
+  std::int64_t loss_targets = 0;  // how many (fine-tuning data; 0 on plain data, where every target is)
   double lr = 0;
   double grad_norm = 0;  // before clipping
   StepOutcome outcome = StepOutcome::applied;

@@ -36,8 +36,8 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   matmul_backward<Real>(m.space, d.datty, dw.attproj_w, no_bias, d.column_partials, d.dresidual, s.atty, w.attproj_w, N,
                         Cl, C);
   if (dm.fused_attention) {
-    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NH, NH, Cl / NH, {},
-                             d.attention_workspace);
+    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NH, NH, Cl / NH,
+                             m.documents[std::size_t(slot)], d.attention_workspace);
   } else {
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
   }

@@ -16,7 +16,7 @@ namespace meshtrain {
 // Y_r = X A_r + b_r from the whole X), both c_proj row-parallel (Y = Σ_r X_r A_r + b, A split by
 // rows, X_r the rank's columns of the column-parallel product before it).
 template <class Real>
-void Gpt2Family::block_forward(Parts<Real>& m, int /*slot*/, int l, CVec<Real> x, const Block<Real>& s, Vec<Real> proj,
+void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, const Block<Real>& s, Vec<Real> proj,
                                bool to_output) {
   const Dims& d = m.dims;
   const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), Cl = int(d.Cl()), NH = int(d.NH);
@@ -26,7 +26,8 @@ void Gpt2Family::block_forward(Parts<Real>& m, int /*slot*/, int l, CVec<Real> x
   m.copy_to.forward(span_of(s.ln1));
   matmul_forward<Real>(m.space, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
   if (d.fused_attention) {
-    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NH, NH, Cl / NH, {}, m.scratch.attention_workspace);
+    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NH, NH, Cl / NH, m.documents[std::size_t(slot)],
+                            m.scratch.attention_workspace);
   } else {
     attention_forward(m.space, s.atty, s.att, s.qkv, B, T, Cl, NH);
   }

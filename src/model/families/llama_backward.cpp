@@ -32,12 +32,13 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   m.reduce_from.backward(span_of(d.dresidual));
   linear_backward<Real>(m.space, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
   if (dm.fused_attention) {
-    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NHl, KVl, hs, {},
-                             d.attention_workspace);
+    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NHl, KVl, hs,
+                             m.documents[std::size_t(slot)], d.attention_workspace);
   } else {
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
   }
-  rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // back to the unrotated q and k
+  // Back to the unrotated q and k.
+  rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, m.documents[std::size_t(slot)]);
   linear_backward<Real>(m.space, d.dln, dw.qkv, dw.qkv_bias, d.column_partials, d.dqkv, s.ln1, w.qkv, N, C, QKV);
   m.copy_to.backward(span_of(d.dln));
   rmsnorm_backward(m.space, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);

@@ -25,9 +25,12 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
   rmsnorm_forward(m.space, s.ln1, s.ln1_rstd, x, w.attn_norm, N, C, eps);
   m.copy_to.forward(span_of(s.ln1));
   linear_forward<Real>(m.space, s.qkv, s.ln1, w.qkv, w.qkv_bias, N, C, QKV);
-  rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs);  // the q heads, then the k heads
+  const AttentionSegments& documents = m.documents[std::size_t(slot)];
+  // The q heads, then the k heads; positions restart at each document of a packed sequence.
+  rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, documents);
   if (d.fused_attention) {
-    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NHl, KVl, hs, {}, m.scratch.attention_workspace);
+    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NHl, KVl, hs, documents,
+                            m.scratch.attention_workspace);
   } else {
     attention_forward(m.space, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
   }

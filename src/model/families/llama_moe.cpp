@@ -129,8 +129,8 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   }
   moe_permute_backward(space, d.dln, CVec<Real>(d.drows), CVec<int>(m.slot), N, k, C, Hsl > 0);
   // The router: the gate weights' gradient, the load-balancing loss and the z-loss, each weighted
-  // as the micro-batch's mean cross-entropy (loss_weight per token, N tokens).
-  const Accum per_pass = p.loss_weight * Accum(N);
+  // as the micro-batch's mean cross-entropy (LanguageModel::aux_weight).
+  const Accum per_pass = p.aux_weight;
   const Vec<int> routed = slice(m.counts, 0, dm.E);
   router_backward<Accum>(space, d.router_logits, CVec<Accum>(d.dgate), CVec<Accum>(m.probs), CVec<int>(m.expert),
                          CVec<Accum>(m.lse), CVec<int>(routed), Accum(p.model().aux_loss_coef) * per_pass,

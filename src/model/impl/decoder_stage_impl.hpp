@@ -139,6 +139,7 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
         return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count, mode, rank.shared);
       });
   router_loss_sums = Buffer<double>("meshtrain::moe_router::loss_sums", 2 * router_statistics.blocks.size());
+  documents.assign(std::size_t(slot_count), AttentionSegments{});
 }
 
 template <class Real, class Family>
@@ -155,6 +156,15 @@ void DecoderStage<Real, Family>::zero_grads() {
 }
 
 template <class Real, class Family>
+void DecoderStage<Real, Family>::set_documents(int slot, const AttentionSegments& documents) {
+  if (documents.docs > 0 && !m_.dims.fused_attention) {
+    throw std::invalid_argument(
+        "packed sequences need the fused attention's document mask: model.attention = materialized has none");
+  }
+  m_.documents[std::size_t(slot)] = documents;
+}
+
+template <class Real, class Family>
 void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
   const auto& d = m_.dims;
   const int N = int(d.N), C = int(d.C), Vl = int(d.Vl);
@@ -165,7 +175,8 @@ void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
     // a position table is added on tp rank 0 only, so that the sum adds it once.
     const bool positions = p.positions.extent(0) > 0 && m_.layout.tp_rank() == 0;
     const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), positions);
-    encoder_forward(m_.space, a.encoded, inputs, p.embed, p.positions, int(d.B), int(d.T), C, rows);
+    encoder_forward(m_.space, a.encoded, inputs, p.embed, p.positions, int(d.B), int(d.T), C, rows,
+                    m_.documents[std::size_t(slot)]);
     m_.reduce_from.forward(span_of(a.encoded));
   }
   for (int l = 0; l < m_.layout.stage_layers(); ++l) {
@@ -211,7 +222,7 @@ void DecoderStage<Real, Family>::stage_loss(int slot, CVec<int> targets, Accum g
 
 template <class Real, class Family>
 void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
-  m_.loss_weight = this->loss_weight();
+  m_.aux_weight = this->aux_weight();
   backward_sweep<Real>(
       m_.layout, ready_from, [&] { head_backward(slot); },
       [&](int l) {
@@ -226,7 +237,8 @@ void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, cons
         const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), m_.dparams.positions.extent(0) > 0);
         m_.reduce_from.backward(span_of(s.dresidual));
         encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order,
-                         s.dresidual, inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows);
+                         s.dresidual, inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows,
+                         m_.documents[std::size_t(slot)]);
       });
 }
 

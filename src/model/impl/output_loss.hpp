@@ -1,7 +1,7 @@
 // The loss of a model's output head, shared by the families: the cross-entropy of the last stage's
 // logits against the targets, vocabulary-parallel under tensor parallelism (each rank holds its
 // vocabulary columns of every row: the rows of `table` its piece holds), which also leaves the
-// gradient of the logits, scaled by grad_scale, in place for backward. The mean is added to a LossSum
+// gradient of the logits, scaled by grad_scale, in place for backward. The micro-batch's term is added to a LossSum
 // in device memory (kernels/loss_sum.hpp), never read to the host here. Internal to model/.
 #pragma once
 
@@ -23,7 +23,8 @@ struct HeadBuffers {
   Vec<accum_t<Real>> partials;  // (2N) … and Σ exp, target logit
 };
 
-// sum += mean cross-entropy over the N rows. `table`: the vocabulary-parallel tensor whose rows are
+// sum += the cross-entropy term of the N rows (LossSum: their mean, or their sum; rows whose target is
+// kNoLossTarget add 0). `table`: the vocabulary-parallel tensor whose rows are
 // the logits' columns (gpt2's tied wte, llama's lm_head).
 template <class Real>
 void mean_cross_entropy(const ExecSpace& space, bool tp_active, const VocabParallelStatistics& statistics,
@@ -41,7 +42,7 @@ void mean_cross_entropy(const ExecSpace& space, bool tp_active, const VocabParal
     statistics.sum_over_vocabulary(span_of(a.partials));
     vocab_parallel_finish(space, a.losses, a.logits, a.logits, a.row_max, a.partials, targets, N, cols, grad_scale);
   }
-  sum.add_mean<Accum>(space, a.losses, N);
+  sum.add_micro_batch<Accum>(space, a.losses, N);
 }
 
 }  // namespace meshtrain::output_loss
