@@ -116,6 +116,10 @@ class KeyTable {
     add("train.memory_gib", cfg.train.memory_gib,
         "GiB the fit check allows one node's ranks (host builds) or one rank's GPU (0: the machine's RAM)");
     add("train.seed", cfg.train.seed, "seed for initialisation and shuffling");
+    add("train.eval_every", cfg.train.eval_every,
+        "steps between validation passes over data.valid (0: only after the last step)");
+    add("train.eval_tokens", cfg.train.eval_tokens,
+        "positions of data.valid each validation pass reads from its start, in seq_len windows (0: all)");
     add_choice("train.precision", cfg.train.precision,
                "{}: weights and activations in compute (fp32 master weights and moments always)");
     add("train.loss_scale", cfg.train.loss_scale, "fp16: initial dynamic loss scale (halved on overflow)");
@@ -161,6 +165,8 @@ class KeyTable {
     add_choice("data.tokenizer_change", cfg.data.tokenizer_change,
                "a checkpoint that records another tokenizer than data.tokenizer (or none): {}");
     add_choice("data.order", cfg.data.order, "{}");
+    add("data.valid", cfg.data.valid,
+        "validation shards (token or fine-tuning shards, a glob; empty: no validation)");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
     add("checkpoint.every", cfg.checkpoint.every, "steps between checkpoints (0: only when the job leaves)");
     add("checkpoint.keep", cfg.checkpoint.keep, "newest checkpoints kept (0: all)");
@@ -396,6 +402,12 @@ void validate(const Config& c, const GivenKeys& given) {
   if (c.train.stop_after < 0) input_error("train.stop_after = {} is invalid: it must be >= 0", c.train.stop_after);
   require_non_negative("train.time_limit", c.train.time_limit);
   if (c.train.seed < 0) input_error("train.seed = {} is invalid: it must be an integer >= 0", c.train.seed);
+  if (c.train.eval_every < 0) input_error("train.eval_every = {} is invalid: it must be >= 0", c.train.eval_every);
+  if (c.train.eval_tokens < 0) input_error("train.eval_tokens = {} is invalid: it must be >= 0", c.train.eval_tokens);
+  if (c.data.valid.empty() && (c.train.eval_every > 0 || c.train.eval_tokens > 0)) {
+    input_error("train.{} is set but data.valid is not: give validation shards to evaluate on",
+                c.train.eval_every > 0 ? "eval_every" : "eval_tokens");
+  }
   if (!(c.train.loss_scale >= 1)) {
     input_error("train.loss_scale = {} is invalid: it must be >= 1 (fp16's initial loss scale, e.g. 65536)",
                 c.train.loss_scale);

@@ -280,6 +280,10 @@ struct TrainConfig {
   // false: kernels that add in a run-dependent order may run (CUDA builds with cuDNN: attention's backward,
   // kernels/fused_attention.hpp); true keeps every run, and a resumed one, bitwise the same.
   bool deterministic = true;
+  // Validation (share/docs/usage.md, Validation): steps between passes over data.valid (0: only after
+  // the last step), and the positions of data.valid a pass reads from its start (0: all of it).
+  std::int64_t eval_every = 0;
+  std::int64_t eval_tokens = 0;
 };
 
 struct OptimConfig {
@@ -312,6 +316,7 @@ struct DataConfig {
   // Whether a checkpoint (resumed, or checkpoint.init_weights) that records another tokenizer loads.
   TokenizerChange tokenizer_change = TokenizerChange::refuse;
   SampleOrder order = SampleOrder::sequential;
+  std::string valid;  // validation shards of either kind, or a glob of them (empty: no validation)
 };
 
 struct CheckpointConfig {

@@ -25,12 +25,12 @@ MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, in
   return m;
 }
 
-// Whether data.train names fine-tuning shards, whose loader also holds each sequence's documents. A
-// plan may be made before the data exists: then it is sized for token shards.
-bool plans_packed_data(const Config& cfg) {
-  if (cfg.data.train.empty()) return false;
+// Whether data.train (data.valid) names fine-tuning shards, whose loader also holds each sequence's
+// documents. A plan may be made before the data exists: then it is sized for token shards.
+bool names_packed_data(const std::string& path_or_glob) {
+  if (path_or_glob.empty()) return false;
   try {
-    return io::names_sft_shards(cfg.data.train);
+    return io::names_sft_shards(path_or_glob);
   } catch (const InputError&) {
     return false;
   }
@@ -57,7 +57,12 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
     m += planned_model_memory<bf16>(cfg, grid.tp, place, slots, grid.ep);
   }
   m[MemoryCategory::workspace] +=
-      std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len, plans_packed_data(cfg)));
+      std::int64_t(BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len, names_packed_data(cfg.data.train)));
+  // Validation (train/validation.hpp) has a loader of its own.
+  if (!cfg.data.valid.empty()) {
+    m[MemoryCategory::workspace] += std::int64_t(
+        BatchLoader::bytes_for(cfg.train.micro_batch, cfg.model.seq_len, names_packed_data(cfg.data.valid)));
+  }
   // Background saves copy the rank's share of the three states to host memory.
   if (cfg.checkpoint.async) {
     m[MemoryCategory::workspace] += std::int64_t(checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));

@@ -81,6 +81,15 @@ class ModelOn final : public Computation {
     loss_scale_ = loss_scale;
     executor_->run(step, {weights.per_target * loss_scale, weights.per_micro_batch * loss_scale}, sum);
   }
+  void evaluate(const MicroBatch& batch, const LossSum& sum) override {
+    model_->set_documents(0, batch.documents);
+    model_->stage_forward(0, batch.inputs);
+    model_->stage_loss(0, batch.targets, accum_t<Real>(0), sum);  // its gradient of the logits is not used
+  }
+  void evaluate_pipeline(BatchLoader& loader, int micro_batches, const LossSum& sum) override {
+    if (!executor_) throw std::logic_error("ModelState::evaluate_pipeline without a pipeline schedule");
+    executor_->evaluate(loader, micro_batches, sum);
+  }
   void publish() override { copy_.publish(); }
   void poison_next_gradient() override {
     const ParameterLayout& layout = copy_.layout();

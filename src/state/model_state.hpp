@@ -55,6 +55,11 @@ class Computation {
   virtual void backward(CVec<int> inputs, double loss_scale) = 0;
   // One step of the pipeline schedule: adds the micro-batches' loss terms to `sum` (last stage only).
   virtual void run_pipeline(std::int64_t step, const LossWeights& weights, double loss_scale, const LossSum& sum) = 0;
+  // Forward only (validation): the micro-batch's loss term joins `sum`; no gradient is kept.
+  virtual void evaluate(const MicroBatch& batch, const LossSum& sum) = 0;
+  // The same for `micro_batches` micro-batches of `loader`'s step 0 through the pipeline stages, one
+  // after another (the last stage's sum; the others add nothing).
+  virtual void evaluate_pipeline(BatchLoader& loader, int micro_batches, const LossSum& sum) = 0;
   // The master weights changed: the model's weights agree with them on return.
   virtual void publish() = 0;
   // Test-only (injected fault nan_gradient): the next backward pass turns the first element of this
@@ -93,6 +98,11 @@ class ModelState {
   // stage (the others' stays 0).
   void run_pipeline(std::int64_t step, const LossWeights& weights) {
     compute_->run_pipeline(step, weights, scaler_.scale(), loss_);
+  }
+  // Validation (train/validation.hpp): forward passes only, their loss terms into `sum`.
+  void evaluate(const MicroBatch& batch, const LossSum& sum) { compute_->evaluate(batch, sum); }
+  void evaluate_pipeline(BatchLoader& loader, int micro_batches, const LossSum& sum) {
+    compute_->evaluate_pipeline(loader, micro_batches, sum);
   }
   // Σ of the step's micro-batch loss terms so far, in device memory (kernels/loss_sum.hpp): their
   // means on plain data, their sums on fine-tuning data (ModelState's `term`).

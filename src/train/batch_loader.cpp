@@ -73,7 +73,15 @@ void BatchLoader::wait_for_slot(int slot) const {
 int BatchLoader::fill_plain(const Slot& slot, std::int64_t step, int micro) {
   const std::size_t T = seq_len_, N = tokens();
   for (int b = 0; b < micro_batch_; ++b) {
-    const std::uint64_t w = order_.window(step, (first_micro_ + micro) * micro_batch_ + b);
+    const int sample = (first_micro_ + micro) * micro_batch_ + b;
+    if (order_.sample_index(step, sample) >= sample_limit_) {
+      for (std::size_t t = 0; t < T; ++t) {
+        slot.staging(b * T + t) = 0;
+        slot.staging(N + b * T + t) = kNoLossTarget;
+      }
+      continue;
+    }
+    const std::uint64_t w = order_.window(step, sample);
     stream_->copy(w * T, T + 1, window_.data());
     for (std::size_t t = 0; t < T; ++t) {
       slot.staging(b * T + t) = window_(t);
@@ -91,11 +99,11 @@ int BatchLoader::fill_packed(const Slot& slot, std::int64_t step, int micro) {
   const io::SftShards& records = data_->records();
   int docs = 1;
   for (int b = 0; b < micro_batch_; ++b) {
-    const PackedWindow& window = data_->window(order_.sample_index(step, (first_micro_ + micro) * micro_batch_ + b));
+    const std::uint64_t sample = order_.sample_index(step, (first_micro_ + micro) * micro_batch_ + b);
     std::vector<int>& ends = ends_[std::size_t(b)];
     ends.clear();
     std::size_t t = b * T;
-    for (const PackedRecord& r : window.records) {
+    for (const PackedRecord& r : sample < sample_limit_ ? data_->window(sample).records : no_records_) {
       records.copy_record(r.record, record_tokens_.data(), record_mask_.data());
       for (std::int32_t i = 0; i < r.positions; ++i, ++t) {
         slot.staging(t) = record_tokens_[std::size_t(i)];

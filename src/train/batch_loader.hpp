@@ -49,6 +49,9 @@ class BatchLoader {
             docs};
   }
   MicroBatch batch() const { return {inputs(), targets(), documents()}; }
+  // Samples from index `samples` on load as empty rows: inputs 0, no target carrying loss (the last
+  // micro-batches of a validation pass, train/validation.hpp). Default: none.
+  void limit_samples(std::uint64_t samples) { sample_limit_ = samples; }
   // Fine-tuning data: the loss-carrying targets of step `step`'s `global_batch` samples, all ranks' (the
   // step's divisor, counted from the packing on every rank alike).
   bool packed() const { return data_ != nullptr && data_->packed(); }
@@ -99,7 +102,9 @@ class BatchLoader {
   std::vector<std::int32_t> record_tokens_;
   std::vector<std::uint8_t> record_mask_;
   std::vector<std::vector<int>> ends_;
+  const std::vector<PackedRecord> no_records_;  // an empty row's
   std::array<Slot, slots> slots_;
+  std::uint64_t sample_limit_ = ~std::uint64_t(0);
   int current_ = slots - 1;  // the slot the last load filled
   // marks_(s) reaches awaited_[s] once the device is done with slot s's last use.
   Kokkos::View<std::int64_t*, PinnedSpace> marks_;

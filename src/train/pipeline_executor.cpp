@@ -75,6 +75,26 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
   space.fence();
 }
 
+template <class Real>
+void PipelineExecutor<Real>::evaluate(BatchLoader& loader, int micro_batches, const LossSum& sum) {
+  const StagePlace& place = model_.layout().place();
+  const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
+  ExecSpace space;
+  for (int micro = 0; micro < micro_batches; ++micro) {
+    if (!place.first()) pipeline_.recv(model_.stage_input(0).data(), activation, place.stage - 1, micro);
+    loader.load(0, micro);
+    model_.set_documents(0, loader.documents());
+    model_.stage_forward(0, loader.inputs());
+    if (place.last()) {
+      model_.stage_loss(0, loader.targets(), accum_t<Real>(0), sum);  // its gradient of the logits is not used
+    } else {
+      space.fence();
+      pipeline_.send(model_.stage_output(0).data(), activation, place.stage + 1, micro);
+    }
+  }
+  space.fence();
+}
+
 template class PipelineExecutor<float>;
 template class PipelineExecutor<bf16>;
 template class PipelineExecutor<fp16>;

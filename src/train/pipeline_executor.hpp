@@ -27,6 +27,10 @@ class PipelineExecutor {
   // Runs the step's schedule with the terms weighed by `weights` (the fp16 loss scale included); the
   // last stage adds each micro-batch's loss term to `sum` (in device memory), the others add nothing.
   void run(std::int64_t step, const LossWeights& weights, const LossSum& sum);
+  // Forward only (validation): `micro_batches` micro-batches of `loader`'s step 0, one after
+  // another through the stages in slot 0 — receive, forward, send — each stage running the same
+  // count; the last stage adds their loss terms to `sum`.
+  void evaluate(BatchLoader& loader, int micro_batches, const LossSum& sum);
 
  private:
   int take_slot(int micro);

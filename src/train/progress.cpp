@@ -60,6 +60,7 @@ std::string progress_line(const StepReport& r) {
     line += fmt::format(" | moe aux {:.3f} drop {:.1f}% load {:.2f}-{:.2f}", r.moe->aux_loss, 100.0 * r.moe->dropped,
                         r.moe->min_relative_load(), r.moe->max_relative_load());
   }
+  if (r.validation) line += fmt::format(" | val loss {:.4f}", r.validation->loss);
   line += fmt::format(" | {} elapsed, ETA {}", format_duration(r.elapsed_s), format_duration(r.eta_s));
   return line;
 }
@@ -81,6 +82,11 @@ nlohmann::json metrics_record(const StepReport& r) {
   if (r.skipped) j["skipped"] = true;
   if (r.nonfinite) j["nonfinite"] = true;  // JSON has no NaN or Inf: the loss or grad_norm reads null
   if (r.moe != nullptr) j["moe"] = moe_json(*r.moe);
+  if (r.validation) {
+    j["val_loss"] = r.validation->loss;
+    j["val_loss_targets"] = r.validation->loss_targets;
+    j["val_time_s"] = r.validation->seconds;
+  }
   return j;
 }
 

@@ -8,9 +8,17 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace meshtrain {
+
+// A validation pass (train/validation.hpp).
+struct ValidationResult {
+  double loss = 0;                // over the pass's loss-carrying targets
+  std::int64_t loss_targets = 0;  // how many
+  double seconds = 0;
+};
 
 struct StepReport {
   std::int64_t step;   // completed steps (1-based)
@@ -32,6 +40,7 @@ struct StepReport {
   bool skipped = false;                 // the update was skipped (fp16 overflow, or train.nonfinite = skip)
   bool nonfinite = false;               // the loss or the gradient norm was not finite
   const MoeStepMetrics* moe = nullptr;  // the step's expert loads and auxiliary losses (MoE models)
+  std::optional<ValidationResult> validation;  // a validation pass after this step
 };
 
 // `start-up 3.12 s (process start to the first step): state allocated in 2.01 s, weights initialised in

@@ -17,15 +17,16 @@
 namespace meshtrain {
 namespace {
 
-// data.train, either kind; fine-tuning data packs documents into sequences, which only the fused
-// attention's document mask keeps apart.
-TrainingData open_training_data(const Config& cfg) {
-  TrainingData data = TrainingData::open(cfg);
+// data.train or data.valid, either kind; fine-tuning data packs documents into sequences, which only
+// the fused attention's document mask keeps apart.
+TrainingData open_training_data(const Config& cfg, DataRole role) {
+  TrainingData data = TrainingData::open(cfg, role);
   if (data.packed() && cfg.model.attention == AttentionKernel::materialized) {
     input_error(
-        "data.train '{}' holds fine-tuning records, packed several to a sequence: model.attention = materialized has "
-        "no document mask to keep them apart; use model.attention = fused",
-        cfg.data.train);
+        "{} '{}' holds fine-tuning records, packed several to a sequence: model.attention = materialized has no "
+        "document mask to keep them apart; use model.attention = fused",
+        role == DataRole::train ? "data.train" : "data.valid",
+        role == DataRole::train ? cfg.data.train : cfg.data.valid);
   }
   return data;
 }
@@ -76,6 +77,7 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
   Layout grid;
   int accum = 0;
   TokenizerRecord tokenizer;
+  std::optional<TrainingData> valid;
   TrainingData data = agree_on_input(comm, [&] {
     if (cfg.parallel.backend == CommBackend::nccl && !nccl_usable()) {
       input_error(
@@ -88,13 +90,18 @@ RunInput agree_on_run_input(const Config& cfg, MPI_Comm comm) {
     require_fits_memory(cfg, world, training_cluster(cfg, ranks_on_node, !std::is_same_v<MemSpace, HostSpace>),
                         "the config");
     tokenizer = check_tokenizer(cfg);
-    TrainingData opened = open_training_data(cfg);
+    TrainingData opened = open_training_data(cfg, DataRole::train);
+    std::vector<std::string> inputs = opened.paths();
+    if (!cfg.data.valid.empty()) {
+      valid.emplace(open_training_data(cfg, DataRole::valid));
+      inputs.insert(inputs.end(), valid->paths().begin(), valid->paths().end());
+    }
     // Every rank, on its own view of the files: no output may destroy an input or a file of another kind.
-    check_run_outputs(cfg, opened.paths());
+    check_run_outputs(cfg, inputs);
     return opened;
   });
   agree_on_same_tokenizer(tokenizer, comm);
-  return RunInput{grid, accum, std::move(tokenizer), std::move(data)};
+  return RunInput{grid, accum, std::move(tokenizer), std::move(data), std::move(valid)};
 }
 
 }  // namespace meshtrain

@@ -9,6 +9,8 @@
 
 #include <mpi.h>
 
+#include <optional>
+
 namespace meshtrain {
 
 struct RunInput {
@@ -16,6 +18,7 @@ struct RunInput {
   int accum = 0;              // micro-batches per rank per step
   TokenizerRecord tokenizer;  // data.tokenizer and its hash, the same on every rank (empty: byte-level)
   TrainingData data;
+  std::optional<TrainingData> valid;  // data.valid (Validation), when set
 };
 
 // Everything that can reject the configuration or the data, checked on every rank; a refusal is an

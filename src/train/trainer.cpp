@@ -30,6 +30,7 @@
 #include "train/stop_signals.hpp"
 #include "train/training_groups.hpp"
 #include "train/training_step.hpp"
+#include "train/validation.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -107,6 +108,8 @@ class TrainingRun {
   //    micro-batches are samples dp_rank·(accum·B) … of each step (share/docs/usage.md, Data).
   BatchLoader loader_;
   const StepShape shape_;
+  // 5b. Validation's own loader over data.valid (none without it): this rank's share of each pass.
+  Validation validation_;
   // 6. The state: weights, gradients, optimizer moments, ZeRO shards and activations, allocated
   //    once. Its allocation time is reported in the start-up line.
   const Clock::time_point allocation_start_ = Clock::now();
@@ -132,6 +135,7 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       shape_{input_.accum, input_.grid.dp, input_.grid.pp > 1,
              gradient_scale(cfg.train.micro_batch, cfg.model.seq_len, input_.accum, input_.grid.dp),
              cfg.train.global_batch},
+      validation_(cfg, input_.valid ? &*input_.valid : nullptr, input_.grid, topology_.position().dp_rank, space_),
       state_(
           space_, cfg,
           StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm, groups_.ep.get(), &groups_.edp()},
@@ -147,7 +151,8 @@ int TrainingRun::run() {
       saves.background_saves() ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp,
                                                            topology_.position().dp_rank, ZeroStage{cfg_.parallel.zero})
                                : 0;
-  memory_ = state_.memory() + MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader_.bytes() + snapshot));
+  memory_ = state_.memory() + MemoryBytes::of(MemoryCategory::workspace,
+                                              std::int64_t(loader_.bytes() + validation_.bytes() + snapshot));
   print_start(start.initialization_s);
   TrainingProgress progress = start.progress;
   if (progress.step >= cfg_.train.steps) return nothing_to_do(progress);
@@ -185,6 +190,9 @@ int TrainingRun::run() {
         step_moe_metrics(state_.router_statistics(), cfg_.model, topology_.position().tp_rank == 0, comm_);
     StepReport report = step_report(result, progress, step_s, elapsed, steps_this_job);
     if (moe) report.moe = &*moe;
+    if (result.outcome != StepOutcome::stopped && validation_.due(progress.step)) {
+      report.validation = validation_.evaluate(state_, groups_, shape_.pipelined, space_);
+    }
     const std::string metrics_failure = log_step(metrics, report);
     if (log_failure.empty()) log_failure = metrics_failure;
     if (result.outcome == StepOutcome::stopped) return stop_nonfinite(result, progress.step, log_failure);
@@ -225,6 +233,7 @@ void TrainingRun::print_start(double initialization_s) const {
     // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
     fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), groups_.dp->backend());
     fmt::print("{}\n", input_.data.summary(cfg_.data.order));
+    if (validation_.enabled()) fmt::print("{}\n", validation_.summary());
     if (!input_.tokenizer.path.empty()) {
       fmt::print("tokenizer: {} (xxh64 {})\n", input_.tokenizer.path, io::hash_hex(input_.tokenizer.hash));
     }
@@ -284,7 +293,7 @@ std::string TrainingRun::log_step(io::MetricsWriter& metrics, const StepReport& 
     // The record goes to the job's log instead, so that the step's figures are not lost.
     failure = fmt::format("{}; the record of step {} that it lacks: {}", e.what(), report.step, record.dump());
   }
-  if (report.step % cfg_.log.every == 0 || report.step == cfg_.train.steps || report.step == 1) {
+  if (report.step % cfg_.log.every == 0 || report.step == cfg_.train.steps || report.step == 1 || report.validation) {
     fmt::print("{}\n", progress_line(report));
     std::fflush(stdout);
   }

@@ -31,29 +31,40 @@ std::vector<std::int32_t> kept_loss_targets(const io::SftShards& records, int T,
 
 }  // namespace
 
-TrainingData TrainingData::open(const Config& cfg) {
-  if (cfg.data.train.empty()) {
+TrainingData TrainingData::open(const Config& cfg, DataRole role) {
+  const bool training = role == DataRole::train;
+  const std::string& path = training ? cfg.data.train : cfg.data.valid;
+  const char* key = training ? "data.train" : "data.valid";
+  if (path.empty()) {
     input_error(
-        "data.train is not set: give a token shard or a glob of them (meshtrain prepare --text), or fine-tuning "
-        "shards (meshtrain prepare --sft)");
+        "{} is not set: give a token shard or a glob of them (meshtrain prepare --text), or fine-tuning shards "
+        "(meshtrain prepare --sft)",
+        key);
   }
+  // Validation reads its windows in order from the start (sample j of its one pass: window j); its
+  // order's global batch is never used (train/validation.hpp).
+  const SampleOrder order = training ? cfg.data.order : SampleOrder::sequential;
+  const int global_batch = training ? cfg.train.global_batch : 1;
   TrainingData data;
   data.seq_len_ = cfg.model.seq_len;
-  if (!io::names_sft_shards(cfg.data.train)) {
-    data.stream_.emplace(io::TokenStream::open(cfg.data.train));
+  if (!io::names_sft_shards(path)) {
+    data.stream_.emplace(io::TokenStream::open(path));
     data.stream_->require_vocab(cfg.model.vocab);
-    data.order_ = DataOrder(data.stream_->size(), cfg.model.seq_len, cfg.train.global_batch, cfg.data.order,
-                            cfg.train.seed);
+    if (data.stream_->size() <= std::size_t(cfg.model.seq_len)) {
+      input_error("{} holds {} tokens, fewer than model.seq_len + 1 = {}: no window fits", key, data.stream_->size(),
+                  cfg.model.seq_len + 1);
+    }
+    data.order_ = DataOrder(data.stream_->size(), cfg.model.seq_len, global_batch, order, cfg.train.seed);
     return data;
   }
-  data.records_.emplace(io::SftShards::open(cfg.data.train));
+  data.records_.emplace(io::SftShards::open(path));
   data.records_->require_vocab(cfg.model.vocab);
   std::vector<std::int64_t> lengths(data.records_->record_count());
   for (std::size_t r = 0; r < lengths.size(); ++r) lengths[r] = std::int64_t(data.records_->record_length(r));
-  data.packing_.emplace(lengths, cfg.model.seq_len, cfg.data.order, cfg.train.seed, cfg.data.overlong);
+  data.packing_.emplace(lengths, cfg.model.seq_len, order, cfg.train.seed, cfg.data.overlong);
   data.record_loss_targets_ = kept_loss_targets(*data.records_, cfg.model.seq_len, cfg.data.overlong);
   data.first_epoch_windows_ = data.packing_->windows_in_epoch(0);
-  data.order_ = DataOrder::of_samples(cfg.train.global_batch);
+  data.order_ = DataOrder::of_samples(global_batch);
   return data;
 }
 

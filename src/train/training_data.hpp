@@ -18,12 +18,15 @@
 
 namespace meshtrain {
 
+// Which data a run reads: data.train in data.order, or data.valid (Validation) in sequential order.
+enum class DataRole { train, valid };
+
 class TrainingData {
  public:
-  // Opens data.train, checks its tokens against model.vocab and makes its order. InputError naming
-  // the key or file at fault: no data, a file of neither kind, a glob that mixes the two, a token
-  // outside the vocabulary, too little data for one window, no record that can be packed.
-  static TrainingData open(const Config& cfg);
+  // Opens the role's key, checks its tokens against model.vocab and makes its order. InputError
+  // naming the key or file at fault: no data, a file of neither kind, a glob that mixes the two, a
+  // token outside the vocabulary, too little data for one window, no record that can be packed.
+  static TrainingData open(const Config& cfg, DataRole role = DataRole::train);
 
   // Fine-tuning records (packed windows with loss masks and documents) rather than a token stream.
   bool packed() const { return records_.has_value(); }
@@ -43,6 +46,9 @@ class TrainingData {
   // loss), and of step `step`'s G samples: what every rank divides the step's loss by.
   std::int64_t sample_loss_targets(std::uint64_t sample);
   std::int64_t step_loss_targets(std::int64_t step, int global_batch);
+
+  // Windows in one pass over the data: the stream's, or the first epoch's packed ones.
+  std::uint64_t windows_per_epoch() const { return packed() ? first_epoch_windows_ : order_.windows(); }
 
   // The start banner's line: the data, its kind and its windows.
   std::string summary(SampleOrder order) const;
