@@ -70,15 +70,37 @@ def document_loss_sum(model, tokens, mask, positions):
     return (losses * carries).sum(), int(carries.sum())
 
 
-def train(model, records, cfg, overlong="truncate", steps=None):
-    """Steps of fine-tuning; returns {"loss": [...], "lr": [...], "grad_norm": [...], "targets": [...]}."""
+def validation_loss(model, valid, T, overlong="truncate", windows=None):
+    """usage.md's Validation: the loss over the loss-carrying targets of the first `windows` windows of the
+    validation data (all when None) — records packed in file order, each run alone, or a token stream's
+    windows [wT, wT + T]."""
+    with torch.no_grad():
+        if isinstance(valid, np.ndarray):
+            W = (len(valid) - 1) // T if windows is None else windows
+            rows = torch.from_numpy(np.stack([valid[w * T:w * T + T + 1] for w in range(W)]).astype(np.int64))
+            logits = model.logits(rows[:, :T])
+            return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1)))
+        epoch = pack_epoch(valid, T, overlong)
+        total, count = 0.0, 0
+        for window in epoch[:windows]:
+            for r, p in window:
+                loss_sum, n = document_loss_sum(model, valid[r][0], valid[r][1], p)
+                total += float(loss_sum)
+                count += n
+        return total / count
+
+
+def train(model, records, cfg, overlong="truncate", steps=None, valid=None, eval_every=0, eval_windows=None):
+    """Steps of fine-tuning; returns {"loss": [...], "lr": [...], "grad_norm": [...], "targets": [...]} and,
+    with `valid` (records or a token array), "val_loss": {step: value} after every eval_every-th and the last
+    step."""
     T = cfg["model"]["seq_len"]
     G = cfg["train"]["global_batch"]
     steps = cfg["train"]["steps"] if steps is None else steps
     epoch = pack_epoch(records, T, overlong)  # sequential order: every epoch packs alike
     params = list(model.parameters())
     opt = gpt2_torch.make_optimizer(model, cfg)
-    hist = {"loss": [], "lr": [], "grad_norm": [], "targets": []}
+    hist = {"loss": [], "lr": [], "grad_norm": [], "targets": [], "val_loss": {}}
     for s in range(steps):
         opt.zero_grad(set_to_none=True)
         total, count = 0.0, 0
@@ -99,4 +121,6 @@ def train(model, records, cfg, overlong="truncate", steps=None):
         hist["lr"].append(lr)
         hist["grad_norm"].append(norm)
         hist["targets"].append(count)
+        if valid is not None and (s + 1 == cfg["train"]["steps"] or (eval_every and (s + 1) % eval_every == 0)):
+            hist["val_loss"][s + 1] = validation_loss(model, valid, T, overlong, eval_windows)
     return hist

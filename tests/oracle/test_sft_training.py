@@ -91,6 +91,13 @@ class Runner:
         gpt2_torch.save_weights(self.model, self.init)
         self.ini = os.path.join(self.work, "cfg.ini")
         gpt2_torch.write_config(self.ini, self.cfg)
+        # Held-out data of both kinds: records, and a token stream of 7 windows.
+        self.valid_records = make_records(seed=28)[:25]
+        self.valid_records_path = os.path.join(self.work, "valid_sft.bin")
+        sft_reference.write_sft_shard(self.valid_records_path, self.valid_records)
+        self.valid_tokens = np.random.default_rng(29).integers(0, VOCAB, size=7 * T + 1)
+        self.valid_tokens_path = os.path.join(self.work, "valid_tokens.bin")
+        gpt2_torch.write_shard(self.valid_tokens_path, self.valid_tokens)
 
     def run(self, name, ranks=1, keys=(), expected=0, resume="never"):
         """meshtrain train on `ranks` ranks with extra keys; its metrics rows by step (None on failure)."""
@@ -128,15 +135,35 @@ def compare(got, want, tol, label):
     return failures
 
 
+def compare_validation(got, want, tol, label):
+    failures = []
+    for step, value in want.items():
+        row = got.get(step, {})
+        if "val_loss" not in row or rel(row["val_loss"], value) > tol:
+            failures.append(f"{label}: step {step} val_loss {row.get('val_loss')} vs {value:.10g} (rtol {tol})")
+    unexpected = sorted(s for s, row in got.items() if "val_loss" in row and s not in want)
+    if unexpected:
+        failures.append(f"{label}: validation after steps {unexpected}, expected only after {sorted(want)}")
+    return failures
+
+
 def group_reference(args):
     failures = []
     for arch, overlong, other in (("gpt2", "truncate", "drop"), ("llama", "drop", "truncate")):
         r = Runner(args, arch, overlong)
-        got = r.run("one_rank")
+        if arch == "gpt2":
+            valid, valid_path, keys, windows = r.valid_records, r.valid_records_path, [], None
+        else:
+            valid, valid_path, keys, windows = r.valid_tokens, r.valid_tokens_path, [("train.eval_tokens", 5 * T - 3)], 5
+        got = r.run("one_rank", keys=[("data.valid", valid_path), ("train.eval_every", 5)] + keys)
         if got is None:
             return 1
         gpt2_torch.load_weights(r.model, r.init)
-        want = sft_reference.train(r.model, r.records, r.cfg, overlong)
+        want = sft_reference.train(r.model, r.records, r.cfg, overlong, valid=valid, eval_every=5,
+                                   eval_windows=windows)
+        print(f"validation: meshtrain {[got.get(s, {}).get('val_loss') for s in (5, 10)]}, torch "
+              f"{[want['val_loss'][s] for s in (5, 10)]}")
+        failures += compare_validation(got, want["val_loss"], 1e-4, arch)
         print(f"\n{arch}, data.overlong = {overlong}")
         print(f"{'step':>4} {'loss meshtrain':>15} {'loss torch':>15} {'gnorm meshtrain':>15} {'gnorm torch':>15} targets")
         for s in range(10):
@@ -168,16 +195,19 @@ LAYOUTS = [
 
 def group_layouts(args):
     r = Runner(args, "gpt2")
-    base = r.run("one_rank_mb4", keys=[("train.micro_batch", 4)])
+    valid = [("data.valid", r.valid_records_path), ("train.eval_every", 5)]
+    base = r.run("one_rank_mb4", keys=[("train.micro_batch", 4)] + valid)
     if base is None:
         return 1
     want = {k: [base[s + 1][k] for s in range(10)] for k in ("loss", "grad_norm")}
+    want_valid = {s: base[s]["val_loss"] for s in (5, 10)}
     failures = []
     for name, ranks, keys in LAYOUTS:
-        got = r.run(name, ranks, keys)
+        got = r.run(name, ranks, keys + valid)
         if got is None:
             return 1
         failures += compare(got, want, {"loss": 2e-5, "grad_norm": 1e-4}, name)
+        failures += compare_validation(got, want_valid, 2e-5, name)
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
