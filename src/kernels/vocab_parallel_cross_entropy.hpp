@@ -105,7 +105,10 @@ void vocab_parallel_finish(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
           return;
         }
         const A m = maxes(n), inv = A(1) / partials(n);
-        const int t = targets(n) - cols.first;
+        // The target's column if this rank holds it (as row_partials decides), else none: a padding column
+        // stays 0 whatever the target.
+        const int held = targets(n) - cols.first;
+        const int t = held >= 0 && held < cols.valid ? held : -1;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols.local), [&](int v) {
           const A p = v < cols.valid ? fast_exp(A(logits(row + v)) - m) * inv : A(0);
           dlogits(row + v) = Real((v == t ? p - A(1) : p) * grad_scale);

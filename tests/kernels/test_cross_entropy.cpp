@@ -123,20 +123,21 @@ CrossEntropyResult run_padded(const Host& logits, const std::vector<std::int32_t
   return r;
 }
 
-// The vocabulary-parallel kernels on `ranks` emulated tensor-parallel ranks: rank r holds columns
-// r·w … r·w + w − 1 of the vocabulary (w = ⌈V/ranks⌉, the last rank fewer) and two padding columns
-// more, and the all-reduces (max, then sum) are done here on the host. Every rank's losses must be
-// the same; returns them and the dlogits gathered into N × V (padding columns must come back 0).
+// The vocabulary-parallel kernels on `ranks` emulated tensor-parallel ranks, the vocabulary padded to
+// ranks·Vl columns as the model pads it (Vl = ⌈V/ranks⌉ + 2): rank r holds columns r·Vl … r·Vl + Vl − 1,
+// the real ones first (the last ranks only padding, or none). The all-reduces (max, then sum) are done
+// here on the host. Every rank's losses must be the same; returns them and the dlogits gathered into
+// N × V (padding columns must come back 0).
 template <class Real>
 CrossEntropyResult run_vocab_parallel(const Host& logits, const std::vector<std::int32_t>& tgt, int ranks) {
   using A = accum_t<Real>;
-  const int width = (V + ranks - 1) / ranks, Vl = width + 2;
+  const int Vl = (V + ranks - 1) / ranks + 2;
   ExecSpace space;
   auto d_tgt = to_device(tgt);
   std::vector<VocabColumns> cols;
   std::vector<Buffer<Real>> local;
   for (int r = 0; r < ranks; ++r) {
-    const VocabColumns c{Vl, std::min(width, V - r * width), r * width};
+    const VocabColumns c{Vl, std::clamp(V - r * Vl, 0, Vl), r * Vl};
     Host padded(N * Vl, 1e4);  // padding takes no part
     for (int n = 0; n < N; ++n)
       for (int v = 0; v < c.valid; ++v) padded[n * Vl + v] = logits[n * V + c.first + v];
