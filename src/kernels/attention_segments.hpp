@@ -1,6 +1,7 @@
 // The documents of packed sequences (fine-tuning data packs several into one sequence): where each
-// starts, for the fused attention's document mask (kernels/flash_attention.hpp) and the rotary
-// positions that restart at each document (kernels/rotary.hpp).
+// starts, for the fused attention's document mask (kernels/flash_attention.hpp) and the positions that
+// restart at each document: rotary angles (kernels/rotary.hpp) and GPT-2's position table
+// (kernels/encoder.hpp).
 #pragma once
 
 #include "core/exec.hpp"

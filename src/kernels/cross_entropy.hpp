@@ -6,6 +6,8 @@
 //   p[n,:] = softmax(logits[n,:]) (shifted by the row maximum)
 //   losses[n] = −log p[n, targets[n]] = log Σ_v exp(logits[n,v] − max) − (logits[n,target] − max)
 //   dlogits[n,v] = (p[n,v] − [v = targets[n]]) · grad_scale
+// A row whose target is kNoLossTarget (any negative target) carries no loss:
+//   losses[n] = 0,  dlogits[n,:] = 0 (padding columns included)
 #pragma once
 
 #include "core/exec.hpp"
@@ -15,6 +17,12 @@
 #include <type_traits>
 
 namespace meshtrain {
+
+// The target of a position that carries no loss: prompt tokens of a fine-tuning record, padding of a
+// packed sequence. Its row's loss and gradient are 0, so neither the mean loss nor the gradient sees
+// it; grad_scale is then 1 / (number of targets that carry a loss). Any negative target is taken the
+// same way, and none indexes the logits.
+inline constexpr std::int32_t kNoLossTarget = -1;
 
 // Elements per sequential chunk in sum_reduce and squared_norm.
 inline constexpr long kReduceChunk = 4096;
@@ -40,6 +48,11 @@ void softmax_cross_entropy(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * stride;
         const int target = targets(n);
+        if (target < 0) {  // kNoLossTarget: the whole team leaves here, before any barrier
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, stride), [&](int v) { dlogits(row + v) = Real(0); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = A(0); });
+          return;
+        }
         A row_max;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, V),

@@ -1,17 +1,23 @@
 // Token and position embedding: the first layer of GPT-2.
 //
 // Sizes: B batch, T time, N = B*T rows, C channels, V vocabulary.
-//   forward:  out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-//   backward: dwte[v,:] += Σ_{(b,t): tokens[b,t]=v} dout[b,t,:],  dwpe[t,:] += Σ_b dout[b,t,:]
+//   forward:  out[b,t,:] = wte[tokens[b,t],:] + wpe[p(b,t),:]
+//   backward: dwte[v,:] += Σ_{(b,t): tokens[b,t]=v} dout[b,t,:],  dwpe[q,:] += Σ_{(b,t): p(b,t)=q} dout[b,t,:]
+// p(b,t) = t, or with documents (packed fine-tuning sequences, kernels/attention_segments.hpp) the position
+// within t's document, t − start of t's document: each document sees the positions a sequence of its own
+// would.
 //
 // The backward scatters many rows into one (a token may repeat), so it is written without atomics:
-// the positions are grouped by token first (a stable sort), and every sum then runs in position
-// order on every backend and every run; dwpe is kernels/column_sum.hpp's column sum over the batch.
+// the positions are grouped by key first (a stable sort), and every sum then runs in position order
+// on every backend and every run (detail::add_rows_by_key; dwte's key is the token, dwpe's with
+// documents the position within the document). Without documents dwpe is kernels/column_sum.hpp's
+// column sum over the batch.
 //
 // 16-bit Real: values are added in float, and each gradient row is rounded to Real once.
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/attention_segments.hpp"
 #include "kernels/column_sum.hpp"
 
 #include <cstddef>
@@ -35,22 +41,25 @@ struct VocabRange {
 inline constexpr int kTokenSortRadix = 256;
 inline constexpr int kTokenSortChunk = 256;
 
+// documents: the documents of each sequence, whose positions restart at 0 (none: one per sequence).
 template <class Real>
 void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> tokens,
                      CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe, int B, int T, int C,
-                     VocabRange range = {}) {
+                     VocabRange range = {}, const AttentionSegments& documents = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const detail::DocumentBounds docs{documents.offsets, documents.docs, T};  // start() is 0 without documents
   Kokkos::parallel_for(
       "meshtrain::encoder::forward", team_policy(space, B * T), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const int t = n % T;
+        const int position = t - docs.start(n / T, t);  // within t's document
         const long o = static_cast<long>(n) * C;
         const int row = tokens(n) - range.first;
         const bool held = row >= 0 && row < range.rows;
         const long e = static_cast<long>(held ? row : 0) * C;
-        const long p = static_cast<long>(t) * C;
+        const long p = static_cast<long>(position) * C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
           out(o + c) = Real((held ? A(wte(e + c)) : A(0)) + (range.with_positions ? A(wpe(p + c)) : A(0)));
         });
@@ -116,62 +125,81 @@ Vec<std::int32_t> sort_positions_by_key(const ExecSpace& space, Vec<std::int32_t
   return passes % 2 == 1 ? a : b;
 }
 
+// dst[k,:] += Σ_{n: key(n)=k} rows[n,:] for every key k < K (dst is [K·C], rows [N·C]); positions of
+// key K are skipped. No read-modify-write per position: the positions are sorted by key (stable, so
+// each key's positions stay in position order), then one team per (key present × block of channels)
+// sums its key's rows in position order in accum_t<Real> from dst's current value and rounds once —
+// the order a one-row-at-a-time walk has, whatever the team size and thread count. A frequent key's
+// rows are one serial walk per channel (as llm.c's bucketed encoder backward): its channels, and the
+// other keys, run beside it. work: token_order_workspace(N) elements, free again on return.
+template <class Real, class Key>
+void add_rows_by_key(const ExecSpace& space, const char* label, Vec<Real> dst, Vec<std::int32_t> work,
+                     CVec<std::type_identity_t<Real>> rows, int N, int C, int K, Key key) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<Vec<std::int32_t>>);
+  using A = accum_t<Real>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  if (work.extent(0) < token_order_workspace(std::size_t(N))) {
+    throw std::logic_error(std::string(label) + ": token-order workspace of " + std::to_string(work.extent(0)) +
+                           " elements, " + std::to_string(token_order_workspace(std::size_t(N))) + " needed");
+  }
+  const Vec<std::int32_t> order = sort_positions_by_key(space, work, N, K, key);
+  const int blocks = (C + kColumnSumBlock - 1) / kColumnSumBlock;
+  Kokkos::parallel_for(
+      label, team_policy(space, N * blocks).set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(kColumnSumBlock))),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int i = team.league_rank() / blocks;
+        const int k = key(order(i));
+        if (k == K || (i > 0 && key(order(i - 1)) == k)) return;  // not the first position of a summed key
+        const int c0 = (team.league_rank() % blocks) * kColumnSumBlock;
+        const int c1 = c0 + kColumnSumBlock < C ? c0 + kColumnSumBlock : C;
+        const long e = static_cast<long>(k) * C;
+        Scratch sum(team.team_scratch(0), kColumnSumBlock);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { sum(c - c0) = A(dst(e + c)); });
+        team.team_barrier();
+        for (int j = i; j < N && key(order(j)) == k; ++j) {
+          const long o = static_cast<long>(order(j)) * C;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { sum(c - c0) += A(rows(o + c)); });
+        }
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { dst(e + c) = Real(sum(c - c0)); });
+      });
+}
+
 }  // namespace detail
 
 // dwte and dwpe accumulate (+=); dout is [N*C]. An empty dwpe: a model without a position table.
-// partials: encoder_backward_workspace(B, T, C) elements; token_order: token_order_workspace(B*T).
-//
-// dwte without a read-modify-write per token: the positions are sorted by token (stable, so each
-// token's positions stay in position order), then one team per (token present × block of channels)
-// sums its token's rows in position order in accum_t<Real> from dwte's current value and rounds
-// once — the order the one-row-at-a-time walk had, so float and double results are those of it.
-// A frequent token's rows are one serial walk per channel (as llm.c's bucketed encoder backward):
-// its channels, and the other tokens, run beside it.
+// partials: encoder_backward_workspace(B, T, C) elements; token_order: token_order_workspace(B*T), used by
+// dwte's sum and then by dwpe's with documents. documents: as in encoder_forward; with them, a position's
+// row of wpe depends on its document, so dwpe is a sum by key (the position within the document), not a
+// column sum over the batch. Both are bitwise the same whatever the team size and thread count.
 template <class Real>
 void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
                       Vec<accum_t<std::type_identity_t<Real>>> partials, Vec<std::int32_t> token_order,
                       CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B, int T, int C, int V,
-                      VocabRange range = {}) {
+                      VocabRange range = {}, const AttentionSegments& documents = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
-  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Scratch = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   const int N = B * T;
-  if (token_order.extent(0) < token_order_workspace(std::size_t(N))) {
-    throw std::logic_error("meshtrain::encoder::backward: token-order workspace of " +
-                           std::to_string(token_order.extent(0)) + " elements, " +
-                           std::to_string(token_order_workspace(std::size_t(N))) + " needed");
-  }
-  // Key of a position: its row of this rank's table, or K for another rank's token (sorted last).
+  // Key of a position: its row of this rank's table, or K for another rank's token (not summed here).
   const int first = range.first;
   const int K = range.rows < V - first ? range.rows : (V - first > 0 ? V - first : 0);
-  const auto key = KOKKOS_LAMBDA(const int n) {
-    const int row = tokens(n) - first;
-    return row >= 0 && row < K ? row : K;
-  };
-  const Vec<std::int32_t> order = detail::sort_positions_by_key(space, token_order, N, K, key);
-  const int blocks = (C + kColumnSumBlock - 1) / kColumnSumBlock;
-  Kokkos::parallel_for(
-      "meshtrain::encoder::backward_wte",
-      team_policy(space, N * blocks).set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(kColumnSumBlock))),
-      KOKKOS_LAMBDA(const Team& team) {
-        const int i = team.league_rank() / blocks;
-        const int row = key(order(i));
-        if (row == K || (i > 0 && key(order(i - 1)) == row)) return;  // not the first position of a held token
-        const int c0 = (team.league_rank() % blocks) * kColumnSumBlock;
-        const int c1 = c0 + kColumnSumBlock < C ? c0 + kColumnSumBlock : C;
-        const long e = static_cast<long>(row) * C;
-        Scratch sum(team.team_scratch(0), kColumnSumBlock);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { sum(c - c0) = A(dwte(e + c)); });
-        team.team_barrier();
-        for (int j = i; j < N && key(order(j)) == row; ++j) {
-          const long o = static_cast<long>(order(j)) * C;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { sum(c - c0) += A(dout(o + c)); });
-        }
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c0, c1), [&](int c) { dwte(e + c) = Real(sum(c - c0)); });
+  detail::add_rows_by_key<Real>(
+      space, "meshtrain::encoder::backward_wte", dwte, token_order, dout, N, C, K, KOKKOS_LAMBDA(const int n) {
+        const int row = tokens(n) - first;
+        return row >= 0 && row < K ? row : K;
       });
   if (dwpe.extent(0) == 0) return;  // no position table (llama)
+  if (documents.docs > 0) {
+    // dwpe[q,c] = Σ_{n: p(n)=q} dout[n,c], q = t − start of t's document < T.
+    const detail::DocumentBounds docs{documents.offsets, documents.docs, T};
+    detail::add_rows_by_key<Real>(
+        space, "meshtrain::encoder::backward_wpe", dwpe, token_order, dout, N, C, T, KOKKOS_LAMBDA(const int n) {
+          const int t = n % T;
+          return t - docs.start(n / T, t);
+        });
+    return;
+  }
   // dwpe[t,c] = Σ_b dout[b,t,c]: a column sum of B rows of T·C columns.
   const long TC = static_cast<long>(T) * C;
   column_sums<1, Real>(

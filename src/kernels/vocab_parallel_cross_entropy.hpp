@@ -7,6 +7,8 @@
 //   2. row_partials:   s_n = Σ_v exp(logit − m_n), z_n = logit[n, target] if held here, else 0
 //                                                            → all-reduce sum over tp (s and z)
 //   3. finish:         loss_n = log s_n + m_n − z_n,  dlogit = (exp(logit − m_n)/s_n − [v = target])·scale
+// A row whose target is negative (kNoLossTarget, kernels/cross_entropy.hpp) carries no loss and no
+// rank holds its target: s_n = z_n = 0 (never used), loss_n = 0, dlogit[n,:] = 0.
 // With one rank this is softmax_cross_entropy in three passes.
 #pragma once
 
@@ -58,11 +60,13 @@ void vocab_parallel_row_partials(const ExecSpace& space, Vec<accum_t<Real>> part
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
         const A m = maxes(n);
+        // A no-loss row (negative target) sums nothing: its s is never read, and no rank holds its target.
+        const bool has_loss = targets(n) >= 0;
         A sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols.valid), [&](int v, A& acc) { acc += fast_exp(A(logits(row + v)) - m); },
-            sum);
-        const int t = targets(n) - cols.first;
+            Kokkos::TeamThreadRange(team, has_loss ? cols.valid : 0),
+            [&](int v, A& acc) { acc += fast_exp(A(logits(row + v)) - m); }, sum);
+        const int t = has_loss ? targets(n) - cols.first : -1;
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           partials(n) = sum;
           partials(N + n) = (t >= 0 && t < cols.valid) ? A(logits(row + t)) : A(0);
@@ -95,8 +99,16 @@ void vocab_parallel_finish(const ExecSpace& space, Vec<accum_t<Real>> losses, Ve
       "meshtrain::vocab_parallel_cross_entropy::finish", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
         const long row = static_cast<long>(n) * cols.local;
+        if (targets(n) < 0) {  // no loss (kNoLossTarget): the whole team leaves here
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols.local), [&](int v) { dlogits(row + v) = Real(0); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = A(0); });
+          return;
+        }
         const A m = maxes(n), inv = A(1) / partials(n);
-        const int t = targets(n) - cols.first;
+        // The target's column if this rank holds it (as row_partials decides), else none: a padding column
+        // stays 0 whatever the target.
+        const int held = targets(n) - cols.first;
+        const int t = held >= 0 && held < cols.valid ? held : -1;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols.local), [&](int v) {
           const A p = v < cols.valid ? fast_exp(A(logits(row + v)) - m) * inv : A(0);
           dlogits(row + v) = Real((v == t ? p - A(1) : p) * grad_scale);

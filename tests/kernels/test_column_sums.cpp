@@ -2,7 +2,8 @@
 // equal to the fixed order the header documents, computed here on the host (sums only: the products
 // of the norms' terms are left to the digest, as a compiler may contract them), and a digest of every
 // result for the ctest runs under other team sizes and thread counts to compare bitwise
-// (tests/kernels/CMakeLists.txt: column_sums_digest_*).
+// (tests/kernels/CMakeLists.txt: column_sums_digest_*). The position table's gradient with documents
+// (a sum by position within the document, not a column sum) is among them.
 #include "kernels/bias.hpp"
 #include "kernels/encoder.hpp"
 #include "kernels/layernorm.hpp"
@@ -46,6 +47,19 @@ Host fixed_order_column_sum(const std::vector<Real>& out, const std::vector<Real
     result[c] = double(Real(total));
   }
   return result;
+}
+
+// Two documents per sequence, cut in one of three places (an empty first document among them).
+constexpr int kDocs = 2;
+std::vector<int> document_offsets() {
+  std::vector<int> offsets;
+  for (int b = 0; b < B; ++b) offsets.insert(offsets.end(), {0, (b % 3 == 0) ? 1 : (b % 3 == 1 ? T : 0), T});
+  return offsets;
+}
+// Position n's row of wpe: t less the start of its document.
+int position_in_document(const std::vector<int>& offsets, int n) {
+  const int t = n % T, cut = offsets[(n / T) * (kDocs + 1) + 1];
+  return t >= cut ? t - cut : t;
 }
 
 template <class Real>
@@ -97,6 +111,18 @@ std::map<std::string, std::vector<Real>> run_column_sums() {
     got[name + "_dwte"] = raw(dwte);
     got[name + "_dwpe"] = raw(dwpe);
   }
+  {
+    const auto offsets = document_offsets();
+    Buffer<int> seg("meshtrain::test::documents", offsets.size());
+    auto mirror = Kokkos::create_mirror_view(seg);
+    for (std::size_t i = 0; i < offsets.size(); ++i) mirror(i) = offsets[i];
+    Kokkos::deep_copy(seg, mirror);
+    auto dwte = to_device<Real>(random_vector(V * Ce, 208));
+    auto dwpe = to_device<Real>(random_vector(T * Ce, 209));
+    encoder_backward(space, vec(dwte), vec(dwpe), vec(column_partials<Real>(B, T * Ce)), vec(token_order(B * T)),
+                     cvec(to_device<Real>(edout)), cvec(tok), B, T, Ce, V, {}, AttentionSegments{cvec(seg), kDocs});
+    got["encoder_documents_dwpe"] = raw(dwpe);
+  }
   return got;
 }
 
@@ -117,6 +143,16 @@ void expect_fixed_order() {
   const auto edout = rounded(random_vector(B * T * Ce, 207)), wte0 = rounded(random_vector(V * Ce, 208));
   const auto wpe0 = rounded(random_vector(T * Ce, 209));
   EXPECT_TRUE(bitwise_equal(got.at("encoder_dwpe"), rounded(fixed_order_column_sum(wpe0, edout, B, T * Ce))));
+  {
+    // With documents: each row of wpe from its start, its positions' rows in position order, rounded once.
+    using A = accum_t<Real>;
+    const auto offsets = document_offsets();
+    std::vector<A> acc(wpe0.begin(), wpe0.end());
+    for (int n = 0; n < B * T; ++n)
+      for (int c = 0; c < Ce; ++c) acc[position_in_document(offsets, n) * Ce + c] += A(edout[n * Ce + c]);
+    EXPECT_TRUE(bitwise_equal(got.at("encoder_documents_dwpe"), std::vector<Real>(acc.begin(), acc.end())))
+        << "dwpe with documents";
+  }
   const auto tok = skewed_tokens(B * T);
   for (const VocabRange range : {VocabRange{}, VocabRange{5, 40, false}}) {
     using A = accum_t<Real>;
@@ -154,16 +190,19 @@ TEST(ColumnSums, DoubleMatchesNaiveSums) {
   const auto tok = skewed_tokens(B * T);
   const Host edout = random_vector(B * T * Ce, 207);
   Host wte = random_vector(V * Ce, 208), wpe = random_vector(T * Ce, 209);
-  Host wte_range = wte;
+  Host wte_range = wte, wpe_documents = wpe;
+  const auto offsets = document_offsets();
   for (int n = 0; n < B * T; ++n)
     for (int c = 0; c < Ce; ++c) {
       wte[tok[n] * Ce + c] += edout[n * Ce + c];
       wpe[(n % T) * Ce + c] += edout[n * Ce + c];
+      wpe_documents[position_in_document(offsets, n) * Ce + c] += edout[n * Ce + c];
       if (tok[n] >= 5 && tok[n] < 45) wte_range[(tok[n] - 5) * Ce + c] += edout[n * Ce + c];
     }
   expect_close(as_host(got.at("encoder_dwte")), wte, 1e-13, "dwte");
   expect_close(as_host(got.at("encoder_dwpe")), wpe, 1e-13, "dwpe");
   expect_close(as_host(got.at("encoder_range_dwte")), wte_range, 1e-13, "dwte of rows 5..44");
+  expect_close(as_host(got.at("encoder_documents_dwpe")), wpe_documents, 1e-13, "dwpe with documents");
 }
 
 // FNV-1a over the bytes of every result, float, bf16 and double, written to the file that

@@ -212,6 +212,28 @@ TYPED_TEST(LowPrecision, CrossEntropyLossesInFloatGradientsRoundedOnce) {
   for (const char* name : {"dlogits", "vp_dlogits"}) expect_within_ulps<H>(h.at(name), f.at(name), kOneUlp, name);
 }
 
+// Rows without loss (kNoLossTarget: prompt tokens, padding) are 0 exactly in every precision, both
+// forms, padding columns included; the other rows as above.
+TYPED_TEST(LowPrecision, CrossEntropyNoLossRowsAreZero) {
+  using H = TypeParam;
+  const std::vector<std::int32_t> tgt = {kNoLossTarget, 10, 3, kNoLossTarget, kNoLossTarget, 1, 9, 5, 2, kNoLossTarget};
+  const std::map<std::string, Host> in = {{"logits", rounded<H>(random_vector(N * V, 18, -6, 6))}};
+  const auto f = run_cross_entropy<float>(in, tgt);
+  const auto h = run_cross_entropy<H>(in, tgt);
+  for (const char* name : {"losses", "vp_losses"}) expect_close(h.at(name), f.at(name), 1e-6, name);
+  for (const char* name : {"dlogits", "vp_dlogits"}) expect_within_ulps<H>(h.at(name), f.at(name), kOneUlp, name);
+  for (const auto* run : {&f, &h}) {
+    for (int n = 0; n < N; ++n) {
+      if (tgt[n] != kNoLossTarget) continue;
+      EXPECT_EQ(run->at("losses")[n], 0.0) << "row " << n;
+      EXPECT_EQ(run->at("vp_losses")[n], 0.0) << "row " << n;
+      for (int v = 0; v < V; ++v) EXPECT_EQ(run->at("dlogits")[n * V + v], 0.0) << "row " << n;
+      const int Vl = V + 3;
+      for (int v = 0; v < Vl; ++v) EXPECT_EQ(run->at("vp_dlogits")[n * Vl + v], 0.0) << "row " << n << " (vp)";
+    }
+  }
+}
+
 // ---- GEMM ------------------------------------------------------------------------------------
 
 template <class Real>
