@@ -6,11 +6,12 @@
 # (tests/hf/small_llama.py; its tokenizer.json has Llama 3's chat tokens), imports it, encodes the
 # chats under the llama3 template with that tokenizer (prepare --sft), asks the imported model a
 # held-out question (sample --template llama3), fine-tunes it on the answers (masked loss; records
-# packed into windows of 128, longer ones truncated), asks again, exports the result and has the
-# PyTorch reference written from transformers' definitions compare the loss on held-out answers
-# before and after. Output lands in out/sft_chat/.
+# packed into windows of 128, longer ones truncated; the held-out chats as validation data), asks
+# again, exports the result and has the PyTorch reference written from transformers' definitions
+# compare the loss on held-out answers before and after. Output lands in out/sft_chat/.
 #
-# Cost: 300 steps of 16 windows of 128 tokens, as jobs/hf_llama_continue.sh (about 1 min on 2 cores).
+# Cost: 300 steps of 16 windows of 128 tokens, as jobs/hf_llama_continue.sh (about 1 min on 2 cores),
+# and three validation passes of 128 windows, forward only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source jobs/lib/prepare_host.sh
@@ -41,9 +42,11 @@ ask() {
 ask "the imported model (random weights)" "$out/init.h5"
 
 # The imported INI holds the model keys, checkpoint.init_weights and data.tokenizer; the run's own
-# keys follow it on the command line: the fine-tuning shard, its over-long records cut to the window.
+# keys follow it on the command line: the fine-tuning shard (its over-long records cut to the
+# window), and the held-out shard's loss every 100 steps over its first 128 windows.
 mpiexec -n 1 "$meshtrain" train --config "$out/model.ini" --data.train "$out/train.bin" --data.overlong truncate \
-  --data.order shuffle --train.micro_batch 16 --train.global_batch 16 --train.steps 300 --train.seed 1337 \
+  --data.order shuffle --data.valid "$out/valid.bin" --train.eval_every 100 --train.eval_tokens 16384 \
+  --train.micro_batch 16 --train.global_batch 16 --train.steps 300 --train.seed 1337 \
   --optim.lr 0.002 --optim.min_lr 0.0001 --optim.warmup_steps 30 --optim.decay cosine --optim.grad_clip 1.0 \
   --checkpoint.dir "$out/checkpoints" --checkpoint.every 300 --checkpoint.resume never \
   --log.metrics "$out/metrics.jsonl" --log.every 50
