@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <optional>
 
 namespace meshtrain::io {
@@ -222,6 +223,22 @@ std::vector<Piece> render_record(const TemplateTokens& tokens, const SftRecord& 
       break;
   }
   return p.list;
+}
+
+GenerationPrompt render_generation_prompt(const TemplateTokens& tokens, const std::optional<std::string>& system,
+                                          const std::string& user) {
+  // The record's own rendering, cut where the answer starts, so that each template's text lives in its
+  // render_ function alone. The answer is any non-empty text: its pieces are dropped, never encoded.
+  SftRecord record{"--prompt", true, {}, {}, {}, {}};
+  if (system) record.messages.push_back({Role::system, *system});
+  record.messages.push_back({Role::user, user});
+  record.messages.push_back({Role::assistant, "answer"});
+  std::vector<Piece> pieces = render_record(tokens, record);
+  // The answer's content is the record's first piece that carries loss; the first special piece
+  // that carries loss after it closes the answer.
+  const auto answer = std::find_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.loss; });
+  const auto close = std::find_if(answer, pieces.end(), [](const Piece& p) { return p.loss && p.special; });
+  return {{pieces.begin(), answer}, close->text};
 }
 
 void encode_pieces(const std::vector<Piece>& pieces, const Tokenizer& tokenizer, bool train_on_prompt,

@@ -8,6 +8,7 @@
 #include "io/sft_records.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,20 @@ TemplateTokens resolve_template_tokens(ChatTemplate t, const Tokenizer& tokenize
 // The pieces of `record` under the template. InputError naming the record's file and line for a
 // chat that alpaca or plain cannot hold (more than one user and one assistant turn).
 std::vector<Piece> render_record(const TemplateTokens& tokens, const SftRecord& record);
+
+// What a model reads before it answers, and the token that ends its answer (meshtrain sample --template).
+struct GenerationPrompt {
+  std::vector<Piece> pieces;  // the prompt, up to and including the template's opening of the answer
+  std::string end_of_turn;    // the special token closing an answer: <|im_end|>, <|eot_id|>, or EOS
+};
+
+// The prompt of one exchange, `system` (when given) and `user`, exactly as render_record renders a
+// record of these turns and an answer, up to the answer's first piece: chatml's "<|im_start|>"
+// "assistant\n", llama3's assistant header and "\n\n", llama2's " [/INST] " and alpaca's
+// "\n\n### Response:\n" end it; plain's is the prompt text alone. end_of_turn is the special token
+// that closes the answer in that record (alpaca and plain: tokens.eos).
+GenerationPrompt render_generation_prompt(const TemplateTokens& tokens, const std::optional<std::string>& system,
+                                          const std::string& user);
 
 // The pieces as ids and a loss mask of the same length. The first token's mask is 0; with
 // `train_on_prompt` every other token's is 1.

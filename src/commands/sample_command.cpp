@@ -1,13 +1,16 @@
 // meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH] [--ids]
+//                  [--template NAME [--system TEXT]]
 //
 // Autoregressive generation from any checkpoint: the model shape comes from the config stored in
 // the file. A checkpoint that records a tokenizer encodes the prompt and prints text with it
 // (commands/sample_tokenizer.hpp, io/decoded_text.hpp); byte-level models (vocab 256) print text; others print token
-// ids.
+// ids. Under a chat template the prompt is one user turn (commands/sample_prompt.hpp), the answer
+// ends at the template's end-of-turn token, and only the answer is printed.
 #include "commands/commands.hpp"
 
 #include "checkpoint/checkpointer.hpp"
 #include "checkpoint/contents.hpp"
+#include "commands/sample_prompt.hpp"
 #include "commands/sample_tokenizer.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
@@ -15,7 +18,6 @@
 #include "io/checkpoint/file.hpp"
 #include "io/checkpoint/schema.hpp"
 #include "io/decoded_text.hpp"
-#include "io/utf8.hpp"
 #include "model/language_model.hpp"
 
 #include <Random123/philox.h>
@@ -37,8 +39,10 @@ struct SampleOptions {
   int tokens = 256;
   double temperature = 1.0;
   std::uint64_t seed = 42;
-  std::string tokenizer;  // in place of the file the checkpoint records
-  bool ids = false;       // print token ids, not text
+  std::string tokenizer;      // in place of the file the checkpoint records
+  bool ids = false;           // print token ids, not text
+  std::string chat_template;  // --template: the prompt as a user turn of this chat template
+  std::optional<std::string> system;
 };
 
 SampleOptions parse_sample_options(const Args& args, bool& help) {
@@ -51,13 +55,23 @@ SampleOptions parse_sample_options(const Args& args, bool& help) {
       "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
       "tokenizer", po::value(&o.tokenizer),
       "the checkpoint's tokenizer at another path (its recorded hash must match)")(
-      "ids", po::bool_switch(&o.ids), "print the token ids (the prompt's too) instead of text");
+      "ids", po::bool_switch(&o.ids), "print the token ids (the prompt's too) instead of text")(
+      "template", po::value(&o.chat_template),
+      "chatml, llama2, llama3, alpaca or plain: the prompt is one user turn of this chat template, rendered and "
+      "encoded as prepare --sft renders a record's prompt; the answer ends at the template's end-of-turn token "
+      "(<|im_end|>, </s>, <|eot_id|>, EOS) or after --tokens, and only the answer is printed, without that token "
+      "(--ids: the prompt's ids, the answer's and the end-of-turn id when drawn). Needs a tokenizer")(
+      "system", po::value<std::string>()->notifier([&o](const std::string& text) { o.system = text; }),
+      "with --template: a system turn before the user's");
   constexpr const char* usage =
       "meshtrain sample --checkpoint FILE --prompt TEXT --tokens N [--temperature X] [--seed S] [--tokenizer PATH] "
-      "[--ids]";
+      "[--ids] [--template NAME [--system TEXT]]";
   help = print_help_if_asked(args, options, usage);
   if (help) return o;
   parse_options(args, options, usage);
+  if (o.system && o.chat_template.empty()) {
+    input_error("--system is a chat template's system turn: give --template NAME with it");
+  }
   if (o.checkpoint.empty()) input_error("--checkpoint is missing: give a checkpoint file");
   if (o.tokens < 0) input_error("--tokens = {} is invalid: it must be >= 0", o.tokens);
   if (!std::isfinite(o.temperature) || o.temperature < 0) {
@@ -120,21 +134,6 @@ class TokenPrinter {
   std::optional<io::DecodedText> decoded_;
 };
 
-// The prompt's ids: the tokenizer's (as a document), or its bytes.
-std::vector<int> encode_prompt(const std::string& prompt, const std::optional<io::Tokenizer>& tokenizer, int vocab) {
-  std::vector<int> context;
-  if (tokenizer) {
-    io::require_utf8_text("--prompt", prompt);
-    context = tokenizer->encode_document_start(prompt);  // a tokenizer.json's BOS first, as in prepare's shards
-  } else {
-    for (unsigned char c : prompt) context.push_back(c);
-  }
-  for (int t : context) {
-    if (t >= vocab) input_error("the prompt holds token {} but the model's vocab is {}", t, vocab);
-  }
-  return context;
-}
-
 // What sampling needs of the checkpoint before anything is allocated: its stored config, the file's
 // tensors checked against that config's model as loading checks them, and its tokenizer (or
 // --tokenizer's file), checked against the recorded hash.
@@ -162,13 +161,23 @@ int sample_command(const Args& args, MPI_Comm comm) {
   bool help = false;
   const SampleOptions o = parse_sample_options(args, help);
   if (help) return 0;
+  // An unknown template is refused before the checkpoint is read.
+  std::optional<ChatPrompt> chat;
+  if (!o.chat_template.empty()) chat = ChatPrompt{io::parse_chat_template(o.chat_template), o.system};
   const CheckedCheckpoint checked = check_checkpoint(o, comm);
   const Config& cfg = checked.config;
   const std::optional<io::Tokenizer>& tokenizer = checked.tokenizer;
+  if (chat && !tokenizer) {
+    input_error(
+        "--template {}: checkpoint '{}' records no tokenizer (a byte-level model), and a chat template's special "
+        "tokens need one; sample it without --template",
+        o.chat_template, o.checkpoint);
+  }
   const int T = cfg.model.seq_len, V = cfg.model.vocab;
   // Ids a tokenizer does not know (the model's vocabulary may be padded beyond it) are never drawn.
   const int drawable = tokenizer ? std::min(V, tokenizer->vocab_size()) : V;
-  std::vector<int> context = encode_prompt(o.prompt, tokenizer, V);
+  const SamplePrompt prompt = sample_prompt(o.prompt, chat, tokenizer, V);
+  std::vector<int> context = prompt.ids;
 
   ExecSpace space;
   const auto model = make_language_model<float>(space, cfg.model, 1);
@@ -181,7 +190,8 @@ int sample_command(const Args& args, MPI_Comm comm) {
 
   const int rank = mpi::rank_of(comm);
   TokenPrinter printer(o.ids || !tokenizer ? nullptr : &*tokenizer, !o.ids && V == 256);
-  if (rank == 0) {
+  // Under a template the text printed is the answer alone; ids are printed from the prompt's on.
+  if (rank == 0 && (o.ids || !chat)) {
     for (int t : context) printer.add(t);
   }
   for (int i = 0; i < o.tokens; ++i) {
@@ -196,6 +206,10 @@ int sample_command(const Args& args, MPI_Comm comm) {
     Kokkos::deep_copy(logits_row, Kokkos::subview(logits, std::make_pair(first, first + std::size_t(V))));
     const int next = draw_token(logits_row.data(), drawable, o.temperature, uniform_draw(o.seed, i));
     context.push_back(next);
+    if (next == prompt.stop) {
+      if (rank == 0 && o.ids) printer.add(next);
+      break;
+    }
     if (rank == 0) printer.add(next);
   }
   if (rank == 0) printer.finish();

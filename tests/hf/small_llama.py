@@ -10,9 +10,13 @@
   evaluate  the mean cross-entropy that the reference (transformers' definitions) gives each
             directory on the same windows of a token shard: the imported model against its
             continued-pretraining export. Exit 1 unless the export's loss is the lower.
+  evaluate-sft  the same for a fine-tuning shard (prepare --sft): the mean cross-entropy of the
+            tokens that carry loss (the answers) in its first records, each cut to --seq-len + 1
+            tokens: the imported model against its fine-tuned export, on held-out chats.
 
 usage: small_llama.py write --out DIR [--merges 700] [--seed 11]
        small_llama.py evaluate --shard S.bin --seq-len T --windows N DIR_BEFORE DIR_AFTER
+       small_llama.py evaluate-sft --shard SFT.bin --seq-len T --records N DIR_BEFORE DIR_AFTER
 """
 import argparse
 import json
@@ -28,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "cli"))
 import gpt2_torch  # noqa: E402
 import hf_reference  # noqa: E402
 import test_tokenizer_json as tokjson  # noqa: E402
+from test_sft_prepare import read_sft_shard  # noqa: E402
 
 # Llama 3.2 1B's choices at a size two CPU cores train in a minute: tied head, GQA, llama3 RoPE.
 CONFIG = {"hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -71,6 +76,28 @@ def evaluate(shard, seq_len, windows, before, after):
     return 0 if last < first else 1
 
 
+def answer_loss(directory, records):
+    """The mean cross-entropy over the records' loss-carrying targets (target i predicts token i + 1)."""
+    model = hf_reference.load_hf_dir(directory)
+    total, count = 0.0, 0
+    for ids, mask in records:
+        logits = hf_reference.forward_loss(model, [ids[:-1]], [ids[1:]])["logits"][0]
+        losses = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]), reduction="none")
+        carried = torch.tensor(mask[1:], dtype=torch.bool)
+        total += float(losses[carried].sum())
+        count += int(carried.sum())
+    return total / count
+
+
+def evaluate_sft(shard, seq_len, count, before, after):
+    records = [(ids[:seq_len + 1], mask[:seq_len + 1]) for ids, mask in read_sft_shard(shard)[0][:count]]
+    records = [(ids, mask) for ids, mask in records if len(ids) > 1 and any(mask[1:])]
+    first, last = answer_loss(before, records), answer_loss(after, records)
+    print(f"reference loss on the answers of {len(records)} records of {shard}: "
+          f"{first:.4f} imported ({before}), {last:.4f} fine-tuned ({after})")
+    return 0 if last < first else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -84,10 +111,18 @@ def main():
     e.add_argument("--windows", type=int, default=16)
     e.add_argument("before")
     e.add_argument("after")
+    f = sub.add_parser("evaluate-sft")
+    f.add_argument("--shard", required=True)
+    f.add_argument("--seq-len", type=int, required=True)
+    f.add_argument("--records", type=int, default=64)
+    f.add_argument("before")
+    f.add_argument("after")
     a = ap.parse_args()
     if a.command == "write":
         write(a.out, a.merges, a.seed)
         return 0
+    if a.command == "evaluate-sft":
+        return evaluate_sft(a.shard, a.seq_len, a.records, a.before, a.after)
     return evaluate(a.shard, a.seq_len, a.windows, a.before, a.after)
 
 
