@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <span>
 #include <thread>
 #include <type_traits>
 
@@ -103,7 +104,10 @@ int BatchLoader::fill_packed(const Slot& slot, std::int64_t step, int micro) {
     std::vector<int>& ends = ends_[std::size_t(b)];
     ends.clear();
     std::size_t t = b * T;
-    for (const PackedRecord& r : sample < sample_limit_ ? data_->window(sample).records : no_records_) {
+    // A row past the sample limit is all padding.
+    const std::span<const PackedRecord> packed =
+        sample < sample_limit_ ? data_->window(sample).records : std::span<const PackedRecord>();
+    for (const PackedRecord& r : packed) {
       records.copy_record(r.record, record_tokens_.data(), record_mask_.data());
       for (std::int32_t i = 0; i < r.positions; ++i, ++t) {
         slot.staging(t) = record_tokens_[std::size_t(i)];

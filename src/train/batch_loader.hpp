@@ -102,7 +102,6 @@ class BatchLoader {
   std::vector<std::int32_t> record_tokens_;
   std::vector<std::uint8_t> record_mask_;
   std::vector<std::vector<int>> ends_;
-  const std::vector<PackedRecord> no_records_;  // an empty row's
   std::array<Slot, slots> slots_;
   std::uint64_t sample_limit_ = ~std::uint64_t(0);
   int current_ = slots - 1;  // the slot the last load filled

@@ -39,7 +39,8 @@ class TrainingData {
   // Fine-tuning data: the records, their packing, and the loss-carrying targets record r has once
   // packed (its mask over the targets it keeps: none when dropped or too short).
   const io::SftShards& records() const { return *records_; }
-  const PackedWindow& window(std::uint64_t sample) { return packing_->window(sample); }
+  // Valid until a window of another epoch is asked for (train/packed_windows.hpp).
+  PackedWindow window(std::uint64_t sample) { return packing_->window(sample); }
   std::int64_t record_loss_targets(std::uint64_t record) const { return record_loss_targets_[record]; }
 
   // The loss-carrying targets of sample `sample`'s window (T on plain data, every target carrying
