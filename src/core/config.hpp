@@ -33,6 +33,9 @@ enum class LrDecay { cosine, constant };              // optim.decay
 enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
 enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
 enum class SampleOrder { sequential, shuffle };       // data.order
+// data.overlong: a fine-tuning record with more positions than model.seq_len keeps its first seq_len
+// (train/packed_windows.hpp) or is left out.
+enum class OverlongRecords { truncate, drop };
 enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
 enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
@@ -101,6 +104,13 @@ struct EnumNames<SampleOrder> {
   static constexpr std::string_view key = "data.order";
   static constexpr std::array<EnumName<SampleOrder>, 2> all{
       {{SampleOrder::sequential, "sequential"}, {SampleOrder::shuffle, "shuffle"}}};
+};
+template <>
+struct EnumNames<OverlongRecords> {
+  static constexpr std::string_view key = "data.overlong";
+  static constexpr std::array<EnumName<OverlongRecords>, 2> all{
+      {{OverlongRecords::truncate, "truncate", "keep the first model.seq_len + 1 tokens"},
+       {OverlongRecords::drop, "drop", "leave the record out"}}};
 };
 template <>
 struct EnumNames<CheckpointIo> {
@@ -312,6 +322,7 @@ struct DataConfig {
   // Whether a checkpoint (resumed, or checkpoint.init_weights) that records another tokenizer loads.
   TokenizerChange tokenizer_change = TokenizerChange::refuse;
   SampleOrder order = SampleOrder::sequential;
+  OverlongRecords overlong = OverlongRecords::truncate;  // fine-tuning records longer than a window
 };
 
 struct CheckpointConfig {

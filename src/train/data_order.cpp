@@ -11,7 +11,7 @@ namespace meshtrain {
 
 DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order, std::uint64_t seed)
     : windows_(tokens == 0 ? 0 : (tokens - 1) / std::uint64_t(seq_len)),
-      global_batch_(global_batch),
+      numbering_(global_batch),
       shuffle_(order == SampleOrder::shuffle),
       seed_(seed) {
   if (windows_ == 0) {
@@ -21,8 +21,7 @@ DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, Sample
 }
 
 std::uint64_t DataOrder::window(std::int64_t step, int sample) {
-  const std::uint64_t index =
-      first_sample_ + std::uint64_t(step - first_step_) * std::uint64_t(global_batch_) + std::uint64_t(sample);
+  const std::uint64_t index = sample_index(step, sample);
   if (!shuffle_) return index % windows_;
   return permutation(index / windows_)[index % windows_];
 }
