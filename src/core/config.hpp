@@ -29,10 +29,10 @@ enum class Recompute { none, selective, full };
 // model.attention: how a block computes causal attention (see kernels/fused_attention.hpp).
 enum class AttentionKernel { fused, materialized };
 enum class RopeScaling { none, linear, llama3 };
-enum class LrDecay { cosine, constant };              // optim.decay
-enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
-enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
-enum class SampleOrder { sequential, shuffle };       // data.order
+enum class LrDecay { cosine, constant };             // optim.decay
+enum class PipelineSchedule { gpipe, one_f_one_b };  // parallel.schedule
+enum class CommBackend { mpi, nccl, automatic };     // parallel.backend
+enum class SampleOrder { sequential, shuffle };      // data.order
 // data.overlong: a fine-tuning record with more positions than model.seq_len keeps its first seq_len
 // (train/packed_windows.hpp) or is left out.
 enum class OverlongRecords { truncate, drop };

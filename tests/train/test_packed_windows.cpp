@@ -206,8 +206,8 @@ TEST(PackedWindowsProperties, EpochsAreNextFitPackingsOfTheDataOrder) {
               EXPECT_EQ(packed.window(sample).filled(), filled(window));
               // The window before closed only because this one's first record did not fit in it.
               if (w > 0)
-                ASSERT_GT(filled(previous) + window.front().positions, T) << where << ", epoch " << epoch << " window "
-                                                                          << w;
+                ASSERT_GT(filled(previous) + window.front().positions, T)
+                    << where << ", epoch " << epoch << " window " << w;
               listed.insert(listed.end(), window.begin(), window.end());
               previous = window;
             }
