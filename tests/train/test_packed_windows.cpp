@@ -205,9 +205,10 @@ TEST(PackedWindowsProperties, EpochsAreNextFitPackingsOfTheDataOrder) {
               ASSERT_LE(filled(window), T) << where << ", epoch " << epoch << " window " << w;
               EXPECT_EQ(packed.window(sample).filled(), filled(window));
               // The window before closed only because this one's first record did not fit in it.
-              if (w > 0)
+              if (w > 0) {
                 ASSERT_GT(filled(previous) + window.front().positions, T)
                     << where << ", epoch " << epoch << " window " << w;
+              }
               listed.insert(listed.end(), window.begin(), window.end());
               previous = window;
             }
