@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
-#include <string>
 
 namespace meshtrain {
 
@@ -42,15 +41,17 @@ PackedWindows::PackedWindows(const std::vector<std::int64_t>& record_lengths, in
   usable_ = records() - skipped_short_ - dropped_;
   if (usable_ > 0) return;
   if (records() == 0) input_error("the fine-tuning data holds no records: nothing to train on");
-  const std::string counts = fmt::format(
-      "no fine-tuning record fits a window: of {} records, {} have fewer than 2 tokens (nothing to predict) "
-      "and {} are longer than model.seq_len + 1 = {} tokens (data.overlong = drop)",
-      records(), skipped_short_, dropped_, std::int64_t(seq_len) + 1);
-  if (dropped_ == 0) input_error("{}; every record needs 2 tokens or more: prepare the data again", counts);
+  if (dropped_ == 0) {
+    input_error(
+        "no fine-tuning record fits a window: all {} records have fewer than 2 tokens, nothing to predict; "
+        "every record needs 2 tokens or more: prepare the data again",
+        records());
+  }
   input_error(
-      "{}; set data.overlong = truncate to keep each one's first {} tokens, or model.seq_len = {} or more to "
-      "take the shortest of them whole",
-      counts, std::int64_t(seq_len) + 1, shortest_dropped);
+      "no fine-tuning record fits a window: of {} records, {} are longer than model.seq_len + 1 = {} tokens and "
+      "dropped (data.overlong = drop), {} have fewer than 2 tokens; set data.overlong = truncate to keep each one's "
+      "first {} tokens, or model.seq_len = {} or more to take the shortest of them whole",
+      records(), dropped_, std::int64_t(seq_len) + 1, skipped_short_, std::int64_t(seq_len) + 1, shortest_dropped);
 }
 
 PackedWindows::Packing PackedWindows::pack(std::uint64_t epoch) const {

@@ -35,6 +35,8 @@ struct PackedWindow {
   std::int64_t filled() const;
 };
 
+// One epoch's packing is kept (O(R) memory), and the window counts of the epochs met: asking for a
+// sample packs at most the epochs before it that were not counted yet. Not thread-safe.
 class PackedWindows {
  public:
   // `record_lengths` holds each record's token count L_r (io::SftShards::record_length). InputError,

@@ -119,13 +119,12 @@ std::string error_of(const std::vector<std::int64_t>& lengths, int seq_len, Over
 
 TEST(PackedWindowsByHand, NothingToPlaceIsAnInputErrorSayingWhatToChange) {
   EXPECT_EQ(error_of({1, 0, 1}, 8, OverlongRecords::truncate),
-            "no fine-tuning record fits a window: of 3 records, 3 have fewer than 2 tokens (nothing to predict) and 0 "
-            "are longer than model.seq_len + 1 = 9 tokens (data.overlong = drop); every record needs 2 tokens or "
-            "more: prepare the data again");
+            "no fine-tuning record fits a window: all 3 records have fewer than 2 tokens, nothing to predict; every "
+            "record needs 2 tokens or more: prepare the data again");
   EXPECT_EQ(error_of({12, 1, 30, 10}, 8, OverlongRecords::drop),
-            "no fine-tuning record fits a window: of 4 records, 1 have fewer than 2 tokens (nothing to predict) and 3 "
-            "are longer than model.seq_len + 1 = 9 tokens (data.overlong = drop); set data.overlong = truncate to "
-            "keep each one's first 9 tokens, or model.seq_len = 9 or more to take the shortest of them whole");
+            "no fine-tuning record fits a window: of 4 records, 3 are longer than model.seq_len + 1 = 9 tokens and "
+            "dropped (data.overlong = drop), 1 have fewer than 2 tokens; set data.overlong = truncate to keep each "
+            "one's first 9 tokens, or model.seq_len = 9 or more to take the shortest of them whole");
   EXPECT_EQ(error_of({}, 8, OverlongRecords::truncate), "the fine-tuning data holds no records: nothing to train on");
   // One record that fits is enough, and truncate places every record of 2 tokens or more.
   EXPECT_EQ(error_of({12, 1, 30, 9}, 8, OverlongRecords::drop), "no error");
