@@ -29,18 +29,18 @@ enum class Recompute { none, selective, full };
 // model.attention: how a block computes causal attention (see kernels/fused_attention.hpp).
 enum class AttentionKernel { fused, materialized };
 enum class RopeScaling { none, linear, llama3 };
-enum class LrDecay { cosine, constant };             // optim.decay
-enum class PipelineSchedule { gpipe, one_f_one_b };  // parallel.schedule
-enum class CommBackend { mpi, nccl, automatic };     // parallel.backend
-enum class SampleOrder { sequential, shuffle };      // data.order
-// data.overlong: a fine-tuning record with more positions than model.seq_len keeps its first seq_len
-// (train/packed_windows.hpp) or is left out.
-enum class OverlongRecords { truncate, drop };
+enum class LrDecay { cosine, constant };              // optim.decay
+enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
+enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
+enum class SampleOrder { sequential, shuffle };       // data.order
 enum class CheckpointIo { independent, collective };  // checkpoint.io
 enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
 enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
 // data.tokenizer_change: whether a checkpoint of another tokenizer than data.tokenizer may be loaded.
 enum class TokenizerChange { refuse, allow };
+// data.overlong: a fine-tuning record with more positions than model.seq_len keeps its first seq_len
+// (train/packed_windows.hpp) or is left out.
+enum class OverlongRecords { truncate, drop };
 
 template <class E>
 struct EnumName {
