@@ -165,6 +165,7 @@ class KeyTable {
     add_choice("data.tokenizer_change", cfg.data.tokenizer_change,
                "a checkpoint that records another tokenizer than data.tokenizer (or none): {}");
     add_choice("data.order", cfg.data.order, "{}");
+    add_choice("data.overlong", cfg.data.overlong, "fine-tuning records longer than model.seq_len + 1 tokens: {}");
     add("data.valid", cfg.data.valid,
         "validation shards (token or fine-tuning shards, a glob; empty: no validation)");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");

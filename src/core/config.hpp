@@ -38,6 +38,9 @@ enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto
 enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
 // data.tokenizer_change: whether a checkpoint of another tokenizer than data.tokenizer may be loaded.
 enum class TokenizerChange { refuse, allow };
+// data.overlong: a fine-tuning record with more positions than model.seq_len keeps its first seq_len
+// (train/packed_windows.hpp) or is left out.
+enum class OverlongRecords { truncate, drop };
 
 template <class E>
 struct EnumName {
@@ -101,6 +104,13 @@ struct EnumNames<SampleOrder> {
   static constexpr std::string_view key = "data.order";
   static constexpr std::array<EnumName<SampleOrder>, 2> all{
       {{SampleOrder::sequential, "sequential"}, {SampleOrder::shuffle, "shuffle"}}};
+};
+template <>
+struct EnumNames<OverlongRecords> {
+  static constexpr std::string_view key = "data.overlong";
+  static constexpr std::array<EnumName<OverlongRecords>, 2> all{
+      {{OverlongRecords::truncate, "truncate", "keep the first model.seq_len + 1 tokens"},
+       {OverlongRecords::drop, "drop", "leave the record out"}}};
 };
 template <>
 struct EnumNames<CheckpointIo> {
@@ -316,6 +326,7 @@ struct DataConfig {
   // Whether a checkpoint (resumed, or checkpoint.init_weights) that records another tokenizer loads.
   TokenizerChange tokenizer_change = TokenizerChange::refuse;
   SampleOrder order = SampleOrder::sequential;
+  OverlongRecords overlong = OverlongRecords::truncate;  // fine-tuning records longer than a window
   std::string valid;  // validation shards of either kind, or a glob of them (empty: no validation)
 };
 

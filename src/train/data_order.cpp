@@ -12,19 +12,13 @@ namespace meshtrain {
 
 DataOrder::DataOrder(std::uint64_t tokens, int seq_len, int global_batch, SampleOrder order, std::uint64_t seed)
     : windows_(tokens == 0 ? 0 : (tokens - 1) / std::uint64_t(seq_len)),
-      global_batch_(global_batch),
+      numbering_(global_batch),
       shuffle_(order == SampleOrder::shuffle),
       seed_(seed) {
   if (windows_ == 0) {
     input_error("data.train holds {} tokens, fewer than model.seq_len + 1 = {}: no training window fits", tokens,
                 seq_len + 1);
   }
-}
-
-DataOrder DataOrder::of_samples(int global_batch) {
-  DataOrder order;
-  order.global_batch_ = global_batch;
-  return order;
 }
 
 std::uint64_t DataOrder::window(std::int64_t step, int sample) {

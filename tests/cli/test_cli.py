@@ -45,7 +45,7 @@ INTERFACE_KEYS = [
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.decay",
     "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
     "parallel.dp", "parallel.tp", "parallel.pp", "parallel.zero", "parallel.schedule", "parallel.backend",
-    "data.train", "data.order",
+    "data.train", "data.order", "data.overlong",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.init_weights", "checkpoint.resume",
     "log.metrics",
 ]

@@ -27,6 +27,7 @@ const std::vector<Choice> kChoices = {
     {"parallel.schedule", {"gpipe", "1f1b"}},
     {"parallel.backend", {"mpi", "nccl", "auto"}},
     {"data.order", {"sequential", "shuffle"}},
+    {"data.overlong", {"truncate", "drop"}},
     {"checkpoint.io", {"independent", "collective"}},
     {"checkpoint.resume", {"auto", "never", "ck/step_00000003.h5"}},
     {"train.nonfinite", {"stop", "skip"}},
@@ -62,6 +63,8 @@ TEST(ConfigNames, NamesParseToTheirValues) {
   EXPECT_EQ(named.checkpoint.resume.mode, ResumeMode::file);
   EXPECT_EQ(named.checkpoint.resume.file, "ck/step_00000003.h5");
   EXPECT_EQ(parse_config({"--checkpoint.resume", "never"}).checkpoint.resume.mode, ResumeMode::never);
+  EXPECT_EQ(defaults.data.overlong, OverlongRecords::truncate);
+  EXPECT_EQ(parse_config({"--data.overlong", "drop"}).data.overlong, OverlongRecords::drop);
 }
 
 TEST(ConfigNames, OtherNamesAreRefusedListingTheValidOnes) {
@@ -70,6 +73,7 @@ TEST(ConfigNames, OtherNamesAreRefusedListingTheValidOnes) {
       {{"--train.recompute", "Full"}, "train.recompute = 'Full' is invalid: valid values are none, selective, full"},
       {{"--parallel.schedule", "zb-h1"}, "parallel.schedule = 'zb-h1' is invalid: valid values are gpipe, 1f1b"},
       {{"--data.order", "random"}, "data.order = 'random' is invalid: valid values are sequential, shuffle"},
+      {{"--data.overlong", "split"}, "data.overlong = 'split' is invalid: valid values are truncate, drop"},
       {{"--checkpoint.resume", ""}, "checkpoint.resume is empty: valid values are auto, never or a checkpoint file"},
   };
   for (const auto& [args, message] : cases) {
@@ -96,6 +100,8 @@ TEST(ConfigNames, HelpListsTheNames) {
            "sequential | shuffle",
            "auto | never | a checkpoint file",
            "independent | collective: how ranks write tensor data (MPI-IO)",
+           "fine-tuning records longer than model.seq_len + 1 tokens: truncate (keep the first model.seq_len + 1 "
+           "tokens) | drop (leave the record out)",
            "stop (exit 6, nothing saved over latest) | skip (drop the step's update, up to train.nonfinite_skips in a "
            "row)",
        }) {

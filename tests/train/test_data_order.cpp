@@ -124,6 +124,31 @@ TEST(DataOrderSequential, LargeStepsUseSixtyFourBitIndices) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The run's sample index (train/sample_numbering.hpp): s·G + j, and S0 + (s − s0)·G + j after
+// continue_from(s0, S0), as literal numbers.
+
+TEST(DataOrderSampleIndex, CountsSamplesFromTheStartOrFromACheckpoint) {
+  DataOrder order(1001, 10, 4, SampleOrder::sequential, 1);  // W = 100
+  EXPECT_EQ(order.sample_index(0, 0), 0u);
+  EXPECT_EQ(order.sample_index(0, 3), 3u);
+  EXPECT_EQ(order.sample_index(7, 2), 30u);
+  // Resumed at step 5 after 12 samples (an earlier global batch of 2 and a bit): step 5 reads from
+  // sample 12 on, step 8 sample 1 is 12 + 3·4 + 1 = 25.
+  order.continue_from(5, 12);
+  EXPECT_EQ(order.sample_index(5, 0), 12u);
+  EXPECT_EQ(order.sample_index(8, 1), 25u);
+  EXPECT_EQ(order.window(8, 1), 25u);
+  // The same rule on its own, as fine-tuning runs hold it.
+  SampleNumbering numbering(4);
+  EXPECT_EQ(numbering.index(7, 2), 30u);
+  numbering.continue_from(5, 12);
+  EXPECT_EQ(numbering.index(8, 1), 25u);
+  // Past 2^32: step 10^9 of G = 4 after a resume at step 10 with 100 samples: 100 + (10^9 − 10)·4 + 7.
+  numbering.continue_from(10, 100);
+  EXPECT_EQ(numbering.index(1'000'000'000, 7), 4'000'000'067u);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Shuffled windows.
 
 // The windows read by the samples [epoch·W, (epoch+1)·W) of the run, one epoch.
