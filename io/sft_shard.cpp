@@ -8,6 +8,7 @@
 #include "io/token_shard.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 #include <utility>
@@ -264,7 +265,11 @@ void write_sft_shard(const std::string& path, const SftRecords& rec, int vocab) 
 }
 
 bool names_sft_shards(const std::string& path_or_glob) {
-  return is_sft_shard(resolve_shard_paths(path_or_glob, "token shard or fine-tuning shard").front());
+  const std::string first = resolve_shard_paths(path_or_glob, "token shard or fine-tuning shard").front();
+  // Only a regular file is read for its magic: a FIFO would block the read, and the token-shard
+  // reader refuses anything else by name.
+  std::error_code ec;
+  return std::filesystem::is_regular_file(first, ec) && is_sft_shard(first);
 }
 
 }  // namespace meshtrain::io

@@ -67,7 +67,8 @@ class SftShards {
 };
 
 // Whether `path_or_glob` names fine-tuning shards rather than token shards: the kind of its first
-// file in sorted order (each reader refuses the other kind among the rest, naming the file).
+// file in sorted order (each reader refuses the other kind among the rest, naming the file); false
+// for anything but a regular file, which the token-shard reader refuses.
 // InputError as resolve_shard_paths when it names no file.
 bool names_sft_shards(const std::string& path_or_glob);
 

@@ -72,13 +72,14 @@ timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan
 # threaded backend changes the kernels, so their tests, the model's, the PyTorch oracles (gpt2,
 # llama and its mixture of experts, one rank and tp2·pp2), gpt2's layouts under dp, tp, pp and
 # ZeRO, and the gradient norm's digests across team sizes (test_owned_launches) run here; the
-# resharding, 3-D and other families' layouts (the same kernels, more ranks) run once, in the
-# release pass.
+# resharding, 3-D and other families' layouts (the same kernels, more ranks) and the fine-tuning
+# oracle (oracle_sft_training_*: packed windows, whose kernels test_kernels and test_model's packed
+# documents run here) run once, in the release pass.
 timed openmp configure cmake --preset openmp "${unity[@]}"
 timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_flash_attention test_half_types test_model \
   test_recompute_tp test_gpt2_tp_low_precision test_model_vs_torch test_owned_launches meshtrain_test_mpi_yield
 timed openmp test ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
-  -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts))$' "$@"
+  -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts)|oracle_sft_training_.*)$' "$@"
 timed openmp-team2 test env MESHTRAIN_TEAM_SIZE=2 ctest --preset openmp -j "$jobs" -L '^(kernels|model)$' -E '^test_cublas_gemm$' "$@"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then

@@ -166,8 +166,7 @@ class KeyTable {
                "a checkpoint that records another tokenizer than data.tokenizer (or none): {}");
     add_choice("data.order", cfg.data.order, "{}");
     add_choice("data.overlong", cfg.data.overlong, "fine-tuning records longer than model.seq_len + 1 tokens: {}");
-    add("data.valid", cfg.data.valid,
-        "validation shards (token or fine-tuning shards, a glob; empty: no validation)");
+    add("data.valid", cfg.data.valid, "validation shards (token or fine-tuning shards, a glob; empty: no validation)");
     add("checkpoint.dir", cfg.checkpoint.dir, "directory of step_XXXXXXXX.h5 and latest");
     add("checkpoint.every", cfg.checkpoint.every, "steps between checkpoints (0: only when the job leaves)");
     add("checkpoint.keep", cfg.checkpoint.keep, "newest checkpoints kept (0: all)");

@@ -43,9 +43,8 @@ class LossSum {
     const Kokkos::View<double, MemSpace> sum = sum_, total = total_;
     const bool mean = term_ == LossTerm::micro_batch_mean;
     Kokkos::parallel_for(
-        "meshtrain::loss::add_micro_batch", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(int) {
-          sum() += mean ? double(static_cast<Accum>(total()) / static_cast<Accum>(n)) : total();
-        });
+        "meshtrain::loss::add_micro_batch", Kokkos::RangePolicy<ExecSpace>(space, 0, 1),
+        KOKKOS_LAMBDA(int) { sum() += mean ? double(static_cast<Accum>(total()) / static_cast<Accum>(n)) : total(); });
   }
 
   // The sum in device memory, for a group's in-place all-reduce (fence `space` first on a host backend).

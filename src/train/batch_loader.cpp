@@ -27,7 +27,16 @@ Kokkos::View<int*, PinnedSpace> staging_for(const Tokens& tokens) {
 
 BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro,
                          const ExecSpace& space)
-    : stream_(&stream),
+    : BatchLoader(&stream, nullptr, order, micro_batch, seq_len, first_micro, space) {}
+
+BatchLoader::BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro, const ExecSpace& space)
+    : BatchLoader(data.packed() ? nullptr : &data.stream(), &data, data.order(), micro_batch, seq_len, first_micro,
+                  space) {}
+
+BatchLoader::BatchLoader(const io::TokenStream* stream, TrainingData* data, DataOrder& order, int micro_batch,
+                         int seq_len, int first_micro, const ExecSpace& space)
+    : stream_(stream),
+      data_(data),
       order_(order),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
@@ -36,29 +45,13 @@ BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int mi
       window_("meshtrain::data::window", seq_len + 1),
       marks_("meshtrain::data::marks", slots) {
   for (Slot& s : slots_) {
-    s.device = Buffer<int>("meshtrain::data::tokens", slot_elements(micro_batch, seq_len, false));
+    s.device = Buffer<int>("meshtrain::data::tokens", slot_elements(micro_batch, seq_len, packed()));
     s.staging = staging_for(s.device);
   }
-}
-
-BatchLoader::BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro, const ExecSpace& space)
-    : stream_(data.packed() ? nullptr : &data.stream()),
-      data_(&data),
-      order_(data.order()),
-      micro_batch_(micro_batch),
-      seq_len_(seq_len),
-      first_micro_(first_micro),
-      space_(space),
-      window_("meshtrain::data::window", seq_len + 1),
-      marks_("meshtrain::data::marks", slots) {
-  for (Slot& s : slots_) {
-    s.device = Buffer<int>("meshtrain::data::tokens", slot_elements(micro_batch, seq_len, data.packed()));
-    s.staging = staging_for(s.device);
-  }
-  if (!data.packed()) return;
+  if (!packed()) return;
   std::size_t longest = 0;
-  for (std::size_t r = 0; r < data.records().record_count(); ++r) {
-    longest = std::max(longest, data.records().record_length(r));
+  for (std::size_t r = 0; r < data->records().record_count(); ++r) {
+    longest = std::max(longest, data->records().record_length(r));
   }
   record_tokens_.resize(longest);
   record_mask_.resize(longest);

@@ -82,6 +82,9 @@ class BatchLoader {
     Kokkos::View<int*, PinnedSpace> staging;  // the same on host builds (no allocation of its own)
     int docs = 0;                             // documents per sequence in the last load (0: plain data)
   };
+  // Both public constructors' work: the stream (plain data) or the records (packed) to read.
+  BatchLoader(const io::TokenStream* stream, TrainingData* data, DataOrder& order, int micro_batch, int seq_len,
+              int first_micro, const ExecSpace& space);
   std::size_t tokens() const { return std::size_t(micro_batch_) * std::size_t(seq_len_); }
   void wait_for_slot(int slot) const;
   // The slot's sequences from windows of the stream, or from packed records; returns the documents

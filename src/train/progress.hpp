@@ -26,20 +26,20 @@ struct StepReport {
   double loss;
   double lr;
   double grad_norm;
-  std::int64_t tokens;  // cumulative
+  std::int64_t tokens;            // cumulative
   std::int64_t loss_targets = 0;  // fine-tuning data: the step's loss-carrying targets (0: plain data)
   double step_time_s;
   double tokens_per_s;
-  double model_flops_per_s;             // (6N + 6LCT) · tokens/s
-  double mfu;                           // fraction of the configured peak (0 when no peak is set)
-  double elapsed_s;                     // since this job started training
-  double eta_s;                         // for the remaining steps at the recent pace
-  const MemoryBytes* memory = nullptr;  // the rank's allocations by category, if reported
-  std::int64_t peak_rss = 0;            // the process's peak resident memory so far
-  double loss_scale = 0;                // fp16: the dynamic loss scale after this step (else 0)
-  bool skipped = false;                 // the update was skipped (fp16 overflow, or train.nonfinite = skip)
-  bool nonfinite = false;               // the loss or the gradient norm was not finite
-  const MoeStepMetrics* moe = nullptr;  // the step's expert loads and auxiliary losses (MoE models)
+  double model_flops_per_s;                    // (6N + 6LCT) · tokens/s
+  double mfu;                                  // fraction of the configured peak (0 when no peak is set)
+  double elapsed_s;                            // since this job started training
+  double eta_s;                                // for the remaining steps at the recent pace
+  const MemoryBytes* memory = nullptr;         // the rank's allocations by category, if reported
+  std::int64_t peak_rss = 0;                   // the process's peak resident memory so far
+  double loss_scale = 0;                       // fp16: the dynamic loss scale after this step (else 0)
+  bool skipped = false;                        // the update was skipped (fp16 overflow, or train.nonfinite = skip)
+  bool nonfinite = false;                      // the loss or the gradient norm was not finite
+  const MoeStepMetrics* moe = nullptr;         // the step's expert loads and auxiliary losses (MoE models)
   std::optional<ValidationResult> validation;  // a validation pass after this step
 };
 

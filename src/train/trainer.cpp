@@ -151,8 +151,8 @@ int TrainingRun::run() {
       saves.background_saves() ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp,
                                                            topology_.position().dp_rank, ZeroStage{cfg_.parallel.zero})
                                : 0;
-  memory_ = state_.memory() + MemoryBytes::of(MemoryCategory::workspace,
-                                              std::int64_t(loader_.bytes() + validation_.bytes() + snapshot));
+  memory_ = state_.memory() +
+            MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader_.bytes() + validation_.bytes() + snapshot));
   print_start(start.initialization_s);
   TrainingProgress progress = start.progress;
   if (progress.step >= cfg_.train.steps) return nothing_to_do(progress);

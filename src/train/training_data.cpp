@@ -68,9 +68,7 @@ TrainingData TrainingData::open(const Config& cfg, DataRole role) {
   return data;
 }
 
-const std::vector<std::string>& TrainingData::paths() const {
-  return packed() ? records_->paths() : stream_->paths();
-}
+const std::vector<std::string>& TrainingData::paths() const { return packed() ? records_->paths() : stream_->paths(); }
 
 std::int64_t TrainingData::sample_loss_targets(std::uint64_t sample) {
   if (!packed()) return seq_len_;

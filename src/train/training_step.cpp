@@ -68,7 +68,7 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
     }
   } else {
     state.run_pipeline(i, weights);  // the last stage's sum; the others add zero below
-    space.fence();                            // the kernels that wrote it are done before MPI reads it
+    space.fence();                   // the kernels that wrote it are done before MPI reads it
     groups.pp->allreduce_sum(loss.data(), 1);
   }
   state.finish_gradients();

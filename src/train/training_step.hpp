@@ -21,7 +21,8 @@ struct StepShape {
 };
 
 struct StepResult {
-  double loss = 0;  // mean over the global batch's loss-carrying targets, the same on every rank (agreed when non-finite)
+  double loss =
+      0;  // mean over the global batch's loss-carrying targets, the same on every rank (agreed when non-finite)
   std::int64_t loss_targets = 0;  // how many (fine-tuning data; 0 on plain data, where every target is)
   double lr = 0;
   double grad_norm = 0;  // before clipping

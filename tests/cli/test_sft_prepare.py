@@ -403,9 +403,17 @@ class SftErrors(SftFiles):
         p = cli.run(["prepare", "--sft", self.single, "--tokenizer", self.spm_path, "--template", "chatml", "--out",
                      "plain.bin"], self.dir)
         self.assert_bad_input(p, "plain.bin", "a token shard")
-        # The trainer's token-stream reader names the fine-tuning shard for what it is.
-        p = cli.run(cli.train_args({"data.train": "sft.bin", "train.steps": 1}), self.dir)
+        # The trainer reads either kind by its magic: the fine-tuning shard trains (packed, its loss masked);
+        # a glob that mixes the two kinds is refused, the token-stream reader naming the fine-tuning shard
+        # for what it is; materialized attention, which has no document mask, is refused for it.
+        keys = {"data.train": "sft.bin", "train.steps": 2, "model.vocab": 704, "model.seq_len": 32}
+        p = cli.run(cli.train_args(keys), self.dir, timeout=120)
+        self.assertEqual(p.returncode, 0, cli.describe(p))
+        self.assertIn("fine-tuning records", p.stdout)
+        p = cli.run(cli.train_args({**keys, "data.train": "*.bin"}), self.dir)
         self.assert_bad_input(p, "sft.bin", "is a fine-tuning shard", "not a token stream")
+        p = cli.run(cli.train_args({**keys, "model.attention": "materialized"}), self.dir)
+        self.assert_bad_input(p, "data.train", "sft.bin", "model.attention")
         # A fine-tuning shard is replaced by the next prepare --sft.
         self.run_ok(["prepare", "--sft", self.single, "--tokenizer", self.spm_path, "--template", "plain", "--out",
                      "sft.bin"])

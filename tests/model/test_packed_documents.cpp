@@ -161,8 +161,7 @@ TEST(PackedDocuments, MaterializedAttentionRefusesThem) {
   ExecSpace space;
   const auto model = make_language_model<double>(space, m, B);
   const Buffer<int> segments = upload(offsets);
-  EXPECT_THROW(model->set_documents(0, {CVec<int>(segments.data(), segments.extent(0)), docs}),
-               std::invalid_argument);
+  EXPECT_THROW(model->set_documents(0, {CVec<int>(segments.data(), segments.extent(0)), docs}), std::invalid_argument);
   EXPECT_NO_THROW(model->set_documents(0, {}));
 }
 
