@@ -32,15 +32,24 @@ std::vector<std::int32_t> kept_loss_targets(const io::SftShards& records, int T,
 }  // namespace
 
 TrainingData TrainingData::open(const Config& cfg, DataRole role) {
-  const bool training = role == DataRole::train;
-  const std::string& path = training ? cfg.data.train : cfg.data.valid;
-  const char* key = training ? "data.train" : "data.valid";
-  if (path.empty()) {
+  const char* key = role == DataRole::train ? "data.train" : "data.valid";
+  if ((role == DataRole::train ? cfg.data.train : cfg.data.valid).empty()) {
     input_error(
         "{} is not set: give a token shard or a glob of them (meshtrain prepare --text), or fine-tuning shards "
         "(meshtrain prepare --sft)",
         key);
   }
+  try {
+    return open_role(cfg, role);
+  } catch (const InputError& e) {
+    // The readers name the file; the key says which of the run's data it is.
+    input_error("{}: {}", key, e.what());
+  }
+}
+
+TrainingData TrainingData::open_role(const Config& cfg, DataRole role) {
+  const bool training = role == DataRole::train;
+  const std::string& path = training ? cfg.data.train : cfg.data.valid;
   // Validation reads its windows in order from the start (sample j of its one pass: window j); its
   // order's global batch is never used (train/validation.hpp).
   const SampleOrder order = training ? cfg.data.order : SampleOrder::sequential;
@@ -51,7 +60,7 @@ TrainingData TrainingData::open(const Config& cfg, DataRole role) {
     data.stream_.emplace(io::TokenStream::open(path));
     data.stream_->require_vocab(cfg.model.vocab);
     if (data.stream_->size() <= std::size_t(cfg.model.seq_len)) {
-      input_error("{} holds {} tokens, fewer than model.seq_len + 1 = {}: no window fits", key, data.stream_->size(),
+      input_error("'{}' holds {} tokens, fewer than model.seq_len + 1 = {}: no window fits", path, data.stream_->size(),
                   cfg.model.seq_len + 1);
     }
     data.order_ = DataOrder(data.stream_->size(), cfg.model.seq_len, global_batch, order, cfg.train.seed);

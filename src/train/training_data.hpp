@@ -56,6 +56,7 @@ class TrainingData {
 
  private:
   TrainingData() = default;
+  static TrainingData open_role(const Config& cfg, DataRole role);
 
   int seq_len_ = 0;
   std::optional<io::TokenStream> stream_;

@@ -41,11 +41,11 @@ HEADER_INTS = 256
 INTERFACE_KEYS = [
     "model.layers", "model.heads", "model.d_model", "model.vocab", "model.seq_len",
     "train.micro_batch", "train.global_batch", "train.steps", "train.stop_after", "train.time_limit",
-    "train.seed", "train.precision", "train.recompute",
+    "train.seed", "train.precision", "train.recompute", "train.eval_every", "train.eval_tokens",
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.decay",
     "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
     "parallel.dp", "parallel.tp", "parallel.pp", "parallel.zero", "parallel.schedule", "parallel.backend",
-    "data.train", "data.order", "data.overlong",
+    "data.train", "data.order", "data.overlong", "data.valid",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep", "checkpoint.init_weights", "checkpoint.resume",
     "log.metrics",
 ]

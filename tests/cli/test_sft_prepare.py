@@ -395,7 +395,7 @@ class SftErrors(SftFiles):
         self.run_ok(["prepare", "--sft", self.single, "--tokenizer", self.spm_path, "--template", "chatml", "--out",
                      "sft.bin"])
         with open(self.path("t.txt"), "w") as f:
-            f.write("some text for a token shard")
+            f.write("some text for a token shard, long enough for a window of validation. " * 2)
         # prepare --text does not write over a fine-tuning shard, nor prepare --sft over a token shard.
         p = cli.run(["prepare", "--text", "t.txt", "--out", "sft.bin"], self.dir)
         self.assert_bad_input(p, "sft.bin", "a fine-tuning shard")
@@ -414,6 +414,15 @@ class SftErrors(SftFiles):
         self.assert_bad_input(p, "sft.bin", "is a fine-tuning shard", "not a token stream")
         p = cli.run(cli.train_args({**keys, "model.attention": "materialized"}), self.dir)
         self.assert_bad_input(p, "data.train", "sft.bin", "model.attention")
+        # Validation data of either kind; refused naming the key when missing or asked for without it.
+        p = cli.run(cli.train_args({**keys, "data.valid": "plain.bin", "train.eval_every": 1, "checkpoint.dir": "valid_ck"}),
+                    self.dir, timeout=120)
+        self.assertEqual(p.returncode, 0, cli.describe(p))
+        self.assertIn("| val loss ", p.stdout)
+        p = cli.run(cli.train_args({**keys, "data.valid": "missing.bin"}), self.dir)
+        self.assert_bad_input(p, "data.valid", "missing.bin")
+        p = cli.run(cli.train_args({**keys, "train.eval_every": 5}), self.dir)
+        self.assert_bad_input(p, "train.eval_every", "data.valid")
         # A fine-tuning shard is replaced by the next prepare --sft.
         self.run_ok(["prepare", "--sft", self.single, "--tokenizer", self.spm_path, "--template", "plain", "--out",
                      "sft.bin"])

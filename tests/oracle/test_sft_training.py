@@ -147,8 +147,19 @@ def compare_validation(got, want, tol, label):
     return failures
 
 
+def windows_by_loss_targets(records, overlong):
+    """The first epoch's windows' loss-carrying targets, as the reference packs them."""
+    return [sum(sum(records[r][1][1:p + 1]) for r, p in window)
+            for window in sft_reference.pack_epoch(records, T, overlong)]
+
+
 def group_reference(args):
     failures = []
+    for overlong in ("truncate", "drop"):
+        # The mask patterns the check is for must be in the steps it runs (10 steps of 4 samples).
+        counts = windows_by_loss_targets(make_records(), overlong)[:40]
+        if 0 not in counts or 1 not in counts:
+            failures.append(f"{overlong}: the records pack into no window without loss or with one target: {counts}")
     for arch, overlong, other in (("gpt2", "truncate", "drop"), ("llama", "drop", "truncate")):
         r = Runner(args, arch, overlong)
         if arch == "gpt2":
