@@ -37,6 +37,9 @@ SHAPES = {
     "llama": {"arch": "llama", "layers": 2, "heads": 4, "kv_heads": 2, "d_model": 40, "ffn_hidden": 52,
               "vocab": VOCAB, "seq_len": T},
 }
+# The llama with a mixture of experts in both blocks (4 experts, k 2, capacity 1.25, aux and z losses).
+SHAPES["moe"] = {**SHAPES["llama"], "experts": 4, "experts_per_token": 2, "expert_hidden": 24,
+                 "capacity_factor": 1.25, "aux_loss_coef": 0.05, "z_loss_coef": 0.01}
 
 
 def make_records(seed=27):
@@ -219,10 +222,23 @@ def group_layouts(args):
             return 1
         failures += compare(got, want, {"loss": 2e-5, "grad_norm": 1e-4}, name)
         failures += compare_validation(got, want_valid, 2e-5, name)
+    # A mixture of experts: its auxiliary losses keep their per-micro-batch weight under dp 2 x ep 2.
+    moe = Runner(args, "moe")
+    base = moe.run("one_rank")
+    if base is None:
+        return 1
+    want = {k: [base[s + 1][k] for s in range(10)] for k in ("loss", "grad_norm")}
+    for name, ranks, keys in (("dp2_ep2", 2, [("parallel.ep", 2)]), ("dp4_ep2", 4, [("parallel.ep", 2)])):
+        got = moe.run(name, ranks, keys)
+        if got is None:
+            return 1
+        failures += compare(got, want, {"loss": 2e-5, "grad_norm": 1e-4}, "moe " + name)
+        aux = [(got[s]["moe"]["aux_loss"], base[s]["moe"]["aux_loss"]) for s in range(1, 11)]
+        failures += [f"moe {name}: step {s + 1} aux_loss {a} vs {b}" for s, (a, b) in enumerate(aux) if rel(a, b) > 2e-5]
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"OK: {len(LAYOUTS)} layouts give one rank's fine-tuning run")
+    print(f"OK: {len(LAYOUTS)} layouts and two expert-parallel ones give one rank's fine-tuning run")
     return 0
 
 
