@@ -123,7 +123,8 @@ def apply_lora(model, targets, r, alpha, dropout=0.0, rslora=False, seed=0, b_st
             if b_std is None:
                 wrapped.lora_B.weight.zero_()
             else:
-                wrapped.lora_B.weight.copy_(torch.randn(wrapped.lora_B.weight.shape, generator=gen, dtype=DTYPE) * b_std)
+                b = torch.randn(wrapped.lora_B.weight.shape, generator=gen, dtype=DTYPE)
+                wrapped.lora_B.weight.copy_(b * b_std)
         parent_name, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent_name), attr, wrapped)
     model.lora_settings = {"r": r, "lora_alpha": alpha, "lora_dropout": dropout, "use_rslora": rslora,
@@ -234,6 +235,7 @@ def load_peft_adapter(model, directory, seed=0):
     with torch.no_grad():
         for name, p in have.items():
             if tuple(p.shape) != tuple(tensors[name].shape):
-                raise ValueError(f"{directory}: {name} has shape {tuple(tensors[name].shape)}, expected {tuple(p.shape)}")
+                raise ValueError(f"{directory}: {name} has shape {tuple(tensors[name].shape)},"
+                                 f" expected {tuple(p.shape)}")
             p.copy_(tensors[name].to(DTYPE))
     return model

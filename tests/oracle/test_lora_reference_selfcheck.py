@@ -96,7 +96,7 @@ def merged_equals_adapter_model():
     try:
         lr.merge_lora(gpt2_head)
     except ValueError as e:
-        assert "lm_head" in str(e)
+        assert "lm_head" in str(e) and "GPT2LMHeadModel ties" in str(e), str(e)
     else:
         raise AssertionError("merging GPT-2's tied lm_head adapter was not refused")
 
@@ -214,7 +214,8 @@ def peft_names_and_shapes():
         p = f"model.layers.{l}.block_sparse_moe."
         mixtral[p + "gate"] = (12, 3)
         for e in range(3):
-            mixtral.update({f"{p}experts.{e}.w1": (12, 8), f"{p}experts.{e}.w2": (8, 12), f"{p}experts.{e}.w3": (12, 8)})
+            mixtral.update({f"{p}experts.{e}.w1": (12, 8), f"{p}experts.{e}.w2": (8, 12),
+                            f"{p}experts.{e}.w3": (12, 8)})
     for case, targets, want, fan in (("llama", lr.LLAMA_TARGETS, llama, False), ("gpt2", TARGETS["gpt2"], gpt2, True),
                                      ("mixtral", ["w1", "w2", "w3", "gate"], mixtral, False)):
         model = lr.apply_lora(base_of(case), targets, R, 8.0)
@@ -227,13 +228,18 @@ def peft_names_and_shapes():
         assert trainable == sum(R * (i + o) for i, o in want.values()) and total == base_total + trainable, case
         frozen = [n for n, p in model.named_parameters() if p.requires_grad and ".lora_" not in n]
         assert not frozen, f"{case}: base parameters still trainable: {frozen}"
-    # `gate` is Mixtral's router, never llama's gate_proj; `c_proj` takes attention's and the MLP's.
-    try:
-        lr.apply_lora(base_of("llama"), ["gate"], R, 8.0)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("target `gate` matched a llama module")
+    # A target is a whole last name (or a dotted tail): `gate` is Mixtral's router, never llama's
+    # gate_proj, and `proj` matches nothing; `c_proj` took attention's and the MLP's above.
+    for part in ("gate", "proj", "_proj", "layers.0.self_attn.q"):
+        try:
+            lr.apply_lora(base_of("llama"), [part], R, 8.0)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"target {part!r} matched a llama module")
+    dotted = lr.apply_lora(base_of("llama"), ["layers.1.mlp.up_proj"], R, 8.0)
+    assert list(lr.adapter_state_dict(dotted)) == [P + "model.layers.1.mlp.up_proj.lora_A.weight",
+                                                   P + "model.layers.1.mlp.up_proj.lora_B.weight"]
 
 
 @check
