@@ -35,12 +35,33 @@ Files (PEFT's save_pretrained of a causal LM):
   "CAUSAL_LM", peft_type "LORA", base_model_name_or_path, init_lora_weights true, inference_mode
   true, use_dora false, modules_to_save, layers_to_transform, layers_pattern, revision null,
   rank_pattern, alpha_pattern {}; the caller's `config` overrides or adds keys.
+
+Training: train_lora runs hf_reference.train_steps (gpt2_torch.train: AdamW over the parameters
+that get gradients, decay on A and B as on any 2-D tensor, clipping over the adapters' norm) on a
+wrapped model; the frozen base gets no gradient, no moment and no update.
+
+CLI (run with /usr/bin/python3; BASE an HF directory as hf_reference.py writes or reads it):
+  lora_reference.py write --dir BASE --out ADAPTER --targets q_proj,v_proj --rank 4 --alpha 8
+                          [--dropout 0] [--rslora] [--seed 0] [--b-std 0.02] [--dtype float32|float64]
+      a PEFT adapter directory with A drawn from the seed and B zero (or normal(0, b-std)).
+  lora_reference.py oracle --dir BASE --adapter ADAPTER --tokens tokens.npy [--targets targets.npy] --out ref.npz|ref.h5
+      logits, loss, tokens, targets and grad/<PEFT adapter name> (A and B only) in float64, the
+      tokens as hf_reference.py oracle reads them.
+  lora_reference.py train --dir BASE --adapter ADAPTER --data shard.bin|tokens.npy --out losses.json
+                          --set model.seq_len=24 --set train.steps=10 ... [--save TRAINED_ADAPTER]
+      the per-step {"loss", "lr", "grad_norm"} from ADAPTER's initial A and B; the base is checked
+      bitwise unchanged afterwards; --save writes the trained adapter (float32).
+  lora_reference.py merge --dir BASE --adapter ADAPTER --out HF_DIR [--dtype float32|bfloat16|float16]
+      the merged model (merged in float64, then written in dtype) as an HF directory.
 """
+import argparse
 import copy
 import json
 import math
 import os
 import sys
+
+import numpy as np
 
 import torch
 from torch import nn
@@ -239,3 +260,97 @@ def load_peft_adapter(model, directory, seed=0):
                                  f" expected {tuple(p.shape)}")
             p.copy_(tensors[name].to(DTYPE))
     return model
+
+
+def train_lora(model, tokens, cfg, steps=None, include_aux=False, log=None):
+    """hf_reference.train_steps on a wrapped model; raises if any base tensor moved."""
+    before = {n: t.clone() for n, t in base_tensors(model).items()}
+    hist = hr.train_steps(model, tokens, cfg, steps, include_aux, log)
+    moved = [n for n, t in base_tensors(model).items() if not torch.equal(t, before[n])]
+    if moved:
+        raise RuntimeError(f"training changed frozen base tensors {moved}")
+    return hist
+
+
+def adapter_result(model, tokens, targets, include_aux=False):
+    """hf_reference.forward_loss with the gradients of the adapters only, under their PEFT names."""
+    result = hr.forward_loss(model, tokens, targets, include_aux)
+    result["grads"] = {f"{PREFIX}{name}.lora_{k}.weight": getattr(m, f"lora_{k}").weight.grad.detach().clone()
+                       for name, m in lora_modules(model) for k in "AB"}
+    return result
+
+
+SAVE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("write", help="a PEFT adapter for a base directory")
+    w.add_argument("--dir", required=True)
+    w.add_argument("--out", required=True)
+    w.add_argument("--targets", required=True, help="comma-separated module names")
+    w.add_argument("--rank", type=int, required=True)
+    w.add_argument("--alpha", type=float, required=True)
+    w.add_argument("--dropout", type=float, default=0.0)
+    w.add_argument("--rslora", action="store_true")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--b-std", type=float, default=None)
+    w.add_argument("--dtype", choices=sorted(SAVE_DTYPES), default="float32")
+    o = sub.add_parser("oracle", help="logits, loss and adapter gradients of a batch (float64)")
+    o.add_argument("--dir", required=True)
+    o.add_argument("--adapter", required=True)
+    o.add_argument("--tokens", required=True, help=".npy int [B, T+1], or [B, T] with --targets")
+    o.add_argument("--targets")
+    o.add_argument("--out", required=True, help=".npz or .h5")
+    o.add_argument("--include-aux", action="store_true")
+    t = sub.add_parser("train", help="the per-step losses of a short LoRA run")
+    t.add_argument("--dir", required=True)
+    t.add_argument("--adapter", required=True)
+    t.add_argument("--data", required=True, help="token shard, glob of shards, or 1-D .npy")
+    t.add_argument("--out", required=True, help="JSON file")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    t.add_argument("--include-aux", action="store_true")
+    t.add_argument("--save", help="write the trained adapter here (float32)")
+    t.add_argument("--quiet", action="store_true")
+    m = sub.add_parser("merge", help="the merged model as an HF directory")
+    m.add_argument("--dir", required=True)
+    m.add_argument("--adapter", required=True)
+    m.add_argument("--out", required=True)
+    m.add_argument("--dtype", choices=sorted(hr.FILE_DTYPES), default="float32")
+    args = ap.parse_args(argv)
+
+    base = hr.load_hf_dir(args.dir)
+    if args.command == "write":
+        apply_lora(base, args.targets.split(","), args.rank, args.alpha, args.dropout, args.rslora, args.seed,
+                   args.b_std)
+        write_peft_adapter(base, args.out, {"base_model_name_or_path": args.dir}, SAVE_DTYPES[args.dtype])
+        return 0
+    model = load_peft_adapter(base, args.adapter)
+    if args.command == "oracle":
+        tokens = torch.from_numpy(np.load(args.tokens).astype(np.int64))
+        if args.targets:
+            targets = torch.from_numpy(np.load(args.targets).astype(np.int64))
+        else:
+            tokens, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        hr.save_result(args.out, adapter_result(model, tokens, targets, args.include_aux), tokens, targets)
+    elif args.command == "train":
+        cfg = {"model": {}, "train": dict(hr.gpt2_torch.DEFAULTS["train"]),
+               "optim": dict(hr.gpt2_torch.DEFAULTS["optim"])}
+        hr.gpt2_torch.apply_sets(cfg, args.set)
+        if set(cfg) != {"model", "train", "optim"} or set(cfg["model"]) != {"seq_len"}:
+            ap.error("train takes --set model.seq_len=T (required), train.* and optim.*; the model is the directory's")
+        hist = train_lora(model, hr.read_token_stream(args.data), cfg, include_aux=args.include_aux,
+                          log=None if args.quiet else print)
+        with open(args.out, "w") as f:
+            json.dump(hist, f, indent=1)
+        if args.save:
+            with open(os.path.join(args.adapter, CONFIG_FILE)) as f:
+                write_peft_adapter(model, args.save, json.load(f))
+    else:
+        hr.write_model_dir(args.out, merge_lora(model), args.dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -285,6 +285,94 @@ def adapter_files_round_trip():
 
 
 @check
+def dropout_on_the_input_of_a():
+    """lora_dropout in training mode: base(x) + s·B A dropout(x) with torch's own dropout under the same
+    seed; in eval mode none."""
+    rng = np.random.default_rng(9)
+    model = lr.apply_lora(base_of("llama"), ["q_proj"], R, 6.0, dropout=0.5, seed=2, b_std=1.0)
+    m = model.model.layers[0].self_attn.q_proj
+    x = torch.from_numpy(rng.standard_normal((4, 16)))
+    base = x @ m.base_layer.weight.detach().t() + m.base_layer.bias.detach()
+    A, B = m.lora_A.weight.detach(), m.lora_B.weight.detach()
+    torch.manual_seed(5)
+    got = m(x).detach()
+    torch.manual_seed(5)
+    want = base + 2.0 * torch.nn.functional.dropout(x, 0.5, training=True) @ A.t() @ B.t()
+    assert (got - want).abs().max().item() < 1e-12, (got - want).abs().max().item()
+    assert (got - (base + 2.0 * x @ A.t() @ B.t())).abs().max().item() > 1e-3
+    model.eval()
+    assert (m(x).detach() - (base + 2.0 * x @ A.t() @ B.t())).abs().max().item() < 1e-12
+
+
+@check
+def training_moves_only_the_adapters():
+    """Three AdamW steps (gpt2_torch.train) on the adapters: step 1's loss is the forward loss, the
+    loss falls, every A and B moves, the base stays bitwise, the optimizer holds moments for A and B only."""
+    stream = np.random.default_rng(3).integers(0, V, size=6 * T + 1)
+    cfg = hr.train_config(T, train_steps=3, train_global_batch=4, train_micro_batch=2, optim_lr=3e-2,
+                          optim_warmup_steps=1)
+    for case in ("llama", "mixtral", "gpt2"):
+        model = lora_of(case, b_std=0.05)
+        base = {n: p.clone() for n, p in lr.base_tensors(model).items()}
+        start = {n: t.clone() for n, t in lr.adapter_state_dict(model).items()}
+        x, y = gpt2_torch.step_windows(stream, 0, 4, T)
+        first = hr.forward_loss(model, x, y)["loss"]
+        hist = lr.train_lora(model, stream, cfg)
+        assert abs(hist["loss"][0] - first) < 1e-12 and hist["loss"][2] < hist["loss"][0], (case, hist["loss"])
+        assert all(torch.equal(t, base[n]) for n, t in lr.base_tensors(model).items()), case
+        assert all(not torch.equal(t, start[n]) for n, t in lr.adapter_state_dict(model).items()), case
+    opt = gpt2_torch.make_optimizer(model, cfg)
+    model(x, y).backward()
+    opt.step()
+    adapters = [t for _, m in lr.lora_modules(model) for t in (m.lora_A.weight, m.lora_B.weight)]
+    assert {id(p) for p in opt.state} == {id(t) for t in adapters}, "moments held for frozen tensors"
+
+
+@check
+def command_line():
+    """write, oracle, train and merge through main(): the oracle file holds exactly the direct
+    result (adapter gradients under PEFT names), the saved adapter is the trained one, the merged
+    directory holds merge_lora's weights rounded to float32."""
+    import h5py
+    with tempfile.TemporaryDirectory() as d:
+        base_dir, adapter, trained = (os.path.join(d, n) for n in ("base", "adapter", "trained"))
+        hr.write_model_dir(base_dir, base_of("llama"))
+        assert lr.main(["write", "--dir", base_dir, "--out", adapter, "--targets", "q_proj,v_proj,down_proj",
+                        "--rank", "2", "--alpha", "4", "--rslora", "--b-std", "0.1", "--dtype", "float64"]) == 0
+        tokens = np.random.default_rng(4).integers(0, V, size=(2, T + 1))
+        np.save(os.path.join(d, "tokens.npy"), tokens)
+        ref = os.path.join(d, "ref.h5")
+        assert lr.main(["oracle", "--dir", base_dir, "--adapter", adapter, "--tokens",
+                        os.path.join(d, "tokens.npy"), "--out", ref]) == 0
+        model = lr.load_peft_adapter(hr.load_hf_dir(base_dir), adapter)
+        direct = lr.adapter_result(model, torch.from_numpy(tokens[:, :-1]), torch.from_numpy(tokens[:, 1:]))
+        assert len(direct["grads"]) == 2 * 3 * 2
+        assert all(n.startswith("base_model.model.model.layers.") for n in direct["grads"])
+        with h5py.File(ref) as f:
+            assert f["loss"][()] == direct["loss"] and np.array_equal(f["logits"][()], direct["logits"].numpy())
+            assert sorted(f["grad"]) == sorted(direct["grads"])
+            assert all(np.array_equal(f["grad"][n][()], g.numpy()) for n, g in direct["grads"].items())
+
+        np.save(os.path.join(d, "stream.npy"), np.random.default_rng(5).integers(0, V, size=5 * T + 1))
+        sets = ["model.seq_len=6", "train.steps=2", "train.global_batch=2", "train.micro_batch=1", "optim.lr=1e-2"]
+        assert lr.main(["train", "--dir", base_dir, "--adapter", adapter, "--data", os.path.join(d, "stream.npy"),
+                        "--out", os.path.join(d, "losses.json"), "--quiet", "--save", trained]
+                       + sum((["--set", s] for s in sets), [])) == 0
+        assert len(json.load(open(os.path.join(d, "losses.json")))["loss"]) == 2
+        config, after = lr.read_peft_adapter(trained)
+        _, before = lr.read_peft_adapter(adapter)
+        assert config["use_rslora"] is True and config["r"] == 2 and set(after) == set(before)
+        assert all(not torch.equal(after[n].double(), before[n]) for n in after)
+
+        merged_dir = os.path.join(d, "merged")
+        assert lr.main(["merge", "--dir", base_dir, "--adapter", trained, "--out", merged_dir]) == 0
+        merged = lr.merge_lora(lr.load_peft_adapter(hr.load_hf_dir(base_dir), trained))
+        _, files = hr.read_hf_dir(merged_dir)
+        assert set(files) == {n for n, _ in merged.named_parameters()}
+        assert all(torch.equal(files[n], p.detach().float()) for n, p in merged.named_parameters())
+
+
+@check
 def refusals():
     """Targets that match nothing name the targets; a target on a non-linear module and a rank 0 are refused."""
     for targets, words in ((["q_prj", "nope"], ["q_prj", "nope"]), (["c_attn"], ["c_attn"]),
