@@ -321,6 +321,14 @@ def training_moves_only_the_adapters():
         assert abs(hist["loss"][0] - first) < 1e-12 and hist["loss"][2] < hist["loss"][0], (case, hist["loss"])
         assert all(torch.equal(t, base[n]) for n, t in lr.base_tensors(model).items()), case
         assert all(not torch.equal(t, start[n]) for n, t in lr.adapter_state_dict(model).items()), case
+    leaky = lora_of("llama")
+    leaky.model.norm.weight.requires_grad_(True)
+    try:
+        lr.train_lora(leaky, stream, cfg, steps=1)
+    except RuntimeError as e:
+        assert "model.norm.weight" in str(e), str(e)
+    else:
+        raise AssertionError("a trained base tensor went unnoticed")
     opt = gpt2_torch.make_optimizer(model, cfg)
     model(x, y).backward()
     opt.step()
@@ -360,7 +368,8 @@ def command_line():
                        + sum((["--set", s] for s in sets), [])) == 0
         assert len(json.load(open(os.path.join(d, "losses.json")))["loss"]) == 2
         config, after = lr.read_peft_adapter(trained)
-        _, before = lr.read_peft_adapter(adapter)
+        written_config, before = lr.read_peft_adapter(adapter)
+        assert config == written_config and config["base_model_name_or_path"] == base_dir
         assert config["use_rslora"] is True and config["r"] == 2 and set(after) == set(before)
         assert all(not torch.equal(after[n].double(), before[n]) for n in after)
 
