@@ -360,7 +360,8 @@ def make_optimizer(model, cfg):
 
 
 def global_grad_norm(params):
-    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)).item()
+    """The norm over the parameters that have a gradient (frozen ones, as LoRA's base, have none)."""
+    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)).item()
 
 
 def train(model, tokens, cfg, steps=None, log=None):
