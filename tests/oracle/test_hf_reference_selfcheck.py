@@ -114,6 +114,17 @@ def hf_names_and_shapes():
     assert "block_sparse_moe.gate.weight" in " ".join(decayed) and not any(n.endswith("norm.weight") for n in decayed)
 
 
+def directional_difference(model, p, d, x, y, h=1e-6):
+    """The central difference of the float64 loss model(x, y) along direction d of parameter p."""
+    with torch.no_grad():
+        p.add_(h * d)
+        up = model(x, y).item()
+        p.sub_(2 * h * d)
+        down = model(x, y).item()
+        p.add_(h * d)
+    return (up - down) / (2 * h)
+
+
 @check
 def finite_differences():
     """Autograd against central differences of the float64 loss along a random direction per tensor."""
@@ -125,14 +136,7 @@ def finite_differences():
         grads = hr.forward_loss(model, x, y)["grads"]
         for name, p in model.named_parameters():
             d = torch.from_numpy(rng.standard_normal(tuple(p.shape)))
-            h = 1e-6
-            with torch.no_grad():
-                p.add_(h * d)
-                up = model(x, y).item()
-                p.sub_(2 * h * d)
-                down = model(x, y).item()
-                p.add_(h * d)
-            fd, an = (up - down) / (2 * h), (grads[name] * d).sum().item()
+            fd, an = directional_difference(model, p, d, x, y), (grads[name] * d).sum().item()
             worst = max(worst, abs(fd - an) / max(abs(an), 1e-4))
             assert abs(fd - an) < 1e-6 * abs(an) + 1e-9, f"{arch} {name}: autograd {an:.10g} vs differences {fd:.10g}"
     print(f"  worst finite-difference error (relative, floor 1e-4) {worst:.2e}")

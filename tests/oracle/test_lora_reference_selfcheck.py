@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch  # noqa: E402
 import hf_reference as hr  # noqa: E402
 import lora_reference as lr  # noqa: E402
+from test_hf_reference_selfcheck import directional_difference  # noqa: E402
 from test_reference_selfcheck import run  # noqa: E402
 
 V, T, R = 23, 6, 3
@@ -118,14 +119,7 @@ def adapter_gradients_by_finite_differences():
                 continue
             assert ".lora_A." in name or ".lora_B." in name, f"{case}: {name} is trainable"
             d = torch.from_numpy(rng.standard_normal(tuple(p.shape)))
-            h = 1e-6
-            with torch.no_grad():
-                p.add_(h * d)
-                up = model(x, y).item()
-                p.sub_(2 * h * d)
-                down = model(x, y).item()
-                p.add_(h * d)
-            fd, an = (up - down) / (2 * h), (p.grad * d).sum().item()
+            fd, an = directional_difference(model, p, d, x, y), (p.grad * d).sum().item()
             worst = max(worst, abs(fd - an) / max(abs(an), 1e-4))
             assert abs(fd - an) < 1e-6 * abs(an) + 1e-9, f"{case} {name}: autograd {an:.10g} vs differences {fd:.10g}"
     print(f"  worst finite-difference error (relative, floor 1e-4) {worst:.2e}")

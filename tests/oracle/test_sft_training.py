@@ -122,6 +122,15 @@ class Runner:
         return {r["step"]: r for r in (json.loads(line) for line in open(metrics) if line.strip())}
 
 
+def verdict(failures, success):
+    """The group's exit status, printing its failures or `success`."""
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print("OK: " + success)
+    return 0
+
+
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -190,11 +199,7 @@ def group_reference(args):
         swapped = sft_reference.train(r.model, r.records, r.cfg, other)
         if not compare(got, swapped, {"loss": 1e-4}, "swapped"):
             failures.append(f"{arch}: the reference with data.overlong = {other} also matches: the test cannot fail")
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print("OK: packed fine-tuning matches the record-by-record reference")
-    return 0
+    return verdict(failures, "packed fine-tuning matches the record-by-record reference")
 
 
 LAYOUTS = [
@@ -235,11 +240,7 @@ def group_layouts(args):
         failures += compare(got, want, {"loss": 2e-5, "grad_norm": 1e-4}, "moe " + name)
         aux = [(got[s]["moe"]["aux_loss"], base[s]["moe"]["aux_loss"]) for s in range(1, 11)]
         failures += [f"moe {name}: step {s + 1} aux_loss {a} vs {b}" for s, (a, b) in enumerate(aux) if rel(a, b) > 2e-5]
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print(f"OK: {len(LAYOUTS)} layouts and two expert-parallel ones give one rank's fine-tuning run")
-    return 0
+    return verdict(failures, f"{len(LAYOUTS)} layouts and two expert-parallel ones give one rank's fine-tuning run")
 
 
 def group_resume(args):
@@ -263,11 +264,7 @@ def group_resume(args):
         return 1
     if "model.attention" not in r.last.stderr:
         failures.append(f"materialized attention: the message does not name model.attention: {r.last.stderr}")
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print("OK: a shuffled fine-tuning run resumes bitwise; materialized attention is refused")
-    return 0
+    return verdict(failures, "a shuffled fine-tuning run resumes bitwise; materialized attention is refused")
 
 
 def main():
