@@ -6,6 +6,7 @@
 
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
+#include "core/lora_targets.hpp"
 #include "core/model_sizes.hpp"
 #include "core/regular_file.hpp"
 
@@ -174,6 +175,12 @@ class KeyTable {
     add_choice("checkpoint.resume", cfg.checkpoint.resume, "{} | a checkpoint file");
     add("checkpoint.async", cfg.checkpoint.async, "snapshot to host memory and write while training goes on");
     add_choice("checkpoint.io", cfg.checkpoint.io, "{}: how ranks write tensor data (MPI-IO)");
+    add("lora.rank", cfg.model.lora.rank, "LoRA: adapters' rank r on lora.targets, the base frozen (0: off, full training)");
+    add("lora.alpha", cfg.model.lora.alpha, "LoRA: scaling alpha / r of the adapters' output (PEFT's lora_alpha)");
+    add("lora.dropout", cfg.model.lora.dropout, "LoRA: dropout probability on the adapters' input");
+    add("lora.targets", cfg.model.lora.targets,
+        "LoRA: Hugging Face module names adapted, comma-separated (q_proj,v_proj; gpt2 c_attn), or all-linear");
+    add("lora.rslora", cfg.model.lora.rslora, "LoRA: rank-stabilised scaling alpha / sqrt(r)");
     add("log.metrics", cfg.log.metrics, "JSON-lines metrics file, one object per step");
     add("log.every", cfg.log.every, "steps between progress lines");
     add("log.peak_tflops", cfg.log.peak_tflops, "peak TFLOP/s per rank for MFU (0: not shown)");
@@ -378,6 +385,24 @@ void validate_family(const ModelConfig& m, const GivenKeys& given) {
   }
 }
 
+// The [lora] keys; the target names are the family's (model/lora_sites.cpp checks them).
+void validate_lora(const Config& c) {
+  const LoraConfig& l = c.model.lora;
+  if (l.rank < 0 || l.rank > 65536) input_error("lora.rank = {} is invalid: it must lie in 0..65536 (0: off)", l.rank);
+  if (!l.enabled()) return;
+  require_positive_real("lora.alpha", l.alpha);
+  if (!std::isfinite(l.dropout) || l.dropout < 0 || l.dropout >= 1) {
+    input_error("lora.dropout = {} is invalid: it must lie in [0, 1)", l.dropout);
+  }
+  if (c.checkpoint.init_weights.empty()) {
+    input_error(
+        "lora.rank = {} needs the base model to adapt: set checkpoint.init_weights (meshtrain import writes it from a "
+        "Hugging Face directory)",
+        l.rank);
+  }
+  lora_target_names(c.model);  // throws InputError naming lora.targets
+}
+
 void validate(const Config& c, const GivenKeys& given) {
   require_positive("model.layers", c.model.layers);
   if (c.model.layers > 4096) input_error("model.layers = {} is invalid: at most 4096 layers", c.model.layers);
@@ -459,6 +484,7 @@ void validate(const Config& c, const GivenKeys& given) {
   require_positive("log.every", c.log.every);
   require_non_negative("log.peak_tflops", c.log.peak_tflops);
   if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);
+  validate_lora(c);
   // Last: every size the keys imply, now that each key is valid on its own.
   require_sizes_fit(c.model, c.train.micro_batch, c.parallel.ep);
 }
@@ -553,6 +579,8 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin) {
   }
   return cfg;
 }
+
+double LoraConfig::scaling() const { return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank); }
 
 std::string Config::to_ini() const {
   Config copy = *this;

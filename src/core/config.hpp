@@ -199,6 +199,19 @@ struct ResumeFrom {
   bool operator==(const ResumeFrom&) const = default;
 };
 
+// LoRA (share/docs/usage.md, LoRA): low-rank adapters beside the named linear layers, the base
+// frozen. rank 0: off (full fine-tuning). The model's forward changes, so ModelConfig carries it
+// (model.lora below), but its keys are the [lora] section's.
+struct LoraConfig {
+  int rank = 0;                         // r: the adapters' inner width
+  double alpha = 8;                     // scaling s = alpha / r (alpha / sqrt(r) under rslora), PEFT's lora_alpha
+  double dropout = 0;                   // dropout on the adapters' input (PEFT's lora_dropout)
+  std::string targets = "all-linear";   // Hugging Face module names, comma-separated, or all-linear
+  bool rslora = false;                  // rank-stabilised scaling
+  bool enabled() const { return rank > 0; }
+  double scaling() const;
+};
+
 // The model's shape (share/docs/usage.md, Model families). The keys after arch are llama's
 // (arch = llama): a gpt2 config must not give them at all.
 struct ModelConfig {
@@ -240,6 +253,8 @@ struct ModelConfig {
   // Not part of the model's parameters (a checkpoint of either loads under the other): which kernels
   // compute attention, and so which activations a block keeps (output and log-sum-exp, or P).
   AttentionKernel attention = AttentionKernel::fused;
+  // The [lora] keys: adapters, or none (rank 0). The base model's tensors and checkpoints are the same either way.
+  LoraConfig lora;
 
   // Key/value heads: kv_heads, or heads when it is 0 (always heads in a family without the llama keys).
   int kv_head_count() const { return family_shape(arch).llama_keys && kv_heads > 0 ? kv_heads : heads; }

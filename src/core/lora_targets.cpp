@@ -1,0 +1,81 @@
+// lora.targets resolved against the model family's adaptable layers.
+#include "core/lora_targets.hpp"
+
+#include "core/errors.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace meshtrain {
+namespace {
+
+// PEFT's all-linear: every linear layer of the blocks, not the output head.
+constexpr std::string_view all_linear = "all-linear";
+
+// Modules of the family that PEFT could adapt but meshtrain's LoRA does not yet: named in the refusal.
+std::vector<std::string> not_adapted(Arch arch) {
+  if (arch == Arch::llama) return {"lm_head", "embed_tokens", "gate", "experts"};
+  return {"lm_head", "wte"};
+}
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::stringstream in(text);
+  for (std::string name; std::getline(in, name, ',');) {
+    const auto first = name.find_first_not_of(" \t"), last = name.find_last_not_of(" \t");
+    if (first != std::string::npos) names.push_back(name.substr(first, last - first + 1));
+  }
+  return names;
+}
+
+}  // namespace
+
+const std::vector<std::string>& lora_module_names(Arch arch) {
+  static const std::vector<std::string> llama = {"q_proj",    "k_proj", "v_proj",   "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
+  return arch == Arch::llama ? llama : gpt2;
+}
+
+std::vector<std::string> lora_target_names(const ModelConfig& model) {
+  const std::vector<std::string>& known = lora_module_names(model.arch);
+  const std::vector<std::string> given = split_names(model.lora.targets);
+  if (given.empty()) {
+    input_error("lora.targets is empty: name the modules to adapt ({}), or all-linear", fmt::join(known, ","));
+  }
+  if (model.arch != Arch::llama) {
+    input_error("lora.rank > 0 with model.arch = {}: LoRA adapts llama-family models only so far", model.arch);
+  }
+  if (model.experts > 0) {
+    input_error("lora.rank > 0 with model.experts = {}: LoRA does not adapt mixture-of-experts models yet",
+                model.experts);
+  }
+  std::vector<std::string> targets;
+  for (const std::string& name : given) {
+    if (name == all_linear) {
+      if (given.size() > 1) input_error("lora.targets = '{}': all-linear stands alone", model.lora.targets);
+      return known;
+    }
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      const std::vector<std::string> later = not_adapted(model.arch);
+      const bool known_later = std::find(later.begin(), later.end(), name) != later.end();
+      input_error("lora.targets names '{}', {}: valid names are {} or all-linear", name,
+                  known_later ? "which LoRA does not adapt yet" : fmt::format("no module of a {} model", model.arch),
+                  fmt::join(known, ","));
+    }
+    if (std::count(given.begin(), given.end(), name) > 1) input_error("lora.targets names '{}' twice", name);
+  }
+  for (const std::string& name : known) {
+    if (std::find(given.begin(), given.end(), name) != given.end()) targets.push_back(name);
+  }
+  return targets;
+}
+
+bool lora_targets_module(const std::vector<std::string>& targets, const std::string& module) {
+  return std::find(targets.begin(), targets.end(), module) != targets.end();
+}
+
+}  // namespace meshtrain

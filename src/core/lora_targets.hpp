@@ -1,0 +1,25 @@
+// Which linear layers LoRA adapts (lora.targets, share/docs/usage.md, LoRA): Hugging Face module
+// names, matched as PEFT matches target_modules given as names (the module's last name), so that
+// a PEFT adapter_config.json's list means here what it means there.
+#pragma once
+
+#include "core/config.hpp"
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+// A family's adaptable linear layers, in the order of its blocks' products: llama's q_proj, k_proj,
+// v_proj, o_proj, gate_proj, up_proj, down_proj.
+const std::vector<std::string>& lora_module_names(Arch arch);
+
+// lora.targets resolved for `model`: the named modules in the family's order (all-linear: every
+// adaptable one). InputError naming lora.targets for an empty list, a name the family has not, or a
+// module LoRA cannot adapt here (with what can be).
+std::vector<std::string> lora_target_names(const ModelConfig& model);
+
+// Whether `module` (one of lora_module_names) is among the resolved targets.
+bool lora_targets_module(const std::vector<std::string>& targets, const std::string& module);
+
+}  // namespace meshtrain
