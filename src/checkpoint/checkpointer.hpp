@@ -78,12 +78,21 @@ class Checkpointer {
   // checkpoint of another tokenizer is refused as load() refuses it.
   void load_weights(const std::string& path, StateSource& weights);
   void load_weights(const std::string& path, Vec<float> weights);
+  // LoRA: the frozen base's weights from `path` (checkpoint.init_weights) into a whole flat buffer of
+  // `base` (the model's layout of this rank, beside the adapters' this checkpointer saves), checked as
+  // load_weights checks them; adapter tensors beside them in the file are left alone.
+  void load_base_weights(const std::string& path, const ParameterLayout& base, Vec<float> weights);
+  // Whether the /model group of `path` holds any LoRA adapter tensor (an init_weights file with a PEFT
+  // adapter imported: training then starts from those adapters). Collective.
+  bool holds_adapters(const std::string& path);
 
  private:
   struct Snapshot;
   // Refuses (TokenizerMismatch, on every rank) or warns of a checkpoint of another tokenizer than
   // the run's; `key` is the one that named the file. Collective.
   void require_run_tokenizer(const io::CheckpointReader& reader, const std::string& key, const std::string& path) const;
+  // load_weights over any layout of this run (the saved one, or LoRA's frozen base).
+  void load_weights_of(const ParameterLayout& layout, const std::string& path, StateSource& weights);
 
   const Config& config_;
   const ParameterLayout& layout_;

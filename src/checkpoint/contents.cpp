@@ -5,6 +5,7 @@
 #include "core/errors.hpp"
 #include "io/checkpoint/file.hpp"
 #include "io/checkpoint/schema.hpp"
+#include "model/lora_adapters.hpp"
 #include "model/parameters.hpp"
 
 #include <fmt/format.h>
@@ -15,22 +16,29 @@
 
 namespace meshtrain {
 
-std::vector<ModelTensor> model_tensors(const ModelConfig& model) {
+std::vector<ModelTensor> model_tensors(const ModelConfig& model, LayoutContent content) {
   std::vector<ModelTensor> tensors;
-  const ParameterLayout layout(model);  // named: a temporary's tensors() would dangle in the loop
+  // named: a temporary's tensors() would dangle in the loop
+  const ParameterLayout layout(model, 1, 0, {}, 1, 1, 0, content);
   for (const TensorInfo& t : layout.tensors()) tensors.push_back({t.name, t.shape});
   return tensors;
 }
 
 void require_model_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
-                           const std::vector<const char*>& groups, std::string_view whose) {
-  const std::vector<ModelTensor> tensors = model_tensors(model);
+                           const std::vector<const char*>& groups, std::string_view whose, LayoutContent content) {
+  const std::vector<ModelTensor> tensors = model_tensors(model, content);
+  // A LoRA run's base and adapters may share a file (import --adapter): each load skips the other's tensors.
+  const bool lora = model.lora.enabled();
+  const auto other_kind = [&](const std::string& name) {
+    return lora && is_lora_tensor_name(name) != (content == LayoutContent::adapters);
+  };
   std::map<std::string, std::vector<std::uint64_t>> wanted;
   for (const ModelTensor& t : tensors) wanted.emplace(t.name, t.shape);
   for (const char* group : groups) {
     const std::vector<std::string> held = reader.datasets(group);
     const std::set<std::string> held_names(held.begin(), held.end());
     for (const std::string& name : held) {
+      if (other_kind(name)) continue;
       const auto it = wanted.find(name);
       if (it == wanted.end()) {
         input_error(

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/lora_targets.hpp"
 
 #include <optional>
 #include <string>
@@ -25,15 +26,19 @@ struct ModelTensor {
   std::vector<std::uint64_t> shape;
 };
 
-// Every tensor of `model` (as one rank of one stage holds them), in the model's order.
-std::vector<ModelTensor> model_tensors(const ModelConfig& model);
+// Every tensor of `model` (as one rank of one stage holds them), in the model's order; with
+// LayoutContent::adapters its LoRA adapters' (model.lora).
+std::vector<ModelTensor> model_tensors(const ModelConfig& model, LayoutContent content = LayoutContent::model);
 
 // The datasets under each of `groups` (io/checkpoint/schema.hpp's state groups) must be exactly the
 // tensors of `model`, each in its global shape. InputError naming the file and the first dataset
 // that is extra, missing or of another shape, with what would be valid; `whose` names the model in
-// the message ("this model", "the model of its stored config").
+// the message ("this model", "the model of its stored config"). `content`: the model's tensors or its
+// LoRA adapters. The model's tensors of a LoRA run (model.lora) may come with adapter tensors beside them
+// (an init_weights file with a PEFT adapter imported), which this leaves to the adapters' load.
 void require_model_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
-                           const std::vector<const char*>& groups, std::string_view whose);
+                           const std::vector<const char*>& groups, std::string_view whose,
+                           LayoutContent content = LayoutContent::model);
 
 // The model a file holds, checked as loading checks it: a format version this build reads, tensors
 // under /model, and for a meshtrain checkpoint (root attribute `format`) a stored config that parses

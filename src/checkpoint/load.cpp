@@ -14,6 +14,7 @@
 #include "io/checkpoint/file.hpp"
 #include "io/checkpoint/schema.hpp"
 #include "io/checkpoint/tensor_checksum.hpp"
+#include "model/lora_adapters.hpp"
 
 #include <fmt/format.h>
 
@@ -89,7 +90,7 @@ TrainingProgress Checkpointer::load(const std::string& path, const TrainingTenso
   // Reads fail on the ranks that read the bad part; all agree before the next collective.
   agree_on_input(comm_, [&] {
     // A file from a deeper or wider model would otherwise load its first layers and drop the rest unseen.
-    require_model_tensors(*reader, layout_.model(), loaded_groups(sources.size()), "this model");
+    require_model_tensors(*reader, layout_.model(), loaded_groups(sources.size()), "this model", layout_.content());
     read_pieces(*reader, plan, layout_, sources, sums);
   });
   verify_sums(*reader, plan, sums, comm_);
@@ -97,6 +98,10 @@ TrainingProgress Checkpointer::load(const std::string& path, const TrainingTenso
 }
 
 void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
+  load_weights_of(layout_, path, weights);
+}
+
+void Checkpointer::load_weights_of(const ParameterLayout& layout, const std::string& path, StateSource& weights) {
   if (!std::filesystem::exists(path)) {
     input_error("checkpoint.init_weights = '{}': no such file (it must be an HDF5 file with a {} group)", path,
                 io::schema::model_group);
@@ -105,7 +110,7 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   agree_on_input(comm_, [&] { reader.emplace(path, comm_); });
   // Weights alone. Files from other tools (h5py) carry no checksums.
   const std::vector<StateSource*> sources = {&weights};
-  const std::vector<PlannedPiece> plan = plan_pieces(layout_, sources);
+  const std::vector<PlannedPiece> plan = plan_pieces(layout, sources);
   std::vector<std::uint64_t> sums(plan.size(), 0);
   agree_on_input(comm_, [&] {
     io::schema::require_known_version(*reader);
@@ -113,8 +118,8 @@ void Checkpointer::load_weights(const std::string& path, StateSource& weights) {
   });
   require_run_tokenizer(*reader, "checkpoint.init_weights", path);
   const bool checked = agree_on_input(comm_, [&] {
-    require_model_tensors(*reader, layout_.model(), loaded_groups(sources.size()), "this model");
-    read_pieces(*reader, plan, layout_, sources, sums);
+    require_model_tensors(*reader, layout.model(), loaded_groups(sources.size()), "this model", layout.content());
+    read_pieces(*reader, plan, layout, sources, sums);
     return io::schema::requires_checksums(*reader);
   });
   if (checked) verify_sums(*reader, plan, sums, comm_);
@@ -137,11 +142,25 @@ void Checkpointer::require_run_tokenizer(const io::CheckpointReader& reader, con
 }
 
 void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
+  load_base_weights(path, layout_, weights);
+}
+
+void Checkpointer::load_base_weights(const std::string& path, const ParameterLayout& base, Vec<float> weights) {
   // A model that owns its weights holds them whole, as one rank of its own.
-  const ShardMap whole(layout_, 1, 0);
-  CheckpointStaging staging(layout_);
+  const ShardMap whole(base, 1, 0);
+  CheckpointStaging staging(base);
   StateSlices source(StatePlace<float>{&whole, Held::whole, weights.data(), nullptr}, staging);
-  load_weights(path, source);
+  load_weights_of(base, path, source);
+}
+
+bool Checkpointer::holds_adapters(const std::string& path) {
+  return agree_on_input(comm_, [&] {
+    const io::CheckpointReader reader(path, comm_);
+    for (const std::string& name : reader.datasets(io::schema::model_group)) {
+      if (is_lora_tensor_name(name)) return true;
+    }
+    return false;
+  });
 }
 
 }  // namespace meshtrain

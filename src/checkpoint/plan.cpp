@@ -21,7 +21,7 @@ io::TensorSlab tensor_piece(const char* group, const TensorInfo& t, bool holds) 
 }
 
 std::vector<PlannedPiece> plan_pieces(const ParameterLayout& layout, const std::vector<StateSource*>& sources) {
-  const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank());
+  const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank(), {}, 1, 1, 0, layout.content());
   std::vector<PlannedPiece> plan;
   for (std::size_t g = 0; g < sources.size(); ++g) {
     for (const TensorInfo& t : all_stages.tensors()) {
@@ -40,7 +40,7 @@ std::vector<PlannedPiece> plan_pieces(const ParameterLayout& layout, const std::
 }
 
 std::uint64_t checkpoint_file_bytes(const ParameterLayout& layout) {
-  const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank());
+  const ParameterLayout all_stages(layout.model(), layout.tp(), layout.tp_rank(), {}, 1, 1, 0, layout.content());
   std::vector<std::vector<std::uint64_t>> shapes;
   for (std::size_t g = 0; g < std::size(io::schema::state_groups); ++g) {
     for (const TensorInfo& t : all_stages.tensors()) shapes.push_back(t.shape);

@@ -10,6 +10,10 @@
 
 namespace meshtrain {
 
+// What a parameter layout lists (model/parameters.hpp): the model's own tensors, or the LoRA adapters of
+// lora.targets (model/lora_adapters.hpp; the base model's tensors are then frozen, held elsewhere).
+enum class LayoutContent { model, adapters };
+
 // A family's adaptable linear layers, in the order of its blocks' products: llama's q_proj, k_proj,
 // v_proj, o_proj, gate_proj, up_proj, down_proj.
 const std::vector<std::string>& lora_module_names(Arch arch);

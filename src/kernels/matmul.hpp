@@ -113,16 +113,19 @@ void linear_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<
   linear_forward<Real>(space, out, inp, weight, CVec<Real>(), N, IC, OC);
 }
 
-// dinp (N, IC) = dout · weight (overwritten); dweight (OC, IC) += doutᵀ · inp; dbias, when not empty,
-// += column sums of dout (partials: bias_backward's workspace, column_sum_workspace(N, OC) elements).
+// dinp (N, IC) = dout · weight (overwritten); dweight (OC, IC) += doutᵀ · inp unless it is empty (a frozen
+// weight: LoRA's base); dbias, when not empty, += column sums of dout (partials: bias_backward's workspace,
+// column_sum_workspace(N, OC) elements).
 template <class Real>
 void linear_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                      Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
                      int OC) {
   gemm<Real>(space, Trans::no, Trans::no, {N, IC, OC}, accum_t<Real>(1), dout.data(), OC, weight.data(), IC,
              accum_t<Real>(0), dinp.data(), IC);
-  gemm<Real>(space, Trans::yes, Trans::no, {OC, IC, N}, accum_t<Real>(1), dout.data(), OC, inp.data(), IC,
-             accum_t<Real>(1), dweight.data(), IC);
+  if (dweight.data() != nullptr) {
+    gemm<Real>(space, Trans::yes, Trans::no, {OC, IC, N}, accum_t<Real>(1), dout.data(), OC, inp.data(), IC,
+               accum_t<Real>(1), dweight.data(), IC);
+  }
   if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
 }
 

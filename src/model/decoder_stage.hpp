@@ -29,6 +29,7 @@
 
 #include "kernels/gemm_types.hpp"
 #include "model/impl/carver.hpp"
+#include "model/impl/lora_parts.hpp"
 #include "model/impl/span_of.hpp"
 #include "model/language_model.hpp"
 #include "model/parameter_store.hpp"
@@ -100,7 +101,7 @@ struct DecoderParts {
   ReduceFromRegion reduce_from;
   VocabParallelStatistics vocab_statistics;
   ParameterStore<Real>* store;
-  ParameterLayout layout;
+  ParameterLayout layout;  // the model's tensors (under LoRA the frozen base's)
   typename Family::Dims dims;
   int batch;
   Recompute recompute;
@@ -120,6 +121,7 @@ struct DecoderParts {
   Accum aux_weight = Accum(1);
   // Per slot: the documents of its sequences (LanguageModel::set_documents; none by default).
   std::vector<AttentionSegments> documents;
+  LoraParts<Real> lora;  // model.lora's adapters (inactive without)
   typename Family::template State<Real> state;  // constructed last, from the parts above
 
   // make_language_model's arguments (model/language_model.hpp).
@@ -127,6 +129,8 @@ struct DecoderParts {
                int slot_count, Recompute mode, ParameterStore<Real>* parameter_store, Comm* ep_comm);
 
   const ModelConfig& model() const { return layout.model(); }
+  // The layout whose tensors have gradients: the adapters' under LoRA, else the model's.
+  const ParameterLayout& trainable() const { return lora.active() ? *lora.layout : layout; }
   // The input of block l of `slot`: the previous block's output, or the stage's input.
   CVec<Real> block_input(int slot, int l) const {
     const auto& a = slots[std::size_t(slot)];
@@ -193,8 +197,13 @@ class DecoderStage final : public LanguageModel<Real> {
   const ModelConfig& model() const { return m_.model(); }
   int batch() const override { return m_.batch; }
   ActivationSizes activation_elements() const override {
-    return {m_.activation_buffer.extent(0), m_.scratch_buffer.extent(0)};
+    const auto lora = lora_activation_elements(m_.model(), m_.batch, m_.layout.stage_layers(),
+                                               int(m_.slots.size()));
+    return {m_.activation_buffer.extent(0) + lora.kept, m_.scratch_buffer.extent(0) + lora.scratch};
   }
+  const ParameterLayout* adapter_layout() const override { return m_.lora.active() ? &*m_.lora.layout : nullptr; }
+  Vec<Real> adapter_weights() const override { return slice(m_.lora.weights, 0, m_.lora.weights.extent(0)); }
+  Vec<Real> adapter_grads() const override { return slice(m_.lora.grads, 0, m_.lora.grads.extent(0)); }
   Vec<Real> weights() const override { return slice(m_.weights, 0, m_.weights.extent(0)); }
   Vec<Real> grads() const override { return slice(m_.grads, 0, m_.grads.extent(0)); }
   void zero_grads() override;

@@ -21,7 +21,10 @@ namespace {
 
 std::uint64_t name_hash(const std::string& name) { return XXH64(name.data(), name.size(), 0); }
 
+// The normal draws' standard deviation, or lora_uniform's bound: kaiming_uniform_ with a = sqrt(5) on a
+// [r, fan_in] matrix, gain sqrt(2 / (1 + a²)) times sqrt(3 / fan_in) = 1 / sqrt(fan_in).
 double init_std(const TensorInfo& tensor, int layers) {
+  if (tensor.init == InitKind::lora_uniform) return 1.0 / std::sqrt(double(tensor.shape.at(1)));
   return tensor.init == InitKind::normal_residual ? 0.02 / std::sqrt(2.0 * layers) : 0.02;
 }
 
@@ -62,6 +65,7 @@ double element_value(std::uint64_t seed, std::uint64_t hash, InitKind init, doub
     case InitKind::ones: return 1.0;
     case InitKind::normal:
     case InitKind::normal_residual: return scale * standard_normal(seed, hash, index);
+    case InitKind::lora_uniform: return scale * r123::uneg11<double>(philox_pair(seed, hash, index).u0);
   }
   return 0.0;
 }
@@ -187,6 +191,12 @@ void initialize_range(const ExecSpace& space, Vec<float> out, const ParameterLay
         if (c.init == InitKind::zeros || c.init == InitKind::ones) {
           const float value = c.init == InitKind::ones ? 1.0f : 0.0f;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.length), [&](std::size_t j) { o[j] = value; });
+          return;
+        }
+        if (c.init == InitKind::lora_uniform) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.length), [&](std::size_t j) {
+            o[j] = float(c.scale * r123::uneg11<double>(philox_pair(seed, c.hash, c.global + j).u0));
+          });
           return;
         }
         // The fast draw where it is certain to be the library functions' (nearly all elements; a

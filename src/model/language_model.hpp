@@ -62,6 +62,11 @@ class LanguageModel {
   virtual Vec<Real> weights() const = 0;
   virtual Vec<Real> grads() const = 0;
   virtual ActivationSizes activation_elements() const = 0;
+  // LoRA (model.lora): the adapters' layout, the only tensors with gradients (the model's are frozen), and
+  // their flat buffers when the model owns them; null and empty without LoRA.
+  virtual const ParameterLayout* adapter_layout() const { return nullptr; }
+  virtual Vec<Real> adapter_weights() const { return {}; }
+  virtual Vec<Real> adapter_grads() const { return {}; }
   std::size_t activation_bytes() const { return activation_elements().total() * sizeof(Real); }
   virtual void zero_grads() = 0;
 

@@ -5,6 +5,8 @@
 
 #include "model/parameters.hpp"
 
+#include <stdexcept>
+
 namespace meshtrain {
 
 template <class Real>
@@ -19,6 +21,13 @@ class ParameterStore {
   // Block `block` (global index) is about to be computed, forward or backward: its weights must be
   // in place at weight() when this returns.
   virtual void need_block(int block) = 0;
+  // LoRA (model.lora): layout() lists the adapters, the only tensors with gradients, and the store
+  // holds the base model's tensors besides, frozen: weights only, read at frozen_weight(). Null
+  // without LoRA.
+  virtual const ParameterLayout* frozen_layout() const { return nullptr; }
+  virtual Real* frozen_weight(const TensorInfo& t) {
+    throw std::logic_error("the parameter store holds no frozen tensor " + t.name);
+  }
 };
 
 }  // namespace meshtrain

@@ -61,7 +61,7 @@ std::vector<std::uint64_t> local_of(const Piece& p) {
 }  // namespace
 
 ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, StagePlace place, int unit_align,
-                                 int ep, int ep_rank)
+                                 int ep, int ep_rank, LayoutContent content)
     : model_(model),
       tp_(tp),
       tp_rank_(tp_rank),
@@ -71,12 +71,17 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
       place_(place),
       first_layer_(place.stage * model.layers / place.stages),
       end_layer_((place.stage + 1) * model.layers / place.stages),
-      unit_align_(unit_align) {
+      unit_align_(unit_align),
+      content_(content) {
   if (ep < 1 || ep_rank < 0 || ep_rank >= ep || model.experts % ep != 0) {
     throw std::logic_error(
         fmt::format("expert rank {} of {} cannot hold an equal share of {} experts", ep_rank, ep, model.experts));
   }
-  list_family_tensors(*this);
+  if (content == LayoutContent::adapters) {
+    list_family_adapters(*this);
+  } else {
+    list_family_tensors(*this);
+  }
   close_unit();
 }
 
@@ -119,10 +124,13 @@ std::size_t ParameterLayout::unit_at(std::size_t offset) const {
 }
 
 std::size_t ParameterLayout::block_begin(int l) const {
-  for (const ShardUnit& u : units_) {
-    if (u.block == first_layer_ + l) return u.begin;
+  if (l < 0 || first_layer_ + l >= end_layer_) {
+    throw std::out_of_range(fmt::format("stage of blocks {}..{} has no block {}", first_layer_, end_layer_ - 1, l));
   }
-  throw std::out_of_range(fmt::format("stage of blocks {}..{} has no block {}", first_layer_, end_layer_ - 1, l));
+  for (const ShardUnit& u : units_) {
+    if (u.block >= first_layer_ + l) return u.begin;
+  }
+  return head_begin();
 }
 
 std::size_t ParameterLayout::head_begin() const {
@@ -202,7 +210,7 @@ Vec<Real> TensorViews<Real>::joined(const std::string& prefix, const std::vector
     if (first == nullptr) first = where_(t);
     numel += t.numel;
   }
-  return Vec<Real>(first, numel);
+  return first == nullptr ? Vec<Real>() : Vec<Real>(first, numel);
 }
 
 template class TensorViews<float>;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/lora_targets.hpp"
 #include "core/exec.hpp"
 
 #include <cstddef>
@@ -26,6 +27,7 @@ enum class InitKind {
   normal_residual,  // normal(0, 0.02 / sqrt(2·L)): the two c_proj weights
   zeros,            // biases, LayerNorm bias
   ones,             // LayerNorm weight
+  lora_uniform,     // LoRA's A: uniform(±1/sqrt(fan_in)), PEFT's Kaiming-uniform with a = sqrt(5)
 };
 
 // What a vocabulary table is to the model: the embedding's lookup, the output head's matrix, or
@@ -127,7 +129,14 @@ class ParameterLayout {
   // ep, ep_rank: expert parallelism (Megatron's): each MoE block's E routed experts are split over
   // the ep ranks, rank r holding experts [r·E/ep, (r+1)·E/ep).
   explicit ParameterLayout(const ModelConfig& model, int tp = 1, int tp_rank = 0, StagePlace place = {},
-                           int unit_align = 1, int ep = 1, int ep_rank = 0);
+                           int unit_align = 1, int ep = 1, int ep_rank = 0,
+                           LayoutContent content = LayoutContent::model);
+  // The LoRA adapters of this rank's piece (model.lora), laid out as a model's tensors are: units per block.
+  static ParameterLayout adapters(const ModelConfig& model, int tp = 1, int tp_rank = 0, StagePlace place = {},
+                                  int unit_align = 1, int ep = 1, int ep_rank = 0) {
+    return ParameterLayout(model, tp, tp_rank, place, unit_align, ep, ep_rank, LayoutContent::adapters);
+  }
+  LayoutContent content() const { return content_; }
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }  // padding of the units included
@@ -136,7 +145,8 @@ class ParameterLayout {
   // Index of the unit holding flat offset `offset`.
   std::size_t unit_at(std::size_t offset) const;
   // Where backward's progress reports fall (LanguageModel::ReadyFrom): the first flat offset of
-  // this stage's block l (0-based within the stage; its first unit), and of the output head's units, those after
+  // this stage's block l (0-based within the stage; its first unit, or that of the first later block with
+  // units: an adapter layout may hold none for a block), and of the output head's units, those after
   // the last block (the last stage; total() elsewhere).
   std::size_t block_begin(int l) const;
   std::size_t head_begin() const;
@@ -195,6 +205,7 @@ class ParameterLayout {
   StagePlace place_;
   int first_layer_ = 0, end_layer_ = 0;
   int unit_align_ = 1;
+  LayoutContent content_ = LayoutContent::model;
   std::vector<TensorInfo> tensors_;
   std::vector<ShardUnit> units_;
   std::size_t total_ = 0;
@@ -203,6 +214,8 @@ class ParameterLayout {
 // The family registry (model/language_model.cpp): model.arch's family lists its tensors into
 // `layout` (ParameterLayout's constructor calls it).
 void list_family_tensors(ParameterLayout& layout);
+// The same for the family's LoRA adapters (model/lora_adapters.cpp).
+void list_family_adapters(ParameterLayout& layout);
 
 // Points views at the tensors of a layout, wherever `where` says each lives (a flat buffer, or
 // ZeRO's units in separate buffers); a family's bind() names them. Tensors the rank does not hold
@@ -221,7 +234,11 @@ class TensorViews {
   Vec<Real> output_table() const { return view_of(layout_.table(TableRole::output)); }
 
  private:
-  Vec<Real> view_of(const TensorInfo* t) const { return t == nullptr ? Vec<Real>() : Vec<Real>(where_(*t), t->numel); }
+  // Empty where the rank does not hold t, or `where` places it nowhere (a frozen tensor's gradient).
+  Vec<Real> view_of(const TensorInfo* t) const {
+    Real* const at = t == nullptr ? nullptr : where_(*t);
+    return at == nullptr ? Vec<Real>() : Vec<Real>(at, t->numel);
+  }
   const ParameterLayout& layout_;
   Where where_;
 };

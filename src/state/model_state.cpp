@@ -5,6 +5,7 @@
 #include "core/watched_wait.hpp"
 #include "kernels/fused_attention_backward_choice.hpp"
 #include "model/gemm_workspace.hpp"
+#include "state/frozen_base.hpp"
 #include "state/working_copy.hpp"
 
 #include <fmt/format.h>
@@ -19,17 +20,21 @@ namespace {
 int group_size(const Comm* c) { return c == nullptr ? 1 : c->size(); }
 int group_rank(const Comm* c) { return c == nullptr ? 0 : c->rank(); }
 
-// The layout of this rank's piece of the model: its tensor-parallel piece, its stage, its experts;
-// under ZeRO its units are padded to a multiple of dp (and so of the expert units' dp / ep).
-ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace place) {
+// The layout of this rank's piece of the trainable tensors (the model's, or under LoRA its adapters):
+// its tensor-parallel piece, its stage, its experts; under ZeRO its units are padded to a multiple of dp
+// (and so of the expert units' dp / ep). `content`: the model's tensors unpadded (LoRA's frozen base).
+ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace place,
+                             std::optional<LayoutContent> content = std::nullopt) {
   const int tp = group_size(g.tp), ep = group_size(g.ep);
   if (ep != cfg.parallel.ep) {
     throw std::logic_error(
         fmt::format("parallel.ep = {} but the expert-parallel group has {} ranks", cfg.parallel.ep, ep));
   }
+  const bool frozen_base = content == LayoutContent::model;
   return ParameterLayout(cfg.model, tp, tp > 1 ? group_rank(g.tp) : 0, place,
-                         ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)), ep,
-                         ep > 1 ? group_rank(g.ep) : 0);
+                         frozen_base ? 1 : ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)), ep,
+                         ep > 1 ? group_rank(g.ep) : 0,
+                         content.value_or(cfg.model.lora.enabled() ? LayoutContent::adapters : LayoutContent::model));
 }
 
 // The group the expert units are reduced over: the dp group itself without expert parallelism
@@ -47,14 +52,16 @@ AdamWStep adamw_step(const OptimConfig& o, double lr, double clip, std::int64_t 
 template <class Real>
 class ModelOn final : public Computation {
  public:
-  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, Comm* tp, Comm* ep, StagePlace place,
-          const PipelineParts& pipeline)
+  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, const StateGroups& groups,
+          StagePlace place, const PipelineParts& pipeline)
       : space_(space),
         copy_(space, fp32),
-        model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, tp, place,
+        frozen_(frozen_base(space, cfg, groups, place, copy_)),
+        model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, groups.tp, place,
                                          pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
-                                         cfg.train.recompute, &copy_, ep)),
-        workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(tp))) {
+                                         cfg.train.recompute, frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_),
+                                         groups.ep)),
+        workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(groups.tp))) {
     set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);
     set_fused_attention_backward(cfg.train.deterministic ? FusedAttentionBackward::deterministic
                                                          : FusedAttentionBackward::fastest);
@@ -91,6 +98,11 @@ class ModelOn final : public Computation {
     executor_->evaluate(loader, micro_batches, sum);
   }
   void publish() override { copy_.publish(); }
+  const ParameterLayout* frozen_layout() const override { return frozen_ ? frozen_->frozen_layout() : nullptr; }
+  void load_frozen_base(const std::function<void(const ParameterLayout&, Vec<float>)>& read) override {
+    if (!frozen_) throw std::logic_error("ModelState::load_frozen_base without LoRA");
+    frozen_->load([&](Vec<float> weights) { read(*frozen_->frozen_layout(), weights); });
+  }
   void poison_next_gradient() override {
     const ParameterLayout& layout = copy_.layout();
     for (const TensorInfo& t : layout.tensors()) {
@@ -104,6 +116,7 @@ class ModelOn final : public Computation {
   void clear_router_statistics() override { model_->clear_router_statistics(); }
   MemoryBytes memory() const override {
     MemoryBytes m = copy_.memory();
+    if (frozen_) m += frozen_->memory();
     m[MemoryCategory::activations] += std::int64_t(model_->activation_bytes());
     m[MemoryCategory::workspace] += std::int64_t(workspace_);
     return m;
@@ -120,8 +133,18 @@ class ModelOn final : public Computation {
     copy_.ready_from(offset, loss_scale_);
   }
 
+  // LoRA: the model's frozen tensors beside the adapters' working copy; none without LoRA.
+  static std::optional<FrozenBase<Real>> frozen_base(const ExecSpace& space, const Config& cfg,
+                                                     const StateGroups& groups, StagePlace place,
+                                                     WorkingCopy<Real>& adapters) {
+    if (!cfg.model.lora.enabled()) return std::nullopt;
+    return std::optional<FrozenBase<Real>>(std::in_place, space,
+                                           state_layout(cfg, groups, place, LayoutContent::model), adapters);
+  }
+
   ExecSpace space_;
   WorkingCopy<Real> copy_;
+  std::optional<FrozenBase<Real>> frozen_;
   std::unique_ptr<LanguageModel<Real>> model_;
   std::size_t workspace_;
   std::optional<PipelineExecutor<Real>> executor_;
@@ -130,12 +153,13 @@ class ModelOn final : public Computation {
 };
 
 std::unique_ptr<Computation> model_in_precision(const ExecSpace& space, const Config& cfg, OptimizerState& fp32,
-                                                Comm* tp, Comm* ep, StagePlace place, const PipelineParts& pipeline) {
+                                                const StateGroups& groups, StagePlace place,
+                                                const PipelineParts& pipeline) {
   if (cfg.train.precision == Precision::bf16)
-    return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, tp, ep, place, pipeline);
+    return std::make_unique<ModelOn<bf16>>(space, cfg, fp32, groups, place, pipeline);
   if (cfg.train.precision == Precision::fp16)
-    return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, tp, ep, place, pipeline);
-  return std::make_unique<ModelOn<float>>(space, cfg, fp32, tp, ep, place, pipeline);
+    return std::make_unique<ModelOn<fp16>>(space, cfg, fp32, groups, place, pipeline);
+  return std::make_unique<ModelOn<float>>(space, cfg, fp32, groups, place, pipeline);
 }
 
 }  // namespace
@@ -147,7 +171,7 @@ ModelState::ModelState(const ExecSpace& space, const Config& cfg, const StateGro
       optimizer_(space, state_layout(cfg, groups, place), ZeroStage{cfg.parallel.zero}, *groups.dp,
                  expert_data_parallel(groups), cfg.train.precision == Precision::fp32,
                  std::size_t(cfg.parallel.bucket_mb * (1 << 20))),
-      compute_(model_in_precision(space, cfg, optimizer_, groups.tp, groups.ep, place, pipeline)),
+      compute_(model_in_precision(space, cfg, optimizer_, groups, place, pipeline)),
       fp16_(cfg.train.precision == Precision::fp16),
       scaler_(fp16_, cfg.train.loss_scale, cfg.train.loss_scale_window),
       nonfinite_(cfg.train.nonfinite, cfg.train.nonfinite_skips),

@@ -63,12 +63,26 @@ RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer,
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is MPI initialized, and the communicator valid?");
   const bool leader = rank == 0;
   RunStart start;
-  bool fresh = true;  // neither resumed nor given initial weights
+  bool fresh = true;  // neither resumed nor given initial weights (under LoRA: initial adapters)
   start.progress = agree_on_input(comm, [&] {
     TrainingProgress progress;
     const std::vector<std::string> candidates = checkpointer.resume_candidates();
     fresh = candidates.empty() && cfg.checkpoint.init_weights.empty();
-    if (!candidates.empty()) {
+    if (state.frozen_layout() != nullptr) {
+      // LoRA: the frozen base from init_weights, resumed or not; the adapters from a checkpoint, from
+      // init_weights where it holds them (a PEFT adapter imported), or fresh.
+      state.load_frozen_base([&](const ParameterLayout& base, Vec<float> weights) {
+        checkpointer.load_base_weights(cfg.checkpoint.init_weights, base, weights);
+      });
+      if (leader) fmt::print("frozen base weights from {}\n", cfg.checkpoint.init_weights);
+      fresh = candidates.empty() && !checkpointer.holds_adapters(cfg.checkpoint.init_weights);
+      if (!candidates.empty()) {
+        progress = resume(checkpointer, candidates, cfg, state.checkpoint_tensors(), leader);
+      } else if (!fresh) {
+        checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);
+        if (leader) fmt::print("initial LoRA adapters from {}\n", cfg.checkpoint.init_weights);
+      }
+    } else if (!candidates.empty()) {
       progress = resume(checkpointer, candidates, cfg, state.checkpoint_tensors(), leader);
     } else if (!cfg.checkpoint.init_weights.empty()) {
       checkpointer.load_weights(cfg.checkpoint.init_weights, state.checkpoint_tensors().weights);

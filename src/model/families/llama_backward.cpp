@@ -31,6 +31,7 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   // Attention branch; d.dresidual becomes dL/d x.
   m.reduce_from.backward(span_of(d.dresidual));
   linear_backward<Real>(m.space, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
+  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_o, s.atty, Q, d.dresidual.data(), C, d.datty.data());
   if (dm.fused_attention) {
     fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NHl, KVl, hs,
                              m.documents[std::size_t(slot)], d.attention_workspace);
@@ -40,6 +41,12 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   // Back to the unrotated q and k.
   rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, m.documents[std::size_t(slot)]);
   linear_backward<Real>(m.space, d.dln, dw.qkv, dw.qkv_bias, d.column_partials, d.dqkv, s.ln1, w.qkv, N, C, QKV);
+  const int KVc = KVl * hs;
+  const Real* dqkv = d.dqkv.data();
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_q, s.ln1, C, dqkv, QKV, Q, d.dln.data());
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_k, s.ln1, C, dqkv + Q, QKV, KVc, d.dln.data());
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc,
+                             d.dln.data());
   m.copy_to.backward(span_of(d.dln));
   rmsnorm_backward(m.space, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
 }
@@ -55,8 +62,13 @@ void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l) {
   const auto& dw = m.dparams.blocks[std::size_t(l)];
   const auto& d = m.scratch;
   linear_backward<Real>(m.space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hl, C);
+  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_down, s.swiglu, Hl, d.dresidual.data(), C, d.dswiglu.data());
   swiglu_backward(m.space, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
   linear_backward<Real>(m.space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+  const Real* dgate_up = d.dgate_up.data();
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hl, Hl, d.dln.data());
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hl, 2 * Hl, Hl,
+                             d.dln.data());
 }
 
 template <class Real>

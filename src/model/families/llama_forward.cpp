@@ -25,6 +25,10 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
   rmsnorm_forward(m.space, s.ln1, s.ln1_rstd, x, w.attn_norm, N, C, eps);
   m.copy_to.forward(span_of(s.ln1));
   linear_forward<Real>(m.space, s.qkv, s.ln1, w.qkv, w.qkv_bias, N, C, QKV);
+  const int KVc = KVl * hs;  // k's and v's columns
+  lora_column_forward<Real>(m.space, m.lora, slot, l, lora_q, s.ln1, C, s.qkv.data(), QKV, Q);
+  lora_column_forward<Real>(m.space, m.lora, slot, l, lora_k, s.ln1, C, s.qkv.data() + Q, QKV, KVc);
+  lora_column_forward<Real>(m.space, m.lora, slot, l, lora_v, s.ln1, C, s.qkv.data() + Q + KVc, QKV, KVc);
   const AttentionSegments& documents = m.documents[std::size_t(slot)];
   // The q heads, then the k heads; positions restart at each document of a packed sequence.
   rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, documents);
@@ -35,6 +39,7 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
     attention_forward(m.space, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
   }
   linear_forward<Real>(m.space, proj, s.atty, w.o, N, Q, C);
+  lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_o, s.atty, Q, proj.data(), C);
   m.reduce_from.forward(span_of(proj));
   residual_rmsnorm_forward(m.space, s.residual2, s.ln2, s.ln2_rstd, x, proj, w.mlp_norm, N, C, eps);
   m.copy_to.forward(span_of(s.ln2));
@@ -51,8 +56,12 @@ void LlamaFamily::mlp_forward(Parts<Real>& m, int slot, int l, const Block<Real>
   const int N = int(m.dims.N), C = int(m.dims.C), Hl = int(m.dims.Hl);
   const auto& w = m.params.blocks[std::size_t(l)];
   linear_forward<Real>(m.space, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+  lora_column_forward<Real>(m.space, m.lora, slot, l, lora_gate, s.ln2, C, s.gate_up.data(), 2 * Hl, Hl);
+  lora_column_forward<Real>(m.space, m.lora, slot, l, lora_up, s.ln2, C, s.gate_up.data() + Hl, 2 * Hl, Hl);
   swiglu_forward(m.space, s.swiglu, s.gate_up, N, Hl);
   if (to_output) linear_forward<Real>(m.space, proj, s.swiglu, w.down, N, Hl, C);
+  // h also under recomputation, which skips the output: backward reads it.
+  lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_down, s.swiglu, Hl, proj.data(), C, to_output);
 }
 
 template <class Real>

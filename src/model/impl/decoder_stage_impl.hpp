@@ -91,7 +91,8 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
-  return {kept.used(), scratch.used()};
+  const ActivationSizes lora = lora_activation_elements(model, batch, layout.stage_layers(), slots);
+  return {kept.used() + lora.kept, scratch.used() + lora.scratch};
 }
 
 template <class Real, class Family>
@@ -105,16 +106,22 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       reduce_from(tp),
       vocab_statistics(tp),
       store(parameter_store),
-      layout(parameter_store
-                 ? parameter_store->layout()
-                 : ParameterLayout(config, tp.size(), tp.rank(), place, 1, decoder_detail::expert_ranks(ep_comm),
-                                   decoder_detail::expert_rank(ep_comm))),
+      layout(parameter_store ? (parameter_store->frozen_layout() ? *parameter_store->frozen_layout()
+                                                                 : parameter_store->layout())
+                             : ParameterLayout(config, tp.size(), tp.rank(), place, 1,
+                                               decoder_detail::expert_ranks(ep_comm), decoder_detail::expert_rank(ep_comm))),
       dims(Family::dims(config, batch_size, layout, decoder_detail::expert_ranks(ep_comm))),
       batch(batch_size),
       recompute(mode),
       weights(fmt::format("meshtrain::{}::weights", Family::name), parameter_store ? 0 : layout.total()),
-      grads(fmt::format("meshtrain::{}::grads", Family::name), parameter_store ? 0 : layout.total()),
+      // LoRA's base is frozen: no gradients of its own.
+      grads(fmt::format("meshtrain::{}::grads", Family::name),
+            parameter_store || config.lora.enabled() ? 0 : layout.total()),
+      lora(config, layout, batch_size, slot_count, parameter_store),
       state(layout, dims, ep_comm, slot_count, router_statistics) {
+  if (config.lora.enabled() && parameter_store && !parameter_store->frozen_layout()) {
+    throw std::logic_error("a LoRA stage's parameter store must hold the frozen base");
+  }
   if (config.arch != Family::arch) {
     throw std::logic_error(
         fmt::format("a {} stage built for a model whose arch is {}", Family::name, name_of(config.arch)));
@@ -125,10 +132,15 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
         "the {} stage's expert-parallel group is not the one its parameter layout was made for", Family::name));
   }
   const Vec<Real> w = slice(weights, 0, weights.extent(0)), g = slice(grads, 0, grads.extent(0));
-  params = Family::template bind<Real>(
-      TensorViews<Real>(layout, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; }));
-  dparams = Family::template bind<Real>(
-      TensorViews<Real>(layout, [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; }));
+  const bool frozen = lora.active();
+  params = Family::template bind<Real>(TensorViews<Real>(layout, [&](const TensorInfo& t) {
+    if (!store) return w.data() + t.offset;
+    return frozen ? store->frozen_weight(t) : store->weight(t);
+  }));
+  dparams = Family::template bind<Real>(TensorViews<Real>(layout, [&](const TensorInfo& t) {
+    if (frozen) return lora.frozen_grad(t);
+    return store ? store->grad(t) : g.data() + t.offset;
+  }));
   using carving::Carver;
   const auto rank = carving::allocate_and_carve<Real, decoder_detail::RankScratch<Real, Family>>(
       scratch_buffer, fmt::format("meshtrain::{}::backward_scratch", Family::name).c_str(),
@@ -153,6 +165,7 @@ DecoderStage<Real, Family>::DecoderStage(const ExecSpace& space, const ModelConf
 template <class Real, class Family>
 void DecoderStage<Real, Family>::zero_grads() {
   Kokkos::deep_copy(m_.space, m_.grads, Real(0));
+  if (m_.lora.grads.extent(0) > 0) Kokkos::deep_copy(m_.space, m_.lora.grads, Real(0));
 }
 
 template <class Real, class Family>
@@ -224,7 +237,7 @@ template <class Real, class Family>
 void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
   m_.aux_weight = this->aux_weight();
   backward_sweep<Real>(
-      m_.layout, ready_from, [&] { head_backward(slot); },
+      m_.trainable(), ready_from, [&] { head_backward(slot); },
       [&](int l) {
         need_block(l);
         recompute_block(slot, l);
@@ -235,6 +248,7 @@ void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, cons
         const auto& s = m_.scratch;
         // Every rank adds the whole position gradient: dresidual is the same on every rank.
         const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), m_.dparams.positions.extent(0) > 0);
+        if (m_.dparams.embed.extent(0) == 0) return;  // frozen (LoRA): nothing to accumulate
         m_.reduce_from.backward(span_of(s.dresidual));
         encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order,
                          s.dresidual, inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows,

@@ -1,0 +1,162 @@
+// What a decoder stage holds for LoRA (model/lora_adapters.hpp) and the adapted products its family's
+// listings call beside their frozen linear layers. Internal to model/.
+//
+// The adapters' layout is the one with gradients: backward's progress reports name its offsets, and a
+// ParameterStore's layout() is it. Each block keeps, per slot, every adapted module's down product h (N, r),
+// which its backward reads; backward's dh (N, r) is one scratch per rank. The frozen base has no
+// gradients: its matrices' are empty views (linear_backward skips them), its 1-D tensors' (norms, biases,
+// whose kernels compute an input gradient and a column sum in one sweep) land in one discarded buffer.
+#pragma once
+
+#include "core/lora_targets.hpp"
+#include "kernels/lora.hpp"
+#include "model/impl/span_of.hpp"
+#include "model/language_model.hpp"
+#include "model/lora_adapters.hpp"
+#include "model/parameter_store.hpp"
+#include "parallel/tensor_parallel_mappings.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace meshtrain {
+
+// Elements of Real a stage's LoRA activations take: h of every slot, block and adapted module (kept), and dh.
+inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots) {
+  if (!model.lora.enabled()) return {};
+  const std::size_t Nr = std::size_t(batch) * std::size_t(model.seq_len) * std::size_t(model.lora.rank);
+  const std::size_t modules = lora_target_names(model).size();
+  return {std::size_t(slots) * std::size_t(layers) * modules * Nr, Nr};
+}
+
+template <class Real>
+struct LoraParts {
+  std::optional<ParameterLayout> layout;  // the adapters of this rank's piece; none without LoRA
+  Buffer<Real> weights, grads;            // the adapters', when no ParameterStore holds them
+  std::vector<std::vector<LoraAdapter<Real>>> blocks;  // [block][module of lora_modules]
+  Buffer<Real> activations;                             // every slot's h, then dh
+  Buffer<Real> discard;                                 // the frozen 1-D tensors' gradients, never read
+  std::map<std::size_t, std::size_t> discard_at;        // a 1-D tensor's flat offset → its place in discard
+  int rank = 0, N = 0, layers = 0, modules = 0;
+  double scale = 0;
+
+  LoraParts() = default;
+  // `base` the model's layout (its 1-D tensors size the discard buffer); `store` where the adapters live, or none.
+  LoraParts(const ModelConfig& model, const ParameterLayout& base, int batch, int slots, ParameterStore<Real>* store)
+      : rank(model.lora.rank),
+        N(batch * model.seq_len),
+        layers(base.stage_layers()),
+        modules(int(lora_modules(model).size())),
+        scale(model.lora.enabled() ? model.lora.scaling() : 0.0) {
+    if (!model.lora.enabled()) return;
+    if (store != nullptr) {
+      layout.emplace(store->layout());
+    } else {
+      layout.emplace(ParameterLayout::adapters(model, base.tp(), base.tp_rank(), base.place(), 1, base.ep(),
+                                               base.ep_rank()));
+      weights = Buffer<Real>("meshtrain::lora::weights", layout->total());
+      grads = Buffer<Real>("meshtrain::lora::grads", layout->total());
+    }
+    const Vec<Real> w = slice(weights, 0, weights.extent(0)), g = slice(grads, 0, grads.extent(0));
+    blocks = bind_lora_adapters<Real>(
+        *layout, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; },
+        [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; });
+    activations = Buffer<Real>("meshtrain::lora::activations",
+                               lora_activation_elements(model, batch, layers, slots).total());
+    // Each 1-D tensor its own place, in layout order: views the family joins (q|k|v's biases) stay joined.
+    std::size_t discarded = 0;
+    for (const TensorInfo& t : base.tensors()) {
+      if (t.local_shape.size() != 1) continue;
+      discard_at.emplace(t.offset, discarded);
+      discarded += t.numel;
+    }
+    discard = Buffer<Real>("meshtrain::lora::frozen_discard", discarded);
+  }
+
+  bool active() const { return layout.has_value(); }
+  // Where the frozen base's gradient of t goes: nowhere for a matrix, the discard buffer for a 1-D tensor.
+  Real* frozen_grad(const TensorInfo& t) const {
+    return t.local_shape.size() == 1 ? discard.data() + discard_at.at(t.offset) : nullptr;
+  }
+  // h of module k of block l in `slot` (N, r); modules not adapted take no room but share the numbering.
+  Vec<Real> h(int slot, int l, int k) const {
+    const std::size_t Nr = std::size_t(N) * std::size_t(rank);
+    const std::size_t targeted = std::size_t(adapted_modules());
+    std::size_t index = 0;  // the module's place among the adapted ones
+    for (int j = 0; j < k; ++j) index += blocks[std::size_t(l)][std::size_t(j)].active() ? 1 : 0;
+    const std::size_t at = ((std::size_t(slot) * std::size_t(layers) + std::size_t(l)) * targeted + index) * Nr;
+    return slice(activations, at, at + Nr);
+  }
+  Vec<Real> dh() const {
+    const std::size_t Nr = std::size_t(N) * std::size_t(rank);
+    return slice(activations, activations.extent(0) - Nr, activations.extent(0));
+  }
+  int adapted_modules() const {
+    int n = 0;
+    for (const auto& a : blocks.front()) n += a.active() ? 1 : 0;
+    return n;
+  }
+};
+
+// A column-parallel module k of block l (input x (N, in) the same on every tp rank, output columns y
+// (N, out), row stride ldy): y += s · (x Aᵀ) Bᵀ, h kept.
+template <class Real>
+void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
+                         int in, Real* y, int ldy, int out) {
+  if (!lora.active()) return;
+  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
+  if (!a.active()) return;
+  const Vec<Real> h = lora.h(slot, l, k);
+  lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
+  lora_up_forward<Real>(space, y, ldy, h, a.B, lora.scale, lora.N, out, lora.rank);
+}
+
+// A row-parallel module (input x (N, in) this rank's columns, output y (N, out) summed over tp after):
+// h's partial products summed over tp, then the up product added once (tp rank 0) into the sum's terms.
+// `up`: false where the caller skips the output (recomputation), h is still made for backward.
+template <class Real>
+void lora_row_forward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
+                      int l, int k, CVec<Real> x, int in, Real* y, int out, bool up = true) {
+  if (!lora.active()) return;
+  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
+  if (!a.active()) return;
+  const Vec<Real> h = lora.h(slot, l, k);
+  lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
+  tp.sum(span_of(h));
+  if (up && tp.rank() == 0) lora_up_forward<Real>(space, y, out, h, a.B, lora.scale, lora.N, out, lora.rank);
+}
+
+// A column-parallel module's backward from dy (N, out; row stride lddy): dB, then dh; dx (N, in) += dh A
+// as this rank's part (the copy-to region's backward sums dx over tp after); dh summed over tp, then dA.
+template <class Real>
+void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
+                          int l, int k, CVec<Real> x, int in, const Real* dy, int lddy, int out, Real* dx) {
+  if (!lora.active()) return;
+  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
+  if (!a.active()) return;
+  const Vec<Real> h = lora.h(slot, l, k), dh = lora.dh();
+  lora_up_backward<Real>(space, dh, a.dB, dy, lddy, h, a.B, lora.scale, lora.N, out, lora.rank);
+  lora_input_backward<Real>(space, dx, in, dh, a.A, lora.N, in, lora.rank);
+  tp.sum(span_of(dh));
+  lora_weight_backward<Real>(space, a.dA, dh, x.data(), in, lora.N, in, lora.rank);
+}
+
+// A row-parallel module's backward from dy (N, out), the same on every tp rank: dB and dh alike on
+// every rank, dA and dx (N, in) += dh A this rank's columns; no collective.
+template <class Real>
+void lora_row_backward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
+                       int in, const Real* dy, int out, Real* dx) {
+  if (!lora.active()) return;
+  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
+  if (!a.active()) return;
+  const Vec<Real> h = lora.h(slot, l, k), dh = lora.dh();
+  lora_up_backward<Real>(space, dh, a.dB, dy, out, h, a.B, lora.scale, lora.N, out, lora.rank);
+  lora_weight_backward<Real>(space, a.dA, dh, x.data(), in, lora.N, in, lora.rank);
+  lora_input_backward<Real>(space, dx, in, dh, a.A, lora.N, in, lora.rank);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,53 @@
+// LoRA's adapters (share/docs/usage.md, LoRA): which of a family's linear layers carry them, the
+// adapter tensors as a ParameterLayout lists them (LayoutContent::adapters), and the views the
+// model computes with.
+//
+// Each adapted module of each block has A (r, in) and B (out, r), named after the module as PEFT names
+// them: layers.{l}.self_attn.q_proj.lora_A.weight. Tensor parallelism (share/docs/design.md, LoRA):
+// a column-parallel module (its output rows split, input replicated) keeps A replicated and B split
+// like W's rows, so r need not divide tp and the traffic is rank-sized (its h gradient, N × r, summed);
+// a row-parallel module (its input columns split) keeps A split like W's columns, its h summed over tp
+// in forward, and B replicated.
+#pragma once
+
+#include "model/parameters.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+// One adaptable linear layer of a block, in global sizes.
+struct LoraModule {
+  std::string name;  // the Hugging Face module name lora.targets uses: "q_proj"
+  std::string path;  // below the block: "self_attn.q_proj"
+  std::uint64_t in = 0, out = 0;
+  bool row_parallel = false;  // o_proj, down_proj: the input split over tp; else the output
+};
+
+// Every adaptable module of `model`'s family in the order of lora_module_names (core/lora_targets.hpp).
+std::vector<LoraModule> lora_modules(const ModelConfig& model);
+// The adapter tensors' names.
+std::string lora_a_name(int block, const LoraModule& module);
+std::string lora_b_name(int block, const LoraModule& module);
+// Whether a checkpoint tensor name is an adapter's.
+bool is_lora_tensor_name(const std::string& name);
+
+// One module's adapter on this rank: A (r, in_l), B (out_l, r) and their gradients; all empty where the
+// module is not adapted.
+template <class Real>
+struct LoraAdapter {
+  Vec<Real> A, B, dA, dB;
+  bool active() const { return A.extent(0) > 0; }
+};
+
+// The adapters of each of the stage's blocks ([block][module], modules as lora_modules lists them),
+// bound where `weight` and `grad` say each adapter tensor of `adapters` lives.
+template <class Real>
+std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(
+    const ParameterLayout& adapters, const std::function<Real*(const TensorInfo&)>& weight,
+    const std::function<Real*(const TensorInfo&)>& grad);
+
+}  // namespace meshtrain
