@@ -79,6 +79,7 @@ std::vector<AdaptedWeight> adapted_weights(const ModelConfig& model) {
 }
 
 bool stored_config_has_lora(const io::CheckpointReader& reader) {
+  schema::require_known_version(reader);  // before its config is parsed, as loading checks it
   if (reader.string_attribute(schema::attr::format) != schema::format_name) return false;
   const std::optional<Config> stored = read_stored_config(reader, reader.path());
   return stored && stored->model.lora.enabled();
