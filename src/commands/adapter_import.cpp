@@ -22,6 +22,10 @@ ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& bas
     input_error("--adapter '{}' is not a directory: it names a PEFT adapter directory ({}, {})", dir,
                 hf::peft_config_file, hf::peft_weights_file);
   }
+  if (base.arch != Arch::llama || base.experts > 0) {
+    input_error("--adapter: LoRA adapts llama-family models without experts only so far, and this model is a {}{}",
+                base.arch, base.experts > 0 ? " with experts" : "");
+  }
   ImportedAdapter adapter;
   adapter.config_path = (fs::path(dir) / hf::peft_config_file).string();
   adapter.weights_path = (fs::path(dir) / hf::peft_weights_file).string();

@@ -87,6 +87,24 @@ std::vector<std::filesystem::path> tokenizer_files(const io::CheckpointReader& r
   return files;
 }
 
+// Every tensor of `model` under architecture `a`'s names, read from the file when its turn comes and
+// checked against its checksum.
+std::vector<io::TensorSource> stored_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
+                                             hf::Architecture a) {
+  std::vector<io::TensorSource> tensors;
+  for (const ModelTensor& t : model_tensors(model)) {
+    const std::string dataset = schema::dataset(schema::model_group, t.name);
+    const bool checked = schema::requires_checksums(reader);
+    tensors.push_back(
+        {hf::hf_tensor_name(a, t.name), t.shape, [&reader, dataset, shape = t.shape, checked](std::span<float> out) {
+           reader.read(io::TensorSlab::whole(dataset, shape), out.data());
+           io::verify_checksums(
+               reader, {dataset}, [&](std::size_t) { return io::tensor_checksum(out.data(), out.size()); }, checked);
+         }});
+  }
+  return tensors;
+}
+
 // The directory `--format hf` writes: config.json, generation_config.json and the tokenizer's files
 // staged first, then the weights written (and committed) one tensor at a time, each checked against
 // its checksum as it is read, then the staged files committed: a failure leaves no new file. With
@@ -104,19 +122,8 @@ void export_hf(const io::CheckpointReader& reader, const std::string& path, cons
   }
   const ModelConfig& model = stored->model;
   const hf::Architecture architecture = hf::export_architecture(model);
-  std::vector<io::TensorSource> tensors;
-  if (merged != nullptr) tensors = merged->tensors(architecture);
-  for (const ModelTensor& t : merged != nullptr ? std::vector<ModelTensor>{} : model_tensors(model)) {
-    const std::string dataset = schema::dataset(schema::model_group, t.name);
-    const bool checked = schema::requires_checksums(reader);
-    tensors.push_back({hf::hf_tensor_name(architecture, t.name), t.shape,
-                       [&reader, dataset, shape = t.shape, checked](std::span<float> out) {
-                         reader.read(io::TensorSlab::whole(dataset, shape), out.data());
-                         io::verify_checksums(
-                             reader, {dataset},
-                             [&](std::size_t) { return io::tensor_checksum(out.data(), out.size()); }, checked);
-                       }});
-  }
+  const std::vector<io::TensorSource> tensors =
+      merged != nullptr ? merged->tensors(architecture) : stored_tensors(reader, model, architecture);
   io::HfWeightsOptions options;
   options.dtype = dtype == "bf16" ? io::SafetensorsDtype::bf16 : io::SafetensorsDtype::f32;
   options.metadata = {{"format", "pt"}, {"source", path}};

@@ -325,6 +325,15 @@ class Refusals(LoraCase):
         self.refused(self.variant({"target_modules": ".*proj"}), "target_modules", "regular expression")
         self.refused(self.variant({"r": 0}), "r = 0", "adapter_config.json")
 
+    def test_family_without_lora(self):
+        gpt2 = self.path("gpt2")
+        hf_reference.write_hf_dir(gpt2, "gpt2", {"vocab_size": 57, "n_embd": 24, "n_head": 3, "n_layer": 2,
+                                                 "n_positions": 32}, seed=3, std=0.1)
+        model = lora_reference.apply_lora(hf_reference.load_hf_dir(gpt2), ["c_attn"], 2, 4, b_std=0.05)
+        lora_reference.write_peft_adapter(model, self.path("gpt2_adapter"))
+        self.base = gpt2
+        self.refused(self.path("gpt2_adapter"), "--adapter", "llama-family")
+
     def test_tensors(self):
         missing = dict(self.tensors)
         gone = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"
