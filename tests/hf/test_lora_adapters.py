@@ -283,6 +283,12 @@ class BaseIdentity(LoraCase):
         shutil.copyfile(self.path("other.h5"), base_file)
         self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
                             "lora_base_hash", base_identity(self.path("other.h5")))
+        shutil.copyfile(self.path("other.h5"), base_file)
+        with h5py.File(base_file, "r+") as f:  # a base without checksums has no identity
+            for name in f["model"]:
+                del f["model"][name].attrs["checksum"]
+        self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
+                            "carries no checksum", base_file)
         os.remove(base_file)
         self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
                             "init_weights", base_file)
