@@ -64,6 +64,10 @@ inline constexpr const char* checksum_algorithm = "checksum_algorithm";         
 inline constexpr const char* tokenizer = "tokenizer";              // string: the model file's path, as given
 inline constexpr const char* tokenizer_xxh64 = "tokenizer_xxh64";  // string: its bytes' XXH64, 16 hex digits
 inline constexpr const char* model_family = "model_family";        // string: model.arch ("gpt2", "llama")
+// A LoRA checkpoint (adapters only under /model): the base model it adapts, checkpoint.init_weights as
+// given, and that file's base identity (checkpoint/base_identity.hpp), 16 hex digits.
+inline constexpr const char* lora_base = "lora_base";            // string: the base file's path
+inline constexpr const char* lora_base_hash = "lora_base_hash";  // string: base_model_hash of it
 }  // namespace attr
 
 // The family of meshtrain checkpoints written before attr::model_family: GPT-2, the only one then.

@@ -5,7 +5,10 @@
 // meshtrain export FILE --format hf --out DIR [--dtype fp32|bf16]: the same tensors as a directory
 // transformers loads (hf/hf_config.hpp: config.json, generation_config.json, model.safetensors or 5 GB
 // shards and their index, the tokenizer's files), exactly the tensors `meshtrain import` reads.
+// A file with LoRA adapters (commands/lora_export.hpp): --format peft writes the adapters as PEFT's
+// adapter directory; --format hf --merge-lora the base model with the adapters merged into it.
 #include "commands/commands.hpp"
+#include "commands/lora_export.hpp"
 
 #include "checkpoint/attributes.hpp"
 #include "checkpoint/contents.hpp"
@@ -84,13 +87,33 @@ std::vector<std::filesystem::path> tokenizer_files(const io::CheckpointReader& r
   return files;
 }
 
+// Every tensor of `model` under architecture `a`'s names, read from the file when its turn comes and
+// checked against its checksum.
+std::vector<io::TensorSource> stored_tensors(const io::CheckpointReader& reader, const ModelConfig& model,
+                                             hf::Architecture a) {
+  std::vector<io::TensorSource> tensors;
+  for (const ModelTensor& t : model_tensors(model)) {
+    const std::string dataset = schema::dataset(schema::model_group, t.name);
+    const bool checked = schema::requires_checksums(reader);
+    tensors.push_back(
+        {hf::hf_tensor_name(a, t.name), t.shape, [&reader, dataset, shape = t.shape, checked](std::span<float> out) {
+           reader.read(io::TensorSlab::whole(dataset, shape), out.data());
+           io::verify_checksums(
+               reader, {dataset}, [&](std::size_t) { return io::tensor_checksum(out.data(), out.size()); }, checked);
+         }});
+  }
+  return tensors;
+}
+
 // The directory `--format hf` writes: config.json, generation_config.json and the tokenizer's files
 // staged first, then the weights written (and committed) one tensor at a time, each checked against
-// its checksum as it is read, then the staged files committed: a failure leaves no new file.
+// its checksum as it is read, then the staged files committed: a failure leaves no new file. With
+// `merged`, the model and its tensors are the merged LoRA model's (the file holds adapters).
 void export_hf(const io::CheckpointReader& reader, const std::string& path, const std::string& dir,
-               const std::string& dtype) {
+               const std::string& dtype, const MergedLoraModel* merged) {
   namespace fs = std::filesystem;
-  const std::optional<Config> stored = checked_stored_model(reader, /*with_optimizer=*/false);
+  const std::optional<Config> stored = merged != nullptr ? std::optional<Config>(merged->config())
+                                                         : checked_stored_model(reader, /*with_optimizer=*/false);
   if (!stored) {
     input_error(
         "'{}' holds no meshtrain config (a weights file of another tool): --format hf needs the model's "
@@ -99,18 +122,8 @@ void export_hf(const io::CheckpointReader& reader, const std::string& path, cons
   }
   const ModelConfig& model = stored->model;
   const hf::Architecture architecture = hf::export_architecture(model);
-  std::vector<io::TensorSource> tensors;
-  for (const ModelTensor& t : model_tensors(model)) {
-    const std::string dataset = schema::dataset(schema::model_group, t.name);
-    const bool checked = schema::requires_checksums(reader);
-    tensors.push_back({hf::hf_tensor_name(architecture, t.name), t.shape,
-                       [&reader, dataset, shape = t.shape, checked](std::span<float> out) {
-                         reader.read(io::TensorSlab::whole(dataset, shape), out.data());
-                         io::verify_checksums(
-                             reader, {dataset},
-                             [&](std::size_t) { return io::tensor_checksum(out.data(), out.size()); }, checked);
-                       }});
-  }
+  const std::vector<io::TensorSource> tensors =
+      merged != nullptr ? merged->tensors(architecture) : stored_tensors(reader, model, architecture);
   io::HfWeightsOptions options;
   options.dtype = dtype == "bf16" ? io::SafetensorsDtype::bf16 : io::SafetensorsDtype::f32;
   options.metadata = {{"format", "pt"}, {"source", path}};
@@ -118,6 +131,7 @@ void export_hf(const io::CheckpointReader& reader, const std::string& path, cons
   // The outputs checked before anything is written: none of them the checkpoint or the tokenizer read.
   const std::vector<fs::path> tokenizer = tokenizer_files(reader);
   std::vector<io::NamedPath> inputs = {{"the checkpoint", path}};
+  if (merged != nullptr) inputs.push_back({"the base model", merged->base_path()});
   for (const fs::path& p : tokenizer) inputs.push_back({"the tokenizer", p.string()});
   std::vector<io::Output> outputs;
   for (const std::string& name : io::hf_weights_file_names(tensors, options)) {
@@ -148,36 +162,61 @@ void export_hf(const io::CheckpointReader& reader, const std::string& path, cons
   }
   const std::vector<std::string> weights = io::write_hf_weights(dir, tensors, options);
   beside.commit();
-  fmt::print("wrote {} tensors from {} as a Hugging Face {} ({}, {} weight file{}) to {}\n", tensors.size(), path,
+  fmt::print("wrote {} tensors from {}{} as a Hugging Face {} ({}, {} weight file{}) to {}\n", tensors.size(), path,
+             merged != nullptr ? fmt::format(" (LoRA merged into the base {})", merged->base_path()) : "",
              hf::architecture_name(architecture), torch_dtype, weights.size(), weights.size() == 1 ? "" : "s", dir);
+}
+
+// Refuses a file with LoRA adapters for a format that would leave them out or fail on them.
+void refuse_adapters(const io::CheckpointReader& reader, std::string_view format) {
+  if (!stored_config_has_lora(reader)) return;
+  input_error(
+      "'{}' holds LoRA adapters (its stored config has lora.rank > 0), which --format {} would not carry: export "
+      "them with --format peft, or the merged model with --format hf --merge-lora",
+      reader.path(), format);
 }
 
 }  // namespace
 
 int export_command(const Args& args, MPI_Comm comm) {
   namespace po = boost::program_options;
-  const std::string usage = "meshtrain export FILE --format safetensors|hf --out OUT [--dtype fp32|bf16]";
+  const std::string usage =
+      "meshtrain export FILE --format safetensors|hf|peft --out OUT [--dtype fp32|bf16] [--merge-lora]";
   std::string format, out, dtype = "fp32";
+  bool merge_lora = false;
   po::options_description options("meshtrain export");
   options.add_options()("format", po::value(&format),
-                        "output format: safetensors (one file) or hf (a Hugging Face model directory)")(
+                        "output format: safetensors (one file), hf (a Hugging Face model directory) or peft (a LoRA "
+                        "file's adapters as a PEFT adapter directory)")(
       "out", po::value(&out), "safetensors: the file to write (as OUT.tmp, renamed when complete); hf: the directory")(
-      "dtype", po::value(&dtype), "hf: the weights' type, fp32 (exact) or bf16 (rounded to nearest even)");
+      "dtype", po::value(&dtype), "hf: the weights' type, fp32 (exact) or bf16 (rounded to nearest even)")(
+      "merge-lora", po::bool_switch(&merge_lora),
+      "hf: a LoRA file's adapters merged into its base model, W + s·B·A (in fp32, then cast to --dtype)");
   if (print_help_if_asked(args, options, usage)) return 0;
   if (args.empty() || args[0].rfind("--", 0) == 0) input_error("expected a checkpoint FILE first (usage: {})", usage);
   const std::string path = args[0];
   parse_options(Args(args.begin() + 1, args.end()), options, usage);
-  if (format != "safetensors" && format != "hf") {
-    input_error("--format = '{}' is invalid: valid formats are safetensors and hf (usage: {})", format, usage);
+  if (format != "safetensors" && format != "hf" && format != "peft") {
+    input_error("--format = '{}' is invalid: valid formats are safetensors, hf and peft (usage: {})", format, usage);
   }
   if (out.empty()) input_error("--out is missing: name the file or directory to write (usage: {})", usage);
   if (dtype != "fp32" && dtype != "bf16") input_error("--dtype = '{}' is invalid: valid are fp32 and bf16", dtype);
-  if (format == "safetensors" && dtype != "fp32") input_error("--dtype is for --format hf; safetensors is fp32");
-  if (format == "hf") {
+  if (format != "hf" && dtype != "fp32") input_error("--dtype is for --format hf; {} is fp32", format);
+  if (merge_lora && format != "hf") input_error("--merge-lora is for --format hf (a merged Hugging Face model)");
+  if (format == "hf" || format == "peft") {
     int rank = 0;
     MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
     io::CheckpointReader reader(path, comm);
-    if (rank == 0) export_hf(reader, path, out, dtype);
+    if (rank != 0) return 0;
+    if (format == "peft") {
+      export_peft(reader, out);
+    } else if (merge_lora) {
+      const MergedLoraModel merged(reader);
+      export_hf(reader, path, out, dtype, &merged);
+    } else {
+      refuse_adapters(reader, format);
+      export_hf(reader, path, out, dtype, nullptr);
+    }
     return 0;
   }
   // Before anything is read: the output must not replace the checkpoint, a directory or a file
@@ -190,6 +229,7 @@ int export_command(const Args& args, MPI_Comm comm) {
   int rank = 0;
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank), "is the communicator valid?");
   if (rank != 0) return 0;
+  refuse_adapters(reader, format);
   const std::vector<io::NamedTensor> tensors = read_verified_model(reader);
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"source", path}};
   if (auto step = reader.int_attribute(schema::attr::step)) metadata[schema::attr::step] = std::to_string(*step);

@@ -4,8 +4,12 @@
 // INI of every [model] key with checkpoint.init_weights and data.tokenizer set (share/docs/usage.md,
 // Hugging Face models). Everything is checked before anything is written; the weights are read one
 // tensor at a time, so the model is never in memory twice.
+// With --adapter PEFT_DIR, a PEFT LoRA adapter (commands/adapter_import.hpp) is written beside the base
+// tensors and the INI gets its [lora] keys: a LoRA run started from the file continues that adapter
+// (share/docs/usage.md, LoRA adapters in and out).
 #include "checkpoint/attributes.hpp"
 #include "checkpoint/contents.hpp"
+#include "commands/adapter_import.hpp"
 #include "commands/commands.hpp"
 #include "core/command_line.hpp"
 #include "core/errors.hpp"
@@ -113,18 +117,23 @@ std::vector<float> read_values(io::HfWeightsReader& reader, const Source& s) {
   return values;
 }
 
+// Section `name` of an INI text, its header line included; empty when there is none.
+std::string ini_section(const std::string& ini, std::string_view name) {
+  const std::string header = fmt::format("[{}]\n", name);
+  const std::size_t begin = ini.rfind(header, 0) == 0 ? 0 : ini.find("\n" + header);
+  if (begin == std::string::npos) return "";
+  const std::size_t start = begin == 0 ? 0 : begin + 1;
+  const std::size_t end = ini.find("\n[", start);
+  return ini.substr(start, end == std::string::npos ? std::string::npos : end + 1 - start);
+}
+
 // The [model] section of a resolved config's INI: every key, but for a family without the llama keys
 // (gpt2) the keys at their defaults, among which are the llama keys, which a gpt2 run refuses even at
 // their defaults once given.
 std::string model_section(const Config& config) {
-  const auto section = [](const std::string& ini) {
-    const std::size_t begin = ini.find("[model]\n");
-    const std::size_t end = ini.find("\n[", begin);
-    return ini.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
-  };
-  const std::string ours = section(config.to_ini());
+  const std::string ours = ini_section(config.to_ini(), "model");
   if (family_shape(config.model.arch).llama_keys) return ours;
-  const std::string defaults = section(Config{}.to_ini());
+  const std::string defaults = ini_section(Config{}.to_ini(), "model");
   std::istringstream lines(ours);
   std::string out;
   for (std::string line; std::getline(lines, line);) {
@@ -137,14 +146,17 @@ std::string model_section(const Config& config) {
 
 int import_command(const Args& args, MPI_Comm comm) {
   namespace po = boost::program_options;
-  const std::string usage = "meshtrain import DIR --out WEIGHTS.h5 --ini MODEL.ini [--seq-len T]";
-  std::string out, ini;
+  const std::string usage = "meshtrain import DIR --out WEIGHTS.h5 --ini MODEL.ini [--seq-len T] [--adapter PEFT_DIR]";
+  std::string out, ini, adapter_dir;
   int seq_len = 0;
   po::options_description options("meshtrain import");
   options.add_options()("out", po::value(&out), "initial weights to write (HDF5, written as OUT.tmp, renamed)")(
       "ini", po::value(&ini), "the [model] keys, checkpoint.init_weights and data.tokenizer to write")(
       "seq-len", po::value(&seq_len),
-      "model.seq_len to train at (default: max_position_embeddings, at most 4096; gpt2 keeps that many position rows)");
+      "model.seq_len to train at (default: max_position_embeddings, at most 4096; gpt2 keeps that many position rows)")(
+      "adapter", po::value(&adapter_dir),
+      "a PEFT LoRA adapter directory of this model (adapter_config.json, adapter_model.safetensors): its tensors "
+      "written beside the base's, its [lora] keys into the INI");
   if (print_help_if_asked(args, options, usage)) return 0;
   if (args.empty() || args[0].rfind("--", 0) == 0) {
     input_error("expected a Hugging Face model directory DIR first (usage: {})", usage);
@@ -172,6 +184,14 @@ int import_command(const Args& args, MPI_Comm comm) {
   if (tokenizer) config.data.tokenizer = *tokenizer;
   const std::string origin = fmt::format("the model of {}", config_path);
   config = config_from_ini(config.to_ini(), origin);  // the trainer's validation of every key
+  std::optional<ImportedAdapter> adapter;
+  if (!adapter_dir.empty()) {
+    adapter = read_peft_adapter(adapter_dir, config.model);
+    config.model.lora = adapter->lora;
+    // A LoRA config names its base; this file is that base, as the INI below says.
+    config.checkpoint.init_weights = fs::absolute(out).lexically_normal().string();
+    config = config_from_ini(config.to_ini(), fmt::format("the adapter of {}", adapter->config_path));
+  }
   io::HfWeightsReader reader(dir.string());
   const io::SafetensorsTensor* tied_copy = nullptr;
   const std::vector<Source> sources = match_tensors(reader, imported.architecture, config.model, tied_copy);
@@ -181,6 +201,10 @@ int import_command(const Args& args, MPI_Comm comm) {
   std::vector<io::NamedPath> inputs = {{"config.json", config_path}, {"the weights", reader.source()}};
   if (tokenizer) inputs.push_back({"the tokenizer", *tokenizer});
   for (const auto& t : reader.tensors()) inputs.push_back({"a weights shard", reader.file_of(t.name)});
+  if (adapter) {
+    inputs.push_back({"the adapter's config", adapter->config_path});
+    inputs.push_back({"the adapter's weights", adapter->weights_path});
+  }
   io::require_safe_output(weights, inputs);
   inputs.push_back({"--out", out});
   io::require_safe_output(keys, inputs);
@@ -191,6 +215,9 @@ int import_command(const Args& args, MPI_Comm comm) {
   if (tokenizer) record = {*tokenizer, io::tokenizer_hash(read_regular_file(*tokenizer, "the tokenizer"))};
   std::vector<std::vector<std::uint64_t>> shapes;
   for (const Source& s : sources) shapes.push_back(s.tensor.shape);
+  if (adapter) {
+    for (const io::NamedTensor& t : adapter->tensors) shapes.push_back(t.shape);
+  }
   {
     io::CheckpointWriter writer(out, MPI_COMM_SELF, io::Transfer::independent,
                                 {io::CheckpointWriter::planned_bytes(shapes), true});
@@ -214,14 +241,27 @@ int import_command(const Args& args, MPI_Comm comm) {
                    values.data());
       parameters += values.size();
     }
+    std::uint64_t adapter_parameters = 0;
+    if (adapter) {
+      for (const io::NamedTensor& t : adapter->tensors) {
+        writer.write(io::TensorSlab::whole(io::schema::dataset(io::schema::model_group, t.name), t.shape),
+                     t.values.data());
+        adapter_parameters += t.values.size();
+      }
+    }
     writer.commit();
     fmt::print("imported {} tensors ({} parameters) of {} ({}) to {}\n", sources.size(), parameters, dir.string(),
                hf::architecture_name(imported.architecture), out);
+    if (adapter) {
+      fmt::print("imported the LoRA adapter of {} beside them: {} tensors ({} parameters), r = {} on {}\n", adapter_dir,
+                 adapter->tensors.size(), adapter_parameters, config.model.lora.rank, config.model.lora.targets);
+    }
   }
   // The keys a run needs to start from the weights: the model, where they are and whose ids the data has.
   std::string text =
       fmt::format("# meshtrain import {}: {}\n", dir.string(), hf::architecture_name(imported.architecture));
   text += model_section(config);
+  if (adapter) text += ini_section(config.to_ini(), "lora");
   text += fmt::format("[checkpoint]\ninit_weights = {}\n", fs::absolute(out).lexically_normal().string());
   if (tokenizer) text += fmt::format("[data]\ntokenizer = {}\n", *tokenizer);
   try {

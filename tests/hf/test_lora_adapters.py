@@ -1,0 +1,394 @@
+#!/usr/bin/python3
+"""LoRA adapters in and out of meshtrain (`import --adapter`, `export --format peft`, `export --format hf
+--merge-lora`) against the independent PyTorch LoRA of tests/oracle/lora_reference.py (PEFT's
+definitions) on small GQA llama models of tests/oracle/hf_reference.py.
+
+  RoundTrip   a PEFT adapter (B nonzero) on attention only, and on all linears under rsLoRA: the imported
+              file holds the base and the adapter tensors bitwise, the INI the [lora] keys; the PEFT export
+              gives the original tensors bitwise and its config fields; the merged Hugging Face export's
+              logits equal the reference's adapter model's (float64, 1e-5), its other tensors are the base's
+              bitwise; target_modules "all-linear" imports as every module
+  BaseIdentity  an adapter-only checkpoint as the trainer writes it (the contract of issue 28: adapters under
+              /model, lora_base and lora_base_hash, checkpoint.init_weights the base file): exported as PEFT and
+              merged from its base; lora_base_hash computed here from the spec (XXH64 written from its
+              definition, over sorted (name, checksum) pairs of the base tensors) must be what meshtrain
+              computes, adapters beside the base leave it unchanged, and a changed base is refused
+  Refusals    each adapter_config.json value this LoRA does not compute, a missing, extra or misshapen tensor,
+              and exports asked of files without adapters: exit 2 naming the key, tensor or file, nothing written
+
+usage: test_lora_adapters.py --meshtrain BIN --workdir DIR [-k PATTERN]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import unittest
+
+import h5py
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+import hf_reference  # noqa: E402
+import lora_reference  # noqa: E402
+import safetensors_io  # noqa: E402
+
+MESHTRAIN = WORKDIR = None
+
+# GQA (4 query heads over 2 key/value heads) with head_dim ≠ C/H and an MLP width of its own, so that
+# every adapter's in and out differ.
+CONFIG = {"vocab_size": 53, "hidden_size": 24, "intermediate_size": 36, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "tie_word_embeddings": False,
+          "max_position_embeddings": 32}
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+ALL_LINEAR = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
+
+
+def run(args):
+    return subprocess.run([MESHTRAIN] + [str(a) for a in args], capture_output=True, text=True, timeout=120)
+
+
+def h5_model(path):
+    with h5py.File(path, "r") as f:
+        return {name: f["model"][name][()] for name in f["model"]}
+
+
+def meshtrain_adapter_name(peft_name):
+    """This test's own map: PEFT's base_model.model.model.<path> is meshtrain's <path>."""
+    return peft_name.removeprefix("base_model.model.model.")
+
+
+# XXH64, written from its specification (github.com/Cyan4973/xxHash, doc/xxhash_spec.md), for the base
+# identity: meshtrain's C++ uses the xxhash library.
+P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
+                      0x27D4EB2F165667C5)
+MASK = (1 << 64) - 1
+
+
+def rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & MASK
+
+
+def xxh64_round(acc, lane):
+    return (rotl((acc + lane * P2) & MASK, 31) * P1) & MASK
+
+
+def xxh64(data, seed=0):
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + P1 + P2) & MASK, (seed + P2) & MASK, seed, (seed - P1) & MASK]
+        while i + 32 <= n:
+            v = [xxh64_round(v[j], struct.unpack_from("<Q", data, i + 8 * j)[0]) for j in range(4)]
+            i += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & MASK
+        for lane in v:
+            h = ((h ^ xxh64_round(0, lane)) * P1 + P4) & MASK
+    else:
+        h = (seed + P5) & MASK
+    h = (h + n) & MASK
+    while i + 8 <= n:
+        h = (rotl(h ^ xxh64_round(0, struct.unpack_from("<Q", data, i)[0]), 27) * P1 + P4) & MASK
+        i += 8
+    if i + 4 <= n:
+        h = (rotl(h ^ (struct.unpack_from("<I", data, i)[0] * P1 & MASK), 23) * P2 + P3) & MASK
+        i += 4
+    while i < n:
+        h = (rotl(h ^ (data[i] * P5 & MASK), 11) * P1) & MASK
+        i += 1
+    h = ((h ^ (h >> 33)) * P2) & MASK
+    h = ((h ^ (h >> 29)) * P3) & MASK
+    return h ^ (h >> 32)
+
+
+def base_identity(path):
+    """The base identity as share/docs/usage.md states it: XXH64 over the sorted base tensors' names, each
+    with its terminating zero byte, and their stored checksums as 8 little-endian bytes."""
+    data = b""
+    with h5py.File(path, "r") as f:
+        for name in sorted(f["model"]):
+            if ".lora_A." in name or ".lora_B." in name:
+                continue
+            data += name.encode() + b"\0" + struct.pack("<Q", int(f["model"][name].attrs["checksum"]))
+    return f"{xxh64(data):016x}"
+
+
+class LoraCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = os.path.join(WORKDIR, self.id().split(".")[-1])
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def base_dir(self, name="hf", seed=3):
+        hf_reference.write_hf_dir(self.path(name), "llama", CONFIG, seed=seed, std=0.1)
+        return self.path(name)
+
+    def adapter(self, base, targets, r, alpha, name="adapter", dropout=0.0, rslora=False, config=None):
+        """A PEFT adapter of `base` written by the reference, B drawn nonzero."""
+        model = lora_reference.apply_lora(hf_reference.load_hf_dir(base), targets, r, alpha, dropout, rslora,
+                                          seed=7, b_std=0.05)
+        cfg, tensors = lora_reference.write_peft_adapter(model, self.path(name),
+                                                         {"base_model_name_or_path": base, **(config or {})})
+        return self.path(name), cfg, tensors
+
+    def import_adapter(self, base, adapter, stem="w"):
+        p = run(["import", base, "--adapter", adapter, "--out", self.path(stem + ".h5"), "--ini",
+                 self.path(stem + ".ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return self.path(stem + ".h5"), self.path(stem + ".ini")
+
+    def export(self, *args):
+        p = run(["export", *args])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def assert_refused(self, p, *needles):
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        for needle in needles:
+            self.assertIn(needle, p.stderr, f"the message should name {needle!r}")
+        for marker in ("Traceback", "terminate called", "Segmentation fault", "HDF5-DIAG"):
+            self.assertNotIn(marker, p.stderr)
+
+    def assert_same_adapter(self, exported, cfg, tensors, base_file):
+        got_cfg, got = lora_reference.read_peft_adapter(exported)
+        self.assertEqual(sorted(got), sorted(tensors))
+        for name, t in tensors.items():
+            self.assertEqual(got[name].dtype, torch.float32, name)
+            self.assertEqual(got[name].numpy().tobytes(), t.numpy().tobytes(), name)
+        for key in ("r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "bias", "fan_in_fan_out",
+                    "peft_type", "task_type", "use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
+                    "inference_mode", "init_lora_weights", "layers_to_transform"):
+            self.assertEqual(got_cfg[key], cfg[key], f"adapter_config.json {key}")
+        self.assertEqual(got_cfg["base_model_name_or_path"], os.path.abspath(base_file))
+
+    def assert_merged_logits(self, merged_dir, base, adapter, base_tensors):
+        """The merged export against the reference's adapter model on the same tokens."""
+        tokens = torch.from_numpy(np.random.default_rng(2).integers(0, CONFIG["vocab_size"], (2, 13)))
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        # Inference: the adapter model in eval mode, its lora_dropout the identity.
+        adapted = lora_reference.load_peft_adapter(hf_reference.load_hf_dir(base), adapter).eval()
+        want = hf_reference.forward_loss(adapted, inputs, targets)["logits"]
+        got = hf_reference.forward_loss(hf_reference.load_hf_dir(merged_dir), inputs, targets)["logits"]
+        base_only = hf_reference.forward_loss(hf_reference.load_hf_dir(base), inputs, targets)["logits"]
+        self.assertGreater(float((want - base_only).abs().max()), 1e-3, "the adapter should change the logits")
+        self.assertLess(float((got - want).abs().max()), 1e-5)
+        merged = safetensors_io.read_weights(merged_dir)
+        self.assertEqual(sorted(merged), sorted(base_tensors))
+        _, adapted = lora_reference.read_peft_adapter(adapter)
+        for name, t in base_tensors.items():
+            lora_a = "base_model.model." + name.removesuffix(".weight") + ".lora_A.weight"
+            if lora_a not in adapted:
+                self.assertEqual(merged[name].numpy().tobytes(), t.numpy().tobytes(), name)
+
+
+class RoundTrip(LoraCase):
+    def check(self, targets, r, alpha, dropout=0.0, rslora=False):
+        base = self.base_dir()
+        base_tensors = safetensors_io.read_weights(base)
+        adapter, cfg, tensors = self.adapter(base, targets, r, alpha, dropout=dropout, rslora=rslora)
+        weights, ini = self.import_adapter(base, adapter)
+
+        held = h5_model(weights)
+        names = {hf_reference_name.removeprefix("model."): t for hf_reference_name, t in base_tensors.items()}
+        names.update({meshtrain_adapter_name(n): t for n, t in tensors.items()})
+        self.assertEqual(sorted(held), sorted(names))
+        for name, t in names.items():
+            self.assertEqual(held[name].tobytes(), t.numpy().astype(np.float32).tobytes(), name)
+        text = open(ini).read()
+        lora = text[text.index("[lora]\n"):].split("\n[")[0] + "\n"
+        self.assertIn(f"rank = {r}\n", lora)
+        self.assertIn(f"targets = {','.join(t for t in ALL_LINEAR if t in targets)}\n", lora)
+        self.assertIn(f"rslora = {'true' if rslora else 'false'}\n", lora)
+        self.assertEqual(float(lora.split("alpha = ")[1].split("\n")[0]), alpha)
+        self.assertEqual(float(lora.split("dropout = ")[1].split("\n")[0]), dropout)
+        self.assertIn(f"init_weights = {os.path.abspath(weights)}", text)
+
+        self.export(weights, "--format", "peft", "--out", self.path("peft"))
+        self.assert_same_adapter(self.path("peft"), cfg, tensors, weights)
+        self.export(weights, "--format", "hf", "--merge-lora", "--out", self.path("merged"))
+        self.assert_merged_logits(self.path("merged"), base, adapter, base_tensors)
+
+    def test_attention_only(self):
+        self.check(ATTENTION, r=4, alpha=8, dropout=0.1)
+
+    def test_all_linear_rslora(self):
+        self.check(ALL_LINEAR, r=3, alpha=5.5, rslora=True)
+
+    def test_all_linear_by_name(self):
+        base = self.base_dir()
+        adapter, _, _ = self.adapter(base, ALL_LINEAR, 2, 4, config={"target_modules": "all-linear"})
+        _, ini = self.import_adapter(base, adapter)
+        self.assertIn(f"targets = {','.join(ALL_LINEAR)}\n", open(ini).read())
+
+
+class BaseIdentity(LoraCase):
+    def test_xxh64_against_known_values(self):
+        # Known values (the specification's and the reference implementation's), so that a faulty
+        # transcription above cannot pass for meshtrain's error.
+        self.assertEqual(xxh64(b""), 0xEF46DB3751D8E999)
+        self.assertEqual(xxh64(b"a"), 0xD24EC4F1A98C6E5B)
+        self.assertEqual(xxh64(b"abc"), 0x44BC2CF5AD770999)
+        # Stripes, 8- and 4-byte lanes and single bytes at once (the value of the reference implementation).
+        self.assertEqual(xxh64(b"0123456789abcdef" * 3 + b"XYZ12"), 0x4B0DA477B3EAD278)
+
+    def adapter_only(self, base_file, with_adapters, out, identity):
+        """A LoRA training checkpoint as issue 28's contract has the trainer write it: the adapters under
+        /model (copied with their checksums), the stored config's init_weights the base file."""
+        with h5py.File(with_adapters, "r") as src, h5py.File(out, "w") as dst:
+            for key, value in src.attrs.items():
+                dst.attrs[key] = value
+            config = src.attrs["config"]
+            config = config.decode() if isinstance(config, bytes) else config
+            lines = [f"init_weights = {base_file}" if line.startswith("init_weights =") else line
+                     for line in config.splitlines()]
+            dst.attrs["config"] = "\n".join(lines) + "\n"
+            dst.attrs["lora_base"] = base_file
+            dst.attrs["lora_base_hash"] = identity
+            group = dst.create_group("model")
+            for name in src["model"]:
+                if ".lora_" in name:
+                    src.copy(src["model"][name], group, name)
+        return out
+
+    def test_adapter_only_checkpoint(self):
+        base = self.base_dir()
+        adapter, cfg, tensors = self.adapter(base, ["q_proj", "v_proj", "down_proj"], 4, 16)
+        with_adapters, _ = self.import_adapter(base, adapter)
+        p = run(["import", base, "--out", self.path("base.h5"), "--ini", self.path("base.ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        base_file = self.path("base.h5")
+        self.assertEqual(base_identity(with_adapters), base_identity(base_file), "adapters must not count")
+
+        # The base's identity as computed here: meshtrain must agree to merge, from either base file.
+        for name, base_path in (("ck", base_file), ("ck_on_import", with_adapters)):
+            ck = self.adapter_only(base_path, with_adapters, self.path(name + ".h5"), base_identity(base_path))
+            self.export(ck, "--format", "peft", "--out", self.path(name + "_peft"))
+            self.assert_same_adapter(self.path(name + "_peft"), cfg, tensors, base_path)
+            self.export(ck, "--format", "hf", "--merge-lora", "--out", self.path(name + "_merged"))
+            self.assert_merged_logits(self.path(name + "_merged"), base, adapter, safetensors_io.read_weights(base))
+
+        # Another identity recorded, or another base where the recorded one was: refused, nothing written.
+        ck = self.adapter_only(base_file, with_adapters, self.path("wrong.h5"), "0123456789abcdef")
+        self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
+                            "lora_base_hash", base_file)
+        other = self.base_dir("other", seed=4)
+        p = run(["import", other, "--out", self.path("other.h5"), "--ini", self.path("other.ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        ck = self.adapter_only(base_file, with_adapters, self.path("moved.h5"), base_identity(base_file))
+        shutil.copyfile(self.path("other.h5"), base_file)
+        self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
+                            "lora_base_hash", base_identity(self.path("other.h5")))
+        shutil.copyfile(self.path("other.h5"), base_file)
+        with h5py.File(base_file, "r+") as f:  # a base without checksums has no identity
+            for name in f["model"]:
+                del f["model"][name].attrs["checksum"]
+        self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
+                            "carries no checksum", base_file)
+        os.remove(base_file)
+        self.assert_refused(run(["export", ck, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
+                            "init_weights", base_file)
+        self.assertFalse(os.path.exists(self.path("no")), "refused exports wrote output")
+
+
+class Refusals(LoraCase):
+    def setUp(self):
+        super().setUp()
+        self.base = self.base_dir()
+        self.good, self.cfg, self.tensors = self.adapter(self.base, ["q_proj", "v_proj"], 4, 8)
+
+    def variant(self, config=None, tensors=None):
+        """A copy of the good adapter with config keys or tensors replaced."""
+        out = self.path("variant")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        safetensors_io.write_json(os.path.join(out, "adapter_config.json"), {**self.cfg, **(config or {})})
+        safetensors_io.write_safetensors(os.path.join(out, "adapter_model.safetensors"),
+                                         tensors if tensors is not None else self.tensors, {"format": "pt"})
+        return out
+
+    def refused(self, adapter, *needles):
+        p = run(["import", self.base, "--adapter", adapter, "--out", self.path("w.h5"), "--ini", self.path("w.ini")])
+        written = [name for name in ("w.h5", "w.ini") if os.path.exists(self.path(name))]
+        for name in written:  # so that the next case is judged on its own
+            os.remove(self.path(name))
+        self.assert_refused(p, *needles)
+        self.assertEqual(written, [], "files written")
+
+    def test_config_values(self):
+        self.import_adapter(self.base, self.variant(), "control")  # the unchanged copy imports
+        for key, value in (("use_dora", True), ("bias", "lora_only"), ("rank_pattern", {"q_proj": 2}),
+                           ("alpha_pattern", {"v_proj": 4}), ("modules_to_save", ["lm_head"]),
+                           ("layers_to_transform", [0]), ("fan_in_fan_out", True), ("peft_type", "PREFIX_TUNING"),
+                           ("task_type", "SEQ_CLS")):
+            with self.subTest(key=key):
+                self.refused(self.variant({key: value}), key, "adapter_config.json")
+        self.refused(self.variant({"target_modules": ["q_proj", "lm_head"]}), "lm_head", "target_modules")
+        self.refused(self.variant({"target_modules": ".*proj"}), "target_modules", "regular expression")
+        self.refused(self.variant({"r": 0}), "r = 0", "adapter_config.json")
+
+    def test_family_without_lora(self):
+        gpt2 = self.path("gpt2")
+        hf_reference.write_hf_dir(gpt2, "gpt2", {"vocab_size": 57, "n_embd": 24, "n_head": 3, "n_layer": 2,
+                                                 "n_positions": 32}, seed=3, std=0.1)
+        model = lora_reference.apply_lora(hf_reference.load_hf_dir(gpt2), ["c_attn"], 2, 4, b_std=0.05)
+        lora_reference.write_peft_adapter(model, self.path("gpt2_adapter"))
+        self.base = gpt2
+        self.refused(self.path("gpt2_adapter"), "--adapter", "llama-family")
+
+    def test_tensors(self):
+        missing = dict(self.tensors)
+        gone = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"
+        del missing[gone]
+        self.refused(self.variant(tensors=missing), gone, "adapter_model.safetensors")
+        extra = {**self.tensors, "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight": torch.zeros(4, 24)}
+        self.refused(self.variant(tensors=extra), "layers.0.self_attn.k_proj.lora_A.weight")
+        misshapen = {**self.tensors, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(32, 5)}
+        self.refused(self.variant(tensors=misshapen), "layers.0.self_attn.q_proj.lora_B.weight", "[32, 4]")
+        self.refused(self.variant({"r": 5}), "lora_A.weight", "r = 5")
+        unnamed = {n.replace(".lora_A.weight", ".lora_A.default.weight"): t for n, t in self.tensors.items()}
+        self.refused(self.variant(tensors=unnamed), "lora_A.default.weight")
+        damaged = {**self.tensors, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight":
+                   torch.full((32, 4), float("nan"))}
+        self.refused(self.variant(tensors=damaged), "non-finite")
+
+    def test_exports_without_adapters(self):
+        p = run(["import", self.base, "--out", self.path("base.h5"), "--ini", self.path("base.ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assert_refused(run(["export", self.path("base.h5"), "--format", "peft", "--out", self.path("no")]),
+                            "holds no LoRA adapters", "base.h5")
+        self.assert_refused(run(["export", self.path("base.h5"), "--format", "hf", "--merge-lora", "--out",
+                                 self.path("no")]), "holds no LoRA adapters", "--merge-lora")
+        with_adapters, _ = self.import_adapter(self.base, self.good)
+        for fmt in ("hf", "safetensors"):
+            out = self.path("no" if fmt == "hf" else "no.safetensors")
+            self.assert_refused(run(["export", with_adapters, "--format", fmt, "--out", out]), "--merge-lora",
+                                "--format peft")
+        self.assert_refused(run(["export", with_adapters, "--format", "peft", "--merge-lora", "--out",
+                                 self.path("no")]), "--merge-lora")
+        self.assertFalse(os.path.exists(self.path("no")) or os.path.exists(self.path("no.safetensors")))
+
+
+def main():
+    global MESHTRAIN, WORKDIR
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--meshtrain", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("-k", dest="pattern")
+    args = ap.parse_args()
+    MESHTRAIN, WORKDIR = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir)
+    suite = unittest.TestSuite()
+    for case in (RoundTrip, BaseIdentity, Refusals):
+        for test in unittest.TestLoader().loadTestsFromTestCase(case):
+            if args.pattern is None or args.pattern in test.id():
+                suite.addTest(test)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
