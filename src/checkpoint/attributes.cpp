@@ -1,6 +1,7 @@
 // A checkpoint's root attributes written and read back checked (checkpoint/attributes.hpp).
 #include "checkpoint/attributes.hpp"
 
+#include "checkpoint/base_identity.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
 #include "io/checkpoint/file.hpp"
@@ -43,6 +44,25 @@ void require_same_model(const Config& stored, const Config& wanted, const std::s
   check("model.d_model", a.d_model, b.d_model);
   check("model.vocab", a.vocab, b.vocab);
   check("model.seq_len", a.seq_len, b.seq_len);
+}
+
+// LoRA: adapters resume only onto the base they were trained on (checkpoint.init_weights as it is now).
+void require_same_lora_base(const io::CheckpointReader& reader, const Config& config, const std::string& path) {
+  if (!config.model.lora.enabled()) return;
+  const auto recorded = reader.string_attribute(attr::lora_base_hash);
+  if (!recorded) {
+    input_error("checkpoint '{}' records no {}: it holds no LoRA adapters, and lora.rank = {} resumes only "
+                "adapter checkpoints",
+                path, attr::lora_base_hash, config.model.lora.rank);
+  }
+  const std::string now = base_model_hash(config.checkpoint.init_weights);
+  if (*recorded != now) {
+    input_error(
+        "checkpoint '{}' holds LoRA adapters trained on a base of {} {} ({} = '{}'), but checkpoint.init_weights = "
+        "'{}' is now {}: adapters apply only to the weights they were trained on",
+        path, attr::lora_base_hash, *recorded, attr::lora_base,
+        reader.string_attribute(attr::lora_base).value_or("?"), config.checkpoint.init_weights, now);
+  }
 }
 
 Config parse_stored_config(const std::string& text, const std::string& path) {
@@ -137,6 +157,7 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
     input_error("checkpoint '{}': {} = {} is negative", path, attr::samples_seen, progress.samples);
   }
   read_loss_scale(reader, path, progress);
+  require_same_lora_base(reader, config, path);
   return progress;
 }
 

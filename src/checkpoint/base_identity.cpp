@@ -2,6 +2,7 @@
 #include "checkpoint/base_identity.hpp"
 
 #include "core/errors.hpp"
+#include "core/lora_targets.hpp"
 #include "io/checkpoint/file.hpp"
 #include "io/checkpoint/schema.hpp"
 
@@ -15,10 +16,6 @@
 
 namespace meshtrain {
 
-bool is_adapter_tensor(std::string_view name) {
-  return name.find(".lora_A.") != std::string_view::npos || name.find(".lora_B.") != std::string_view::npos;
-}
-
 std::string base_model_hash(const std::string& path) {
   const io::CheckpointReader reader(path, MPI_COMM_SELF);
   return base_model_hash(reader);
@@ -30,7 +27,7 @@ std::string base_model_hash(const io::CheckpointReader& reader) {
   std::size_t count = 0;
   // datasets() is sorted, so the hash does not depend on the order the file was written in.
   for (const std::string& name : io::schema::model_tensors(reader)) {
-    if (is_adapter_tensor(name)) continue;
+    if (is_lora_tensor_name(name)) continue;
     const std::string dataset = io::schema::dataset(io::schema::model_group, name);
     const std::optional<std::uint64_t> checksum = reader.checksum(dataset);
     if (!checksum) {

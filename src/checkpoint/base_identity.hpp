@@ -15,10 +15,6 @@ namespace io {
 class CheckpointReader;
 }
 
-// Whether a checkpoint tensor is a LoRA adapter's (`layers.0.self_attn.q_proj.lora_A.weight`) rather
-// than a base tensor.
-bool is_adapter_tensor(std::string_view name);
-
 // XXH64 (16 hex digits) over the sorted (name, stored checksum) pairs of the /model tensors of the
 // file at `path` that are not adapter tensors. Adapters beside the base (an `import --adapter` file)
 // leave it unchanged. InputError naming the file when it cannot be read, holds no base tensor, or a

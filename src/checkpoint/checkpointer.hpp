@@ -78,10 +78,10 @@ class Checkpointer {
   // checkpoint of another tokenizer is refused as load() refuses it.
   void load_weights(const std::string& path, StateSource& weights);
   void load_weights(const std::string& path, Vec<float> weights);
-  // LoRA: the frozen base's weights from `path` (checkpoint.init_weights) into a whole flat buffer of
+  // LoRA: the frozen base's weights from `path` (checkpoint.init_weights) into `weights`, a source of
   // `base` (the model's layout of this rank, beside the adapters' this checkpointer saves), checked as
   // load_weights checks them; adapter tensors beside them in the file are left alone.
-  void load_base_weights(const std::string& path, const ParameterLayout& base, Vec<float> weights);
+  void load_base_weights(const std::string& path, const ParameterLayout& base, StateSource& weights);
   // Whether the /model group of `path` holds any LoRA adapter tensor (an init_weights file with a PEFT
   // adapter imported: training then starts from those adapters). Collective.
   bool holds_adapters(const std::string& path);

@@ -142,15 +142,15 @@ void Checkpointer::require_run_tokenizer(const io::CheckpointReader& reader, con
 }
 
 void Checkpointer::load_weights(const std::string& path, Vec<float> weights) {
-  load_base_weights(path, layout_, weights);
+  // A model that owns its weights holds them whole, as one rank of its own.
+  const ShardMap whole(layout_, 1, 0);
+  CheckpointStaging staging(layout_);
+  StateSlices source(StatePlace<float>{&whole, Held::whole, weights.data(), nullptr}, staging);
+  load_weights(path, source);
 }
 
-void Checkpointer::load_base_weights(const std::string& path, const ParameterLayout& base, Vec<float> weights) {
-  // A model that owns its weights holds them whole, as one rank of its own.
-  const ShardMap whole(base, 1, 0);
-  CheckpointStaging staging(base);
-  StateSlices source(StatePlace<float>{&whole, Held::whole, weights.data(), nullptr}, staging);
-  load_weights_of(base, path, source);
+void Checkpointer::load_base_weights(const std::string& path, const ParameterLayout& base, StateSource& weights) {
+  load_weights_of(base, path, weights);
 }
 
 bool Checkpointer::holds_adapters(const std::string& path) {

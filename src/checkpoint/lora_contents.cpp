@@ -21,12 +21,6 @@ namespace schema = io::schema;
 
 using Shapes = std::map<std::string, std::vector<std::uint64_t>>;
 
-// "layers.0.self_attn.q_proj.weight" -> "q_proj": the module a weight belongs to, as PEFT matches it.
-std::string module_of(const std::string& weight) {
-  const std::string stem = weight.substr(0, weight.size() - std::string_view(".weight").size());
-  return stem.substr(stem.rfind('.') + 1);
-}
-
 // `held` must be exactly `wanted`, by name and shape: InputError naming the file and the first
 // dataset that is extra, missing or of another shape.
 void require_exactly(const io::CheckpointReader& reader, const Shapes& held, const std::vector<ModelTensor>& wanted,
@@ -57,7 +51,7 @@ void require_exactly(const io::CheckpointReader& reader, const Shapes& held, con
 std::pair<Shapes, Shapes> held_tensors(const io::CheckpointReader& reader) {
   Shapes adapters, others;
   for (const std::string& name : schema::model_tensors(reader)) {
-    (is_adapter_tensor(name) ? adapters : others)[name] = reader.shape(schema::dataset(schema::model_group, name));
+    (is_lora_tensor_name(name) ? adapters : others)[name] = reader.shape(schema::dataset(schema::model_group, name));
   }
   return {adapters, others};
 }
@@ -65,15 +59,16 @@ std::pair<Shapes, Shapes> held_tensors(const io::CheckpointReader& reader) {
 }  // namespace
 
 std::vector<AdaptedWeight> adapted_weights(const ModelConfig& model) {
-  const std::vector<std::string> targets = lora_target_names(model);
-  const auto r = static_cast<std::uint64_t>(model.lora.rank);
+  // The adapters as the model's adapter layout lists them (model/lora_adapters.hpp), A before B of each
+  // module, each beside the base weight it adapts ("<path>.lora_A.weight" adapts "<path>.weight").
+  std::map<std::string, ModelTensor> base;
+  for (ModelTensor& t : model_tensors(model)) base.emplace(t.name, std::move(t));
+  const std::vector<ModelTensor> adapters = model_tensors(model, LayoutContent::adapters);
   std::vector<AdaptedWeight> adapted;
-  // The block's linear weights are the base layout's "layers.{l}.<path>.<module>.weight" tensors.
-  for (const ModelTensor& t : model_tensors(model)) {
-    if (!t.name.starts_with("layers.") || !t.name.ends_with(".weight") || t.shape.size() != 2) continue;
-    if (!lora_targets_module(targets, module_of(t.name))) continue;
-    const std::string stem = t.name.substr(0, t.name.size() - std::string_view(".weight").size());
-    adapted.push_back({t, {stem + ".lora_A.weight", {r, t.shape[1]}}, {stem + ".lora_B.weight", {t.shape[0], r}}});
+  for (std::size_t k = 0; k + 1 < adapters.size(); k += 2) {
+    const std::string& a = adapters[k].name;
+    const std::string path = a.substr(0, a.size() - std::string_view(".lora_A.weight").size());
+    adapted.push_back({base.at(path + ".weight"), adapters[k], adapters[k + 1]});
   }
   return adapted;
 }

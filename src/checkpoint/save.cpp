@@ -1,5 +1,6 @@
 // Checkpointer: saving training state, synchronously or in the background (loading is
 // checkpoint/load.cpp, choosing what to resume checkpoint/resume.cpp).
+#include "checkpoint/base_identity.hpp"
 #include "checkpoint/checkpointer.hpp"
 
 #include "checkpoint/plan.hpp"
@@ -177,6 +178,10 @@ double Checkpointer::save(const TrainingTensors& state, const TrainingProgress& 
   agree_on_directory(config_.checkpoint.dir, comm_, target.expected.bytes);
   std::vector<PlannedPiece> plan = plan_pieces(layout_, {&state.weights, &state.exp_avg, &state.exp_avg_sq});
   Attributes attributes = root_attributes(config_, comm_, progress, tokenizer_.value_or(TokenizerRecord{}));
+  if (layout_.content() == LayoutContent::adapters) {  // LoRA: the frozen base the adapters were trained on
+    attributes.emplace_back(io::schema::attr::lora_base, config_.checkpoint.init_weights);
+    attributes.emplace_back(io::schema::attr::lora_base_hash, base_model_hash(config_.checkpoint.init_weights));
+  }
   if (!background || !threads_) {
     std::function<const float*(std::size_t)> data = [&](std::size_t k) {
       return plan[k].source->saved_data(*plan[k].tensor);

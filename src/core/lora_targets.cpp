@@ -74,6 +74,10 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
   return targets;
 }
 
+bool is_lora_tensor_name(std::string_view name) {
+  return name.find(".lora_A.") != std::string_view::npos || name.find(".lora_B.") != std::string_view::npos;
+}
+
 bool lora_targets_module(const std::vector<std::string>& targets, const std::string& module) {
   return std::find(targets.begin(), targets.end(), module) != targets.end();
 }

@@ -6,6 +6,7 @@
 #include "core/config.hpp"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshtrain {
@@ -22,6 +23,10 @@ const std::vector<std::string>& lora_module_names(Arch arch);
 // adaptable one). InputError naming lora.targets for an empty list, a name the family has not, or a
 // module LoRA cannot adapt here (with what can be).
 std::vector<std::string> lora_target_names(const ModelConfig& model);
+
+// Whether a checkpoint tensor is a LoRA adapter's (`layers.0.self_attn.q_proj.lora_A.weight`) rather than
+// one of the model's own.
+bool is_lora_tensor_name(std::string_view name);
 
 // Whether `module` (one of lora_module_names) is among the resolved targets.
 bool lora_targets_module(const std::vector<std::string>& targets, const std::string& module);

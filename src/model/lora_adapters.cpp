@@ -25,10 +25,6 @@ std::string lora_b_name(int block, const LoraModule& module) {
   return fmt::format("layers.{}.{}.lora_B.weight", block, module.path);
 }
 
-bool is_lora_tensor_name(const std::string& name) {
-  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-}
-
 // One unit per block (ZeRO gathers and reduces the adapters block by block, as the model's tensors);
 // within it the targeted modules in order, A before B.
 void list_family_adapters(ParameterLayout& layout) {

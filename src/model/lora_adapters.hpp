@@ -32,8 +32,6 @@ std::vector<LoraModule> lora_modules(const ModelConfig& model);
 // The adapter tensors' names.
 std::string lora_a_name(int block, const LoraModule& module);
 std::string lora_b_name(int block, const LoraModule& module);
-// Whether a checkpoint tensor name is an adapter's.
-bool is_lora_tensor_name(const std::string& name);
 
 // One module's adapter on this rank: A (r, in_l), B (out_l, r) and their gradients; all empty where the
 // module is not adapted.

@@ -6,11 +6,10 @@
 #pragma once
 
 #include "core/memory_ledger.hpp"
-#include "kernels/convert.hpp"
 #include "model/parameter_store.hpp"
+#include "state/frozen_source.hpp"
 
 #include <functional>
-#include <type_traits>
 
 namespace meshtrain {
 
@@ -31,18 +30,11 @@ class FrozenBase final : public ParameterStore<Real> {
   const ParameterLayout* frozen_layout() const override { return &base_; }
   Real* frozen_weight(const TensorInfo& t) override { return weights_.data() + t.offset; }
 
-  // The base's weights: `read` fills an fp32 flat buffer of frozen_layout() (a checkpoint's /model),
-  // which is rounded into Real (under fp32 it reads in place).
-  void load(const std::function<void(Vec<float>)>& read) {
-    const Vec<Real> whole = slice(weights_, 0, weights_.extent(0));
-    if constexpr (std::is_same_v<Real, float>) {
-      read(whole);
-    } else {
-      Buffer<float> staging("meshtrain::lora::frozen_base_staging", base_.total());
-      read(slice(staging, 0, staging.extent(0)));
-      convert<Real, float>(space_, whole, CVec<float>(slice(staging, 0, staging.extent(0))), long(base_.total()));
-      space_.fence();
-    }
+  // The base's weights: `read` loads a checkpoint's /model tensors of frozen_layout() into the source it
+  // is given (state/frozen_source.hpp), tensor by tensor into Real; `replicas` hold the same copy.
+  void load(const std::function<void(StateSource&)>& read, const UnitGroups& replicas) {
+    FrozenWeightsSource<Real> source(space_, base_, weights_.data(), replicas);
+    read(source);
   }
 
   // The frozen weights count as the model's weights.

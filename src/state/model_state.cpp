@@ -55,6 +55,8 @@ class ModelOn final : public Computation {
   ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, const StateGroups& groups,
           StagePlace place, const PipelineParts& pipeline)
       : space_(space),
+        replicas_(UnitGroups{group_size(groups.dp), group_rank(groups.dp), group_size(&expert_data_parallel(groups)),
+                             group_rank(&expert_data_parallel(groups))}),
         copy_(space, fp32),
         frozen_(frozen_base(space, cfg, groups, place, copy_)),
         model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, groups.tp, place,
@@ -99,9 +101,9 @@ class ModelOn final : public Computation {
   }
   void publish() override { copy_.publish(); }
   const ParameterLayout* frozen_layout() const override { return frozen_ ? frozen_->frozen_layout() : nullptr; }
-  void load_frozen_base(const std::function<void(const ParameterLayout&, Vec<float>)>& read) override {
+  void load_frozen_base(const std::function<void(const ParameterLayout&, StateSource&)>& read) override {
     if (!frozen_) throw std::logic_error("ModelState::load_frozen_base without LoRA");
-    frozen_->load([&](Vec<float> weights) { read(*frozen_->frozen_layout(), weights); });
+    frozen_->load([&](StateSource& weights) { read(*frozen_->frozen_layout(), weights); }, replicas_);
   }
   void poison_next_gradient() override {
     const ParameterLayout& layout = copy_.layout();
@@ -143,6 +145,7 @@ class ModelOn final : public Computation {
   }
 
   ExecSpace space_;
+  UnitGroups replicas_;  // the data-parallel groups, which hold the same frozen base
   WorkingCopy<Real> copy_;
   std::optional<FrozenBase<Real>> frozen_;
   std::unique_ptr<LanguageModel<Real>> model_;

@@ -63,10 +63,10 @@ class Computation {
   virtual void evaluate_pipeline(BatchLoader& loader, int micro_batches, const LossSum& sum) = 0;
   // The master weights changed: the model's weights agree with them on return.
   virtual void publish() = 0;
-  // LoRA: the frozen base's layout (null without LoRA), and its weights from `read`, which fills an fp32
-  // flat buffer of that layout.
+  // LoRA: the frozen base's layout (null without LoRA), and its weights from `read`, which loads a
+  // checkpoint's tensors of that layout into the source it is given.
   virtual const ParameterLayout* frozen_layout() const = 0;
-  virtual void load_frozen_base(const std::function<void(const ParameterLayout&, Vec<float>)>& read) = 0;
+  virtual void load_frozen_base(const std::function<void(const ParameterLayout&, StateSource&)>& read) = 0;
   // Test-only (injected fault nan_gradient): the next backward pass turns the first element of this
   // rank's first counted gradient tensor into NaN before the data-parallel reduction hears of it.
   virtual void poison_next_gradient() = 0;
@@ -89,7 +89,7 @@ class ModelState {
   const ParameterLayout& layout() const { return optimizer_.layout(); }
   // LoRA: the frozen base's layout (null without LoRA) and its weights from `read` (see Computation).
   const ParameterLayout* frozen_layout() const { return compute_->frozen_layout(); }
-  void load_frozen_base(const std::function<void(const ParameterLayout&, Vec<float>)>& read) {
+  void load_frozen_base(const std::function<void(const ParameterLayout&, StateSource&)>& read) {
     compute_->load_frozen_base(read);
   }
   MemoryBytes memory() const { return optimizer_.memory() + compute_->memory(); }

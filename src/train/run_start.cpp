@@ -1,6 +1,7 @@
 // Resuming a run: the checkpoint candidates in turn, or initial weights, or a fresh start.
 #include "train/run_start.hpp"
 
+#include "checkpoint/base_identity.hpp"
 #include "checkpoint/dir_checks.hpp"
 #include "checkpoint/tokenizer_identity.hpp"
 #include "core/agreement.hpp"
@@ -71,10 +72,12 @@ RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer,
     if (state.frozen_layout() != nullptr) {
       // LoRA: the frozen base from init_weights, resumed or not; the adapters from a checkpoint, from
       // init_weights where it holds them (a PEFT adapter imported), or fresh.
-      state.load_frozen_base([&](const ParameterLayout& base, Vec<float> weights) {
+      state.load_frozen_base([&](const ParameterLayout& base, StateSource& weights) {
         checkpointer.load_base_weights(cfg.checkpoint.init_weights, base, weights);
       });
-      if (leader) fmt::print("frozen base weights from {}\n", cfg.checkpoint.init_weights);
+      // Saves record the base's identity: a base without it (no checksums) is refused now, not at the first save.
+      const std::string base_hash = base_model_hash(cfg.checkpoint.init_weights);
+      if (leader) fmt::print("frozen base weights from {} (identity {})\n", cfg.checkpoint.init_weights, base_hash);
       fresh = candidates.empty() && !checkpointer.holds_adapters(cfg.checkpoint.init_weights);
       if (!candidates.empty()) {
         progress = resume(checkpointer, candidates, cfg, state.checkpoint_tensors(), leader);

@@ -89,11 +89,11 @@ struct LoraParts {
     std::size_t index = 0;  // the module's place among the adapted ones
     for (int j = 0; j < k; ++j) index += blocks[std::size_t(l)][std::size_t(j)].active() ? 1 : 0;
     const std::size_t at = ((std::size_t(slot) * std::size_t(layers) + std::size_t(l)) * targeted + index) * Nr;
-    return slice(activations, at, at + Nr);
+    return slice(activations, at, Nr);
   }
   Vec<Real> dh() const {
     const std::size_t Nr = std::size_t(N) * std::size_t(rank);
-    return slice(activations, activations.extent(0) - Nr, activations.extent(0));
+    return slice(activations, activations.extent(0) - Nr, Nr);
   }
   int adapted_modules() const {
     int n = 0;

@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""LoRA training in meshtrain against the independent PyTorch LoRA of tests/oracle/lora_reference.py
+(PEFT's definitions) on a small GQA llama of tests/oracle/hf_reference.py, and across layouts.
+
+  Reference   a PEFT adapter (B nonzero, so that every adapter has a gradient from the first step)
+              imported onto its base with `import --adapter`; ten steps of meshtrain equal the reference's
+              ten (loss 1e-4 relative), on all seven linears under rsLoRA and on attention only; the trained
+              adapter exported as PEFT equals the reference's trained adapter (1e-4 of its largest value);
+              the checkpoint holds the adapters and their moments only, the base file is unchanged
+  Layouts     dp2·tp2 (rank 3 does not divide tp 2; k and v heads split), pp2·dp2 under ZeRO-3, tp2·pp2
+              under ZeRO-1 with full recomputation: each equals one rank's run (2e-5)
+  Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
+              ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
+  Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
+              a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
+
+usage: test_lora_training.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [-k PATTERN]
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+import h5py
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+import hf_reference  # noqa: E402
+import lora_reference  # noqa: E402
+import safetensors_io  # noqa: E402
+
+MESHTRAIN = WORKDIR = MPIEXEC = None
+
+# GQA (4 query heads over 2 key/value heads), head_dim ≠ C/H and an MLP width of its own: every adapter's
+# in and out differ.
+CONFIG = {"vocab_size": 61, "hidden_size": 24, "intermediate_size": 40, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "tie_word_embeddings": False,
+          "max_position_embeddings": 32}
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+ALL_LINEAR = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
+SEQ_LEN = 16
+KEYS = {"train.micro_batch": 2, "train.global_batch": 4, "train.steps": 10, "train.precision": "fp32",
+        "optim.lr": 3e-3, "optim.min_lr": 3e-4, "optim.warmup_steps": 2, "optim.weight_decay": 0.1,
+        "data.order": "sequential"}
+
+
+def run(args, launcher=(), timeout=300):
+    return subprocess.run([str(a) for a in launcher] + [MESHTRAIN] + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def write_shard(path, tokens):
+    """A token shard (share/docs/usage.md, Token shards): 256 int32 header, uint16 tokens."""
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = (20240520, 1, len(tokens))
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def metrics(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+class LoraCase(unittest.TestCase):
+    targets = ALL_LINEAR
+    rank, alpha, rslora = 3, 6.0, True
+
+    def setUp(self):
+        self.dir = os.path.join(WORKDIR, self.id().split(".")[-1])
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.base = self.path("hf")
+        hf_reference.write_hf_dir(self.base, "llama", CONFIG, seed=3, std=0.1)
+        self.tokens = np.random.default_rng(5).integers(0, CONFIG["vocab_size"], 700)
+        write_shard(self.path("data.bin"), self.tokens)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def adapter(self, b_std=0.05):
+        """A PEFT adapter of the reference for the base; B drawn with b_std (None: PEFT's zeros)."""
+        out = self.path("adapter")
+        lora_reference.main(["write", "--dir", self.base, "--out", out, "--targets", ",".join(self.targets),
+                             "--rank", str(self.rank), "--alpha", str(self.alpha), "--seed", "11"]
+                            + (["--rslora"] if self.rslora else []) + ([] if b_std is None else ["--b-std", str(b_std)]))
+        return out
+
+    def import_base(self, adapter=None):
+        stem = "init" if adapter else "base"
+        args = ["import", self.base, "--out", self.path(stem + ".h5"), "--ini", self.path(stem + ".ini"),
+                "--seq-len", SEQ_LEN]
+        if adapter:
+            args += ["--adapter", adapter]
+        p = run(args)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return self.path(stem + ".h5"), self.path(stem + ".ini")
+
+    def train(self, ini, name, launcher=(), layout=(), lora=(), expect=0, **keys):
+        """meshtrain train from `ini` with KEYS, `layout` and `keys`; returns (metrics, checkpoint dir)."""
+        ck = self.path(name + "_ck")
+        args = ["train", "--config", ini, "--data.train", self.path("data.bin"), "--checkpoint.dir", ck,
+                "--checkpoint.every", 0, "--log.metrics", self.path(name + ".jsonl"), "--data.tokenizer", ""]
+        for key, value in {**KEYS, **dict(lora), **dict(layout), **keys}.items():
+            args += [f"--{key}", value]
+        p = run(args, launcher)
+        self.assertEqual(p.returncode, expect, p.stdout + p.stderr)
+        return metrics(self.path(name + ".jsonl")), ck
+
+    def latest(self, ck):
+        return os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+
+    def export_peft(self, checkpoint, name):
+        out = self.path(name)
+        p = run(["export", checkpoint, "--format", "peft", "--out", out])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return lora_reference.read_peft_adapter(out)
+
+    def reference(self, adapter, steps=10):
+        cfg = hf_reference.train_config(SEQ_LEN, **{k.replace(".", "_"): v for k, v in KEYS.items()
+                                                    if not k.startswith("data.") and k != "train.precision"})
+        model = lora_reference.load_peft_adapter(hf_reference.load_hf_dir(self.base), adapter)
+        hist = lora_reference.train_lora(model, self.tokens, cfg, steps)
+        return hist, {name: t.detach() for name, t in lora_reference.adapter_state_dict(model).items()}
+
+    def assert_same_losses(self, got, want, tolerance, what, first_step=1):
+        self.assertEqual([r["step"] for r in got], list(range(first_step, first_step + len(want))), what)
+        for step, (r, loss) in enumerate(zip(got, want), first_step):
+            self.assertLess(abs(r["loss"] - loss) / loss, tolerance, f"{what}, step {step}: {r['loss']} vs {loss}")
+
+
+class Reference(LoraCase):
+    def check(self):
+        adapter = self.adapter()
+        init, ini = self.import_base(adapter)
+        before = open(init, "rb").read()
+        got, ck = self.train(ini, "one")
+        want, trained = self.reference(adapter)
+        self.assert_same_losses(got, want["loss"], 1e-4, "meshtrain against the reference")
+        checkpoint = self.latest(ck)
+        with h5py.File(checkpoint, "r") as f:
+            names = set(f["model"])
+            self.assertTrue(names and all(".lora_" in n for n in names), f"not adapter-only: {sorted(names)[:4]}")
+            self.assertEqual(set(f["optim/exp_avg"]), names)
+        self.assertEqual(open(init, "rb").read(), before, "the base file changed")
+        config, tensors = self.export_peft(checkpoint, "trained")
+        self.assertEqual(set(tensors), set(trained))
+        for name, t in trained.items():
+            scale = float(t.abs().max())
+            diff = float((tensors[name].double() - t.double()).abs().max())
+            self.assertLess(diff, 1e-4 * max(scale, 1e-3), f"{name}: {diff} of {scale}")
+        return got
+
+    def test_all_linear_rslora(self):
+        self.check()
+
+    def test_attention_only(self):
+        self.targets, self.rank, self.alpha, self.rslora = ATTENTION, 4, 8.0, False
+        self.check()
+
+
+class Layouts(LoraCase):
+    def test_layouts_equal_one_rank(self):
+        _, ini = self.import_base(self.adapter())
+        one, _ = self.train(ini, "one")
+        for name, n, layout in (
+                ("dp2_tp2", 4, {"parallel.tp": 2}),
+                ("pp2_dp2_zero3", 4, {"parallel.pp": 2, "parallel.zero": 3}),
+                ("tp2_pp2_zero1_full", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 1,
+                                           "train.recompute": "full", "train.micro_batch": 1})):
+            got, _ = self.train(ini, name, [MPIEXEC, "-n", n], layout)
+            self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
+
+
+class Fresh(LoraCase):
+    def test_peft_initialisation(self):
+        base, ini = self.import_base()
+        lora = {"lora.rank": 4, "lora.alpha": 8, "lora.targets": "q_proj,v_proj,down_proj"}
+        # One step at a learning rate too small to move A: the adapters as they started.
+        tiny = {"train.steps": 1, "optim.lr": 1e-30, "optim.min_lr": 0, "optim.warmup_steps": 0}
+        _, ck = self.train(ini, "one", lora=lora, **tiny)
+        _, tensors = self.export_peft(self.latest(ck), "fresh")
+        self.assertEqual(len(tensors), 2 * 2 * 3)
+        for name, t in tensors.items():
+            if ".lora_B." in name:
+                self.assertLess(float(t.abs().max()), 1e-20, name)
+                continue
+            bound = 1 / math.sqrt(t.shape[1])
+            self.assertLessEqual(float(t.abs().max()), bound, name)
+            # uniform(±bound): standard deviation bound/sqrt(3); 4·in draws give it to about 10%
+            self.assertLess(abs(float(t.std()) / (bound / math.sqrt(3)) - 1), 0.25, name)
+        _, ck2 = self.train(ini, "dp2_tp2", [MPIEXEC, "-n", 4], {"parallel.tp": 2}, lora=lora, **tiny)
+        _, other = self.export_peft(self.latest(ck2), "fresh2")
+        for name, t in tensors.items():
+            if ".lora_A." in name:
+                self.assertTrue(torch.equal(t, other[name]), f"{name} differs under dp2·tp2")
+
+
+class Resume(LoraCase):
+    def test_resume_bitwise_and_across_layouts(self):
+        _, ini = self.import_base(self.adapter())
+        straight, _ = self.train(ini, "straight")
+        self.train(ini, "resumed", expect=3, **{"train.stop_after": 5})
+        resumed, _ = self.train(ini, "resumed")
+        self.assertEqual([r["loss"] for r in resumed[5:]], [r["loss"] for r in straight[5:]])
+        self.train(ini, "moved", expect=3, **{"train.stop_after": 5})
+        moved, _ = self.train(ini, "moved", [MPIEXEC, "-n", 4], {"parallel.tp": 2, "parallel.zero": 2})
+        self.assert_same_losses(moved[-5:], [r["loss"] for r in straight[5:]], 2e-5, "resumed under dp2·tp2", 6)
+        # Another base under the same path: the adapters are refused, naming what changed.
+        self.train(ini, "other", expect=3, **{"train.stop_after": 5})
+        hf_reference.write_hf_dir(self.base, "llama", CONFIG, seed=4, std=0.1)
+        p = run(["import", self.base, "--out", self.path("init.h5"), "--ini", self.path("init.ini"),
+                 "--seq-len", SEQ_LEN, "--adapter", self.path("adapter")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        args = ["train", "--config", ini, "--data.train", self.path("data.bin"), "--checkpoint.dir",
+                self.path("other_ck"), "--data.tokenizer", ""] + [str(x) for k, v in KEYS.items() for x in (f"--{k}", v)]
+        p = run(args)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        for needle in ("lora_base_hash", "checkpoint.init_weights", self.path("init.h5")):
+            self.assertIn(needle, p.stderr)
+
+
+def main():
+    global MESHTRAIN, WORKDIR, MPIEXEC
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--meshtrain", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
+    ap.add_argument("-k", dest="pattern")
+    args = ap.parse_args()
+    MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
+    suite = unittest.TestSuite()
+    for case in (Reference, Layouts, Fresh, Resume):
+        for test in unittest.TestLoader().loadTestsFromTestCase(case):
+            if args.pattern is None or args.pattern in test.id():
+                suite.addTest(test)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
