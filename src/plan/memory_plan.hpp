@@ -11,11 +11,15 @@ namespace meshtrain {
 
 // The trainer's layout of the rank at `position` (state/model_state.cpp): its tensor-parallel
 // piece, its stage, the experts of its ep rank (parallel.ep; data-parallel rank d is ep rank
-// d mod ep: state/unit_groups.hpp), units padded to a multiple of dp under ZeRO.
+// d mod ep: state/unit_groups.hpp), units padded to a multiple of dp under ZeRO. Under LoRA the
+// layout of its frozen base (the model without adapters), as full fine-tuning would train it.
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position);
+// The same piece unpadded: what a LoRA run's frozen base holds whole at every ZeRO stage.
+ParameterLayout planned_base_layout(const Config& cfg, const Layout& grid, const GridPosition& position);
 
 // Bytes by category that the trainer allocates on the rank at `position` of `grid` for `cfg`
-// (ZeRO stage, precision, recomputation, micro-batch and pipeline slots included).
+// (ZeRO stage, precision, recomputation, micro-batch and pipeline slots included); under LoRA
+// (cfg.model.lora) its frozen base, adapters and their states (plan/lora_plan.hpp).
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position);
 
 }  // namespace meshtrain

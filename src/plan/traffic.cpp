@@ -4,6 +4,7 @@
 #include "core/accumulation.hpp"
 #include "model/parameters.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "plan/lora_plan.hpp"
 #include "plan/memory_plan.hpp"
 #include "state/gradient_reduction.hpp"
 #include "state/shard_map.hpp"
@@ -71,27 +72,51 @@ std::vector<std::int64_t> recomputed_blocks(const std::vector<Pass>& passes, int
   return reruns;
 }
 
-// The loss sum, and each unit's gradient reduction and weight gathers in its data-parallel group's
-// traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
-void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
+// The shard units whose gradients a step reduces and whose weights it gathers, and stage 0's
+// buckets over them: the layout's, or a LoRA run's adapters' (its frozen base has neither).
+struct TrainedUnits {
+  std::vector<ShardUnit> units;
+  std::vector<GradientBucket> buckets;
+  int first_layer = 0, stage_layers = 0;
+};
+
+TrainedUnits trained_units(const Config& cfg, const Layout& grid, const GridPosition& position,
+                           const ParameterLayout& layout) {
+  const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
+  TrainedUnits trained{{}, {}, layout.first_layer(), layout.stage_layers()};
+  if (cfg.model.lora.enabled()) {
+    const ZeroStage stage{cfg.parallel.zero};
+    const ParameterLayout base = planned_base_layout(cfg, grid, position);
+    trained.units = lora_units(lora_adapters(cfg.model, base), stage.shard_group_size(grid.dp));
+    trained.buckets = unit_gradient_buckets(trained.units, bucket_bytes);
+    return trained;
+  }
+  trained.units = layout.units();
+  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
+  trained.buckets = gradient_buckets(layout, groups.distinct(), bucket_bytes);
+  return trained;
+}
+
+// The loss sum, and each trained unit's gradient reduction and weight gathers in its data-parallel
+// group's traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
+void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const TrainedUnits& trained,
                        const std::vector<Pass>& passes, int accum) {
   traffic["dp"].add(Collective::allreduce, 1, loss_bytes);
-  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
+  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, grid.ep);
   const auto group_of = [&](bool experts) -> GroupTraffic& {
     return traffic[experts && groups.distinct() ? "edp" : "dp"];
   };
   // What the stage shards and when it reduces, asked of the one place that says it.
   const ZeroStage stage{cfg.parallel.zero};
   if (!stage.shards()) {
-    const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
-    for (const GradientBucket& b : gradient_buckets(layout, groups.distinct(), bucket_bytes)) {
+    for (const GradientBucket& b : trained.buckets) {
       if (groups.size(b.experts) > 1) {
         group_of(b.experts).add(Collective::allreduce, 1, std::int64_t(b.end - b.begin) * fp32_bytes);
       }
     }
     return;
   }
-  const auto& units = layout.units();
+  const auto& units = trained.units;
   const std::int64_t reductions = stage.reduces_every_pass() ? accum : 1;
   for (const ShardUnit& u : units) {
     group_of(u.experts).add(Collective::reduce_scatter, reductions, reductions * std::int64_t(u.size()) * fp32_bytes);
@@ -108,11 +133,10 @@ void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& gr
     if (!on_demand || u.block < 0) gather(u);
   }
   if (!on_demand) return;
-  const int first_block = layout.first_layer();
-  const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
-  for (const int gathered : zero3_block_gathers(visits, layout.stage_layers())) {
+  const std::vector<BlockVisit> visits = block_visits(passes, trained.stage_layers);
+  for (const int gathered : zero3_block_gathers(visits, trained.stage_layers)) {
     for (const ShardUnit& u : units) {
-      if (u.block == first_block + gathered) gather(u);
+      if (u.block == trained.first_layer + gathered) gather(u);
     }
   }
 }
@@ -151,10 +175,20 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
       tp.add(Collective::allreduce, moe_blocks, moe_blocks * gates);
     }
   }
+  // LoRA: per targeted module of each block h = A·x, [b·T, r] of the compute type, summed where A
+  // is split (row-parallel W) in forward, and its gradient where B is split (column-parallel W) in
+  // backward.
+  const LoraModuleSplit lora = cfg.model.lora.enabled() ? lora_module_split(cfg.model) : LoraModuleSplit{};
+  const std::int64_t h_bytes = rows * cfg.model.lora.rank * compute_bytes(cfg.train.precision);
+  for (const Pass& p : passes) {
+    const std::int64_t sums = L * (p.backward ? lora.column_parallel : lora.row_parallel);
+    tp.add(Collective::allreduce, sums, sums * h_bytes);
+  }
   if (cfg.train.recompute == Recompute::full) {
     const std::vector<std::int64_t> per_block = recomputed_blocks(passes, int(L));
     const std::int64_t reruns = std::accumulate(per_block.begin(), per_block.end(), std::int64_t(0));
     tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
+    tp.add(Collective::allreduce, reruns * lora.row_parallel, reruns * lora.row_parallel * h_bytes);
   }
 }
 
@@ -231,12 +265,13 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
-  add_data_parallel(traffic, cfg, grid, layout, passes, accum);
+  add_data_parallel(traffic, cfg, grid, trained_units(cfg, grid, position, layout), passes, accum);
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
-    if ((place.first() || place.last()) && cfg.model.ties_output_head()) {
+    // A tied table's two gradients (none under LoRA: the base is frozen).
+    if ((place.first() || place.last()) && cfg.model.ties_output_head() && !cfg.model.lora.enabled()) {
       // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).
       const ZeroStage zero{cfg.parallel.zero};
       const ShardMap map(layout, zero.shard_group_size(grid.dp), 0);
