@@ -105,17 +105,18 @@ std::vector<AdapterTensor> lora_adapters(const ModelConfig& model, const Paramet
       const TensorInfo& w = base.find(stem + ".weight");
       const std::uint64_t out = w.shape[0], in = w.shape[1];
       const std::uint64_t local_out = w.local_shape[0], local_in = w.local_shape[1];
-      AdapterTensor a{
-          stem + ".lora_A.weight", module, l, site.column_parallel, !split || site.column_parallel, r, in, r, local_in};
-      AdapterTensor b{stem + ".lora_B.weight",
-                      module,
-                      l,
-                      site.column_parallel,
-                      !split || !site.column_parallel,
-                      out,
-                      r,
-                      local_out,
-                      r};
+      // A [r, in]: whole beside a column-parallel W, its columns split like W's otherwise.
+      AdapterTensor a{stem + ".lora_A.weight", module, l, site.column_parallel};
+      a.replicated = !split || site.column_parallel;
+      a.rows = a.local_rows = r;
+      a.cols = in;
+      a.local_cols = local_in;
+      // B [out, r]: its rows split like a column-parallel W's, whole beside a row-parallel one.
+      AdapterTensor b{stem + ".lora_B.weight", module, l, site.column_parallel};
+      b.replicated = !split || !site.column_parallel;
+      b.rows = out;
+      b.local_rows = local_out;
+      b.cols = b.local_cols = r;
       adapters.push_back(std::move(a));
       adapters.push_back(std::move(b));
     }

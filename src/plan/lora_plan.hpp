@@ -82,9 +82,9 @@ MemoryBytes unit_state_memory(const std::vector<ShardUnit>& units, int dp, ZeroS
 std::vector<GradientBucket> unit_gradient_buckets(const std::vector<ShardUnit>& units, std::size_t bucket_bytes);
 
 // The model states and checkpoint staging of a LoRA rank: the frozen base (`base`, the rank's piece
-// of without_lora(cfg.model), unpadded) in the compute precision; its adapters' states over `dp`
-// ranks under cfg.parallel.zero; the staging the base is read through (CheckpointStaging, as the
-// dense rank's).
+// of without_lora(cfg.model): its tensors, whatever padding its units have) in the compute precision; its adapters'
+// states over `dp` ranks under cfg.parallel.zero; the staging the base is read through (CheckpointStaging, as the dense
+// rank's).
 MemoryBytes planned_lora_state_memory(const Config& cfg, const ParameterLayout& base, int dp);
 
 // Elements, in the compute precision, of a LoRA rank's activations beyond its dense model's: h

@@ -52,19 +52,14 @@ ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const Grid
                          grid.ep, position.ep_rank);
 }
 
-ParameterLayout planned_base_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
-  return ParameterLayout(without_lora(cfg.model), grid.tp, grid.tp > 1 ? position.tp_rank : 0,
-                         StagePlace{position.pp_rank, grid.pp}, 1, grid.ep, position.ep_rank);
-}
-
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
   const StagePlace place{position.pp_rank, grid.pp};
   const ZeroStage stage{cfg.parallel.zero};
   const ParameterLayout layout = planned_layout(cfg, grid, position);
   const bool lora = cfg.model.lora.enabled();
-  // A LoRA run trains its adapters only; its base, unpadded, is held whole at every stage.
-  const ParameterLayout base = lora ? planned_base_layout(cfg, grid, position) : layout;
-  MemoryBytes m = lora ? planned_lora_state_memory(cfg, base, grid.dp)
+  // A LoRA run trains its adapters only; its base is held whole at every stage (its tensors, not
+  // ZeRO's padding of their units).
+  MemoryBytes m = lora ? planned_lora_state_memory(cfg, layout, grid.dp)
                        : planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;
@@ -84,7 +79,7 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   // Background saves copy the rank's share of the three states to host memory.
   if (cfg.checkpoint.async) {
     m[MemoryCategory::workspace] +=
-        std::int64_t(lora ? lora_snapshot_bytes(lora_adapters(cfg.model, base), position.tp_rank, grid.dp)
+        std::int64_t(lora ? lora_snapshot_bytes(lora_adapters(cfg.model, layout), position.tp_rank, grid.dp)
                           : checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));
   }
   return m;

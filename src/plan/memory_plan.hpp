@@ -14,8 +14,6 @@ namespace meshtrain {
 // d mod ep: state/unit_groups.hpp), units padded to a multiple of dp under ZeRO. Under LoRA the
 // layout of its frozen base (the model without adapters), as full fine-tuning would train it.
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position);
-// The same piece unpadded: what a LoRA run's frozen base holds whole at every ZeRO stage.
-ParameterLayout planned_base_layout(const Config& cfg, const Layout& grid, const GridPosition& position);
 
 // Bytes by category that the trainer allocates on the rank at `position` of `grid` for `cfg`
 // (ZeRO stage, precision, recomputation, micro-batch and pipeline slots included); under LoRA

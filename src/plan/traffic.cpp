@@ -80,14 +80,12 @@ struct TrainedUnits {
   int first_layer = 0, stage_layers = 0;
 };
 
-TrainedUnits trained_units(const Config& cfg, const Layout& grid, const GridPosition& position,
-                           const ParameterLayout& layout) {
+TrainedUnits trained_units(const Config& cfg, const Layout& grid, const ParameterLayout& layout) {
   const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
   TrainedUnits trained{{}, {}, layout.first_layer(), layout.stage_layers()};
   if (cfg.model.lora.enabled()) {
     const ZeroStage stage{cfg.parallel.zero};
-    const ParameterLayout base = planned_base_layout(cfg, grid, position);
-    trained.units = lora_units(lora_adapters(cfg.model, base), stage.shard_group_size(grid.dp));
+    trained.units = lora_units(lora_adapters(cfg.model, layout), stage.shard_group_size(grid.dp));
     trained.buckets = unit_gradient_buckets(trained.units, bucket_bytes);
     return trained;
   }
@@ -265,7 +263,7 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
-  add_data_parallel(traffic, cfg, grid, trained_units(cfg, grid, position, layout), passes, accum);
+  add_data_parallel(traffic, cfg, grid, trained_units(cfg, grid, layout), passes, accum);
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {

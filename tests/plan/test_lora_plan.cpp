@@ -167,46 +167,47 @@ TEST(LoraPlan, AdapterUnitsOnePerBlockPadded) {
   }
 }
 
-// A LoRA rank's every category by hand beside full training's: 3 blocks, r 3 all-linear, dp 2 on
-// one stage, micro-batch 2 (N = 64 tokens). Base P = 3·46,208 + 2·16,576 + 64 = 171,840 elements;
-// adapters a = 3·3504 = 10,512, one block's a_l = 3504 (every unit even: no padding at dp 2);
-// ZeRO's working units are two block rooms, 2·a_l.
+// A LoRA rank's every category by hand beside full training's: 3 blocks, r 3 all-linear, dp 2 and
+// 3 on one stage, micro-batch 2 (N = 64 tokens). Base P = 3·46,208 + 2·16,576 + 64 = 171,840
+// elements, held unpadded (dp 3 would pad its units); adapters a = 3·3504 = 10,512, one block's
+// a_l = 3504 (a multiple of 2 and 3: no padding); ZeRO's working units are two block rooms, 2·a_l.
 TEST(LoraPlan, RankMemoryByHandAndBelowFullTraining) {
-  constexpr std::int64_t P = 171'840, a = 10'512, a_l = 3504, d = 2, rooms = 2 * a_l;
-  const Layout grid{2, 1, 1};
-  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
-    for (int zero = 0; zero <= 3; ++zero) {
-      Config cfg;
-      cfg.model = small_llama(3, 3, "all-linear");
-      cfg.train.micro_batch = 2;
-      cfg.train.global_batch = 4;
-      cfg.train.precision = precision;
-      cfg.parallel.zero = zero;
-      const MemoryBytes lora = planned_rank_memory(cfg, grid, GridPosition{1, 0, 0});
-      const MemoryBytes full = planned_rank_memory(full_training(cfg), grid, GridPosition{1, 0, 0});
+  constexpr std::int64_t P = 171'840, a = 10'512, a_l = 3504, rooms = 2 * a_l;
+  for (const std::int64_t d : {2, 3}) {
+    const Layout grid{int(d), 1, 1};
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      for (int zero = 0; zero <= 3; ++zero) {
+        Config cfg;
+        cfg.model = small_llama(3, 3, "all-linear");
+        cfg.train.micro_batch = 2;
+        cfg.train.global_batch = 2 * int(d);
+        cfg.train.precision = precision;
+        cfg.parallel.zero = zero;
+        const MemoryBytes lora = planned_rank_memory(cfg, grid, GridPosition{1, 0, 0});
+        const MemoryBytes full = planned_rank_memory(full_training(cfg), grid, GridPosition{1, 0, 0});
 
-      // The adapters' states as a dense run holds its parameters, the base in compute precision.
-      const bool fp32 = precision == Precision::fp32;
-      const std::int64_t cb = fp32 ? 4 : 2;
-      const std::int64_t shard = zero >= 1 ? a / d : a;
-      const std::int64_t fp32_grads = zero >= 2 ? rooms + a / d : a;
-      const std::int64_t compute_weights = zero >= 3 ? rooms + a / d : a;
-      const std::int64_t compute_grads = zero >= 2 ? rooms : a;
-      std::map<MemoryCategory, std::int64_t> want;
-      want[MemoryCategory::weights] = cb * P + (fp32 ? 4 * compute_weights : 2 * compute_weights);
-      want[MemoryCategory::master] = fp32 ? 0 : 4 * shard;
-      want[MemoryCategory::grads] = 4 * fp32_grads + (fp32 ? 0 : 2 * compute_grads);
-      want[MemoryCategory::optimizer] = 2 * 4 * shard;
-      want[MemoryCategory::comm_buffers] = zero >= 1 ? 4 * a_l / d : 0;
-      // h [N, r] per block and module in the one slot, and one backward scratch.
-      want[MemoryCategory::activations] = full[MemoryCategory::activations] + cb * (3 * 7 * 1 + 1) * 64 * 3;
-      want[MemoryCategory::workspace] = full[MemoryCategory::workspace];
-      for (const auto& [category, bytes] : want) {
-        EXPECT_EQ(lora[category], bytes) << category_name(category) << " zero " << zero << " " << name_of(precision);
+        // The adapters' states as a dense run holds its parameters, the base in compute precision.
+        const bool fp32 = precision == Precision::fp32;
+        const std::int64_t cb = fp32 ? 4 : 2;
+        const std::int64_t shard = zero >= 1 ? a / d : a;
+        const std::int64_t fp32_grads = zero >= 2 ? rooms + a / d : a;
+        const std::int64_t compute_weights = zero >= 3 ? rooms + a / d : a;
+        const std::int64_t compute_grads = zero >= 2 ? rooms : a;
+        std::map<MemoryCategory, std::int64_t> want;
+        want[MemoryCategory::weights] = cb * P + (fp32 ? 4 * compute_weights : 2 * compute_weights);
+        want[MemoryCategory::master] = fp32 ? 0 : 4 * shard;
+        want[MemoryCategory::grads] = 4 * fp32_grads + (fp32 ? 0 : 2 * compute_grads);
+        want[MemoryCategory::optimizer] = 2 * 4 * shard;
+        want[MemoryCategory::comm_buffers] = zero >= 1 ? 4 * a_l / d : 0;
+        // h [N, r] per block and module in the one slot, and one backward scratch.
+        want[MemoryCategory::activations] = full[MemoryCategory::activations] + cb * (3 * 7 * 1 + 1) * 64 * 3;
+        want[MemoryCategory::workspace] = full[MemoryCategory::workspace];
+        for (const auto& [category, bytes] : want) {
+          EXPECT_EQ(lora[category], bytes)
+              << category_name(category) << " dp " << d << " zero " << zero << " " << name_of(precision);
+        }
+        EXPECT_LT(lora.total(), full.total());
       }
-      EXPECT_LT(lora.total(), full.total());
-      // What LoRA saves: the base's states but its compute copy (full training pads it for ZeRO).
-      EXPECT_GT(full[MemoryCategory::optimizer], 2 * 4 * P / d - 1);
     }
   }
 }
@@ -326,6 +327,25 @@ TEST(LoraPlan, StepComputeFollowsTheFlops) {
   const Plan recomputed = make_plan(cfg, 1, c);
   EXPECT_DOUBLE_EQ(recomputed.step.compute_s / lora.step.compute_s,
                    (502'848.0 + 240'320.0 + 8192) / (502'848.0 + 8192));
+}
+
+// A background save copies the three saved states of the rank's even share of the adapters: dp 2,
+// tp 2: per tp rank 2 blocks of 2424, of which A of q, k, v, gate, up and B of o, down (3·64·5 +
+// 64·3·2 = 1344 a block) are replicated and counted on tp rank 0 only.
+TEST(LoraPlan, BackgroundSaveSnapshotsTheAdapters) {
+  Config cfg;
+  cfg.model = small_llama(2, 3, "all-linear");
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 4;
+  for (int tp_rank : {0, 1}) {
+    const GridPosition at{1, tp_rank, 0};
+    const MemoryBytes quiet = planned_rank_memory(cfg, Layout{2, 2, 1}, at);
+    cfg.checkpoint.async = true;
+    const MemoryBytes saving = planned_rank_memory(cfg, Layout{2, 2, 1}, at);
+    cfg.checkpoint.async = false;
+    const std::int64_t counted = 2 * (tp_rank == 0 ? 2424 : 2424 - 1344);
+    EXPECT_EQ(saving[MemoryCategory::workspace] - quiet[MemoryCategory::workspace], 3 * 4 * counted / 2);
+  }
 }
 
 }  // namespace test_lora_plan
