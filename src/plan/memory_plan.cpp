@@ -1,5 +1,6 @@
 // Planned memory of one rank: the sizes the trainer's objects will allocate, asked of the same
-// functions they size themselves with; a LoRA run's adapters and frozen base from plan/lora_plan.hpp.
+// functions they size themselves with (under LoRA: the adapters' states, the frozen base, the model's
+// activations with the adapters' own).
 #include "plan/memory_plan.hpp"
 
 #include "core/accumulation.hpp"
@@ -8,28 +9,20 @@
 #include "model/gemm_workspace.hpp"
 #include "model/language_model.hpp"
 #include "parallel/pipeline_schedule.hpp"
-#include "plan/lora_plan.hpp"
 #include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
 
 namespace meshtrain {
 namespace {
 
-// The model's activations and, for 16-bit models on the host, their GEMMs' fp32 workspace: the
-// base model's, and under LoRA its adapters' activations (lora_activation_elements) beside them.
+// The model's activations and, for 16-bit models on the host, their GEMMs' fp32 workspace.
 template <class Real>
 MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots, int ep) {
   MemoryBytes m;
-  const ModelConfig base = without_lora(cfg.model);
   const ActivationSizes activations =
-      activation_elements<Real>(base, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute, ep);
-  std::size_t elements = activations.total();
-  if (cfg.model.lora.enabled()) {
-    const int stage_layers = ParameterLayout(base, 1, 0, place).stage_layers();
-    elements += lora_activation_elements(cfg.model, cfg.train.micro_batch, stage_layers, slots);
-  }
-  m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * elements);
-  m[MemoryCategory::workspace] = std::int64_t(model_gemm_workspace_bytes<Real>(base, cfg.train.micro_batch, tp));
+      activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute, ep);
+  m[MemoryCategory::activations] = std::int64_t(sizeof(Real) * activations.total());
+  m[MemoryCategory::workspace] = std::int64_t(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, tp));
   return m;
 }
 
@@ -47,20 +40,26 @@ bool names_packed_data(const std::string& path_or_glob) {
 }  // namespace
 
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
-  return ParameterLayout(without_lora(cfg.model), grid.tp, grid.tp > 1 ? position.tp_rank : 0,
-                         StagePlace{position.pp_rank, grid.pp}, ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp),
-                         grid.ep, position.ep_rank);
+  return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank,
+                         cfg.model.lora.enabled() ? LayoutContent::adapters : LayoutContent::model);
+}
+
+ParameterLayout planned_frozen_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
+  return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
+                         1, grid.ep, position.ep_rank, LayoutContent::model);
 }
 
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
   const StagePlace place{position.pp_rank, grid.pp};
   const ZeroStage stage{cfg.parallel.zero};
   const ParameterLayout layout = planned_layout(cfg, grid, position);
-  const bool lora = cfg.model.lora.enabled();
-  // A LoRA run trains its adapters only; its base is held whole at every stage (its tensors, not
-  // ZeRO's padding of their units).
-  MemoryBytes m = lora ? planned_lora_state_memory(cfg, layout, grid.dp)
-                       : planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
+  MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
+  // LoRA's frozen base: the model's tensors in the compute precision, whole at every ZeRO stage.
+  if (cfg.model.lora.enabled()) {
+    m[MemoryCategory::weights] +=
+        std::int64_t(planned_frozen_layout(cfg, grid, position).total()) * compute_bytes(cfg.train.precision);
+  }
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;
   if (cfg.train.precision == Precision::fp32) {
@@ -78,9 +77,7 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   }
   // Background saves copy the rank's share of the three states to host memory.
   if (cfg.checkpoint.async) {
-    m[MemoryCategory::workspace] +=
-        std::int64_t(lora ? lora_snapshot_bytes(lora_adapters(cfg.model, layout), position.tp_rank, grid.dp)
-                          : checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));
+    m[MemoryCategory::workspace] += std::int64_t(checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));
   }
   return m;
 }

@@ -72,49 +72,27 @@ std::vector<std::int64_t> recomputed_blocks(const std::vector<Pass>& passes, int
   return reruns;
 }
 
-// The shard units whose gradients a step reduces and whose weights it gathers, and stage 0's
-// buckets over them: the layout's, or a LoRA run's adapters' (its frozen base has neither).
-struct TrainedUnits {
-  std::vector<ShardUnit> units;
-  std::vector<GradientBucket> buckets;
-  int first_layer = 0, stage_layers = 0;
-};
-
-TrainedUnits trained_units(const Config& cfg, const Layout& grid, const ParameterLayout& layout) {
-  const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
-  TrainedUnits trained{{}, {}, layout.first_layer(), layout.stage_layers()};
-  if (cfg.model.lora.enabled()) {
-    const ZeroStage stage{cfg.parallel.zero};
-    trained.units = lora_units(lora_adapters(cfg.model, layout), stage.shard_group_size(grid.dp));
-    trained.buckets = unit_gradient_buckets(trained.units, bucket_bytes);
-    return trained;
-  }
-  trained.units = layout.units();
-  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
-  trained.buckets = gradient_buckets(layout, groups.distinct(), bucket_bytes);
-  return trained;
-}
-
-// The loss sum, and each trained unit's gradient reduction and weight gathers in its data-parallel
-// group's traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
-void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const TrainedUnits& trained,
+// The loss sum, and each unit's gradient reduction and weight gathers in its data-parallel group's
+// traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
+void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
                        const std::vector<Pass>& passes, int accum) {
   traffic["dp"].add(Collective::allreduce, 1, loss_bytes);
-  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, grid.ep);
+  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
   const auto group_of = [&](bool experts) -> GroupTraffic& {
     return traffic[experts && groups.distinct() ? "edp" : "dp"];
   };
   // What the stage shards and when it reduces, asked of the one place that says it.
   const ZeroStage stage{cfg.parallel.zero};
   if (!stage.shards()) {
-    for (const GradientBucket& b : trained.buckets) {
+    const std::size_t bucket_bytes = std::size_t(cfg.parallel.bucket_mb * (1 << 20));
+    for (const GradientBucket& b : gradient_buckets(layout, groups.distinct(), bucket_bytes)) {
       if (groups.size(b.experts) > 1) {
         group_of(b.experts).add(Collective::allreduce, 1, std::int64_t(b.end - b.begin) * fp32_bytes);
       }
     }
     return;
   }
-  const auto& units = trained.units;
+  const auto& units = layout.units();
   const std::int64_t reductions = stage.reduces_every_pass() ? accum : 1;
   for (const ShardUnit& u : units) {
     group_of(u.experts).add(Collective::reduce_scatter, reductions, reductions * std::int64_t(u.size()) * fp32_bytes);
@@ -131,10 +109,11 @@ void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& gr
     if (!on_demand || u.block < 0) gather(u);
   }
   if (!on_demand) return;
-  const std::vector<BlockVisit> visits = block_visits(passes, trained.stage_layers);
-  for (const int gathered : zero3_block_gathers(visits, trained.stage_layers)) {
+  const int first_block = layout.first_layer();
+  const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
+  for (const int gathered : zero3_block_gathers(visits, layout.stage_layers())) {
     for (const ShardUnit& u : units) {
-      if (u.block == trained.first_layer + gathered) gather(u);
+      if (u.block == first_block + gathered) gather(u);
     }
   }
 }
@@ -173,9 +152,9 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
       tp.add(Collective::allreduce, moe_blocks, moe_blocks * gates);
     }
   }
-  // LoRA: per targeted module of each block h = A·x, [b·T, r] of the compute type, summed where A
-  // is split (row-parallel W) in forward, and its gradient where B is split (column-parallel W) in
-  // backward.
+  // LoRA (model/impl/lora_parts.hpp): per targeted module of each block h [b·T, r] of the compute
+  // type, summed where A is split (row-parallel W) in forward and where B is (column-parallel W), as
+  // its gradient, in backward.
   const LoraModuleSplit lora = cfg.model.lora.enabled() ? lora_module_split(cfg.model) : LoraModuleSplit{};
   const std::int64_t h_bytes = rows * cfg.model.lora.rank * compute_bytes(cfg.train.precision);
   for (const Pass& p : passes) {
@@ -186,6 +165,7 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
     const std::vector<std::int64_t> per_block = recomputed_blocks(passes, int(L));
     const std::int64_t reruns = std::accumulate(per_block.begin(), per_block.end(), std::int64_t(0));
     tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
+    // A rerun forward makes h again, summed again.
     tp.add(Collective::allreduce, reruns * lora.row_parallel, reruns * lora.row_parallel * h_bytes);
   }
 }
@@ -263,7 +243,7 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
-  add_data_parallel(traffic, cfg, grid, trained_units(cfg, grid, layout), passes, accum);
+  add_data_parallel(traffic, cfg, grid, layout, passes, accum);
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {

@@ -1,16 +1,13 @@
-// The planner's LoRA (plan/lora_plan.hpp) against counts worked out here by hand from the shape:
-// the adapters' names, shapes and tensor-parallel pieces, the trainable count, every memory
-// category of a LoRA rank beside full training's, FLOPs and traffic; and the adapters' unit
-// arithmetic held to the state code it restates (planned_state_memory, gradient_buckets) on dense
-// layouts.
+// The planner's LoRA (plan/lora_plan.hpp, and the trainer's sizing code it asks) against counts
+// worked out here by hand from the shape: the adapters' names, shapes and tensor-parallel pieces,
+// the trainable count, every memory category of a LoRA rank beside full training's, FLOPs, traffic
+// and the step's compute.
 #include "plan/lora_plan.hpp"
 
-#include "core/exec.hpp"
 #include "model/parameters.hpp"
 #include "plan/memory_plan.hpp"
 #include "plan/planner.hpp"
 #include "plan/traffic.hpp"
-#include "state/state_memory.hpp"
 
 #include <gtest/gtest.h>
 
@@ -52,12 +49,13 @@ TEST(LoraPlan, TrainableCountByHand) {
   EXPECT_EQ(trainable_parameters(small_llama(2, 3, "all-linear")), 2 * all_linear_block);
 }
 
-// The adapters of block 1 in PEFT's names (issue 28: base_model.model.model.<these>) and shapes
-// [r, in] and [out, r], written out; their sum is the count.
+// The adapters of block 1 as the trainer lays them out (ParameterLayout::adapters), in PEFT's names
+// (issue 28: base_model.model.model.<these>) and shapes [r, in] and [out, r], written out; one unit
+// per block; their sum is the count.
 TEST(LoraPlan, AdapterNamesAndShapesAsHuggingFaceNamesThem) {
   const ModelConfig m = small_llama(2, 3, "all-linear");
-  const std::vector<AdapterTensor> adapters = lora_adapters(m, ParameterLayout(without_lora(m)));
-  ASSERT_EQ(adapters.size(), 28u);
+  const ParameterLayout adapters = ParameterLayout::adapters(m);
+  ASSERT_EQ(adapters.tensors().size(), 28u);
   const std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>> block1 = {
       {"layers.1.self_attn.q_proj.lora_A.weight", 3, 64}, {"layers.1.self_attn.q_proj.lora_B.weight", 64, 3},
       {"layers.1.self_attn.k_proj.lora_A.weight", 3, 64}, {"layers.1.self_attn.k_proj.lora_B.weight", 32, 3},
@@ -67,19 +65,21 @@ TEST(LoraPlan, AdapterNamesAndShapesAsHuggingFaceNamesThem) {
       {"layers.1.mlp.up_proj.lora_A.weight", 3, 64},      {"layers.1.mlp.up_proj.lora_B.weight", 176, 3},
       {"layers.1.mlp.down_proj.lora_A.weight", 3, 176},   {"layers.1.mlp.down_proj.lora_B.weight", 64, 3}};
   std::int64_t sum = 0;
-  for (std::size_t i = 0; i < adapters.size(); ++i) {
-    const AdapterTensor& a = adapters[i];
-    EXPECT_EQ(a.block, int(i / 14));
-    EXPECT_TRUE(a.replicated);
-    EXPECT_EQ(a.numel(), a.global_elements());
-    sum += std::int64_t(a.global_elements());
+  for (std::size_t i = 0; i < adapters.tensors().size(); ++i) {
+    const TensorInfo& t = adapters.tensors()[i];
+    ASSERT_EQ(t.shape.size(), 2u);
+    EXPECT_EQ(t.numel, t.shape[0] * t.shape[1]);
+    sum += std::int64_t(t.numel);
     if (i < 14) continue;
     const auto& [name, rows, cols] = block1[i - 14];
-    EXPECT_EQ(a.name, name);
-    EXPECT_EQ(a.rows, rows) << name;
-    EXPECT_EQ(a.cols, cols) << name;
+    EXPECT_EQ(t.name, name);
+    EXPECT_EQ(t.shape[0], rows) << name;
+    EXPECT_EQ(t.shape[1], cols) << name;
   }
   EXPECT_EQ(sum, lora_trainable_parameters(m));
+  ASSERT_EQ(adapters.units().size(), 2u);
+  EXPECT_EQ(adapters.units()[1].block, 1);
+  EXPECT_EQ(adapters.units()[1].size(), std::size_t(all_linear_block));
 }
 
 // tp 2, r 3 (which 2 does not divide): column-parallel modules keep A whole and halve B's rows,
@@ -90,81 +90,29 @@ TEST(LoraPlan, TensorParallelPiecesFollowTheBaseSplit) {
   const ModelConfig m = small_llama(2, 3, "all-linear");
   std::int64_t counted = 0;
   for (int tp_rank : {0, 1}) {
-    const std::vector<AdapterTensor> adapters = lora_adapters(m, ParameterLayout(without_lora(m), 2, tp_rank));
-    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> local;
-    std::size_t per_rank = 0;
-    for (const AdapterTensor& a : adapters) {
-      local[a.name] = {a.local_rows, a.local_cols};
-      per_rank += a.numel();
-      const bool is_a = a.name.find("lora_A") != std::string::npos;
-      EXPECT_EQ(a.replicated, is_a == a.column_parallel) << a.name;
-      if (!a.replicated || tp_rank == 0) counted += std::int64_t(a.numel());
+    const ParameterLayout adapters = ParameterLayout::adapters(m, 2, tp_rank);
+    using Shape = std::vector<std::uint64_t>;
+    std::map<std::string, Shape> local;
+    for (const TensorInfo& t : adapters.tensors()) {
+      local[t.name] = t.local_shape;
+      const bool is_a = t.name.find("lora_A") != std::string::npos;
+      const bool row_parallel =
+          t.name.find("o_proj") != std::string::npos || t.name.find("down_proj") != std::string::npos;
+      EXPECT_EQ(t.replicated, is_a != row_parallel) << t.name;
+      if (adapters.holds_counted_copy(t)) counted += std::int64_t(t.piece.elements());
     }
-    EXPECT_EQ(per_rank, 2u * 2424u);
-    using Shape = std::pair<std::uint64_t, std::uint64_t>;
-    EXPECT_EQ(local["layers.0.self_attn.q_proj.lora_A.weight"], Shape(3, 64));
-    EXPECT_EQ(local["layers.0.self_attn.q_proj.lora_B.weight"], Shape(32, 3));
-    EXPECT_EQ(local["layers.0.self_attn.k_proj.lora_B.weight"], Shape(16, 3));
-    EXPECT_EQ(local["layers.0.self_attn.o_proj.lora_A.weight"], Shape(3, 32));
-    EXPECT_EQ(local["layers.0.self_attn.o_proj.lora_B.weight"], Shape(64, 3));
-    EXPECT_EQ(local["layers.1.mlp.gate_proj.lora_B.weight"], Shape(88, 3));
-    EXPECT_EQ(local["layers.1.mlp.down_proj.lora_A.weight"], Shape(3, 88));
-    EXPECT_EQ(local["layers.1.mlp.down_proj.lora_B.weight"], Shape(64, 3));
+    EXPECT_EQ(adapters.total(), 2u * 2424u);
+    EXPECT_EQ(local["layers.0.self_attn.q_proj.lora_A.weight"], Shape({3, 64}));
+    EXPECT_EQ(local["layers.0.self_attn.q_proj.lora_B.weight"], Shape({32, 3}));
+    EXPECT_EQ(local["layers.0.self_attn.k_proj.lora_B.weight"], Shape({16, 3}));
+    EXPECT_EQ(local["layers.0.self_attn.o_proj.lora_A.weight"], Shape({3, 32}));
+    EXPECT_EQ(local["layers.0.self_attn.o_proj.lora_B.weight"], Shape({64, 3}));
+    EXPECT_EQ(local["layers.1.mlp.gate_proj.lora_B.weight"], Shape({88, 3}));
+    EXPECT_EQ(local["layers.1.mlp.down_proj.lora_A.weight"], Shape({3, 88}));
+    EXPECT_EQ(local["layers.1.mlp.down_proj.lora_B.weight"], Shape({64, 3}));
   }
   // Each element once over the tp group: the global count.
   EXPECT_EQ(counted, lora_trainable_parameters(m));
-}
-
-// The restated unit arithmetic gives what the state code gives for the same units: every dense
-// llama and gpt2 layout below (ZeRO 0–3, fp32 and bf16, dp 1, 2, 4, whole model and pipeline
-// stages), every category but the checkpoint staging (workspace).
-TEST(LoraPlan, UnitStateMemoryIsPlannedStateMemory) {
-  ModelConfig gpt2{3, 2, 32, 101, 16};
-  for (const ModelConfig& m : {without_lora(small_llama(3, 0, "all-linear")), gpt2}) {
-    for (int zero = 0; zero <= 3; ++zero) {
-      for (int dp : {1, 2, 4}) {
-        for (const StagePlace place : {StagePlace{0, 1}, StagePlace{0, 2}, StagePlace{1, 2}, StagePlace{1, 3}}) {
-          const ZeroStage stage{zero};
-          const ParameterLayout layout(m, 1, 0, place, stage.shard_group_size(dp));
-          for (const Precision p : {Precision::fp32, Precision::bf16}) {
-            const MemoryBytes want = planned_state_memory(layout, dp, stage, p);
-            const MemoryBytes got = unit_state_memory(layout.units(), dp, stage, p);
-            for (int c = 0; c < memory_categories; ++c) {
-              if (MemoryCategory(c) == MemoryCategory::workspace) continue;
-              EXPECT_EQ(got.bytes[c], want.bytes[c])
-                  << category_name(MemoryCategory(c)) << " zero " << zero << " dp " << dp << " stage " << place.stage
-                  << "/" << place.stages << " " << name_of(p);
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST(LoraPlan, UnitGradientBucketsAreGradientBuckets) {
-  const ParameterLayout layout(without_lora(small_llama(3, 0, "all-linear")));
-  for (const std::size_t bucket_bytes : {std::size_t(1) << 10, std::size_t(40'000), std::size_t(1) << 30}) {
-    const std::vector<GradientBucket> want = gradient_buckets(layout, false, bucket_bytes);
-    const std::vector<GradientBucket> got = unit_gradient_buckets(layout.units(), bucket_bytes);
-    ASSERT_EQ(got.size(), want.size()) << bucket_bytes;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].begin, want[i].begin);
-      EXPECT_EQ(got[i].end, want[i].end);
-    }
-  }
-}
-
-// One adapter unit per block, padded: r 3 on v_proj only gives 3·(64 + 32) = 288 a block.
-TEST(LoraPlan, AdapterUnitsOnePerBlockPadded) {
-  const ModelConfig m = small_llama(3, 5, "v_proj");  // 5·96 = 480 a block
-  const std::vector<ShardUnit> units = lora_units(lora_adapters(m, ParameterLayout(without_lora(m))), 7);
-  ASSERT_EQ(units.size(), 3u);
-  for (std::size_t l = 0; l < 3; ++l) {
-    EXPECT_EQ(units[l].block, int(l));
-    EXPECT_EQ(units[l].begin, l * 483);  // 480 padded to a multiple of 7
-    EXPECT_EQ(units[l].size(), 483u);
-  }
 }
 
 // A LoRA rank's every category by hand beside full training's: 3 blocks, r 3 all-linear, dp 2 and
