@@ -212,20 +212,26 @@ const TrafficCount& count(const RankTraffic& t, const std::string& group, Collec
   return it == t.end() ? none : it->second[kind];
 }
 
-// tp 2, 2 micro-batches of N = 64: LoRA adds per block and pass one all-reduce of [N, r] fp32 per
-// targeted module on the split side: forward o and down (2), backward q, k, v, gate, up (5).
+// tp 2, 2 micro-batches of N = 64: LoRA adds per block and pass one all-reduce of [N, r] of the
+// compute type per targeted module on the split side: forward o and down (2), backward q, k, v,
+// gate, up (5).
 TEST(LoraPlan, TensorParallelTrafficByHand) {
   Config cfg;
   cfg.model = small_llama(2, 3, "all-linear");
   cfg.train.micro_batch = 2;
   cfg.train.global_batch = 4;
   const Layout grid{1, 2, 1};
-  const RankTraffic lora = predicted_traffic(cfg, grid, GridPosition{0, 1, 0});
-  const RankTraffic full = predicted_traffic(full_training(cfg), grid, GridPosition{0, 1, 0});
-  const std::int64_t sums = 2 * 2 * (2 + 5), h_bytes = 64 * 3 * 4;
-  EXPECT_EQ(count(lora, "tp", Collective::allreduce).calls, count(full, "tp", Collective::allreduce).calls + sums);
-  EXPECT_EQ(count(lora, "tp", Collective::allreduce).bytes,
-            count(full, "tp", Collective::allreduce).bytes + sums * h_bytes);
+  const std::int64_t sums = 2 * 2 * (2 + 5);
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    cfg.train.precision = precision;
+    const std::int64_t h_bytes = 64 * 3 * (precision == Precision::fp32 ? 4 : 2);
+    const RankTraffic lora = predicted_traffic(cfg, grid, GridPosition{0, 1, 0});
+    const RankTraffic full = predicted_traffic(full_training(cfg), grid, GridPosition{0, 1, 0});
+    EXPECT_EQ(count(lora, "tp", Collective::allreduce).calls, count(full, "tp", Collective::allreduce).calls + sums);
+    EXPECT_EQ(count(lora, "tp", Collective::allreduce).bytes,
+              count(full, "tp", Collective::allreduce).bytes + sums * h_bytes);
+  }
+  cfg.train.precision = Precision::fp32;
   // Full recomputation reruns one block's forward per micro-batch (the other is still resident):
   // its o and down sums again.
   cfg.train.recompute = Recompute::full;
