@@ -3,6 +3,7 @@
 //
 // Per-rank memory and step-time estimates for a layout, without training (src/plan/). Takes every
 // key of `train` plus the world size and the cluster description; nothing is allocated or written.
+// With [lora] keys the plan is the LoRA run's, and full fine-tuning of the same layout is put beside it.
 #include "commands/commands.hpp"
 
 #include "core/agreement.hpp"
@@ -216,7 +217,14 @@ int plan_command(const Args& args, MPI_Comm comm) {
       const int dp = Topology::resolve(req.cfg.parallel, req.cfg.model, o.world).dp;
       return make_plan(with_micro_batch(req.cfg, dp, micro), o.world, req.cluster, coverage);
     });
-    text = o.json ? plan_json(plan).dump(2) + "\n" : plan_table(plan);
+    if (!plan.cfg.model.lora.enabled()) {
+      text = o.json ? plan_json(plan).dump(2) + "\n" : plan_table(plan);
+    } else {
+      // LoRA: full fine-tuning of the same model, layout and micro-batch beside it.
+      const Plan full = full_training_plan(plan, coverage);
+      text = o.json ? lora_comparison_json(full, plan).dump(2) + "\n"
+                    : plan_table(plan) + "\n" + lora_comparison_table(full, plan);
+    }
   }
   if (rank == 0) fmt::print("{}", text);
   return 0;

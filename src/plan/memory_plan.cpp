@@ -1,5 +1,6 @@
 // Planned memory of one rank: the sizes the trainer's objects will allocate, asked of the same
-// functions they size themselves with.
+// functions they size themselves with (under LoRA: the adapters' states, the frozen base, the model's
+// activations with the adapters' own).
 #include "plan/memory_plan.hpp"
 
 #include "core/accumulation.hpp"
@@ -40,7 +41,13 @@ bool names_packed_data(const std::string& path_or_glob) {
 
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
   return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
-                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank);
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank,
+                         cfg.model.lora.enabled() ? LayoutContent::adapters : LayoutContent::model);
+}
+
+ParameterLayout planned_frozen_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
+  return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
+                         1, grid.ep, position.ep_rank, LayoutContent::model);
 }
 
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
@@ -48,6 +55,11 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const ZeroStage stage{cfg.parallel.zero};
   const ParameterLayout layout = planned_layout(cfg, grid, position);
   MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
+  // LoRA's frozen base: the model's tensors in the compute precision, whole at every ZeRO stage.
+  if (cfg.model.lora.enabled()) {
+    m[MemoryCategory::weights] +=
+        std::int64_t(planned_frozen_layout(cfg, grid, position).total()) * compute_bytes(cfg.train.precision);
+  }
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;
   if (cfg.train.precision == Precision::fp32) {

@@ -3,10 +3,12 @@
 
 #include "core/accumulation.hpp"
 #include "core/byte_units.hpp"
+#include "core/lora_targets.hpp"
 #include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
 #include "parallel/traffic_json.hpp"
 #include "plan/fit.hpp"
+#include "plan/lora_plan.hpp"
 #include "plan/traffic.hpp"
 
 #include <fmt/format.h>
@@ -177,6 +179,48 @@ nlohmann::json summary_json(const Plan& plan) {
   };
 }
 
+// The kind of rank that needs the most of its device (host-only: of its memory): the one a
+// comparison of two plans shows.
+const RankKind& neediest_kind(const Plan& plan) {
+  const auto need = [&](const RankKind& k) {
+    return plan.cluster.host_only ? k.figures.peak_rss : k.figures.device_bytes;
+  };
+  return *std::max_element(plan.kinds.begin(), plan.kinds.end(),
+                           [&](const RankKind& a, const RankKind& b) { return need(a) < need(b); });
+}
+
+// "q_proj,k_proj,v_proj": lora.targets resolved.
+std::string target_list(const ModelConfig& m) {
+  std::string out;
+  for (const std::string& name : lora_target_names(m)) out += (out.empty() ? "" : ",") + name;
+  return out;
+}
+
+std::string count_text(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.2f}k", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+nlohmann::json comparison_side_json(const Plan& plan) {
+  const RankPlan& r = neediest_kind(plan).figures;
+  return {{"trainable_parameters", trainable_parameters(plan.cfg.model)},
+          {"neediest_rank",
+           {{"rank", r.rank},
+            {"pp_rank", r.position.pp_rank},
+            {"tp_rank", r.position.tp_rank},
+            {"memory", memory_json(r.memory)},
+            {"runtime_bytes", r.runtime_bytes},
+            {"data_bytes", r.data_bytes},
+            {"peak_rss", r.peak_rss},
+            {"device_bytes", r.device_bytes}}},
+          {"step_time", step_json(plan.step)},
+          {"tokens_per_s", plan.tokens_per_s},
+          {"needed_bytes", plan.needed_bytes},
+          {"fits", plan.fits}};
+}
+
 }  // namespace
 
 std::string plan_table(const Plan& plan) {
@@ -309,6 +353,62 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
 nlohmann::json search_json(const std::vector<Plan>& plans) {
   nlohmann::json out = nlohmann::json::array();
   for (const Plan& p : plans) out.push_back(summary_json(p));
+  return out;
+}
+
+std::string lora_comparison_table(const Plan& full, const Plan& lora) {
+  const LoraConfig& l = lora.cfg.model.lora;
+  std::string out = fmt::format(
+      "LoRA against full fine-tuning of the same model and layout (lora.rank {}, alpha {:g}{}, targets {})\n", l.rank,
+      l.alpha, l.rslora ? ", rsLoRA" : "", target_list(lora.cfg.model));
+  const RankPlan& f = neediest_kind(full).figures;
+  const RankPlan& a = neediest_kind(lora).figures;
+  const auto row = [&](const std::string& name, const std::string& full_text, const std::string& lora_text) {
+    out += fmt::format("  {:<22} {:>16} {:>16}\n", name, full_text, lora_text);
+  };
+  row("", "full", "LoRA");
+  const double total = double(full_trainable_parameters(full.cfg.model));
+  const double trained = double(lora_trainable_parameters(lora.cfg.model));
+  row("trainable parameters", count_text(total), count_text(trained));
+  row("  share of the model", "100 %", fmt::format("{:.3f} %", 100 * trained / total));
+  const bool gib = std::max(f.device_bytes, f.peak_rss) >= 10 * GiB;
+  const double unit = gib ? GiB : MiB;
+  const auto amount = [&](double bytes) { return fmt::format("{:.2f}", bytes / unit); };
+  row(fmt::format("memory ({}) of rank", gib ? "GiB" : "MiB"),
+      fmt::format("{} (pp {} tp {})", f.rank, f.position.pp_rank, f.position.tp_rank),
+      fmt::format("{} (pp {} tp {})", a.rank, a.position.pp_rank, a.position.tp_rank));
+  for (int c = 0; c < memory_categories; ++c) {
+    row(fmt::format("  {}", category_name(MemoryCategory(c))), amount(double(f.memory.bytes[c])),
+        amount(double(a.memory.bytes[c])));
+  }
+  row("  runtime", amount(double(f.runtime_bytes)), amount(double(a.runtime_bytes)));
+  row("  data", amount(double(f.data_bytes)), amount(double(a.data_bytes)));
+  row("  peak_rss", amount(double(f.peak_rss)), amount(double(a.peak_rss)));
+  if (!full.cluster.host_only) row("  device", amount(double(f.device_bytes)), amount(double(a.device_bytes)));
+  row("step time (slowest stage)", fmt::format("stage {}", full.step.stage), fmt::format("stage {}", lora.step.stage));
+  const StepTime &sf = full.step, &sa = lora.step;
+  for (auto [name, x, y] :
+       {std::tuple{"compute", sf.compute_s, sa.compute_s}, std::tuple{"tp comm", sf.tp_comm_s, sa.tp_comm_s},
+        std::tuple{"pp comm", sf.pp_comm_s, sa.pp_comm_s}, std::tuple{"dp comm", sf.dp_comm_s, sa.dp_comm_s},
+        std::tuple{"ep comm", sf.ep_comm_s, sa.ep_comm_s}, std::tuple{"bubble", sf.bubble_s, sa.bubble_s}}) {
+    if (std::string_view(name) == "ep comm" && full.layout.ep == 1) continue;
+    row(fmt::format("  {}", name), seconds_text(x), seconds_text(y));
+  }
+  row("  total", seconds_text(sf.total_s()), seconds_text(sa.total_s()));
+  row("tokens per second", rate_text(full.tokens_per_s, "tok/s"), rate_text(lora.tokens_per_s, "tok/s"));
+  row("fits", fmt::format("{} ({})", full.fits ? "yes" : "no", bytes_text(double(full.needed_bytes))),
+      fmt::format("{} ({})", lora.fits ? "yes" : "no", bytes_text(double(lora.needed_bytes))));
+  return out;
+}
+
+nlohmann::json lora_comparison_json(const Plan& full, const Plan& lora) {
+  const LoraConfig& l = lora.cfg.model.lora;
+  nlohmann::json out = plan_json(lora);
+  out["lora"] = {{"rank", l.rank},
+                 {"alpha", l.alpha},
+                 {"rslora", l.rslora},
+                 {"targets", lora_target_names(lora.cfg.model)},
+                 {"comparison", {{"full", comparison_side_json(full)}, {"lora", comparison_side_json(lora)}}}};
   return out;
 }
 

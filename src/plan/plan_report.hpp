@@ -20,6 +20,15 @@ std::string plan_table(const Plan& plan);
 // "dp_comm_s", "bubble_s", "total_s"}, "tokens_per_s", "model_flops_per_s", "fits", ...}
 nlohmann::json plan_json(const Plan& plan);
 
+// A LoRA run (lora.plan.cfg.model.lora enabled) beside full fine-tuning of the same model and layout
+// (`full`: the plan of full_training(cfg), plan/lora_plan.hpp): the trainable parameters, the memory
+// by category of each plan's neediest rank, the step time's terms, the throughput and the fit.
+std::string lora_comparison_table(const Plan& full, const Plan& lora);
+// plan_json(lora) with "lora": {"rank", "alpha", "rslora", "targets", "comparison": {"full": {...},
+// "lora": {...}}}, each side {"trainable_parameters", "neediest_rank": {"rank", "pp_rank",
+// "tp_rank", "memory", ...}, "step_time", "tokens_per_s", "needed_bytes", "fits"}.
+nlohmann::json lora_comparison_json(const Plan& full, const Plan& lora);
+
 // The ranked layouts, one line each.
 std::string search_table(const std::vector<Plan>& plans, int world);
 

@@ -4,6 +4,7 @@
 #include "core/accumulation.hpp"
 #include "core/errors.hpp"
 #include "model/parameters.hpp"
+#include "plan/lora_plan.hpp"
 #include "plan/memory_plan.hpp"
 #include "plan/runtime_overhead.hpp"
 
@@ -144,8 +145,12 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   plan.step = predict_step_time(cfg, grid, cluster);
   plan.tokens_per_step = double(cfg.train.global_batch) * cfg.model.seq_len;
   plan.tokens_per_s = plan.tokens_per_step / plan.step.total_s();
-  plan.model_flops_per_s = plan.tokens_per_s * flops_per_token(ParameterLayout(cfg.model));
+  plan.model_flops_per_s = plan.tokens_per_s * training_stage_flops(cfg.model, 0, 1).total;
   return plan;
+}
+
+Plan full_training_plan(const Plan& lora, RankCoverage coverage) {
+  return make_plan(full_training(lora.cfg), lora.layout.world(), lora.cluster, coverage);
 }
 
 std::vector<Layout> valid_layouts(const Config& cfg, int world) {

@@ -52,7 +52,7 @@ struct Plan {
   StepTime step;  // the slowest stage's
   double tokens_per_step = 0;
   double tokens_per_s = 0;
-  double model_flops_per_s = 0;  // (6N + 6LCT) · tokens/s, over the whole job
+  double model_flops_per_s = 0;  // (6N + 6LCT) · tokens/s, over the whole job (LoRA: lora_stage_flops)
   // Memory against capacity: per device (GPU) or per node (host-only: the node's ranks together,
   // the shared token pages once).
   std::int64_t needed_bytes = 0;    // the largest need
@@ -77,6 +77,10 @@ enum class RankCoverage { every, ends };
 // not fit the model or the world (Topology::resolve), when global_batch is not a whole number of
 // micro_batch × dp, or when parallel.ep does not divide dp and model.experts.
 Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverage coverage = RankCoverage::every);
+
+// Full fine-tuning of a LoRA plan's model (its config without [lora]: full_training,
+// plan/lora_plan.hpp) on the same world, cluster, layout and micro-batch: what `plan` puts beside it.
+Plan full_training_plan(const Plan& lora, RankCoverage coverage = RankCoverage::every);
 
 // Every (dp, tp, pp) with dp·tp·pp = world that Topology::resolve accepts, whose accumulation is
 // whole and whose dp parallel.ep divides (the search keeps ep as the config gives it), ranked by

@@ -4,8 +4,9 @@
 //
 //   compute  = m · b·T · F_stage · r / t / R
 //              F_stage: the stage's model FLOPs per token (6·N + 6·L·Q·T split by stage, N the
-//              family's product matrices: stage_flops_per_token), r the recomputation factor (full:
-//              the forward runs twice, 8/6; selective: the attention scores' forward again,
+//              family's product matrices: stage_flops_per_token; under LoRA 4·N + 6·L·Q·T + 6 per
+//              adapter parameter, lora_stage_flops), r the recomputation factor (full: the
+//              forward runs twice, 8/6 dense; selective: the attention scores' forward again,
 //              + 2·L·Q·T, Q = NH·hs the query heads' width (C unless model.head_dim); the same under
 //              model.attention = fused, whose backward recomputes them, in every mode), R the rank's
 //              FLOP/s = peak · efficiency, divided
@@ -37,6 +38,7 @@
 
 #include "core/accumulation.hpp"
 #include "model/parameters.hpp"
+#include "plan/lora_plan.hpp"
 #include "plan/traffic.hpp"
 
 #include <algorithm>
@@ -129,8 +131,10 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     StepTime st;
     st.stage = s;
 
-    double flops = stage_flops_per_token(model, s, p);
-    if (cfg.train.recompute == Recompute::full) flops *= 8.0 / 6.0;
+    // Full recomputation runs the forward twice (dense: 8/6 of the count; LoRA: plan/lora_plan.hpp).
+    const TokenFlops token_flops = training_stage_flops(model, s, p);
+    double flops = token_flops.total;
+    if (cfg.train.recompute == Recompute::full) flops += token_flops.forward;
     // Fused attention's backward recomputes the scores tile by tile: the extra of selective
     // recomputation, which it makes a no-op (the probabilities are never kept to be dropped).
     const bool rescores = model.attention == AttentionKernel::fused || cfg.train.recompute == Recompute::selective;

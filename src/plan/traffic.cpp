@@ -4,6 +4,7 @@
 #include "core/accumulation.hpp"
 #include "model/parameters.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "plan/lora_plan.hpp"
 #include "plan/memory_plan.hpp"
 #include "state/gradient_reduction.hpp"
 #include "state/shard_map.hpp"
@@ -151,10 +152,21 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
       tp.add(Collective::allreduce, moe_blocks, moe_blocks * gates);
     }
   }
+  // LoRA (model/impl/lora_parts.hpp): per targeted module of each block h [b·T, r] of the compute
+  // type, summed where A is split (row-parallel W) in forward and where B is (column-parallel W), as
+  // its gradient, in backward.
+  const LoraModuleSplit lora = cfg.model.lora.enabled() ? lora_module_split(cfg.model) : LoraModuleSplit{};
+  const std::int64_t h_bytes = rows * cfg.model.lora.rank * compute_bytes(cfg.train.precision);
+  for (const Pass& p : passes) {
+    const std::int64_t sums = L * (p.backward ? lora.column_parallel : lora.row_parallel);
+    tp.add(Collective::allreduce, sums, sums * h_bytes);
+  }
   if (cfg.train.recompute == Recompute::full) {
     const std::vector<std::int64_t> per_block = recomputed_blocks(passes, int(L));
     const std::int64_t reruns = std::accumulate(per_block.begin(), per_block.end(), std::int64_t(0));
     tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
+    // A rerun forward makes h again, summed again.
+    tp.add(Collective::allreduce, reruns * lora.row_parallel, reruns * lora.row_parallel * h_bytes);
   }
 }
 
@@ -236,7 +248,8 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
-    if ((place.first() || place.last()) && cfg.model.ties_output_head()) {
+    // A tied table's two gradients (none under LoRA: the base is frozen).
+    if ((place.first() || place.last()) && cfg.model.ties_output_head() && !cfg.model.lora.enabled()) {
       // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).
       const ZeroStage zero{cfg.parallel.zero};
       const ShardMap map(layout, zero.shard_group_size(grid.dp), 0);

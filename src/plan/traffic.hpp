@@ -35,6 +35,11 @@
 //   tied  (gpt2, pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the
 //         tensor (ZeRO 0) or the rank's shard of its unit (state/model_state.cpp). llama's untied
 //         lm_head has no such group (ModelConfig::ties_output_head).
+//   LoRA  (model.lora; plan/lora_plan.hpp) dp and edp reduce and gather the adapters' units only
+//         (the frozen base has no gradients and is held whole); tp adds per targeted module of
+//         each block one all-reduce of b·T·r elements of the compute type, in forward for the
+//         row-parallel modules (o_proj, down_proj: again when full recomputation reruns the
+//         block), in backward for the column-parallel ones; no tied group.
 #pragma once
 
 #include "core/config.hpp"

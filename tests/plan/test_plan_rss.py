@@ -7,7 +7,8 @@ metrics record (rank 0's VmHWM, written by the trainer), then compares it with `
 of `meshtrain plan --json` on the same keys. A metrics file without `memory.peak_rss` fails the test:
 the trainer must report it.
 
-usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15] [--arch gpt2|llama|moe]
+usage: test_plan_rss.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--tolerance 0.15]
+                       [--arch gpt2|llama|moe|lora]
 """
 import argparse
 import json
@@ -59,7 +60,18 @@ MOE_CASES = [
     ("moe_dp4_ep2_zero3", 4, ["--parallel.dp", "4", "--parallel.ep", "2", "--parallel.zero", "3",
                               "--train.global_batch", "4"]),
 ]
-FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "moe": (MOE_MODEL, MOE_CASES)}
+# --arch lora: LoRA (rank 8) on that llama, its base a checkpoint of one dense step (BASE below): the
+# adapters' states, the frozen base in the compute precision and the adapters' activations. One
+# rank and a pipeline, all linears and attention only under full recomputation (fp32: under bf16 the
+# trainer stages the whole base in fp32 while it loads it, a peak the ledger does not record).
+LORA_MODEL = LLAMA_MODEL + ["--lora.rank", "8", "--checkpoint.init_weights", "BASE"]
+LORA_CASES = [
+    ("lora_single", 1, []),
+    ("lora_pp2", 2, ["--parallel.pp", "2"]),
+    ("lora_attention_recompute", 1, ["--lora.targets", "q_proj,k_proj,v_proj,o_proj", "--train.recompute", "full"]),
+]
+FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "moe": (MOE_MODEL, MOE_CASES),
+            "lora": (LORA_MODEL, LORA_CASES)}
 
 
 def write_shard(path, tokens):
@@ -81,6 +93,14 @@ def main():
     shard = os.path.join(opts.workdir, "shard.bin")
     write_shard(shard, 100_000)
     failures = []
+    if "BASE" in model:
+        # LoRA's base: the dense model after one step.
+        work, run_keys = case_keys(opts.workdir, "base", shard)
+        failed = train(opts.mpiexec, opts.meshtrain, 1, LLAMA_MODEL + run_keys + ["--train.steps", "1"])
+        if failed:
+            print("FAIL base:", failed)
+            return 1
+        model = [os.path.join(work, "ck", "step_00000001.h5") if k == "BASE" else k for k in model]
     print(f"{'case':<20} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
     for name, ranks, extra in cases:
         work, run_keys = case_keys(opts.workdir, name, shard)
