@@ -11,7 +11,8 @@
 # sanitized in test_tokenizer), checkpoint_crash_kill's kill -9 at random instants (what a file holds
 # after a crash, not memory; the sanitized checkpoint_corruption reads damaged files), the Hugging Face
 # import's training runs (hf_import_training: layouts against a reference; its files the sanitized
-# hf_import_files reads), the planner's traffic checks (plan_*traffic: byte counts of 4- and 8-rank
+# hf_import_files reads) and LoRA's layouts (hf_lora_training_layouts; its reference group runs sanitized,
+# dp2·tp2 included), the planner's traffic checks (plan_*traffic: byte counts of 4- and 8-rank
 # runs against the plan, figures rather than memory; the traffic log is written sanitized in save_failure),
 # and the checks
 # of the sources themselves (label `source`: formatting, the Spack recipe), only in the
@@ -65,7 +66,7 @@ timed release test ctest --preset release -j "$jobs" "$@"
 
 timed debug-asan configure cmake --preset debug-asan "${unity[@]}"
 timed debug-asan build cmake --build --preset debug-asan -j "$jobs"
-timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|large|slurm|scaling|source" -E '^(mixed_precision|cli_tokenizer|checkpoint_crash_kill|hf_import_training|plan_(llama_|moe_)?traffic)$' "$@"
+timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan_rss|large|slurm|scaling|source" -E '^(mixed_precision|cli_tokenizer|checkpoint_crash_kill|hf_import_training|hf_lora_training_layouts|plan_(llama_|moe_|lora_)?traffic)$' "$@"
 
 # Only what these tests run is built (the binary, for the oracle and equivalence runs); the cuBLAS
 # wrapper's test has nothing to do with the host backend and stays in the release pass. The

@@ -47,7 +47,8 @@ ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const Grid
 
 ParameterLayout planned_frozen_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
   return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
-                         1, grid.ep, position.ep_rank, LayoutContent::model);
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank,
+                         LayoutContent::model);
 }
 
 MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const GridPosition& position) {
@@ -55,10 +56,9 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const ZeroStage stage{cfg.parallel.zero};
   const ParameterLayout layout = planned_layout(cfg, grid, position);
   MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
-  // LoRA's frozen base: the model's tensors in the compute precision, whole at every ZeRO stage.
+  // LoRA's frozen base: the model's tensors in the compute precision, held as compute weights are.
   if (cfg.model.lora.enabled()) {
-    m[MemoryCategory::weights] +=
-        std::int64_t(planned_frozen_layout(cfg, grid, position).total()) * compute_bytes(cfg.train.precision);
+    m += planned_frozen_memory(planned_frozen_layout(cfg, grid, position), grid.dp, stage, cfg.train.precision);
   }
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;

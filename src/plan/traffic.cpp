@@ -74,8 +74,8 @@ std::vector<std::int64_t> recomputed_blocks(const std::vector<Pass>& passes, int
 
 // The loss sum, and each unit's gradient reduction and weight gathers in its data-parallel group's
 // traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
-void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
-                       const std::vector<Pass>& passes, int accum) {
+void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const GridPosition& position,
+                       const ParameterLayout& layout, const std::vector<Pass>& passes, int accum) {
   traffic["dp"].add(Collective::allreduce, 1, loss_bytes);
   const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
   const auto group_of = [&](bool experts) -> GroupTraffic& {
@@ -111,8 +111,19 @@ void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& gr
   if (!on_demand) return;
   const int first_block = layout.first_layer();
   const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
+  // LoRA's frozen base is sharded alike at ZeRO-3, its blocks gathered with the adapters' (its other
+  // units once, when it is loaded).
+  const std::optional<ParameterLayout> frozen =
+      cfg.model.lora.enabled() ? std::optional(planned_frozen_layout(cfg, grid, position)) : std::nullopt;
   for (const int gathered : zero3_block_gathers(visits, layout.stage_layers())) {
     for (const ShardUnit& u : units) {
+      if (u.block == first_block + gathered) gather(u);
+    }
+  }
+  if (!frozen) return;
+  // The base's rooms are never emptied (its weights never change): a step finds the blocks the last left.
+  for (const int gathered : zero3_block_gathers(visits, layout.stage_layers(), true)) {
+    for (const ShardUnit& u : frozen->units()) {
       if (u.block == first_block + gathered) gather(u);
     }
   }
@@ -214,7 +225,7 @@ std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens
   return kept * (ep - 1) / ep;
 }
 
-std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks) {
+std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks, bool kept) {
   const int rooms = std::min(blocks, 2);
   std::vector<int> holds(std::size_t(std::max(rooms, 1)), -1), gathered;
   const auto place = [&](int block) {
@@ -224,13 +235,20 @@ std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int 
     gathered.push_back(block);
   };
   int previous = -1, direction = 1;
-  for (const BlockVisit& v : visits) {
-    direction = v.block == previous ? -direction : v.block > previous ? 1 : -1;
-    previous = v.block;
-    place(v.block);
-    const int next = v.block + direction;
-    if (next >= 0 && next < blocks) place(next);
+  const auto step = [&] {
+    for (const BlockVisit& v : visits) {
+      direction = v.block == previous ? -direction : v.block > previous ? 1 : -1;
+      previous = v.block;
+      place(v.block);
+      const int next = v.block + direction;
+      if (next >= 0 && next < blocks) place(next);
+    }
+  };
+  if (kept) {  // the rooms and the direction as the previous step left them
+    step();
+    gathered.clear();
   }
+  step();
   return gathered;
 }
 
@@ -243,7 +261,7 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
-  add_data_parallel(traffic, cfg, grid, layout, passes, accum);
+  add_data_parallel(traffic, cfg, grid, position, layout, passes, accum);
   if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {

@@ -62,8 +62,9 @@ struct BlockVisit {
 // in room b mod rooms; a visit gathers its block unless its room holds it, then prefetches the
 // next block of its pass the same way — the pass walks up after a lower block, down after a
 // higher one, and turns when a block is visited twice in a row. A step starts with no room filled
-// (the update's gathers refill only the non-block units).
-std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks);
+// (the update's gathers refill only the non-block units), or with `kept` as the same visits left
+// them a step before (LoRA's frozen base, whose rooms no update empties).
+std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks, bool kept = false);
 
 // The rows of b·T = `tokens` tokens that one of an MoE block's four token all-to-alls sends from a
 // rank to the other `ep` − 1 ranks of its group (each row C elements of the compute type). The

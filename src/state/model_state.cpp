@@ -22,7 +22,7 @@ int group_rank(const Comm* c) { return c == nullptr ? 0 : c->rank(); }
 
 // The layout of this rank's piece of the trainable tensors (the model's, or under LoRA its adapters):
 // its tensor-parallel piece, its stage, its experts; under ZeRO its units are padded to a multiple of dp
-// (and so of the expert units' dp / ep). `content`: the model's tensors unpadded (LoRA's frozen base).
+// (and so of the expert units' dp / ep). `content`: the model's tensors under LoRA (its frozen base).
 ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace place,
                              std::optional<LayoutContent> content = std::nullopt) {
   const int tp = group_size(g.tp), ep = group_size(g.ep);
@@ -30,9 +30,8 @@ ParameterLayout state_layout(const Config& cfg, const StateGroups& g, StagePlace
     throw std::logic_error(
         fmt::format("parallel.ep = {} but the expert-parallel group has {} ranks", cfg.parallel.ep, ep));
   }
-  const bool frozen_base = content == LayoutContent::model;
   return ParameterLayout(cfg.model, tp, tp > 1 ? group_rank(g.tp) : 0, place,
-                         frozen_base ? 1 : ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)), ep,
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(group_size(g.dp)), ep,
                          ep > 1 ? group_rank(g.ep) : 0,
                          content.value_or(cfg.model.lora.enabled() ? LayoutContent::adapters : LayoutContent::model));
 }
@@ -55,10 +54,8 @@ class ModelOn final : public Computation {
   ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, const StateGroups& groups,
           StagePlace place, const PipelineParts& pipeline)
       : space_(space),
-        replicas_(UnitGroups{group_size(groups.dp), group_rank(groups.dp), group_size(&expert_data_parallel(groups)),
-                             group_rank(&expert_data_parallel(groups))}),
         copy_(space, fp32),
-        frozen_(frozen_base(space, cfg, groups, place, copy_)),
+        frozen_(frozen_base(space, cfg, groups, place, fp32, copy_)),
         model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, groups.tp, place,
                                          pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
                                          cfg.train.recompute, frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_),
@@ -103,7 +100,7 @@ class ModelOn final : public Computation {
   const ParameterLayout* frozen_layout() const override { return frozen_ ? frozen_->frozen_layout() : nullptr; }
   void load_frozen_base(const std::function<void(const ParameterLayout&, StateSource&)>& read) override {
     if (!frozen_) throw std::logic_error("ModelState::load_frozen_base without LoRA");
-    frozen_->load([&](StateSource& weights) { read(*frozen_->frozen_layout(), weights); }, replicas_);
+    frozen_->load([&](StateSource& weights) { read(*frozen_->frozen_layout(), weights); });
   }
   void poison_next_gradient() override {
     const ParameterLayout& layout = copy_.layout();
@@ -138,14 +135,16 @@ class ModelOn final : public Computation {
   // LoRA: the model's frozen tensors beside the adapters' working copy; none without LoRA.
   static std::optional<FrozenBase<Real>> frozen_base(const ExecSpace& space, const Config& cfg,
                                                      const StateGroups& groups, StagePlace place,
-                                                     WorkingCopy<Real>& adapters) {
+                                                     const OptimizerState& fp32, WorkingCopy<Real>& adapters) {
     if (!cfg.model.lora.enabled()) return std::nullopt;
+    // The groups and places the adapters' states are sharded over (UnitComms of both groups, as at stage 0).
+    const UnitComms comms{groups.dp, &expert_data_parallel(groups)};
     return std::optional<FrozenBase<Real>>(std::in_place, space,
-                                           state_layout(cfg, groups, place, LayoutContent::model), adapters);
+                                           state_layout(cfg, groups, place, LayoutContent::model), adapters,
+                                           fp32.stage(), comms, comms.places());
   }
 
   ExecSpace space_;
-  UnitGroups replicas_;  // the data-parallel groups, which hold the same frozen base
   WorkingCopy<Real> copy_;
   std::optional<FrozenBase<Real>> frozen_;
   std::unique_ptr<LanguageModel<Real>> model_;

@@ -23,6 +23,14 @@ MemoryBytes planned_state_memory(const ParameterLayout& layout, int dp, ZeroStag
   return m;
 }
 
+MemoryBytes planned_frozen_memory(const ParameterLayout& base, int dp, ZeroStage stage, Precision precision) {
+  const ShardMap map(base, stage.shard_groups(UnitGroups::of_grid(dp, 0, base.ep())));
+  // 16-bit bases of either kind take the same bytes.
+  const std::size_t bytes = precision == Precision::fp32 ? PlacedState<float>::bytes_for(map, stage.compute_weights())
+                                                         : PlacedState<bf16>::bytes_for(map, stage.compute_weights());
+  return MemoryBytes::of(MemoryCategory::weights, bytes);
+}
+
 std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, ZeroStage stage) {
   const UnitGroups groups = UnitGroups::of_grid(dp, dp_rank, layout.ep());
   const ShardMap map(layout, stage.shard_groups(groups));

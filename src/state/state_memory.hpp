@@ -19,6 +19,10 @@ namespace meshtrain {
 // expert units sharded over dp / layout.ep() ranks.
 MemoryBytes planned_state_memory(const ParameterLayout& layout, int dp, ZeroStage stage, Precision precision);
 
+// LoRA's frozen base (state/frozen_base.hpp): `base` (the model's layout, padded as the adapters') in the
+// compute precision, held as the ZeRO stage holds compute weights — whole, or ZeRO-3's slices and rooms.
+MemoryBytes planned_frozen_memory(const ParameterLayout& base, int dp, ZeroStage stage, Precision precision);
+
 // Bytes of host memory a background save copies this rank's pieces of the three states into
 // (dp_rank: this rank's place in its data-parallel group, whose ep rank `layout` is).
 std::size_t checkpoint_snapshot_bytes(const ParameterLayout& layout, int dp, int dp_rank, ZeroStage stage);

@@ -15,6 +15,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/topology.hpp"
 #include "parallel/watchdog.hpp"
+#include "plan/lora_plan.hpp"
 #include "state/model_state.hpp"
 #include "state/state_memory.hpp"
 #include "train/batch_loader.hpp"
@@ -271,7 +272,8 @@ StepReport TrainingRun::step_report(const StepResult& result, const TrainingProg
   report.loss_targets = result.loss_targets;
   report.step_time_s = step_s;
   report.tokens_per_s = std::int64_t(cfg_.train.global_batch) * cfg_.model.seq_len / step_s;
-  report.model_flops_per_s = report.tokens_per_s * flops_per_token(state_.layout());
+  // The FLOPs the run computes per token: LoRA's base computes no weight gradients (plan/lora_plan.hpp).
+  report.model_flops_per_s = report.tokens_per_s * training_stage_flops(cfg_.model, 0, 1).total;
   report.mfu = cfg_.log.peak_tflops > 0 ? report.model_flops_per_s / (cfg_.log.peak_tflops * 1e12 * world_) : 0;
   report.elapsed_s = elapsed_s;
   report.eta_s = elapsed_s / steps_this_job * double(cfg_.train.steps - progress.step);

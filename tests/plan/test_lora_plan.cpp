@@ -117,10 +117,14 @@ TEST(LoraPlan, TensorParallelPiecesFollowTheBaseSplit) {
 
 // A LoRA rank's every category by hand beside full training's: 3 blocks, r 3 all-linear, dp 2 and
 // 3 on one stage, micro-batch 2 (N = 64 tokens). Base P = 3·46,208 + 2·16,576 + 64 = 171,840
-// elements, held unpadded (dp 3 would pad its units); adapters a = 3·3504 = 10,512, one block's
-// a_l = 3504 (a multiple of 2 and 3: no padding); ZeRO's working units are two block rooms, 2·a_l.
+// elements in units embed_tokens, 3 blocks, norm, lm_head, padded under ZeRO to a multiple of dp as
+// the adapters' (dp 3 pads 2 + 3·1 + 2 + 2); held whole, or at ZeRO-3 as a shard of the padded total,
+// the non-block units whole and two block rooms. Adapters a = 3·3504 = 10,512, one block's a_l = 3504
+// (a multiple of 2 and 3: no padding); ZeRO's working units are two block rooms, 2·a_l.
 TEST(LoraPlan, RankMemoryByHandAndBelowFullTraining) {
-  constexpr std::int64_t P = 171'840, a = 10'512, a_l = 3504, rooms = 2 * a_l;
+  constexpr std::int64_t a = 10'512, a_l = 3504, rooms = 2 * a_l;
+  constexpr std::int64_t embed = 16'576, block = 46'208, norm = 64;
+  const auto padded = [](std::int64_t n, std::int64_t d) { return (n + d - 1) / d * d; };
   for (const std::int64_t d : {2, 3}) {
     const Layout grid{int(d), 1, 1};
     for (const Precision precision : {Precision::fp32, Precision::bf16}) {
@@ -141,8 +145,12 @@ TEST(LoraPlan, RankMemoryByHandAndBelowFullTraining) {
         const std::int64_t fp32_grads = zero >= 2 ? rooms + a / d : a;
         const std::int64_t compute_weights = zero >= 3 ? rooms + a / d : a;
         const std::int64_t compute_grads = zero >= 2 ? rooms : a;
+        const std::int64_t u = zero >= 1 ? d : 1;  // the units' padding
+        const std::int64_t resident = 2 * padded(embed, u) + padded(norm, u), whole_block = padded(block, u);
+        const std::int64_t base = zero >= 3 ? resident + 2 * whole_block + (resident + 3 * whole_block) / d
+                                            : resident + 3 * whole_block;
         std::map<MemoryCategory, std::int64_t> want;
-        want[MemoryCategory::weights] = cb * P + (fp32 ? 4 * compute_weights : 2 * compute_weights);
+        want[MemoryCategory::weights] = cb * base + (fp32 ? 4 * compute_weights : 2 * compute_weights);
         want[MemoryCategory::master] = fp32 ? 0 : 4 * shard;
         want[MemoryCategory::grads] = 4 * fp32_grads + (fp32 ? 0 : 2 * compute_grads);
         want[MemoryCategory::optimizer] = 2 * 4 * shard;

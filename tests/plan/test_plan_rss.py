@@ -62,12 +62,13 @@ MOE_CASES = [
 ]
 # --arch lora: LoRA (rank 8) on that llama, its base a checkpoint of one dense step (BASE below): the
 # adapters' states, the frozen base in the compute precision and the adapters' activations. One
-# rank and a pipeline, all linears and attention only under full recomputation (fp32: under bf16 the
-# trainer stages the whole base in fp32 while it loads it, a peak the ledger does not record).
+# rank, a pipeline, ZeRO-3 in bf16 (the base sharded in 16 bits, staged tensor by tensor as it loads),
+# all linears and attention only under full recomputation.
 LORA_MODEL = LLAMA_MODEL + ["--lora.rank", "8", "--checkpoint.init_weights", "BASE"]
 LORA_CASES = [
     ("lora_single", 1, []),
     ("lora_pp2", 2, ["--parallel.pp", "2"]),
+    ("lora_dp2_zero3_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "3", "--train.precision", "bf16"]),
     ("lora_attention_recompute", 1, ["--lora.targets", "q_proj,k_proj,v_proj,o_proj", "--train.recompute", "full"]),
 ]
 FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "moe": (MOE_MODEL, MOE_CASES),

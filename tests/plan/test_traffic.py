@@ -9,7 +9,7 @@ schedules, accumulation (micro-batches per step > 1 in most), full recomputation
 tensor-parallel sums), and buckets small enough that the gradient buffer takes many. fp16 is left
 out: its traffic is bf16's (both are 16 bits), except in a step whose update the loss scaler skips.
 
-usage: test_traffic.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--only NAME ...] [--arch gpt2|llama]
+usage: test_traffic.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--only NAME ...] [--arch gpt2|llama|lora]
 """
 import argparse
 import json
@@ -71,7 +71,19 @@ LLAMA_CASES = [
     ("llama_dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "3",
                                      "--train.precision", "bf16"]),
 ]
-FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES)}
+# --arch lora: LoRA (rank 3, not dividing tp 2) on that llama, its base a checkpoint of one dense step (BASE,
+# made first): the dp reductions of the adapters alone, and tp's [N, r] sums (in forward for o and down,
+# in backward for q, k, v, gate and up; again when full recomputation reruns a block).
+LORA_MODEL = LLAMA_MODEL + ["--lora.rank", "3", "--checkpoint.init_weights", "BASE"]
+LORA_CASES = [
+    ("lora_dp2_zero2_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "2", "--train.precision", "bf16"]),
+    ("lora_tp2_bf16_recompute", 2, ["--parallel.tp", "2", "--train.precision", "bf16", "--train.recompute", "full"]),
+    ("lora_dp2_tp2_zero3_attention", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "3",
+                                         "--lora.targets", "q_proj,k_proj,v_proj,o_proj"]),
+    ("lora_dp2_tp2_pp2_zero1", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
+                                   "--parallel.zero", "1"]),
+]
+FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "lora": (LORA_MODEL, LORA_CASES)}
 POSITION = ("dp_rank", "tp_rank", "pp_rank")
 
 
@@ -169,7 +181,18 @@ def main():
     opts = command_line(__doc__, [("--arch", {"choices": sorted(FAMILIES), "default": "gpt2",
                                               "help": "the model family's model and cases"})])
     model, cases = FAMILIES[opts.arch]
-    return run_cases(opts, cases, lambda shard, name, ranks, extra: check_case(opts, shard, model, name, ranks, extra))
+
+    def check(shard, name, ranks, extra):
+        nonlocal model
+        if "BASE" in model:  # LoRA's base, made once: the dense model after one step
+            work, run_keys = case_keys(opts.workdir, "base", shard)
+            failed = train(opts.mpiexec, opts.meshtrain, 1, LLAMA_MODEL + run_keys + ["--train.steps", "1"])
+            if failed:
+                return [f"base: {failed}"]
+            model = [os.path.join(work, "ck", "step_00000001.h5") if k == "BASE" else k for k in model]
+        return check_case(opts, shard, model, name, ranks, extra)
+
+    return run_cases(opts, cases, check)
 
 
 if __name__ == "__main__":
