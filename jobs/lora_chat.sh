@@ -12,9 +12,10 @@
 # reports the answers' loss before and after. The merged model, imported back, is asked the held-out
 # question the imported model was asked first. Output lands in out/lora_chat/.
 #
-# Cost: sft_chat's 300 steps of 16 windows of 128 tokens (about 1 min on 2 cores: the frozen base's
-# forward and input gradients cost as much as full training's, only the weight gradients shrink) and
-# three validation passes of 128 windows, forward only; the reference check about 15 s.
+# Cost: sft_chat's 300 steps of 16 windows of 128 tokens (about 1 min on 2 cores, 2 under load: the
+# frozen base skips its weight gradients, 4 FLOPs a parameter and token instead of 6, the rest is as
+# full training's), three validation passes of 128 windows, forward only, and the reference check
+# (about 15 s). Measured end to end: 2 min 43 s on 2 cores shared with other builds (README).
 #
 # The base here is random (small_llama.py writes random weights): the adapters can reshape its layers
 # but not its embeddings, so LoRA lowers the held-out loss far less than sft_chat's full fine-tune
