@@ -15,7 +15,7 @@
 # Cost: sft_chat's 300 steps of 16 windows of 128 tokens (about 1 min on 2 cores, 2 under load: the
 # frozen base skips its weight gradients, 4 FLOPs a parameter and token instead of 6, the rest is as
 # full training's), three validation passes of 128 windows, forward only, and the reference check
-# (about 15 s). Measured end to end: 2 min 43 s on 2 cores shared with other builds (README).
+# (about 15 s). Measured end to end: 2 min 43 s and 2 min 57 s on 2 cores shared with other builds (README).
 #
 # The base here is random (small_llama.py writes random weights): the adapters can reshape its layers
 # but not its embeddings, so LoRA lowers the held-out loss far less than sft_chat's full fine-tune
