@@ -13,10 +13,17 @@
   evaluate-sft  the same for a fine-tuning shard (prepare --sft): the mean cross-entropy of the
             tokens that carry loss (the answers) in its first records, each cut to --seq-len + 1
             tokens: the imported model against its fine-tuned export, on held-out chats.
+  evaluate-lora  jobs/lora_chat.sh's check, on the same records: the base directory with the PEFT
+            adapter applied by tests/oracle/lora_reference.py (PEFT's definitions) against the merged
+            export read as a plain model: the largest logit difference over the first --compare
+            records (exit 1 past --tolerance), and the answers' loss of the base, the adapted base
+            and the merged model (exit 1 unless the adapted one is the lower).
 
 usage: small_llama.py write --out DIR [--merges 700] [--seed 11]
        small_llama.py evaluate --shard S.bin --seq-len T --windows N DIR_BEFORE DIR_AFTER
        small_llama.py evaluate-sft --shard SFT.bin --seq-len T --records N DIR_BEFORE DIR_AFTER
+       small_llama.py evaluate-lora --shard SFT.bin --seq-len T --records N [--compare 8] [--tolerance 1e-5]
+                                    BASE_DIR ADAPTER_DIR MERGED_DIR
 """
 import argparse
 import json
@@ -31,6 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 sys.path.insert(0, os.path.join(HERE, "..", "cli"))
 import gpt2_torch  # noqa: E402
 import hf_reference  # noqa: E402
+import lora_reference  # noqa: E402
 import test_tokenizer_json as tokjson  # noqa: E402
 from test_sft_prepare import read_sft_shard  # noqa: E402
 
@@ -78,7 +86,10 @@ def evaluate(shard, seq_len, windows, before, after):
 
 def answer_loss(directory, records):
     """The mean cross-entropy over the records' loss-carrying targets (target i predicts token i + 1)."""
-    model = hf_reference.load_hf_dir(directory)
+    return model_answer_loss(hf_reference.load_hf_dir(directory), records)
+
+
+def model_answer_loss(model, records):
     total, count = 0.0, 0
     for ids, mask in records:
         logits = hf_reference.forward_loss(model, [ids[:-1]], [ids[1:]])["logits"][0]
@@ -89,13 +100,38 @@ def answer_loss(directory, records):
     return total / count
 
 
-def evaluate_sft(shard, seq_len, count, before, after):
+def answer_records(shard, seq_len, count):
+    """The shard's first `count` records cut to seq_len + 1 tokens, those with an answer target only."""
     records = [(ids[:seq_len + 1], mask[:seq_len + 1]) for ids, mask in read_sft_shard(shard)[0][:count]]
-    records = [(ids, mask) for ids, mask in records if len(ids) > 1 and any(mask[1:])]
+    return [(ids, mask) for ids, mask in records if len(ids) > 1 and any(mask[1:])]
+
+
+def evaluate_sft(shard, seq_len, count, before, after):
+    records = answer_records(shard, seq_len, count)
     first, last = answer_loss(before, records), answer_loss(after, records)
     print(f"reference loss on the answers of {len(records)} records of {shard}: "
           f"{first:.4f} imported ({before}), {last:.4f} fine-tuned ({after})")
     return 0 if last < first else 1
+
+
+def evaluate_lora(shard, seq_len, count, compare, tolerance, base, adapter, merged):
+    records = answer_records(shard, seq_len, count)
+    adapted = lora_reference.load_peft_adapter(hf_reference.load_hf_dir(base), adapter)
+    plain = hf_reference.load_hf_dir(merged)
+    # Both in the reference's float64; the merged weights were rounded once to float32 by the export.
+    worst, largest = 0.0, 0.0
+    for ids, _ in records[:compare]:
+        a = hf_reference.forward_loss(adapted, [ids[:-1]], [ids[1:]])["logits"][0]
+        m = hf_reference.forward_loss(plain, [ids[:-1]], [ids[1:]])["logits"][0]
+        worst = max(worst, float((a - m).abs().max()))
+        largest = max(largest, float(a.abs().max()))
+    print(f"logits of the first {min(compare, len(records))} records, base + adapter ({adapter}) against the merged "
+          f"model ({merged}): largest difference {worst:.2e} (largest logit {largest:.3f}, tolerance {tolerance:g})")
+    losses = [model_answer_loss(hf_reference.load_hf_dir(base), records), model_answer_loss(adapted, records),
+              model_answer_loss(plain, records)]
+    print(f"reference loss on the answers of {len(records)} records of {shard}: {losses[0]:.4f} base ({base}), "
+          f"{losses[1]:.4f} base + adapter, {losses[2]:.4f} merged")
+    return 0 if worst <= tolerance and losses[1] < losses[0] else 1
 
 
 def main():
@@ -117,10 +153,21 @@ def main():
     f.add_argument("--records", type=int, default=64)
     f.add_argument("before")
     f.add_argument("after")
+    lo = sub.add_parser("evaluate-lora")
+    lo.add_argument("--shard", required=True)
+    lo.add_argument("--seq-len", type=int, required=True)
+    lo.add_argument("--records", type=int, default=64)
+    lo.add_argument("--compare", type=int, default=8)
+    lo.add_argument("--tolerance", type=float, default=1e-5)
+    lo.add_argument("base")
+    lo.add_argument("adapter")
+    lo.add_argument("merged")
     a = ap.parse_args()
     if a.command == "write":
         write(a.out, a.merges, a.seed)
         return 0
+    if a.command == "evaluate-lora":
+        return evaluate_lora(a.shard, a.seq_len, a.records, a.compare, a.tolerance, a.base, a.adapter, a.merged)
     if a.command == "evaluate-sft":
         return evaluate_sft(a.shard, a.seq_len, a.records, a.before, a.after)
     return evaluate(a.shard, a.seq_len, a.windows, a.before, a.after)
