@@ -2,6 +2,7 @@
 #include "checkpoint/contents.hpp"
 
 #include "checkpoint/attributes.hpp"
+#include "checkpoint/lora_contents.hpp"
 #include "core/errors.hpp"
 #include "io/checkpoint/file.hpp"
 #include "io/checkpoint/schema.hpp"
@@ -75,6 +76,14 @@ std::optional<Config> checked_stored_model(const io::CheckpointReader& reader, b
     for (const char* group : {io::schema::exp_avg_group, io::schema::exp_avg_sq_group}) {
       if (!reader.datasets(group).empty()) groups.push_back(group);
     }
+  }
+  if (stored->model.lora.enabled()) {
+    // LoRA: /model holds the adapters (and the base beside them in an import --adapter file), /optim theirs.
+    checked_lora_file(reader, "a file whose stored config has lora.rank > 0");
+    groups.erase(groups.begin());
+    require_model_tensors(reader, stored->model, groups, "the adapters of its stored config",
+                          LayoutContent::adapters);
+    return stored;
   }
   require_model_tensors(reader, stored->model, groups, "the model of its stored config");
   return stored;

@@ -125,6 +125,12 @@ MergedLoraModel::MergedLoraModel(const io::CheckpointReader& adapters)
 MergedLoraModel::~MergedLoraModel() = default;
 
 std::vector<io::TensorSource> MergedLoraModel::tensors(hf::Architecture a) const {
+  std::vector<io::TensorSource> sources = merged_tensors();
+  for (io::TensorSource& t : sources) t.name = hf::hf_tensor_name(a, t.name);
+  return sources;
+}
+
+std::vector<io::TensorSource> MergedLoraModel::merged_tensors() const {
   std::map<std::string, const AdaptedWeight*> adapted;
   for (const AdaptedWeight& w : file_.adapted) adapted.emplace(w.base.name, &w);
   const double s = file_.config.model.lora.scaling();
@@ -132,7 +138,7 @@ std::vector<io::TensorSource> MergedLoraModel::tensors(hf::Architecture a) const
   for (const ModelTensor& t : model_tensors(file_.config.model)) {
     const auto it = adapted.find(t.name);
     const AdaptedWeight* w = it == adapted.end() ? nullptr : it->second;
-    sources.push_back({hf::hf_tensor_name(a, t.name), t.shape, [this, t, w, s](std::span<float> out) {
+    sources.push_back({t.name, t.shape, [this, t, w, s](std::span<float> out) {
                          read_verified(*base_, t, out);
                          if (w == nullptr) return;
                          merge_into(out, read_verified(adapters_, w->a), read_verified(adapters_, w->b), t.shape[0],

@@ -43,6 +43,8 @@ class MergedLoraModel {
   // written: a base tensor as stored; an adapted weight W + s · B A, the product and sum taken in
   // double and rounded once to float32 (s = alpha / r, alpha / √r under rslora).
   std::vector<io::TensorSource> tensors(hf::Architecture a) const;
+  // The same under meshtrain's names (`sample` computes with the merged model).
+  std::vector<io::TensorSource> merged_tensors() const;
 
  private:
   const io::CheckpointReader& adapters_;

@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpointer.hpp"
 #include "checkpoint/contents.hpp"
+#include "commands/lora_export.hpp"
 #include "commands/sample_prompt.hpp"
 #include "commands/sample_tokenizer.hpp"
 #include "core/command_line.hpp"
@@ -26,6 +27,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
+#include <span>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -136,14 +139,23 @@ class TokenPrinter {
 
 // What sampling needs of the checkpoint before anything is allocated: its stored config, the file's
 // tensors checked against that config's model as loading checks them, and its tokenizer (or
-// --tokenizer's file), checked against the recorded hash.
+// --tokenizer's file), checked against the recorded hash. A LoRA checkpoint (adapters, or an
+// `import --adapter` file) is sampled as its merged model, W + s·B·A (its base checked as
+// `export --merge-lora` checks it), whose logits are the adapter model's: `merged` then reads it.
 struct CheckedCheckpoint {
   Config config;
   std::optional<io::Tokenizer> tokenizer;
+  std::unique_ptr<MergedLoraModel> merged;
 };
 
-CheckedCheckpoint check_checkpoint(const SampleOptions& o, MPI_Comm comm) {
-  const io::CheckpointReader reader(o.checkpoint, comm);
+CheckedCheckpoint check_checkpoint(const io::CheckpointReader& reader, const SampleOptions& o) {
+  if (stored_config_has_lora(reader)) {
+    auto merged = std::make_unique<MergedLoraModel>(reader);
+    Config config = merged->config();
+    config.model.lora = LoraConfig{};  // the merged model is a plain one
+    return {std::move(config), sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint),
+            std::move(merged)};
+  }
   std::optional<Config> config = checked_stored_model(reader, /*with_optimizer=*/false);
   if (!config) {
     input_error(
@@ -151,8 +163,20 @@ CheckedCheckpoint check_checkpoint(const SampleOptions& o, MPI_Comm comm) {
         "checkpoint, whose config gives the model's shape",
         o.checkpoint, io::schema::attr::format);
   }
-  return {std::move(*config),
-          sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint)};
+  return {std::move(*config), sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint),
+          nullptr};
+}
+
+// The merged model's tensors into the model's flat weights (one rank, the whole model).
+void load_merged(const MergedLoraModel& merged, LanguageModel<float>& model) {
+  const ParameterLayout& layout = model.layout();
+  Kokkos::View<float*, HostSpace> host("meshtrain::sample::merged", layout.total());
+  for (const io::TensorSource& source : merged.merged_tensors()) {
+    const TensorInfo& t = layout.find(source.name);
+    // The tensor's own elements lead its array (vocabulary padding rows follow, left zero).
+    source.fill(std::span<float>(host.data() + t.offset, t.piece.elements()));
+  }
+  Kokkos::deep_copy(model.weights(), Kokkos::View<const float*, HostSpace>(host.data(), layout.total()));
 }
 
 }  // namespace
@@ -164,7 +188,8 @@ int sample_command(const Args& args, MPI_Comm comm) {
   // An unknown template is refused before the checkpoint is read.
   std::optional<ChatPrompt> chat;
   if (!o.chat_template.empty()) chat = ChatPrompt{io::parse_chat_template(o.chat_template), o.system};
-  const CheckedCheckpoint checked = check_checkpoint(o, comm);
+  const io::CheckpointReader reader(o.checkpoint, comm);
+  const CheckedCheckpoint checked = check_checkpoint(reader, o);
   const Config& cfg = checked.config;
   const std::optional<io::Tokenizer>& tokenizer = checked.tokenizer;
   if (chat && !tokenizer) {
@@ -181,7 +206,11 @@ int sample_command(const Args& args, MPI_Comm comm) {
 
   ExecSpace space;
   const auto model = make_language_model<float>(space, cfg.model, 1);
-  Checkpointer(cfg, model->layout(), comm).load_weights(o.checkpoint, model->weights());
+  if (checked.merged) {
+    load_merged(*checked.merged, *model);
+  } else {
+    Checkpointer(cfg, model->layout(), comm).load_weights(o.checkpoint, model->weights());
+  }
   Buffer<int> inputs("meshtrain::sample::inputs", T);
   auto host_inputs = Kokkos::create_mirror_view(inputs);
   Kokkos::View<float*, HostSpace> logits_row("meshtrain::sample::logits", V);

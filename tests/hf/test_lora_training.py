@@ -6,7 +6,8 @@
               imported onto its base with `import --adapter`; ten steps of meshtrain equal the reference's
               ten (loss 1e-4 relative), on all seven linears under rsLoRA and on attention only; the trained
               adapter exported as PEFT equals the reference's trained adapter (1e-4 of its largest value);
-              the checkpoint holds the adapters and their moments only, the base file is unchanged
+              the checkpoint holds the adapters and their moments only, the base file is unchanged; `sample`
+              of it draws what the merged model (export --merge-lora, import) draws
   Layouts     dp2·tp2 (rank 3 does not divide tp 2; k and v heads split), pp2·dp2 under ZeRO-3, tp2·pp2
               under ZeRO-1 with full recomputation: each equals one rank's run (2e-5); bf16 on one rank and
               dp2·tp2 within 2e-3 of it, its weights the base in 16 bits (no fp32 copy)
@@ -156,6 +157,23 @@ class Reference(LoraCase):
             scale = float(t.abs().max())
             diff = float((tensors[name].double() - t.double()).abs().max())
             self.assertLess(diff, 1e-4 * max(scale, 1e-3), f"{name}: {diff} of {scale}")
+        # `sample` of the adapter checkpoint draws what the merged model, exported and imported, draws.
+        p = run(["export", checkpoint, "--format", "hf", "--merge-lora", "--out", self.path("merged")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p = run(["import", self.path("merged"), "--out", self.path("merged.h5"), "--ini", self.path("merged.ini"),
+                 "--seq-len", SEQ_LEN])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p = run(["inspect", checkpoint])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("lora_A.weight", p.stdout)
+        drawn = []
+        for source in (checkpoint, self.path("merged.h5")):
+            p = run(["sample", "--checkpoint", source, "--prompt", "0123", "--tokens", 12, "--temperature", 0.7,
+                     "--ids"])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            drawn.append(p.stdout.split())
+        self.assertEqual(drawn[0], drawn[1])
+        self.assertEqual(len(drawn[0]), 4 + 12)
         return got
 
     def test_all_linear_rslora(self):
