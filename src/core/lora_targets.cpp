@@ -17,7 +17,7 @@ constexpr std::string_view all_linear = "all-linear";
 
 // Modules of the family that PEFT could adapt but meshtrain's LoRA does not yet: named in the refusal.
 std::vector<std::string> not_adapted(Arch arch) {
-  if (arch == Arch::llama) return {"lm_head", "embed_tokens", "gate", "experts"};
+  if (arch == Arch::llama) return {"embed_tokens", "gate", "experts"};
   return {"lm_head", "wte"};
 }
 
@@ -53,24 +53,32 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
     input_error("lora.rank > 0 with model.experts = {}: LoRA does not adapt mixture-of-experts models yet",
                 model.experts);
   }
+  if (model.arch == Arch::llama && model.ties_output_head() &&
+      std::find(given.begin(), given.end(), lora_head_name) != given.end()) {
+    input_error(
+        "lora.targets names lm_head, and model.tie_embeddings = true makes lm_head the embedding: LoRA adapts an "
+        "untied lm_head only");
+  }
   std::vector<std::string> targets;
   for (const std::string& name : given) {
+    if (std::count(given.begin(), given.end(), name) > 1) input_error("lora.targets names '{}' twice", name);
     if (name == all_linear) {
       if (given.size() > 1) input_error("lora.targets = '{}': all-linear stands alone", model.lora.targets);
       return known;
     }
+    if (name == lora_head_name && model.arch == Arch::llama) continue;
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       const std::vector<std::string> later = not_adapted(model.arch);
       const bool known_later = std::find(later.begin(), later.end(), name) != later.end();
-      input_error("lora.targets names '{}', {}: valid names are {} or all-linear", name,
+      input_error("lora.targets names '{}', {}: valid names are {}{} or all-linear", name,
                   known_later ? "which LoRA does not adapt yet" : fmt::format("no module of a {} model", model.arch),
-                  fmt::join(known, ","));
+                  fmt::join(known, ","), model.arch == Arch::llama ? ",lm_head" : "");
     }
-    if (std::count(given.begin(), given.end(), name) > 1) input_error("lora.targets names '{}' twice", name);
   }
   for (const std::string& name : known) {
     if (std::find(given.begin(), given.end(), name) != given.end()) targets.push_back(name);
   }
+  if (std::find(given.begin(), given.end(), lora_head_name) != given.end()) targets.push_back(lora_head_name);
   return targets;
 }
 

@@ -18,10 +18,13 @@ enum class LayoutContent { model, adapters };
 // A family's adaptable linear layers, in the order of its blocks' products: llama's q_proj, k_proj,
 // v_proj, o_proj, gate_proj, up_proj, down_proj.
 const std::vector<std::string>& lora_module_names(Arch arch);
+// The output head (llama's untied lm_head), which lora.targets may name beside the blocks' modules;
+// all-linear leaves it out, as PEFT's does.
+inline constexpr const char* lora_head_name = "lm_head";
 
 // lora.targets resolved for `model`: the named modules in the family's order (all-linear: every
-// adaptable one). InputError naming lora.targets for an empty list, a name the family has not, or a
-// module LoRA cannot adapt here (with what can be).
+// adaptable one of the blocks), then lm_head when named. InputError naming lora.targets for an empty
+// list, a name the family has not, or a module LoRA cannot adapt here (with what can be).
 std::vector<std::string> lora_target_names(const ModelConfig& model);
 
 // Whether a checkpoint tensor is a LoRA adapter's (`layers.0.self_attn.q_proj.lora_A.weight`) rather than

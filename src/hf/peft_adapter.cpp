@@ -23,6 +23,8 @@ using json = nlohmann::json;
 constexpr std::string_view peft_prefix = "base_model.model.";
 // The llama family's module paths start with the decoder's `model.`.
 constexpr std::string_view llama_prefix = "model.";
+// The output head's adapters: base_model.model.lm_head.lora_A.weight.
+constexpr std::string_view head_prefix = "lm_head.";
 constexpr std::string_view all_linear = "all-linear";
 
 // adapter_config.json's keys, each read with the file and the key named in every message. A key that
@@ -59,44 +61,48 @@ class PeftFields {
   const std::string& path_;
 };
 
-// target_modules as module names in the family's order, each one checked against what LoRA adapts.
+// target_modules as module names in the family's order: what lora.targets would name, checked by the one
+// rule lora.targets is (core/lora_targets.hpp).
 std::string target_list(const PeftFields& f, const std::string& path, const ModelConfig& model) {
-  const std::vector<std::string>& known = lora_module_names(model.arch);
   if (!f.has("target_modules")) input_error("{}: no 'target_modules', which names the modules adapted", path);
   const json& given = f.at("target_modules");
+  std::vector<std::string> names;
   if (given.is_string()) {
-    if (given.get<std::string>() == all_linear) return fmt::format("{}", fmt::join(known, ","));
-    f.refuse("target_modules", "a regular expression; list the module names instead");
-  }
-  if (!given.is_array() || given.empty()) {
+    if (given.get<std::string>() != all_linear) {
+      f.refuse("target_modules", "a regular expression; list the module names instead");
+    }
+    names.push_back(std::string(all_linear));
+  } else if (!given.is_array() || given.empty()) {
     input_error("{}: target_modules = {} is not a non-empty list of module names", path, given.dump());
   }
-  std::vector<std::string> names;
-  for (const json& name : given) {
-    const std::string text = name.is_string() ? name.get<std::string>() : name.dump();
-    if (std::find(known.begin(), known.end(), text) == known.end()) {
-      input_error("{}: target_modules names '{}', which meshtrain's LoRA does not adapt (valid: {})", path, text,
-                  fmt::join(known, ", "));
-    }
-    names.push_back(text);
+  for (const json& name : given.is_array() ? given : json::array()) {
+    if (!name.is_string()) input_error("{}: target_modules holds {}, not a module name", path, name.dump());
+    names.push_back(name.get<std::string>());
   }
-  std::vector<std::string> ordered;
-  for (const std::string& name : known) {
-    if (std::find(names.begin(), names.end(), name) != names.end()) ordered.push_back(name);
+  ModelConfig adapted = model;
+  adapted.lora.rank = 1;
+  adapted.lora.targets = fmt::format("{}", fmt::join(names, ","));
+  try {
+    return fmt::format("{}", fmt::join(lora_target_names(adapted), ","));
+  } catch (const InputError& e) {
+    input_error("{}: target_modules: {}", path, e.what());
   }
-  return fmt::format("{}", fmt::join(ordered, ","));
 }
 
 }  // namespace
 
 std::string peft_tensor_name(std::string_view name) {
+  // The output head has no `model.` prefix in transformers' names, as lm_head.weight has none.
+  if (name.starts_with(head_prefix)) return std::string(peft_prefix) + std::string(name);
   return std::string(peft_prefix) + hf_tensor_name(Architecture::llama, name);
 }
 
 std::optional<std::string> meshtrain_adapter_name(std::string_view peft_name) {
+  if (!peft_name.ends_with(".lora_A.weight") && !peft_name.ends_with(".lora_B.weight")) return std::nullopt;
+  const std::string head = std::string(peft_prefix) + std::string(head_prefix);
+  if (peft_name.starts_with(head)) return std::string(peft_name.substr(peft_prefix.size()));
   const std::string prefix = std::string(peft_prefix) + std::string(llama_prefix);
   if (!peft_name.starts_with(prefix)) return std::nullopt;
-  if (!peft_name.ends_with(".lora_A.weight") && !peft_name.ends_with(".lora_B.weight")) return std::nullopt;
   return std::string(peft_name.substr(prefix.size()));
 }
 

@@ -198,7 +198,7 @@ class DecoderStage final : public LanguageModel<Real> {
   int batch() const override { return m_.batch; }
   ActivationSizes activation_elements() const override {
     const auto lora = lora_activation_elements(m_.model(), m_.batch, m_.layout.stage_layers(),
-                                               int(m_.slots.size()));
+                                               int(m_.slots.size()), m_.layout.place().last());
     return {m_.activation_buffer.extent(0) + lora.kept, m_.scratch_buffer.extent(0) + lora.scratch};
   }
   const ParameterLayout* adapter_layout() const override { return m_.lora.active() ? &*m_.lora.layout : nullptr; }

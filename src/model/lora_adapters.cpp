@@ -45,6 +45,13 @@ void list_family_adapters(ParameterLayout& layout) {
       }
     }
   }
+  // The output head, column-parallel by vocabulary rows: B split as lm_head's rows, padding included.
+  if (layout.place().last() && lora_targets_module(targets, lora_head_name)) {
+    layout.start_unit(lora_head_name, -1);
+    layout.add_replicated(std::string(lora_head_name) + ".lora_A.weight", {r, std::uint64_t(m.d_model)},
+                          InitKind::lora_uniform);
+    layout.add_vocabulary_rows(std::string(lora_head_name) + ".lora_B.weight", r, InitKind::zeros);
+  }
 }
 
 template <class Real>
@@ -70,15 +77,37 @@ std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(const ParameterLa
   return blocks;
 }
 
+template <class Real>
+LoraAdapter<Real> bind_lora_head(const ParameterLayout& adapters, const std::function<Real*(const TensorInfo&)>& weight,
+                                 const std::function<Real*(const TensorInfo&)>& grad) {
+  LoraAdapter<Real> head;
+  const TensorInfo* a = adapters.find_if_held(std::string(lora_head_name) + ".lora_A.weight");
+  if (a == nullptr) return head;
+  const TensorInfo& b = adapters.find(std::string(lora_head_name) + ".lora_B.weight");
+  head.A = Vec<Real>(weight(*a), a->numel);
+  head.B = Vec<Real>(weight(b), b.numel);
+  head.dA = Vec<Real>(grad(*a), a->numel);
+  head.dB = Vec<Real>(grad(b), b.numel);
+  return head;
+}
+
+template LoraAdapter<float> bind_lora_head(const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
+                                         const std::function<float*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<float>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
     const std::function<float*(const TensorInfo&)>&);
+template LoraAdapter<double> bind_lora_head(const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
+                                         const std::function<double*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<double>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
     const std::function<double*(const TensorInfo&)>&);
+template LoraAdapter<bf16> bind_lora_head(const ParameterLayout&, const std::function<bf16*(const TensorInfo&)>&,
+                                         const std::function<bf16*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<bf16>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<bf16*(const TensorInfo&)>&,
     const std::function<bf16*(const TensorInfo&)>&);
+template LoraAdapter<fp16> bind_lora_head(const ParameterLayout&, const std::function<fp16*(const TensorInfo&)>&,
+                                         const std::function<fp16*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<fp16>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<fp16*(const TensorInfo&)>&,
     const std::function<fp16*(const TensorInfo&)>&);

@@ -48,4 +48,9 @@ std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(
     const ParameterLayout& adapters, const std::function<Real*(const TensorInfo&)>& weight,
     const std::function<Real*(const TensorInfo&)>& grad);
 
+// The output head's adapter (lm_head in lora.targets, the last stage), or an inactive one.
+template <class Real>
+LoraAdapter<Real> bind_lora_head(const ParameterLayout& adapters, const std::function<Real*(const TensorInfo&)>& weight,
+                                 const std::function<Real*(const TensorInfo&)>& grad);
+
 }  // namespace meshtrain

@@ -89,12 +89,21 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp, int tp_rank, 
 // (padded_vocab: for tp and train.vocab_multiple); only the real rows belong to the tensor (and the
 // checkpoint), the rest of the local array is padding.
 void ParameterLayout::add_vocabulary_table(const std::string& name, TableRole role) {
-  const std::uint64_t C = model_.d_model, V = model_.vocab;
+  add_vocabulary_piece(name, model_.d_model, InitKind::normal, role);
+}
+
+void ParameterLayout::add_vocabulary_rows(const std::string& name, std::uint64_t columns, InitKind init) {
+  add_vocabulary_piece(name, columns, init, TableRole::none);
+}
+
+void ParameterLayout::add_vocabulary_piece(const std::string& name, std::uint64_t columns, InitKind init,
+                                           TableRole role) {
+  const std::uint64_t V = model_.vocab;
   const std::uint64_t rows = padded_vocab_ / tp_, first = rows * tp_rank_;
-  Piece vocab = whole({V, C});
+  Piece vocab = whole({V, columns});
   vocab.offset[0] = std::min(first, V);
   vocab.block[0] = first < V ? std::min(rows, V - first) : 0;
-  add(name, {V, C}, {rows, C}, vocab, InitKind::normal, tp_ == 1, -1, role);
+  add(name, {V, columns}, {rows, columns}, vocab, init, tp_ == 1, -1, role);
 }
 
 void ParameterLayout::add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim,

@@ -190,11 +190,14 @@ class ParameterLayout {
                  InitKind init, int expert = -1);
   // A [V, C] table split by vocabulary rows.
   void add_vocabulary_table(const std::string& name, TableRole role);
+  // A [V, columns] matrix split by vocabulary rows as the tables are (LoRA's B beside lm_head).
+  void add_vocabulary_rows(const std::string& name, std::uint64_t columns, InitKind init);
 
  private:
   void add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape, Piece piece,
            InitKind init, bool replicated, int expert = -1, TableRole role = TableRole::none);
   void close_unit();
+  void add_vocabulary_piece(const std::string& name, std::uint64_t columns, InitKind init, TableRole role);
   const TensorInfo& table_or_throw(TableRole role) const;
 
   ModelConfig model_;

@@ -4,12 +4,14 @@
 
   Reference   a PEFT adapter (B nonzero, so that every adapter has a gradient from the first step)
               imported onto its base with `import --adapter`; ten steps of meshtrain equal the reference's
-              ten (loss 1e-4 relative), on all seven linears under rsLoRA and on attention only; the trained
+              ten (loss 1e-4 relative), on all seven linears under rsLoRA, on attention only, and on q, v and
+              the output head lm_head; the trained
               adapter exported as PEFT equals the reference's trained adapter (1e-4 of its largest value);
               the checkpoint holds the adapters and their moments only, the base file is unchanged; `sample`
               of it draws what the merged model (export --merge-lora, import) draws
-  Layouts     dp2·tp2 (rank 3 does not divide tp 2; k and v heads split), pp2·dp2 under ZeRO-3, tp2·pp2
-              under ZeRO-1 with full recomputation: each equals one rank's run (2e-5); bf16 on one rank and
+  Layouts     all linears and lm_head: dp2·tp2 (rank 3 does not divide tp 2; k and v heads split, the head's
+              vocabulary rows), pp2·dp2 under ZeRO-3, tp2·pp2 under ZeRO-1 with full recomputation and under
+              ZeRO-3 with selective: each equals one rank's run (2e-5); bf16 on one rank and
               dp2·tp2 within 2e-3 of it, its weights the base in 16 bits (no fp32 copy)
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
@@ -183,8 +185,14 @@ class Reference(LoraCase):
         self.targets, self.rank, self.alpha, self.rslora = ATTENTION, 4, 8.0, False
         self.check()
 
+    def test_query_value_and_head(self):  # PEFT's llama default, and the vocabulary-parallel output head
+        self.targets, self.rank, self.alpha, self.rslora = ["q_proj", "v_proj", "lm_head"], 2, 4.0, False
+        self.check()
+
 
 class Layouts(LoraCase):
+    targets = ALL_LINEAR + ["lm_head"]  # the output head's B split by vocabulary rows, on the last stage
+
     def test_layouts_equal_one_rank(self):
         _, ini = self.import_base(self.adapter())
         one, _ = self.train(ini, "one")
@@ -192,7 +200,9 @@ class Layouts(LoraCase):
                 ("dp2_tp2", 4, {"parallel.tp": 2}),
                 ("pp2_dp2_zero3", 4, {"parallel.pp": 2, "parallel.zero": 3}),
                 ("tp2_pp2_zero1_full", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 1,
-                                           "train.recompute": "full", "train.micro_batch": 1})):
+                                           "train.recompute": "full", "train.micro_batch": 1}),
+                ("tp2_pp2_zero3_selective", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 3,
+                                                "train.recompute": "selective"})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", n], layout)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
         # bf16: the frozen base held in 16 bits only, the adapters' master and moments in fp32 (measured ~3e-4)

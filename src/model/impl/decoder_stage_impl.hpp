@@ -91,7 +91,7 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
-  const ActivationSizes lora = lora_activation_elements(model, batch, layout.stage_layers(), slots);
+  const ActivationSizes lora = lora_activation_elements(model, batch, layout.stage_layers(), slots, place.last());
   return {kept.used() + lora.kept, scratch.used() + lora.scratch};
 }
 
@@ -203,6 +203,10 @@ void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
   // Output head, column-parallel by vocabulary rows: logits = norm · outputᵀ, this rank's columns.
   m_.copy_to.forward(span_of(a.norm.out));
   linear_forward<Real>(m_.space, a.logits, a.norm.out, p.output, N, C, Vl);
+  if (m_.lora.active()) {
+    lora_column_forward<Real>(m_.space, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C, a.logits.data(), Vl,
+                              Vl);
+  }
 }
 
 template <class Real, class Family>
@@ -265,6 +269,10 @@ void DecoderStage<Real, Family>::head_backward(int slot) {
   const auto& a = m_.slots[std::size_t(slot)];
   const auto& s = m_.scratch;
   linear_backward<Real>(m_.space, s.dln, m_.dparams.output, a.logits, a.norm.out, m_.params.output, N, C, Vl);
+  if (m_.lora.active()) {
+    lora_column_backward<Real>(m_.space, m_.tp, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C,
+                               a.logits.data(), Vl, Vl, s.dln.data());
+  }
   m_.copy_to.backward(span_of(s.dln));
   Kokkos::deep_copy(m_.space, s.dresidual, Real(0));
   Family::final_norm_backward(m_, a.norm, stage_output(slot));

@@ -25,12 +25,25 @@
 
 namespace meshtrain {
 
-// Elements of Real a stage's LoRA activations take: h of every slot, block and adapted module (kept), and dh.
-inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots) {
+// The adapted modules of one block (lora.targets but the output head).
+inline int lora_block_modules(const ModelConfig& model) {
+  const std::vector<std::string> targets = lora_target_names(model);
+  return int(targets.size()) - (lora_targets_module(targets, lora_head_name) ? 1 : 0);
+}
+// Whether a stage's output head is adapted (`last`: the stage holds it).
+inline bool lora_adapts_head(const ModelConfig& model, bool last) {
+  return last && lora_targets_module(lora_target_names(model), lora_head_name);
+}
+
+// Elements of Real a stage's LoRA activations take: h of every slot's blocks' adapted modules and of its
+// output head (`last`: the stage holds it) kept, and dh.
+inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots,
+                                                bool last) {
   if (!model.lora.enabled()) return {};
   const std::size_t Nr = std::size_t(batch) * std::size_t(model.seq_len) * std::size_t(model.lora.rank);
-  const std::size_t modules = lora_target_names(model).size();
-  return {std::size_t(slots) * std::size_t(layers) * modules * Nr, Nr};
+  const std::size_t per_slot = std::size_t(layers) * std::size_t(lora_block_modules(model)) +
+                               (lora_adapts_head(model, last) ? 1 : 0);
+  return {std::size_t(slots) * per_slot * Nr, Nr};
 }
 
 template <class Real>
@@ -38,10 +51,11 @@ struct LoraParts {
   std::optional<ParameterLayout> layout;  // the adapters of this rank's piece; none without LoRA
   Buffer<Real> weights, grads;            // the adapters', when no ParameterStore holds them
   std::vector<std::vector<LoraAdapter<Real>>> blocks;  // [block][module of lora_modules]
+  LoraAdapter<Real> head;                               // the output head's (inactive unless targeted)
   Buffer<Real> activations;                             // every slot's h, then dh
   Buffer<Real> discard;                                 // the frozen 1-D tensors' gradients, never read
   std::map<std::size_t, std::size_t> discard_at;        // a 1-D tensor's flat offset → its place in discard
-  int rank = 0, N = 0, layers = 0, modules = 0;
+  int rank = 0, N = 0, layers = 0, modules = 0, adapted = 0;  // adapted: modules of each block
   double scale = 0;
 
   LoraParts() = default;
@@ -62,11 +76,13 @@ struct LoraParts {
       grads = Buffer<Real>("meshtrain::lora::grads", layout->total());
     }
     const Vec<Real> w = slice(weights, 0, weights.extent(0)), g = slice(grads, 0, grads.extent(0));
-    blocks = bind_lora_adapters<Real>(
-        *layout, [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; },
-        [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; });
+    const auto weight = [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; };
+    const auto grad = [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; };
+    blocks = bind_lora_adapters<Real>(*layout, weight, grad);
+    head = bind_lora_head<Real>(*layout, weight, grad);
+    adapted = lora_block_modules(model);
     activations = Buffer<Real>("meshtrain::lora::activations",
-                               lora_activation_elements(model, batch, layers, slots).total());
+                               lora_activation_elements(model, batch, layers, slots, base.place().last()).total());
     // Each 1-D tensor its own place, in layout order: views the family joins (q|k|v's biases) stay joined.
     std::size_t discarded = 0;
     for (const TensorInfo& t : base.tensors()) {
@@ -84,35 +100,39 @@ struct LoraParts {
   }
   // h of module k of block l in `slot` (N, r); modules not adapted take no room but share the numbering.
   Vec<Real> h(int slot, int l, int k) const {
-    const std::size_t Nr = std::size_t(N) * std::size_t(rank);
-    const std::size_t targeted = std::size_t(adapted_modules());
     std::size_t index = 0;  // the module's place among the adapted ones
     for (int j = 0; j < k; ++j) index += blocks[std::size_t(l)][std::size_t(j)].active() ? 1 : 0;
-    const std::size_t at = ((std::size_t(slot) * std::size_t(layers) + std::size_t(l)) * targeted + index) * Nr;
-    return slice(activations, at, Nr);
+    return slice(activations, (slot_begin(slot) + std::size_t(l) * std::size_t(adapted) + index) * Nr(), Nr());
   }
-  Vec<Real> dh() const {
-    const std::size_t Nr = std::size_t(N) * std::size_t(rank);
-    return slice(activations, activations.extent(0) - Nr, Nr);
+  // The output head's h in `slot`, after the blocks'.
+  Vec<Real> head_h(int slot) const {
+    return slice(activations, (slot_begin(slot) + std::size_t(layers) * std::size_t(adapted)) * Nr(), Nr());
   }
-  int adapted_modules() const {
-    int n = 0;
-    for (const auto& a : blocks.front()) n += a.active() ? 1 : 0;
-    return n;
+  Vec<Real> dh() const { return slice(activations, activations.extent(0) - Nr(), Nr()); }
+
+ private:
+  std::size_t Nr() const { return std::size_t(N) * std::size_t(rank); }
+  // A slot's first h, in units of N·r: each slot holds its blocks' and its head's.
+  std::size_t slot_begin(int slot) const {
+    return std::size_t(slot) * (std::size_t(layers) * std::size_t(adapted) + (head.active() ? 1 : 0));
   }
 };
 
 // A column-parallel module k of block l (input x (N, in) the same on every tp rank, output columns y
 // (N, out), row stride ldy): y += s · (x Aᵀ) Bᵀ, h kept.
 template <class Real>
+void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, const LoraAdapter<Real>& a,
+                         Vec<Real> h, CVec<Real> x, int in, Real* y, int ldy, int out) {
+  if (!a.active()) return;
+  lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
+  lora_up_forward<Real>(space, y, ldy, h, a.B, lora.scale, lora.N, out, lora.rank);
+}
+template <class Real>
 void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
                          int in, Real* y, int ldy, int out) {
   if (!lora.active()) return;
-  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
-  if (!a.active()) return;
-  const Vec<Real> h = lora.h(slot, l, k);
-  lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
-  lora_up_forward<Real>(space, y, ldy, h, a.B, lora.scale, lora.N, out, lora.rank);
+  lora_column_forward<Real>(space, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in, y,
+                            ldy, out);
 }
 
 // A row-parallel module (input x (N, in) this rank's columns, output y (N, out) summed over tp after):
@@ -133,16 +153,22 @@ void lora_row_forward(const ExecSpace& space, const TensorParallelGroup& tp, con
 // A column-parallel module's backward from dy (N, out; row stride lddy): dB, then dh; dx (N, in) += dh A
 // as this rank's part (the copy-to region's backward sums dx over tp after); dh summed over tp, then dA.
 template <class Real>
-void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
-                          int l, int k, CVec<Real> x, int in, const Real* dy, int lddy, int out, Real* dx) {
-  if (!lora.active()) return;
-  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
+void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora,
+                          const LoraAdapter<Real>& a, Vec<Real> h, CVec<Real> x, int in, const Real* dy, int lddy,
+                          int out, Real* dx) {
   if (!a.active()) return;
-  const Vec<Real> h = lora.h(slot, l, k), dh = lora.dh();
+  const Vec<Real> dh = lora.dh();
   lora_up_backward<Real>(space, dh, a.dB, dy, lddy, h, a.B, lora.scale, lora.N, out, lora.rank);
   lora_input_backward<Real>(space, dx, in, dh, a.A, lora.N, in, lora.rank);
   tp.sum(span_of(dh));
   lora_weight_backward<Real>(space, a.dA, dh, x.data(), in, lora.N, in, lora.rank);
+}
+template <class Real>
+void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
+                          int l, int k, CVec<Real> x, int in, const Real* dy, int lddy, int out, Real* dx) {
+  if (!lora.active()) return;
+  lora_column_backward<Real>(space, tp, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in,
+                             dy, lddy, out, dx);
 }
 
 // A row-parallel module's backward from dy (N, out), the same on every tp rank: dB and dh alike on
