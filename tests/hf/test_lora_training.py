@@ -13,6 +13,10 @@
               dp2·tp2 within 2e-3 of it, its weights the base in 16 bits (no fp32 copy)
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
+  GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
+              term: ten steps against the reference on c_attn, c_proj (attention's and MLP's) and c_fc at
+              rank 3, and the trained adapter exported; on c_proj alone (c_fc's product fused, the MLP's
+              c_proj not); dp2·tp2 and tp2·pp2 under full recomputation equal one rank's run (2e-5)
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
 
@@ -47,6 +51,9 @@ CONFIG = {"vocab_size": 61, "hidden_size": 24, "intermediate_size": 40, "num_hid
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 ALL_LINEAR = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
 SEQ_LEN = 16
+# GPT-2 with 4 heads (tp 2 splits them) and a vocabulary tp does not divide.
+GPT2_CONFIG = {"vocab_size": 61, "n_positions": 32, "n_embd": 16, "n_layer": 2, "n_head": 4}
+GPT2_ALL_LINEAR = ["c_attn", "c_proj", "c_fc"]
 KEYS = {"train.micro_batch": 2, "train.global_batch": 4, "train.steps": 10, "train.precision": "fp32",
         "optim.lr": 3e-3, "optim.min_lr": 3e-4, "optim.warmup_steps": 2, "optim.weight_decay": 0.1,
         "data.order": "sequential"}
@@ -71,6 +78,7 @@ def metrics(path):
 
 
 class LoraCase(unittest.TestCase):
+    arch, config = "llama", CONFIG
     targets = ALL_LINEAR
     rank, alpha, rslora = 3, 6.0, True
 
@@ -79,8 +87,8 @@ class LoraCase(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         self.base = self.path("hf")
-        hf_reference.write_hf_dir(self.base, "llama", CONFIG, seed=3, std=0.1)
-        self.tokens = np.random.default_rng(5).integers(0, CONFIG["vocab_size"], 700)
+        hf_reference.write_hf_dir(self.base, self.arch, self.config, seed=3, std=0.1)
+        self.tokens = np.random.default_rng(5).integers(0, self.config["vocab_size"], 700)
         write_shard(self.path("data.bin"), self.tokens)
 
     def path(self, *parts):
@@ -205,6 +213,27 @@ class Layouts(LoraCase):
                             f"{name}: {weights} bytes of weights for a base of {base_bytes} parameters in bf16")
 
 
+class Gpt2(LoraCase):
+    arch, config = "gpt2", GPT2_CONFIG
+    targets = GPT2_ALL_LINEAR
+
+    def test_reference_all_linear(self):
+        Reference.check(self)
+
+    def test_reference_c_proj_only(self):
+        self.targets, self.rank, self.alpha, self.rslora = ["c_proj"], 2, 4.0, False
+        Reference.check(self)
+
+    def test_layouts_equal_one_rank(self):
+        _, ini = self.import_base(self.adapter())
+        one, _ = self.train(ini, "one")
+        for name, layout in (("dp2_tp2", {"parallel.tp": 2}),
+                             ("tp2_pp2_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full",
+                                               "train.micro_batch": 1})):
+            got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout)
+            self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
+
+
 class Fresh(LoraCase):
     def test_peft_initialisation(self):
         base, ini = self.import_base()
@@ -265,7 +294,7 @@ def main():
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
     suite = unittest.TestSuite()
-    groups = {"reference": (Reference, Fresh), "layouts": (Layouts, Resume)}
+    groups = {"reference": (Reference, Gpt2, Fresh), "layouts": (Layouts, Resume)}
     for case in groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group]:
         for test in unittest.TestLoader().loadTestsFromTestCase(case):
             if args.pattern is None or args.pattern in test.id():

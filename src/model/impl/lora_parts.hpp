@@ -29,7 +29,7 @@ namespace meshtrain {
 inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots) {
   if (!model.lora.enabled()) return {};
   const std::size_t Nr = std::size_t(batch) * std::size_t(model.seq_len) * std::size_t(model.lora.rank);
-  const std::size_t modules = lora_target_names(model).size();
+  const std::size_t modules = lora_adapted_module_count(model);
   return {std::size_t(slots) * std::size_t(layers) * modules * Nr, Nr};
 }
 
