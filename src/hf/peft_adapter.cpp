@@ -4,7 +4,6 @@
 #include "core/errors.hpp"
 #include "core/lora_targets.hpp"
 #include "core/regular_file.hpp"
-#include "hf/hf_config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
