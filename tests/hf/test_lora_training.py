@@ -14,10 +14,10 @@
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
   GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
-              term: ten steps against the reference on c_attn, c_proj (attention's and MLP's) and c_fc at
-              rank 3, and the trained adapter exported; on c_fc alone (the MLP's c_proj backward fused with
-              GELU's, its weight frozen); tp2·pp2 under full recomputation (the frozen tied wte: no tied
-              group) equals one rank's run over three steps (2e-5)
+              term: Reference's checks on c_attn, c_proj (attention's and MLP's) and c_fc at rank 3, and
+              on c_fc alone (the MLP's c_proj backward fused with GELU's, its weight frozen); tp2·pp2
+              under full recomputation (the frozen tied wte: no tied group) and pp2·dp2 under ZeRO-3
+              equal one rank's run over three steps (2e-5)
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
 
@@ -214,10 +214,12 @@ class Layouts(LoraCase):
                             f"{name}: {weights} bytes of weights for a base of {base_bytes} parameters in bf16")
 
 
-class Gpt2(LoraCase):
+class Gpt2Case(LoraCase):
     arch, config = "gpt2", GPT2_CONFIG
     targets = GPT2_ALL_LINEAR
 
+
+class Gpt2Reference(Gpt2Case):
     def test_reference_all_linear(self):
         Reference.check(self)
 
@@ -226,15 +228,19 @@ class Gpt2(LoraCase):
         self.targets, self.rank, self.alpha, self.rslora = ["c_fc"], 2, 4.0, False
         Reference.check(self)
 
+class Gpt2Layouts(Gpt2Case):
     def test_layouts_equal_one_rank(self):
-        # One run of four ranks, three steps (B nonzero: the adapters move from the first), to stay short: tp
-        # splits c_attn's B by q|k|v and both c_proj's A, pp ties wte between the first and last stage (frozen:
-        # no tied group), full recomputation remakes h. Data parallelism over adapters is the llama case's.
+        # Three steps (B nonzero: the adapters move from the first) to stay short. tp splits c_attn's B by
+        # q|k|v and both c_proj's A; pp puts wte on the first and last stage (frozen: no tied group); full
+        # recomputation remakes h; ZeRO-3 shards the frozen base, wte and wpe included, and dp the adapters.
         _, ini = self.import_base(self.adapter())
         one, _ = self.train(ini, "one", **{"train.steps": 3})
-        layout = {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full", "train.micro_batch": 1}
-        got, _ = self.train(ini, "tp2_pp2_full", [MPIEXEC, "-n", 4], layout, **{"train.steps": 3})
-        self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, "tp2·pp2, full recomputation")
+        for name, layout in (
+                ("tp2_pp2_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full",
+                                  "train.micro_batch": 1}),
+                ("pp2_dp2_zero3", {"parallel.pp": 2, "parallel.zero": 3})):
+            got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, **{"train.steps": 3})
+            self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
 
 
 class Fresh(LoraCase):
@@ -292,12 +298,12 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--group", choices=["reference", "layouts", "all"], default="all",
-                    help="reference: Reference and Fresh; layouts: Layouts and Resume")
+                    help="reference: Reference, Gpt2Reference and Fresh; layouts: Layouts, Gpt2Layouts and Resume")
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
     suite = unittest.TestSuite()
-    groups = {"reference": (Reference, Gpt2, Fresh), "layouts": (Layouts, Resume)}
+    groups = {"reference": (Reference, Gpt2Reference, Fresh), "layouts": (Layouts, Gpt2Layouts, Resume)}
     for case in groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group]:
         for test in unittest.TestLoader().loadTestsFromTestCase(case):
             if args.pattern is None or args.pattern in test.id():
