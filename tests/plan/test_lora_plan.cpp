@@ -188,8 +188,8 @@ TEST(LoraPlan, RankMemoryByHandAndBelowFullTraining) {
         const std::int64_t compute_grads = zero >= 2 ? rooms : a;
         const std::int64_t u = zero >= 1 ? d : 1;  // the units' padding
         const std::int64_t resident = 2 * padded(embed, u) + padded(norm, u), whole_block = padded(block, u);
-        const std::int64_t base = zero >= 3 ? resident + 2 * whole_block + (resident + 3 * whole_block) / d
-                                            : resident + 3 * whole_block;
+        const std::int64_t base =
+            zero >= 3 ? resident + 2 * whole_block + (resident + 3 * whole_block) / d : resident + 3 * whole_block;
         std::map<MemoryCategory, std::int64_t> want;
         want[MemoryCategory::weights] = cb * base + (fp32 ? 4 * compute_weights : 2 * compute_weights);
         want[MemoryCategory::master] = fp32 ? 0 : 4 * shard;
