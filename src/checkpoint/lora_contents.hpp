@@ -22,7 +22,7 @@ class CheckpointReader;
 
 // One adapted weight: the base tensor and its two adapter tensors.
 struct AdaptedWeight {
-  ModelTensor base;  // "layers.0.self_attn.q_proj.weight" [out, in]
+  ModelTensor base;  // "layers.0.self_attn.q_proj.weight" [out, in] (gpt2's Conv1D: [in, out])
   ModelTensor a;     // "layers.0.self_attn.q_proj.lora_A.weight" [r, in]
   ModelTensor b;     // "layers.0.self_attn.q_proj.lora_B.weight" [out, r]
 };

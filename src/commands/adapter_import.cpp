@@ -22,9 +22,9 @@ ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& bas
     input_error("--adapter '{}' is not a directory: it names a PEFT adapter directory ({}, {})", dir,
                 hf::peft_config_file, hf::peft_weights_file);
   }
-  if (base.arch != Arch::llama || base.experts > 0) {
-    input_error("--adapter: LoRA adapts llama-family models without experts only so far, and this model is a {}{}",
-                base.arch, base.experts > 0 ? " with experts" : "");
+  if (base.experts > 0) {
+    input_error("--adapter: LoRA adapts models without experts only so far, and this model is a {} with experts",
+                base.arch);
   }
   ImportedAdapter adapter;
   adapter.config_path = (fs::path(dir) / hf::peft_config_file).string();
@@ -41,12 +41,13 @@ ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& bas
   const io::SafetensorsFile file(adapter.weights_path);
   std::map<std::string, const io::SafetensorsTensor*> by_name;
   for (const io::SafetensorsTensor& t : file.tensors()) {
-    const std::optional<std::string> ours = hf::meshtrain_adapter_name(t.name);
+    const std::optional<std::string> ours = hf::meshtrain_adapter_name(base.arch, t.name);
     if (!ours) {
       input_error(
-          "{}: tensor '{}' is no LoRA adapter tensor as PEFT names them (base_model.model.model.layers.N.<path>."
-          "lora_A.weight or .lora_B.weight)",
-          file.path(), t.name);
+          "{}: tensor '{}' is no LoRA adapter tensor as PEFT names them for a {} model ({}<path>.lora_A.weight or "
+          ".lora_B.weight)",
+          file.path(), t.name, base.arch,
+          hf::peft_tensor_name(base.arch, base.arch == Arch::gpt2 ? "h.N." : "layers.N."));
     }
     by_name.emplace(*ours, &t);
   }
@@ -61,7 +62,7 @@ ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& bas
   }
   for (const AdaptedWeight& w : adapted) {
     for (const ModelTensor* t : {&w.a, &w.b}) {
-      const std::string theirs = hf::peft_tensor_name(t->name);
+      const std::string theirs = hf::peft_tensor_name(base.arch, t->name);
       const auto it = by_name.find(t->name);
       if (it == by_name.end()) {
         input_error("{}: no tensor '{}' [{}], which target_modules = {} and r = {} need for this base model",

@@ -42,9 +42,10 @@ std::vector<float> read_verified(const io::CheckpointReader& reader, const Model
   return values;
 }
 
-// W [out, in] += s · B [out, r] · A [r, in], each row's delta summed in double, then rounded once.
+// W += s · B [out, r] · A [r, in], each output's delta summed in double, then rounded once: W [out, in]
+// (torch Linear, llama), or W [in, out] (`conv1d`: gpt2's Conv1D, which takes the delta transposed).
 void merge_into(std::span<float> w, const std::vector<float>& a, const std::vector<float>& b, std::uint64_t out,
-                std::uint64_t in, std::uint64_t r, double s) {
+                std::uint64_t in, std::uint64_t r, double s, bool conv1d) {
   std::vector<double> delta(in);
   for (std::uint64_t o = 0; o < out; ++o) {
     std::fill(delta.begin(), delta.end(), 0.0);
@@ -53,8 +54,10 @@ void merge_into(std::span<float> w, const std::vector<float>& a, const std::vect
       const float* a_row = a.data() + k * in;
       for (std::uint64_t i = 0; i < in; ++i) delta[i] += bk * double(a_row[i]);
     }
-    float* w_row = w.data() + o * in;
-    for (std::uint64_t i = 0; i < in; ++i) w_row[i] = float(double(w_row[i]) + delta[i]);
+    for (std::uint64_t i = 0; i < in; ++i) {
+      float& wi = conv1d ? w[i * out + o] : w[o * in + i];
+      wi = float(double(wi) + delta[i]);
+    }
   }
 }
 
@@ -81,7 +84,7 @@ void export_peft(const io::CheckpointReader& reader, const std::string& dir) {
   std::vector<io::NamedTensor> tensors;
   for (const AdaptedWeight& w : file.adapted) {
     for (const ModelTensor* t : {&w.a, &w.b}) {
-      tensors.push_back({hf::peft_tensor_name(t->name), t->shape, read_verified(reader, *t)});
+      tensors.push_back({hf::peft_tensor_name(file.config.model.arch, t->name), t->shape, read_verified(reader, *t)});
     }
   }
   fs::create_directories(dir);
@@ -134,15 +137,16 @@ std::vector<io::TensorSource> MergedLoraModel::merged_tensors() const {
   std::map<std::string, const AdaptedWeight*> adapted;
   for (const AdaptedWeight& w : file_.adapted) adapted.emplace(w.base.name, &w);
   const double s = file_.config.model.lora.scaling();
+  const bool conv1d = file_.config.model.arch == Arch::gpt2;
   std::vector<io::TensorSource> sources;
   for (const ModelTensor& t : model_tensors(file_.config.model)) {
     const auto it = adapted.find(t.name);
     const AdaptedWeight* w = it == adapted.end() ? nullptr : it->second;
-    sources.push_back({t.name, t.shape, [this, t, w, s](std::span<float> out) {
+    sources.push_back({t.name, t.shape, [this, t, w, s, conv1d](std::span<float> out) {
                          read_verified(*base_, t, out);
                          if (w == nullptr) return;
-                         merge_into(out, read_verified(adapters_, w->a), read_verified(adapters_, w->b), t.shape[0],
-                                    t.shape[1], w->a.shape[0], s);
+                         merge_into(out, read_verified(adapters_, w->a), read_verified(adapters_, w->b), w->b.shape[0],
+                                    w->a.shape[1], w->a.shape[0], s, conv1d);
                        }});
   }
   return sources;

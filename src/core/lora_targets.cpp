@@ -34,7 +34,7 @@ std::vector<std::string> split_names(const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& lora_module_names(Arch arch) {
-  static const std::vector<std::string> llama = {"q_proj",    "k_proj", "v_proj",   "o_proj",
+  static const std::vector<std::string> llama = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
   static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
   return arch == Arch::llama ? llama : gpt2;
@@ -45,9 +45,6 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
   const std::vector<std::string> given = split_names(model.lora.targets);
   if (given.empty()) {
     input_error("lora.targets is empty: name the modules to adapt ({}), or all-linear", fmt::join(known, ","));
-  }
-  if (model.arch != Arch::llama) {
-    input_error("lora.rank > 0 with model.arch = {}: LoRA adapts llama-family models only so far", model.arch);
   }
   if (model.experts > 0) {
     input_error("lora.rank > 0 with model.experts = {}: LoRA does not adapt mixture-of-experts models yet",

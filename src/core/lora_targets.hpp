@@ -16,7 +16,8 @@ namespace meshtrain {
 enum class LayoutContent { model, adapters };
 
 // A family's adaptable linear layers, in the order of its blocks' products: llama's q_proj, k_proj,
-// v_proj, o_proj, gate_proj, up_proj, down_proj.
+// v_proj, o_proj, gate_proj, up_proj, down_proj; gpt2's c_attn, c_proj, c_fc (c_proj names both the
+// attention's and the MLP's, as PEFT's match on the module's last name takes both).
 const std::vector<std::string>& lora_module_names(Arch arch);
 // The output head (llama's untied lm_head), which lora.targets may name beside the blocks' modules;
 // all-linear leaves it out, as PEFT's does.

@@ -4,7 +4,6 @@
 #include "core/errors.hpp"
 #include "core/lora_targets.hpp"
 #include "core/regular_file.hpp"
-#include "hf/hf_config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,9 +20,9 @@ using json = nlohmann::json;
 
 // PeftModel wraps the Hugging Face model as base_model.model.
 constexpr std::string_view peft_prefix = "base_model.model.";
-// The llama family's module paths start with the decoder's `model.`.
-constexpr std::string_view llama_prefix = "model.";
-// The output head's adapters: base_model.model.lm_head.lora_A.weight.
+// The family's module paths below the PeftModel's prefix: the decoder's `model.` (llama), `transformer.` (gpt2).
+std::string_view family_prefix(Arch arch) { return arch == Arch::gpt2 ? "transformer." : "model."; }
+// The output head's adapters have no such prefix, as lm_head.weight has none: base_model.model.lm_head.lora_A.weight.
 constexpr std::string_view head_prefix = "lm_head.";
 constexpr std::string_view all_linear = "all-linear";
 
@@ -91,17 +90,16 @@ std::string target_list(const PeftFields& f, const std::string& path, const Mode
 
 }  // namespace
 
-std::string peft_tensor_name(std::string_view name) {
-  // The output head has no `model.` prefix in transformers' names, as lm_head.weight has none.
+std::string peft_tensor_name(Arch arch, std::string_view name) {
   if (name.starts_with(head_prefix)) return std::string(peft_prefix) + std::string(name);
-  return std::string(peft_prefix) + hf_tensor_name(Architecture::llama, name);
+  return std::string(peft_prefix) + std::string(family_prefix(arch)) + std::string(name);
 }
 
-std::optional<std::string> meshtrain_adapter_name(std::string_view peft_name) {
+std::optional<std::string> meshtrain_adapter_name(Arch arch, std::string_view peft_name) {
   if (!peft_name.ends_with(".lora_A.weight") && !peft_name.ends_with(".lora_B.weight")) return std::nullopt;
   const std::string head = std::string(peft_prefix) + std::string(head_prefix);
   if (peft_name.starts_with(head)) return std::string(peft_name.substr(peft_prefix.size()));
-  const std::string prefix = std::string(peft_prefix) + std::string(llama_prefix);
+  const std::string prefix = std::string(peft_prefix) + std::string(family_prefix(arch));
   if (!peft_name.starts_with(prefix)) return std::nullopt;
   return std::string(peft_name.substr(prefix.size()));
 }
@@ -123,7 +121,11 @@ LoraConfig read_peft_config(const std::string& path, const ModelConfig& model) {
   f.require("use_dora", false, "DoRA's magnitude vectors are no part of it");
   f.require("bias", "none", "the adapters train no bias: bias \"none\"");
   f.require("lora_bias", false, "lora_B has no bias");
-  f.require("fan_in_fan_out", false, "the llama family stores weights [out, in], as nn.Linear does");
+  // gpt2's Conv1D weights are [in, out]: PEFT adapts them with fan_in_fan_out true whatever the file says
+  // (it warns and sets it), and the adapters' shapes are the same either way.
+  if (model.arch == Arch::llama) {
+    f.require("fan_in_fan_out", false, "the llama family stores weights [out, in], as nn.Linear does");
+  }
   f.require_empty("rank_pattern", "one rank for every module");
   f.require_empty("alpha_pattern", "one alpha for every module");
   f.require_empty("modules_to_save", "only the adapters are trained, no full module beside them");
@@ -158,7 +160,7 @@ json peft_config_json(const ModelConfig& model, const std::string& base) {
   return {{"alpha_pattern", json::object()},
           {"base_model_name_or_path", base},
           {"bias", "none"},
-          {"fan_in_fan_out", false},
+          {"fan_in_fan_out", model.arch == Arch::gpt2},  // gpt2's Conv1D: PEFT sets it true
           {"inference_mode", true},
           {"init_lora_weights", true},
           {"layers_pattern", nullptr},

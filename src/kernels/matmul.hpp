@@ -43,12 +43,17 @@ void matmul_bias_gelu_forward(const ExecSpace& space, Vec<Real> pre, Vec<Real> o
   bias_gelu_forward(space, pre, out, bias, N, OC);
 }
 
-// dweight (IC, OC) += inpᵀ · dout and, when dbias is not empty, dbias += column sums of dout: on
-// CUDA the sums are the weight product's epilogue (the column sums of its B operand, dout).
+// dweight (IC, OC) += inpᵀ · dout unless it is empty (a frozen weight: LoRA's base) and, when dbias is not
+// empty, dbias += column sums of dout: on CUDA the sums are the weight product's epilogue (the column sums
+// of its B operand, dout).
 template <class Real>
 void weight_and_bias_backward(const ExecSpace& space, Vec<Real> dweight, Vec<Real> dbias, Vec<accum_t<Real>> partials,
                               CVec<Real> dout, CVec<Real> inp, int N, int IC, int OC) {
   using A = accum_t<Real>;
+  if (dweight.data() == nullptr) {
+    if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
+    return;
+  }
   const GemmShape shape{IC, OC, N};
   if (dbias.data() != nullptr &&
       gemm_fused<Real>(space, Trans::yes, Trans::no, shape, A(1), inp.data(), IC, dout.data(), OC, A(1), dweight.data(),
@@ -59,8 +64,8 @@ void weight_and_bias_backward(const ExecSpace& space, Vec<Real> dweight, Vec<Rea
   if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
 }
 
-// dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout; dbias += column sums of dout
-// (partials: bias_backward's workspace, column_sum_workspace(N, OC) elements).
+// dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout unless it is empty; dbias += column
+// sums of dout (partials: bias_backward's workspace, column_sum_workspace(N, OC) elements).
 template <class Real>
 void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                      Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
@@ -73,7 +78,8 @@ void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, 
 
 // The backward of out = GELU(pre) · weight + bias through the GELU (gpt2's c_proj after c_fc):
 // dpre (N, IC) = (dout · weightᵀ) ⊙ GELU'(pre) (overwritten); dpre_bias += column sums of dpre
-// (c_fc's bias gradient); dweight += GELU(pre)ᵀ · dout (inp = GELU(pre), as the forward kept it);
+// (c_fc's bias gradient); dweight += GELU(pre)ᵀ · dout unless it is empty (inp = GELU(pre), as the forward
+// kept it);
 // dbias, when not empty, += column sums of dout.
 template <class Real>
 void matmul_backward_gelu(const ExecSpace& space, Vec<Real> dpre, Vec<Real> dpre_bias, Vec<Real> dweight,

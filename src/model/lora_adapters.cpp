@@ -9,20 +9,43 @@
 namespace meshtrain {
 
 std::vector<LoraModule> lora_modules(const ModelConfig& m) {
-  if (m.arch != Arch::llama) throw std::logic_error(fmt::format("no LoRA modules are listed for {}", m.arch));
-  const std::uint64_t C = std::uint64_t(m.d_model), H = std::uint64_t(m.mlp_hidden());
+  const std::uint64_t C = std::uint64_t(m.d_model);
+  if (m.arch == Arch::gpt2) {
+    // c_attn's columns are split by heads with each head's q, k and v together: three groups, as its weight.
+    return {{"c_attn", "attn.c_attn", C, 3 * C, false, 3},
+            {"c_proj", "attn.c_proj", C, C, true},
+            {"c_fc", "mlp.c_fc", C, 4 * C, false},
+            {"c_proj", "mlp.c_proj", 4 * C, C, true}};
+  }
+  const std::uint64_t H = std::uint64_t(m.mlp_hidden());
   const std::uint64_t q = std::uint64_t(m.query_width()), kv = std::uint64_t(m.kv_head_count()) * m.head_size();
-  return {{"q_proj", "self_attn.q_proj", C, q, false},    {"k_proj", "self_attn.k_proj", C, kv, false},
-          {"v_proj", "self_attn.v_proj", C, kv, false},   {"o_proj", "self_attn.o_proj", q, C, true},
-          {"gate_proj", "mlp.gate_proj", C, H, false},     {"up_proj", "mlp.up_proj", C, H, false},
+  return {{"q_proj", "self_attn.q_proj", C, q, false},  {"k_proj", "self_attn.k_proj", C, kv, false},
+          {"v_proj", "self_attn.v_proj", C, kv, false}, {"o_proj", "self_attn.o_proj", q, C, true},
+          {"gate_proj", "mlp.gate_proj", C, H, false},  {"up_proj", "mlp.up_proj", C, H, false},
           {"down_proj", "mlp.down_proj", H, C, true}};
 }
 
-std::string lora_a_name(int block, const LoraModule& module) {
-  return fmt::format("layers.{}.{}.lora_A.weight", block, module.path);
+std::size_t lora_adapted_module_count(const ModelConfig& model) {
+  const std::vector<std::string> targets = lora_target_names(model);
+  std::size_t count = 0;
+  for (const LoraModule& module : lora_modules(model)) count += lora_targets_module(targets, module.name) ? 1 : 0;
+  return count;
 }
-std::string lora_b_name(int block, const LoraModule& module) {
-  return fmt::format("layers.{}.{}.lora_B.weight", block, module.path);
+
+namespace {
+
+// The blocks' prefix of the family's tensor names: llama's layers.{l}, gpt2's h.{l}.
+std::string block_prefix(const ModelConfig& m, int block) {
+  return m.arch == Arch::gpt2 ? fmt::format("h.{}", block) : fmt::format("layers.{}", block);
+}
+
+}  // namespace
+
+std::string lora_a_name(const ModelConfig& model, int block, const LoraModule& module) {
+  return fmt::format("{}.{}.lora_A.weight", block_prefix(model, block), module.path);
+}
+std::string lora_b_name(const ModelConfig& model, int block, const LoraModule& module) {
+  return fmt::format("{}.{}.lora_B.weight", block_prefix(model, block), module.path);
 }
 
 // One unit per block (ZeRO gathers and reduces the adapters block by block, as the model's tensors);
@@ -33,15 +56,15 @@ void list_family_adapters(ParameterLayout& layout) {
   const std::vector<std::string> targets = lora_target_names(m);
   const std::vector<LoraModule> modules = lora_modules(m);
   for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
-    layout.start_unit(fmt::format("layers.{}", l), l);
+    layout.start_unit(block_prefix(m, l), l);
     for (const LoraModule& module : modules) {
       if (!lora_targets_module(targets, module.name)) continue;
       if (module.row_parallel) {
-        layout.add_split(lora_a_name(l, module), {r, module.in}, 1, 1, InitKind::lora_uniform);
-        layout.add_replicated(lora_b_name(l, module), {module.out, r}, InitKind::zeros);
+        layout.add_split(lora_a_name(m, l, module), {r, module.in}, 1, 1, InitKind::lora_uniform);
+        layout.add_replicated(lora_b_name(m, l, module), {module.out, r}, InitKind::zeros);
       } else {
-        layout.add_replicated(lora_a_name(l, module), {r, module.in}, InitKind::lora_uniform);
-        layout.add_split(lora_b_name(l, module), {module.out, r}, 0, 1, InitKind::zeros);
+        layout.add_replicated(lora_a_name(m, l, module), {r, module.in}, InitKind::lora_uniform);
+        layout.add_split(lora_b_name(m, l, module), {module.out, r}, 0, module.out_groups, InitKind::zeros);
       }
     }
   }
@@ -58,15 +81,16 @@ template <class Real>
 std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(const ParameterLayout& adapters,
                                                                const std::function<Real*(const TensorInfo&)>& weight,
                                                                const std::function<Real*(const TensorInfo&)>& grad) {
-  const std::vector<LoraModule> modules = lora_modules(adapters.model());
+  const ModelConfig& model = adapters.model();
+  const std::vector<LoraModule> modules = lora_modules(model);
   std::vector<std::vector<LoraAdapter<Real>>> blocks(std::size_t(adapters.stage_layers()),
                                                      std::vector<LoraAdapter<Real>>(modules.size()));
   for (int l = 0; l < adapters.stage_layers(); ++l) {
     const int block = adapters.first_layer() + l;
     for (std::size_t k = 0; k < modules.size(); ++k) {
-      const TensorInfo* a = adapters.find_if_held(lora_a_name(block, modules[k]));
+      const TensorInfo* a = adapters.find_if_held(lora_a_name(model, block, modules[k]));
       if (a == nullptr) continue;
-      const TensorInfo& b = adapters.find(lora_b_name(block, modules[k]));
+      const TensorInfo& b = adapters.find(lora_b_name(model, block, modules[k]));
       LoraAdapter<Real>& adapter = blocks[std::size_t(l)][k];
       adapter.A = Vec<Real>(weight(*a), a->numel);
       adapter.B = Vec<Real>(weight(b), b.numel);

@@ -3,11 +3,11 @@
 // model computes with.
 //
 // Each adapted module of each block has A (r, in) and B (out, r), named after the module as PEFT names
-// them: layers.{l}.self_attn.q_proj.lora_A.weight. Tensor parallelism (share/docs/design.md, LoRA):
-// a column-parallel module (its output rows split, input replicated) keeps A replicated and B split
-// like W's rows, so r need not divide tp and the traffic is rank-sized (its h gradient, N × r, summed);
-// a row-parallel module (its input columns split) keeps A split like W's columns, its h summed over tp
-// in forward, and B replicated.
+// them: layers.{l}.self_attn.q_proj.lora_A.weight, h.{l}.attn.c_attn.lora_A.weight (PEFT's shapes for
+// gpt2's Conv1D too: its fan_in_fan_out transposes the base weight only). Tensor parallelism (share/docs/design.md,
+// LoRA): a column-parallel module (its output rows split, input replicated) keeps A replicated and B split like W's
+// rows, so r need not divide tp and the traffic is rank-sized (its h gradient, N × r, summed); a row-parallel module
+// (its input columns split) keeps A split like W's columns, its h summed over tp in forward, and B replicated.
 #pragma once
 
 #include "model/parameters.hpp"
@@ -24,14 +24,19 @@ struct LoraModule {
   std::string name;  // the Hugging Face module name lora.targets uses: "q_proj"
   std::string path;  // below the block: "self_attn.q_proj"
   std::uint64_t in = 0, out = 0;
-  bool row_parallel = false;  // o_proj, down_proj: the input split over tp; else the output
+  bool row_parallel = false;     // o_proj, down_proj, gpt2's c_proj: the input split over tp; else the output
+  std::uint64_t out_groups = 1;  // a column-parallel output cut in equal groups alike (c_attn's q|k|v: 3)
 };
 
-// Every adaptable module of `model`'s family in the order of lora_module_names (core/lora_targets.hpp).
+// Every adaptable module of `model`'s family in the order of its block's products: llama's in the order of
+// lora_module_names (core/lora_targets.hpp), gpt2's c_attn, attn.c_proj, c_fc, mlp.c_proj (both c_proj
+// named c_proj, as PEFT's match on the last name takes both).
 std::vector<LoraModule> lora_modules(const ModelConfig& model);
+// How many of a block's modules lora.targets adapts (gpt2's c_proj counts twice).
+std::size_t lora_adapted_module_count(const ModelConfig& model);
 // The adapter tensors' names.
-std::string lora_a_name(int block, const LoraModule& module);
-std::string lora_b_name(int block, const LoraModule& module);
+std::string lora_a_name(const ModelConfig& model, int block, const LoraModule& module);
+std::string lora_b_name(const ModelConfig& model, int block, const LoraModule& module);
 
 // One module's adapter on this rank: A (r, in_l), B (out_l, r) and their gradients; all empty where the
 // module is not adapted.
@@ -44,9 +49,9 @@ struct LoraAdapter {
 // The adapters of each of the stage's blocks ([block][module], modules as lora_modules lists them),
 // bound where `weight` and `grad` say each adapter tensor of `adapters` lives.
 template <class Real>
-std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(
-    const ParameterLayout& adapters, const std::function<Real*(const TensorInfo&)>& weight,
-    const std::function<Real*(const TensorInfo&)>& grad);
+std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(const ParameterLayout& adapters,
+                                                               const std::function<Real*(const TensorInfo&)>& weight,
+                                                               const std::function<Real*(const TensorInfo&)>& grad);
 
 // The output head's adapter (lm_head in lora.targets, the last stage), or an inactive one.
 template <class Real>

@@ -130,7 +130,9 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       input_(agree_on_run_input(cfg, comm)),
       topology_(comm, input_.grid),
       place_{topology_.position().pp_rank, input_.grid.pp},
-      groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic, cfg.model.ties_output_head()),
+      // No tied group under LoRA: the frozen wte has no gradient for the first and last stage to sum.
+      groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic,
+              cfg.model.ties_output_head() && !cfg.model.lora.enabled()),
       schedule_(stage_schedule(cfg, input_.grid, place_, input_.accum)),
       loader_(input_.data, cfg.train.micro_batch, cfg.model.seq_len, topology_.position().dp_rank * input_.accum),
       shape_{input_.accum, input_.grid.dp, input_.grid.pp > 1,

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """LoRA adapters in and out of meshtrain (`import --adapter`, `export --format peft`, `export --format hf
 --merge-lora`) against the independent PyTorch LoRA of tests/oracle/lora_reference.py (PEFT's
-definitions) on small GQA llama models of tests/oracle/hf_reference.py.
+definitions) on small GQA llama models and a small GPT-2 of tests/oracle/hf_reference.py.
 
   RoundTrip   a PEFT adapter (B nonzero) on attention only, and on all linears under rsLoRA: the imported
               file holds the base and the adapter tensors bitwise, the INI the [lora] keys; the PEFT export
               gives the original tensors bitwise and its config fields; the merged Hugging Face export's
               logits equal the reference's adapter model's (float64, 1e-5), its other tensors are the base's
-              bitwise; target_modules "all-linear" imports as every module
+              bitwise; target_modules "all-linear" imports as every module; GPT-2 on c_attn, c_proj (both)
+              and c_fc: its Conv1D [in, out] weights, PEFT's transformer. names and fan_in_fan_out true, the
+              same checks (the merged logits test the transposed merge); fan_in_fan_out false imports too
   BaseIdentity  an adapter-only checkpoint as the trainer writes it (the contract of issue 28: adapters under
               /model, lora_base and lora_base_hash, checkpoint.init_weights the base file): exported as PEFT and
               merged from its base; lora_base_hash computed here from the spec (XXH64 written from its
@@ -46,6 +48,8 @@ CONFIG = {"vocab_size": 53, "hidden_size": 24, "intermediate_size": 36, "num_hid
           "max_position_embeddings": 32}
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 ALL_LINEAR = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
+GPT2_CONFIG = {"vocab_size": 57, "n_embd": 24, "n_head": 3, "n_layer": 2, "n_positions": 32}
+GPT2_ALL_LINEAR = ["c_attn", "c_proj", "c_fc"]
 
 
 def run(args):
@@ -166,9 +170,9 @@ class LoraCase(unittest.TestCase):
             self.assertEqual(got_cfg[key], cfg[key], f"adapter_config.json {key}")
         self.assertEqual(got_cfg["base_model_name_or_path"], os.path.abspath(base_file))
 
-    def assert_merged_logits(self, merged_dir, base, adapter, base_tensors):
+    def assert_merged_logits(self, merged_dir, base, adapter, base_tensors, vocab=CONFIG["vocab_size"]):
         """The merged export against the reference's adapter model on the same tokens."""
-        tokens = torch.from_numpy(np.random.default_rng(2).integers(0, CONFIG["vocab_size"], (2, 13)))
+        tokens = torch.from_numpy(np.random.default_rng(2).integers(0, vocab, (2, 13)))
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         # Inference: the adapter model in eval mode, its lora_dropout the identity.
         adapted = lora_reference.load_peft_adapter(hf_reference.load_hf_dir(base), adapter).eval()
@@ -224,6 +228,27 @@ class RoundTrip(LoraCase):
         adapter, _, _ = self.adapter(base, ALL_LINEAR, 2, 4, config={"target_modules": "all-linear"})
         _, ini = self.import_adapter(base, adapter)
         self.assertIn(f"targets = {','.join(ALL_LINEAR)}\n", open(ini).read())
+
+
+    def test_gpt2_conv1d(self):
+        base = self.path("gpt2")
+        hf_reference.write_hf_dir(base, "gpt2", GPT2_CONFIG, seed=3, std=0.1)
+        base_tensors = safetensors_io.read_weights(base)
+        adapter, cfg, tensors = self.adapter(base, GPT2_ALL_LINEAR, 3, 6)
+        self.assertTrue(cfg["fan_in_fan_out"], "PEFT writes fan_in_fan_out true for Conv1D")
+        self.assertEqual(len(tensors), 2 * 4 * GPT2_CONFIG["n_layer"], "c_proj names the attention's and the MLP's")
+        weights, ini = self.import_adapter(base, adapter)
+        held = h5_model(weights)
+        names = {name.removeprefix("transformer."): t for name, t in base_tensors.items()}
+        names.update({name.removeprefix("base_model.model.transformer."): t for name, t in tensors.items()})
+        self.assertEqual(sorted(held), sorted(names))
+        for name, t in names.items():
+            self.assertEqual(held[name].tobytes(), t.numpy().astype(np.float32).tobytes(), name)
+        self.assertIn(f"targets = {','.join(GPT2_ALL_LINEAR)}\n", open(ini).read())
+        self.export(weights, "--format", "peft", "--out", self.path("peft"))
+        self.assert_same_adapter(self.path("peft"), cfg, tensors, weights)
+        self.export(weights, "--format", "hf", "--merge-lora", "--out", self.path("merged"))
+        self.assert_merged_logits(self.path("merged"), base, adapter, base_tensors, GPT2_CONFIG["vocab_size"])
 
 
 class BaseIdentity(LoraCase):
@@ -331,14 +356,18 @@ class Refusals(LoraCase):
         self.refused(self.variant({"target_modules": ".*proj"}), "target_modules", "regular expression")
         self.refused(self.variant({"r": 0}), "r = 0", "adapter_config.json")
 
-    def test_family_without_lora(self):
+    def test_gpt2_fan_in_fan_out_and_names(self):
+        """PEFT adapts a Conv1D as fan_in_fan_out whatever the file says (it warns): such an adapter imports;
+        llama's tensor names on a gpt2 base are refused, naming PEFT's gpt2 form."""
         gpt2 = self.path("gpt2")
-        hf_reference.write_hf_dir(gpt2, "gpt2", {"vocab_size": 57, "n_embd": 24, "n_head": 3, "n_layer": 2,
-                                                 "n_positions": 32}, seed=3, std=0.1)
+        hf_reference.write_hf_dir(gpt2, "gpt2", GPT2_CONFIG, seed=3, std=0.1)
         model = lora_reference.apply_lora(hf_reference.load_hf_dir(gpt2), ["c_attn"], 2, 4, b_std=0.05)
-        lora_reference.write_peft_adapter(model, self.path("gpt2_adapter"))
-        self.base = gpt2
-        self.refused(self.path("gpt2_adapter"), "--adapter", "llama-family")
+        cfg, tensors = lora_reference.write_peft_adapter(model, self.path("gpt2_adapter"), {"fan_in_fan_out": False})
+        self.import_adapter(gpt2, self.path("gpt2_adapter"), "gpt2")
+        self.base, self.cfg = gpt2, cfg
+        renamed = {name.replace(".transformer.", ".model."): t for name, t in tensors.items()}
+        self.refused(self.variant(tensors=renamed), "base_model.model.model.h.0.attn.c_attn.lora_A.weight",
+                     "base_model.model.transformer.h.N.")
 
     def test_tensors(self):
         missing = dict(self.tensors)

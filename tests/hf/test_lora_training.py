@@ -15,6 +15,11 @@
               dp2·tp2 within 2e-3 of it, its weights the base in 16 bits (no fp32 copy)
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
+  GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
+              term: Reference's checks on c_attn, c_proj (attention's and MLP's) and c_fc at rank 3, and
+              on c_fc alone (the MLP's c_proj backward fused with GELU's, its weight frozen); tp2·pp2
+              under full recomputation (the frozen tied wte: no tied group) and pp2·dp2 under ZeRO-3
+              equal one rank's run over three steps (2e-5)
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
 
@@ -49,6 +54,9 @@ CONFIG = {"vocab_size": 61, "hidden_size": 24, "intermediate_size": 40, "num_hid
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 ALL_LINEAR = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
 SEQ_LEN = 16
+# GPT-2 with 4 heads (tp 2 splits them) and a vocabulary tp does not divide.
+GPT2_CONFIG = {"vocab_size": 61, "n_positions": 32, "n_embd": 16, "n_layer": 2, "n_head": 4}
+GPT2_ALL_LINEAR = ["c_attn", "c_proj", "c_fc"]
 KEYS = {"train.micro_batch": 2, "train.global_batch": 4, "train.steps": 10, "train.precision": "fp32",
         "optim.lr": 3e-3, "optim.min_lr": 3e-4, "optim.warmup_steps": 2, "optim.weight_decay": 0.1,
         "data.order": "sequential"}
@@ -73,6 +81,7 @@ def metrics(path):
 
 
 class LoraCase(unittest.TestCase):
+    arch, config = "llama", CONFIG
     targets = ALL_LINEAR
     rank, alpha, rslora = 3, 6.0, True
 
@@ -81,8 +90,8 @@ class LoraCase(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         self.base = self.path("hf")
-        hf_reference.write_hf_dir(self.base, "llama", CONFIG, seed=3, std=0.1)
-        self.tokens = np.random.default_rng(5).integers(0, CONFIG["vocab_size"], 700)
+        hf_reference.write_hf_dir(self.base, self.arch, self.config, seed=3, std=0.1)
+        self.tokens = np.random.default_rng(5).integers(0, self.config["vocab_size"], 700)
         write_shard(self.path("data.bin"), self.tokens)
 
     def path(self, *parts):
@@ -215,6 +224,35 @@ class Layouts(LoraCase):
                             f"{name}: {weights} bytes of weights for a base of {base_bytes} parameters in bf16")
 
 
+class Gpt2Case(LoraCase):
+    arch, config = "gpt2", GPT2_CONFIG
+    targets = GPT2_ALL_LINEAR
+
+
+class Gpt2Reference(Gpt2Case):
+    def test_reference_all_linear(self):
+        Reference.check(self)
+
+    def test_reference_c_fc_only(self):
+        # The unadapted c_proj of the MLP keeps its backward fused with GELU's, its weight frozen.
+        self.targets, self.rank, self.alpha, self.rslora = ["c_fc"], 2, 4.0, False
+        Reference.check(self)
+
+class Gpt2Layouts(Gpt2Case):
+    def test_layouts_equal_one_rank(self):
+        # Three steps (B nonzero: the adapters move from the first) to stay short. tp splits c_attn's B by
+        # q|k|v and both c_proj's A; pp puts wte on the first and last stage (frozen: no tied group); full
+        # recomputation remakes h; ZeRO-3 shards the frozen base, wte and wpe included, and dp the adapters.
+        _, ini = self.import_base(self.adapter())
+        one, _ = self.train(ini, "one", **{"train.steps": 3})
+        for name, layout in (
+                ("tp2_pp2_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full",
+                                  "train.micro_batch": 1}),
+                ("pp2_dp2_zero3", {"parallel.pp": 2, "parallel.zero": 3})):
+            got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, **{"train.steps": 3})
+            self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
+
+
 class Fresh(LoraCase):
     def test_peft_initialisation(self):
         base, ini = self.import_base()
@@ -270,12 +308,12 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--group", choices=["reference", "layouts", "all"], default="all",
-                    help="reference: Reference and Fresh; layouts: Layouts and Resume")
+                    help="reference: Reference, Gpt2Reference and Fresh; layouts: Layouts, Gpt2Layouts and Resume")
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
     suite = unittest.TestSuite()
-    groups = {"reference": (Reference, Fresh), "layouts": (Layouts, Resume)}
+    groups = {"reference": (Reference, Gpt2Reference, Fresh), "layouts": (Layouts, Gpt2Layouts, Resume)}
     for case in groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group]:
         for test in unittest.TestLoader().loadTestsFromTestCase(case):
             if args.pattern is None or args.pattern in test.id():

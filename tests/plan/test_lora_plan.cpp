@@ -4,6 +4,7 @@
 // and the step's compute.
 #include "plan/lora_plan.hpp"
 
+#include "model/lora_adapters.hpp"
 #include "model/parameters.hpp"
 #include "plan/memory_plan.hpp"
 #include "plan/planner.hpp"
@@ -115,6 +116,46 @@ TEST(LoraPlan, TensorParallelPiecesFollowTheBaseSplit) {
   EXPECT_EQ(counted, lora_trainable_parameters(m));
 }
 
+// GPT-2, C 16, NH 4, r 2, all-linear: c_attn 16 → 48, attn.c_proj 16 → 16, c_fc 16 → 64, mlp.c_proj 64 → 16
+// (c_proj names both), PEFT's shapes [r, in] and [out, r] though Conv1D stores W [in, out]; by hand
+// r·Σ (in + out) = 2·(64 + 32 + 80 + 80) = 512 a block. tp 2: c_attn's B rows split as its weight's columns,
+// in three groups q|k|v (rank 1's rows 8-15, 24-31, 40-47), the c_proj A's columns halved.
+TEST(LoraPlan, Gpt2AdaptersConv1dAndTheirTensorParallelPieces) {
+  ModelConfig m{2, 4, 16, 61, 32};
+  m.arch = Arch::gpt2;
+  m.lora.rank = 2;
+  m.lora.targets = "all-linear";
+  EXPECT_EQ(lora_adapted_module_count(m), 4u);
+  const ParameterLayout adapters = ParameterLayout::adapters(m);
+  using Shape = std::vector<std::uint64_t>;
+  const std::vector<std::pair<std::string, Shape>> block1 = {
+      {"h.1.attn.c_attn.lora_A.weight", {2, 16}}, {"h.1.attn.c_attn.lora_B.weight", {48, 2}},
+      {"h.1.attn.c_proj.lora_A.weight", {2, 16}}, {"h.1.attn.c_proj.lora_B.weight", {16, 2}},
+      {"h.1.mlp.c_fc.lora_A.weight", {2, 16}},    {"h.1.mlp.c_fc.lora_B.weight", {64, 2}},
+      {"h.1.mlp.c_proj.lora_A.weight", {2, 64}},  {"h.1.mlp.c_proj.lora_B.weight", {16, 2}}};
+  ASSERT_EQ(adapters.tensors().size(), 16u);
+  for (std::size_t i = 0; i < block1.size(); ++i) {
+    EXPECT_EQ(adapters.tensors()[8 + i].name, block1[i].first);
+    EXPECT_EQ(adapters.tensors()[8 + i].shape, block1[i].second) << block1[i].first;
+  }
+  EXPECT_EQ(lora_trainable_parameters(m), 2 * 512);
+
+  const ParameterLayout rank1 = ParameterLayout::adapters(m, 2, 1);
+  const TensorInfo& b = rank1.find("h.0.attn.c_attn.lora_B.weight");
+  ASSERT_EQ(b.local_shape, Shape({24, 2}));
+  for (std::uint64_t row = 0; row < 24; ++row) {
+    const std::uint64_t global_row = 16 * (row / 8) + 8 + row % 8;
+    EXPECT_EQ(b.global_index(row * 2 + 1), std::int64_t(global_row * 2 + 1)) << "local row " << row;
+  }
+  EXPECT_EQ(rank1.find("h.0.attn.c_proj.lora_A.weight").local_shape, Shape({2, 8}));
+  EXPECT_EQ(rank1.find("h.0.mlp.c_proj.lora_A.weight").local_shape, Shape({2, 32}));
+  EXPECT_EQ(rank1.find("h.0.mlp.c_fc.lora_B.weight").local_shape, Shape({32, 2}));
+
+  m.lora.targets = "c_proj";
+  EXPECT_EQ(lora_adapted_module_count(m), 2u);
+  EXPECT_EQ(lora_trainable_parameters(m), 2 * 2 * (32 + 80));
+}
+
 // A LoRA rank's every category by hand beside full training's: 3 blocks, r 3 all-linear, dp 2 and
 // 3 on one stage, micro-batch 2 (N = 64 tokens). Base P = 3·46,208 + 2·16,576 + 64 = 171,840
 // elements in units embed_tokens, 3 blocks, norm, lm_head, padded under ZeRO to a multiple of dp as
@@ -147,8 +188,8 @@ TEST(LoraPlan, RankMemoryByHandAndBelowFullTraining) {
         const std::int64_t compute_grads = zero >= 2 ? rooms : a;
         const std::int64_t u = zero >= 1 ? d : 1;  // the units' padding
         const std::int64_t resident = 2 * padded(embed, u) + padded(norm, u), whole_block = padded(block, u);
-        const std::int64_t base = zero >= 3 ? resident + 2 * whole_block + (resident + 3 * whole_block) / d
-                                            : resident + 3 * whole_block;
+        const std::int64_t base =
+            zero >= 3 ? resident + 2 * whole_block + (resident + 3 * whole_block) / d : resident + 3 * whole_block;
         std::map<MemoryCategory, std::int64_t> want;
         want[MemoryCategory::weights] = cb * base + (fp32 ? 4 * compute_weights : 2 * compute_weights);
         want[MemoryCategory::master] = fp32 ? 0 : 4 * shard;

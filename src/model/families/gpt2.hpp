@@ -4,7 +4,8 @@
 //     x += c_proj(gelu(c_fc(ln_2(x))))
 // then ln_f and the output head tied to wte. Hugging Face's names and Conv1D shapes [in, out].
 // Tensor parallelism (Megatron): c_attn and c_fc column-parallel (c_attn by heads), both c_proj
-// row-parallel, wte vocabulary-parallel. Its listings: gpt2_forward.cpp, gpt2_backward.cpp.
+// row-parallel, wte vocabulary-parallel. LoRA (model/lora_adapters.hpp) adapts c_attn, both c_proj and
+// c_fc. Its listings: gpt2_forward.cpp, gpt2_backward.cpp.
 //
 // Size letters: B micro-batch, T context, C channels, NH heads, V vocab, N = B·T; Cl = C/tp.
 #pragma once
@@ -17,6 +18,8 @@ namespace meshtrain {
 
 struct Gpt2Family {
   static constexpr Arch arch = Arch::gpt2;
+  // Its LoRA modules' places in lora_modules (model/lora_adapters.hpp).
+  enum LoraModuleIndex { lora_c_attn, lora_attn_proj, lora_c_fc, lora_mlp_proj };
   static constexpr const char* name = "gpt2";
   static constexpr bool norm_keeps_mean = true;  // LayerNorm
 
@@ -93,6 +96,13 @@ struct Gpt2Family {
   using State = NoState;
 
   MESHTRAIN_DECODER_FAMILY(Gpt2Family);
+
+  // Whether block l's module k carries an adapter: c_fc's and the MLP's c_proj's then run unfused from GELU,
+  // LoRA's term joining GELU's input (forward) or its output's gradient (backward).
+  template <class Real>
+  static bool lora_adapts(const LoraParts<Real>& lora, int l, LoraModuleIndex k) {
+    return lora.active() && lora.blocks[std::size_t(l)][std::size_t(k)].active();
+  }
 };
 
 template <class Real>

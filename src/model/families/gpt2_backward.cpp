@@ -25,9 +25,20 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   // a block's gradients live in its working room only while the block's own backward runs (the next block's ln_1 must
   // not write them).
   m.reduce_from.backward(span_of(d.dresidual));
-  matmul_backward_gelu<Real>(m.space, d.dfch, dw.fc_b, dw.fcproj_w, dw.fcproj_b, d.column_partials, d.dresidual,
-                             s.fch_gelu, s.fch, w.fcproj_w, N, 4 * Cl, C);
+  if (lora_adapts(m.lora, l, lora_mlp_proj)) {
+    // The adapter's input gradient joins GELU's output gradient before GELU's derivative: unfused.
+    matmul_backward<Real>(m.space, d.dfch, dw.fcproj_w, dw.fcproj_b, d.column_partials, d.dresidual, s.fch_gelu,
+                          w.fcproj_w, N, 4 * Cl, C);
+    lora_row_backward<Real>(m.space, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, d.dresidual.data(), C,
+                            d.dfch.data());
+    gelu_backward_bias(m.space, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
+  } else {
+    matmul_backward_gelu<Real>(m.space, d.dfch, dw.fc_b, dw.fcproj_w, dw.fcproj_b, d.column_partials, d.dresidual,
+                               s.fch_gelu, s.fch, w.fcproj_w, N, 4 * Cl, C);
+  }
   matmul_backward<Real>(m.space, d.dln, dw.fc_w, no_bias, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_c_fc, s.ln2, C, d.dfch.data(), 4 * Cl, 4 * Cl,
+                             d.dln.data());
   m.copy_to.backward(span_of(d.dln));
   layernorm_backward(m.space, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, d.dln, s.residual2, w.ln2_w,
                      s.ln2_mean, s.ln2_rstd, N, C, dw.attproj_b);
@@ -35,6 +46,7 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   m.reduce_from.backward(span_of(d.dresidual));
   matmul_backward<Real>(m.space, d.datty, dw.attproj_w, no_bias, d.column_partials, d.dresidual, s.atty, w.attproj_w, N,
                         Cl, C);
+  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, d.dresidual.data(), C, d.datty.data());
   if (dm.fused_attention) {
     fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NH, NH, Cl / NH,
                              m.documents[std::size_t(slot)], d.attention_workspace);
@@ -42,6 +54,8 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
   }
   matmul_backward<Real>(m.space, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_c_attn, s.ln1, C, d.dqkv.data(), 3 * Cl, 3 * Cl,
+                             d.dln.data());
   m.copy_to.backward(span_of(d.dln));
   layernorm_backward(m.space, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, d.dln, x, w.ln1_w, s.ln1_mean,
                      s.ln1_rstd, N, C);

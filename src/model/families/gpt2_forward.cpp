@@ -25,6 +25,7 @@ void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, co
   layernorm_forward(m.space, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
   m.copy_to.forward(span_of(s.ln1));
   matmul_forward<Real>(m.space, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+  lora_column_forward<Real>(m.space, m.lora, slot, l, lora_c_attn, s.ln1, C, s.qkv.data(), 3 * Cl, 3 * Cl);
   if (d.fused_attention) {
     fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NH, NH, Cl / NH, m.documents[std::size_t(slot)],
                             m.scratch.attention_workspace);
@@ -34,13 +35,23 @@ void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, co
   // The row-parallel products are summed over the group before their bias joins (once), fused
   // with the residual add and the LayerNorm after it.
   matmul_forward<Real>(m.space, proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
+  lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_attn_proj, s.atty, Cl, proj.data(), C);
   m.reduce_from.forward(span_of(proj));
   residual_layernorm_forward(m.space, s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, x, proj, w.attproj_b, w.ln2_w,
                              w.ln2_b, N, C);
   m.copy_to.forward(span_of(s.ln2));
-  matmul_bias_gelu_forward<Real>(m.space, s.fch, s.fch_gelu, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
+  if (lora_adapts(m.lora, l, lora_c_fc)) {
+    // c_fc's adapter adds to GELU's input: the product alone, the adapter's term, then the bias and GELU.
+    matmul_forward<Real>(m.space, s.fch, s.ln2, w.fc_w, no_bias, N, C, 4 * Cl);
+    lora_column_forward<Real>(m.space, m.lora, slot, l, lora_c_fc, s.ln2, C, s.fch.data(), 4 * Cl, 4 * Cl);
+    bias_gelu_forward(m.space, s.fch, s.fch_gelu, w.fc_b, N, 4 * Cl);
+  } else {
+    matmul_bias_gelu_forward<Real>(m.space, s.fch, s.fch_gelu, s.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
+  }
+  if (to_output) matmul_forward<Real>(m.space, proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
+  // h also under recomputation, which skips the output: backward reads it.
+  lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, proj.data(), C, to_output);
   if (!to_output) return;
-  matmul_forward<Real>(m.space, proj, s.fch_gelu, w.fcproj_w, no_bias, N, 4 * Cl, C);
   m.reduce_from.forward(span_of(proj));
   residual_forward(m.space, s.residual3, s.residual2, proj, w.fcproj_b, N, C);
 }

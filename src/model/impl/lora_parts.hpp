@@ -25,11 +25,6 @@
 
 namespace meshtrain {
 
-// The adapted modules of one block (lora.targets but the output head).
-inline int lora_block_modules(const ModelConfig& model) {
-  const std::vector<std::string> targets = lora_target_names(model);
-  return int(targets.size()) - (lora_targets_module(targets, lora_head_name) ? 1 : 0);
-}
 // Whether a stage's output head is adapted (`last`: the stage holds it).
 inline bool lora_adapts_head(const ModelConfig& model, bool last) {
   return last && lora_targets_module(lora_target_names(model), lora_head_name);
@@ -41,7 +36,7 @@ inline ActivationSizes lora_activation_elements(const ModelConfig& model, int ba
                                                 bool last) {
   if (!model.lora.enabled()) return {};
   const std::size_t Nr = std::size_t(batch) * std::size_t(model.seq_len) * std::size_t(model.lora.rank);
-  const std::size_t per_slot = std::size_t(layers) * std::size_t(lora_block_modules(model)) +
+  const std::size_t per_slot = std::size_t(layers) * lora_adapted_module_count(model) +
                                (lora_adapts_head(model, last) ? 1 : 0);
   return {std::size_t(slots) * per_slot * Nr, Nr};
 }
@@ -80,7 +75,7 @@ struct LoraParts {
     const auto grad = [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; };
     blocks = bind_lora_adapters<Real>(*layout, weight, grad);
     head = bind_lora_head<Real>(*layout, weight, grad);
-    adapted = lora_block_modules(model);
+    adapted = int(lora_adapted_module_count(model));
     activations = Buffer<Real>("meshtrain::lora::activations",
                                lora_activation_elements(model, batch, layers, slots, base.place().last()).total());
     // Each 1-D tensor its own place, in layout order: views the family joins (q|k|v's biases) stay joined.
