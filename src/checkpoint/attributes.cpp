@@ -51,17 +51,18 @@ void require_same_lora_base(const io::CheckpointReader& reader, const Config& co
   if (!config.model.lora.enabled()) return;
   const auto recorded = reader.string_attribute(attr::lora_base_hash);
   if (!recorded) {
-    input_error("checkpoint '{}' records no {}: it holds no LoRA adapters, and lora.rank = {} resumes only "
-                "adapter checkpoints",
-                path, attr::lora_base_hash, config.model.lora.rank);
+    input_error(
+        "checkpoint '{}' records no {}: it holds no LoRA adapters, and lora.rank = {} resumes only "
+        "adapter checkpoints",
+        path, attr::lora_base_hash, config.model.lora.rank);
   }
   const std::string now = base_model_hash(config.checkpoint.init_weights);
   if (*recorded != now) {
     input_error(
         "checkpoint '{}' holds LoRA adapters trained on a base of {} {} ({} = '{}'), but checkpoint.init_weights = "
         "'{}' is now {}: adapters apply only to the weights they were trained on",
-        path, attr::lora_base_hash, *recorded, attr::lora_base,
-        reader.string_attribute(attr::lora_base).value_or("?"), config.checkpoint.init_weights, now);
+        path, attr::lora_base_hash, *recorded, attr::lora_base, reader.string_attribute(attr::lora_base).value_or("?"),
+        config.checkpoint.init_weights, now);
   }
 }
 

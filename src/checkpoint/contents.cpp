@@ -81,8 +81,7 @@ std::optional<Config> checked_stored_model(const io::CheckpointReader& reader, b
     // LoRA: /model holds the adapters (and the base beside them in an import --adapter file), /optim theirs.
     checked_lora_file(reader, "a file whose stored config has lora.rank > 0");
     groups.erase(groups.begin());
-    require_model_tensors(reader, stored->model, groups, "the adapters of its stored config",
-                          LayoutContent::adapters);
+    require_model_tensors(reader, stored->model, groups, "the adapters of its stored config", LayoutContent::adapters);
     return stored;
   }
   require_model_tensors(reader, stored->model, groups, "the model of its stored config");

@@ -153,7 +153,8 @@ CheckedCheckpoint check_checkpoint(const io::CheckpointReader& reader, const Sam
     auto merged = std::make_unique<MergedLoraModel>(reader);
     Config config = merged->config();
     config.model.lora = LoraConfig{};  // the merged model is a plain one
-    return {std::move(config), sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint),
+    return {std::move(config),
+            sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint),
             std::move(merged)};
   }
   std::optional<Config> config = checked_stored_model(reader, /*with_optimizer=*/false);
@@ -163,8 +164,8 @@ CheckedCheckpoint check_checkpoint(const io::CheckpointReader& reader, const Sam
         "checkpoint, whose config gives the model's shape",
         o.checkpoint, io::schema::attr::format);
   }
-  return {std::move(*config), sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint),
-          nullptr};
+  return {std::move(*config),
+          sampling_tokenizer(read_tokenizer_record(reader, o.checkpoint), o.tokenizer, o.checkpoint), nullptr};
 }
 
 // The merged model's tensors into the model's flat weights (one rank, the whole model).

@@ -175,7 +175,8 @@ class KeyTable {
     add_choice("checkpoint.resume", cfg.checkpoint.resume, "{} | a checkpoint file");
     add("checkpoint.async", cfg.checkpoint.async, "snapshot to host memory and write while training goes on");
     add_choice("checkpoint.io", cfg.checkpoint.io, "{}: how ranks write tensor data (MPI-IO)");
-    add("lora.rank", cfg.model.lora.rank, "LoRA: adapters' rank r on lora.targets, the base frozen (0: off, full training)");
+    add("lora.rank", cfg.model.lora.rank,
+        "LoRA: adapters' rank r on lora.targets, the base frozen (0: off, full training)");
     add("lora.alpha", cfg.model.lora.alpha, "LoRA: scaling alpha / r of the adapters' output (PEFT's lora_alpha)");
     add("lora.dropout", cfg.model.lora.dropout, "LoRA: dropout probability on the adapters' input");
     add("lora.targets", cfg.model.lora.targets,

@@ -203,11 +203,11 @@ struct ResumeFrom {
 // frozen. rank 0: off (full fine-tuning). The model's forward changes, so ModelConfig carries it
 // (model.lora below), but its keys are the [lora] section's.
 struct LoraConfig {
-  int rank = 0;                         // r: the adapters' inner width
-  double alpha = 8;                     // scaling s = alpha / r (alpha / sqrt(r) under rslora), PEFT's lora_alpha
-  double dropout = 0;                   // dropout on the adapters' input (PEFT's lora_dropout)
-  std::string targets = "all-linear";   // Hugging Face module names, comma-separated, or all-linear
-  bool rslora = false;                  // rank-stabilised scaling
+  int rank = 0;                        // r: the adapters' inner width
+  double alpha = 8;                    // scaling s = alpha / r (alpha / sqrt(r) under rslora), PEFT's lora_alpha
+  double dropout = 0;                  // dropout on the adapters' input (PEFT's lora_dropout)
+  std::string targets = "all-linear";  // Hugging Face module names, comma-separated, or all-linear
+  bool rslora = false;                 // rank-stabilised scaling
   bool enabled() const { return rank > 0; }
   double scaling() const;
 };

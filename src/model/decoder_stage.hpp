@@ -121,7 +121,7 @@ struct DecoderParts {
   Accum aux_weight = Accum(1);
   // Per slot: the documents of its sequences (LanguageModel::set_documents; none by default).
   std::vector<AttentionSegments> documents;
-  LoraParts<Real> lora;  // model.lora's adapters (inactive without)
+  LoraParts<Real> lora;                         // model.lora's adapters (inactive without)
   typename Family::template State<Real> state;  // constructed last, from the parts above
 
   // make_language_model's arguments (model/language_model.hpp).
@@ -197,8 +197,8 @@ class DecoderStage final : public LanguageModel<Real> {
   const ModelConfig& model() const { return m_.model(); }
   int batch() const override { return m_.batch; }
   ActivationSizes activation_elements() const override {
-    const auto lora = lora_activation_elements(m_.model(), m_.batch, m_.layout.stage_layers(),
-                                               int(m_.slots.size()), m_.layout.place().last());
+    const auto lora = lora_activation_elements(m_.model(), m_.batch, m_.layout.stage_layers(), int(m_.slots.size()),
+                                               m_.layout.place().last());
     return {m_.activation_buffer.extent(0) + lora.kept, m_.scratch_buffer.extent(0) + lora.scratch};
   }
   const ParameterLayout* adapter_layout() const override { return m_.lora.active() ? &*m_.lora.layout : nullptr; }

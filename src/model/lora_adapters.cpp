@@ -116,24 +116,24 @@ LoraAdapter<Real> bind_lora_head(const ParameterLayout& adapters, const std::fun
 }
 
 template LoraAdapter<float> bind_lora_head(const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
-                                         const std::function<float*(const TensorInfo&)>&);
+                                           const std::function<float*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<float>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
     const std::function<float*(const TensorInfo&)>&);
 template LoraAdapter<double> bind_lora_head(const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
-                                         const std::function<double*(const TensorInfo&)>&);
+                                            const std::function<double*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<double>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
     const std::function<double*(const TensorInfo&)>&);
 template LoraAdapter<bf16> bind_lora_head(const ParameterLayout&, const std::function<bf16*(const TensorInfo&)>&,
-                                         const std::function<bf16*(const TensorInfo&)>&);
-template std::vector<std::vector<LoraAdapter<bf16>>> bind_lora_adapters(
-    const ParameterLayout&, const std::function<bf16*(const TensorInfo&)>&,
-    const std::function<bf16*(const TensorInfo&)>&);
+                                          const std::function<bf16*(const TensorInfo&)>&);
+template std::vector<std::vector<LoraAdapter<bf16>>> bind_lora_adapters(const ParameterLayout&,
+                                                                        const std::function<bf16*(const TensorInfo&)>&,
+                                                                        const std::function<bf16*(const TensorInfo&)>&);
 template LoraAdapter<fp16> bind_lora_head(const ParameterLayout&, const std::function<fp16*(const TensorInfo&)>&,
-                                         const std::function<fp16*(const TensorInfo&)>&);
-template std::vector<std::vector<LoraAdapter<fp16>>> bind_lora_adapters(
-    const ParameterLayout&, const std::function<fp16*(const TensorInfo&)>&,
-    const std::function<fp16*(const TensorInfo&)>&);
+                                          const std::function<fp16*(const TensorInfo&)>&);
+template std::vector<std::vector<LoraAdapter<fp16>>> bind_lora_adapters(const ParameterLayout&,
+                                                                        const std::function<fp16*(const TensorInfo&)>&,
+                                                                        const std::function<fp16*(const TensorInfo&)>&);
 
 }  // namespace meshtrain

@@ -10,8 +10,8 @@
 #pragma once
 
 #include "core/config.hpp"
-#include "core/lora_targets.hpp"
 #include "core/exec.hpp"
+#include "core/lora_targets.hpp"
 
 #include <cstddef>
 #include <cstdint>

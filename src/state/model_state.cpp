@@ -51,15 +51,15 @@ AdamWStep adamw_step(const OptimConfig& o, double lr, double clip, std::int64_t 
 template <class Real>
 class ModelOn final : public Computation {
  public:
-  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, const StateGroups& groups,
-          StagePlace place, const PipelineParts& pipeline)
+  ModelOn(const ExecSpace& space, const Config& cfg, OptimizerState& fp32, const StateGroups& groups, StagePlace place,
+          const PipelineParts& pipeline)
       : space_(space),
         copy_(space, fp32),
         frozen_(frozen_base(space, cfg, groups, place, fp32, copy_)),
         model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, groups.tp, place,
                                          pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
-                                         cfg.train.recompute, frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_),
-                                         groups.ep)),
+                                         cfg.train.recompute,
+                                         frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_), groups.ep)),
         workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(groups.tp))) {
     set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);
     set_fused_attention_backward(cfg.train.deterministic ? FusedAttentionBackward::deterministic
@@ -139,9 +139,8 @@ class ModelOn final : public Computation {
     if (!cfg.model.lora.enabled()) return std::nullopt;
     // The groups and places the adapters' states are sharded over (UnitComms of both groups, as at stage 0).
     const UnitComms comms{groups.dp, &expert_data_parallel(groups)};
-    return std::optional<FrozenBase<Real>>(std::in_place, space,
-                                           state_layout(cfg, groups, place, LayoutContent::model), adapters,
-                                           fp32.stage(), comms, comms.places());
+    return std::optional<FrozenBase<Real>>(std::in_place, space, state_layout(cfg, groups, place, LayoutContent::model),
+                                           adapters, fp32.stage(), comms, comms.places());
   }
 
   ExecSpace space_;

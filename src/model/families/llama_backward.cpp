@@ -45,8 +45,7 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   const Real* dqkv = d.dqkv.data();
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_q, s.ln1, C, dqkv, QKV, Q, d.dln.data());
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_k, s.ln1, C, dqkv + Q, QKV, KVc, d.dln.data());
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc,
-                             d.dln.data());
+  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc, d.dln.data());
   m.copy_to.backward(span_of(d.dln));
   rmsnorm_backward(m.space, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
 }

@@ -106,10 +106,10 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       reduce_from(tp),
       vocab_statistics(tp),
       store(parameter_store),
-      layout(parameter_store ? (parameter_store->frozen_layout() ? *parameter_store->frozen_layout()
-                                                                 : parameter_store->layout())
-                             : ParameterLayout(config, tp.size(), tp.rank(), place, 1,
-                                               decoder_detail::expert_ranks(ep_comm), decoder_detail::expert_rank(ep_comm))),
+      layout(parameter_store
+                 ? (parameter_store->frozen_layout() ? *parameter_store->frozen_layout() : parameter_store->layout())
+                 : ParameterLayout(config, tp.size(), tp.rank(), place, 1, decoder_detail::expert_ranks(ep_comm),
+                                   decoder_detail::expert_rank(ep_comm))),
       dims(Family::dims(config, batch_size, layout, decoder_detail::expert_ranks(ep_comm))),
       batch(batch_size),
       recompute(mode),

@@ -32,24 +32,23 @@ inline bool lora_adapts_head(const ModelConfig& model, bool last) {
 
 // Elements of Real a stage's LoRA activations take: h of every slot's blocks' adapted modules and of its
 // output head (`last`: the stage holds it) kept, and dh.
-inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots,
-                                                bool last) {
+inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots, bool last) {
   if (!model.lora.enabled()) return {};
   const std::size_t Nr = std::size_t(batch) * std::size_t(model.seq_len) * std::size_t(model.lora.rank);
-  const std::size_t per_slot = std::size_t(layers) * lora_adapted_module_count(model) +
-                               (lora_adapts_head(model, last) ? 1 : 0);
+  const std::size_t per_slot =
+      std::size_t(layers) * lora_adapted_module_count(model) + (lora_adapts_head(model, last) ? 1 : 0);
   return {std::size_t(slots) * per_slot * Nr, Nr};
 }
 
 template <class Real>
 struct LoraParts {
-  std::optional<ParameterLayout> layout;  // the adapters of this rank's piece; none without LoRA
-  Buffer<Real> weights, grads;            // the adapters', when no ParameterStore holds them
-  std::vector<std::vector<LoraAdapter<Real>>> blocks;  // [block][module of lora_modules]
-  LoraAdapter<Real> head;                               // the output head's (inactive unless targeted)
-  Buffer<Real> activations;                             // every slot's h, then dh
-  Buffer<Real> discard;                                 // the frozen 1-D tensors' gradients, never read
-  std::map<std::size_t, std::size_t> discard_at;        // a 1-D tensor's flat offset → its place in discard
+  std::optional<ParameterLayout> layout;                      // the adapters of this rank's piece; none without LoRA
+  Buffer<Real> weights, grads;                                // the adapters', when no ParameterStore holds them
+  std::vector<std::vector<LoraAdapter<Real>>> blocks;         // [block][module of lora_modules]
+  LoraAdapter<Real> head;                                     // the output head's (inactive unless targeted)
+  Buffer<Real> activations;                                   // every slot's h, then dh
+  Buffer<Real> discard;                                       // the frozen 1-D tensors' gradients, never read
+  std::map<std::size_t, std::size_t> discard_at;              // a 1-D tensor's flat offset → its place in discard
   int rank = 0, N = 0, layers = 0, modules = 0, adapted = 0;  // adapted: modules of each block
   double scale = 0;
 
@@ -65,8 +64,8 @@ struct LoraParts {
     if (store != nullptr) {
       layout.emplace(store->layout());
     } else {
-      layout.emplace(ParameterLayout::adapters(model, base.tp(), base.tp_rank(), base.place(), 1, base.ep(),
-                                               base.ep_rank()));
+      layout.emplace(
+          ParameterLayout::adapters(model, base.tp(), base.tp_rank(), base.place(), 1, base.ep(), base.ep_rank()));
       weights = Buffer<Real>("meshtrain::lora::weights", layout->total());
       grads = Buffer<Real>("meshtrain::lora::grads", layout->total());
     }
@@ -116,8 +115,8 @@ struct LoraParts {
 // A column-parallel module k of block l (input x (N, in) the same on every tp rank, output columns y
 // (N, out), row stride ldy): y += s · (x Aᵀ) Bᵀ, h kept.
 template <class Real>
-void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, const LoraAdapter<Real>& a,
-                         Vec<Real> h, CVec<Real> x, int in, Real* y, int ldy, int out) {
+void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, const LoraAdapter<Real>& a, Vec<Real> h,
+                         CVec<Real> x, int in, Real* y, int ldy, int out) {
   if (!a.active()) return;
   lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
   lora_up_forward<Real>(space, y, ldy, h, a.B, lora.scale, lora.N, out, lora.rank);
@@ -126,8 +125,8 @@ template <class Real>
 void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
                          int in, Real* y, int ldy, int out) {
   if (!lora.active()) return;
-  lora_column_forward<Real>(space, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in, y,
-                            ldy, out);
+  lora_column_forward<Real>(space, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in, y, ldy,
+                            out);
 }
 
 // A row-parallel module (input x (N, in) this rank's columns, output y (N, out) summed over tp after):
