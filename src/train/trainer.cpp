@@ -8,6 +8,7 @@
 #include "core/elapsed.hpp"
 #include "core/errors.hpp"
 #include "core/kernel_backend.hpp"
+#include "core/lora_targets.hpp"
 #include "core/mpi_check.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/tokenizer.hpp"
@@ -34,6 +35,7 @@
 #include "train/validation.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -233,6 +235,15 @@ void TrainingRun::print_start(double initialization_s) const {
     fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, seq_len {}: {}\n", cfg_.model.layers,
                cfg_.model.heads, cfg_.model.d_model, cfg_.model.vocab, cfg_.model.seq_len,
                parameter_count_text(cfg_.model));
+    if (cfg_.model.lora.enabled()) {
+      // What PEFT's print_trainable_parameters tells: the share LoRA trains.
+      const LoraConfig& lora = cfg_.model.lora;
+      const std::int64_t trainable = lora_trainable_parameters(cfg_.model);
+      const std::int64_t all = full_trainable_parameters(cfg_.model) + trainable;
+      fmt::print("LoRA: rank {} on {}, alpha {}{}: {} trainable parameters of {} ({:.3f} %), the base frozen in {}\n",
+                 lora.rank, fmt::join(lora_target_names(cfg_.model), ","), lora.alpha, lora.rslora ? " (rsLoRA)" : "",
+                 trainable, all, 100.0 * double(trainable) / double(all), cfg_.train.precision);
+    }
     // Where the work runs, as this build resolved it (a GPU check reads it rather than guessing).
     fmt::print("compute: Kokkos {} ({}), collectives {}\n", ExecSpace::name(), MemSpace::name(), groups_.dp->backend());
     fmt::print("{}\n", input_.data.summary(cfg_.data.order));
