@@ -395,10 +395,6 @@ void validate_lora(const Config& c) {
   if (!std::isfinite(l.dropout) || l.dropout < 0 || l.dropout >= 1) {
     input_error("lora.dropout = {} is invalid: it must lie in [0, 1)", l.dropout);
   }
-  if (l.dropout > 0) {
-    input_error("lora.dropout = {} is not available yet: LoRA trains without dropout on the adapters' input (0)",
-                l.dropout);
-  }
   if (c.checkpoint.init_weights.empty()) {
     input_error(
         "lora.rank = {} needs the base model to adapt: set checkpoint.init_weights (meshtrain import writes it from a "

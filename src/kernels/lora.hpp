@@ -46,6 +46,14 @@ void lora_input_backward(const ExecSpace& space, Real* dx, int lddx, CVec<Real> 
   gemm<Real>(space, Trans::no, Trans::no, {N, in, r}, Acc(1), dh.data(), r, A.data(), in, Acc(1), dx, lddx);
 }
 
+// The same into g (N, in; contiguous, overwritten): g = dh · A, for the gradient through lora.dropout
+// (kernels/lora_dropout.hpp), which masks it before it adds to dx.
+template <class Real>
+void lora_input_product(const ExecSpace& space, Vec<Real> g, CVec<Real> dh, CVec<Real> A, int N, int in, int r) {
+  using Acc = accum_t<Real>;
+  gemm<Real>(space, Trans::no, Trans::no, {N, in, r}, Acc(1), dh.data(), r, A.data(), in, Acc(0), g.data(), in);
+}
+
 // The down product's weight gradient: dA (r, in) += dhᵀ · x (x row stride ldx).
 template <class Real>
 void lora_weight_backward(const ExecSpace& space, Vec<Real> dA, CVec<Real> dh, const Real* x, int ldx, int N, int in,

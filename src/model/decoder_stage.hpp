@@ -198,7 +198,7 @@ class DecoderStage final : public LanguageModel<Real> {
   int batch() const override { return m_.batch; }
   ActivationSizes activation_elements() const override {
     const auto lora = lora_activation_elements(m_.model(), m_.batch, m_.layout.stage_layers(), int(m_.slots.size()),
-                                               m_.layout.place().last());
+                                               m_.layout.place().last(), m_.layout.tp());
     return {m_.activation_buffer.extent(0) + lora.kept, m_.scratch_buffer.extent(0) + lora.scratch};
   }
   const ParameterLayout* adapter_layout() const override { return m_.lora.active() ? &*m_.lora.layout : nullptr; }
@@ -210,6 +210,9 @@ class DecoderStage final : public LanguageModel<Real> {
 
   CVec<Real> forward_logits(CVec<int> inputs) override;
   void set_documents(int slot, const AttentionSegments& documents) override;
+  void set_micro_batch_draw(int slot, std::optional<MicroBatchDraw> draw) override {
+    m_.lora.draws.at(std::size_t(slot)) = draw;
+  }
   void stage_forward(int slot, CVec<int> inputs) override;
   void stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) override;
   void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) override;

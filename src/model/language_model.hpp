@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace meshtrain {
@@ -28,18 +29,28 @@ struct ActivationSizes {
 };
 
 // One micro-batch: N = B·T input tokens and as many targets (kNoLossTarget where a target carries no
-// loss: prompts and padding of fine-tuning data), and the documents packed into each sequence (none:
-// one document per sequence).
+// loss: prompts and padding of fine-tuning data), the documents packed into each sequence (none:
+// one document per sequence), and where it lies in its step (the step, the step's index of its first sample).
 struct MicroBatch {
   CVec<int> inputs;
   CVec<int> targets;
   AttentionSegments documents;
+  std::int64_t step = 0;
+  std::uint64_t first_sample = 0;
 };
 
 // The weights of a step's terms in its objective (share/docs/usage.md, Packing and the fine-tuning
 // loss), before the fp16 loss scale: each loss-carrying target's cross-entropy (1/(B·T·accum·dp) on
 // plain data, 1 / the step's loss-carrying targets on fine-tuning data), and each micro-batch's MoE
 // auxiliary losses (1/(accum·dp) on both).
+// Where a training micro-batch lies in the run: the run's seed (train.seed), the step, and the step's index of
+// its first sample (train/batch_loader.hpp: (first + k)·B for micro-batch k of data-parallel rank d, first = d·accum).
+struct MicroBatchDraw {
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;
+  std::uint64_t first_sample = 0;
+};
+
 struct LossWeights {
   double per_target = 0;
   double per_micro_batch = 0;
@@ -75,6 +86,10 @@ class LanguageModel {
   // The offsets are read when those run, so they must still hold then. std::invalid_argument under
   // materialized attention, which has no document mask (model.attention = fused has).
   virtual void set_documents(int slot, const AttentionSegments& documents) = 0;
+  // Training: which micro-batch of the run the coming stage_forward and stage_backward of `slot` run, for the
+  // draws keyed by it (lora.dropout's mask, kernels/lora_dropout.hpp); held until set again, so that backward
+  // and a recomputation draw what forward drew. None (the default, and what evaluation sets): no dropout.
+  virtual void set_micro_batch_draw(int slot, std::optional<MicroBatchDraw> draw) = 0;
 
   // One pipeline stage's part, for micro-batch activations kept in `slot`. A stage that is not
   // first reads its input from stage_input(slot), where the previous stage's activation is

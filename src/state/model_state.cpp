@@ -60,20 +60,23 @@ class ModelOn final : public Computation {
                                          pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
                                          cfg.train.recompute,
                                          frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_), groups.ep)),
-        workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(groups.tp))) {
+        workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(groups.tp))),
+        seed_(std::uint64_t(cfg.train.seed)) {
     set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);
     set_fused_attention_backward(cfg.train.deterministic ? FusedAttentionBackward::deterministic
                                                          : FusedAttentionBackward::fastest);
     // The GEMMs of a 16-bit model go through one fp32 workspace: allocated now, counted, never grown.
     if (workspace_ > 0) reserve_gemm_workspace(workspace_);
     if (!pipeline.schedule.empty() && pipeline.loader != nullptr && pipeline.pp != nullptr) {
-      executor_.emplace(pipeline.schedule, *model_, *pipeline.loader, *pipeline.pp,
-                        [this](std::size_t offset) { ready_from(offset); });
+      executor_.emplace(
+          pipeline.schedule, *model_, *pipeline.loader, *pipeline.pp,
+          [this](std::size_t offset) { ready_from(offset); }, std::uint64_t(cfg.train.seed));
     }
   }
 
   void forward(const MicroBatch& batch, const LossWeights& weights, double loss_scale, const LossSum& sum) override {
     model_->set_documents(0, batch.documents);
+    model_->set_micro_batch_draw(0, MicroBatchDraw{seed_, batch.step, batch.first_sample});
     model_->set_aux_weight(accum_t<Real>(weights.per_micro_batch * loss_scale));
     model_->stage_forward(0, batch.inputs);
     model_->stage_loss(0, batch.targets, accum_t<Real>(weights.per_target * loss_scale), sum);
@@ -89,6 +92,7 @@ class ModelOn final : public Computation {
   }
   void evaluate(const MicroBatch& batch, const LossSum& sum) override {
     model_->set_documents(0, batch.documents);
+    model_->set_micro_batch_draw(0, std::nullopt);  // evaluation: no dropout
     model_->stage_forward(0, batch.inputs);
     model_->stage_loss(0, batch.targets, accum_t<Real>(0), sum);  // its gradient of the logits is not used
   }
@@ -148,6 +152,7 @@ class ModelOn final : public Computation {
   std::optional<FrozenBase<Real>> frozen_;
   std::unique_ptr<LanguageModel<Real>> model_;
   std::size_t workspace_;
+  std::uint64_t seed_;  // train.seed: keys the training micro-batches' draws (lora.dropout's mask)
   std::optional<PipelineExecutor<Real>> executor_;
   double loss_scale_ = 1.0;
   const TensorInfo* poisoned_ = nullptr;  // test-only: the tensor whose first gradient turns NaN

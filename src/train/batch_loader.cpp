@@ -132,6 +132,8 @@ void BatchLoader::load(std::int64_t step, int micro) {
   Slot& slot = slots_[std::size_t(current_)];
   wait_for_slot(current_);
   slot.docs = packed() ? fill_packed(slot, step, micro) : fill_plain(slot, step, micro);
+  step_ = step;
+  micro_ = micro;
   if (slot.staging.data() != slot.device.data()) {
     // Only what this load filled: the offsets of `docs` documents per sequence.
     const std::size_t used = 2 * tokens() + attention_segments_size(micro_batch_, slot.docs);

@@ -48,7 +48,10 @@ class BatchLoader {
     return {CVec<int>(slots_[current_].device.data() + 2 * tokens(), attention_segments_size(micro_batch_, docs)),
             docs};
   }
-  MicroBatch batch() const { return {inputs(), targets(), documents()}; }
+  MicroBatch batch() const { return {inputs(), targets(), documents(), step_, first_sample()}; }
+  // The step's index of the loaded micro-batch's first sample: (first + micro)·B.
+  std::uint64_t first_sample() const { return std::uint64_t(first_micro_ + micro_) * std::uint64_t(micro_batch_); }
+  std::int64_t step() const { return step_; }
   // Samples from index `samples` on load as empty rows: inputs 0, no target carrying loss (the last
   // micro-batches of a validation pass, train/validation.hpp). Default: none.
   void limit_samples(std::uint64_t samples) { sample_limit_ = samples; }
@@ -108,6 +111,8 @@ class BatchLoader {
   std::array<Slot, slots> slots_;
   std::uint64_t sample_limit_ = ~std::uint64_t(0);
   int current_ = slots - 1;  // the slot the last load filled
+  std::int64_t step_ = 0;    // the last load's step and micro-batch
+  int micro_ = 0;
   // marks_(s) reaches awaited_[s] once the device is done with slot s's last use.
   Kokkos::View<std::int64_t*, PinnedSpace> marks_;
   std::array<std::int64_t, slots> awaited_{};

@@ -7,12 +7,14 @@ namespace meshtrain {
 
 template <class Real>
 PipelineExecutor<Real>::PipelineExecutor(std::vector<Action> actions, LanguageModel<Real>& model, BatchLoader& loader,
-                                         Comm& pipeline, typename LanguageModel<Real>::ReadyFrom ready_from)
+                                         Comm& pipeline, typename LanguageModel<Real>::ReadyFrom ready_from,
+                                         std::uint64_t seed)
     : actions_(std::move(actions)),
       model_(model),
       loader_(loader),
       pipeline_(pipeline),
-      ready_from_(std::move(ready_from)) {}
+      ready_from_(std::move(ready_from)),
+      seed_(seed) {}
 
 template <class Real>
 int PipelineExecutor<Real>::take_slot(int micro) {
@@ -49,6 +51,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         const int slot = take_slot(a.micro);
         loader_.load(step, a.micro);
         model_.set_documents(slot, loader_.documents());
+        model_.set_micro_batch_draw(slot, MicroBatchDraw{seed_, step, loader_.first_sample()});
         model_.stage_forward(slot, loader_.inputs());
         if (place.last()) model_.stage_loss(slot, loader_.targets(), grad_scale, sum);
         break;
@@ -63,6 +66,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         // buffers of the forward's load have been refilled since).
         loader_.load(step, a.micro);
         model_.set_documents(slot_of_[a.micro], loader_.documents());
+        model_.set_micro_batch_draw(slot_of_[a.micro], MicroBatchDraw{seed_, step, loader_.first_sample()});
         model_.stage_backward(slot_of_[a.micro], loader_.inputs(), ready_from_);
         free_slots_.push_back(slot_of_[a.micro]);
         break;
@@ -84,6 +88,7 @@ void PipelineExecutor<Real>::evaluate(BatchLoader& loader, int micro_batches, co
     if (!place.first()) pipeline_.recv(model_.stage_input(0).data(), activation, place.stage - 1, micro);
     loader.load(0, micro);
     model_.set_documents(0, loader.documents());
+    model_.set_micro_batch_draw(0, std::nullopt);  // evaluation: no dropout
     model_.stage_forward(0, loader.inputs());
     if (place.last()) {
       model_.stage_loss(0, loader.targets(), accum_t<Real>(0), sum);  // its gradient of the logits is not used

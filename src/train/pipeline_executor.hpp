@@ -21,8 +21,9 @@ template <class Real>
 class PipelineExecutor {
  public:
   // `ready_from` receives backward's progress reports (ZeRO-2/3 reduce each unit as it finishes).
+  // `seed` (train.seed) keys the draws of the micro-batches it runs (LanguageModel::set_micro_batch_draw).
   PipelineExecutor(std::vector<Action> actions, LanguageModel<Real>& model, BatchLoader& loader, Comm& pipeline,
-                   typename LanguageModel<Real>::ReadyFrom ready_from = {});
+                   typename LanguageModel<Real>::ReadyFrom ready_from = {}, std::uint64_t seed = 0);
 
   // Runs the step's schedule with the terms weighed by `weights` (the fp16 loss scale included); the
   // last stage adds each micro-batch's loss term to `sum` (in device memory), the others add nothing.
@@ -40,6 +41,7 @@ class PipelineExecutor {
   BatchLoader& loader_;
   Comm& pipeline_;
   typename LanguageModel<Real>::ReadyFrom ready_from_;
+  std::uint64_t seed_;
   std::vector<int> slot_of_;
   std::vector<int> free_slots_;
 };

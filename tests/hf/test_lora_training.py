@@ -13,6 +13,9 @@
               vocabulary rows), pp2·dp2 under ZeRO-3, tp2·pp2 under ZeRO-1 with full recomputation and under
               ZeRO-3 with selective: each equals one rank's run (2e-5); bf16 on one rank and
               dp2·tp2 within 2e-3 of it, its weights the base in 16 bits (no fp32 copy)
+  Dropout     lora.dropout 0.1 on all linears and lm_head (its mask keyed by the sample, not the layout): dp2·tp2
+              and pp2·dp2·ZeRO-3 with one sample per micro-batch each equal one rank's run (2e-5), which
+              differs from the run without dropout; the same on gpt2's c_attn, c_proj and c_fc
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
   GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
@@ -253,6 +256,29 @@ class Gpt2Layouts(Gpt2Case):
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
 
 
+class Dropout(LoraCase):
+    targets = ALL_LINEAR + ["lm_head"]  # every adapter's input dropped, the output head's too
+
+    def test_dropout_layouts_equal_one_rank(self):
+        # The reference cannot share meshtrain's mask (usage.md, LoRA: keyed by seed, step, sample, block,
+        # module, column): layouts are compared with one rank, and with the run without dropout, which it leaves.
+        _, ini = self.import_base(self.adapter())
+        dropout, steps = {"lora.dropout": 0.1}, {"train.steps": 4}
+        plain, _ = self.train(ini, "plain", **steps)
+        one, _ = self.train(ini, "one", lora=dropout, **steps)
+        for p, d in zip(plain[1:], one[1:]):
+            self.assertGreater(abs(p["loss"] - d["loss"]), 1e-6, "dropout 0.1 trained as without dropout")
+        for name, layout in (("dp2_tp2", {"parallel.tp": 2}),
+                             ("pp2_dp2_zero3_micro1", {"parallel.pp": 2, "parallel.zero": 3, "train.micro_batch": 1})):
+            got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, lora=dropout, **steps)
+            self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
+
+
+class Gpt2Dropout(Gpt2Case):
+    def test_dropout_layouts_equal_one_rank(self):  # both c_proj row-parallel: their masks by global column
+        Dropout.test_dropout_layouts_equal_one_rank(self)
+
+
 class Fresh(LoraCase):
     def test_peft_initialisation(self):
         base, ini = self.import_base()
@@ -308,12 +334,12 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--group", choices=["reference", "layouts", "all"], default="all",
-                    help="reference: Reference, Gpt2Reference and Fresh; layouts: Layouts, Gpt2Layouts and Resume")
+                    help="reference: Reference, Gpt2Reference and Fresh; layouts: Layouts, Gpt2Layouts, Dropout, Gpt2Dropout and Resume")
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
     suite = unittest.TestSuite()
-    groups = {"reference": (Reference, Gpt2Reference, Fresh), "layouts": (Layouts, Gpt2Layouts, Resume)}
+    groups = {"reference": (Reference, Gpt2Reference, Fresh), "layouts": (Layouts, Gpt2Layouts, Dropout, Gpt2Dropout, Resume)}
     for case in groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group]:
         for test in unittest.TestLoader().loadTestsFromTestCase(case):
             if args.pattern is None or args.pattern in test.id():

@@ -91,7 +91,7 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
-  const ActivationSizes lora = lora_activation_elements(model, batch, layout.stage_layers(), slots, place.last());
+  const ActivationSizes lora = lora_activation_elements(model, batch, layout.stage_layers(), slots, place.last(), tp);
   return {kept.used() + lora.kept, scratch.used() + lora.scratch};
 }
 
@@ -205,7 +205,7 @@ void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
   linear_forward<Real>(m_.space, a.logits, a.norm.out, p.output, N, C, Vl);
   if (m_.lora.active()) {
     lora_column_forward<Real>(m_.space, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C, a.logits.data(), Vl,
-                              Vl);
+                              Vl, m_.lora.head_mask(slot));
   }
 }
 
@@ -224,6 +224,7 @@ void DecoderStage<Real, Family>::recompute_block(int slot, int l) {
 
 template <class Real, class Family>
 CVec<Real> DecoderStage<Real, Family>::forward_logits(CVec<int> inputs) {
+  m_.lora.draws.at(0) = std::nullopt;  // inference: no dropout
   stage_forward(0, inputs);
   m_.space.fence();
   return m_.slots[0].logits;
@@ -271,7 +272,7 @@ void DecoderStage<Real, Family>::head_backward(int slot) {
   linear_backward<Real>(m_.space, s.dln, m_.dparams.output, a.logits, a.norm.out, m_.params.output, N, C, Vl);
   if (m_.lora.active()) {
     lora_column_backward<Real>(m_.space, m_.tp, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C,
-                               a.logits.data(), Vl, Vl, s.dln.data());
+                               a.logits.data(), Vl, Vl, s.dln.data(), m_.lora.head_mask(slot));
   }
   m_.copy_to.backward(span_of(s.dln));
   Kokkos::deep_copy(m_.space, s.dresidual, Real(0));

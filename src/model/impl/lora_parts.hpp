@@ -3,13 +3,16 @@
 //
 // The adapters' layout is the one with gradients: backward's progress reports name its offsets, and a
 // ParameterStore's layout() is it. Each block keeps, per slot, every adapted module's down product h (N, r),
-// which its backward reads; backward's dh (N, r) is one scratch per rank. The frozen base has no
+// which its backward reads; backward's dh (N, r) is one scratch per rank. Under lora.dropout
+// (kernels/lora_dropout.hpp) drop(x) is not kept: its mask is drawn again into one scratch (N, widest
+// in) per rank wherever forward's down product, backward's dx and dA need it. The frozen base has no
 // gradients: its matrices' are empty views (linear_backward skips them), its 1-D tensors' (norms, biases,
 // whose kernels compute an input gradient and a column sum in one sweep) land in one discarded buffer.
 #pragma once
 
 #include "core/lora_targets.hpp"
 #include "kernels/lora.hpp"
+#include "kernels/lora_dropout.hpp"
 #include "model/impl/span_of.hpp"
 #include "model/language_model.hpp"
 #include "model/lora_adapters.hpp"
@@ -30,14 +33,27 @@ inline bool lora_adapts_head(const ModelConfig& model, bool last) {
   return last && lora_targets_module(lora_target_names(model), lora_head_name);
 }
 
+// The widest input an adapted module has on a rank of tp (a row-parallel module's is split; the output
+// head's is d_model): lora.dropout's scratch holds N rows of it. 0 without dropout.
+inline std::size_t lora_dropout_width(const ModelConfig& model, int tp) {
+  if (!model.lora.enabled() || model.lora.dropout <= 0) return 0;
+  const std::vector<std::string> targets = lora_target_names(model);
+  std::size_t widest = lora_targets_module(targets, lora_head_name) ? std::size_t(model.d_model) : 0;
+  for (const LoraModule& m : lora_modules(model)) {
+    if (lora_targets_module(targets, m.name)) widest = std::max(widest, m.row_parallel ? m.in / tp : m.in);
+  }
+  return widest;
+}
+
 // Elements of Real a stage's LoRA activations take: h of every slot's blocks' adapted modules and of its
-// output head (`last`: the stage holds it) kept, and dh.
-inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots, bool last) {
+// output head (`last`: the stage holds it) kept, then dh and lora.dropout's drop(x) (scratch).
+inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots, bool last,
+                                                int tp = 1) {
   if (!model.lora.enabled()) return {};
-  const std::size_t Nr = std::size_t(batch) * std::size_t(model.seq_len) * std::size_t(model.lora.rank);
+  const std::size_t N = std::size_t(batch) * std::size_t(model.seq_len), Nr = N * std::size_t(model.lora.rank);
   const std::size_t per_slot =
       std::size_t(layers) * lora_adapted_module_count(model) + (lora_adapts_head(model, last) ? 1 : 0);
-  return {std::size_t(slots) * per_slot * Nr, Nr};
+  return {std::size_t(slots) * per_slot * Nr, Nr + N * lora_dropout_width(model, tp)};
 }
 
 template <class Real>
@@ -51,6 +67,12 @@ struct LoraParts {
   std::map<std::size_t, std::size_t> discard_at;              // a 1-D tensor's flat offset → its place in discard
   int rank = 0, N = 0, layers = 0, modules = 0, adapted = 0;  // adapted: modules of each block
   double scale = 0;
+  // lora.dropout: its probability, what the mask is keyed by (kernels/lora_dropout.hpp), and per slot the
+  // micro-batch it holds (none: evaluation, no dropout).
+  double dropout = 0;
+  int seq_len = 0, first_layer = 0, model_layers = 0, tp_rank = 0;
+  std::size_t kept = 0;  // elements of activations before dh
+  std::vector<std::optional<MicroBatchDraw>> draws;
 
   LoraParts() = default;
   // `base` the model's layout (its 1-D tensors size the discard buffer); `store` where the adapters live, or none.
@@ -59,7 +81,13 @@ struct LoraParts {
         N(batch * model.seq_len),
         layers(base.stage_layers()),
         modules(int(lora_modules(model).size())),
-        scale(model.lora.enabled() ? model.lora.scaling() : 0.0) {
+        scale(model.lora.enabled() ? model.lora.scaling() : 0.0),
+        dropout(model.lora.dropout),
+        seq_len(model.seq_len),
+        first_layer(base.first_layer()),
+        model_layers(model.layers),
+        tp_rank(base.tp_rank()),
+        draws(std::size_t(slots)) {
     if (!model.lora.enabled()) return;
     if (store != nullptr) {
       layout.emplace(store->layout());
@@ -75,8 +103,9 @@ struct LoraParts {
     blocks = bind_lora_adapters<Real>(*layout, weight, grad);
     head = bind_lora_head<Real>(*layout, weight, grad);
     adapted = int(lora_adapted_module_count(model));
-    activations = Buffer<Real>("meshtrain::lora::activations",
-                               lora_activation_elements(model, batch, layers, slots, base.place().last()).total());
+    const ActivationSizes sizes = lora_activation_elements(model, batch, layers, slots, base.place().last(), base.tp());
+    activations = Buffer<Real>("meshtrain::lora::activations", sizes.total());
+    kept = sizes.kept;
     // Each 1-D tensor its own place, in layout order: views the family joins (q|k|v's biases) stay joined.
     std::size_t discarded = 0;
     for (const TensorInfo& t : base.tensors()) {
@@ -102,23 +131,71 @@ struct LoraParts {
   Vec<Real> head_h(int slot) const {
     return slice(activations, (slot_begin(slot) + std::size_t(layers) * std::size_t(adapted)) * Nr(), Nr());
   }
-  Vec<Real> dh() const { return slice(activations, activations.extent(0) - Nr(), Nr()); }
+  Vec<Real> dh() const { return slice(activations, kept, Nr()); }
+  // lora.dropout's scratch as (N, in): drop(x) for a down product or dA, or dh·A before its mask.
+  Vec<Real> dropped(int in) const { return slice(activations, kept + Nr(), std::size_t(N) * std::size_t(in)); }
+  // The mask of module k of block l for the micro-batch in `slot`, its input's column 0 global column
+  // `first_column`; none where no dropout applies (lora.dropout 0, or evaluation).
+  std::optional<LoraDropoutMask> mask(int slot, int l, int k, std::uint64_t first_column) const {
+    return global_mask(slot, first_layer + l, k, first_column);
+  }
+  // The output head's mask: the head counts as module 0 of block model.layers, after every block.
+  std::optional<LoraDropoutMask> head_mask(int slot) const { return global_mask(slot, model_layers, 0, 0); }
 
  private:
   std::size_t Nr() const { return std::size_t(N) * std::size_t(rank); }
+  std::optional<LoraDropoutMask> global_mask(int slot, int block, int k, std::uint64_t first_column) const {
+    const std::optional<MicroBatchDraw>& draw = draws[std::size_t(slot)];
+    if (dropout <= 0 || !draw) return std::nullopt;
+    return lora_dropout_mask(dropout, draw->seed, draw->step, draw->first_sample, seq_len, block, k, first_column);
+  }
   // A slot's first h, in units of N·r: each slot holds its blocks' and its head's.
   std::size_t slot_begin(int slot) const {
     return std::size_t(slot) * (std::size_t(layers) * std::size_t(adapted) + (head.active() ? 1 : 0));
   }
 };
 
+// The down product of drop(x): h (N, r) = drop(x) Aᵀ, x (N, in); drop(x) drawn into the scratch first, or x
+// itself without a mask.
+template <class Real>
+void lora_dropped_down_forward(const ExecSpace& space, const LoraParts<Real>& lora, Vec<Real> h,
+                               const LoraAdapter<Real>& a, const std::optional<LoraDropoutMask>& mask, CVec<Real> x,
+                               int in) {
+  if (!mask) return lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
+  const Vec<Real> dropped = lora.dropped(in);
+  lora_dropout_forward<Real>(space, dropped, x.data(), in, *mask, lora.N, in);
+  lora_down_forward<Real>(space, h, dropped.data(), in, a.A, lora.N, in, lora.rank);
+}
+
+// dx (N, in) += drop'(dh A): through the mask, which the scratch's dh A passes to dx.
+template <class Real>
+void lora_dropped_input_backward(const ExecSpace& space, const LoraParts<Real>& lora, Real* dx, CVec<Real> dh,
+                                 const LoraAdapter<Real>& a, const std::optional<LoraDropoutMask>& mask, int in) {
+  if (!mask) return lora_input_backward<Real>(space, dx, in, dh, a.A, lora.N, in, lora.rank);
+  const Vec<Real> g = lora.dropped(in);
+  lora_input_product<Real>(space, g, dh, a.A, lora.N, in, lora.rank);
+  lora_dropout_backward<Real>(space, dx, in, g, *mask, lora.N, in);
+}
+
+// dA (r, in) += dhᵀ drop(x), drop(x) drawn again as forward drew it.
+template <class Real>
+void lora_dropped_weight_backward(const ExecSpace& space, const LoraParts<Real>& lora, CVec<Real> dh,
+                                  const LoraAdapter<Real>& a, const std::optional<LoraDropoutMask>& mask, CVec<Real> x,
+                                  int in) {
+  if (!mask) return lora_weight_backward<Real>(space, a.dA, dh, x.data(), in, lora.N, in, lora.rank);
+  const Vec<Real> dropped = lora.dropped(in);
+  lora_dropout_forward<Real>(space, dropped, x.data(), in, *mask, lora.N, in);
+  lora_weight_backward<Real>(space, a.dA, dh, dropped.data(), in, lora.N, in, lora.rank);
+}
+
 // A column-parallel module k of block l (input x (N, in) the same on every tp rank, output columns y
-// (N, out), row stride ldy): y += s · (x Aᵀ) Bᵀ, h kept.
+// (N, out), row stride ldy): y += s · (drop(x) Aᵀ) Bᵀ, h kept; `mask` lora.dropout's (none: x itself).
 template <class Real>
 void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, const LoraAdapter<Real>& a, Vec<Real> h,
-                         CVec<Real> x, int in, Real* y, int ldy, int out) {
+                         CVec<Real> x, int in, Real* y, int ldy, int out,
+                         const std::optional<LoraDropoutMask>& mask = std::nullopt) {
   if (!a.active()) return;
-  lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
+  lora_dropped_down_forward<Real>(space, lora, h, a, mask, x, in);
   lora_up_forward<Real>(space, y, ldy, h, a.B, lora.scale, lora.N, out, lora.rank);
 }
 template <class Real>
@@ -126,7 +203,7 @@ void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, in
                          int in, Real* y, int ldy, int out) {
   if (!lora.active()) return;
   lora_column_forward<Real>(space, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in, y, ldy,
-                            out);
+                            out, lora.mask(slot, l, k, 0));
 }
 
 // A row-parallel module (input x (N, in) this rank's columns, output y (N, out) summed over tp after):
@@ -139,7 +216,7 @@ void lora_row_forward(const ExecSpace& space, const TensorParallelGroup& tp, con
   const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
   if (!a.active()) return;
   const Vec<Real> h = lora.h(slot, l, k);
-  lora_down_forward<Real>(space, h, x.data(), in, a.A, lora.N, in, lora.rank);
+  lora_dropped_down_forward<Real>(space, lora, h, a, lora.mask(slot, l, k, std::uint64_t(lora.tp_rank) * in), x, in);
   tp.sum(span_of(h));
   if (up && tp.rank() == 0) lora_up_forward<Real>(space, y, out, h, a.B, lora.scale, lora.N, out, lora.rank);
 }
@@ -149,20 +226,20 @@ void lora_row_forward(const ExecSpace& space, const TensorParallelGroup& tp, con
 template <class Real>
 void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora,
                           const LoraAdapter<Real>& a, Vec<Real> h, CVec<Real> x, int in, const Real* dy, int lddy,
-                          int out, Real* dx) {
+                          int out, Real* dx, const std::optional<LoraDropoutMask>& mask = std::nullopt) {
   if (!a.active()) return;
   const Vec<Real> dh = lora.dh();
   lora_up_backward<Real>(space, dh, a.dB, dy, lddy, h, a.B, lora.scale, lora.N, out, lora.rank);
-  lora_input_backward<Real>(space, dx, in, dh, a.A, lora.N, in, lora.rank);
+  lora_dropped_input_backward<Real>(space, lora, dx, dh, a, mask, in);
   tp.sum(span_of(dh));
-  lora_weight_backward<Real>(space, a.dA, dh, x.data(), in, lora.N, in, lora.rank);
+  lora_dropped_weight_backward<Real>(space, lora, dh, a, mask, x, in);
 }
 template <class Real>
 void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
                           int l, int k, CVec<Real> x, int in, const Real* dy, int lddy, int out, Real* dx) {
   if (!lora.active()) return;
   lora_column_backward<Real>(space, tp, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in,
-                             dy, lddy, out, dx);
+                             dy, lddy, out, dx, lora.mask(slot, l, k, 0));
 }
 
 // A row-parallel module's backward from dy (N, out), the same on every tp rank: dB and dh alike on
@@ -174,9 +251,10 @@ void lora_row_backward(const ExecSpace& space, const LoraParts<Real>& lora, int 
   const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
   if (!a.active()) return;
   const Vec<Real> h = lora.h(slot, l, k), dh = lora.dh();
+  const std::optional<LoraDropoutMask> mask = lora.mask(slot, l, k, std::uint64_t(lora.tp_rank) * in);
   lora_up_backward<Real>(space, dh, a.dB, dy, out, h, a.B, lora.scale, lora.N, out, lora.rank);
-  lora_weight_backward<Real>(space, a.dA, dh, x.data(), in, lora.N, in, lora.rank);
-  lora_input_backward<Real>(space, dx, in, dh, a.A, lora.N, in, lora.rank);
+  lora_dropped_weight_backward<Real>(space, lora, dh, a, mask, x, in);
+  lora_dropped_input_backward<Real>(space, lora, dx, dh, a, mask, in);
 }
 
 }  // namespace meshtrain

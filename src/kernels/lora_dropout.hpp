@@ -1,0 +1,94 @@
+// LoRA's dropout on the adapters' input (lora.dropout, PEFT's lora_dropout; share/docs/usage.md, LoRA):
+//   drop(x) = x · mask / (1 − p),   mask ~ Bernoulli(1 − p) per element,
+// the base product seeing x undropped. The mask is never stored: each element's bit is a Philox4x32-10 draw
+// recomputed wherever forward, backward or a recomputation needs it, from
+//   key     = words 0 and 1 of Philox under train.seed of the counter (step, global block, module index in
+//             the family's order | "LK" << 16; the output head: module 0 of block model.layers),
+//   counter = (global input column, global token index, "LD"),
+// the global token index of row n of a micro-batch being first_sample · T + n (first_sample the step's index
+// of its first sample, train/batch_loader.hpp). So an element's bit depends on which sample, position,
+// block, module and column it is, never on the data-, tensor- or pipeline-parallel layout, the team size or
+// the thread count. An element is dropped when the draw's first 32-bit word is below round(p · 2^32).
+//
+// Size letters: N rows (B·T), in the input columns on this rank.
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <Random123/philox.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace meshtrain {
+
+// Everything one module's mask in one micro-batch is drawn from.
+struct LoraDropoutMask {
+  std::uint64_t key = 0;           // lora_dropout_key()
+  std::uint64_t first_token = 0;   // global token index of row 0: first_sample · T
+  std::uint64_t first_column = 0;  // global input column of this rank's column 0 (row-parallel: tp_rank · in)
+  std::uint32_t threshold = 0;     // a draw below it drops its element: round(p · 2^32)
+  double scale = 1;                // 1 / (1 − p), what a kept element is multiplied by
+
+  // Whether element (row n, local column c) is kept.
+  KOKKOS_INLINE_FUNCTION bool keeps(std::uint64_t n, std::uint64_t c) const {
+    using Philox = r123::Philox4x32;
+    const std::uint64_t token = first_token + n, column = first_column + c;
+    const Philox::ctr_type counter = {
+        {std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), 0x4C44u /* "LD" */}};
+    const Philox::key_type k = {{std::uint32_t(key), std::uint32_t(key >> 32)}};
+    return Philox()(counter, k)[0] >= threshold;
+  }
+};
+
+// The Philox key of one module's mask in one step, itself a Philox draw under the seed: each step, block and
+// module draws its mask from a stream of its own, apart from the initialisation's and the data order's
+// (keyed by the seed itself).
+inline std::uint64_t lora_dropout_key(std::uint64_t seed, std::int64_t step, int block, int module) {
+  using Philox = r123::Philox4x32;
+  const Philox::ctr_type counter = {{std::uint32_t(step), std::uint32_t(std::uint64_t(step) >> 32),
+                                     std::uint32_t(block), std::uint32_t(module) | 0x4C4B0000u /* "LK" */}};
+  const Philox::key_type key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
+  const Philox::ctr_type bits = Philox()(counter, key);
+  return (std::uint64_t(bits[1]) << 32) | bits[0];
+}
+
+inline LoraDropoutMask lora_dropout_mask(double p, std::uint64_t seed, std::int64_t step, std::uint64_t first_sample,
+                                         int seq_len, int block, int module, std::uint64_t first_column) {
+  const double threshold = std::round(std::ldexp(p, 32));
+  return {lora_dropout_key(seed, step, block, module), first_sample * std::uint64_t(seq_len), first_column,
+          std::uint32_t(std::fmin(threshold, 4294967295.0)), 1.0 / (1.0 - p)};
+}
+
+// out (N, in; contiguous) = drop(x), x (N, in; row stride ldx).
+template <class Real>
+void lora_dropout_forward(const ExecSpace& space, Vec<Real> out, const Real* x, int ldx, const LoraDropoutMask& mask,
+                          int N, int in) {
+  static_assert(reachable_v<Vec<Real>>);
+  using A = accum_t<Real>;
+  const A scale = A(mask.scale);
+  Kokkos::parallel_for(
+      "meshtrain::lora_dropout::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * in),
+      KOKKOS_LAMBDA(long i) {
+        const long n = i / in, c = i % in;
+        out(i) = mask.keeps(std::uint64_t(n), std::uint64_t(c)) ? Real(A(x[n * ldx + c]) * scale) : Real(0);
+      });
+}
+
+// dx (N, in; row stride lddx) += drop(g), g (N, in; contiguous): the gradient through the dropout.
+template <class Real>
+void lora_dropout_backward(const ExecSpace& space, Real* dx, int lddx, CVec<Real> g, const LoraDropoutMask& mask, int N,
+                           int in) {
+  static_assert(reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
+  const A scale = A(mask.scale);
+  Kokkos::parallel_for(
+      "meshtrain::lora_dropout::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * in),
+      KOKKOS_LAMBDA(long i) {
+        const long n = i / in, c = i % in;
+        if (mask.keeps(std::uint64_t(n), std::uint64_t(c)))
+          dx[n * lddx + c] = Real(A(dx[n * lddx + c]) + A(g(i)) * scale);
+      });
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,196 @@
+// lora.dropout's mask (kernels/lora_dropout.hpp) against a naive host re-implementation of its documented
+// keying (Random123's Philox4x32-10 called here, not through the kernel's header): the values of
+// drop(x) and of the gradient through it; the dropped fraction within binomial bounds; the same mask for the
+// same key and another for another seed, step, block, module or sample; a micro-batch's rows and a rank's
+// columns drawn as the whole batch draws them (the layouts' independence); and a digest of every result,
+// bitwise the same whatever the team size and the thread count (MESHTRAIN_LORA_DROPOUT_DIGEST).
+#include "kernels/lora_dropout.hpp"
+
+#include "kernel_test_utils.hpp"
+
+#include <Random123/philox.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+namespace meshtrain::test {
+namespace {
+
+constexpr int T = 16, B = 4, N = B * T, IN = 96;
+
+// usage.md's definition, written out: key = Philox under the seed of (step low, step high, block,
+// module | "LK" << 16), its words 0 (low) and 1 (high); counter = (column, token low, token high, "LD");
+// dropped when the draw's word 0 < round(p · 2^32).
+bool naive_keeps(double p, std::uint64_t seed, std::int64_t step, int block, int module, std::uint64_t token,
+                 std::uint64_t column) {
+  r123::Philox4x32 philox;
+  const r123::Philox4x32::ctr_type kc = {{std::uint32_t(step), std::uint32_t(std::uint64_t(step) >> 32),
+                                          std::uint32_t(block), std::uint32_t(module) | (0x4C4Bu << 16)}};
+  const r123::Philox4x32::key_type seed_key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
+  const auto kw = philox(kc, seed_key);
+  const std::uint64_t key = (std::uint64_t(kw[1]) << 32) | kw[0];
+  const r123::Philox4x32::ctr_type c = {
+      {std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), 0x4C44u}};
+  const r123::Philox4x32::key_type k = {{std::uint32_t(key), std::uint32_t(key >> 32)}};
+  return double(philox(c, k)[0]) >= std::round(p * 4294967296.0);
+}
+
+struct Draw {
+  double p = 0.1;
+  std::uint64_t seed = 1337;
+  std::int64_t step = 3;
+  std::uint64_t first_sample = 8;
+  int block = 1, module = 2;
+  LoraDropoutMask mask(std::uint64_t first_column = 0) const {
+    return lora_dropout_mask(p, seed, step, first_sample, T, block, module, first_column);
+  }
+};
+
+template <class Real>
+std::vector<Real> dropped(const Draw& d, const Host& x, int rows, int in, int ldx, std::uint64_t first_column = 0) {
+  const Buffer<Real> xd = to_device<Real>(x), out("out", std::size_t(rows) * in);
+  lora_dropout_forward<Real>(ExecSpace(), vec(out), xd.data(), ldx, d.mask(first_column), rows, in);
+  return raw(out);
+}
+
+// Which elements of an (N, IN) block of ones are kept.
+std::vector<bool> kept(const Draw& d) {
+  const std::vector<double> out = dropped<double>(d, filled(std::size_t(N) * IN, 1.0), N, IN, IN);
+  std::vector<bool> k(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) k[i] = out[i] != 0;
+  return k;
+}
+
+std::size_t differing(const std::vector<bool>& a, const std::vector<bool>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += a[i] != b[i] ? 1 : 0;
+  return n;
+}
+
+TEST(LoraDropout, ForwardMatchesNaiveDraw) {
+  const Draw d;
+  const int ldx = IN + 5;  // a column range of a wider buffer
+  const Host x = random_vector(std::size_t(N) * ldx, 7);
+  const std::vector<double> got = dropped<double>(d, x, N, IN, ldx);
+  std::size_t dropped_count = 0;
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < IN; ++c) {
+      const bool keep =
+          naive_keeps(d.p, d.seed, d.step, d.block, d.module, d.first_sample * T + std::uint64_t(n), std::uint64_t(c));
+      const double want = keep ? x[std::size_t(n) * ldx + c] / (1 - d.p) : 0.0;
+      ASSERT_NEAR(got[std::size_t(n) * IN + c], want, 1e-15) << n << "," << c;
+      dropped_count += keep ? 0 : 1;
+    }
+  }
+  EXPECT_GT(dropped_count, 0u);
+}
+
+TEST(LoraDropout, BackwardAddsMaskedGradient) {
+  const Draw d;
+  const int lddx = IN + 3;
+  const Host g = random_vector(std::size_t(N) * IN, 11), dx0 = random_vector(std::size_t(N) * lddx, 12);
+  const Buffer<double> gd = to_device<double>(g), dx = to_device<double>(dx0);
+  lora_dropout_backward<double>(ExecSpace(), dx.data(), lddx, cvec(gd), d.mask(), N, IN);
+  const Host got = to_host(dx);
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < lddx; ++c) {
+      const std::size_t i = std::size_t(n) * lddx + c;
+      const bool keep = c < IN && naive_keeps(d.p, d.seed, d.step, d.block, d.module,
+                                              d.first_sample * T + std::uint64_t(n), std::uint64_t(c));
+      const double want = dx0[i] + (keep ? g[std::size_t(n) * IN + c] / (1 - d.p) : 0.0);
+      ASSERT_NEAR(got[i], want, 1e-15) << n << "," << c;
+    }
+  }
+}
+
+// The dropped count of n = N·IN elements against Binomial(n, p): within 5 standard deviations.
+TEST(LoraDropout, RateWithinBinomialBounds) {
+  for (double p : {0.05, 0.1, 0.5, 0.9}) {
+    Draw d;
+    d.p = p;
+    const std::vector<bool> k = kept(d);
+    const double n = double(k.size()), dropped_count = n - double(std::count(k.begin(), k.end(), true));
+    EXPECT_NEAR(dropped_count, n * p, 5 * std::sqrt(n * p * (1 - p))) << "p = " << p;
+  }
+}
+
+// Another key draws an independent mask: two masks differ in about 2p(1 − p) of their elements.
+TEST(LoraDropout, SameKeySameMaskOtherKeyOther) {
+  const Draw d;
+  const std::vector<bool> base = kept(d);
+  EXPECT_EQ(differing(base, kept(d)), 0u);
+  const double n = double(base.size()), q = 2 * d.p * (1 - d.p), bound = 5 * std::sqrt(n * q * (1 - q));
+  for (const auto& [what, change] :
+       std::vector<std::pair<std::string, void (*)(Draw&)>>{{"seed", [](Draw& o) { o.seed += 1; }},
+                                                            {"step", [](Draw& o) { o.step += 1; }},
+                                                            {"block", [](Draw& o) { o.block += 1; }},
+                                                            {"module", [](Draw& o) { o.module += 1; }},
+                                                            {"micro-batch", [](Draw& o) { o.first_sample += B; }}}) {
+    Draw other = d;
+    change(other);
+    EXPECT_NEAR(double(differing(base, kept(other))), n * q, bound) << "another " << what;
+  }
+}
+
+// Two micro-batches of B/2 samples draw the rows of one of B; two tensor-parallel ranks' column halves
+// (first_column their offset) the columns of the whole input.
+TEST(LoraDropout, IndependentOfLayout) {
+  const Draw whole;
+  const Host x = random_vector(std::size_t(N) * IN, 5);
+  const std::vector<float> all = dropped<float>(whole, x, N, IN, IN);
+  const std::size_t half_rows = std::size_t(N / 2) * IN;
+  for (int micro = 0; micro < 2; ++micro) {
+    Draw part = whole;
+    part.first_sample = whole.first_sample + std::uint64_t(micro) * (B / 2);
+    const Host xs(x.begin() + std::ptrdiff_t(micro * half_rows), x.begin() + std::ptrdiff_t((micro + 1) * half_rows));
+    const std::vector<float> got = dropped<float>(part, xs, N / 2, IN, IN);
+    EXPECT_TRUE(bitwise_equal(got, std::vector<float>(all.begin() + std::ptrdiff_t(micro * half_rows),
+                                                      all.begin() + std::ptrdiff_t((micro + 1) * half_rows))))
+        << "micro-batch " << micro;
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const int cols = IN / 2;
+    // This rank's columns, as a row-parallel module's input holds them: x + rank·cols, row stride IN.
+    const Buffer<float> xd = to_device<float>(x), out("out", std::size_t(N) * cols);
+    lora_dropout_forward<float>(ExecSpace(), vec(out), xd.data() + rank * cols, IN,
+                                whole.mask(std::uint64_t(rank) * cols), N, cols);
+    const std::vector<float> got = raw(out);
+    for (int n = 0; n < N; ++n) {
+      for (int c = 0; c < cols; ++c) {
+        ASSERT_EQ(got[std::size_t(n) * cols + c], all[std::size_t(n) * IN + rank * cols + c]) << rank;
+      }
+    }
+  }
+}
+
+// FNV-1a over the bytes of drop(x) and the gradient through it in float, bf16 and double.
+TEST(LoraDropout, Digest) {
+  const char* path = std::getenv("MESHTRAIN_LORA_DROPOUT_DIGEST");
+  if (path == nullptr) GTEST_SKIP() << "MESHTRAIN_LORA_DROPOUT_DIGEST is not set";
+  std::uint64_t h = 1469598103934665603ull;
+  auto add = [&](const auto& values) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+    for (std::size_t i = 0; i < values.size() * sizeof(values[0]); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  };
+  const Draw d;
+  const Host x = random_vector(std::size_t(N) * IN, 9);
+  auto both = [&](auto zero) {
+    using Real = decltype(zero);
+    add(dropped<Real>(d, x, N, IN, IN));
+    const Buffer<Real> g = to_device<Real>(x), dx = to_device<Real>(random_vector(std::size_t(N) * IN, 10));
+    lora_dropout_backward<Real>(ExecSpace(), dx.data(), IN, cvec(g), d.mask(), N, IN);
+    add(raw(dx));
+  };
+  both(float(0));
+  both(bf16(0));
+  both(double(0));
+  std::ofstream(path) << std::hex << h << '\n';
+  std::printf("lora dropout digest %016llx\n", static_cast<unsigned long long>(h));
+}
+
+}  // namespace
+}  // namespace meshtrain::test
