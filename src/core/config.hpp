@@ -254,7 +254,7 @@ struct ModelConfig {
   // compute attention, and so which activations a block keeps (output and log-sum-exp, or P).
   AttentionKernel attention = AttentionKernel::fused;
   // The [lora] keys: adapters, or none (rank 0). The base model's tensors and checkpoints are the same either way.
-  LoraConfig lora;
+  LoraConfig lora = {};
 
   // Key/value heads: kv_heads, or heads when it is 0 (always heads in a family without the llama keys).
   int kv_head_count() const { return family_shape(arch).llama_keys && kv_heads > 0 ? kv_heads : heads; }
