@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import hf_reference  # noqa: E402
 import safetensors_io  # noqa: E402
+from case_runner import run_cases, write_shard  # noqa: E402
 
 MESHTRAIN = WORKDIR = MPIEXEC = None
 
@@ -87,15 +88,6 @@ def run(args, launcher=(), timeout=300):
 def h5_model(path):
     with h5py.File(path, "r") as f:
         return {name: f["model"][name][()] for name in f["model"]}
-
-
-def write_shard(path, tokens):
-    """A token shard (share/docs/usage.md, Token shards): 256 int32 header, uint16 tokens."""
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = (20240520, 1, len(tokens))
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 class HfCase(unittest.TestCase):
@@ -314,14 +306,8 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
-    suite = unittest.TestSuite()
     groups = {"files": (RoundTrip, Bf16, BadInput), "training": (Training,)}
-    for case in groups["files"] + groups["training"] if args.group == "all" else groups[args.group]:
-        for test in unittest.TestLoader().loadTestsFromTestCase(case):
-            if args.pattern is None or args.pattern in test.id():
-                suite.addTest(test)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() else 1)
+    run_cases(groups["files"] + groups["training"] if args.group == "all" else groups[args.group], args.pattern)
 
 
 if __name__ == "__main__":

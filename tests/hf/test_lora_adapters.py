@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import hf_reference  # noqa: E402
 import lora_reference  # noqa: E402
 import safetensors_io  # noqa: E402
+from case_runner import run_cases  # noqa: E402
 
 MESHTRAIN = WORKDIR = None
 
@@ -410,13 +411,7 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir)
-    suite = unittest.TestSuite()
-    for case in (RoundTrip, BaseIdentity, Refusals):
-        for test in unittest.TestLoader().loadTestsFromTestCase(case):
-            if args.pattern is None or args.pattern in test.id():
-                suite.addTest(test)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() else 1)
+    run_cases((RoundTrip, BaseIdentity, Refusals), args.pattern)
 
 
 if __name__ == "__main__":

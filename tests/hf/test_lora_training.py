@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import hf_reference  # noqa: E402
 import lora_reference  # noqa: E402
 import safetensors_io  # noqa: E402
+from case_runner import run_cases, write_shard  # noqa: E402
 
 MESHTRAIN = WORKDIR = MPIEXEC = None
 
@@ -68,15 +69,6 @@ KEYS = {"train.micro_batch": 2, "train.global_batch": 4, "train.steps": 10, "tra
 def run(args, launcher=(), timeout=300):
     return subprocess.run([str(a) for a in launcher] + [MESHTRAIN] + [str(a) for a in args], capture_output=True, text=True,
                           timeout=timeout)
-
-
-def write_shard(path, tokens):
-    """A token shard (share/docs/usage.md, Token shards): 256 int32 header, uint16 tokens."""
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = (20240520, 1, len(tokens))
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 def metrics(path):
@@ -338,14 +330,8 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
-    suite = unittest.TestSuite()
     groups = {"reference": (Reference, Gpt2Reference, Fresh), "layouts": (Layouts, Gpt2Layouts, Dropout, Gpt2Dropout, Resume)}
-    for case in groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group]:
-        for test in unittest.TestLoader().loadTestsFromTestCase(case):
-            if args.pattern is None or args.pattern in test.id():
-                suite.addTest(test)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() else 1)
+    run_cases(groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group], args.pattern)
 
 
 if __name__ == "__main__":
