@@ -15,10 +15,18 @@ namespace {
 // PEFT's all-linear: every linear layer of the blocks, not the output head.
 constexpr std::string_view all_linear = "all-linear";
 
-// Modules of the family that PEFT could adapt but meshtrain's LoRA does not yet: named in the refusal.
+// Modules of the family that PEFT could adapt but meshtrain's LoRA does not: named in the refusal.
 std::vector<std::string> not_adapted(Arch arch) {
-  if (arch == Arch::llama) return {"embed_tokens", "gate", "experts"};
+  if (arch == Arch::llama) return {"embed_tokens"};
   return {"lm_head", "wte"};
+}
+
+// Mixtral's names of the routed experts' products, which lora.targets spells as every SwiGLU's.
+std::string mixtral_hint(const std::string& name) {
+  if (name == "w1") return " (Mixtral's w1 is the experts' gate_proj here)";
+  if (name == "w3") return " (Mixtral's w3 is the experts' up_proj here)";
+  if (name == "w2") return " (Mixtral's w2 is the experts' down_proj here)";
+  return "";
 }
 
 std::vector<std::string> split_names(const std::string& text) {
@@ -31,24 +39,36 @@ std::vector<std::string> split_names(const std::string& text) {
   return names;
 }
 
+// lora.dropout's mask is keyed by the token's place in the step (kernels/lora_dropout.hpp); a routed expert's
+// rows arrive from other ranks without it, so LoRA does not drop out the experts' inputs.
+void refuse_expert_dropout(const ModelConfig& model, const std::vector<std::string>& targets) {
+  if (model.experts == 0 || model.lora.dropout <= 0) return;
+  for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
+    if (std::find(targets.begin(), targets.end(), name) == targets.end()) continue;
+    input_error(
+        "lora.dropout = {} with lora.targets = {}: {} adapts the routed experts of model.experts = {}, whose inputs "
+        "LoRA does not drop out; set lora.dropout = 0, or target the attention and the router (gate) only",
+        model.lora.dropout, model.lora.targets, name, model.experts);
+  }
+}
+
 }  // namespace
 
-const std::vector<std::string>& lora_module_names(Arch arch) {
+const std::vector<std::string>& lora_module_names(const ModelConfig& model) {
   static const std::vector<std::string> llama = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> llama_moe = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                                     "gate_proj", "up_proj", "down_proj", lora_router_name};
   static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
-  return arch == Arch::llama ? llama : gpt2;
+  if (model.arch == Arch::gpt2) return gpt2;
+  return model.experts > 0 ? llama_moe : llama;
 }
 
 std::vector<std::string> lora_target_names(const ModelConfig& model) {
-  const std::vector<std::string>& known = lora_module_names(model.arch);
+  const std::vector<std::string>& known = lora_module_names(model);
   const std::vector<std::string> given = split_names(model.lora.targets);
   if (given.empty()) {
     input_error("lora.targets is empty: name the modules to adapt ({}), or all-linear", fmt::join(known, ","));
-  }
-  if (model.experts > 0) {
-    input_error("lora.rank > 0 with model.experts = {}: LoRA does not adapt mixture-of-experts models yet",
-                model.experts);
   }
   if (model.arch == Arch::llama && model.ties_output_head() &&
       std::find(given.begin(), given.end(), lora_head_name) != given.end()) {
@@ -61,20 +81,22 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
     if (std::count(given.begin(), given.end(), name) > 1) input_error("lora.targets names '{}' twice", name);
     if (name == all_linear) {
       if (given.size() > 1) input_error("lora.targets = '{}': all-linear stands alone", model.lora.targets);
+      refuse_expert_dropout(model, known);
       return known;
     }
     if (name == lora_head_name && model.arch == Arch::llama) continue;
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       const std::vector<std::string> later = not_adapted(model.arch);
       const bool known_later = std::find(later.begin(), later.end(), name) != later.end();
-      input_error("lora.targets names '{}', {}: valid names are {}{} or all-linear", name,
-                  known_later ? "which LoRA does not adapt yet" : fmt::format("no module of a {} model", model.arch),
-                  fmt::join(known, ","), model.arch == Arch::llama ? ",lm_head" : "");
+      input_error("lora.targets names '{}', {}{}: valid names are {}{} or all-linear", name,
+                  known_later ? "which LoRA does not adapt" : fmt::format("no module of a {} model", model.arch),
+                  mixtral_hint(name), fmt::join(known, ","), model.arch == Arch::llama ? ",lm_head" : "");
     }
   }
   for (const std::string& name : known) {
     if (std::find(given.begin(), given.end(), name) != given.end()) targets.push_back(name);
   }
+  refuse_expert_dropout(model, targets);
   if (std::find(given.begin(), given.end(), lora_head_name) != given.end()) targets.push_back(lora_head_name);
   return targets;
 }

@@ -15,10 +15,14 @@ namespace meshtrain {
 // lora.targets (model/lora_adapters.hpp; the base model's tensors are then frozen, held elsewhere).
 enum class LayoutContent { model, adapters };
 
-// A family's adaptable linear layers, in the order of its blocks' products: llama's q_proj, k_proj,
-// v_proj, o_proj, gate_proj, up_proj, down_proj; gpt2's c_attn, c_proj, c_fc (c_proj names both the
-// attention's and the MLP's, as PEFT's match on the module's last name takes both).
-const std::vector<std::string>& lora_module_names(Arch arch);
+// A model's adaptable linear layers, in the order of its blocks' products: llama's q_proj, k_proj,
+// v_proj, o_proj, gate_proj, up_proj, down_proj, and with experts the router `gate` (Mixtral's and
+// Qwen-MoE's name); gpt2's c_attn, c_proj, c_fc. A name takes every module it ends (PEFT's match on the
+// module's last name): gpt2's c_proj the attention's and the MLP's, gate_proj, up_proj and down_proj the
+// dense MLPs', the shared experts' and every routed expert's (Mixtral's w1, w3 and w2).
+const std::vector<std::string>& lora_module_names(const ModelConfig& model);
+// The MoE router's module name (mlp.gate).
+inline constexpr const char* lora_router_name = "gate";
 // The output head (llama's untied lm_head), which lora.targets may name beside the blocks' modules;
 // all-linear leaves it out, as PEFT's does.
 inline constexpr const char* lora_head_name = "lm_head";

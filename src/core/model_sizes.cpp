@@ -257,6 +257,15 @@ std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens) {
   return std::max<std::int64_t>(1, std::int64_t(std::ceil(want - 1e-9)));
 }
 
+std::size_t expert_rows_received(const ModelConfig& m, std::size_t tokens, int ep) {
+  const std::size_t E = std::size_t(m.experts), k = E > 0 ? std::size_t(m.experts_per_token) : 0;
+  const std::size_t capacity = std::size_t(expert_capacity(m, std::int64_t(tokens)));
+  const std::size_t R = capacity > 0 ? std::min(tokens * k, E * capacity) : tokens * k;
+  if (ep <= 1) return R;
+  const std::size_t per_sender = capacity > 0 ? std::min(tokens * k, E / std::size_t(ep) * capacity) : tokens * k;
+  return std::size_t(ep) * per_sender;
+}
+
 Size parameter_count(const ModelConfig& m) {
   const FamilyShape& f = family_shape(m.arch);
   const Size C = m.d_model, V = m.vocab;

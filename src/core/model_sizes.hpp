@@ -67,6 +67,10 @@ Size shared_width(const ModelConfig& m);
 // least 1, and at most `tokens` (top-k picks k distinct experts, so no expert is offered more than
 // one assignment per token: a larger capacity never binds). 0: no capacity (capacity_factor 0).
 std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens);
+// Rows an expert-parallel rank's experts may receive of micro-batches of `tokens` tokens: every assignment
+// (tokens · k, fewer under a capacity) without expert parallelism; else each of the ep senders' rows for its
+// E / ep experts at most. The buffers' size (LlamaFamily::Dims::Rr), not a step's count.
+std::size_t expert_rows_received(const ModelConfig& m, std::size_t tokens, int ep);
 
 // train.vocab_multiple's automatic value (0): 128 on builds whose GEMMs run on cuBLAS (its aligned
 // tensor-core kernels want leading dimensions of such multiples; llm.c pads GPT-2's 50257 to 50304), 1 on

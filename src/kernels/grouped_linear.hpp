@@ -75,7 +75,7 @@ void grouped_linear_forward(const ExecSpace& space, Vec<Real> out, CVec<std::typ
 }
 
 // dinp [Σ rows, IC] is written (=) on every group's rows; dW_g [OC, IC] at dweights + weight ·
-// weight_stride accumulates (+=).
+// weight_stride accumulates (+=), unless dweights is null (frozen experts: LoRA's base).
 template <class Real>
 void grouped_linear_backward(const ExecSpace& space, Vec<Real> dinp, std::type_identity_t<Real>* dweights,
                              long weight_stride, CVec<std::type_identity_t<Real>> dout,
@@ -100,6 +100,7 @@ void grouped_linear_backward(const ExecSpace& space, Vec<Real> dinp, std::type_i
                              .ldc = IC};
   };
   detail::grouped_products<Real>(space, Trans::no, Trans::no, groups, input_gradient, accum_t<Real>(0));
+  if (dweights == nullptr) return;
   const std::vector<int> wave = detail::grouped_linear_waves(groups);
   std::vector<RowGroup> in_wave;
   for (int w = 0;; ++w) {

@@ -34,25 +34,29 @@ void router_logits_forward(const ExecSpace& space, Vec<accum_t<Real>> logits, CV
   }
 }
 
-// dw (E·C) += dlogitsᵀ · x and dx (N·C) += dlogits · W, each element's sum in accum_t<Real>
-// rounded once.
+// dw (E·C) += dlogitsᵀ · x (not where dw is empty: a frozen router, LoRA's base) and dx (N·C) +=
+// dlogits · W, each element's sum in accum_t<Real> rounded once.
 template <class Real>
 void router_logits_backward(const ExecSpace& space, Vec<Real> dx, Vec<Real> dw,
                             CVec<accum_t<std::type_identity_t<Real>>> dlogits, CVec<std::type_identity_t<Real>> x,
                             CVec<std::type_identity_t<Real>> w, int N, int C, int E) {
   using A = accum_t<Real>;
   if constexpr (std::is_same_v<Real, A>) {
-    gemm<Real>(space, Trans::yes, Trans::no, {E, C, N}, A(1), dlogits.data(), E, x.data(), C, A(1), dw.data(), C);
+    if (dw.extent(0) > 0) {
+      gemm<Real>(space, Trans::yes, Trans::no, {E, C, N}, A(1), dlogits.data(), E, x.data(), C, A(1), dw.data(), C);
+    }
     gemm<Real>(space, Trans::no, Trans::no, {N, C, E}, A(1), dlogits.data(), E, w.data(), C, A(1), dx.data(), C);
   } else {
-    Kokkos::parallel_for(
-        "meshtrain::router::weight_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(E) * C),
-        KOKKOS_LAMBDA(long i) {
-          const long e = i / C, c = i % C;
-          A sum = dw(i);
-          for (int n = 0; n < N; ++n) sum += dlogits(n * E + e) * A(x(n * C + c));
-          dw(i) = Real(sum);
-        });
+    if (dw.extent(0) > 0) {
+      Kokkos::parallel_for(
+          "meshtrain::router::weight_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(E) * C),
+          KOKKOS_LAMBDA(long i) {
+            const long e = i / C, c = i % C;
+            A sum = dw(i);
+            for (int n = 0; n < N; ++n) sum += dlogits(n * E + e) * A(x(n * C + c));
+            dw(i) = Real(sum);
+          });
+    }
     Kokkos::parallel_for(
         "meshtrain::router::input_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * C),
         KOKKOS_LAMBDA(long i) {

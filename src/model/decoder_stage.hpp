@@ -197,8 +197,9 @@ class DecoderStage final : public LanguageModel<Real> {
   const ModelConfig& model() const { return m_.model(); }
   int batch() const override { return m_.batch; }
   ActivationSizes activation_elements() const override {
-    const auto lora = lora_activation_elements(m_.model(), m_.batch, m_.layout.stage_layers(), int(m_.slots.size()),
-                                               m_.layout.place().last(), m_.layout.tp());
+    const auto lora =
+        lora_activation_elements(m_.model(), m_.batch, m_.layout.first_layer(), m_.layout.stage_layers(),
+                                 int(m_.slots.size()), m_.layout.place().last(), m_.layout.tp(), m_.layout.ep());
     return {m_.activation_buffer.extent(0) + lora.kept, m_.scratch_buffer.extent(0) + lora.scratch};
   }
   const ParameterLayout* adapter_layout() const override { return m_.lora.active() ? &*m_.lora.layout : nullptr; }

@@ -25,10 +25,32 @@ std::vector<LoraModule> lora_modules(const ModelConfig& m) {
           {"down_proj", "mlp.down_proj", H, C, true}};
 }
 
+std::vector<LoraModule> lora_block_modules(const ModelConfig& m, int block) {
+  std::vector<LoraModule> modules = lora_modules(m);
+  if (!m.is_moe_block(block)) return modules;
+  const std::uint64_t C = std::uint64_t(m.d_model), Hs = std::uint64_t(m.shared_hidden());
+  modules[4] = {"gate_proj", "mlp.shared_experts.gate_proj", Hs > 0 ? C : 0, Hs, false};
+  modules[5] = {"up_proj", "mlp.shared_experts.up_proj", Hs > 0 ? C : 0, Hs, false};
+  modules[6] = {"down_proj", "mlp.shared_experts.down_proj", Hs, Hs > 0 ? C : 0, true};
+  modules.push_back({lora_router_name, "mlp.gate", C, std::uint64_t(m.experts), false, 1, true});
+  return modules;
+}
+
+std::vector<LoraModule> lora_expert_modules(const ModelConfig& m, int expert) {
+  const std::uint64_t C = std::uint64_t(m.d_model), H = std::uint64_t(m.expert_hidden_size());
+  const std::string path = fmt::format("mlp.experts.{}.", expert);
+  return {{"gate_proj", path + "gate_proj", C, H, false, 1, false, expert},
+          {"up_proj", path + "up_proj", C, H, false, 1, false, expert},
+          {"down_proj", path + "down_proj", H, C, true, 1, false, expert}};
+}
+
+bool lora_adapts(const ModelConfig& model, const LoraModule& module) {
+  return module.present() && lora_targets_module(lora_target_names(model), module.name);
+}
+
 std::size_t lora_adapted_module_count(const ModelConfig& model) {
-  const std::vector<std::string> targets = lora_target_names(model);
   std::size_t count = 0;
-  for (const LoraModule& module : lora_modules(model)) count += lora_targets_module(targets, module.name) ? 1 : 0;
+  for (const LoraModule& module : lora_modules(model)) count += lora_adapts(model, module) ? 1 : 0;
   return count;
 }
 
@@ -77,25 +99,58 @@ void list_family_adapters(ParameterLayout& layout) {
   }
 }
 
+namespace {
+
+// The adapter of `module` of `block` where `adapters` holds it; an inactive one where it does not.
+template <class Real>
+LoraAdapter<Real> bind_adapter(const ParameterLayout& adapters, int block, const LoraModule& module,
+                               const std::function<Real*(const TensorInfo&)>& weight,
+                               const std::function<Real*(const TensorInfo&)>& grad) {
+  LoraAdapter<Real> adapter;
+  if (!module.present()) return adapter;
+  const TensorInfo* a = adapters.find_if_held(lora_a_name(adapters.model(), block, module));
+  if (a == nullptr) return adapter;
+  const TensorInfo& b = adapters.find(lora_b_name(adapters.model(), block, module));
+  adapter.A = Vec<Real>(weight(*a), a->numel);
+  adapter.B = Vec<Real>(weight(b), b.numel);
+  adapter.dA = Vec<Real>(grad(*a), a->numel);
+  adapter.dB = Vec<Real>(grad(b), b.numel);
+  return adapter;
+}
+
+}  // namespace
+
 template <class Real>
 std::vector<std::vector<LoraAdapter<Real>>> bind_lora_adapters(const ParameterLayout& adapters,
                                                                const std::function<Real*(const TensorInfo&)>& weight,
                                                                const std::function<Real*(const TensorInfo&)>& grad) {
   const ModelConfig& model = adapters.model();
-  const std::vector<LoraModule> modules = lora_modules(model);
-  std::vector<std::vector<LoraAdapter<Real>>> blocks(std::size_t(adapters.stage_layers()),
-                                                     std::vector<LoraAdapter<Real>>(modules.size()));
+  std::vector<std::vector<LoraAdapter<Real>>> blocks(std::size_t(adapters.stage_layers()));
   for (int l = 0; l < adapters.stage_layers(); ++l) {
     const int block = adapters.first_layer() + l;
-    for (std::size_t k = 0; k < modules.size(); ++k) {
-      const TensorInfo* a = adapters.find_if_held(lora_a_name(model, block, modules[k]));
-      if (a == nullptr) continue;
-      const TensorInfo& b = adapters.find(lora_b_name(model, block, modules[k]));
-      LoraAdapter<Real>& adapter = blocks[std::size_t(l)][k];
-      adapter.A = Vec<Real>(weight(*a), a->numel);
-      adapter.B = Vec<Real>(weight(b), b.numel);
-      adapter.dA = Vec<Real>(grad(*a), a->numel);
-      adapter.dB = Vec<Real>(grad(b), b.numel);
+    for (const LoraModule& module : lora_block_modules(model, block)) {
+      blocks[std::size_t(l)].push_back(bind_adapter<Real>(adapters, block, module, weight, grad));
+    }
+  }
+  return blocks;
+}
+
+template <class Real>
+std::vector<std::vector<std::vector<LoraAdapter<Real>>>> bind_lora_experts(
+    const ParameterLayout& adapters, const std::function<Real*(const TensorInfo&)>& weight,
+    const std::function<Real*(const TensorInfo&)>& grad) {
+  const ModelConfig& model = adapters.model();
+  std::vector<std::vector<std::vector<LoraAdapter<Real>>>> blocks(std::size_t(adapters.stage_layers()));
+  for (int l = 0; l < adapters.stage_layers(); ++l) {
+    const int block = adapters.first_layer() + l;
+    if (!model.is_moe_block(block)) continue;
+    blocks[std::size_t(l)].resize(3);
+    for (int e = adapters.first_expert(); e < adapters.first_expert() + adapters.local_experts(); ++e) {
+      const std::vector<LoraModule> modules = lora_expert_modules(model, e);
+      for (std::size_t j = 0; j < modules.size(); ++j) {
+        if (!lora_adapts(model, modules[j])) continue;
+        blocks[std::size_t(l)][j].push_back(bind_adapter<Real>(adapters, block, modules[j], weight, grad));
+      }
     }
   }
   return blocks;
@@ -115,21 +170,33 @@ LoraAdapter<Real> bind_lora_head(const ParameterLayout& adapters, const std::fun
   return head;
 }
 
+template std::vector<std::vector<std::vector<LoraAdapter<float>>>> bind_lora_experts(
+    const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
+    const std::function<float*(const TensorInfo&)>&);
 template LoraAdapter<float> bind_lora_head(const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
                                            const std::function<float*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<float>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<float*(const TensorInfo&)>&,
     const std::function<float*(const TensorInfo&)>&);
+template std::vector<std::vector<std::vector<LoraAdapter<double>>>> bind_lora_experts(
+    const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
+    const std::function<double*(const TensorInfo&)>&);
 template LoraAdapter<double> bind_lora_head(const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
                                             const std::function<double*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<double>>> bind_lora_adapters(
     const ParameterLayout&, const std::function<double*(const TensorInfo&)>&,
     const std::function<double*(const TensorInfo&)>&);
+template std::vector<std::vector<std::vector<LoraAdapter<bf16>>>> bind_lora_experts(
+    const ParameterLayout&, const std::function<bf16*(const TensorInfo&)>&,
+    const std::function<bf16*(const TensorInfo&)>&);
 template LoraAdapter<bf16> bind_lora_head(const ParameterLayout&, const std::function<bf16*(const TensorInfo&)>&,
                                           const std::function<bf16*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<bf16>>> bind_lora_adapters(const ParameterLayout&,
                                                                         const std::function<bf16*(const TensorInfo&)>&,
                                                                         const std::function<bf16*(const TensorInfo&)>&);
+template std::vector<std::vector<std::vector<LoraAdapter<fp16>>>> bind_lora_experts(
+    const ParameterLayout&, const std::function<fp16*(const TensorInfo&)>&,
+    const std::function<fp16*(const TensorInfo&)>&);
 template LoraAdapter<fp16> bind_lora_head(const ParameterLayout&, const std::function<fp16*(const TensorInfo&)>&,
                                           const std::function<fp16*(const TensorInfo&)>&);
 template std::vector<std::vector<LoraAdapter<fp16>>> bind_lora_adapters(const ParameterLayout&,

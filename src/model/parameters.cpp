@@ -148,9 +148,9 @@ std::size_t ParameterLayout::head_begin() const {
   return begin;
 }
 
-void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init) {
+void ParameterLayout::add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init, int expert) {
   Piece p = whole(shape);
-  add(std::move(name), shape, shape, p, init, true);
+  add(std::move(name), shape, shape, p, init, true, expert);
 }
 
 void ParameterLayout::add(std::string name, std::vector<std::uint64_t> shape, std::vector<std::uint64_t> local_shape,

@@ -183,7 +183,7 @@ class ParameterLayout {
   // A shard unit holds the tensors added after it starts (`block`: its global block, or -1;
   // `experts`: a block's routed experts).
   void start_unit(std::string name, int block, bool experts = false);
-  void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init);
+  void add_replicated(std::string name, std::vector<std::uint64_t> shape, InitKind init, int expert = -1);
   // Dimension `dim` split over the tensor-parallel ranks (`groups` equal groups, each cut alike);
   // `expert`: the routed expert whose weight it is.
   void add_split(const std::string& name, std::vector<std::uint64_t> shape, std::size_t dim, std::uint64_t groups,

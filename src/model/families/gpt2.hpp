@@ -101,7 +101,7 @@ struct Gpt2Family {
   // LoRA's term joining GELU's input (forward) or its output's gradient (backward).
   template <class Real>
   static bool lora_adapts(const LoraParts<Real>& lora, int l, LoraModuleIndex k) {
-    return lora.active() && lora.blocks[std::size_t(l)][std::size_t(k)].active();
+    return lora.adapts(l, int(k));
   }
 };
 

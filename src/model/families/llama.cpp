@@ -21,7 +21,6 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
   const int capacity = m.expert_capacity(int(N));
   const std::size_t R = capacity > 0 ? std::min(N * k, E * std::size_t(capacity)) : N * k;
   const std::size_t P = std::size_t(ep), El = E / P;
-  const std::size_t per_sender = capacity > 0 ? std::min(N * k, El * std::size_t(capacity)) : N * k;
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),
@@ -42,7 +41,7 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           capacity,
           P,
           El,
-          P > 1 ? P * per_sender : R,
+          expert_rows_received(m, N, ep),
           m.attention == AttentionKernel::fused,
           m.has_qkv_bias()};
 }

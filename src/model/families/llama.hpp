@@ -55,8 +55,9 @@ struct MoeActivations {
 
 struct LlamaFamily {
   static constexpr Arch arch = Arch::llama;
-  // Its LoRA modules' places in lora_modules (model/lora_adapters.hpp).
-  enum LoraModuleIndex { lora_q, lora_k, lora_v, lora_o, lora_gate, lora_up, lora_down };
+  // Its LoRA modules' places in lora_block_modules (model/lora_adapters.hpp): an MoE block's gate, up and down
+  // are its shared experts', and its router follows.
+  enum LoraModuleIndex { lora_q, lora_k, lora_v, lora_o, lora_gate, lora_up, lora_down, lora_router };
   static constexpr const char* name = "llama";
   static constexpr bool norm_keeps_mean = false;  // RMSNorm
 

@@ -13,8 +13,16 @@
 // partial sums, which the block's ReduceFromRegion adds. The gate weights' gradient is a dot
 // product with ys, so backward sums it over the group before the router's backward; the router's
 // own input gradient, the same on every rank, joins after the CopyToRegion's sum.
+//
+// LoRA (share/docs/design.md, LoRA): the router's adapter (replicated, as the router) adds to its fp32
+// logits; the shared experts' as the dense SwiGLU's; each routed expert's adapters run on the rows its
+// expert receives, beside the grouped products (kernels/lora_grouped.hpp): gate and up column-parallel
+// (their h's gradient summed over tp), down row-parallel (its h summed over tp before the up product,
+// which tp rank 0 adds into the expert's output before the rows travel back).
 #include "model/families/llama.hpp"
 
+#include "kernels/lora_grouped.hpp"
+#include "kernels/lora_router.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/moe_dispatch.hpp"
 #include "kernels/moe_router.hpp"
@@ -22,6 +30,81 @@
 #include "kernels/swiglu.hpp"
 
 namespace meshtrain {
+
+namespace {
+
+using Family = LlamaFamily;
+
+// The routed experts' LoRA products over the received rows, after their frozen products: gate and up
+// into gate_up (Rr, 2Hel); down's h summed over tp, its up product into `outputs` (Rr, C) on tp rank 0.
+template <class Real>
+void expert_lora_gate_up_forward(Family::Parts<Real>& p, int slot, int l, const ExchangePlan& plan,
+                                 const MoeActivations<Real>& m) {
+  const LoraParts<Real>& lora = p.lora;
+  const int C = int(p.dims.C), Hel = int(p.dims.Hel), r = lora.rank;
+  for (const int j : {int(lora_expert_gate), int(lora_expert_up)}) {
+    const std::vector<LoraAdapter<Real>>& adapters = lora.expert_adapters(l, j);
+    if (adapters.empty()) continue;
+    const Vec<Real> h = lora.expert_h(slot, l, j);
+    lora_grouped_down_forward<Real>(p.space, adapters, plan.groups, h, m.received.data(), C, C, r);
+    lora_grouped_up_forward<Real>(p.space, adapters, plan.groups, m.gate_up.data() + (j == lora_expert_up ? Hel : 0),
+                                  2 * Hel, h, lora.scale, Hel, r);
+  }
+}
+
+template <class Real>
+void expert_lora_down_forward(Family::Parts<Real>& p, int slot, int l, const ExchangePlan& plan,
+                              const MoeActivations<Real>& m, Vec<Real> outputs) {
+  const LoraParts<Real>& lora = p.lora;
+  const std::vector<LoraAdapter<Real>>& adapters = lora.expert_adapters(l, lora_expert_down);
+  if (adapters.empty()) return;
+  const int C = int(p.dims.C), Hel = int(p.dims.Hel), r = lora.rank;
+  const Vec<Real> h = lora.expert_h(slot, l, lora_expert_down);
+  lora_grouped_down_forward<Real>(p.space, adapters, plan.groups, h, m.act.data(), Hel, Hel, r);
+  p.tp.sum(span_of(slice(h, 0, plan.received * std::size_t(r))));
+  if (p.tp.rank() == 0) {
+    lora_grouped_up_forward<Real>(p.space, adapters, plan.groups, outputs.data(), C, h, lora.scale, C, r);
+  }
+}
+
+// The backward of expert_lora_down_forward from dy = the received rows' output gradient (Rr, C), the same on
+// every tp rank: dB and dh alike everywhere, dA and d act (Rr, Hel) += dh A this rank's columns.
+template <class Real>
+void expert_lora_down_backward(Family::Parts<Real>& p, int slot, int l, const ExchangePlan& plan,
+                               const MoeActivations<Real>& m) {
+  const LoraParts<Real>& lora = p.lora;
+  const std::vector<LoraAdapter<Real>>& adapters = lora.expert_adapters(l, lora_expert_down);
+  if (adapters.empty()) return;
+  const int C = int(p.dims.C), Hel = int(p.dims.Hel), r = lora.rank;
+  const Vec<Real> dh = lora.dh(plan.received);
+  lora_grouped_up_backward<Real>(p.space, adapters, plan.groups, dh, p.scratch.dreceived.data(), C,
+                                 lora.expert_h(slot, l, lora_expert_down), lora.scale, C, r);
+  lora_grouped_input_backward<Real>(p.space, adapters, plan.groups, dh, p.scratch.dexpert_act.data(), Hel, Hel, r);
+  lora_grouped_weight_backward<Real>(p.space, adapters, plan.groups, dh, m.act.data(), Hel, Hel, r);
+}
+
+// gate's and up's backward from d gate_up (Rr, 2Hel): dB; dh, whose d received (Rr, C) += dh A is this
+// rank's part (summed over tp with the block's dln); dh summed over tp, then dA.
+template <class Real>
+void expert_lora_gate_up_backward(Family::Parts<Real>& p, int slot, int l, const ExchangePlan& plan,
+                                  const MoeActivations<Real>& m) {
+  const LoraParts<Real>& lora = p.lora;
+  const int C = int(p.dims.C), Hel = int(p.dims.Hel), r = lora.rank;
+  for (const int j : {int(lora_expert_gate), int(lora_expert_up)}) {
+    const std::vector<LoraAdapter<Real>>& adapters = lora.expert_adapters(l, j);
+    if (adapters.empty()) continue;
+    const Vec<Real> dh = lora.dh(plan.received);
+    const Real* dy = p.scratch.dexpert_gate_up.data() + (j == lora_expert_up ? Hel : 0);
+    lora_grouped_up_backward<Real>(p.space, adapters, plan.groups, dh, dy, 2 * Hel, lora.expert_h(slot, l, j),
+                                   lora.scale, Hel, r);
+    // dA's product reads dh summed over tp, d received's this rank's part: the input gradient first.
+    lora_grouped_input_backward<Real>(p.space, adapters, plan.groups, dh, p.scratch.dreceived.data(), C, C, r);
+    p.tp.sum(span_of(dh));
+    lora_grouped_weight_backward<Real>(p.space, adapters, plan.groups, dh, m.received.data(), C, C, r);
+  }
+}
+
+}  // namespace
 
 template <class Real>
 void LlamaFamily::read_routing(Parts<Real>& m, int slot, int l) {
@@ -46,6 +129,12 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   const ExecSpace& space = p.space;
   const Vec<Accum> logits = p.scratch.router_logits;
   router_logits_forward<Real>(space, logits, s.ln2, w.router, N, C, E);
+  if (p.lora.adapts(l, lora_router)) {
+    const LoraAdapter<Real>& a = p.lora.blocks[std::size_t(l)][lora_router];
+    const Vec<Real> h = p.lora.h(slot, l, lora_router);
+    lora_dropped_down_forward<Real>(space, p.lora, h, a, p.lora.mask(slot, l, lora_router, 0), s.ln2, C);
+    lora_router_up_forward<Real>(space, logits, h, a.B, p.lora.scale, N, E, p.lora.rank);
+  }
   router_forward<Accum>(space, m.probs, m.expert, m.gate, m.lse, logits, N, E, k, p.model().normalize_gates);
   const Vec<int> routed = slice(m.counts, 0, d.E), offsets = slice(m.counts, d.E, d.E + 1);
   moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity);
@@ -61,16 +150,22 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   const long stride = 3L * Hel * C;
   const Vec<Real> outputs = exchange.moves() ? p.scratch.dreceived : m.ys;
   grouped_linear_forward<Real>(space, m.gate_up, m.received, w.experts.data(), stride, plan.groups, C, 2 * Hel);
+  expert_lora_gate_up_forward(p, slot, l, plan, m);
   swiglu_forward(space, m.act, m.gate_up, Rr, Hel);
   grouped_linear_forward<Real>(space, outputs, m.act, w.experts.data() + 2L * Hel * C, stride, plan.groups, Hel, C);
+  expert_lora_down_forward(p, slot, l, plan, m, outputs);
   if (exchange.moves()) space.fence();
   exchange.give_back(plan, outputs.data(), m.ys.data());
   if (Hsl > 0) {
     linear_forward<Real>(space, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
+    lora_column_forward<Real>(space, p.lora, slot, l, lora_gate, s.ln2, C, s.gate_up.data(), 2 * Hsl, Hsl);
+    lora_column_forward<Real>(space, p.lora, slot, l, lora_up, s.ln2, C, s.gate_up.data() + Hsl, 2 * Hsl, Hsl);
     swiglu_forward(space, s.swiglu, s.gate_up, N, Hsl);
+    if (to_output) linear_forward<Real>(space, proj, s.swiglu, w.down, N, Hsl, C);
+    // h also under recomputation, which skips the output: backward reads it.
+    lora_row_forward<Real>(space, p.tp, p.lora, slot, l, lora_down, s.swiglu, Hsl, proj.data(), C, to_output);
   }
   if (!to_output) return;  // recomputation: backward has what it reads
-  if (Hsl > 0) linear_forward<Real>(space, proj, s.swiglu, w.down, N, Hsl, C);
   moe_combine(space, proj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k, C, Hsl > 0);
   add_router_losses<Accum>(space, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(routed), N, E, k,
                            p.router_loss_sums, record_routing(p, l, host));
@@ -115,17 +210,26 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   // rows' input gradient, which travels back into drows.
   if (exchange.moves()) space.fence();
   exchange.dispatch(plan, d.drows.data(), d.dreceived.data());
-  grouped_linear_backward<Real>(space, d.dexpert_act, dw.experts.data() + down, stride, d.dreceived, m.act,
+  // LoRA's frozen experts have no weight gradients (null: grouped_linear_backward skips them).
+  Real* const dexperts = dw.experts.extent(0) > 0 ? dw.experts.data() : nullptr;
+  grouped_linear_backward<Real>(space, d.dexpert_act, dexperts ? dexperts + down : nullptr, stride, d.dreceived, m.act,
                                 w.experts.data() + down, plan.groups, Hel, C);
+  expert_lora_down_backward(p, slot, l, plan, m);
   swiglu_backward(space, d.dexpert_gate_up, d.dexpert_act, m.gate_up, Rr, Hel);
-  grouped_linear_backward<Real>(space, d.dreceived, dw.experts.data(), stride, d.dexpert_gate_up, m.received,
-                                w.experts.data(), plan.groups, C, 2 * Hel);
+  grouped_linear_backward<Real>(space, d.dreceived, dexperts, stride, d.dexpert_gate_up, m.received, w.experts.data(),
+                                plan.groups, C, 2 * Hel);
+  expert_lora_gate_up_backward(p, slot, l, plan, m);
   if (exchange.moves()) space.fence();
   exchange.give_back(plan, d.dreceived.data(), d.drows.data());
   if (Hsl > 0) {
     linear_backward<Real>(space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hsl, C);
+    lora_row_backward<Real>(space, p.lora, slot, l, lora_down, s.swiglu, Hsl, d.dresidual.data(), C, d.dswiglu.data());
     swiglu_backward(space, d.dgate_up, d.dswiglu, s.gate_up, N, Hsl);
     linear_backward<Real>(space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
+    const Real* dgate_up = d.dgate_up.data();
+    lora_column_backward<Real>(space, p.tp, p.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hsl, Hsl, d.dln.data());
+    lora_column_backward<Real>(space, p.tp, p.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hsl, 2 * Hsl, Hsl,
+                               d.dln.data());
   }
   moe_permute_backward(space, d.dln, CVec<Real>(d.drows), CVec<int>(m.slot), N, k, C, Hsl > 0);
   // The router: the gate weights' gradient, the load-balancing loss and the z-loss, each weighted
@@ -138,7 +242,7 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
 }
 
 // dW_r += dlogitsᵀ · ln2 and dln += dlogits · W_r, after the tensor-parallel sum of dln: the
-// router is replicated, so every rank adds the same whole contribution.
+// router is replicated, so every rank adds the same whole contribution; so does its LoRA adapter.
 template <class Real>
 void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l) {
   const int N = int(m.dims.N), C = int(m.dims.C), E = int(m.dims.E);
@@ -146,6 +250,15 @@ void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l) {
   const auto& d = m.scratch;
   router_logits_backward<Real>(m.space, d.dln, m.dparams.blocks[std::size_t(l)].router, d.router_logits, s.ln2,
                                m.params.blocks[std::size_t(l)].router, N, C, E);
+  if (!m.lora.adapts(l, lora_router)) return;
+  const LoraParts<Real>& lora = m.lora;
+  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][lora_router];
+  const std::optional<LoraDropoutMask> mask = lora.mask(slot, l, lora_router, 0);
+  const Vec<Real> dh = lora.dh();
+  lora_router_up_backward<Real>(m.space, dh, a.dB, d.router_logits, lora.h(slot, l, lora_router), a.B, lora.scale, N, E,
+                                lora.rank);
+  lora_dropped_input_backward<Real>(m.space, lora, d.dln.data(), dh, a, mask, C);
+  lora_dropped_weight_backward<Real>(m.space, lora, dh, a, mask, s.ln2, C);
 }
 
 #define MESHTRAIN_LLAMA_MOE(Real)                                                                                    \

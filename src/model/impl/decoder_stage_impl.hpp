@@ -91,7 +91,8 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
-  const ActivationSizes lora = lora_activation_elements(model, batch, layout.stage_layers(), slots, place.last(), tp);
+  const ActivationSizes lora =
+      lora_activation_elements(model, batch, layout.first_layer(), layout.stage_layers(), slots, place.last(), tp, ep);
   return {kept.used() + lora.kept, scratch.used() + lora.scratch};
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/lora_targets.hpp"
+#include "core/model_sizes.hpp"
 #include "kernels/lora.hpp"
 #include "kernels/lora_dropout.hpp"
 #include "model/impl/span_of.hpp"
@@ -34,44 +35,77 @@ inline bool lora_adapts_head(const ModelConfig& model, bool last) {
 }
 
 // The widest input an adapted module has on a rank of tp (a row-parallel module's is split; the output
-// head's is d_model): lora.dropout's scratch holds N rows of it. 0 without dropout.
+// head's is d_model): lora.dropout's scratch holds N rows of it. 0 without dropout (which routed experts'
+// modules never have: core/lora_targets.cpp).
 inline std::size_t lora_dropout_width(const ModelConfig& model, int tp) {
   if (!model.lora.enabled() || model.lora.dropout <= 0) return 0;
-  const std::vector<std::string> targets = lora_target_names(model);
-  std::size_t widest = lora_targets_module(targets, lora_head_name) ? std::size_t(model.d_model) : 0;
-  for (const LoraModule& m : lora_modules(model)) {
-    if (lora_targets_module(targets, m.name)) widest = std::max(widest, m.row_parallel ? m.in / tp : m.in);
+  std::size_t widest = lora_adapts_head(model, true) ? std::size_t(model.d_model) : 0;
+  for (int block = 0; block < model.layers; ++block) {
+    for (const LoraModule& m : lora_block_modules(model, block)) {
+      if (lora_adapts(model, m)) widest = std::max(widest, m.row_parallel ? m.in / std::uint64_t(tp) : m.in);
+    }
   }
   return widest;
 }
 
+// The rows of a block's kept h, in units of r, module by module in the order of lora_block_modules and then
+// of the routed experts' modules (each N rows; an expert module's, over all the experts this rank holds, the
+// received rows Rr): LoraParts' and lora_activation_elements' one count.
+struct LoraHRows {
+  std::vector<std::size_t> module_begin;  // per lora_block_modules entry (adapted or not)
+  std::size_t expert_begin[3] = {0, 0, 0};
+  std::size_t total = 0;
+};
+inline LoraHRows lora_h_rows(const ModelConfig& model, int block, std::size_t N, std::size_t Rr) {
+  LoraHRows rows;
+  for (const LoraModule& m : lora_block_modules(model, block)) {
+    rows.module_begin.push_back(rows.total);
+    if (lora_adapts(model, m)) rows.total += N;
+  }
+  if (!model.is_moe_block(block)) return rows;
+  const std::vector<LoraModule> experts = lora_expert_modules(model, 0);
+  for (std::size_t j = 0; j < experts.size(); ++j) {
+    rows.expert_begin[j] = rows.total;
+    if (lora_adapts(model, experts[j])) rows.total += Rr;
+  }
+  return rows;
+}
+
 // Elements of Real a stage's LoRA activations take: h of every slot's blocks' adapted modules and of its
-// output head (`last`: the stage holds it) kept, then dh and lora.dropout's drop(x) (scratch).
-inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int layers, int slots, bool last,
-                                                int tp = 1) {
+// output head (`last`: the stage holds it) kept, then dh (the widest of N and the experts' received rows,
+// times r) and lora.dropout's drop(x) (scratch). `ep` the expert-parallel ranks.
+inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int first_layer, int layers,
+                                                int slots, bool last, int tp = 1, int ep = 1) {
   if (!model.lora.enabled()) return {};
-  const std::size_t N = std::size_t(batch) * std::size_t(model.seq_len), Nr = N * std::size_t(model.lora.rank);
-  const std::size_t per_slot =
-      std::size_t(layers) * lora_adapted_module_count(model) + (lora_adapts_head(model, last) ? 1 : 0);
-  return {std::size_t(slots) * per_slot * Nr, Nr + N * lora_dropout_width(model, tp)};
+  const std::size_t N = std::size_t(batch) * std::size_t(model.seq_len), r = std::size_t(model.lora.rank);
+  const std::size_t Rr = model.experts > 0 ? expert_rows_received(model, N, ep) : 0;
+  std::size_t per_slot = lora_adapts_head(model, last) ? N : 0;
+  for (int l = first_layer; l < first_layer + layers; ++l) per_slot += lora_h_rows(model, l, N, Rr).total;
+  return {std::size_t(slots) * per_slot * r, std::max(N, Rr) * r + N * lora_dropout_width(model, tp)};
 }
 
 template <class Real>
 struct LoraParts {
-  std::optional<ParameterLayout> layout;                      // the adapters of this rank's piece; none without LoRA
-  Buffer<Real> weights, grads;                                // the adapters', when no ParameterStore holds them
-  std::vector<std::vector<LoraAdapter<Real>>> blocks;         // [block][module of lora_modules]
-  LoraAdapter<Real> head;                                     // the output head's (inactive unless targeted)
-  Buffer<Real> activations;                                   // every slot's h, then dh
-  Buffer<Real> discard;                                       // the frozen 1-D tensors' gradients, never read
-  std::map<std::size_t, std::size_t> discard_at;              // a 1-D tensor's flat offset → its place in discard
-  int rank = 0, N = 0, layers = 0, modules = 0, adapted = 0;  // adapted: modules of each block
+  std::optional<ParameterLayout> layout;               // the adapters of this rank's piece; none without LoRA
+  Buffer<Real> weights, grads;                         // the adapters', when no ParameterStore holds them
+  std::vector<std::vector<LoraAdapter<Real>>> blocks;  // [block][module of lora_block_modules]
+  // An MoE block's routed experts' adapters: [block][LoraExpertIndex][expert this rank holds].
+  std::vector<std::vector<std::vector<LoraAdapter<Real>>>> experts;
+  LoraAdapter<Real> head;                         // the output head's (inactive unless targeted)
+  Buffer<Real> activations;                       // every slot's h, then dh
+  Buffer<Real> discard;                           // the frozen 1-D tensors' gradients, never read
+  std::map<std::size_t, std::size_t> discard_at;  // a 1-D tensor's flat offset → its place in discard
+  int rank = 0, N = 0, layers = 0;
+  std::size_t Rr = 0;  // the rows an MoE block's experts may receive (LlamaFamily::Dims::Rr)
   double scale = 0;
   // lora.dropout: its probability, what the mask is keyed by (kernels/lora_dropout.hpp), and per slot the
   // micro-batch it holds (none: evaluation, no dropout).
   double dropout = 0;
   int seq_len = 0, first_layer = 0, model_layers = 0, tp_rank = 0;
-  std::size_t kept = 0;  // elements of activations before dh
+  std::size_t kept = 0;                // elements of activations before dh
+  std::vector<LoraHRows> h_rows;       // each block's h, rows within the block's
+  std::vector<std::size_t> block_row;  // each block's first h row within a slot's, in units of r
+  std::size_t slot_rows = 0;           // a slot's h rows, blocks and head
   std::vector<std::optional<MicroBatchDraw>> draws;
 
   LoraParts() = default;
@@ -80,7 +114,7 @@ struct LoraParts {
       : rank(model.lora.rank),
         N(batch * model.seq_len),
         layers(base.stage_layers()),
-        modules(int(lora_modules(model).size())),
+        Rr(model.experts > 0 ? expert_rows_received(model, std::size_t(N), base.ep()) : 0),
         scale(model.lora.enabled() ? model.lora.scaling() : 0.0),
         dropout(model.lora.dropout),
         seq_len(model.seq_len),
@@ -101,9 +135,16 @@ struct LoraParts {
     const auto weight = [&](const TensorInfo& t) { return store ? store->weight(t) : w.data() + t.offset; };
     const auto grad = [&](const TensorInfo& t) { return store ? store->grad(t) : g.data() + t.offset; };
     blocks = bind_lora_adapters<Real>(*layout, weight, grad);
+    experts = bind_lora_experts<Real>(*layout, weight, grad);
     head = bind_lora_head<Real>(*layout, weight, grad);
-    adapted = int(lora_adapted_module_count(model));
-    const ActivationSizes sizes = lora_activation_elements(model, batch, layers, slots, base.place().last(), base.tp());
+    for (int l = 0; l < layers; ++l) {
+      h_rows.push_back(lora_h_rows(model, first_layer + l, std::size_t(N), Rr));
+      block_row.push_back(slot_rows);
+      slot_rows += h_rows.back().total;
+    }
+    slot_rows += head.active() ? std::size_t(N) : 0;
+    const ActivationSizes sizes =
+        lora_activation_elements(model, batch, first_layer, layers, slots, base.place().last(), base.tp(), base.ep());
     activations = Buffer<Real>("meshtrain::lora::activations", sizes.total());
     kept = sizes.kept;
     // Each 1-D tensor its own place, in layout order: views the family joins (q|k|v's biases) stay joined.
@@ -117,23 +158,40 @@ struct LoraParts {
   }
 
   bool active() const { return layout.has_value(); }
+  // Whether module k of block l (lora_block_modules' numbering) carries an adapter.
+  bool adapts(int l, int k) const {
+    return active() && std::size_t(k) < blocks[std::size_t(l)].size() &&
+           blocks[std::size_t(l)][std::size_t(k)].active();
+  }
+  // The routed experts' adapters of module j (LoraExpertIndex) of block l, one per expert this rank holds;
+  // empty where not adapted.
+  const std::vector<LoraAdapter<Real>>& expert_adapters(int l, int j) const {
+    static const std::vector<LoraAdapter<Real>> none;
+    if (!active() || experts[std::size_t(l)].empty()) return none;
+    return experts[std::size_t(l)][std::size_t(j)];
+  }
   // Where the frozen base's gradient of t goes: nowhere for a matrix, the discard buffer for a 1-D tensor.
   Real* frozen_grad(const TensorInfo& t) const {
     return t.local_shape.size() == 1 ? discard.data() + discard_at.at(t.offset) : nullptr;
   }
-  // h of module k of block l in `slot` (N, r); modules not adapted take no room but share the numbering.
+  // h of module k of block l in `slot` (N, r).
   Vec<Real> h(int slot, int l, int k) const {
-    std::size_t index = 0;  // the module's place among the adapted ones
-    for (int j = 0; j < k; ++j) index += blocks[std::size_t(l)][std::size_t(j)].active() ? 1 : 0;
-    return slice(activations, (slot_begin(slot) + std::size_t(l) * std::size_t(adapted) + index) * Nr(), Nr());
+    return rows_at(slot, block_row[std::size_t(l)] + h_rows[std::size_t(l)].module_begin[std::size_t(k)], N);
+  }
+  // h of the routed experts' module j of block l in `slot` (Rr, r): each received row's, in their order.
+  Vec<Real> expert_h(int slot, int l, int j) const {
+    return rows_at(slot, block_row[std::size_t(l)] + h_rows[std::size_t(l)].expert_begin[j], Rr);
   }
   // The output head's h in `slot`, after the blocks'.
-  Vec<Real> head_h(int slot) const {
-    return slice(activations, (slot_begin(slot) + std::size_t(layers) * std::size_t(adapted)) * Nr(), Nr());
-  }
-  Vec<Real> dh() const { return slice(activations, kept, Nr()); }
+  Vec<Real> head_h(int slot) const { return rows_at(slot, slot_rows - std::size_t(N), N); }
+  // dh of `rows` rows (N; an expert module's received rows).
+  Vec<Real> dh(std::size_t rows) const { return slice(activations, kept, rows * std::size_t(rank)); }
+  Vec<Real> dh() const { return dh(std::size_t(N)); }
   // lora.dropout's scratch as (N, in): drop(x) for a down product or dA, or dh·A before its mask.
-  Vec<Real> dropped(int in) const { return slice(activations, kept + Nr(), std::size_t(N) * std::size_t(in)); }
+  Vec<Real> dropped(int in) const {
+    return slice(activations, kept + std::max(std::size_t(N), Rr) * std::size_t(rank),
+                 std::size_t(N) * std::size_t(in));
+  }
   // The mask of module k of block l for the micro-batch in `slot`, its input's column 0 global column
   // `first_column`; none where no dropout applies (lora.dropout 0, or evaluation).
   std::optional<LoraDropoutMask> mask(int slot, int l, int k, std::uint64_t first_column) const {
@@ -143,15 +201,14 @@ struct LoraParts {
   std::optional<LoraDropoutMask> head_mask(int slot) const { return global_mask(slot, model_layers, 0, 0); }
 
  private:
-  std::size_t Nr() const { return std::size_t(N) * std::size_t(rank); }
+  Vec<Real> rows_at(int slot, std::size_t row, std::size_t rows) const {
+    const std::size_t r = std::size_t(rank);
+    return slice(activations, (std::size_t(slot) * slot_rows + row) * r, rows * r);
+  }
   std::optional<LoraDropoutMask> global_mask(int slot, int block, int k, std::uint64_t first_column) const {
     const std::optional<MicroBatchDraw>& draw = draws[std::size_t(slot)];
     if (dropout <= 0 || !draw) return std::nullopt;
     return lora_dropout_mask(dropout, draw->seed, draw->step, draw->first_sample, seq_len, block, k, first_column);
-  }
-  // A slot's first h, in units of N·r: each slot holds its blocks' and its head's.
-  std::size_t slot_begin(int slot) const {
-    return std::size_t(slot) * (std::size_t(layers) * std::size_t(adapted) + (head.active() ? 1 : 0));
   }
 };
 
@@ -201,7 +258,7 @@ void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, co
 template <class Real>
 void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
                          int in, Real* y, int ldy, int out) {
-  if (!lora.active()) return;
+  if (!lora.adapts(l, k)) return;
   lora_column_forward<Real>(space, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in, y, ldy,
                             out, lora.mask(slot, l, k, 0));
 }
@@ -212,9 +269,8 @@ void lora_column_forward(const ExecSpace& space, const LoraParts<Real>& lora, in
 template <class Real>
 void lora_row_forward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
                       int l, int k, CVec<Real> x, int in, Real* y, int out, bool up = true) {
-  if (!lora.active()) return;
+  if (!lora.adapts(l, k)) return;
   const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
-  if (!a.active()) return;
   const Vec<Real> h = lora.h(slot, l, k);
   lora_dropped_down_forward<Real>(space, lora, h, a, lora.mask(slot, l, k, std::uint64_t(lora.tp_rank) * in), x, in);
   tp.sum(span_of(h));
@@ -237,7 +293,7 @@ void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp,
 template <class Real>
 void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
                           int l, int k, CVec<Real> x, int in, const Real* dy, int lddy, int out, Real* dx) {
-  if (!lora.active()) return;
+  if (!lora.adapts(l, k)) return;
   lora_column_backward<Real>(space, tp, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in,
                              dy, lddy, out, dx, lora.mask(slot, l, k, 0));
 }
@@ -247,9 +303,8 @@ void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp,
 template <class Real>
 void lora_row_backward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
                        int in, const Real* dy, int out, Real* dx) {
-  if (!lora.active()) return;
+  if (!lora.adapts(l, k)) return;
   const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
-  if (!a.active()) return;
   const Vec<Real> h = lora.h(slot, l, k), dh = lora.dh();
   const std::optional<LoraDropoutMask> mask = lora.mask(slot, l, k, std::uint64_t(lora.tp_rank) * in);
   lora_up_backward<Real>(space, dh, a.dB, dy, out, h, a.B, lora.scale, lora.N, out, lora.rank);
