@@ -70,26 +70,51 @@ std::string lora_b_name(const ModelConfig& model, int block, const LoraModule& m
   return fmt::format("{}.{}.lora_B.weight", block_prefix(model, block), module.path);
 }
 
-// One unit per block (ZeRO gathers and reduces the adapters block by block, as the model's tensors);
-// within it the targeted modules in order, A before B.
-void list_family_adapters(ParameterLayout& layout) {
+namespace {
+
+// A and B of one module: a row-parallel module's A split like W's columns and B replicated; a column-parallel
+// one's A replicated and B split like W's rows; the router's both whole.
+void add_adapter(ParameterLayout& layout, int block, const LoraModule& module) {
   const ModelConfig& m = layout.model();
   const std::uint64_t r = std::uint64_t(m.lora.rank);
+  if (module.replicated) {
+    layout.add_replicated(lora_a_name(m, block, module), {r, module.in}, InitKind::lora_uniform);
+    layout.add_replicated(lora_b_name(m, block, module), {module.out, r}, InitKind::zeros);
+  } else if (module.row_parallel) {
+    layout.add_split(lora_a_name(m, block, module), {r, module.in}, 1, 1, InitKind::lora_uniform, module.expert);
+    layout.add_replicated(lora_b_name(m, block, module), {module.out, r}, InitKind::zeros, module.expert);
+  } else {
+    layout.add_replicated(lora_a_name(m, block, module), {r, module.in}, InitKind::lora_uniform, module.expert);
+    layout.add_split(lora_b_name(m, block, module), {module.out, r}, 0, module.out_groups, InitKind::zeros,
+                     module.expert);
+  }
+}
+
+}  // namespace
+
+// One unit per block (ZeRO gathers and reduces the adapters block by block, as the model's tensors);
+// within it the targeted modules in order, A before B. An MoE block's routed experts' adapters follow in
+// a unit of their own, as their weights do (reduced over the expert-data-parallel group), expert by expert.
+void list_family_adapters(ParameterLayout& layout) {
+  const ModelConfig& m = layout.model();
   const std::vector<std::string> targets = lora_target_names(m);
-  const std::vector<LoraModule> modules = lora_modules(m);
   for (int l = layout.first_layer(); l < layout.first_layer() + layout.stage_layers(); ++l) {
     layout.start_unit(block_prefix(m, l), l);
-    for (const LoraModule& module : modules) {
-      if (!lora_targets_module(targets, module.name)) continue;
-      if (module.row_parallel) {
-        layout.add_split(lora_a_name(m, l, module), {r, module.in}, 1, 1, InitKind::lora_uniform);
-        layout.add_replicated(lora_b_name(m, l, module), {module.out, r}, InitKind::zeros);
-      } else {
-        layout.add_replicated(lora_a_name(m, l, module), {r, module.in}, InitKind::lora_uniform);
-        layout.add_split(lora_b_name(m, l, module), {module.out, r}, 0, module.out_groups, InitKind::zeros);
+    for (const LoraModule& module : lora_block_modules(m, l)) {
+      if (lora_adapts(m, module)) add_adapter(layout, l, module);
+    }
+    if (!m.is_moe_block(l)) continue;
+    bool unit = false;
+    for (int e = layout.first_expert(); e < layout.first_expert() + layout.local_experts(); ++e) {
+      for (const LoraModule& module : lora_expert_modules(m, e)) {
+        if (!lora_adapts(m, module)) continue;
+        if (!unit) layout.start_unit(block_prefix(m, l) + ".mlp.experts", l, true);
+        unit = true;
+        add_adapter(layout, l, module);
       }
     }
   }
+  const std::uint64_t r = std::uint64_t(m.lora.rank);
   // The output head, column-parallel by vocabulary rows: B split as lm_head's rows, padding included.
   if (layout.place().last() && lora_targets_module(targets, lora_head_name)) {
     layout.start_unit(lora_head_name, -1);

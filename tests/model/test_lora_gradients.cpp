@@ -33,6 +33,22 @@ ModelConfig lora_llama(double dropout) {
   return m;
 }
 
+// A mixture of experts of three blocks: blocks 0 and 2 route 4 experts (top 2) beside a shared expert, block 1
+// is dense; every linear layer of each is adapted, the routers (`gate`) and the output head too.
+ModelConfig lora_moe() {
+  ModelConfig m = lora_llama(0.0);
+  m.layers = 3;
+  m.experts = 4;
+  m.experts_per_token = 2;
+  m.moe_every = 2;
+  m.shared_experts = 1;
+  m.expert_hidden = 8;
+  m.aux_loss_coef = 0;  // forward returns the cross-entropy: the auxiliary losses' gradients would be beside it
+  m.z_loss_coef = 0;
+  m.lora.targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,gate,lm_head";
+  return m;
+}
+
 const MicroBatchDraw kDraw{1337, 4, 6};
 
 // A model with random base weights (norm weights near one) and random adapters (B nonzero, so that every
@@ -81,10 +97,8 @@ std::vector<double> adapter_grads(LanguageModel<double>& model, const Tokens& to
   return std::vector<double>(g.data(), g.data() + g.extent(0));
 }
 
-TEST(LoraDropoutGradients, MatchFiniteDifferences) {
-  auto model = build(lora_llama(0.3));
-  const Tokens tokens;
-  model->set_micro_batch_draw(0, kDraw);
+// Central differences of the loss at 4 random elements of every adapter tensor; returns how many were checked.
+int check_finite_differences(LanguageModel<double>* model, const Tokens& tokens) {
   const std::vector<double> grads = adapter_grads(*model, tokens);
 
   auto w = Kokkos::create_mirror_view(model->adapter_weights());
@@ -108,7 +122,29 @@ TEST(LoraDropoutGradients, MatchFiniteDifferences) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, (2 * 7 + 1) * 2 * 4);  // (blocks × modules + the head) × (A, B) × samples
+  return checked;
+}
+
+TEST(LoraDropoutGradients, MatchFiniteDifferences) {
+  auto model = build(lora_llama(0.3));
+  model->set_micro_batch_draw(0, kDraw);
+  // (blocks × modules + the head) × (A, B) × samples
+  EXPECT_EQ(check_finite_differences(model.get(), Tokens()), (2 * 7 + 1) * 2 * 4);
+}
+
+// The MoE blocks' adapters: the router's (its logits in fp32 beside the frozen router's), the shared expert's,
+// and each routed expert's over the rows it was sent (grouped products); the dense block's between them.
+TEST(LoraMoeGradients, MatchFiniteDifferences) {
+  auto model = build(lora_moe());
+  // (2 MoE blocks × (4 attention + 3 shared + router + 4 experts × 3) + the dense block's 7 + the head) × 2 × 4
+  EXPECT_EQ(check_finite_differences(model.get(), Tokens()), (2 * (4 + 3 + 1 + 4 * 3) + 7 + 1) * 2 * 4);
+}
+
+TEST(LoraMoeGradients, RecomputationIsBitwise) {
+  const Tokens tokens;
+  auto kept = build(lora_moe());
+  auto recomputed = build(lora_moe(), Recompute::full);
+  EXPECT_EQ(adapter_grads(*kept, tokens), adapter_grads(*recomputed, tokens));
 }
 
 TEST(LoraDropoutGradients, MaskActsInTrainingOnly) {
