@@ -25,6 +25,10 @@
               equal one rank's run over three steps (2e-5)
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
+  MoE         a Mixtral with fresh adapters on every linear and the routers: dp2·tp2·ep2, pp2·dp2·ep2·ZeRO-3 and
+              tp2·dp2·ep2·ZeRO-1 with full recomputation equal one rank (2e-5), and a run stopped under
+              dp2·ep2·ZeRO-2 resumes on one rank; a meshtrain MoE base with a shared expert and a dense block
+              between MoE ones under dp2·tp2·ep2 (selective recomputation) and pp2·dp2·ep2·ZeRO-3
 
 usage: test_lora_training.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group reference|layouts] [-k PATTERN]
 """
@@ -271,6 +275,51 @@ class Gpt2Dropout(Gpt2Case):
         Dropout.test_dropout_layouts_equal_one_rank(self)
 
 
+class MoeLayouts(LoraCase):
+    """A Mixtral (4 experts, top 2) with every linear layer and the routers adapted from PEFT's start (A drawn, B
+    zero), and a meshtrain mixture of experts beside it with a shared expert and a dense block between two MoE
+    ones: each layout equals one rank's run over four steps (2e-5)."""
+    arch, config = "mixtral", {**CONFIG, "intermediate_size": 20, "num_local_experts": 4, "num_experts_per_tok": 2}
+    lora = {"lora.rank": 3, "lora.alpha": 6, "lora.targets": "all-linear"}
+    steps = {"train.steps": 4, "optim.lr": 3e-2}
+
+    def check_layouts(self, ini, layouts, **keys):
+        one, _ = self.train(ini, "one", lora=self.lora, **self.steps, **keys)
+        for name, layout in layouts:
+            got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, lora=self.lora, **self.steps, **keys)
+            self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
+        return one
+
+    def test_mixtral_layouts_equal_one_rank(self):
+        # ep splits the routed experts' adapters with their experts, tp their B (gate, up) and A (down) and
+        # sums the rows' h; the routers' adapters are replicated; ZeRO-3 shards the frozen experts too.
+        _, ini = self.import_base()
+        one = self.check_layouts(ini, (
+            ("dp2_tp2_ep2", {"parallel.tp": 2, "parallel.ep": 2}),
+            ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3}),
+            ("tp2_dp2_ep2_zero1_full", {"parallel.tp": 2, "parallel.ep": 2, "parallel.zero": 1,
+                                        "train.recompute": "full", "train.micro_batch": 1})))
+        # Stopped after step 2 under dp2·ep2·ZeRO-2 (each rank's experts' adapters and their moments sharded),
+        # resumed on one rank: the adapter checkpoint is layout-independent.
+        moved = {"parallel.ep": 2, "parallel.zero": 2}
+        self.train(ini, "moved", [MPIEXEC, "-n", 2], moved, lora=self.lora, expect=3,
+                   **{**self.steps, "train.stop_after": 2})
+        resumed, _ = self.train(ini, "moved", lora=self.lora, **self.steps)
+        self.assert_same_losses(resumed[-2:], [r["loss"] for r in one[2:]], 2e-5, "resumed on one rank", 3)
+
+    def test_shared_experts_and_dense_block(self):
+        # The base: a meshtrain MoE model of 3 blocks (MoE, dense, MoE) with a shared expert, saved after one step.
+        _, ini = self.import_base()
+        shape = {"model.layers": 3, "model.moe_every": 2, "model.shared_experts": 1, "model.expert_hidden": 12,
+                 "checkpoint.init_weights": "", "train.steps": 1, "model.aux_loss_coef": 0.01}
+        _, ck = self.train(ini, "base", **shape)
+        del shape["checkpoint.init_weights"], shape["train.steps"]
+        self.check_layouts(ini, (
+            ("dp2_tp2_ep2_selective", {"parallel.tp": 2, "parallel.ep": 2, "train.recompute": "selective"}),
+            ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3})),
+            **{"checkpoint.init_weights": self.latest(ck), **shape})
+
+
 class Fresh(LoraCase):
     def test_peft_initialisation(self):
         base, ini = self.import_base()
@@ -330,7 +379,8 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
-    groups = {"reference": (Reference, Gpt2Reference, Fresh), "layouts": (Layouts, Gpt2Layouts, Dropout, Gpt2Dropout, Resume)}
+    groups = {"reference": (Reference, Gpt2Reference, Fresh),
+              "layouts": (Layouts, Gpt2Layouts, Dropout, Gpt2Dropout, Resume, MoeLayouts)}
     run_cases(groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group], args.pattern)
 
 
