@@ -12,6 +12,14 @@
 
 namespace meshtrain {
 
+// One module's adapter on this rank: A (r, in_l), B (out_l, r) and their gradients; all empty where the
+// module is not adapted.
+template <class Real>
+struct LoraAdapter {
+  Vec<Real> A, B, dA, dB;
+  bool active() const { return A.extent(0) > 0; }
+};
+
 // h (N, r) = x (N, in; row stride ldx) · Aᵀ.
 template <class Real>
 void lora_down_forward(const ExecSpace& space, Vec<Real> h, const Real* x, int ldx, CVec<Real> A, int N, int in,

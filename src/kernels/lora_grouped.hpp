@@ -11,7 +11,7 @@
 #pragma once
 
 #include "kernels/grouped_linear.hpp"
-#include "model/lora_adapters.hpp"
+#include "kernels/lora.hpp"
 
 #include <span>
 #include <vector>

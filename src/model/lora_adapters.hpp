@@ -10,6 +10,7 @@
 // (its input columns split) keeps A split like W's columns, its h summed over tp in forward, and B replicated.
 #pragma once
 
+#include "kernels/lora.hpp"
 #include "model/parameters.hpp"
 
 #include <cstdint>
@@ -51,14 +52,6 @@ bool lora_adapts(const ModelConfig& model, const LoraModule& module);
 // The adapter tensors' names.
 std::string lora_a_name(const ModelConfig& model, int block, const LoraModule& module);
 std::string lora_b_name(const ModelConfig& model, int block, const LoraModule& module);
-
-// One module's adapter on this rank: A (r, in_l), B (out_l, r) and their gradients; all empty where the
-// module is not adapted.
-template <class Real>
-struct LoraAdapter {
-  Vec<Real> A, B, dA, dB;
-  bool active() const { return A.extent(0) > 0; }
-};
 
 // The adapters of each of the stage's blocks ([block][module], modules as lora_modules lists them),
 // bound where `weight` and `grad` say each adapter tensor of `adapters` lives.
