@@ -18,6 +18,7 @@
               differs from the run without dropout; the same on gpt2's c_attn, c_proj and c_fc
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
+  Mixtral     Reference's checks on q, v, every routed expert's w1, w2, w3 and the routers (gate)
   GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
               term: Reference's checks on c_attn, c_proj (attention's and MLP's) and c_fc at rank 3, and
               on c_fc alone (the MLP's c_proj backward fused with GELU's, its weight frozen); tp2·pp2
@@ -275,11 +276,23 @@ class Gpt2Dropout(Gpt2Case):
         Dropout.test_dropout_layouts_equal_one_rank(self)
 
 
+class MixtralReference(LoraCase):
+    """Reference's checks on a Mixtral (4 experts, top 2): the attention's q and v, every routed expert's w1, w2
+    and w3 (gate_proj, down_proj, up_proj here) and the routers (`gate`), PEFT's names for Mixtral."""
+    arch = "mixtral"
+    config = {**CONFIG, "intermediate_size": 20, "num_local_experts": 4, "num_experts_per_tok": 2}
+    targets = ["q_proj", "v_proj", "w1", "w2", "w3", "gate"]
+    rank, alpha, rslora = 3, 6.0, False
+
+    def test_reference_experts_and_router(self):
+        Reference.check(self)
+
+
 class MoeLayouts(LoraCase):
     """A Mixtral (4 experts, top 2) with every linear layer and the routers adapted from PEFT's start (A drawn, B
     zero), and a meshtrain mixture of experts beside it with a shared expert and a dense block between two MoE
     ones: each layout equals one rank's run over four steps (2e-5)."""
-    arch, config = "mixtral", {**CONFIG, "intermediate_size": 20, "num_local_experts": 4, "num_experts_per_tok": 2}
+    arch, config = MixtralReference.arch, MixtralReference.config
     lora = {"lora.rank": 3, "lora.alpha": 6, "lora.targets": "all-linear"}
     steps = {"train.steps": 4, "optim.lr": 3e-2}
 
@@ -299,6 +312,9 @@ class MoeLayouts(LoraCase):
             ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3}),
             ("tp2_dp2_ep2_zero1_full", {"parallel.tp": 2, "parallel.ep": 2, "parallel.zero": 1,
                                         "train.recompute": "full", "train.micro_batch": 1})))
+        # bf16: the router's adapter adds into fp32 logits from 16-bit h and B (measured ~5e-4 from fp32).
+        got, _ = self.train(ini, "bf16", lora=self.lora, **{**self.steps, "train.precision": "bf16"})
+        self.assert_same_losses(got, [r["loss"] for r in one], 2e-3, "bf16")
         # Stopped after step 2 under dp2·ep2·ZeRO-2 (each rank's experts' adapters and their moments sharded),
         # resumed on one rank: the adapter checkpoint is layout-independent.
         moved = {"parallel.ep": 2, "parallel.zero": 2}
@@ -379,7 +395,7 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
-    groups = {"reference": (Reference, Gpt2Reference, Fresh),
+    groups = {"reference": (Reference, Gpt2Reference, MixtralReference, Fresh),
               "layouts": (Layouts, Gpt2Layouts, Dropout, Gpt2Dropout, Resume, MoeLayouts)}
     run_cases(groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group], args.pattern)
 
