@@ -27,9 +27,10 @@
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
   MoE         a Mixtral with fresh adapters on every linear and the routers: dp2·tp2·ep2, pp2·dp2·ep2·ZeRO-3 and
-              tp2·dp2·ep2·ZeRO-1 with full recomputation equal one rank (2e-5), and a run stopped under
-              dp2·ep2·ZeRO-2 resumes on one rank; a meshtrain MoE base with a shared expert and a dense block
-              between MoE ones under dp2·tp2·ep2 (selective recomputation) and pp2·dp2·ep2·ZeRO-3
+              dp4·ep2·ZeRO-3 (experts sharded over 2 expert-data-parallel ranks) equal one rank (2e-5), bf16
+              within 2e-3, and a run stopped under dp2·ep2·ZeRO-2 resumes on one rank; a meshtrain MoE base with
+              a shared expert and a dense block between MoE ones under tp2·dp2·ep2·ZeRO-1 with full recomputation
+              and pp2·dp2·ep2·ZeRO-3
 
 usage: test_lora_training.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group reference|layouts] [-k PATTERN]
 """
@@ -310,8 +311,8 @@ class MoeLayouts(LoraCase):
         one = self.check_layouts(ini, (
             ("dp2_tp2_ep2", {"parallel.tp": 2, "parallel.ep": 2}),
             ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3}),
-            ("tp2_dp2_ep2_zero1_full", {"parallel.tp": 2, "parallel.ep": 2, "parallel.zero": 1,
-                                        "train.recompute": "full", "train.micro_batch": 1})))
+            # dp4 over ep2: each expert's frozen weights and adapters sharded over its 2 expert-data-parallel ranks
+            ("dp4_ep2_zero3", {"parallel.ep": 2, "parallel.zero": 3, "train.micro_batch": 1})))
         # bf16: the router's adapter adds into fp32 logits from 16-bit h and B (measured ~5e-4 from fp32).
         got, _ = self.train(ini, "bf16", lora=self.lora, **{**self.steps, "train.precision": "bf16"})
         self.assert_same_losses(got, [r["loss"] for r in one], 2e-3, "bf16")
@@ -331,7 +332,8 @@ class MoeLayouts(LoraCase):
         _, ck = self.train(ini, "base", **shape)
         del shape["checkpoint.init_weights"], shape["train.steps"]
         self.check_layouts(ini, (
-            ("dp2_tp2_ep2_selective", {"parallel.tp": 2, "parallel.ep": 2, "train.recompute": "selective"}),
+            ("tp2_dp2_ep2_zero1_full", {"parallel.tp": 2, "parallel.ep": 2, "parallel.zero": 1,
+                                        "train.recompute": "full", "train.micro_batch": 1}),
             ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3})),
             **{"checkpoint.init_weights": self.latest(ck), **shape})
 
