@@ -32,7 +32,8 @@ ModelConfig without_lora(ModelConfig model);
 Config full_training(Config cfg);
 
 // Parameters each kind of training trains, global counts: full, every parameter of the model;
-// LoRA, Σ r·(in + out) over the targeted modules of every block.
+// LoRA, Σ r·(in + out) over the targeted modules of every block (an MoE block's router, shared experts
+// and every routed expert included): the adapters' layout, summed.
 std::int64_t full_trainable_parameters(const ModelConfig& model);
 std::int64_t lora_trainable_parameters(const ModelConfig& model);
 // The one of the two that `model` trains (LoRA when model.lora is enabled).
