@@ -1,7 +1,6 @@
 // LoRA's counts, FLOPs and tensor-parallel split for the planner (what they follow: lora_plan.hpp).
 #include "plan/lora_plan.hpp"
 
-#include "core/lora_targets.hpp"
 #include "core/model_sizes.hpp"
 #include "model/lora_adapters.hpp"
 #include "model/parameters.hpp"
@@ -9,11 +8,13 @@
 namespace meshtrain {
 namespace {
 
-// Elements of the adapters of a stage's blocks, global shapes (the whole tp group's).
-double stage_adapter_parameters(const ModelConfig& model, int stage, int stages) {
+// Elements of the adapters of a stage's blocks, global shapes (the whole tp group's), each weighted
+// by `share` (1: the count; active_share: the elements a token passes).
+template <class Share>
+double stage_adapter_parameters(const ModelConfig& model, int stage, int stages, Share share) {
   double n = 0;
   const ParameterLayout adapters = ParameterLayout::adapters(model, 1, 0, StagePlace{stage, stages});
-  for (const TensorInfo& t : adapters.tensors()) n += double(t.piece.elements());
+  for (const TensorInfo& t : adapters.tensors()) n += share(t) * double(t.piece.elements());
   return n;
 }
 
@@ -42,7 +43,7 @@ std::int64_t full_trainable_parameters(const ModelConfig& model) {
 }
 
 std::int64_t lora_trainable_parameters(const ModelConfig& model) {
-  return std::int64_t(stage_adapter_parameters(model, 0, 1));
+  return std::int64_t(stage_adapter_parameters(model, 0, 1, [](const TensorInfo&) { return 1.0; }));
 }
 
 std::int64_t trainable_parameters(const ModelConfig& model) {
@@ -58,7 +59,9 @@ TokenFlops lora_stage_flops(const ModelConfig& model, int stage, int stages) {
   const double dense = dense_stage_flops(model, stage, stages).total;
   const double products = stage_product_parameters(model, stage, stages);
   const double attention = dense - 6 * products;
-  const double adapters = stage_adapter_parameters(model, stage, stages);
+  // A routed expert's adapters pass the k/E of the tokens its expert does.
+  const double adapters =
+      stage_adapter_parameters(model, stage, stages, [&](const TensorInfo& t) { return active_share(t, model); });
   return {2 * products + attention / 3 + 2 * adapters, 4 * products + attention + 6 * adapters};
 }
 
@@ -66,12 +69,17 @@ TokenFlops training_stage_flops(const ModelConfig& model, int stage, int stages)
   return model.lora.enabled() ? lora_stage_flops(model, stage, stages) : dense_stage_flops(model, stage, stages);
 }
 
-LoraModuleSplit lora_module_split(const ModelConfig& model) {
+LoraModuleSplit lora_module_split(const ModelConfig& model, int block) {
   LoraModuleSplit split;
-  const std::vector<std::string> targets = lora_target_names(model);
-  for (const LoraModule& module : lora_modules(model)) {
-    if (!lora_targets_module(targets, module.name)) continue;
+  for (const LoraModule& module : lora_block_modules(model, block)) {
+    // The router's adapter is whole on every tp rank, as the router: nothing to sum.
+    if (!lora_adapts(model, module) || module.replicated) continue;
     (module.row_parallel ? split.row_parallel : split.column_parallel) += 1;
+  }
+  if (!model.is_moe_block(block)) return split;
+  for (const LoraModule& module : lora_expert_modules(model, 0)) {
+    if (!lora_adapts(model, module)) continue;
+    (module.row_parallel ? split.expert_row_parallel : split.expert_column_parallel) += 1;
   }
   return split;
 }

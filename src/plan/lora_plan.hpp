@@ -8,9 +8,13 @@
 //
 // Added here:
 //   FLOPs    the base's backward computes input gradients only: 4 per parameter and token instead
-//            of 6, attention unchanged; each adapter parameter 6 per token (2 forward, 4 backward).
+//            of 6, attention unchanged; each adapter parameter 6 per token that passes it (2 forward,
+//            4 backward): a routed expert's k/E of the tokens (active_share), the router's all.
 //   traffic  tensor parallel: per targeted module of each block one all-reduce of h [N, r]: in
-//            forward where A is split (row-parallel W), in backward where B is (column-parallel W).
+//            forward where A is split (row-parallel W), in backward where B is (column-parallel W);
+//            none for the MoE router's (replicated). An MoE block's routed experts add one per
+//            module over the rows its experts receive [received, r]: down's h in forward, gate's
+//            and up's gradient in backward (model/families/llama_moe.cpp).
 //   counts   the parameters each kind of training trains.
 //
 // Size letters: r lora.rank, N = micro_batch · seq_len.
@@ -28,7 +32,8 @@ ModelConfig without_lora(ModelConfig model);
 Config full_training(Config cfg);
 
 // Parameters each kind of training trains, global counts: full, every parameter of the model;
-// LoRA, Σ r·(in + out) over the targeted modules of every block.
+// LoRA, Σ r·(in + out) over the targeted modules of every block (an MoE block's router, shared experts
+// and every routed expert included): the adapters' layout, summed.
 std::int64_t full_trainable_parameters(const ModelConfig& model);
 std::int64_t lora_trainable_parameters(const ModelConfig& model);
 // The one of the two that `model` trains (LoRA when model.lora is enabled).
@@ -47,12 +52,17 @@ TokenFlops lora_stage_flops(const ModelConfig& model, int stage, int stages);
 // The one `model` trains.
 TokenFlops training_stage_flops(const ModelConfig& model, int stage, int stages);
 
-// Targeted modules of one block by their base's tensor-parallel split (LoraModule::row_parallel):
-// how many all-reduces of h [N, r] LoRA adds per block, in backward and in forward.
+// Targeted modules of global block `block` by their base's tensor-parallel split
+// (LoraModule::row_parallel): how many all-reduces LoRA adds to the block, in backward and in
+// forward; of h [N, r] for the block's own modules (lora_block_modules; the MoE router replicated,
+// in neither), of h [received, r] for its routed experts' (one per module, over all the experts the
+// rank holds: lora_expert_modules).
 struct LoraModuleSplit {
   int column_parallel = 0;
   int row_parallel = 0;
+  int expert_column_parallel = 0;  // gate_proj, up_proj of the routed experts
+  int expert_row_parallel = 0;     // their down_proj
 };
-LoraModuleSplit lora_module_split(const ModelConfig& model);
+LoraModuleSplit lora_module_split(const ModelConfig& model, int block);
 
 }  // namespace meshtrain

@@ -5,7 +5,7 @@
 //   compute  = m · b·T · F_stage · r / t / R
 //              F_stage: the stage's model FLOPs per token (6·N + 6·L·Q·T split by stage, N the
 //              family's product matrices: stage_flops_per_token; under LoRA 4·N + 6·L·Q·T + 6 per
-//              adapter parameter, lora_stage_flops), r the recomputation factor (full: the
+//              adapter parameter a token passes, lora_stage_flops), r the recomputation factor (full: the
 //              forward runs twice, 8/6 dense; selective: the attention scores' forward again,
 //              + 2·L·Q·T, Q = NH·hs the query heads' width (C unless model.head_dim); the same under
 //              model.attention = fused, whose backward recomputes them, in every mode), R the rank's

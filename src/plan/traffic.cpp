@@ -163,22 +163,42 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
       tp.add(Collective::allreduce, moe_blocks, moe_blocks * gates);
     }
   }
-  // LoRA (model/impl/lora_parts.hpp): per targeted module of each block h [b·T, r] of the compute
-  // type, summed where A is split (row-parallel W) in forward and where B is (column-parallel W), as
-  // its gradient, in backward.
-  const LoraModuleSplit lora = cfg.model.lora.enabled() ? lora_module_split(cfg.model) : LoraModuleSplit{};
-  const std::int64_t h_bytes = rows * cfg.model.lora.rank * compute_bytes(cfg.train.precision);
-  for (const Pass& p : passes) {
-    const std::int64_t sums = L * (p.backward ? lora.column_parallel : lora.row_parallel);
-    tp.add(Collective::allreduce, sums, sums * h_bytes);
-  }
   if (cfg.train.recompute == Recompute::full) {
     const std::vector<std::int64_t> per_block = recomputed_blocks(passes, int(L));
     const std::int64_t reruns = std::accumulate(per_block.begin(), per_block.end(), std::int64_t(0));
     tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
-    // A rerun forward makes h again, summed again.
-    tp.add(Collective::allreduce, reruns * lora.row_parallel, reruns * lora.row_parallel * h_bytes);
   }
+}
+
+// LoRA's sums over tp (model/impl/lora_parts.hpp, model/families/llama_moe.cpp), per stage block and
+// pass, of the compute type: h [b·T, r] of each targeted row-parallel module in forward, of each
+// column-parallel one (its gradient) in backward; an MoE block's routed experts' down h over the
+// received rows [received, r] in forward, gate's and up's gradient in backward. A forward that
+// full recomputation reruns makes its h again and sums them again.
+void add_lora_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLayout& layout,
+                              const std::vector<Pass>& passes, std::int64_t rows) {
+  const ModelConfig& m = cfg.model;
+  const std::int64_t row_bytes = std::int64_t(m.lora.rank) * compute_bytes(cfg.train.precision);
+  const std::int64_t received = m.experts > 0 ? planned_received_rows(m, rows) : 0;
+  const int L = layout.stage_layers();
+  const std::size_t blocks = std::size_t(L);
+  std::vector<TrafficCount> forward(blocks), backward(blocks);  // one pass's, per block
+  for (int l = 0; l < L; ++l) {
+    const LoraModuleSplit s = lora_module_split(m, layout.first_layer() + l);
+    forward[std::size_t(l)] = {s.row_parallel + s.expert_row_parallel,
+                               (s.row_parallel * rows + s.expert_row_parallel * received) * row_bytes};
+    backward[std::size_t(l)] = {s.column_parallel + s.expert_column_parallel,
+                                (s.column_parallel * rows + s.expert_column_parallel * received) * row_bytes};
+  }
+  const auto add = [&](const TrafficCount& block, std::int64_t times) {
+    tp.add(Collective::allreduce, times * block.calls, times * block.bytes);
+  };
+  for (const Pass& p : passes) {
+    for (int l = 0; l < L; ++l) add(p.backward ? backward[std::size_t(l)] : forward[std::size_t(l)], 1);
+  }
+  if (cfg.train.recompute != Recompute::full) return;
+  const std::vector<std::int64_t> reruns = recomputed_blocks(passes, L);
+  for (int l = 0; l < L; ++l) add(forward[std::size_t(l)], reruns[std::size_t(l)]);
 }
 
 // Expert parallelism's exchanges (model/impl/expert_exchange.hpp), per MoE block of the stage and
@@ -218,11 +238,14 @@ void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int s
 
 }  // namespace
 
-std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep) {
+std::int64_t planned_received_rows(const ModelConfig& model, std::int64_t tokens) {
   const std::int64_t assignments = tokens * model.experts_per_token;
   const int capacity = model.expert_capacity(int(tokens));
-  const std::int64_t kept = capacity > 0 ? std::min(assignments, std::int64_t(model.experts) * capacity) : assignments;
-  return kept * (ep - 1) / ep;
+  return capacity > 0 ? std::min(assignments, std::int64_t(model.experts) * capacity) : assignments;
+}
+
+std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep) {
+  return planned_received_rows(model, tokens) * (ep - 1) / ep;
 }
 
 std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int blocks, bool kept) {
@@ -262,7 +285,10 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
 
   RankTraffic traffic;
   add_data_parallel(traffic, cfg, grid, position, layout, passes, accum);
-  if (grid.tp > 1) add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
+  if (grid.tp > 1) {
+    add_tensor_parallel(traffic["tp"], cfg, layout, passes, activation_bytes, rows);
+    if (cfg.model.lora.enabled()) add_lora_tensor_parallel(traffic["tp"], cfg, layout, passes, rows);
+  }
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);

@@ -39,7 +39,10 @@
 //         (the frozen base has no gradients and is held whole); tp adds per targeted module of
 //         each block one all-reduce of b·T·r elements of the compute type, in forward for the
 //         row-parallel modules (o_proj, down_proj: again when full recomputation reruns the
-//         block), in backward for the column-parallel ones; no tied group.
+//         block), in backward for the column-parallel ones; an MoE block's router none
+//         (replicated), its routed experts one per targeted module of planned_received_rows · r
+//         elements (down in forward, again when recomputed; gate and up in backward); no tied
+//         group.
 #pragma once
 
 #include "core/config.hpp"
@@ -75,6 +78,10 @@ std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int 
 // upper bound — no rank sends another more than capacity rows per expert — reached when every
 // expert overflows in every micro-batch; dropless, the mean an unbiased router gives.
 std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep);
+// The rows a rank's experts receive of an MoE block, under the same even load: the kept rows
+// min(N·k, E · capacity) (N·k dropless), whatever ep (each of the ep senders keeps up to capacity
+// rows for each of the rank's E / ep experts). LoRA's routed experts' tp sums are this many rows.
+std::int64_t planned_received_rows(const ModelConfig& model, std::int64_t tokens);
 
 // Every call of one step of the rank at `position`, by group and kind. Each count is affine in the
 // micro-batches once there are affine_micros(grid) of them (the pipeline's warm-up and cool-down

@@ -351,5 +351,91 @@ TEST(LoraPlan, BackgroundSaveSnapshotsTheAdapters) {
   }
 }
 
+// The small llama with block 0 of 2 MoE (moe_every 2): E 4 routed experts of width 16, top-2, one
+// shared expert (width 16), r 3 all-linear unless `targets` says otherwise.
+ModelConfig small_moe(const std::string& targets = "all-linear") {
+  ModelConfig m = small_llama(2, 3, targets);
+  m.experts = 4;
+  m.experts_per_token = 2;
+  m.expert_hidden = 16;
+  m.moe_every = 2;
+  m.shared_experts = 1;
+  return m;
+}
+
+// By hand, r 3, Σ (in + out) per module: block 0 (MoE) attention 448; shared expert gate 64 + 16 = 80,
+// up 80, down 16 + 64 = 80; router 64 + 4 = 68; each routed expert gate, up, down 80 each (240), four
+// experts 960. So r·Σ = 1344 + 720 + 204 + 2880 = 5148; block 1 (dense) 3504 as above.
+TEST(LoraPlan, MoeTrainableCountByHand) {
+  EXPECT_EQ(lora_trainable_parameters(small_moe()), 5148 + 3504);
+  // The router alone: A [3, 64], B [4, 3].
+  EXPECT_EQ(lora_trainable_parameters(small_moe("gate")), 3 * 68);
+  // up_proj: the shared expert's, the dense block's and the four routed experts'.
+  EXPECT_EQ(lora_trainable_parameters(small_moe("up_proj")), 3 * 80 + 3 * 240 + 4 * 3 * 80);
+  ModelConfig no_shared = small_moe();
+  no_shared.shared_experts = 0;
+  EXPECT_EQ(lora_trainable_parameters(no_shared), 5148 - 720 + 3504);
+}
+
+// Block 0: q, k, v and the shared gate and up column-parallel (5), o and the shared down row-parallel (2),
+// the router in neither (replicated), the routed experts' gate and up (2) and down (1) apart; block 1 the
+// dense split. Without shared experts their three leave the block's own count.
+TEST(LoraPlan, MoeModuleSplitByHand) {
+  const auto expect = [](const LoraModuleSplit& s, int column, int row, int expert_column, int expert_row) {
+    EXPECT_EQ(s.column_parallel, column);
+    EXPECT_EQ(s.row_parallel, row);
+    EXPECT_EQ(s.expert_column_parallel, expert_column);
+    EXPECT_EQ(s.expert_row_parallel, expert_row);
+  };
+  expect(lora_module_split(small_moe(), 0), 5, 2, 2, 1);
+  expect(lora_module_split(small_moe(), 1), 5, 2, 0, 0);
+  expect(lora_module_split(small_moe("gate"), 0), 0, 0, 0, 0);
+  expect(lora_module_split(small_moe("down_proj,q_proj"), 0), 1, 1, 0, 1);
+  ModelConfig no_shared = small_moe();
+  no_shared.shared_experts = 0;
+  expect(lora_module_split(no_shared, 0), 3, 1, 2, 1);
+}
+
+// The adapters a token passes: all but the routed experts', which it passes k/E = 1/2 of: all-linear
+// 1344 + 720 + 204 + 2880 / 2 + 3504 = 7212, q_proj alone 2 · 3 · 128 = 768. The base is the same, so
+// the difference is the adapters' 6 per token (2 forward).
+TEST(LoraPlan, MoeFlopsCountTheExpertsAdaptersAtTheirShare) {
+  const TokenFlops all = lora_stage_flops(small_moe(), 0, 1), q = lora_stage_flops(small_moe("q_proj"), 0, 1);
+  EXPECT_DOUBLE_EQ(all.total - q.total, 6.0 * (7212 - 768));
+  EXPECT_DOUBLE_EQ(all.forward - q.forward, 2.0 * (7212 - 768));
+  // up_proj: shared 240 + dense 720 + routed 960 / 2 = 1440.
+  EXPECT_DOUBLE_EQ(lora_stage_flops(small_moe("up_proj"), 0, 1).total - q.total, 6.0 * (1440 - 768));
+}
+
+// tp 2, 2 micro-batches of N = 64, fp32, r 3: LoRA adds per micro-batch block 0's o, shared down (forward)
+// and q, k, v, shared gate, up (backward) and block 1's 2 + 5, each [N, r] = 768 bytes; the routed
+// experts' down (forward), gate and up (backward), each [received, r]. Dropless received = N·k = 128
+// (1536 bytes); capacity_factor 0.25 keeps E · ⌈0.25 · 128 / 4⌉ = 32 (384 bytes).
+TEST(LoraPlan, MoeTensorParallelTrafficByHand) {
+  Config cfg;
+  cfg.model = small_moe();
+  cfg.train.micro_batch = 2;
+  cfg.train.global_batch = 4;
+  const Layout grid{1, 2, 1};
+  for (const auto& [factor, received] : {std::pair{0.0, 128}, std::pair{0.25, 32}}) {
+    cfg.model.capacity_factor = factor;
+    EXPECT_EQ(planned_received_rows(cfg.model, 64), received);
+    const RankTraffic lora = predicted_traffic(cfg, grid, GridPosition{0, 1, 0});
+    const RankTraffic full = predicted_traffic(full_training(cfg), grid, GridPosition{0, 1, 0});
+    EXPECT_EQ(count(lora, "tp", Collective::allreduce).calls, count(full, "tp", Collective::allreduce).calls + 2 * 17);
+    EXPECT_EQ(count(lora, "tp", Collective::allreduce).bytes,
+              count(full, "tp", Collective::allreduce).bytes + 2 * (14 * 768 + 3 * received * 12));
+  }
+  // Full recomputation reruns block 0's forward in each micro-batch (block 1 is still resident): its
+  // o, shared down and experts' down sums again.
+  cfg.train.recompute = Recompute::full;
+  const RankTraffic lora = predicted_traffic(cfg, grid, GridPosition{0, 1, 0});
+  const RankTraffic full = predicted_traffic(full_training(cfg), grid, GridPosition{0, 1, 0});
+  EXPECT_EQ(count(lora, "tp", Collective::allreduce).calls,
+            count(full, "tp", Collective::allreduce).calls + 2 * 17 + 2 * 3);
+  EXPECT_EQ(count(lora, "tp", Collective::allreduce).bytes,
+            count(full, "tp", Collective::allreduce).bytes + 2 * (14 * 768 + 3 * 32 * 12) + 2 * (2 * 768 + 32 * 12));
+}
+
 }  // namespace test_lora_plan
 }  // namespace meshtrain

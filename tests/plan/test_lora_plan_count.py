@@ -4,6 +4,8 @@ small llama models of tests/oracle/hf_reference.py wrapped by tests/oracle/lora_
 definitions, not meshtrain's code), counted as PEFT's get_nb_trainable_parameters counts them, and
 summed from the PEFT adapter's own names and shapes. Models with grouped-query attention, a head_dim
 that is not d_model / heads and a tied head; targets on attention only, on all linears and a mix.
+And a Mixtral (every block MoE: 4 experts, top-2) with its router's and every routed expert's
+adapters, PyTorch's targets in Mixtral's names (w1, w3, w2; gate the router), meshtrain's in its own.
 Also: the table names both columns, and a config without [lora] prints no LoRA column.
 
 usage: test_lora_plan_count.py --meshtrain BIN [-v]
@@ -35,6 +37,15 @@ MODELS = [
       "tie_embeddings": "true"}),
 ]
 
+# (HF config overrides, meshtrain keys) of a Mixtral, and (rank, meshtrain's targets) on it.
+MIXTRAL = ({"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 67, "num_local_experts": 4, "num_experts_per_tok": 2},
+           {"layers": 2, "d_model": 32, "ffn_hidden": 48, "heads": 4, "kv_heads": 2, "vocab": 67, "experts": 4,
+            "experts_per_token": 2})
+MIXTRAL_TARGETS = [(3, ATTENTION + ["gate"]), (8, ALL_LINEAR + ["gate"]), (5, ["v_proj", "gate", "down_proj"]),
+                   (4, ["up_proj"])]
+MIXTRAL_NAME = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+
 
 def plan_json(model_keys, rank, targets):
     args = [MESHTRAIN, "plan", "--world", "1", "--json", "--model.arch", "llama", "--model.seq_len", "16",
@@ -65,6 +76,19 @@ class LoraPlanCount(unittest.TestCase):
                     comparison = plan_json(keys, rank, targets)["lora"]["comparison"]
                     self.assertEqual(comparison["lora"]["trainable_parameters"], trainable)
                     self.assertEqual(comparison["full"]["trainable_parameters"], total_before)
+
+    def test_mixtral_counts_equal_pytorch(self):
+        hf, keys = MIXTRAL
+        for rank, targets in MIXTRAL_TARGETS:
+            with self.subTest(rank=rank, targets=targets):
+                model = hr.LlamaFamilyForCausalLM(hr.make_config("mixtral", hf))
+                total_before = sum(p.numel() for p in model.parameters())
+                lr.apply_lora(model, [MIXTRAL_NAME.get(t, t) for t in targets], rank, alpha=16)
+                trainable, _ = lr.trainable_parameters(model)
+                self.assertEqual(trainable, sum(t.numel() for t in lr.adapter_state_dict(model).values()))
+                comparison = plan_json(keys, rank, targets)["lora"]["comparison"]
+                self.assertEqual(comparison["lora"]["trainable_parameters"], trainable)
+                self.assertEqual(comparison["full"]["trainable_parameters"], total_before)
 
     def test_table_and_plain_plan(self):
         hf, keys = MODELS[0]

@@ -13,6 +13,11 @@ is only when every expert of every micro-batch on every rank kept exactly its ca
 must agree to the byte. One dropless case checks the plan's mean: its ep bytes within a tolerance,
 everything else (the calls, the counts' all-to-all included) exactly.
 
+LoRA on that model (lora_cases, run by test_traffic.py --arch lora beside the dense LoRA cases): rank 3
+on every linear, the router's and each routed expert's adapters included, its base a checkpoint of one
+step of the model; the same saturation makes the routed experts' tp sums over their received rows
+(plan/traffic.hpp, planned_received_rows: E · capacity = 16 rows) exact too.
+
 usage: test_moe_traffic.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--only NAME ...]
 """
 import json
@@ -21,6 +26,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plan_and_train import case_keys, train  # noqa: E402
 from test_traffic import command_line, differences, plan_and_count, rank_failures, run_cases  # noqa: E402
 
 TOKENS, K, E, FACTOR = 2 * 16, 2, 4, 0.25  # micro_batch · seq_len, experts_per_token, experts, capacity_factor
@@ -44,6 +50,15 @@ SATURATED = [
 # share; over a step's 16 row all-to-alls they measure within a few per cent of it.
 DROPLESS = ("moe_dp2_ep2_dropless", 2, ["--parallel.dp", "2", "--model.capacity_factor", "0"])
 TOLERANCE = 0.15
+# LoRA (rank 3, all-linear), its base BASE: tp and ep together under full recomputation (the experts' down
+# sums again in the rerun forward), and tp without expert parallelism (each rank's experts receive every
+# kept row) at ZeRO-3 in bf16.
+LORA_KEYS = ["--lora.rank", "3", "--checkpoint.init_weights", "BASE"]
+LORA_CASES = [
+    ("lora_moe_dp2_ep2_tp2_recompute", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--train.recompute", "full"]),
+    ("lora_moe_dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.ep", "1",
+                                        "--parallel.zero", "3", "--train.precision", "bf16"]),
+]
 
 
 def saturation_failures(metrics_path):
@@ -82,6 +97,25 @@ def check_case(opts, shard, name, ranks, extra, saturated):
     if not saturated:
         return rank_failures(counted, predicted, ranks, within_tolerance)
     return saturation_failures(os.path.join(work, "metrics.jsonl")) + rank_failures(counted, predicted, ranks)
+
+
+def lora_cases(opts):
+    """LORA_CASES as run_cases takes them, each checked by check_case on LoRA's keys; the base, one step of
+    MODEL on one rank, made before the first."""
+    base = []
+
+    def check(shard, name, ranks, extra):
+        if not base:
+            work, run_keys = case_keys(opts.workdir, "moe_base", shard)
+            failed = train(opts.mpiexec, opts.meshtrain, 1,
+                           MODEL + run_keys + ["--parallel.ep", "1", "--train.steps", "1"])
+            if failed:
+                return [f"moe base: {failed}"]
+            base.append(os.path.join(work, "ck", "step_00000001.h5"))
+        lora = [base[0] if k == "BASE" else k for k in LORA_KEYS]
+        return check_case(opts, shard, name, ranks, lora + extra, True)
+
+    return [(name, ranks, (check, extra)) for name, ranks, extra in LORA_CASES]
 
 
 def main():

@@ -71,8 +71,19 @@ LORA_CASES = [
     ("lora_dp2_zero3_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "3", "--train.precision", "bf16"]),
     ("lora_attention_recompute", 1, ["--lora.targets", "q_proj,k_proj,v_proj,o_proj", "--train.recompute", "full"]),
 ]
+# Then LoRA on the MoE model (its base MOE_BASE, one step of it), all linears: the router's, the shared
+# expert's and every routed expert's adapters (their h over the rows the rank's experts receive), with
+# expert parallelism in bf16, and on one rank under full recomputation. (name, ranks, keys, model)
+LORA_MOE_MODEL = MOE_MODEL + ["--lora.rank", "8", "--checkpoint.init_weights", "MOE_BASE"]
+LORA_CASES += [
+    ("lora_moe_dp2_ep2_bf16", 2, ["--parallel.dp", "2", "--parallel.ep", "2", "--train.precision", "bf16"],
+     LORA_MOE_MODEL),
+    ("lora_moe_recompute", 1, ["--train.recompute", "full"], LORA_MOE_MODEL),
+]
 FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "moe": (MOE_MODEL, MOE_CASES),
             "lora": (LORA_MODEL, LORA_CASES)}
+# LoRA's bases, each the model after one dense step on one rank, by the name its cases give init_weights.
+BASES = {"BASE": LLAMA_MODEL, "MOE_BASE": MOE_MODEL}
 
 
 def write_shard(path, tokens):
@@ -94,19 +105,27 @@ def main():
     shard = os.path.join(opts.workdir, "shard.bin")
     write_shard(shard, 100_000)
     failures = []
-    if "BASE" in model:
-        # LoRA's base: the dense model after one step.
-        work, run_keys = case_keys(opts.workdir, "base", shard)
-        failed = train(opts.mpiexec, opts.meshtrain, 1, LLAMA_MODEL + run_keys + ["--train.steps", "1"])
-        if failed:
-            print("FAIL base:", failed)
-            return 1
-        model = [os.path.join(work, "ck", "step_00000001.h5") if k == "BASE" else k for k in model]
-    print(f"{'case':<20} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
-    for name, ranks, extra in cases:
+    bases = {}  # a base's name → its checkpoint, made when a case first names it
+
+    def with_bases(keys):
+        for k in keys:
+            if k in BASES and k not in bases:
+                work, run_keys = case_keys(opts.workdir, k.lower(), shard)
+                failed = train(opts.mpiexec, opts.meshtrain, 1, BASES[k] + run_keys + ["--train.steps", "1"])
+                if failed:
+                    return f"base {k}: {failed}"
+                bases[k] = os.path.join(work, "ck", "step_00000001.h5")
+        return [bases.get(k, k) for k in keys]
+
+    print(f"{'case':<24} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}")
+    for name, ranks, extra, *own_model in cases:
+        case_model = with_bases(own_model[0] if own_model else model)
+        if isinstance(case_model, str):
+            failures.append(case_model)
+            continue
         work, run_keys = case_keys(opts.workdir, name, shard)
         metrics = os.path.join(work, "metrics.jsonl")
-        keys = model + extra + run_keys + ["--log.metrics", metrics]
+        keys = case_model + extra + run_keys + ["--log.metrics", metrics]
         plan = plan_json(opts.meshtrain, ranks, keys)
         if isinstance(plan, str):
             failures.append(f"{name}: {plan}")
@@ -129,7 +148,7 @@ def main():
             if last["memory"].get(category) != planned_bytes:
                 failures.append(f"{name}: {category} planned {planned_bytes} B, allocated {last['memory'].get(category)} B")
         error = (predicted - measured) / measured
-        print(f"{name:<20} {predicted / 2**20:>14.1f} {measured / 2**20:>13.1f} {error:>+7.1%}")
+        print(f"{name:<24} {predicted / 2**20:>14.1f} {measured / 2**20:>13.1f} {error:>+7.1%}")
         if abs(error) > opts.tolerance:
             failures.append(f"{name}: predicted peak_rss {predicted} B, measured {measured} B: {error:+.1%}, "
                             f"beyond ±{opts.tolerance:.0%}")

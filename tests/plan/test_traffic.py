@@ -73,7 +73,8 @@ LLAMA_CASES = [
 ]
 # --arch lora: LoRA (rank 3, not dividing tp 2) on that llama, its base a checkpoint of one dense step (BASE,
 # made first): the dp reductions of the adapters alone, and tp's [N, r] sums (in forward for o and down,
-# in backward for q, k, v, gate and up; again when full recomputation reruns a block).
+# in backward for q, k, v, gate and up; again when full recomputation reruns a block). Then LoRA on an MoE
+# model: test_moe_traffic.py's lora_cases.
 LORA_MODEL = LLAMA_MODEL + ["--lora.rank", "3", "--checkpoint.init_weights", "BASE"]
 LORA_CASES = [
     ("lora_dp2_zero2_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "2", "--train.precision", "bf16"]),
@@ -180,7 +181,7 @@ def run_cases(opts, cases, check):
 def main():
     opts = command_line(__doc__, [("--arch", {"choices": sorted(FAMILIES), "default": "gpt2",
                                               "help": "the model family's model and cases"})])
-    model, cases = FAMILIES[opts.arch]
+    model, family_cases = FAMILIES[opts.arch]
 
     def check(shard, name, ranks, extra):
         nonlocal model
@@ -192,7 +193,11 @@ def main():
             model = [os.path.join(work, "ck", "step_00000001.h5") if k == "BASE" else k for k in model]
         return check_case(opts, shard, model, name, ranks, extra)
 
-    return run_cases(opts, cases, check)
+    cases = [(name, ranks, (check, extra)) for name, ranks, extra in family_cases]
+    if opts.arch == "lora":  # and LoRA on a mixture-of-experts model
+        import test_moe_traffic
+        cases += test_moe_traffic.lora_cases(opts)
+    return run_cases(opts, cases, lambda shard, name, ranks, case: case[0](shard, name, ranks, case[1]))
 
 
 if __name__ == "__main__":
