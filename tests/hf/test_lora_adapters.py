@@ -332,11 +332,12 @@ class Mixtral(LoraCase):
     def test_refusals(self):
         base = self.base_dir()
         adapter, cfg, tensors = self.adapter(base, ["q_proj", "w1"], 2, 4)
-        for name, variant_cfg, variant_tensors in (
-                ("gate_proj", {**cfg, "target_modules": ["gate_proj", "q_proj"]}, tensors),
-                ("layers.0.block_sparse_moe.experts.0.gate_proj.lora_A.weight", cfg,
+        for needles, variant_cfg, variant_tensors in (
+                (("'gate_proj'", "MixtralForCausalLM", "'w1'"), {**cfg, "target_modules": ["gate_proj", "q_proj"]},
+                 tensors),
+                (("layers.0.block_sparse_moe.experts.0.gate_proj.lora_A.weight", "MixtralForCausalLM"), cfg,
                  {n.replace(".w1.", ".gate_proj."): t for n, t in tensors.items()}),
-                ("layers.0.mlp.experts.0.w1.lora_A.weight", cfg,
+                (("layers.0.mlp.experts.0.w1.lora_A.weight", "target_modules"), cfg,
                  {n.replace(".block_sparse_moe.", ".mlp."): t for n, t in tensors.items()})):
             out = self.path("variant")
             shutil.rmtree(out, ignore_errors=True)
@@ -344,9 +345,9 @@ class Mixtral(LoraCase):
             safetensors_io.write_json(os.path.join(out, "adapter_config.json"), variant_cfg)
             safetensors_io.write_safetensors(os.path.join(out, "adapter_model.safetensors"), variant_tensors,
                                              {"format": "pt"})
-            with self.subTest(name=name):
+            with self.subTest(needles=needles):
                 self.assert_refused(run(["import", base, "--adapter", out, "--out", self.path("w.h5"), "--ini",
-                                         self.path("w.ini")]), name, "MixtralForCausalLM")
+                                         self.path("w.ini")]), *needles)
                 self.assertFalse(os.path.exists(self.path("w.h5")))
 
     def test_shared_experts_refused(self):
