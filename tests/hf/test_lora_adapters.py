@@ -489,7 +489,7 @@ class Refusals(LoraCase):
 
     def test_gpt2_fan_in_fan_out_and_names(self):
         """PEFT adapts a Conv1D as fan_in_fan_out whatever the file says (it warns): such an adapter imports;
-        llama's tensor names on a gpt2 base are refused, naming PEFT's gpt2 form."""
+        llama's tensor names on a gpt2 base are refused, naming one of PEFT's gpt2 names as the example."""
         gpt2 = self.path("gpt2")
         hf_reference.write_hf_dir(gpt2, "gpt2", GPT2_CONFIG, seed=3, std=0.1)
         model = lora_reference.apply_lora(hf_reference.load_hf_dir(gpt2), ["c_attn"], 2, 4, b_std=0.05)
@@ -498,7 +498,7 @@ class Refusals(LoraCase):
         self.base, self.cfg = gpt2, cfg
         renamed = {name.replace(".transformer.", ".model."): t for name, t in tensors.items()}
         self.refused(self.variant(tensors=renamed), "base_model.model.model.h.0.attn.c_attn.lora_A.weight",
-                     "base_model.model.transformer.h.N.")
+                     "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight")
 
     def test_tensors(self):
         missing = dict(self.tensors)
