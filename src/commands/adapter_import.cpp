@@ -16,20 +16,16 @@
 
 namespace meshtrain {
 
-ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& base) {
+ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& base, hf::Architecture architecture) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) {
     input_error("--adapter '{}' is not a directory: it names a PEFT adapter directory ({}, {})", dir,
                 hf::peft_config_file, hf::peft_weights_file);
   }
-  if (base.experts > 0) {
-    input_error("--adapter: LoRA adapts models without experts only so far, and this model is a {} with experts",
-                base.arch);
-  }
   ImportedAdapter adapter;
   adapter.config_path = (fs::path(dir) / hf::peft_config_file).string();
   adapter.weights_path = (fs::path(dir) / hf::peft_weights_file).string();
-  adapter.lora = hf::read_peft_config(adapter.config_path, base);
+  adapter.lora = hf::read_peft_config(adapter.config_path, base, architecture);
   if (!fs::is_regular_file(adapter.weights_path)) {
     input_error("--adapter '{}' has no {}: meshtrain reads adapters saved as safetensors (PEFT's default)", dir,
                 hf::peft_weights_file);
@@ -41,13 +37,13 @@ ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& bas
   const io::SafetensorsFile file(adapter.weights_path);
   std::map<std::string, const io::SafetensorsTensor*> by_name;
   for (const io::SafetensorsTensor& t : file.tensors()) {
-    const std::optional<std::string> ours = hf::meshtrain_adapter_name(base.arch, t.name);
+    const std::optional<std::string> ours = hf::meshtrain_adapter_name(architecture, t.name);
     if (!ours) {
       input_error(
-          "{}: tensor '{}' is no LoRA adapter tensor as PEFT names them for a {} model ({}<path>.lora_A.weight or "
-          ".lora_B.weight)",
-          file.path(), t.name, base.arch,
-          hf::peft_tensor_name(base.arch, base.arch == Arch::gpt2 ? "h.N." : "layers.N."));
+          "{}: tensor '{}' is no LoRA adapter tensor as PEFT names them for a {} (base_model.model.<its module "
+          "path>.lora_A.weight or .lora_B.weight, such as '{}')",
+          file.path(), t.name, hf::architecture_name(architecture),
+          hf::peft_tensor_name(architecture, adapted[0].a.name));
     }
     by_name.emplace(*ours, &t);
   }
@@ -62,7 +58,7 @@ ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& bas
   }
   for (const AdaptedWeight& w : adapted) {
     for (const ModelTensor* t : {&w.a, &w.b}) {
-      const std::string theirs = hf::peft_tensor_name(base.arch, t->name);
+      const std::string theirs = hf::peft_tensor_name(architecture, t->name);
       const auto it = by_name.find(t->name);
       if (it == by_name.end()) {
         input_error("{}: no tensor '{}' [{}], which target_modules = {} and r = {} need for this base model",

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "hf/hf_config.hpp"
 #include "io/safetensors_writer.hpp"
 
 #include <string>
@@ -18,10 +19,11 @@ struct ImportedAdapter {
   std::string config_path, weights_path;
 };
 
-// Reads the adapter in `dir` for the base model `base`: its config (hf::read_peft_config's refusals),
+// Reads the adapter in `dir` for the base model `base`, of the Hugging Face architecture `architecture`
+// (whose module names PEFT uses: Mixtral's experts' w1, w3, w2): its config (hf::read_peft_config's refusals),
 // then every tensor of adapter_model.safetensors, which must be exactly the lora_A [r, in] and lora_B
 // [out, r] of every targeted module of every layer, each finite. InputError naming the directory's
 // file and the tensor that is missing, extra, of another shape or damaged.
-ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& base);
+ImportedAdapter read_peft_adapter(const std::string& dir, const ModelConfig& base, hf::Architecture architecture);
 
 }  // namespace meshtrain

@@ -186,7 +186,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   config = config_from_ini(config.to_ini(), origin);  // the trainer's validation of every key
   std::optional<ImportedAdapter> adapter;
   if (!adapter_dir.empty()) {
-    adapter = read_peft_adapter(adapter_dir, config.model);
+    adapter = read_peft_adapter(adapter_dir, config.model, imported.architecture);
     config.model.lora = adapter->lora;
     // A LoRA config names its base; this file is that base, as the INI below says.
     config.checkpoint.init_weights = fs::absolute(out).lexically_normal().string();

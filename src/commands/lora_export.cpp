@@ -68,10 +68,21 @@ std::string base_name(const io::CheckpointReader& reader, const LoraFile& file) 
   return file.config.checkpoint.init_weights;
 }
 
+// PEFT names the adapters after the Hugging Face model's modules: `model` must have a Hugging Face
+// architecture, refused as `export --format hf` refuses it otherwise (a model with shared experts, ...).
+hf::Architecture peft_architecture(const ModelConfig& model) {
+  try {
+    return hf::export_architecture(model);
+  } catch (const InputError& e) {
+    input_error("--format peft names the adapters after a Hugging Face model's modules, and {}", e.what());
+  }
+}
+
 }  // namespace
 
 void export_peft(const io::CheckpointReader& reader, const std::string& dir) {
   const LoraFile file = checked_lora_file(reader, "--format peft");
+  const hf::Architecture architecture = peft_architecture(file.config.model);
   // The outputs checked before anything is written: none of them the checkpoint.
   const std::string weights = (fs::path(dir) / hf::peft_weights_file).string();
   const std::string config = (fs::path(dir) / hf::peft_config_file).string();
@@ -84,7 +95,7 @@ void export_peft(const io::CheckpointReader& reader, const std::string& dir) {
   std::vector<io::NamedTensor> tensors;
   for (const AdaptedWeight& w : file.adapted) {
     for (const ModelTensor* t : {&w.a, &w.b}) {
-      tensors.push_back({hf::peft_tensor_name(file.config.model.arch, t->name), t->shape, read_verified(reader, *t)});
+      tensors.push_back({hf::peft_tensor_name(architecture, t->name), t->shape, read_verified(reader, *t)});
     }
   }
   fs::create_directories(dir);

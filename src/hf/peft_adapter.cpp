@@ -10,7 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <stdexcept>
+#include <utility>
 
 namespace meshtrain::hf {
 
@@ -20,10 +23,7 @@ using json = nlohmann::json;
 
 // PeftModel wraps the Hugging Face model as base_model.model.
 constexpr std::string_view peft_prefix = "base_model.model.";
-// The family's module paths below the PeftModel's prefix: the decoder's `model.` (llama), `transformer.` (gpt2).
-std::string_view family_prefix(Arch arch) { return arch == Arch::gpt2 ? "transformer." : "model."; }
-// The output head's adapters have no such prefix, as lm_head.weight has none: base_model.model.lm_head.lora_A.weight.
-constexpr std::string_view head_prefix = "lm_head.";
+constexpr std::string_view weight_suffix = ".weight";
 constexpr std::string_view all_linear = "all-linear";
 
 // adapter_config.json's keys, each read with the file and the key named in every message. A key that
@@ -60,9 +60,32 @@ class PeftFields {
   const std::string& path_;
 };
 
+// "<path>.lora_A.weight" split into "<path>" and ".lora_A.weight" (lora_B alike); nothing for another name.
+std::optional<std::pair<std::string_view, std::string_view>> split_adapter_name(std::string_view name) {
+  for (const std::string_view part : {std::string_view(".lora_A.weight"), std::string_view(".lora_B.weight")}) {
+    if (name.ends_with(part)) return std::pair(name.substr(0, name.size() - part.size()), part);
+  }
+  return std::nullopt;
+}
+
+// target_modules' name in `a` as lora.targets names the module: Mixtral's w1 is gate_proj. A name lora.targets
+// knows that `a` calls otherwise (gate_proj on Mixtral) is no module of `a`: PEFT would find none.
+std::string meshtrain_module_name(const std::string& path, const std::string& name, const ModelConfig& model,
+                                  Architecture a) {
+  for (const std::string& ours : lora_module_names(model)) {
+    const std::string theirs = peft_module_name(a, ours);
+    if (theirs == name) return ours;
+    if (ours == name) {
+      input_error("{}: target_modules names '{}', no module of a {}: its name there is '{}'", path, name,
+                  architecture_name(a), theirs);
+    }
+  }
+  return name;
+}
+
 // target_modules as module names in the family's order: what lora.targets would name, checked by the one
 // rule lora.targets is (core/lora_targets.hpp).
-std::string target_list(const PeftFields& f, const std::string& path, const ModelConfig& model) {
+std::string target_list(const PeftFields& f, const std::string& path, const ModelConfig& model, Architecture a) {
   if (!f.has("target_modules")) input_error("{}: no 'target_modules', which names the modules adapted", path);
   const json& given = f.at("target_modules");
   std::vector<std::string> names;
@@ -76,7 +99,7 @@ std::string target_list(const PeftFields& f, const std::string& path, const Mode
   }
   for (const json& name : given.is_array() ? given : json::array()) {
     if (!name.is_string()) input_error("{}: target_modules holds {}, not a module name", path, name.dump());
-    names.push_back(name.get<std::string>());
+    names.push_back(meshtrain_module_name(path, name.get<std::string>(), model, a));
   }
   ModelConfig adapted = model;
   adapted.lora.rank = 1;
@@ -90,21 +113,40 @@ std::string target_list(const PeftFields& f, const std::string& path, const Mode
 
 }  // namespace
 
-std::string peft_tensor_name(Arch arch, std::string_view name) {
-  if (name.starts_with(head_prefix)) return std::string(peft_prefix) + std::string(name);
-  return std::string(peft_prefix) + std::string(family_prefix(arch)) + std::string(name);
+// The adapter's module path is that of the weight it adapts: one name mapping, hf_tensor_name's.
+std::string peft_tensor_name(Architecture a, std::string_view name) {
+  const auto split = split_adapter_name(name);
+  if (!split) throw std::logic_error(fmt::format("peft_tensor_name of '{}', which is no adapter tensor", name));
+  const std::string base = hf_tensor_name(a, std::string(split->first) + std::string(weight_suffix));
+  return std::string(peft_prefix) + base.substr(0, base.size() - weight_suffix.size()) + std::string(split->second);
 }
 
-std::optional<std::string> meshtrain_adapter_name(Arch arch, std::string_view peft_name) {
-  if (!peft_name.ends_with(".lora_A.weight") && !peft_name.ends_with(".lora_B.weight")) return std::nullopt;
-  const std::string head = std::string(peft_prefix) + std::string(head_prefix);
-  if (peft_name.starts_with(head)) return std::string(peft_name.substr(peft_prefix.size()));
-  const std::string prefix = std::string(peft_prefix) + std::string(family_prefix(arch));
-  if (!peft_name.starts_with(prefix)) return std::nullopt;
-  return std::string(peft_name.substr(prefix.size()));
+std::optional<std::string> meshtrain_adapter_name(Architecture a, std::string_view peft_name) {
+  const auto split = split_adapter_name(peft_name);
+  if (!split || !peft_name.starts_with(peft_prefix)) return std::nullopt;
+  const std::optional<std::string> base =
+      meshtrain_tensor_name(a, std::string(split->first.substr(peft_prefix.size())) + std::string(weight_suffix));
+  if (!base || !base->ends_with(weight_suffix)) return std::nullopt;
+  std::string ours = base->substr(0, base->size() - weight_suffix.size()) + std::string(split->second);
+  // meshtrain_tensor_name passes names it does not map (Mixtral's experts.0.gate_proj, gpt2's without
+  // `transformer.`) through: only a name PEFT would write is one.
+  if (peft_tensor_name(a, ours) != peft_name) return std::nullopt;
+  return ours;
 }
 
-LoraConfig read_peft_config(const std::string& path, const ModelConfig& model) {
+std::string peft_module_name(Architecture a, std::string_view module) {
+  // Mixtral's SwiGLUs are its routed experts, named after their weights: the last part of an expert weight's
+  // module path (w1 for gate_proj). Every other module keeps its name.
+  constexpr std::array<std::string_view, 3> swiglu{"gate_proj", "up_proj", "down_proj"};
+  if (a != Architecture::mixtral || std::find(swiglu.begin(), swiglu.end(), module) == swiglu.end()) {
+    return std::string(module);
+  }
+  const std::string weight = hf_tensor_name(a, fmt::format("layers.0.mlp.experts.0.{}{}", module, weight_suffix));
+  const std::string path = weight.substr(0, weight.size() - weight_suffix.size());
+  return path.substr(path.rfind('.') + 1);
+}
+
+LoraConfig read_peft_config(const std::string& path, const ModelConfig& model, Architecture a) {
   json j;
   try {
     j = json::parse(read_regular_file(path, "the adapter's config"));
@@ -145,13 +187,15 @@ LoraConfig read_peft_config(const std::string& path, const ModelConfig& model) {
     input_error("{}: use_rslora = {} is not true or false", path, f.at("use_rslora").dump());
   }
   lora.rslora = f.has("use_rslora") && f.at("use_rslora").get<bool>();
-  lora.targets = target_list(f, path, model);
+  lora.targets = target_list(f, path, model, a);
   return lora;
 }
 
 json peft_config_json(const ModelConfig& model, const std::string& base) {
   const LoraConfig& lora = model.lora;
-  std::vector<std::string> targets = lora_target_names(model);
+  const Architecture a = export_architecture(model);
+  std::vector<std::string> targets;
+  for (const std::string& module : lora_target_names(model)) targets.push_back(peft_module_name(a, module));
   std::sort(targets.begin(), targets.end());  // PEFT writes its set of names sorted
   // PEFT's lora_alpha is an int where it is one.
   const json alpha = lora.alpha == std::floor(lora.alpha) && std::abs(lora.alpha) < 1e15

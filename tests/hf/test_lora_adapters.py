@@ -15,6 +15,14 @@ definitions) on small GQA llama models and a small GPT-2 of tests/oracle/hf_refe
               merged from its base; lora_base_hash computed here from the spec (XXH64 written from its
               definition, over sorted (name, checksum) pairs of the base tensors) must be what meshtrain
               computes, adapters beside the base leave it unchanged, and a changed base is refused
+  Mixtral     a small Mixtral (GQA, 4 experts, top 2) with PEFT's adapters on q_proj, v_proj, every routed
+              expert's w1, w2, w3 and the routers (`gate`): imported bitwise under meshtrain's names (this test's
+              own map), the [lora] targets in meshtrain's names; the PEFT export gives every tensor back bitwise
+              and target_modules in Mixtral's names; the merged export equals the reference's merge (W + s·B A
+              in float64, 1e-6) tensor by tensor and its logits the adapter model's; "all-linear" imports as
+              every module and the router; `inspect` reads the file; refused: target_modules in meshtrain's
+              names (gate_proj), tensors under meshtrain's names, and the PEFT and merged exports of a trained
+              LoRA checkpoint of a mixture of experts with a shared expert (no Hugging Face architecture)
   Refusals    each adapter_config.json value this LoRA does not compute, a missing, extra or misshapen tensor,
               and exports asked of files without adapters: exit 2 naming the key, tensor or file, nothing written
 
@@ -38,7 +46,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import hf_reference  # noqa: E402
 import lora_reference  # noqa: E402
 import safetensors_io  # noqa: E402
-from case_runner import run_cases  # noqa: E402
+from case_runner import run_cases, write_shard  # noqa: E402
 
 MESHTRAIN = WORKDIR = None
 
@@ -51,6 +59,12 @@ ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 ALL_LINEAR = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
 GPT2_CONFIG = {"vocab_size": 57, "n_embd": 24, "n_head": 3, "n_layer": 2, "n_positions": 32}
 GPT2_ALL_LINEAR = ["c_attn", "c_proj", "c_fc"]
+# Mixtral: GQA, 4 experts of width 12, top 2; every adapter's in and out differ but for the experts' w1/w3.
+MIXTRAL_CONFIG = {"vocab_size": 53, "hidden_size": 16, "intermediate_size": 12, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+                  "num_experts_per_tok": 2, "tie_word_embeddings": False, "max_position_embeddings": 32}
+MIXTRAL_TARGETS = ["q_proj", "v_proj", "w1", "w2", "w3", "gate"]
+MIXTRAL_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3", "gate"]
 
 
 def run(args):
@@ -65,6 +79,16 @@ def h5_model(path):
 def meshtrain_adapter_name(peft_name):
     """This test's own map: PEFT's base_model.model.model.<path> is meshtrain's <path>."""
     return peft_name.removeprefix("base_model.model.model.")
+
+
+def meshtrain_mixtral_name(hf_name):
+    """This test's own map of Mixtral's names (a weight's, or PEFT's adapter's) to meshtrain's:
+    model.layers.0.block_sparse_moe.experts.1.w1.weight -> layers.0.mlp.experts.1.gate_proj.weight."""
+    name = hf_name.removeprefix("base_model.model.").removeprefix("model.")
+    name = name.replace(".block_sparse_moe.", ".mlp.")
+    for theirs, ours in ((".w1.", ".gate_proj."), (".w3.", ".up_proj."), (".w2.", ".down_proj.")):
+        name = name.replace(theirs, ours)
+    return name
 
 
 # XXH64, written from its specification (github.com/Cyan4973/xxHash, doc/xxhash_spec.md), for the base
@@ -252,6 +276,112 @@ class RoundTrip(LoraCase):
         self.assert_merged_logits(self.path("merged"), base, adapter, base_tensors, GPT2_CONFIG["vocab_size"])
 
 
+class Mixtral(LoraCase):
+    def base_dir(self, name="hf", seed=3):
+        hf_reference.write_hf_dir(self.path(name), "mixtral", MIXTRAL_CONFIG, seed=seed, std=0.1)
+        return self.path(name)
+
+    def test_round_trip_and_merge(self):
+        base = self.base_dir()
+        base_tensors = safetensors_io.read_weights(base)
+        adapter, cfg, tensors = self.adapter(base, MIXTRAL_TARGETS, 3, 6)
+        experts = MIXTRAL_CONFIG["num_local_experts"] * MIXTRAL_CONFIG["num_hidden_layers"]
+        self.assertEqual(len(tensors), 2 * (3 * experts + 3 * MIXTRAL_CONFIG["num_hidden_layers"]))
+        weights, ini = self.import_adapter(base, adapter)
+
+        held = h5_model(weights)
+        names = {meshtrain_mixtral_name(n): t for n, t in {**base_tensors, **tensors}.items()}
+        self.assertIn("layers.1.mlp.experts.3.down_proj.lora_B.weight", names)
+        self.assertIn("layers.0.mlp.gate.lora_B.weight", names)
+        self.assertEqual(sorted(held), sorted(names))
+        for name, t in names.items():
+            self.assertEqual(held[name].tobytes(), t.numpy().astype(np.float32).tobytes(), name)
+        self.assertIn("targets = q_proj,v_proj,gate_proj,up_proj,down_proj,gate\n", open(ini).read())
+        p = run(["inspect", weights])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("layers.1.mlp.experts.3.up_proj.lora_A.weight", p.stdout)
+
+        self.export(weights, "--format", "peft", "--out", self.path("peft"))
+        self.assertEqual(cfg["target_modules"], sorted(MIXTRAL_TARGETS))
+        self.assert_same_adapter(self.path("peft"), cfg, tensors, weights)
+
+        self.export(weights, "--format", "hf", "--merge-lora", "--out", self.path("merged"))
+        self.assert_merged_logits(self.path("merged"), base, adapter, base_tensors, MIXTRAL_CONFIG["vocab_size"])
+        reference = lora_reference.merge_lora(lora_reference.load_peft_adapter(hf_reference.load_hf_dir(base),
+                                                                               adapter))
+        want = dict(reference.named_parameters())
+        merged = safetensors_io.read_weights(self.path("merged"))
+        self.assertEqual(sorted(merged), sorted(want))
+        changed = 0
+        for name, t in merged.items():
+            self.assertLess(float((t.to(torch.float64) - want[name]).abs().max()), 1e-6, name)
+            changed += not torch.equal(t, base_tensors[name])
+        self.assertEqual(changed, len(tensors) // 2, "every adapted weight merged, no other")
+
+    def test_all_linear_by_name(self):
+        base = self.base_dir()
+        adapter, _, tensors = self.adapter(base, MIXTRAL_ALL_LINEAR, 2, 4, config={"target_modules": "all-linear"})
+        self.assertIn("base_model.model.model.layers.1.block_sparse_moe.gate.lora_A.weight", tensors)
+        weights, ini = self.import_adapter(base, adapter)
+        self.assertIn("targets = q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,gate\n", open(ini).read())
+        self.export(weights, "--format", "peft", "--out", self.path("peft"))
+        got_cfg, got = lora_reference.read_peft_adapter(self.path("peft"))
+        self.assertEqual(got_cfg["target_modules"], sorted(MIXTRAL_ALL_LINEAR))
+        self.assertEqual(sorted(got), sorted(tensors))
+
+    def test_refusals(self):
+        base = self.base_dir()
+        adapter, cfg, tensors = self.adapter(base, ["q_proj", "w1"], 2, 4)
+        for needles, variant_cfg, variant_tensors in (
+                (("'gate_proj'", "MixtralForCausalLM", "'w1'"), {**cfg, "target_modules": ["gate_proj", "q_proj"]},
+                 tensors),
+                (("layers.0.block_sparse_moe.experts.0.gate_proj.lora_A.weight", "MixtralForCausalLM"), cfg,
+                 {n.replace(".w1.", ".gate_proj."): t for n, t in tensors.items()}),
+                (("layers.0.mlp.experts.0.w1.lora_A.weight", "target_modules"), cfg,
+                 {n.replace(".block_sparse_moe.", ".mlp."): t for n, t in tensors.items()})):
+            out = self.path("variant")
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            safetensors_io.write_json(os.path.join(out, "adapter_config.json"), variant_cfg)
+            safetensors_io.write_safetensors(os.path.join(out, "adapter_model.safetensors"), variant_tensors,
+                                             {"format": "pt"})
+            with self.subTest(needles=needles):
+                self.assert_refused(run(["import", base, "--adapter", out, "--out", self.path("w.h5"), "--ini",
+                                         self.path("w.ini")]), *needles)
+                self.assertFalse(os.path.exists(self.path("w.h5")))
+
+    def test_shared_experts_refused(self):
+        """A LoRA checkpoint the trainer writes for a mixture of experts with a shared expert: no Hugging Face
+        architecture computes it, so neither PEFT nor the merged export has names for it."""
+        base = self.base_dir()
+        p = run(["import", base, "--out", self.path("base.h5"), "--ini", self.path("base.ini"), "--seq-len", 8])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        write_shard(self.path("data.bin"), np.random.default_rng(5).integers(0, MIXTRAL_CONFIG["vocab_size"], 200))
+        keys = {"train.micro_batch": 2, "train.global_batch": 2, "train.steps": 1, "train.precision": "fp32",
+                "model.shared_experts": 1, "model.expert_hidden": 12, "data.tokenizer": "", "checkpoint.every": 0}
+
+        def train(name, **more):
+            args = ["train", "--config", self.path("base.ini"), "--data.train", self.path("data.bin"),
+                    "--checkpoint.dir", self.path(name)]
+            for key, value in {**keys, **more}.items():
+                args += [f"--{key}", value]
+            p = run(args)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            ck = self.path(name)
+            return os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+
+        shared = train("shared", **{"checkpoint.init_weights": ""})
+        lora = train("lora", **{"checkpoint.init_weights": shared, "lora.rank": 2, "lora.targets": "all-linear"})
+        p = run(["inspect", lora])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("layers.0.mlp.shared_experts.down_proj.lora_B.weight", p.stdout)
+        self.assert_refused(run(["export", lora, "--format", "peft", "--out", self.path("no")]),
+                            "model.shared_experts = 1", "--format peft")
+        self.assert_refused(run(["export", lora, "--format", "hf", "--merge-lora", "--out", self.path("no")]),
+                            "model.shared_experts = 1")
+        self.assertFalse(os.path.exists(self.path("no")), "refused exports wrote output")
+
+
 class BaseIdentity(LoraCase):
     def test_xxh64_against_known_values(self):
         # Known values (the specification's and the reference implementation's), so that a faulty
@@ -359,7 +489,7 @@ class Refusals(LoraCase):
 
     def test_gpt2_fan_in_fan_out_and_names(self):
         """PEFT adapts a Conv1D as fan_in_fan_out whatever the file says (it warns): such an adapter imports;
-        llama's tensor names on a gpt2 base are refused, naming PEFT's gpt2 form."""
+        llama's tensor names on a gpt2 base are refused, naming one of PEFT's gpt2 names as the example."""
         gpt2 = self.path("gpt2")
         hf_reference.write_hf_dir(gpt2, "gpt2", GPT2_CONFIG, seed=3, std=0.1)
         model = lora_reference.apply_lora(hf_reference.load_hf_dir(gpt2), ["c_attn"], 2, 4, b_std=0.05)
@@ -368,7 +498,7 @@ class Refusals(LoraCase):
         self.base, self.cfg = gpt2, cfg
         renamed = {name.replace(".transformer.", ".model."): t for name, t in tensors.items()}
         self.refused(self.variant(tensors=renamed), "base_model.model.model.h.0.attn.c_attn.lora_A.weight",
-                     "base_model.model.transformer.h.N.")
+                     "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight")
 
     def test_tensors(self):
         missing = dict(self.tensors)
@@ -411,7 +541,7 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir)
-    run_cases((RoundTrip, BaseIdentity, Refusals), args.pattern)
+    run_cases((RoundTrip, Mixtral, BaseIdentity, Refusals), args.pattern)
 
 
 if __name__ == "__main__":
