@@ -39,19 +39,6 @@ std::vector<std::string> split_names(const std::string& text) {
   return names;
 }
 
-// lora.dropout's mask is keyed by the token's place in the step (kernels/lora_dropout.hpp); a routed expert's
-// rows arrive from other ranks without it, so LoRA does not drop out the experts' inputs.
-void refuse_expert_dropout(const ModelConfig& model, const std::vector<std::string>& targets) {
-  if (model.experts == 0 || model.lora.dropout <= 0) return;
-  for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
-    if (std::find(targets.begin(), targets.end(), name) == targets.end()) continue;
-    input_error(
-        "lora.dropout = {} with lora.targets = {}: {} adapts the routed experts of model.experts = {}, whose inputs "
-        "LoRA does not drop out; set lora.dropout = 0, or target the attention and the router (gate) only",
-        model.lora.dropout, model.lora.targets, name, model.experts);
-  }
-}
-
 }  // namespace
 
 const std::vector<std::string>& lora_module_names(const ModelConfig& model) {
@@ -81,7 +68,6 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
     if (std::count(given.begin(), given.end(), name) > 1) input_error("lora.targets names '{}' twice", name);
     if (name == all_linear) {
       if (given.size() > 1) input_error("lora.targets = '{}': all-linear stands alone", model.lora.targets);
-      refuse_expert_dropout(model, known);
       return known;
     }
     if (name == lora_head_name && model.arch == Arch::llama) continue;
@@ -96,9 +82,28 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
   for (const std::string& name : known) {
     if (std::find(given.begin(), given.end(), name) != given.end()) targets.push_back(name);
   }
-  refuse_expert_dropout(model, targets);
   if (std::find(given.begin(), given.end(), lora_head_name) != given.end()) targets.push_back(lora_head_name);
   return targets;
+}
+
+// lora.dropout's mask is keyed by the token's place in the step (kernels/lora_dropout.hpp); a routed expert's
+// rows arrive from other ranks without it, so LoRA does not drop out the experts' inputs.
+std::optional<std::string> lora_dropped_expert_module(const ModelConfig& model) {
+  if (!model.lora.enabled() || model.experts == 0 || model.lora.dropout <= 0) return std::nullopt;
+  const std::vector<std::string> targets = lora_target_names(model);
+  for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
+    if (std::find(targets.begin(), targets.end(), name) != targets.end()) return name;
+  }
+  return std::nullopt;
+}
+
+void refuse_lora_expert_dropout(const ModelConfig& model) {
+  if (const std::optional<std::string> name = lora_dropped_expert_module(model)) {
+    input_error(
+        "lora.dropout = {} with lora.targets = {}: {} adapts the routed experts of model.experts = {}, whose inputs "
+        "LoRA does not drop out; set lora.dropout = 0, or target the attention and the router (gate) only",
+        model.lora.dropout, model.lora.targets, *name, model.experts);
+  }
 }
 
 bool is_lora_tensor_name(std::string_view name) {
