@@ -74,19 +74,19 @@ namespace {
 
 // A and B of one module: a row-parallel module's A split like W's columns and B replicated; a column-parallel
 // one's A replicated and B split like W's rows; the router's both whole.
-void add_adapter(ParameterLayout& layout, int block, const LoraModule& module) {
+void add_adapter(ParameterLayout& layout, int block, const LoraModule& target) {
   const ModelConfig& m = layout.model();
   const std::uint64_t r = std::uint64_t(m.lora.rank);
-  if (module.replicated) {
-    layout.add_replicated(lora_a_name(m, block, module), {r, module.in}, InitKind::lora_uniform);
-    layout.add_replicated(lora_b_name(m, block, module), {module.out, r}, InitKind::zeros);
-  } else if (module.row_parallel) {
-    layout.add_split(lora_a_name(m, block, module), {r, module.in}, 1, 1, InitKind::lora_uniform, module.expert);
-    layout.add_replicated(lora_b_name(m, block, module), {module.out, r}, InitKind::zeros, module.expert);
+  if (target.replicated) {
+    layout.add_replicated(lora_a_name(m, block, target), {r, target.in}, InitKind::lora_uniform);
+    layout.add_replicated(lora_b_name(m, block, target), {target.out, r}, InitKind::zeros);
+  } else if (target.row_parallel) {
+    layout.add_split(lora_a_name(m, block, target), {r, target.in}, 1, 1, InitKind::lora_uniform, target.expert);
+    layout.add_replicated(lora_b_name(m, block, target), {target.out, r}, InitKind::zeros, target.expert);
   } else {
-    layout.add_replicated(lora_a_name(m, block, module), {r, module.in}, InitKind::lora_uniform, module.expert);
-    layout.add_split(lora_b_name(m, block, module), {module.out, r}, 0, module.out_groups, InitKind::zeros,
-                     module.expert);
+    layout.add_replicated(lora_a_name(m, block, target), {r, target.in}, InitKind::lora_uniform, target.expert);
+    layout.add_split(lora_b_name(m, block, target), {target.out, r}, 0, target.out_groups, InitKind::zeros,
+                     target.expert);
   }
 }
 
