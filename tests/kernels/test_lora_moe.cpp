@@ -112,7 +112,8 @@ void expect_router_matches_loops(double tol_logits, double tol_grads) {
   const Host B = to_host(to_device<Real>(random_vector(kRouted * kRank, 12)));
   const Host dB0 = to_host(to_device<Real>(random_vector(kRouted * kRank, 13)));
   const Host logits0 = random_vector(kTokens * kRouted, 14), dlogits = random_vector(kTokens * kRouted, 15);
-  auto d_logits = to_device<Acc>(logits0), d_dB = to_device<Real>(dB0);
+  auto d_logits = to_device<Acc>(logits0);
+  auto d_dB = to_device<Real>(dB0);
   auto d_dh = to_device<Real>(nan_filled(kTokens * kRank));
   const auto d_h = to_device<Real>(h), d_B = to_device<Real>(B);
   lora_router_up_forward<Real>(ExecSpace(), vec(d_logits), cvec(d_h), cvec(d_B), kScale, kTokens, kRouted, kRank);
