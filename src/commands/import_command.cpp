@@ -189,15 +189,6 @@ int import_command(const Args& args, MPI_Comm comm) {
   if (!adapter_dir.empty()) {
     adapter = read_peft_adapter(adapter_dir, config.model, imported.architecture);
     config.model.lora = adapter->lora;
-    // An adapter trained with dropout on Mixtral's experts imports (its tensors do not depend on it), to train
-    // on without it: LoRA does not drop out the experts' inputs (core/lora_targets.hpp).
-    if (const std::optional<std::string> module = lora_dropped_expert_module(config.model)) {
-      fmt::print(
-          "note: lora_dropout = {} of {} is not kept (lora.dropout = 0 in {}): {} adapts the routed experts, "
-          "whose inputs LoRA does not drop out\n",
-          config.model.lora.dropout, adapter->config_path, ini, *module);
-      config.model.lora.dropout = 0;
-    }
     // A LoRA config names its base; this file is that base, as the INI below says.
     config.checkpoint.init_weights = fs::absolute(out).lexically_normal().string();
     config = config_from_ini(config.to_ini(), fmt::format("the adapter of {}", adapter->config_path));

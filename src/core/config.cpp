@@ -402,7 +402,6 @@ void validate_lora(const Config& c) {
         l.rank);
   }
   lora_target_names(c.model);  // throws InputError naming lora.targets
-  refuse_lora_expert_dropout(c.model);
 }
 
 void validate(const Config& c, const GivenKeys& given) {

@@ -86,24 +86,11 @@ std::vector<std::string> lora_target_names(const ModelConfig& model) {
   return targets;
 }
 
-// lora.dropout's mask is keyed by the token's place in the step (kernels/lora_dropout.hpp); a routed expert's
-// rows arrive from other ranks without it, so LoRA does not drop out the experts' inputs.
-std::optional<std::string> lora_dropped_expert_module(const ModelConfig& model) {
-  if (!model.lora.enabled() || model.experts == 0 || model.lora.dropout <= 0) return std::nullopt;
+bool lora_drops_expert_inputs(const ModelConfig& model) {
+  if (!model.lora.enabled() || model.experts == 0 || model.lora.dropout <= 0) return false;
   const std::vector<std::string> targets = lora_target_names(model);
-  for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
-    if (std::find(targets.begin(), targets.end(), name) != targets.end()) return name;
-  }
-  return std::nullopt;
-}
-
-void refuse_lora_expert_dropout(const ModelConfig& model) {
-  if (const std::optional<std::string> name = lora_dropped_expert_module(model)) {
-    input_error(
-        "lora.dropout = {} with lora.targets = {}: {} adapts the routed experts of model.experts = {}, whose inputs "
-        "LoRA does not drop out; set lora.dropout = 0, or target the attention and the router (gate) only",
-        model.lora.dropout, model.lora.targets, *name, model.experts);
-  }
+  return std::any_of(targets.begin(), targets.end(),
+                     [](const std::string& t) { return t == "gate_proj" || t == "up_proj" || t == "down_proj"; });
 }
 
 bool is_lora_tensor_name(std::string_view name) {

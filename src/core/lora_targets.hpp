@@ -33,11 +33,10 @@ inline constexpr const char* lora_head_name = "lm_head";
 // list, a name the family has not, or a module LoRA cannot adapt here (with what can be).
 std::vector<std::string> lora_target_names(const ModelConfig& model);
 
-// LoRA does not drop out a routed expert's input: its rows do not carry the token identity lora.dropout's mask
-// is keyed by. The module of lora.targets that adapts the routed experts (gate_proj, up_proj or down_proj with
-// model.experts > 0) where lora.dropout > 0, else none; and the InputError saying so (core/config.cpp).
-std::optional<std::string> lora_dropped_expert_module(const ModelConfig& model);
-void refuse_lora_expert_dropout(const ModelConfig& model);
+// Whether lora.dropout applies to routed experts' inputs: lora.dropout > 0 with gate_proj, up_proj or down_proj
+// among the targets of a model with experts. Their rows then travel with the (token, expert) each is, which
+// their mask is keyed by (kernels/lora_dropout.hpp).
+bool lora_drops_expert_inputs(const ModelConfig& model);
 
 // Whether a checkpoint tensor is a LoRA adapter's (`layers.0.self_attn.q_proj.lora_A.weight`) rather than
 // one of the model's own.

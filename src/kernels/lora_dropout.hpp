@@ -10,6 +10,12 @@
 // block, module and column it is, never on the data-, tensor- or pipeline-parallel layout, the team size or
 // the thread count. An element is dropped when the draw's first 32-bit word is below round(p · 2^32).
 //
+// A routed expert's rows are assignments (token, expert), each expert's adapter with a dropout of its own
+// (PEFT's: one nn.Dropout per expert's module). Their counter is (global input column, global token index,
+// "LE" | expert << 16) under the key of module (block, the family's index of the experts' module): each row
+// carries its (token, expert) pair (ids (rows, 2): global token index, global expert), which the experts'
+// exchange sends with the row, so the bit is the same on whichever rank the expert computes.
+//
 // Size letters: N rows (B·T), in the input columns on this rank.
 #pragma once
 
@@ -32,12 +38,33 @@ struct LoraDropoutMask {
 
   // Whether element (row n, local column c) is kept.
   KOKKOS_INLINE_FUNCTION bool keeps(std::uint64_t n, std::uint64_t c) const {
+    return kept_draw(first_token + n, first_column + c, 0x4C44u /* "LD" */);
+  }
+  // Whether local column c of the row that is assignment (global token, global expert) is kept.
+  KOKKOS_INLINE_FUNCTION bool keeps_assignment(std::uint64_t token, std::uint64_t expert, std::uint64_t c) const {
+    return kept_draw(token, first_column + c, 0x4C45u /* "LE" */ | std::uint32_t(expert << 16));
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION bool kept_draw(std::uint64_t token, std::uint64_t column, std::uint32_t tag) const {
     using Philox = r123::Philox4x32;
-    const std::uint64_t token = first_token + n, column = first_column + c;
-    const Philox::ctr_type counter = {
-        {std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), 0x4C44u /* "LD" */}};
+    const Philox::ctr_type counter = {{std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), tag}};
     const Philox::key_type k = {{std::uint32_t(key), std::uint32_t(key >> 32)}};
     return Philox()(counter, k)[0] >= threshold;
+  }
+};
+
+// Which row a mask is applied to: row n of a micro-batch (its token first_token + n), or row n of a routed
+// expert's rows, the assignment ids(n, ·) (see above).
+struct TokenRows {
+  LoraDropoutMask mask;
+  KOKKOS_INLINE_FUNCTION bool keeps(long n, long c) const { return mask.keeps(std::uint64_t(n), std::uint64_t(c)); }
+};
+struct AssignmentRows {
+  LoraDropoutMask mask;
+  CVec<std::int64_t> ids;  // (rows, 2): global token index, global expert
+  KOKKOS_INLINE_FUNCTION bool keeps(long n, long c) const {
+    return mask.keeps_assignment(std::uint64_t(ids(2 * n)), std::uint64_t(ids(2 * n + 1)), std::uint64_t(c));
   }
 };
 
@@ -60,34 +87,56 @@ inline LoraDropoutMask lora_dropout_mask(double p, std::uint64_t seed, std::int6
           std::uint32_t(std::fmin(threshold, 4294967295.0)), 1.0 / (1.0 - p)};
 }
 
-// out (N, in; contiguous) = drop(x), x (N, in; row stride ldx).
+// out (N, in; contiguous) = drop(x), x (N, in; row stride ldx); `rows` TokenRows or AssignmentRows.
+template <class Real, class Rows>
+void lora_dropout_forward(const ExecSpace& space, Vec<Real> out, const Real* x, int ldx, const Rows& rows, int N,
+                          int in, const char* name) {
+  static_assert(reachable_v<Vec<Real>>);
+  using A = accum_t<Real>;
+  const A scale = A(rows.mask.scale);
+  Kokkos::parallel_for(
+      name, Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * in), KOKKOS_LAMBDA(long i) {
+        const long n = i / in, c = i % in;
+        out(i) = rows.keeps(n, c) ? Real(A(x[n * ldx + c]) * scale) : Real(0);
+      });
+}
 template <class Real>
 void lora_dropout_forward(const ExecSpace& space, Vec<Real> out, const Real* x, int ldx, const LoraDropoutMask& mask,
                           int N, int in) {
-  static_assert(reachable_v<Vec<Real>>);
-  using A = accum_t<Real>;
-  const A scale = A(mask.scale);
-  Kokkos::parallel_for(
-      "meshtrain::lora_dropout::forward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * in),
-      KOKKOS_LAMBDA(long i) {
-        const long n = i / in, c = i % in;
-        out(i) = mask.keeps(std::uint64_t(n), std::uint64_t(c)) ? Real(A(x[n * ldx + c]) * scale) : Real(0);
-      });
+  lora_dropout_forward<Real>(space, out, x, ldx, TokenRows{mask}, N, in, "meshtrain::lora_dropout::forward");
 }
 
 // dx (N, in; row stride lddx) += drop(g), g (N, in; contiguous): the gradient through the dropout.
+template <class Real, class Rows>
+void lora_dropout_backward(const ExecSpace& space, Real* dx, int lddx, CVec<Real> g, const Rows& rows, int N, int in,
+                           const char* name) {
+  static_assert(reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
+  const A scale = A(rows.mask.scale);
+  Kokkos::parallel_for(
+      name, Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * in), KOKKOS_LAMBDA(long i) {
+        const long n = i / in, c = i % in;
+        if (rows.keeps(n, c)) dx[n * lddx + c] = Real(A(dx[n * lddx + c]) + A(g(i)) * scale);
+      });
+}
 template <class Real>
 void lora_dropout_backward(const ExecSpace& space, Real* dx, int lddx, CVec<Real> g, const LoraDropoutMask& mask, int N,
                            int in) {
-  static_assert(reachable_v<CVec<Real>>);
-  using A = accum_t<Real>;
-  const A scale = A(mask.scale);
+  lora_dropout_backward<Real>(space, dx, lddx, g, TokenRows{mask}, N, in, "meshtrain::lora_dropout::backward");
+}
+
+// The assignment ids (R, 2) of the expert-ordered rows: row slot(n, j) is token n's j-th choice expert(n, j),
+// global token index first_token + n (slot −1: dropped by the capacity, no row).
+inline void lora_assignment_ids(const ExecSpace& space, Vec<std::int64_t> ids, CVec<int> slot, CVec<int> expert,
+                                std::uint64_t first_token, int N, int k) {
+  static_assert(reachable_v<Vec<std::int64_t>>);
   Kokkos::parallel_for(
-      "meshtrain::lora_dropout::backward", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * in),
+      "meshtrain::lora_dropout::assignment_ids", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * k),
       KOKKOS_LAMBDA(long i) {
-        const long n = i / in, c = i % in;
-        if (mask.keeps(std::uint64_t(n), std::uint64_t(c)))
-          dx[n * lddx + c] = Real(A(dx[n * lddx + c]) + A(g(i)) * scale);
+        const int row = slot(i);
+        if (row < 0) return;
+        ids(2L * row) = std::int64_t(first_token) + i / k;
+        ids(2L * row + 1) = expert(i);
       });
 }
 

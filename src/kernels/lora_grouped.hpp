@@ -116,10 +116,12 @@ void lora_grouped_up_backward(const ExecSpace& space, const std::vector<LoraAdap
       s, 0.0, false);
 }
 
-// The down product's input gradient: dx (rows, in; row stride lddx) += dh · A_e.
+// The down product's input gradient: dx (rows, in; row stride lddx) += dh · A_e (`beta` 0: dx = dh · A_e, for
+// lora.dropout's mask to pass it on).
 template <class Real>
 void lora_grouped_input_backward(const ExecSpace& space, const std::vector<LoraAdapter<Real>>& adapters,
-                                 std::span<const RowGroup> groups, CVec<Real> dh, Real* dx, int lddx, int in, int r) {
+                                 std::span<const RowGroup> groups, CVec<Real> dh, Real* dx, int lddx, int in, int r,
+                                 double beta = 1.0) {
   detail::lora_grouped_products<Real>(
       space, Trans::no, Trans::no, groups,
       [&](const RowGroup& g) {
@@ -131,7 +133,7 @@ void lora_grouped_input_backward(const ExecSpace& space, const std::vector<LoraA
                                  dx + long(g.begin) * lddx,
                                  lddx};
       },
-      1.0, 1.0, false);
+      1.0, beta, false);
 }
 
 // The down product's weight gradient: dA_e += dhᵀ · x (x row stride ldx).

@@ -2,6 +2,7 @@
 #include "plan/traffic.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/lora_targets.hpp"
 #include "model/parameters.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "plan/lora_plan.hpp"
@@ -204,7 +205,9 @@ void add_lora_tensor_parallel(GroupTraffic& tp, const Config& cfg, const Paramet
 // Expert parallelism's exchanges (model/impl/expert_exchange.hpp), per MoE block of the stage and
 // micro-batch: forward the kept counts (an all-to-all of E int64, El = E / ep to each peer), then
 // the rows to the experts' ranks and their outputs back (two alltoallv); backward the rows'
-// gradients there and back (two more); a forward that full recomputation reruns repeats its three.
+// gradients there and back (two more); a forward that full recomputation reruns repeats its three. Under
+// lora.dropout on the routed experts each forward also sends its rows' assignment ids, two int64 per row
+// (one more alltoallv).
 void add_expert_parallel(GroupTraffic& ep, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
                          const std::vector<Pass>& passes, std::int64_t rows) {
   const ModelConfig& m = cfg.model;
@@ -222,6 +225,10 @@ void add_expert_parallel(GroupTraffic& ep, const Config& cfg, const Layout& grid
   ep.add(Collective::alltoall, forwards, forwards * count_bytes);
   const std::int64_t exchanges = 2 * (forwards + backwards);
   ep.add(Collective::alltoall, exchanges, exchanges * row_bytes);
+  if (lora_drops_expert_inputs(m)) {
+    const std::int64_t id_bytes = planned_exchange_rows(m, rows, grid.ep) * 2 * std::int64_t(sizeof(std::int64_t));
+    ep.add(Collective::alltoall, forwards, forwards * id_bytes);
+  }
 }
 
 void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int stage, int accum,

@@ -31,7 +31,9 @@
 //         all-to-alls (model/impl/expert_exchange.hpp), counted as the sender's bytes to the other
 //         ranks: forward the kept counts, (ep − 1) · E/ep int64, and two alltoallv of token rows
 //         (to the experts' ranks and back), backward two more; a forward that full recomputation
-//         reruns repeats its three. The rows depend on the routing: planned_exchange_rows.
+//         reruns repeats its three; under lora.dropout on the routed experts a forward also sends
+//         its rows' assignment ids, 2 int64 a row. The rows depend on the routing:
+//         planned_exchange_rows.
 //   tied  (gpt2, pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the
 //         tensor (ZeRO 0) or the rank's shard of its unit (state/model_state.cpp). llama's untied
 //         lm_head has no such group (ModelConfig::ties_output_head).

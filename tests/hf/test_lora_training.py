@@ -30,7 +30,9 @@
               dp4·ep2·ZeRO-3 (experts sharded over 2 expert-data-parallel ranks) equal one rank (2e-5), bf16
               within 2e-3, and a run stopped under dp2·ep2·ZeRO-2 resumes on one rank; a meshtrain MoE base with
               a shared expert and a dense block between MoE ones under tp2·dp2·ep2·ZeRO-1 with full recomputation
-              and pp2·dp2·ep2·ZeRO-3
+              and pp2·dp2·ep2·ZeRO-3; lora.dropout 0.1 on the Mixtral's every linear (each routed row's mask keyed by
+              its token and expert, which travel with it) under dp2·tp2·ep2 and dp4·ep4 equals one rank's run,
+              which differs from the run without dropout
 
 usage: test_lora_training.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group reference|layouts] [-k PATTERN]
 """
@@ -323,6 +325,17 @@ class MoeLayouts(LoraCase):
                    **{**self.steps, "train.stop_after": 2})
         resumed, _ = self.train(ini, "moved", lora=self.lora, **self.steps)
         self.assert_same_losses(resumed[-2:], [r["loss"] for r in one[2:]], 2e-5, "resumed on one rank", 3)
+
+    def test_mixtral_dropout_layouts_equal_one_rank(self):
+        # Every expert's rows come from all four ranks under dp4·ep4, each sender's tokens of its own samples;
+        # tp2 splits down_proj's input columns, whose mask is by global column.
+        _, ini = self.import_base()
+        plain, _ = self.train(ini, "plain", lora=self.lora, **self.steps)
+        self.lora = {**self.lora, "lora.dropout": 0.1}
+        one = self.check_layouts(ini, (("dp2_tp2_ep2", {"parallel.tp": 2, "parallel.ep": 2}),
+                                       ("dp4_ep4_micro1", {"parallel.ep": 4, "train.micro_batch": 1})))
+        for p, d in zip(plain[1:], one[1:]):
+            self.assertGreater(abs(p["loss"] - d["loss"]), 1e-6, "dropout 0.1 trained as without dropout")
 
     def test_shared_experts_and_dense_block(self):
         # The base: a meshtrain MoE model of 3 blocks (MoE, dense, MoE) with a shared expert, saved after one step.

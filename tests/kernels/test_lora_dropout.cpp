@@ -2,8 +2,9 @@
 // keying (Random123's Philox4x32-10 called here, not through the kernel's header): the values of
 // drop(x) and of the gradient through it; the dropped fraction within binomial bounds; the same mask for the
 // same key and another for another seed, step, block, module or sample; a micro-batch's rows and a rank's
-// columns drawn as the whole batch draws them (the layouts' independence); and a digest of every result,
-// bitwise the same whatever the team size and the thread count (MESHTRAIN_LORA_DROPOUT_DIGEST).
+// columns drawn as the whole batch draws them (the layouts' independence); a routed expert's rows drawn by
+// their assignment (token, expert) wherever they stand, their ids made from the routing; and a digest of
+// every result, bitwise the same whatever the team size and the thread count (MESHTRAIN_LORA_DROPOUT_DIGEST).
 #include "kernels/lora_dropout.hpp"
 
 #include "kernel_test_utils.hpp"
@@ -23,10 +24,11 @@ namespace {
 constexpr int T = 16, B = 4, N = B * T, IN = 96;
 
 // usage.md's definition, written out: key = Philox under the seed of (step low, step high, block,
-// module | "LK" << 16), its words 0 (low) and 1 (high); counter = (column, token low, token high, "LD");
-// dropped when the draw's word 0 < round(p · 2^32).
+// module | "LK" << 16), its words 0 (low) and 1 (high); counter = (column, token low, token high, tag), the
+// tag "LD" for a micro-batch's rows and "LE" | expert << 16 for a routed expert's; dropped when the draw's
+// word 0 < round(p · 2^32).
 bool naive_keeps(double p, std::uint64_t seed, std::int64_t step, int block, int module, std::uint64_t token,
-                 std::uint64_t column) {
+                 std::uint64_t column, std::uint32_t tag = 0x4C44u) {
   r123::Philox4x32 philox;
   const r123::Philox4x32::ctr_type kc = {{std::uint32_t(step), std::uint32_t(std::uint64_t(step) >> 32),
                                           std::uint32_t(block), std::uint32_t(module) | (0x4C4Bu << 16)}};
@@ -34,7 +36,7 @@ bool naive_keeps(double p, std::uint64_t seed, std::int64_t step, int block, int
   const auto kw = philox(kc, seed_key);
   const std::uint64_t key = (std::uint64_t(kw[1]) << 32) | kw[0];
   const r123::Philox4x32::ctr_type c = {
-      {std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), 0x4C44u}};
+      {std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), tag}};
   const r123::Philox4x32::key_type k = {{std::uint32_t(key), std::uint32_t(key >> 32)}};
   return double(philox(c, k)[0]) >= std::round(p * 4294967296.0);
 }
@@ -167,6 +169,102 @@ TEST(LoraDropout, IndependentOfLayout) {
   }
 }
 
+// R rows of a routed expert's input, each an assignment (global token, global expert): drop(x) and the
+// gradient through it against the naive draw; a row's mask follows it to any place (the exchange's order),
+// and one token's rows for two experts draw two masks.
+constexpr int R = 40;
+std::vector<std::int64_t> assignment_ids() {
+  std::vector<std::int64_t> ids(2 * R);
+  for (int i = 0; i < R; ++i) {
+    ids[2 * std::size_t(i)] = std::int64_t((std::uint64_t(1) << 33) + std::uint64_t(i / 2));  // two rows per token
+    ids[2 * std::size_t(i) + 1] = 3 + 5 * (i % 2) + 60 * (i % 3);  // experts up to 128
+  }
+  return ids;
+}
+Buffer<std::int64_t> ids_on_device(const std::vector<std::int64_t>& host) {
+  Buffer<std::int64_t> ids("ids", host.size());
+  auto mirror = Kokkos::create_mirror_view(ids);
+  for (std::size_t i = 0; i < host.size(); ++i) mirror(i) = host[i];
+  Kokkos::deep_copy(ids, mirror);
+  return ids;
+}
+std::vector<double> assignments_dropped(const Draw& d, const std::vector<std::int64_t>& ids, const Host& x,
+                                        std::uint64_t first_column = 0) {
+  const Buffer<std::int64_t> idd = ids_on_device(ids);
+  const Buffer<double> xd = to_device<double>(x), out("out", std::size_t(R) * IN);
+  lora_dropout_forward<double>(ExecSpace(), vec(out), xd.data(), IN,
+                               AssignmentRows{d.mask(first_column), CVec<std::int64_t>(idd.data(), idd.extent(0))}, R,
+                               IN, "test");
+  return raw(out);
+}
+
+TEST(LoraDropout, AssignmentRowsMatchNaiveDraw) {
+  const Draw d;
+  const std::vector<std::int64_t> ids = assignment_ids();
+  const Host x = random_vector(std::size_t(R) * IN, 21);
+  const std::uint64_t first_column = 7;  // a row-parallel rank's columns
+  const std::vector<double> got = assignments_dropped(d, ids, x, first_column);
+  const Host g = random_vector(std::size_t(R) * IN, 22), dx0 = random_vector(std::size_t(R) * IN, 23);
+  const Buffer<double> gd = to_device<double>(g), dx = to_device<double>(dx0);
+  const Buffer<std::int64_t> idd = ids_on_device(ids);
+  lora_dropout_backward<double>(ExecSpace(), dx.data(), IN, cvec(gd),
+                                AssignmentRows{d.mask(first_column), CVec<std::int64_t>(idd.data(), idd.extent(0))},
+                                R, IN, "test");
+  const Host dx_got = to_host(dx);
+  std::size_t dropped_count = 0;
+  for (int n = 0; n < R; ++n) {
+    const std::uint64_t token = std::uint64_t(ids[2 * std::size_t(n)]), expert = std::uint64_t(ids[2 * std::size_t(n) + 1]);
+    for (int c = 0; c < IN; ++c) {
+      const std::size_t i = std::size_t(n) * IN + c;
+      const bool keep = naive_keeps(d.p, d.seed, d.step, d.block, d.module, token, first_column + std::uint64_t(c),
+                                    0x4C45u | std::uint32_t(expert << 16));
+      ASSERT_NEAR(got[i], keep ? x[i] / (1 - d.p) : 0.0, 1e-15) << n << "," << c;
+      ASSERT_NEAR(dx_got[i], dx0[i] + (keep ? g[i] / (1 - d.p) : 0.0), 1e-15) << n << "," << c;
+      dropped_count += keep ? 0 : 1;
+    }
+  }
+  EXPECT_NEAR(double(dropped_count), R * IN * d.p, 5 * std::sqrt(R * IN * d.p * (1 - d.p)));
+}
+
+TEST(LoraDropout, AssignmentRowsKeepTheirMaskAnywhere) {
+  const Draw d;
+  const std::vector<std::int64_t> ids = assignment_ids();
+  const Host ones = filled(std::size_t(R) * IN, 1.0);
+  const std::vector<double> base = assignments_dropped(d, ids, ones);
+  // The rows reversed, as another rank's exchange might order them: each row's mask moves with it.
+  std::vector<std::int64_t> reversed(ids.size());
+  for (int n = 0; n < R; ++n) {
+    reversed[2 * std::size_t(n)] = ids[2 * std::size_t(R - 1 - n)];
+    reversed[2 * std::size_t(n) + 1] = ids[2 * std::size_t(R - 1 - n) + 1];
+  }
+  const std::vector<double> moved = assignments_dropped(d, reversed, ones);
+  for (int n = 0; n < R; ++n) {
+    for (int c = 0; c < IN; ++c) {
+      ASSERT_EQ(moved[std::size_t(n) * IN + c], base[std::size_t(R - 1 - n) * IN + c]) << n << "," << c;
+    }
+  }
+  // Rows 0 and 1 are one token's, for experts 3 and 68: about 2p(1 − p) of their columns differ.
+  std::size_t differ = 0;
+  for (int c = 0; c < IN; ++c) differ += base[std::size_t(c)] != base[std::size_t(IN + c)] ? 1 : 0;
+  EXPECT_GT(differ, 0u);
+}
+
+// The ids from a routing of N tokens, k = 2: token n's choice j at row slot(n, j) (−1: dropped).
+TEST(LoraDropout, AssignmentIdsFromRouting) {
+  constexpr int tokens = 5, k = 2;
+  const std::vector<std::int32_t> slot = {4, 0, -1, 6, 1, 7, 2, -1, 3, 5};
+  const std::vector<std::int32_t> expert = {2, 0, 1, 3, 0, 3, 1, 2, 1, 2};
+  const Buffer<std::int32_t> sd = to_device(slot), ed = to_device(expert);
+  const Buffer<std::int64_t> ids("ids", 2 * 8);
+  const std::uint64_t first_token = 96;
+  lora_assignment_ids(ExecSpace(), Vec<std::int64_t>(ids.data(), ids.extent(0)), CVec<int>(sd.data(), sd.extent(0)),
+                      CVec<int>(ed.data(), ed.extent(0)), first_token, tokens, k);
+  const std::vector<std::int64_t> got = raw(ids);
+  const std::vector<std::int64_t> want = {96 + 0, 0, 96 + 2, 0, 96 + 3, 1, 96 + 4, 1,
+                                          96 + 0, 2, 96 + 4, 2, 96 + 1, 3, 96 + 2, 3};
+  EXPECT_EQ(got, want);
+}
+
 // FNV-1a over the bytes of drop(x) and the gradient through it in float, bf16 and double.
 TEST(LoraDropout, Digest) {
   const char* path = std::getenv("MESHTRAIN_LORA_DROPOUT_DIGEST");
@@ -183,6 +281,14 @@ TEST(LoraDropout, Digest) {
     add(dropped<Real>(d, x, N, IN, IN));
     const Buffer<Real> g = to_device<Real>(x), dx = to_device<Real>(random_vector(std::size_t(N) * IN, 10));
     lora_dropout_backward<Real>(ExecSpace(), dx.data(), IN, cvec(g), d.mask(), N, IN);
+    add(raw(dx));
+    // A routed expert's rows, forward and backward.
+    const Buffer<std::int64_t> ids = ids_on_device(assignment_ids());
+    const AssignmentRows rows{d.mask(), CVec<std::int64_t>(ids.data(), ids.extent(0))};
+    const Buffer<Real> xr = to_device<Real>(x), out("out", std::size_t(R) * IN);
+    lora_dropout_forward<Real>(ExecSpace(), vec(out), xr.data(), IN, rows, R, IN, "test");
+    add(raw(out));
+    lora_dropout_backward<Real>(ExecSpace(), dx.data(), IN, cvec(g), rows, R, IN, "test");
     add(raw(dx));
   };
   both(float(0));

@@ -3,7 +3,8 @@
 // (LanguageModel::set_micro_batch_draw), so the loss is a smooth function of the adapters. The first block's
 // gradients reach it through the second block's adapters, so dx through the mask is checked too. Beside it:
 // the mask acts (the loss moves), evaluation (no draw) is the model without dropout, and full recomputation
-// draws backward's mask as forward drew it (the same gradients, bitwise).
+// draws backward's mask as forward drew it (the same gradients, bitwise). The same on a mixture of experts,
+// whose routed experts' rows draw their mask by their assignment (token, expert).
 #include "model/language_model.hpp"
 
 #include <gtest/gtest.h>
@@ -35,8 +36,8 @@ ModelConfig lora_llama(double dropout) {
 
 // A mixture of experts of three blocks: blocks 0 and 2 route 4 experts (top 2) beside a shared expert, block 1
 // is dense; every linear layer of each is adapted, the routers (`gate`) and the output head too.
-ModelConfig lora_moe() {
-  ModelConfig m = lora_llama(0.0);
+ModelConfig lora_moe(double dropout = 0.0) {
+  ModelConfig m = lora_llama(dropout);
   m.layers = 3;
   m.experts = 4;
   m.experts_per_token = 2;
@@ -145,6 +146,43 @@ TEST(LoraMoeGradients, RecomputationIsBitwise) {
   auto kept = build(lora_moe());
   auto recomputed = build(lora_moe(), Recompute::full);
   EXPECT_EQ(adapter_grads(*kept, tokens), adapter_grads(*recomputed, tokens));
+}
+
+TEST(LoraMoeDropoutGradients, MatchFiniteDifferences) {
+  auto model = build(lora_moe(0.3));
+  model->set_micro_batch_draw(0, kDraw);
+  EXPECT_EQ(check_finite_differences(model.get(), Tokens()), (2 * (4 + 3 + 1 + 4 * 3) + 7 + 1) * 2 * 4);
+}
+
+TEST(LoraMoeDropoutGradients, RecomputationDrawsForwardsMask) {
+  const Tokens tokens;
+  auto kept = build(lora_moe(0.3));
+  auto recomputed = build(lora_moe(0.3), Recompute::full);
+  kept->set_micro_batch_draw(0, kDraw);
+  recomputed->set_micro_batch_draw(0, kDraw);
+  EXPECT_EQ(adapter_grads(*kept, tokens), adapter_grads(*recomputed, tokens));
+}
+
+// Only the routed experts adapted (every block routes, no shared expert): their inputs' mask alone moves the
+// loss, keyed by the draw.
+TEST(LoraMoeDropoutGradients, ExpertsMaskActsInTrainingOnly) {
+  const Tokens tokens;
+  ModelConfig m = lora_moe(0.3);
+  m.moe_every = 1;
+  m.shared_experts = 0;
+  m.lora.targets = "up_proj";
+  auto model = build(m);
+  const double eval = model->forward(tokens.in(), tokens.tg(), 0.0);
+  model->set_micro_batch_draw(0, kDraw);
+  const double trained = model->forward(tokens.in(), tokens.tg(), 0.0);
+  EXPECT_GT(std::fabs(trained - eval), 1e-6);
+  EXPECT_EQ(trained, model->forward(tokens.in(), tokens.tg(), 0.0));
+  MicroBatchDraw next = kDraw;
+  next.first_sample += 1;  // the same rows as other tokens of the step: another mask
+  model->set_micro_batch_draw(0, next);
+  EXPECT_GT(std::fabs(model->forward(tokens.in(), tokens.tg(), 0.0) - trained), 1e-6);
+  model->set_micro_batch_draw(0, std::nullopt);
+  EXPECT_EQ(model->forward(tokens.in(), tokens.tg(), 0.0), eval);
 }
 
 TEST(LoraDropoutGradients, MaskActsInTrainingOnly) {

@@ -51,11 +51,12 @@ SATURATED = [
 DROPLESS = ("moe_dp2_ep2_dropless", 2, ["--parallel.dp", "2", "--model.capacity_factor", "0"])
 TOLERANCE = 0.15
 # LoRA (rank 3, all-linear), its base BASE: tp and ep together under full recomputation (the experts' down
-# sums again in the rerun forward), and tp without expert parallelism (each rank's experts receive every
-# kept row) at ZeRO-3 in bf16.
+# sums again in the rerun forward) and lora.dropout (the rows' assignment ids sent with them, again in the
+# rerun), and tp without expert parallelism (each rank's experts receive every kept row) at ZeRO-3 in bf16.
 LORA_KEYS = ["--lora.rank", "3", "--checkpoint.init_weights", "BASE"]
 LORA_CASES = [
-    ("lora_moe_dp2_ep2_tp2_recompute", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--train.recompute", "full"]),
+    ("lora_moe_dp2_ep2_tp2_recompute_dropout", 4, ["--parallel.dp", "2", "--parallel.tp", "2",
+                                                   "--train.recompute", "full", "--lora.dropout", "0.1"]),
     ("lora_moe_dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.ep", "1",
                                         "--parallel.zero", "3", "--train.precision", "bf16"]),
 ]

@@ -73,11 +73,12 @@ LORA_CASES = [
 ]
 # Then LoRA on the MoE model (its base MOE_BASE, one step of it), all linears: the router's, the shared
 # expert's and every routed expert's adapters (their h over the rows the rank's experts receive), with
-# expert parallelism in bf16, and on one rank under full recomputation. (name, ranks, keys, model)
+# expert parallelism in bf16 with lora.dropout (the rows' assignment ids kept, its scratch over the received
+# rows), and on one rank under full recomputation. (name, ranks, keys, model)
 LORA_MOE_MODEL = MOE_MODEL + ["--lora.rank", "8", "--checkpoint.init_weights", "MOE_BASE"]
 LORA_CASES += [
-    ("lora_moe_dp2_ep2_bf16", 2, ["--parallel.dp", "2", "--parallel.ep", "2", "--train.precision", "bf16"],
-     LORA_MOE_MODEL),
+    ("lora_moe_dp2_ep2_bf16_dropout", 2, ["--parallel.dp", "2", "--parallel.ep", "2", "--train.precision", "bf16",
+                                          "--lora.dropout", "0.1"], LORA_MOE_MODEL),
     ("lora_moe_recompute", 1, ["--train.recompute", "full"], LORA_MOE_MODEL),
 ]
 FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "moe": (MOE_MODEL, MOE_CASES),

@@ -3,6 +3,7 @@
 // the stage's instantiation. Its listings: llama_forward.cpp, llama_backward.cpp, llama_moe.cpp.
 #include "model/families/llama.hpp"
 
+#include "core/lora_targets.hpp"
 #include "kernels/column_sum.hpp"
 #include "kernels/encoder.hpp"
 #include "kernels/fused_attention.hpp"
@@ -43,7 +44,8 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           El,
           expert_rows_received(m, N, ep),
           m.attention == AttentionKernel::fused,
-          m.has_qkv_bias()};
+          m.has_qkv_bias(),
+          lora_drops_expert_inputs(m)};
 }
 
 namespace {
@@ -224,6 +226,10 @@ MoeActivations<Real> carve_moe(carving::Carver<Real>& c, const LlamaFamily::Dims
   m.gate_up = c.take(d.Rr * 2 * d.Hel);
   m.act = c.take(d.Rr * d.Hel);
   m.ys = c.take(R * C);
+  if (d.expert_dropout) {
+    m.routed_ids = c.template take_as<std::int64_t>(2 * R);
+    m.received_ids = d.ep > 1 ? c.template take_as<std::int64_t>(2 * d.Rr) : m.routed_ids;
+  }
   return m;
 }
 

@@ -51,6 +51,10 @@ struct MoeActivations {
   Vec<Real> gate_up;         // (Rr, 2Hel)  each received row's expert gate | up
   Vec<Real> act;             // (Rr, Hel)   silu(gate) · up
   Vec<Real> ys;              // (R, C)      each row's expert output (this tp rank's partial sum)
+  // lora.dropout on the routed experts only (kernels/lora_dropout.hpp): each row's (global token, expert),
+  // and the received rows' (routed_ids itself at ep 1).
+  Vec<std::int64_t> routed_ids;    // (R, 2)
+  Vec<std::int64_t> received_ids;  // (Rr, 2)
 };
 
 struct LlamaFamily {
@@ -80,6 +84,7 @@ struct LlamaFamily {
     std::size_t Rr;
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
     bool qkv_bias;         // model.qkv_bias: q|k|v's product adds a bias
+    bool expert_dropout;   // lora.dropout on the routed experts' adapters (core/lora_targets.hpp)
     std::size_t q_cols() const { return NHl * hs; }
     std::size_t qkv_cols() const { return (NHl + 2 * KVl) * hs; }
     bool moe(int l) const { return E > 0 && (first_layer + l) % moe_every == 0; }

@@ -35,6 +35,49 @@ namespace {
 
 using Family = LlamaFamily;
 
+// Whether the micro-batch in `slot` drops out the routed experts' inputs: then each row's assignment (token,
+// expert) is made beside the row (before the rows' fence) and travels with it to the rank of its expert.
+template <class Real>
+bool expert_inputs_dropped(const Family::Parts<Real>& p, int slot) {
+  return p.dims.expert_dropout && p.lora.drops(slot);
+}
+
+// lora.dropout on the routed experts' module j (LoraExpertIndex) of block l: its mask keyed as module
+// lora_router + 1 + j of the block, its rows the received assignments (kernels/lora_dropout.hpp); none
+// without dropout there (lora.dropout 0, the experts not targeted, evaluation).
+template <class Real>
+std::optional<AssignmentRows> expert_dropout_rows(const Family::Parts<Real>& p, int slot, int l, int j,
+                                                  const MoeActivations<Real>& m) {
+  if (!expert_inputs_dropped(p, slot)) return std::nullopt;
+  const std::uint64_t first_column = j == lora_expert_down ? std::uint64_t(p.lora.tp_rank) * p.dims.Hel : 0;
+  const std::optional<LoraDropoutMask> mask = p.lora.mask(slot, l, Family::lora_router + 1 + j, first_column);
+  if (!mask) return std::nullopt;
+  return AssignmentRows{*mask, m.received_ids};
+}
+
+// The input of expert module j's down product or dA: x (rows, in) itself, or drop(x) drawn into the scratch.
+template <class Real>
+const Real* expert_lora_input(Family::Parts<Real>& p, const std::optional<AssignmentRows>& rows, const Real* x,
+                              std::size_t received, int in) {
+  if (!rows) return x;
+  const Vec<Real> dropped = p.lora.dropped(received, in);
+  lora_dropout_forward<Real>(p.space, dropped, x, in, *rows, int(received), in, "meshtrain::lora_dropout::expert_forward");
+  return dropped.data();
+}
+
+// dx (rows, in) += drop'(dh · A_e) of expert module j: through the mask, or straight in without one.
+template <class Real>
+void expert_lora_input_backward(Family::Parts<Real>& p, const std::vector<LoraAdapter<Real>>& adapters,
+                                const ExchangePlan& plan, const std::optional<AssignmentRows>& rows, CVec<Real> dh,
+                                Real* dx, int in) {
+  const int r = p.lora.rank;
+  if (!rows) return lora_grouped_input_backward<Real>(p.space, adapters, plan.groups, dh, dx, in, in, r);
+  const Vec<Real> g = p.lora.dropped(plan.received, in);
+  lora_grouped_input_backward<Real>(p.space, adapters, plan.groups, dh, g.data(), in, in, r, 0.0);
+  lora_dropout_backward<Real>(p.space, dx, in, g, *rows, int(plan.received), in,
+                              "meshtrain::lora_dropout::expert_backward");
+}
+
 // The routed experts' LoRA products over the received rows, after their frozen products: gate and up
 // into gate_up (Rr, 2Hel); down's h summed over tp, its up product into `outputs` (Rr, C) on tp rank 0.
 template <class Real>
@@ -46,7 +89,8 @@ void expert_lora_gate_up_forward(Family::Parts<Real>& p, int slot, int l, const 
     const std::vector<LoraAdapter<Real>>& adapters = lora.expert_adapters(l, j);
     if (adapters.empty()) continue;
     const Vec<Real> h = lora.expert_h(slot, l, j);
-    lora_grouped_down_forward<Real>(p.space, adapters, plan.groups, h, m.received.data(), C, C, r);
+    const Real* x = expert_lora_input(p, expert_dropout_rows(p, slot, l, j, m), m.received.data(), plan.received, C);
+    lora_grouped_down_forward<Real>(p.space, adapters, plan.groups, h, x, C, C, r);
     lora_grouped_up_forward<Real>(p.space, adapters, plan.groups, m.gate_up.data() + (j == lora_expert_up ? Hel : 0),
                                   2 * Hel, h, lora.scale, Hel, r);
   }
@@ -60,7 +104,9 @@ void expert_lora_down_forward(Family::Parts<Real>& p, int slot, int l, const Exc
   if (adapters.empty()) return;
   const int C = int(p.dims.C), Hel = int(p.dims.Hel), r = lora.rank;
   const Vec<Real> h = lora.expert_h(slot, l, lora_expert_down);
-  lora_grouped_down_forward<Real>(p.space, adapters, plan.groups, h, m.act.data(), Hel, Hel, r);
+  const Real* x =
+      expert_lora_input(p, expert_dropout_rows(p, slot, l, lora_expert_down, m), m.act.data(), plan.received, Hel);
+  lora_grouped_down_forward<Real>(p.space, adapters, plan.groups, h, x, Hel, Hel, r);
   p.tp.sum(span_of(slice(h, 0, plan.received * std::size_t(r))));
   if (p.tp.rank() == 0) {
     lora_grouped_up_forward<Real>(p.space, adapters, plan.groups, outputs.data(), C, h, lora.scale, C, r);
@@ -79,8 +125,10 @@ void expert_lora_down_backward(Family::Parts<Real>& p, int slot, int l, const Ex
   const Vec<Real> dh = lora.dh(plan.received);
   lora_grouped_up_backward<Real>(p.space, adapters, plan.groups, dh, p.scratch.dreceived.data(), C,
                                  lora.expert_h(slot, l, lora_expert_down), lora.scale, C, r);
-  lora_grouped_input_backward<Real>(p.space, adapters, plan.groups, dh, p.scratch.dexpert_act.data(), Hel, Hel, r);
-  lora_grouped_weight_backward<Real>(p.space, adapters, plan.groups, dh, m.act.data(), Hel, Hel, r);
+  const std::optional<AssignmentRows> rows = expert_dropout_rows(p, slot, l, lora_expert_down, m);
+  expert_lora_input_backward<Real>(p, adapters, plan, rows, dh, p.scratch.dexpert_act.data(), Hel);
+  const Real* x = expert_lora_input(p, rows, m.act.data(), plan.received, Hel);
+  lora_grouped_weight_backward<Real>(p.space, adapters, plan.groups, dh, x, Hel, Hel, r);
 }
 
 // gate's and up's backward from d gate_up (Rr, 2Hel): dB; dh, whose d received (Rr, C) += dh A is this
@@ -98,9 +146,11 @@ void expert_lora_gate_up_backward(Family::Parts<Real>& p, int slot, int l, const
     lora_grouped_up_backward<Real>(p.space, adapters, plan.groups, dh, dy, 2 * Hel, lora.expert_h(slot, l, j),
                                    lora.scale, Hel, r);
     // dA's product reads dh summed over tp, d received's this rank's part: the input gradient first.
-    lora_grouped_input_backward<Real>(p.space, adapters, plan.groups, dh, p.scratch.dreceived.data(), C, C, r);
+    const std::optional<AssignmentRows> rows = expert_dropout_rows(p, slot, l, j, m);
+    expert_lora_input_backward<Real>(p, adapters, plan, rows, dh, p.scratch.dreceived.data(), C);
     p.tp.sum(span_of(dh));
-    lora_grouped_weight_backward<Real>(p.space, adapters, plan.groups, dh, m.received.data(), C, C, r);
+    const Real* x = expert_lora_input(p, rows, m.received.data(), plan.received, C);
+    lora_grouped_weight_backward<Real>(p.space, adapters, plan.groups, dh, x, C, C, r);
   }
 }
 
@@ -143,8 +193,11 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   const ExchangePlan& plan = host.exchange;
   const int R = host.rows(), Rr = int(plan.received);
   moe_permute(space, m.xs, CVec<Real>(s.ln2), CVec<int>(m.row_token), R, C);
+  const bool dropped = expert_inputs_dropped(p, slot);
+  if (dropped) lora_assignment_ids(space, m.routed_ids, m.slot, m.expert, p.lora.first_token(slot), N, k);
   if (exchange.moves()) space.fence();  // the rows are written before they travel
   exchange.dispatch(plan, m.xs.data(), m.received.data());
+  if (dropped) exchange.dispatch_ids(plan, m.routed_ids.data(), m.received_ids.data());
   // This rank's experts over the rows they received; expert e's [gate | up | down] at e · stride:
   // gate|up is one [2Hel, C] matrix, down follows it. At ep 1 the outputs are ys in place.
   const long stride = 3L * Hel * C;

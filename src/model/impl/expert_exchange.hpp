@@ -28,9 +28,14 @@ struct ExchangePlan {
   // Per ep peer, in elements (rows × C): what goes to it and where it starts in the routed rows,
   // what comes from it and where it lands in the received ones (the alltoallv's arrays).
   std::vector<std::size_t> send_elements, send_displs, recv_elements, recv_displs;
+  // The same for the rows' assignment ids (lora.dropout on the experts; kernels/lora_dropout.hpp), two per row.
+  std::vector<std::size_t> send_ids, send_id_displs, recv_ids, recv_id_displs;
 
   void reserve(int ep, int experts) {
-    for (auto* v : {&send_elements, &send_displs, &recv_elements, &recv_displs}) v->assign(std::size_t(ep), 0);
+    for (auto* v : {&send_elements, &send_displs, &recv_elements, &recv_displs, &send_ids, &send_id_displs, &recv_ids,
+                    &recv_id_displs}) {
+      v->assign(std::size_t(ep), 0);
+    }
     sent_counts.assign(std::size_t(experts), 0);
     received_counts.assign(std::size_t(experts), 0);
     groups.assign(std::size_t(experts), RowGroup{});
@@ -66,10 +71,15 @@ class ExpertExchange {
         landed += rows;
       }
       const std::size_t send_first = std::size_t(offsets[peer * El]);
+      const std::size_t sent = std::size_t(offsets[(peer + 1) * El]) - send_first;
       p.send_displs[q] = send_first * row_elements;
-      p.send_elements[q] = (std::size_t(offsets[(peer + 1) * El]) - send_first) * row_elements;
+      p.send_elements[q] = sent * row_elements;
       p.recv_displs[q] = first * row_elements;
       p.recv_elements[q] = (landed - first) * row_elements;
+      p.send_id_displs[q] = send_first * 2;
+      p.send_ids[q] = sent * 2;
+      p.recv_id_displs[q] = first * 2;
+      p.recv_ids[q] = (landed - first) * 2;
     }
     p.received = landed;
   }
@@ -81,6 +91,12 @@ class ExpertExchange {
     if (!moves()) return;
     ep_->alltoallv(rows, p.send_elements.data(), p.send_displs.data(), received, p.recv_elements.data(),
                    p.recv_displs.data());
+  }
+  // The rows' assignment ids (R, 2) → the received rows' (Rr, 2), as dispatch sends the rows.
+  void dispatch_ids(const ExchangePlan& p, const std::int64_t* ids, std::int64_t* received) const {
+    if (!moves()) return;
+    ep_->alltoallv(ids, p.send_ids.data(), p.send_id_displs.data(), received, p.recv_ids.data(),
+                   p.recv_id_displs.data());
   }
   // The reverse: the experts' results back to the ranks that routed the rows.
   template <class Real>

@@ -35,17 +35,24 @@ inline bool lora_adapts_head(const ModelConfig& model, bool last) {
 }
 
 // The widest input an adapted module has on a rank of tp (a row-parallel module's is split; the output
-// head's is d_model): lora.dropout's scratch holds N rows of it. 0 without dropout (which routed experts'
-// modules never have: core/lora_targets.cpp).
+// head's is d_model): lora.dropout's scratch holds lora_dropout_rows of it. 0 without dropout.
 inline std::size_t lora_dropout_width(const ModelConfig& model, int tp) {
   if (!model.lora.enabled() || model.lora.dropout <= 0) return 0;
   std::size_t widest = lora_adapts_head(model, true) ? std::size_t(model.d_model) : 0;
+  const auto widen = [&](const LoraModule& m) {
+    if (lora_adapts(model, m)) widest = std::max(widest, m.row_parallel ? m.in / std::uint64_t(tp) : m.in);
+  };
   for (int block = 0; block < model.layers; ++block) {
-    for (const LoraModule& m : lora_block_modules(model, block)) {
-      if (lora_adapts(model, m)) widest = std::max(widest, m.row_parallel ? m.in / std::uint64_t(tp) : m.in);
-    }
+    for (const LoraModule& m : lora_block_modules(model, block)) widen(m);
+  }
+  if (model.experts > 0) {
+    for (const LoraModule& m : lora_expert_modules(model, 0)) widen(m);
   }
   return widest;
+}
+// Its rows: a micro-batch's N, or the experts' received rows Rr where those are dropped out too.
+inline std::size_t lora_dropout_rows(const ModelConfig& model, std::size_t N, std::size_t Rr) {
+  return lora_drops_expert_inputs(model) ? std::max(N, Rr) : N;
 }
 
 // The rows of a block's kept h, in units of r, module by module in the order of lora_block_modules and then
@@ -81,7 +88,8 @@ inline ActivationSizes lora_activation_elements(const ModelConfig& model, int ba
   const std::size_t Rr = model.experts > 0 ? expert_rows_received(model, N, ep) : 0;
   std::size_t per_slot = lora_adapts_head(model, last) ? N : 0;
   for (int l = first_layer; l < first_layer + layers; ++l) per_slot += lora_h_rows(model, l, N, Rr).total;
-  return {std::size_t(slots) * per_slot * r, std::max(N, Rr) * r + N * lora_dropout_width(model, tp)};
+  return {std::size_t(slots) * per_slot * r,
+          std::max(N, Rr) * r + lora_dropout_rows(model, N, Rr) * lora_dropout_width(model, tp)};
 }
 
 template <class Real>
@@ -187,11 +195,12 @@ struct LoraParts {
   // dh of `rows` rows (N; an expert module's received rows).
   Vec<Real> dh(std::size_t rows) const { return slice(activations, kept, rows * std::size_t(rank)); }
   Vec<Real> dh() const { return dh(std::size_t(N)); }
-  // lora.dropout's scratch as (N, in): drop(x) for a down product or dA, or dh·A before its mask.
-  Vec<Real> dropped(int in) const {
-    return slice(activations, kept + std::max(std::size_t(N), Rr) * std::size_t(rank),
-                 std::size_t(N) * std::size_t(in));
+  // lora.dropout's scratch as (rows, in) (N rows; an expert module's received rows): drop(x) for a down product
+  // or dA, or dh·A before its mask.
+  Vec<Real> dropped(std::size_t rows, int in) const {
+    return slice(activations, kept + std::max(std::size_t(N), Rr) * std::size_t(rank), rows * std::size_t(in));
   }
+  Vec<Real> dropped(int in) const { return dropped(std::size_t(N), in); }
   // The mask of module k of block l for the micro-batch in `slot`, its input's column 0 global column
   // `first_column`; none where no dropout applies (lora.dropout 0, or evaluation).
   std::optional<LoraDropoutMask> mask(int slot, int l, int k, std::uint64_t first_column) const {
@@ -199,6 +208,13 @@ struct LoraParts {
   }
   // The output head's mask: the head counts as module 0 of block model.layers, after every block.
   std::optional<LoraDropoutMask> head_mask(int slot) const { return global_mask(slot, model_layers, 0, 0); }
+  // Whether the micro-batch in `slot` drops out (lora.dropout > 0 and a draw: not evaluation).
+  bool drops(int slot) const { return dropout > 0 && draws[std::size_t(slot)].has_value(); }
+  // The global token index of the first row of the micro-batch in `slot` (kernels/lora_dropout.hpp), whose
+  // mask is drawn (mask() is not none).
+  std::uint64_t first_token(int slot) const {
+    return draws[std::size_t(slot)]->first_sample * std::uint64_t(seq_len);
+  }
 
  private:
   Vec<Real> rows_at(int slot, std::size_t row, std::size_t rows) const {
