@@ -35,8 +35,7 @@ bool naive_keeps(double p, std::uint64_t seed, std::int64_t step, int block, int
   const r123::Philox4x32::key_type seed_key = {{std::uint32_t(seed), std::uint32_t(seed >> 32)}};
   const auto kw = philox(kc, seed_key);
   const std::uint64_t key = (std::uint64_t(kw[1]) << 32) | kw[0];
-  const r123::Philox4x32::ctr_type c = {
-      {std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), tag}};
+  const r123::Philox4x32::ctr_type c = {{std::uint32_t(column), std::uint32_t(token), std::uint32_t(token >> 32), tag}};
   const r123::Philox4x32::key_type k = {{std::uint32_t(key), std::uint32_t(key >> 32)}};
   return double(philox(c, k)[0]) >= std::round(p * 4294967296.0);
 }
@@ -177,7 +176,7 @@ std::vector<std::int64_t> assignment_ids() {
   std::vector<std::int64_t> ids(2 * R);
   for (int i = 0; i < R; ++i) {
     ids[2 * std::size_t(i)] = std::int64_t((std::uint64_t(1) << 33) + std::uint64_t(i / 2));  // two rows per token
-    ids[2 * std::size_t(i) + 1] = 3 + 5 * (i % 2) + 60 * (i % 3);  // experts up to 128
+    ids[2 * std::size_t(i) + 1] = 3 + 5 * (i % 2) + 60 * (i % 3);                             // experts up to 128
   }
   return ids;
 }
@@ -208,12 +207,13 @@ TEST(LoraDropout, AssignmentRowsMatchNaiveDraw) {
   const Buffer<double> gd = to_device<double>(g), dx = to_device<double>(dx0);
   const Buffer<std::int64_t> idd = ids_on_device(ids);
   lora_dropout_backward<double>(ExecSpace(), dx.data(), IN, cvec(gd),
-                                AssignmentRows{d.mask(first_column), CVec<std::int64_t>(idd.data(), idd.extent(0))},
-                                R, IN, "test");
+                                AssignmentRows{d.mask(first_column), CVec<std::int64_t>(idd.data(), idd.extent(0))}, R,
+                                IN, "test");
   const Host dx_got = to_host(dx);
   std::size_t dropped_count = 0;
   for (int n = 0; n < R; ++n) {
-    const std::uint64_t token = std::uint64_t(ids[2 * std::size_t(n)]), expert = std::uint64_t(ids[2 * std::size_t(n) + 1]);
+    const std::uint64_t token = std::uint64_t(ids[2 * std::size_t(n)]),
+                        expert = std::uint64_t(ids[2 * std::size_t(n) + 1]);
     for (int c = 0; c < IN; ++c) {
       const std::size_t i = std::size_t(n) * IN + c;
       const bool keep = naive_keeps(d.p, d.seed, d.step, d.block, d.module, token, first_column + std::uint64_t(c),

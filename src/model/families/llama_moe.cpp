@@ -61,7 +61,8 @@ const Real* expert_lora_input(Family::Parts<Real>& p, const std::optional<Assign
                               std::size_t received, int in) {
   if (!rows) return x;
   const Vec<Real> dropped = p.lora.dropped(received, in);
-  lora_dropout_forward<Real>(p.space, dropped, x, in, *rows, int(received), in, "meshtrain::lora_dropout::expert_forward");
+  lora_dropout_forward<Real>(p.space, dropped, x, in, *rows, int(received), in,
+                             "meshtrain::lora_dropout::expert_forward");
   return dropped.data();
 }
 

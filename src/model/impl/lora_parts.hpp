@@ -212,9 +212,7 @@ struct LoraParts {
   bool drops(int slot) const { return dropout > 0 && draws[std::size_t(slot)].has_value(); }
   // The global token index of the first row of the micro-batch in `slot` (kernels/lora_dropout.hpp), whose
   // mask is drawn (mask() is not none).
-  std::uint64_t first_token(int slot) const {
-    return draws[std::size_t(slot)]->first_sample * std::uint64_t(seq_len);
-  }
+  std::uint64_t first_token(int slot) const { return draws[std::size_t(slot)]->first_sample * std::uint64_t(seq_len); }
 
  private:
   Vec<Real> rows_at(int slot, std::size_t row, std::size_t rows) const {
