@@ -126,6 +126,16 @@ int check_finite_differences(LanguageModel<double>* model, const Tokens& tokens)
   return checked;
 }
 
+// Full recomputation draws backward's mask as forward drew it: the gradients of the kept activations, bitwise.
+void expect_recomputation_draws_forwards_mask(const ModelConfig& m) {
+  const Tokens tokens;
+  auto kept = build(m);
+  auto recomputed = build(m, Recompute::full);
+  kept->set_micro_batch_draw(0, kDraw);
+  recomputed->set_micro_batch_draw(0, kDraw);
+  EXPECT_EQ(adapter_grads(*kept, tokens), adapter_grads(*recomputed, tokens));
+}
+
 TEST(LoraDropoutGradients, MatchFiniteDifferences) {
   auto model = build(lora_llama(0.3));
   model->set_micro_batch_draw(0, kDraw);
@@ -155,12 +165,7 @@ TEST(LoraMoeDropoutGradients, MatchFiniteDifferences) {
 }
 
 TEST(LoraMoeDropoutGradients, RecomputationDrawsForwardsMask) {
-  const Tokens tokens;
-  auto kept = build(lora_moe(0.3));
-  auto recomputed = build(lora_moe(0.3), Recompute::full);
-  kept->set_micro_batch_draw(0, kDraw);
-  recomputed->set_micro_batch_draw(0, kDraw);
-  EXPECT_EQ(adapter_grads(*kept, tokens), adapter_grads(*recomputed, tokens));
+  expect_recomputation_draws_forwards_mask(lora_moe(0.3));
 }
 
 // Only the routed experts adapted (every block routes, no shared expert): their inputs' mask alone moves the
@@ -206,12 +211,7 @@ TEST(LoraDropoutGradients, MaskActsInTrainingOnly) {
 }
 
 TEST(LoraDropoutGradients, RecomputationDrawsForwardsMask) {
-  const Tokens tokens;
-  auto kept = build(lora_llama(0.3));
-  auto recomputed = build(lora_llama(0.3), Recompute::full);
-  kept->set_micro_batch_draw(0, kDraw);
-  recomputed->set_micro_batch_draw(0, kDraw);
-  EXPECT_EQ(adapter_grads(*kept, tokens), adapter_grads(*recomputed, tokens));
+  expect_recomputation_draws_forwards_mask(lora_llama(0.3));
 }
 
 }  // namespace test_lora_gradients
