@@ -1,6 +1,7 @@
 // A checkpoint's root attributes written and read back checked (checkpoint/attributes.hpp).
 #include "checkpoint/attributes.hpp"
 
+#include "checkpoint/adapter_keys.hpp"
 #include "checkpoint/base_identity.hpp"
 #include "core/errors.hpp"
 #include "core/mpi_check.hpp"
@@ -151,6 +152,7 @@ TrainingProgress read_progress(const io::CheckpointReader& reader, const Config&
   require_same_family(reader, config, path);
   const Config stored = parse_stored_config(*config_text, path);
   require_same_model(stored, config, path);
+  require_same_adapter_keys(stored, config, "checkpoint.resume", path);
   TrainingProgress progress{*step, *tokens};
   // Version 1 files knew only step · global_batch.
   progress.samples = reader.int_attribute(attr::samples_seen).value_or(*step * std::int64_t(stored.train.global_batch));

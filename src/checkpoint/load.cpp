@@ -1,6 +1,8 @@
 // Checkpointer::load and load_weights: each rank reads the pieces it holds, adds the checksums of
 // the parts it would save, and all ranks verify the sums together through io's one verifier
 // (io/checkpoint/checksum_verifier.hpp), the one `meshtrain inspect` uses.
+#include "checkpoint/adapter_keys.hpp"
+#include "checkpoint/attributes.hpp"
 #include "checkpoint/checkpointer.hpp"
 
 #include "checkpoint/contents.hpp"
@@ -115,6 +117,12 @@ void Checkpointer::load_weights_of(const ParameterLayout& layout, const std::str
   agree_on_input(comm_, [&] {
     io::schema::require_known_version(*reader);
     require_same_family(*reader, config_, path);
+    // Adapters taken up from an `import --adapter` file: only under the keys they were made with.
+    if (layout.content() == LayoutContent::adapters) {
+      if (const std::optional<Config> stored = read_stored_config(*reader, path)) {
+        require_same_adapter_keys(*stored, config_, "checkpoint.init_weights", path);
+      }
+    }
   });
   require_run_tokenizer(*reader, "checkpoint.init_weights", path);
   const bool checked = agree_on_input(comm_, [&] {

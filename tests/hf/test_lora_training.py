@@ -400,6 +400,53 @@ class Resume(LoraCase):
             self.assertIn(needle, p.stderr)
 
 
+class AdapterKeys(LoraCase):
+    """Adapters continue only under the keys they were trained with: each of lora.rank, lora.alpha,
+    lora.targets and lora.rslora changed on a resume and on an `import --adapter` file is refused naming the
+    key and both values (the rank used to fail on a tensor shape, the others to train silently)."""
+    changes = (("lora.rank", 4, "3"), ("lora.alpha", 5, "6"), ("lora.targets", "q_proj,v_proj", None),
+               ("lora.rslora", "false", "true"))
+
+    def assert_names(self, p, key, origin, run_value, stored_value):
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn(origin, p.stderr)
+        self.assertIn(f"but this run has {key} = {run_value}", p.stderr)
+        if stored_value is not None:
+            self.assertIn(f"trained with {key} = {stored_value}", p.stderr)
+            self.assertIn(f"set --{key} {stored_value}", p.stderr)
+        self.assertNotIn("another model, or damaged", p.stderr)
+
+    def run_changed(self, ini, name, key, value):
+        args = ["train", "--config", ini, "--data.train", self.path("data.bin"), "--checkpoint.dir",
+                self.path(name + "_ck"), "--data.tokenizer", "", f"--{key}", value]
+        for k, v in KEYS.items():
+            args += [f"--{k}", v]
+        return run(args)
+
+    def test_resume_and_init_weights_name_the_key(self):
+        _, ini = self.import_base(self.adapter())
+        self.train(ini, "stopped", expect=3, **{"train.stop_after": 2})
+        for key, value, stored in self.changes:
+            p = self.run_changed(ini, "stopped", key, value)
+            self.assert_names(p, key, "checkpoint.resume", value, stored)
+            p = self.run_changed(ini, "fresh_" + key, key, value)
+            self.assert_names(p, key, "checkpoint.init_weights", value, stored)
+            self.assertIn(self.path("init.h5"), p.stderr)
+        # The same keys as stored resume (lora.dropout is free to change).
+        resumed, _ = self.train(ini, "stopped", **{"lora.dropout": 0.1})
+        self.assertEqual(resumed[-1]["step"], KEYS["train.steps"])
+
+    def test_full_checkpoint_and_adapter_run(self):
+        base, ini = self.import_base()
+        self.train(ini, "full", expect=3, **{"train.stop_after": 1})
+        lora = {"lora.rank": 2, "lora.alpha": 4, "lora.targets": "q_proj"}
+        p = run(["train", "--config", ini, "--data.train", self.path("data.bin"), "--checkpoint.dir",
+                 self.path("full_ck"), "--data.tokenizer", ""]
+                + [str(x) for k, v in {**KEYS, **lora}.items() for x in (f"--{k}", v)])
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("holds a full model (lora.rank = 0, no adapters), but this run has lora.rank = 2", p.stderr)
+
+
 def main():
     global MESHTRAIN, WORKDIR, MPIEXEC
     ap = argparse.ArgumentParser()
@@ -407,11 +454,11 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec"))
     ap.add_argument("--group", choices=["reference", "layouts", "all"], default="all",
-                    help="reference: Reference, Gpt2Reference and Fresh; layouts: Layouts, Gpt2Layouts, Dropout, Gpt2Dropout and Resume")
+                    help="reference: Reference, Gpt2Reference, Fresh and AdapterKeys; layouts: Layouts, Gpt2Layouts, Dropout, Gpt2Dropout and Resume")
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
-    groups = {"reference": (Reference, Gpt2Reference, MixtralReference, Fresh),
+    groups = {"reference": (Reference, Gpt2Reference, MixtralReference, Fresh, AdapterKeys),
               "layouts": (Layouts, Gpt2Layouts, Dropout, Gpt2Dropout, Resume, MoeLayouts)}
     run_cases(groups["reference"] + groups["layouts"] if args.group == "all" else groups[args.group], args.pattern)
 
