@@ -18,6 +18,8 @@
               differs from the run without dropout; the same on gpt2's c_attn, c_proj and c_fc
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
+  AdapterKeys lora.rank, lora.alpha, lora.targets or lora.rslora changed on a resume or on an imported adapter in
+              init_weights: exit 2 naming the key and both values; a full checkpoint under a LoRA run named as one
   Mixtral     Reference's checks on q, v, every routed expert's w1, w2, w3 and the routers (gate)
   GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
               term: Reference's checks on c_attn, c_proj (attention's and MLP's) and c_fc at rank 3, and
