@@ -12,6 +12,7 @@
 #include <sentencepiece_trainer.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -59,6 +60,9 @@ constexpr const char* character_coverage = "0.9995";
 // The trainer's options (share/docs/usage.md, Tokenizers, which gives the reasons): exact round
 // trips (byte fallback, no normalisation, whitespace kept as it is), no control pieces but <unk>
 // (and those of --special), and one thread with a fixed seed, so that the same text gives the same file.
+// SentencePiece's own default, stated so that a refusal can name it: longer lines are skipped in training.
+constexpr std::size_t max_training_line_bytes = 4192;
+
 std::unordered_map<std::string, std::string> training_options(int vocab) {
   return {{"model_type", "bpe"},
           {"vocab_size", std::to_string(vocab)},
@@ -74,6 +78,7 @@ std::unordered_map<std::string, std::string> training_options(int vocab) {
           {"eos_id", "-1"},
           {"pad_id", "-1"},
           {"num_threads", "1"},
+          {"max_sentence_length", std::to_string(max_training_line_bytes)},
           {"minloglevel", "1"}};  // warnings and errors only: no progress log on stderr
 }
 
@@ -190,13 +195,29 @@ std::string train_bpe_model(const std::vector<std::string_view>& lines, int voca
   auto options = training_options(vocab);
   // Chat templates' tokens (tokenizer train --special): control pieces, which text never produces.
   if (!special.empty()) options["control_symbols"] = fmt::format("{}", fmt::join(special, ","));
+  // SentencePiece skips a line over its limit with a warning only, and fails on what is left with no reason.
+  std::size_t too_long = 0, longest = 0;
+  for (std::string_view line : lines) {
+    too_long += line.size() > max_training_line_bytes;
+    longest = std::max(longest, line.size());
+  }
+  const std::string skipped =
+      too_long == 0 ? std::string()
+                    : fmt::format(
+                          "{} of the {} lines {} longer than SentencePiece's limit of {} bytes (the longest: {} "
+                          "bytes) and {} skipped: break the text into shorter lines",
+                          too_long, lines.size(), too_long == 1 ? "is" : "are", max_training_line_bytes, longest,
+                          too_long == 1 ? "is" : "are");
+  if (too_long == lines.size()) input_error("nothing to train a tokenizer on: {}", skipped);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(options, &iterator, &model);
   if (!status.ok()) {
+    const std::string why = reason(status);
     input_error(
-        "--vocab {}: SentencePiece cannot train it from these texts: {} (meshtrain keeps character_coverage at "
+        "--vocab {}: SentencePiece cannot train it from these texts: {}{}{} (meshtrain keeps character_coverage at "
         "{}: change --vocab)",
-        vocab, reason(status), character_coverage);
+        vocab, why.find_first_not_of(" (") == std::string::npos ? "it gives no reason" : why,
+        skipped.empty() ? "" : "; ", skipped, character_coverage);
   }
   return model;
 }

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -165,7 +166,13 @@ int import_command(const Args& args, MPI_Comm comm) {
   const fs::path dir = args[0];
   parse_options(Args(args.begin() + 1, args.end()), options, usage);
   if (out.empty() || ini.empty()) input_error("--out and --ini name the files to write (usage: {})", usage);
-  if (seq_len < 0) input_error("--seq-len = {} is invalid: it must be >= 1 (or left out)", seq_len);
+  // 0 is the option's own "not given": given, it would silently mean the default.
+  const bool seq_len_given =
+      std::any_of(args.begin() + 1, args.end(), [](const std::string& a) { return a.rfind("--seq-len", 0) == 0; });
+  if (seq_len < 0 || (seq_len_given && seq_len == 0)) {
+    input_error("--seq-len = {} is invalid: it must be >= 1 (or left out: max_position_embeddings, at most 4096)",
+                seq_len);
+  }
   if (!fs::is_directory(dir)) {
     input_error(
         "'{}' is not a directory: import reads a Hugging Face model directory (config.json, "

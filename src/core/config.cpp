@@ -387,10 +387,21 @@ void validate_family(const ModelConfig& m, const GivenKeys& given) {
 }
 
 // The [lora] keys; the target names are the family's (model/lora_sites.cpp checks them).
-void validate_lora(const Config& c) {
+// A [lora] key given without lora.rank (even at its default) would train the full model the author
+// meant to adapt: refused, as a llama key under gpt2 is.
+void validate_lora(const Config& c, const GivenKeys& given) {
   const LoraConfig& l = c.model.lora;
   if (l.rank < 0 || l.rank > 65536) input_error("lora.rank = {} is invalid: it must lie in 0..65536 (0: off)", l.rank);
-  if (!l.enabled()) return;
+  if (!l.enabled()) {
+    for (const char* key : {"lora.alpha", "lora.dropout", "lora.targets", "lora.rslora"}) {
+      if (given.contains(key)) {
+        input_error(
+            "{} is a LoRA key and lora.rank = 0 (full training): set lora.rank > 0 to train adapters, or leave {} out",
+            key, key);
+      }
+    }
+    return;
+  }
   require_positive_real("lora.alpha", l.alpha);
   if (!std::isfinite(l.dropout) || l.dropout < 0 || l.dropout >= 1) {
     input_error("lora.dropout = {} is invalid: it must lie in [0, 1)", l.dropout);
@@ -485,7 +496,7 @@ void validate(const Config& c, const GivenKeys& given) {
   require_positive("log.every", c.log.every);
   require_non_negative("log.peak_tflops", c.log.peak_tflops);
   if (c.log.timing_every < 0) input_error("log.timing_every = {} is invalid: it must be >= 0", c.log.timing_every);
-  validate_lora(c);
+  validate_lora(c, given);
   // Last: every size the keys imply, now that each key is valid on its own.
   require_sizes_fit(c.model, c.train.micro_batch, c.parallel.ep);
 }

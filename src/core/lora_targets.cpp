@@ -29,14 +29,24 @@ std::string mixtral_hint(const std::string& name) {
   return "";
 }
 
+// The comma-separated names, trimmed; none for a blank text. A blank entry among names ("q_proj,,v_proj",
+// a trailing comma) is refused with its position: a name lost in an edit would otherwise go unnoticed.
 std::vector<std::string> split_names(const std::string& text) {
   std::vector<std::string> names;
-  std::stringstream in(text);
-  for (std::string name; std::getline(in, name, ',');) {
+  if (text.find_first_not_of(" \t") == std::string::npos) return names;
+  std::size_t start = 0;
+  for (int position = 1;; ++position) {
+    const std::size_t comma = text.find(',', start);
+    const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     const auto first = name.find_first_not_of(" \t"), last = name.find_last_not_of(" \t");
-    if (first != std::string::npos) names.push_back(name.substr(first, last - first + 1));
+    if (first == std::string::npos) {
+      input_error("lora.targets = '{}': entry {} is empty: give comma-separated module names without blank entries",
+                  text, position);
+    }
+    names.push_back(name.substr(first, last - first + 1));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
   }
-  return names;
 }
 
 }  // namespace

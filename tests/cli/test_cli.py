@@ -428,6 +428,17 @@ class BadInput(CliCase):
         self.rejects({"model.multiple_of": 256}, needles=["model.multiple_of is a llama key", "model.arch = llama"])
         self.rejects({"model.capacity_factor": 1.5}, needles=["model.capacity_factor is a llama key"])
 
+    def test_lora_key_without_rank(self):
+        # A [lora] key without lora.rank trained the full model and said nothing.
+        for key, value in (("lora.alpha", 16), ("lora.targets", "c_attn"), ("lora.dropout", 0),
+                           ("lora.rslora", "false")):
+            self.rejects({key: value}, needles=[f"{key} is a LoRA key", "lora.rank = 0", "set lora.rank > 0"])
+
+    def test_lora_targets_with_a_blank_entry(self):
+        for targets, entry in (("c_attn,,c_fc", 2), ("c_attn,", 2), (",c_attn", 1), ("c_attn, ,c_fc", 2)):
+            self.rejects({"lora.rank": 2, "lora.targets": targets, "checkpoint.init_weights": "base.h5"},
+                         needles=["lora.targets", f"entry {entry} is empty"])
+
     # --- sizes in 64 bits, checked once (share/docs/usage.md, Faults: Sizes that do not fit). Each case wrapped an
     # int before: a short timeout turns a regression that hangs into a failure.
 

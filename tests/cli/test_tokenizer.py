@@ -146,6 +146,16 @@ class Tokenizers(CliCase):
         self.assert_bad_input(p, "--vocab 65536", "Vocabulary size too high")
         self.assertFalse(os.path.exists(self.path("v.model")))
 
+    def test_lines_over_sentencepieces_limit_are_named(self):
+        # SentencePiece skips a line over 4192 bytes and then failed with an empty reason: the count, the longest
+        # line and the limit are named.
+        with open(self.path("long.txt"), "w") as f:
+            f.write("ab" * 100000 + "\n")
+        p = cli.run(["tokenizer", "train", "--text", "long.txt", "--vocab", 300, "--out", "l.model"], self.dir)
+        self.assert_bad_input(p, "1 of the 1 lines", "4192 bytes", "200000 bytes", "shorter lines")
+        self.assertNotIn("texts:  (", p.stderr)
+        self.assertFalse(os.path.exists(self.path("l.model")))
+
     def test_a_model_of_more_than_65536_pieces_makes_no_shard(self):
         # The trained model with pieces appended to 65537: a valid SentencePiece model too large for uint16 ids.
         extra = b"".join(protobuf_piece(f"\u2581zz{i}".encode(), -1e6 - i) for i in range(65537 - VOCAB))

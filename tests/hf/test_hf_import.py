@@ -248,6 +248,10 @@ class BadInput(HfCase):
         self.assertFalse(os.path.exists(self.path("w.ini")), "INI written")
         return p
 
+    def test_seq_len_zero(self):
+        # 0 silently meant the default.
+        self.refused(self.write("llama"), "--seq-len = 0", "must be >= 1", extra=["--seq-len", "0"])
+
     def test_missing_shard(self):
         source = self.write("llama")
         index = json.load(open(os.path.join(source, "model.safetensors.index.json")))
