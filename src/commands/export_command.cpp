@@ -9,6 +9,7 @@
 // adapter directory; --format hf --merge-lora the base model with the adapters merged into it.
 #include "commands/commands.hpp"
 #include "commands/lora_export.hpp"
+#include "commands/output_directory.hpp"
 
 #include "checkpoint/attributes.hpp"
 #include "checkpoint/contents.hpp"
@@ -136,17 +137,22 @@ void export_hf(const io::CheckpointReader& reader, const std::string& path, cons
   std::vector<io::Output> outputs;
   for (const std::string& name : io::hf_weights_file_names(tensors, options)) {
     const std::string p = (fs::path(dir) / name).string();
-    outputs.push_back({"--out", p, io::FileKind::other, false, {io::safetensors_temporary_path(p)}});
+    // The weights are safetensors files, their index a JSON text: an earlier export's are replaced.
+    const io::FileKind kind = name.ends_with(".safetensors") ? io::FileKind::safetensors : io::FileKind::other;
+    outputs.push_back({"--out", p, kind, false, {io::safetensors_temporary_path(p)}});
   }
-  std::vector<std::string> written_beside = {"config.json", "generation_config.json"};
-  for (const fs::path& p : tokenizer) written_beside.push_back(p.filename().string());
-  for (const std::string& name : written_beside) {
+  // Beside them JSON texts, and the tokenizer's files copied, each of its source's kind: an earlier export's
+  // copies are replaced, a file of another kind under their names refused.
+  std::vector<std::pair<std::string, io::FileKind>> written_beside = {{"config.json", io::FileKind::other},
+                                                                      {"generation_config.json", io::FileKind::other}};
+  for (const fs::path& p : tokenizer) written_beside.emplace_back(p.filename().string(), io::file_kind(p.string()));
+  for (const auto& [name, kind] : written_beside) {
     const std::string p = (fs::path(dir) / name).string();
-    outputs.push_back({"--out", p, io::FileKind::other, false, {io::staged_temporary_path(p)}});
+    outputs.push_back({"--out", p, kind, false, {io::staged_temporary_path(p)}});
   }
   for (const io::Output& o : outputs) io::require_safe_output(o, inputs);
   if (fs::exists(dir) && !fs::is_directory(dir)) input_error("--out '{}' is not a directory", dir);
-  fs::create_directories(dir);
+  CreatedDirectory created_dir(dir);
 
   const std::string torch_dtype = dtype == "bf16" ? "bfloat16" : "float32";
   const nlohmann::json config = hf::config_json(model, torch_dtype);
@@ -162,6 +168,7 @@ void export_hf(const io::CheckpointReader& reader, const std::string& path, cons
   }
   const std::vector<std::string> weights = io::write_hf_weights(dir, tensors, options);
   beside.commit();
+  created_dir.keep();
   fmt::print("wrote {} tensors from {}{} as a Hugging Face {} ({}, {} weight file{}) to {}\n", tensors.size(), path,
              merged != nullptr ? fmt::format(" (LoRA merged into the base {})", merged->base_path()) : "",
              hf::architecture_name(architecture), torch_dtype, weights.size(), weights.size() == 1 ? "" : "s", dir);

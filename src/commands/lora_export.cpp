@@ -1,5 +1,6 @@
 // PEFT export and merged export of LoRA adapters (commands/lora_export.hpp).
 #include "commands/lora_export.hpp"
+#include "commands/output_directory.hpp"
 
 #include "checkpoint/base_identity.hpp"
 #include "core/errors.hpp"
@@ -98,12 +99,13 @@ void export_peft(const io::CheckpointReader& reader, const std::string& dir) {
       tensors.push_back({hf::peft_tensor_name(architecture, t->name), t->shape, read_verified(reader, *t)});
     }
   }
-  fs::create_directories(dir);
+  CreatedDirectory created_dir(dir);
   const nlohmann::json json = hf::peft_config_json(file.config.model, base_name(reader, file));
   io::StagedFiles beside("PEFT adapter config");
   beside.write(config, [&](const auto& append) { append(json.dump(2) + "\n"); });
   io::write_safetensors(weights, tensors, {{"format", "pt"}});
   beside.commit();
+  created_dir.keep();
   fmt::print("wrote {} adapter tensors from {} as a PEFT LoRA adapter (r = {} on {}) to {}\n", tensors.size(),
              reader.path(), file.config.model.lora.rank, file.config.model.lora.targets, dir);
 }

@@ -400,6 +400,67 @@ class Mixtral(LoraCase):
         self.assertFalse(os.path.exists(self.path("no")), "refused exports wrote output")
 
 
+def dir_bytes(path):
+    """Every file of a directory and its bytes."""
+    return {name: open(os.path.join(path, name), "rb").read() for name in sorted(os.listdir(path))}
+
+
+class Exports(LoraCase):
+    """Exports into their own earlier directories, and into mounts that cannot take them."""
+
+    def setUp(self):
+        super().setUp()
+        base = self.base_dir()
+        adapter, _, _ = self.adapter(base, ["q_proj", "v_proj"], 2, 4)
+        self.weights, _ = self.import_adapter(base, adapter)
+        p = run(["import", base, "--out", self.path("base.h5"), "--ini", self.path("base.ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_again_into_its_own_directory(self):
+        # The second export was refused: its weight files were registered as no kind of their own.
+        for name, args in (("hf", [self.path("base.h5"), "--format", "hf"]),
+                           ("hf_bf16", [self.path("base.h5"), "--format", "hf", "--dtype", "bf16"]),
+                           ("merged", [self.weights, "--format", "hf", "--merge-lora"]),
+                           ("peft", [self.weights, "--format", "peft"])):
+            with self.subTest(export=name):
+                self.export(*args, "--out", self.path(name))
+                first = dir_bytes(self.path(name))
+                self.export(*args, "--out", self.path(name))
+                self.assertEqual(dir_bytes(self.path(name)), first)
+        # An unrelated file under a weight file's name is still refused, and kept.
+        os.makedirs(self.path("foreign"))
+        with open(self.path("foreign", "model.safetensors"), "w") as f:
+            f.write("notes\n")
+        self.assert_refused(run(["export", self.path("base.h5"), "--format", "hf", "--out", self.path("foreign")]),
+                            "model.safetensors", "replaces only its own kind")
+        self.assertEqual(open(self.path("foreign", "model.safetensors")).read(), "notes\n")
+
+    def mount(self, name, size, read_only=False):
+        path = self.path(name)
+        os.makedirs(path)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True,
+                          timeout=10).returncode != 0:
+            self.skipTest("tmpfs cannot be mounted here (not root)")
+        self.addCleanup(subprocess.run, ["umount", "-l", path], capture_output=True, timeout=10)
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", path], check=True, capture_output=True, timeout=10)
+        return path
+
+    def test_full_and_read_only_mounts(self):
+        full = self.mount("full", "8k")
+        for args in ([self.path("base.h5"), "--format", "hf"], [self.weights, "--format", "hf", "--merge-lora"]):
+            with self.subTest(args=args):
+                p = run(["export", *args, "--out", os.path.join(full, "out", "model")])
+                self.assert_refused(p, "No space left on device")
+                # No directory it created left behind (the leaf; its parent went with the mount's test).
+                self.assertFalse(os.path.exists(os.path.join(full, "out", "model")), p.stderr)
+        read_only = self.mount("ro", "1m", read_only=True)
+        for fmt in ("hf", "peft"):
+            p = run(["export", self.weights if fmt == "peft" else self.path("base.h5"), "--format", fmt, "--out",
+                     os.path.join(read_only, "out")])
+            self.assert_refused(p, os.path.join(read_only, "out"), "cannot create the directory")
+
+
 class BaseIdentity(LoraCase):
     def test_xxh64_against_known_values(self):
         # Known values (the specification's and the reference implementation's), so that a faulty
@@ -559,7 +620,7 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir)
-    run_cases((RoundTrip, Mixtral, BaseIdentity, Refusals), args.pattern)
+    run_cases((RoundTrip, Mixtral, BaseIdentity, Refusals, Exports), args.pattern)
 
 
 if __name__ == "__main__":
