@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 namespace meshtrain::io {
 namespace {
@@ -101,6 +103,33 @@ bool is_tokenizer_json_file(const std::string& path) {
   return size <= whole_file_limit && head(path, 1) == "{" && is_tokenizer_json(head(path, std::size_t(size)));
 }
 
+// The sections of meshtrain's keys (share/docs/usage.md, Keys; core/config.cpp's table), which an INI of
+// them is made of. A text is one when its first line that is no comment or blank is such a section and
+// every other is a section of them, `key = value`, a comment or blank: a config a user wrote by hand is
+// one too, and no --out replaces it.
+bool is_config_ini(const std::string& path) {
+  static const std::vector<std::string> sections = {"[checkpoint]", "[data]",  "[log]",      "[lora]",
+                                                    "[model]",      "[optim]", "[parallel]", "[train]"};
+  constexpr std::uintmax_t ini_limit = std::uintmax_t(1) << 20;
+  const std::uintmax_t size = size_of(path);
+  if (size > ini_limit) return false;
+  std::istringstream lines(head(path, std::size_t(size)));
+  bool in_section = false;
+  for (std::string line; std::getline(lines, line);) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#' || line[first] == ';') continue;
+    const auto last = line.find_last_not_of(" \t\r");
+    const std::string text = line.substr(first, last - first + 1);
+    if (text.front() == '[') {
+      if (std::find(sections.begin(), sections.end(), text) == sections.end()) return false;
+      in_section = true;
+    } else if (!in_section || text.find('=') == std::string::npos || text.front() == '=') {
+      return false;
+    }
+  }
+  return in_section;
+}
+
 FileKind file_kind(const std::string& path) {
   if (size_of(path) == 0) return FileKind::empty;
   if (is_hdf5(path)) return FileKind::hdf5;
@@ -111,6 +140,7 @@ FileKind file_kind(const std::string& path) {
   if (is_metrics_jsonl(path)) return FileKind::metrics_jsonl;
   if (is_tokenizer_model(path)) return FileKind::tokenizer;
   if (is_tokenizer_json_file(path)) return FileKind::tokenizer_json;
+  if (is_config_ini(path)) return FileKind::config_ini;
   return FileKind::other;
 }
 
@@ -125,6 +155,7 @@ std::string_view describe(FileKind kind) {
     case FileKind::metrics_jsonl: return "a metrics file (log.metrics)";
     case FileKind::tokenizer: return "a SentencePiece tokenizer model";
     case FileKind::tokenizer_json: return "a tokenizer.json";
+    case FileKind::config_ini: return "a meshtrain INI of keys";
     case FileKind::other: break;
   }
   return "a file of another kind";

@@ -21,6 +21,7 @@ enum class FileKind {
   metrics_jsonl,   // log.metrics' JSON lines: the first is an object with "step"
   tokenizer,       // a SentencePiece model that io::Tokenizer::load accepts
   tokenizer_json,  // a JSON object with a "model" object (io/tokenizer_json.hpp)
+  config_ini,      // an INI of meshtrain's sections ([model], [train], ...): `import --ini`'s, a run's --config
   other,           // anything else (text, a config file, ...)
 };
 
@@ -32,10 +33,11 @@ bool is_traffic_json(const std::string& path);
 bool is_metrics_jsonl(const std::string& path);
 bool is_tokenizer_model(const std::string& path);
 bool is_tokenizer_json_file(const std::string& path);
+bool is_config_ini(const std::string& path);
 
 // The kind of an existing regular file: the first test above that it passes, in that order (the
-// ones with a magic number first, the SentencePiece parse and the tokenizer.json, the least
-// specific, last).
+// ones with a magic number first, the SentencePiece parse, the tokenizer.json and the INI, the
+// least specific, last).
 FileKind file_kind(const std::string& path);
 
 // "an HDF5 file (a checkpoint?)", "a token shard", ...: for messages.

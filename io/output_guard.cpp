@@ -28,6 +28,7 @@ std::string_view kind_noun(FileKind kind) {
     case FileKind::metrics_jsonl: return "a metrics file (JSON lines)";
     case FileKind::traffic_json: return "a traffic file (JSON)";
     case FileKind::hdf5: return "an HDF5 file";
+    case FileKind::config_ini: return "a meshtrain INI";
     case FileKind::empty:
     case FileKind::other: break;
   }

@@ -205,7 +205,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   const std::vector<Source> sources = match_tensors(reader, imported.architecture, config.model, tied_copy);
 
   const io::Output weights{"--out", out, io::FileKind::hdf5, false, {out + ".tmp"}};
-  const io::Output keys{"--ini", ini, io::FileKind::other, false, {io::atomic_temporary_path(ini)}};
+  const io::Output keys{"--ini", ini, io::FileKind::config_ini, false, {io::atomic_temporary_path(ini)}};
   std::vector<io::NamedPath> inputs = {{"config.json", config_path}, {"the weights", reader.source()}};
   if (tokenizer) inputs.push_back({"the tokenizer", *tokenizer});
   for (const auto& t : reader.tensors()) inputs.push_back({"a weights shard", reader.file_of(t.name)});

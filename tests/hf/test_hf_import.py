@@ -248,6 +248,28 @@ class BadInput(HfCase):
         self.assertFalse(os.path.exists(self.path("w.ini")), "INI written")
         return p
 
+    def test_ini_through_the_output_guard(self):
+        # --ini replaced any file, an unrelated text included, and exited 0.
+        source = self.write("llama")
+        os.makedirs(self.path("a_dir"))
+        with open(self.path("notes.txt"), "w") as f:
+            f.write("my notes\n")
+        for ini, needles in ((self.path("notes.txt"), ("--ini", "notes.txt", "replaces only its own kind")),
+                             (self.path("a_dir"), ("--ini", "a_dir", "is a directory")),
+                             (os.path.join(source, "config.json"), ("--ini", "the same file as config.json"))):
+            with self.subTest(ini=ini):
+                p = run(["import", source, "--out", self.path("w.h5"), "--ini", ini])
+                self.assert_refused(p, *needles)
+                self.assertFalse(os.path.exists(self.path("w.h5")), "weights written")
+        self.assertEqual(open(self.path("notes.txt")).read(), "my notes\n")
+        # Its own kind again: an earlier import's INI, and a config written by hand, are replaced.
+        with open(self.path("mine.ini"), "w") as f:
+            f.write("[train]\nsteps = 3\n")
+        for _ in range(2):
+            p = run(["import", source, "--out", self.path("w.h5"), "--ini", self.path("mine.ini")])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("[model]", open(self.path("mine.ini")).read())
+
     def test_seq_len_zero(self):
         # 0 silently meant the default.
         self.refused(self.write("llama"), "--seq-len = 0", "must be >= 1", extra=["--seq-len", "0"])

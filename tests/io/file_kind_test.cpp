@@ -62,8 +62,27 @@ TEST(FileKind, LookalikesAreOfAnotherKind) {
   write_bytes(dir / "d.bin", {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{'});  // a header longer than the file
   EXPECT_EQ(file_kind(dir / "a.json"), FileKind::metrics_jsonl);
   EXPECT_EQ(file_kind(dir / "b.json"), FileKind::other);
-  EXPECT_EQ(file_kind(dir / "c.ini"), FileKind::other);
+  EXPECT_EQ(file_kind(dir / "c.ini"), FileKind::config_ini);  // meshtrain's [train] section: a config of its keys
   EXPECT_EQ(file_kind(dir / "d.bin"), FileKind::other);
+}
+
+// `import --ini`'s file and a config written by hand are INIs of meshtrain's keys; an INI of other sections,
+// a line that is no key = value, or keys before any section are other texts.
+TEST(FileKind, IniOfMeshtrainsSections) {
+  LocalDir dir;
+  write_text(dir / "import.ini",
+             "# meshtrain import /m: LlamaForCausalLM\n[model]\narch = llama\nlayers = 2\n[lora]\nrank = 4\n"
+             "[checkpoint]\ninit_weights = /w.h5\n[data]\ntokenizer = /m/tokenizer.json\n");
+  write_text(dir / "run.ini", "; by hand\n\n[train]\r\n  steps = 10\r\n[optim]\nlr = 3e-4\n[parallel]\ntp=2\n[log]\n");
+  write_text(dir / "other_section.ini", "[model]\nlayers = 2\n[server]\nport = 80\n");
+  write_text(dir / "no_equals.ini", "[train]\nsteps 4\n");
+  write_text(dir / "before_section.ini", "steps = 4\n[train]\n");
+  write_text(dir / "comments_only.ini", "# [model]\n");
+  EXPECT_EQ(file_kind(dir / "import.ini"), FileKind::config_ini);
+  EXPECT_EQ(file_kind(dir / "run.ini"), FileKind::config_ini);
+  for (const char* name : {"other_section.ini", "no_equals.ini", "before_section.ini", "comments_only.ini"}) {
+    EXPECT_EQ(file_kind(dir / name), FileKind::other) << name;
+  }
 }
 
 }  // namespace file_kind_test
