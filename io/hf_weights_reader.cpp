@@ -3,6 +3,7 @@
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
+#include "io/json_input.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -84,9 +85,9 @@ void HfWeightsReader::list_index() {
   }
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(read_regular_file(source_, "safetensors index"));
-  } catch (const nlohmann::json::parse_error& e) {
-    input_error("safetensors index {} is not valid JSON ({})", source_, e.what());
+    index = parse_json_input(read_regular_file(source_, "safetensors index"));
+  } catch (const JsonInputError& e) {
+    input_error("safetensors index {} is not valid JSON ({})", source_, e.located());
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     input_error(
@@ -99,7 +100,7 @@ void HfWeightsReader::list_index() {
   for (const auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string() || !plain_file_name(shard.get<std::string>())) {
       input_error("safetensors index {}, tensor '{}': its shard is {}, expected the name of a file beside the index",
-                  source_, name, shard.dump());
+                  source_, name, json_excerpt(shard));
     }
     listed[shard.get<std::string>()].push_back(name);
   }

@@ -3,6 +3,7 @@
 
 #include "core/errors.hpp"
 #include "core/half_types.hpp"
+#include "io/json_input.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -36,7 +37,7 @@ std::string where(const std::string& path, const std::string& name) {
 
 std::uint64_t unsigned_field(const std::string& path, const std::string& name, const json& value, const char* key) {
   if (!value.is_number_unsigned()) {
-    input_error("{}: {} holds {}, expected non-negative integers", where(path, name), key, value.dump());
+    input_error("{}: {} holds {}, expected non-negative integers", where(path, name), key, json_excerpt(value));
   }
   return value.get<std::uint64_t>();
 }
@@ -45,7 +46,7 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
                               std::uint64_t data_bytes) {
   if (!entry.is_object()) {
     input_error("{}: the entry is {}, expected an object with dtype, shape and data_offsets", where(path, name),
-                entry.dump());
+                json_excerpt(entry));
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     if (!entry.contains(key)) {
@@ -58,21 +59,23 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
   const json& dtype = entry["dtype"];
   const auto parsed = dtype.is_string() ? parse_dtype(dtype.get<std::string>()) : std::nullopt;
   if (!parsed) {
-    input_error("{}: dtype {} is not supported: valid dtypes are {}", where(path, name), dtype.dump(), readable_dtypes);
+    input_error("{}: dtype {} is not supported: valid dtypes are {}", where(path, name), json_excerpt(dtype),
+                readable_dtypes);
   }
   t.dtype = *parsed;
   const json& shape = entry["shape"];
-  if (!shape.is_array()) input_error("{}: shape holds {}, expected an array of sizes", where(path, name), shape.dump());
+  if (!shape.is_array())
+    input_error("{}: shape holds {}, expected an array of sizes", where(path, name), json_excerpt(shape));
   std::uint64_t elements = 1;
   for (const json& d : shape) {
     t.shape.push_back(unsigned_field(path, name, d, "shape"));
     if (__builtin_mul_overflow(elements, t.shape.back(), &elements)) {
-      input_error("{}: shape {} has more elements than 2^64", where(path, name), shape.dump());
+      input_error("{}: shape {} has more elements than 2^64", where(path, name), json_excerpt(shape));
     }
   }
   const json& offsets = entry["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2) {
-    input_error("{}: data_offsets holds {}, expected [begin, end]", where(path, name), offsets.dump());
+    input_error("{}: data_offsets holds {}, expected [begin, end]", where(path, name), json_excerpt(offsets));
   }
   t.begin = unsigned_field(path, name, offsets[0], "data_offsets");
   t.end = unsigned_field(path, name, offsets[1], "data_offsets");
@@ -95,12 +98,13 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
 
 std::map<std::string, std::string> parse_metadata(const std::string& path, const json& metadata) {
   if (!metadata.is_object()) {
-    input_error("safetensors file {}: __metadata__ is {}, expected an object of strings", path, metadata.dump());
+    input_error("safetensors file {}: __metadata__ is {}, expected an object of strings", path, json_excerpt(metadata));
   }
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : metadata.items()) {
     if (!value.is_string()) {
-      input_error("safetensors file {}: __metadata__ key '{}' holds {}, expected a string", path, key, value.dump());
+      input_error("safetensors file {}: __metadata__ key '{}' holds {}, expected a string", path, key,
+                  json_excerpt(value));
     }
     out[key] = value.get<std::string>();
   }
@@ -160,12 +164,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), map_(pa
   const auto* text = reinterpret_cast<const char*>(map_.data() + 8);
   json header;
   try {
-    header = json::parse(text, text + header_bytes);
-  } catch (const json::parse_error& e) {
+    header = parse_json_input(std::string_view(text, header_bytes));
+  } catch (const JsonInputError& e) {
     input_error(
         "safetensors file {}: its {}-byte header is not valid JSON ({}): the file is corrupt or its header "
         "length lies",
-        path, header_bytes, e.what());
+        path, header_bytes, e.located());
   }
   if (!header.is_object()) {
     input_error("safetensors file {}: its header is {}, expected a JSON object of tensors", path, header.type_name());

@@ -3,6 +3,7 @@
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
+#include "io/json_input.hpp"
 #include "io/utf8.hpp"
 
 #include <fmt/format.h>
@@ -54,7 +55,7 @@ const json& string_field(const std::string& where, const json& object, const std
                          const std::string& name) {
   const auto it = object.find(key);
   if (it == object.end()) record_error(where, "{} is missing", name);
-  if (!it->is_string()) record_error(where, "{} is {}, expected a string", name, it->dump());
+  if (!it->is_string()) record_error(where, "{} is {}, expected a string", name, json_excerpt(*it));
   return *it;
 }
 
@@ -62,7 +63,7 @@ Role parse_role(const std::string& where, const std::string& name, const std::st
   if (role == "system") return Role::system;
   if (role == "user") return Role::user;
   if (role == "assistant") return Role::assistant;
-  record_error(where, "{} {} is not system, user or assistant", name, json(role).dump());
+  record_error(where, "{} {} is not system, user or assistant", name, json_excerpt(json(role)));
 }
 
 std::string_view role_name(Role role) {
@@ -76,12 +77,14 @@ std::string_view role_name(Role role) {
 
 void read_chat(SftRecord& record, const json& messages) {
   const std::string& where = record.where;
-  if (!messages.is_array()) record_error(where, "messages is {}, expected an array of messages", messages.dump());
+  if (!messages.is_array())
+    record_error(where, "messages is {}, expected an array of messages", json_excerpt(messages));
   if (messages.empty()) record_error(where, "messages is empty; a chat needs a user turn and an assistant turn");
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string name = fmt::format("messages[{}]", i);
     const json& m = messages[i];
-    if (!m.is_object()) record_error(where, "{} is {}, expected an object with role and content", name, m.dump());
+    if (!m.is_object())
+      record_error(where, "{} is {}, expected an object with role and content", name, json_excerpt(m));
     const Role role = parse_role(where, name + ".role", string_field(where, m, "role", name + ".role"));
     std::string content = string_field(where, m, "content", name + ".content").get<std::string>();
     // The order: an optional system message first, then user, assistant, user, ...
@@ -120,13 +123,9 @@ SftRecord read_record(const std::string& where, std::string_view line) {
   if (const auto at = first_invalid_utf8(line)) utf8_error(where, line, *at);
   json j;
   try {
-    j = json::parse(line);
-  } catch (const json::parse_error& e) {
-    // nlohmann's reason without its "[json.exception.parse_error.101] parse error at line 1, column 15: ".
-    const std::string what = e.what();
-    const std::size_t reason = what.find(": ", what.find("] "));
-    record_error(where, "not valid JSON (byte {}: {}); each line holds one JSON object", e.byte,
-                 reason == std::string::npos ? what : what.substr(reason + 2));
+    j = parse_json_input(line);
+  } catch (const JsonInputError& e) {
+    record_error(where, "not valid JSON ({}); each line holds one JSON object", e.located());
   }
   if (!j.is_object()) {
     record_error(where,

@@ -2,6 +2,7 @@
 #include "io/staged_files.hpp"
 
 #include "core/errors.hpp"
+#include "io/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,7 +14,8 @@
 
 namespace meshtrain::io {
 
-std::string staged_temporary_path(const std::string& path) { return path + ".tmp"; }
+// Unique to this process: two writers of one path each stage their own file, and the last rename wins whole.
+std::string staged_temporary_path(const std::string& path) { return atomic_temporary_path(path); }
 
 StagedFiles::~StagedFiles() {
   if (!committed_) remove_all();
@@ -28,8 +30,9 @@ void StagedFiles::remove_all() {
 }
 
 void StagedFiles::fail(const std::string& path, const char* step, int err) {
+  const std::string named = path;  // `path` may be an element of paths_, which remove_all() clears
   remove_all();
-  input_error("cannot write {} {}: {} failed: {}", what_, path, step, std::strerror(err));
+  input_error("cannot write {} {}: {} failed: {}", what_, named, step, std::strerror(err));
 }
 
 void StagedFiles::write(const std::string& path, const std::function<void(const Append&)>& produce) {

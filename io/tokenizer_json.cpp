@@ -4,6 +4,8 @@
 
 #include "core/errors.hpp"
 #include "io/bpe_model.hpp"
+#include "io/json_input.hpp"
+#include "io/tokenizer_json_keys.hpp"
 #include "io/utf8.hpp"
 
 #include <nlohmann/json.hpp>
@@ -29,47 +31,6 @@ using nlohmann::json;
 // GPT-2's split regex: what ByteLevel's use_regex applies.
 constexpr std::string_view gpt2_split_pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// Ids are kept in tables one entry per id: a bound keeps a file from asking for gigabytes.
-constexpr int max_id = (1 << 24) - 1;
-
-// The file being read, for messages: "tokenizer 'tok.json': model.merges[3]: ...".
-struct Source {
-  const std::string& path;
-
-  template <class... Args>
-  [[noreturn]] void fail(const std::string& key, fmt::format_string<Args...> format, Args&&... args) const {
-    input_error("tokenizer '{}': {}: {}", path, key, fmt::format(format, std::forward<Args>(args)...));
-  }
-  const json& member(const json& object, const std::string& where, const std::string& key) const {
-    const std::string name = where.empty() ? key : where + "." + key;
-    if (!object.is_object()) fail(where, "is not a JSON object");
-    const auto it = object.find(key);
-    if (it == object.end()) fail(name, "missing");
-    return *it;
-  }
-  // A member that may be absent or null: nullptr then.
-  const json* optional(const json& object, const std::string& key) const {
-    const auto it = object.find(key);
-    return it == object.end() || it->is_null() ? nullptr : &*it;
-  }
-  std::string string(const json& value, const std::string& key) const {
-    if (!value.is_string()) fail(key, "is {}, expected a string", value.dump());
-    return value.get<std::string>();
-  }
-  bool boolean(const json& object, const std::string& where, const std::string& key, bool absent) const {
-    const json* value = optional(object, key);
-    if (!value) return absent;
-    if (!value->is_boolean()) fail(where + "." + key, "is {}, expected true or false", value->dump());
-    return value->get<bool>();
-  }
-  int id(const json& value, const std::string& key) const {
-    if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > max_id) {
-      fail(key, "is {}, expected an id from 0 to {}", value.dump(), max_id);
-    }
-    return value.get<int>();
-  }
-};
 
 // A compiled split regex (PCRE2, UTF and Unicode properties: \p{L}, \s of every script).
 class Regex {
@@ -220,12 +181,11 @@ std::string nfc(std::string_view text) {
 
 json parse_json(const Source& source, std::string_view bytes) {
   try {
-    return json::parse(bytes);
-  } catch (const json::parse_error& e) {
+    return parse_json_input(bytes);
+  } catch (const JsonInputError& e) {
     input_error(
-        "tokenizer '{}' starts as JSON but is not valid JSON (byte {}: {}); give a tokenizer.json or a SentencePiece "
-        ".model",
-        source.path, e.byte, e.what());
+        "tokenizer '{}' starts as JSON but is not valid JSON ({}); give a tokenizer.json or a SentencePiece .model",
+        source.path, e.located());
   }
 }
 
@@ -260,17 +220,7 @@ namespace tokenizer_json_parts {
 void read_normalizer(const Source& source, const json& file, TokenizerJson::Impl& impl) {
   const json* normalizer = source.optional(file, "normalizer");
   if (!normalizer) return;
-  std::vector<std::pair<const json*, std::string>> parts;
-  const std::string type = source.string(source.member(*normalizer, "normalizer", "type"), "normalizer.type");
-  if (type == "Sequence") {
-    const json& list = source.member(*normalizer, "normalizer", "normalizers");
-    if (!list.is_array()) source.fail("normalizer.normalizers", "is not an array");
-    for (std::size_t i = 0; i < list.size(); ++i)
-      parts.emplace_back(&list[i], fmt::format("normalizer.normalizers[{}]", i));
-  } else {
-    parts.emplace_back(normalizer, "normalizer");
-  }
-  for (const auto& [part, key] : parts) {
+  for (const auto& [part, key] : sequence_parts(source, *normalizer, "normalizer", "normalizers")) {
     const std::string part_type = source.string(source.member(*part, key, "type"), key + ".type");
     if (part_type != "NFC") {
       source.fail(key + ".type", "normalizer '{}' is not supported (supported: null, NFC, a Sequence of NFC)",
@@ -305,7 +255,7 @@ PreTokenizerStep read_pre_tokenizer_step(const Source& source, const json& step,
     out.regex = std::make_shared<Regex>(source, key + ".pattern.String",
                                         source.string(*literal, key + ".pattern.String"), true);
   } else {
-    source.fail(key + ".pattern", "is {}, expected {{\"Regex\": ...}} or {{\"String\": ...}}", pattern.dump());
+    source.fail(key + ".pattern", "is {}, expected {{\"Regex\": ...}} or {{\"String\": ...}}", json_excerpt(pattern));
   }
   const std::string behavior = source.string(source.member(step, key, "behavior"), key + ".behavior");
   if (behavior != "Isolated" && behavior != "Removed") {
@@ -320,73 +270,12 @@ void read_pre_tokenizer(const Source& source, const json& file, TokenizerJson::I
   const json* pre = source.optional(file, "pre_tokenizer");
   if (!pre) source.fail("pre_tokenizer", "is null; a byte-level BPE needs a ByteLevel pre-tokenizer");
   bool byte_level = false;
-  const std::string type = source.string(source.member(*pre, "pre_tokenizer", "type"), "pre_tokenizer.type");
-  if (type == "Sequence") {
-    const json& list = source.member(*pre, "pre_tokenizer", "pretokenizers");
-    if (!list.is_array()) source.fail("pre_tokenizer.pretokenizers", "is not an array");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      impl.steps.push_back(
-          read_pre_tokenizer_step(source, list[i], fmt::format("pre_tokenizer.pretokenizers[{}]", i), byte_level));
-    }
-  } else {
-    impl.steps.push_back(read_pre_tokenizer_step(source, *pre, "pre_tokenizer", byte_level));
+  for (const auto& [step, key] : sequence_parts(source, *pre, "pre_tokenizer", "pretokenizers")) {
+    impl.steps.push_back(read_pre_tokenizer_step(source, *step, key, byte_level));
   }
   if (!byte_level) {
     source.fail("pre_tokenizer", "has no ByteLevel step; a byte-level BPE needs one (last, after any Split)");
   }
-}
-
-// The pieces of model.vocab, checked: each id once, in range.
-std::map<std::string, int> read_vocab(const Source& source, const json& model) {
-  const json& vocab = source.member(model, "model", "vocab");
-  if (!vocab.is_object()) source.fail("model.vocab", "is not an object of piece: id");
-  std::map<std::string, int> pieces;
-  std::map<int, std::string> owner;
-  for (const auto& [piece, value] : vocab.items()) {
-    const int id = source.id(value, "model.vocab[\"" + piece + "\"]");
-    const auto [it, fresh] = owner.emplace(id, piece);
-    if (!fresh) source.fail("model.vocab", "pieces '{}' and '{}' both have id {}", it->second, piece, id);
-    pieces.emplace(piece, id);
-  }
-  for (int b = 0; b < 256; ++b) {
-    if (!pieces.contains(byte_characters()[std::size_t(b)])) {
-      source.fail("model.vocab", "has no piece '{}' for byte 0x{:02x}; a byte-level BPE has one for each of the 256",
-                  byte_characters()[std::size_t(b)], b);
-    }
-  }
-  return pieces;
-}
-
-std::vector<std::pair<std::string, std::string>> read_merges(const Source& source, const json& model,
-                                                             const std::map<std::string, int>& pieces) {
-  const json& merges = source.member(model, "model", "merges");
-  if (!merges.is_array()) source.fail("model.merges", "is not an array");
-  std::vector<std::pair<std::string, std::string>> out;
-  out.reserve(merges.size());
-  for (std::size_t i = 0; i < merges.size(); ++i) {
-    const std::string key = fmt::format("model.merges[{}]", i);
-    std::string left, right;
-    if (merges[i].is_string()) {
-      const std::string line = merges[i].get<std::string>();
-      const auto space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        source.fail(key, "'{}' is not two pieces separated by one space", line);
-      }
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
-    } else if (merges[i].is_array() && merges[i].size() == 2 && merges[i][0].is_string() && merges[i][1].is_string()) {
-      left = merges[i][0].get<std::string>();
-      right = merges[i][1].get<std::string>();
-    } else {
-      source.fail(key, "is {}, expected \"left right\" or [\"left\", \"right\"]", merges[i].dump());
-    }
-    for (const std::string& piece : {left, right, left + right}) {
-      if (!pieces.contains(piece)) source.fail(key, "names piece '{}', which model.vocab does not hold", piece);
-      if (!piece_bytes(piece)) source.fail(key, "piece '{}' is not written in byte characters", piece);
-    }
-    out.emplace_back(*piece_bytes(left), *piece_bytes(right));
-  }
-  return out;
 }
 
 void read_model(const Source& source, const json& file, TokenizerJson::Impl& impl, std::map<std::string, int>& pieces) {
@@ -394,7 +283,7 @@ void read_model(const Source& source, const json& file, TokenizerJson::Impl& imp
   const std::string type = source.string(source.member(model, "model", "type"), "model.type");
   if (type != "BPE") source.fail("model.type", "'{}' is not supported (supported: BPE, byte-level)", type);
   if (const json* dropout = source.optional(model, "dropout")) {
-    source.fail("model.dropout", "is {}; meshtrain encodes deterministically (set it to null)", dropout->dump());
+    source.fail("model.dropout", "is {}; meshtrain encodes deterministically (set it to null)", json_excerpt(*dropout));
   }
   if (source.boolean(model, "model", "byte_fallback", false)) {
     source.fail("model.byte_fallback", "is true; that is a SentencePiece-style BPE, not a byte-level one");
@@ -402,7 +291,7 @@ void read_model(const Source& source, const json& file, TokenizerJson::Impl& imp
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json* value = source.optional(model, affix);
     if (value && !(value->is_string() && value->get<std::string>().empty())) {
-      source.fail(std::string("model.") + affix, "is {}; a byte-level BPE has none (null)", value->dump());
+      source.fail(std::string("model.") + affix, "is {}; a byte-level BPE has none (null)", json_excerpt(*value));
     }
   }
   pieces = read_vocab(source, model);
@@ -445,73 +334,6 @@ std::map<int, std::string> read_added_tokens(const Source& source, const json& f
   return by_id;
 }
 
-void read_template(const Source& source, const json& processor, const std::string& key, TokenizerJson::Impl& impl) {
-  const json& single = source.member(processor, key, "single");
-  if (!single.is_array()) source.fail(key + ".single", "is not an array");
-  const json& specials = source.member(processor, key, "special_tokens");
-  bool seen_text = false;
-  for (std::size_t i = 0; i < single.size(); ++i) {
-    const std::string item = fmt::format("{}.single[{}]", key, i);
-    if (const json* sequence = single[i].is_object() ? source.optional(single[i], "Sequence") : nullptr) {
-      const std::string which =
-          source.string(source.member(*sequence, item + ".Sequence", "id"), item + ".Sequence.id");
-      if (which != "A" || seen_text) source.fail(item, "a single template holds sequence A once");
-      seen_text = true;
-    } else if (const json* special = single[i].is_object() ? source.optional(single[i], "SpecialToken") : nullptr) {
-      const std::string name =
-          source.string(source.member(*special, item + ".SpecialToken", "id"), item + ".SpecialToken.id");
-      const std::string entry = key + ".special_tokens[\"" + name + "\"]";
-      const json& ids = source.member(source.member(specials, key + ".special_tokens", name), entry, "ids");
-      if (!ids.is_array()) source.fail(entry + ".ids", "is not an array");
-      for (std::size_t k = 0; k < ids.size(); ++k) {
-        const int id = source.id(ids[k], fmt::format("{}.ids[{}]", entry, k));
-        if (id >= impl.vocab_size || !impl.id_known[std::size_t(id)]) {
-          source.fail(fmt::format("{}.ids[{}]", entry, k), "id {} is no piece of the vocabulary or added tokens", id);
-        }
-        (seen_text ? impl.suffix : impl.prefix).push_back(id);
-      }
-    } else {
-      source.fail(item, "is {}, expected {{\"SpecialToken\": ...}} or {{\"Sequence\": ...}}", single[i].dump());
-    }
-  }
-  if (!seen_text) source.fail(key + ".single", "has no {{\"Sequence\": {{\"id\": \"A\"}}}}");
-}
-
-void read_post_processor(const Source& source, const json& file, TokenizerJson::Impl& impl) {
-  const json* processor = source.optional(file, "post_processor");
-  if (!processor) return;
-  std::vector<std::pair<const json*, std::string>> parts;
-  const std::string type = source.string(source.member(*processor, "post_processor", "type"), "post_processor.type");
-  if (type == "Sequence") {
-    const json& list = source.member(*processor, "post_processor", "processors");
-    if (!list.is_array()) source.fail("post_processor.processors", "is not an array");
-    for (std::size_t i = 0; i < list.size(); ++i)
-      parts.emplace_back(&list[i], fmt::format("post_processor.processors[{}]", i));
-  } else {
-    parts.emplace_back(processor, "post_processor");
-  }
-  bool templated = false;
-  for (const auto& [part, key] : parts) {
-    const std::string part_type = source.string(source.member(*part, key, "type"), key + ".type");
-    if (part_type == "ByteLevel") continue;  // offsets only: no ids
-    if (part_type != "TemplateProcessing" || templated) {
-      source.fail(key + ".type",
-                  "post-processor '{}' is not supported (supported: null, ByteLevel, TemplateProcessing, a Sequence of "
-                  "them with one TemplateProcessing)",
-                  part_type);
-    }
-    templated = true;
-    read_template(source, *part, key, impl);
-  }
-}
-
-void read_decoder(const Source& source, const json& file) {
-  const json* decoder = source.optional(file, "decoder");
-  const std::string type =
-      decoder ? source.string(source.member(*decoder, "decoder", "type"), "decoder.type") : std::string("null");
-  if (type != "ByteLevel") source.fail("decoder.type", "'{}' is not supported (supported: ByteLevel)", type);
-}
-
 }  // namespace tokenizer_json_parts
 
 TokenizerJson::TokenizerJson(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -526,7 +348,7 @@ TokenizerJson TokenizerJson::parse(const std::string& path, std::string_view byt
   if (!file.is_object()) source.fail("(top level)", "is not a JSON object");
   for (const char* key : {"truncation", "padding"}) {
     if (const json* value = source.optional(file, key)) {
-      source.fail(key, "is {}; meshtrain tokenizes whole documents (set it to null)", value->dump());
+      source.fail(key, "is {}; meshtrain tokenizes whole documents (set it to null)", json_excerpt(*value));
     }
   }
   auto impl = std::make_unique<Impl>();
@@ -551,7 +373,9 @@ TokenizerJson TokenizerJson::parse(const std::string& path, std::string_view byt
   };
   for (const auto& [piece, id] : pieces) set_text(id, piece);
   for (const auto& [id, content] : added) set_text(id, content);
-  read_post_processor(source, file, *impl);
+  Affixes affixes = read_post_processor(source, file, impl->id_known);
+  impl->prefix = std::move(affixes.prefix);
+  impl->suffix = std::move(affixes.suffix);
   return TokenizerJson(std::move(impl));
 }
 

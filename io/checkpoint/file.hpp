@@ -117,8 +117,11 @@ class CheckpointWriter {
   // cannot be created (for example a missing or read-only directory). With expected.bytes and
   // expected.reserve, rank 0 reserves them for the file where its file system can (fallocate), so
   // that a disk or quota too small for the checkpoint is WriteFailed here, before any data.
+  // `tmp_path` (empty: <final_path>.tmp, the name checkpoint directories clean up after a killed save)
+  // is where the file is written until commit(); a writer that may race another process for
+  // final_path (import) passes one unique to it.
   CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer = Transfer::collective,
-                   ExpectedSize expected = {});
+                   ExpectedSize expected = {}, std::string tmp_path = {});
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;

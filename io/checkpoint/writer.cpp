@@ -152,8 +152,10 @@ h5::Datatype utf8_string_type() {
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm, Transfer transfer,
-                                   ExpectedSize expected)
-    : final_path_(final_path), tmp_path_(final_path + ".tmp"), impl_(std::make_unique<Impl>(comm, transfer, expected)) {
+                                   ExpectedSize expected, std::string tmp_path)
+    : final_path_(final_path),
+      tmp_path_(tmp_path.empty() ? final_path + ".tmp" : std::move(tmp_path)),
+      impl_(std::make_unique<Impl>(comm, transfer, expected)) {
   h5::quiet_errors();
   const WatchedWait watched(impl_->waits.collective("checkpoint create", 0));
   h5::PropList fapl{MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "out of memory?")};

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,26 +42,6 @@ ConfigRequest split_get(const Args& args) {
   return req;
 }
 
-// One key's value as the resolved configuration's INI (Config::to_ini, what checkpoints store)
-// writes it, "[checkpoint]" … "dir = checkpoints" for checkpoint.dir, or nothing for no such key.
-std::optional<std::string> value_of(const std::string& ini, const std::string& key) {
-  const std::size_t dot = key.find('.');
-  if (dot == std::string::npos) return std::nullopt;
-  const std::string section = fmt::format("[{}]", key.substr(0, dot));
-  const std::string prefix = key.substr(dot + 1) + " = ";
-  std::istringstream lines(ini);
-  std::string line;
-  bool inside = false;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line.front() == '[') {
-      inside = line == section;
-    } else if (inside && line.rfind(prefix, 0) == 0) {
-      return line.substr(prefix.size());
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 int config_command(const Args& args) {
@@ -81,10 +60,10 @@ int config_command(const Args& args) {
     fmt::print("{}", config.to_ini());
     return 0;
   }
-  const std::string ini = config.to_ini();
   std::string out;
   for (const std::string& key : req.keys) {
-    const std::optional<std::string> value = value_of(ini, key);
+    // The key table's text of the value, the same as the INI line checkpoints store (Config::to_ini).
+    const std::optional<std::string> value = config_value(config, key);
     if (!value) input_error("--get {}: no such key (`meshtrain train --help` lists the keys)", key);
     out += *value + "\n";
   }

@@ -23,6 +23,7 @@
 #include "io/checkpoint/schema.hpp"
 #include "io/hf_weights_reader.hpp"
 #include "io/output_guard.hpp"
+#include "io/output_lock.hpp"
 #include "io/tokenizer.hpp"
 
 #include <boost/program_options.hpp>
@@ -152,7 +153,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   std::string out, ini, adapter_dir;
   int seq_len = 0;
   po::options_description options("meshtrain import");
-  options.add_options()("out", po::value(&out), "initial weights to write (HDF5, written as OUT.tmp, renamed)")(
+  options.add_options()("out", po::value(&out), "initial weights to write (HDF5, written as OUT.tmp.PID, renamed)")(
       "ini", po::value(&ini), "the [model] keys, checkpoint.init_weights and data.tokenizer to write")(
       "seq-len", po::value(&seq_len),
       "model.seq_len to train at (default: max_position_embeddings, at most 4096; gpt2 keeps that many position rows)")(
@@ -204,7 +205,9 @@ int import_command(const Args& args, MPI_Comm comm) {
   const io::SafetensorsTensor* tied_copy = nullptr;
   const std::vector<Source> sources = match_tensors(reader, imported.architecture, config.model, tied_copy);
 
-  const io::Output weights{"--out", out, io::FileKind::hdf5, false, {out + ".tmp"}};
+  // Its weights go through a temporary of its own: two imports of one --out never mix their files.
+  const std::string weights_temporary = io::atomic_temporary_path(out);
+  const io::Output weights{"--out", out, io::FileKind::hdf5, false, {weights_temporary}};
   const io::Output keys{"--ini", ini, io::FileKind::config_ini, false, {io::atomic_temporary_path(ini)}};
   std::vector<io::NamedPath> inputs = {{"config.json", config_path}, {"the weights", reader.source()}};
   if (tokenizer) inputs.push_back({"the tokenizer", *tokenizer});
@@ -218,6 +221,8 @@ int import_command(const Args& args, MPI_Comm comm) {
   io::require_safe_output(keys, inputs);
   io::require_output_directory(weights);
   io::require_output_directory(keys);
+  // One import at a time writes `out` and its INI: a second is refused (exit 2) while this one runs.
+  const io::OutputLock lock("--out", out);
 
   TokenizerRecord record;
   if (tokenizer) record = {*tokenizer, io::tokenizer_hash(read_regular_file(*tokenizer, "the tokenizer"))};
@@ -228,7 +233,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   }
   {
     io::CheckpointWriter writer(out, MPI_COMM_SELF, io::Transfer::independent,
-                                {io::CheckpointWriter::planned_bytes(shapes), true});
+                                {io::CheckpointWriter::planned_bytes(shapes), true}, weights_temporary);
     for (const auto& [name, value] : root_attributes(config, MPI_COMM_SELF, TrainingProgress{}, record)) {
       std::visit([&](const auto& v) { writer.set_attribute(name, v); }, value);
     }

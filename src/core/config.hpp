@@ -390,6 +390,9 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin);
 // The option table as `meshtrain train --help` prints it.
 std::string config_help();
 
+// The value of the key named `key` ("checkpoint.dir") in `c`, as to_ini() writes it; nothing for no such key.
+std::optional<std::string> config_value(const Config& c, std::string_view key);
+
 }  // namespace meshtrain
 
 // Config enums print by their names: fmt::format("{}", cfg.train.precision) is "bf16".

@@ -2,6 +2,7 @@
 
 #include "core/errors.hpp"
 #include "core/regular_file.hpp"
+#include "io/json_input.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -66,7 +67,7 @@ class Fields {
   void require(const char* key, T supported, const char* why) const {
     if (has(key) && value<T>(key) != supported) {
       input_error("{}: config.json has {} = {}, which meshtrain cannot compute ({}); supported: {}", path_, key,
-                  j_.at(key).dump(), why, json(supported).dump());
+                  io::json_excerpt(j_.at(key)), why, json(supported).dump());
     }
   }
   const json& at(const char* key) const { return j_.at(key); }
@@ -98,7 +99,7 @@ class Fields {
     }
   }
   [[noreturn]] void mistyped(const char* key, const char* want) const {
-    input_error("{}: config.json's '{}' is {}, not {}", path_, key, j_.at(key).dump(), want);
+    input_error("{}: config.json's '{}' is {}, not {}", path_, key, io::json_excerpt(j_.at(key)), want);
   }
 
   const json& j_;
@@ -108,13 +109,14 @@ class Fields {
 
 json parse_file(const std::string& path) {
   const std::string text = read_regular_file(path, "the model's config.json");
+  json j;
   try {
-    json j = json::parse(text);
-    if (!j.is_object()) input_error("{}: config.json is not a JSON object", path);
-    return j;
-  } catch (const json::parse_error& e) {
-    input_error("{}: config.json is not valid JSON ({})", path, e.what());
+    j = io::parse_json_input(text);
+  } catch (const io::JsonInputError& e) {
+    input_error("{}: config.json is not valid JSON ({})", path, e.located());
   }
+  if (!j.is_object()) input_error("{}: config.json is not a JSON object", path);
+  return j;
 }
 
 Architecture architecture_in(const Fields& f) {
@@ -136,7 +138,7 @@ void read_rope_scaling(const Fields& f, ModelConfig& m) {
   if (!f.has("rope_scaling")) return;
   const json& r = f.at("rope_scaling");
   const std::string where = f.path() + ": config.json's rope_scaling";
-  if (!r.is_object()) input_error("{} is {}, not an object or null", where, r.dump());
+  if (!r.is_object()) input_error("{} is {}, not an object or null", where, io::json_excerpt(r));
   const Fields scaling(r, f.path());
   const char* type_key = scaling.has("rope_type") ? "rope_type" : "type";
   const std::string type = scaling.required<std::string>(type_key);
@@ -149,7 +151,8 @@ void read_rope_scaling(const Fields& f, ModelConfig& m) {
     static constexpr std::array<std::string_view, 6> known{
         "rope_type", "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      input_error("{}: key '{}' = {} is not one meshtrain computes for {} scaling", where, key, value.dump(), type);
+      input_error("{}: key '{}' = {} is not one meshtrain computes for {} scaling", where, key, io::json_excerpt(value),
+                  type);
     }
   }
   m.rope_factor = scaling.required<double>("factor");

@@ -4,6 +4,7 @@
 #include "core/errors.hpp"
 #include "core/lora_targets.hpp"
 #include "core/regular_file.hpp"
+#include "io/json_input.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -44,14 +45,15 @@ class PeftFields {
     if (has(key) && !((at(key).is_array() || at(key).is_object()) && at(key).empty())) refuse(key, why);
   }
   [[noreturn]] void refuse(const char* key, const char* why) const {
-    input_error("{}: {} = {}, which meshtrain's LoRA does not compute ({})", path_, key, at(key).dump(), why);
+    input_error("{}: {} = {}, which meshtrain's LoRA does not compute ({})", path_, key, io::json_excerpt(at(key)),
+                why);
   }
   double number(const char* key, std::optional<double> fallback) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       input_error("{}: no '{}', which every LoRA adapter_config.json holds", path_, key);
     }
-    if (!at(key).is_number()) input_error("{}: {} = {} is not a number", path_, key, at(key).dump());
+    if (!at(key).is_number()) input_error("{}: {} = {} is not a number", path_, key, io::json_excerpt(at(key)));
     return at(key).get<double>();
   }
 
@@ -95,10 +97,10 @@ std::string target_list(const PeftFields& f, const std::string& path, const Mode
     }
     names.push_back(std::string(all_linear));
   } else if (!given.is_array() || given.empty()) {
-    input_error("{}: target_modules = {} is not a non-empty list of module names", path, given.dump());
+    input_error("{}: target_modules = {} is not a non-empty list of module names", path, io::json_excerpt(given));
   }
   for (const json& name : given.is_array() ? given : json::array()) {
-    if (!name.is_string()) input_error("{}: target_modules holds {}, not a module name", path, name.dump());
+    if (!name.is_string()) input_error("{}: target_modules holds {}, not a module name", path, io::json_excerpt(name));
     names.push_back(meshtrain_module_name(path, name.get<std::string>(), model, a));
   }
   ModelConfig adapted = model;
@@ -149,15 +151,15 @@ std::string peft_module_name(Architecture a, std::string_view module) {
 LoraConfig read_peft_config(const std::string& path, const ModelConfig& model, Architecture a) {
   json j;
   try {
-    j = json::parse(read_regular_file(path, "the adapter's config"));
-  } catch (const json::parse_error& e) {
-    input_error("{}: not valid JSON ({})", path, e.what());
+    j = io::parse_json_input(read_regular_file(path, "the adapter's config"));
+  } catch (const io::JsonInputError& e) {
+    input_error("{}: not valid JSON ({})", path, e.located());
   }
   if (!j.is_object()) input_error("{}: not a JSON object, as PEFT's adapter_config.json is", path);
   const PeftFields f(j, path);
   if (!f.has("peft_type") || f.at("peft_type") != "LORA") {
     input_error("{}: peft_type = {}: meshtrain reads LoRA adapters (peft_type \"LORA\")", path,
-                f.has("peft_type") ? f.at("peft_type").dump() : "absent");
+                f.has("peft_type") ? io::json_excerpt(f.at("peft_type")) : "absent");
   }
   f.require("task_type", "CAUSAL_LM", "meshtrain's models are causal language models, CAUSAL_LM");
   f.require("use_dora", false, "DoRA's magnitude vectors are no part of it");
@@ -178,13 +180,13 @@ LoraConfig read_peft_config(const std::string& path, const ModelConfig& model, A
   LoraConfig lora;
   if (!f.has("r") || !f.at("r").is_number_integer() || f.at("r").get<std::int64_t>() < 1 ||
       f.at("r").get<std::int64_t>() > 65536) {
-    input_error("{}: r = {} is not a rank in 1..65536", path, f.has("r") ? f.at("r").dump() : "absent");
+    input_error("{}: r = {} is not a rank in 1..65536", path, f.has("r") ? io::json_excerpt(f.at("r")) : "absent");
   }
   lora.rank = f.at("r").get<int>();
   lora.alpha = f.number("lora_alpha", std::nullopt);
   lora.dropout = f.number("lora_dropout", 0.0);
   if (f.has("use_rslora") && !f.at("use_rslora").is_boolean()) {
-    input_error("{}: use_rslora = {} is not true or false", path, f.at("use_rslora").dump());
+    input_error("{}: use_rslora = {} is not true or false", path, io::json_excerpt(f.at("use_rslora")));
   }
   lora.rslora = f.has("use_rslora") && f.at("use_rslora").get<bool>();
   lora.targets = target_list(f, path, model, a);

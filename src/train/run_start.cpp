@@ -3,6 +3,7 @@
 
 #include "checkpoint/base_identity.hpp"
 #include "checkpoint/dir_checks.hpp"
+#include "checkpoint/lora_contents.hpp"
 #include "checkpoint/tokenizer_identity.hpp"
 #include "core/agreement.hpp"
 #include "core/elapsed.hpp"
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -57,6 +59,27 @@ TrainingProgress resume(Checkpointer& checkpointer, const std::vector<std::strin
       cfg.checkpoint.dir, fmt::join(refused, "\n  "));
 }
 
+// A rank above min(in, out) of an adapted weight adds parameters and no expressiveness (B·A has rank
+// min(in, out) at most): said with the figures, not refused, as PEFT trains it too.
+void warn_rank_above_shape(const ModelConfig& model) {
+  const std::uint64_t rank = std::uint64_t(model.lora.rank);
+  std::size_t wider = 0;
+  const AdaptedWeight* first = nullptr;
+  const std::vector<AdaptedWeight> adapted = adapted_weights(model);
+  for (const AdaptedWeight& w : adapted) {
+    if (rank <= std::min(w.a.shape[1], w.b.shape[0])) continue;
+    if (first == nullptr) first = &w;
+    ++wider;
+  }
+  if (first == nullptr) return;
+  const std::uint64_t in = first->a.shape[1], out = first->b.shape[0], bound = std::min(in, out);
+  fmt::print(stderr,
+             "meshtrain train: warning: lora.rank = {} exceeds min(in, out) = {} of {} (out {} x in {}){}: its "
+             "adapter adds parameters and no expressiveness beyond rank {}\n",
+             rank, bound, first->base.name, out, in,
+             wider > 1 ? fmt::format(" and {} more of the {} adapted weights", wider - 1, adapted.size()) : "", bound);
+}
+
 }  // namespace
 
 RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer, ModelState& state, DataOrder& order) {
@@ -77,7 +100,10 @@ RunStart start_run(const Config& cfg, MPI_Comm comm, Checkpointer& checkpointer,
       });
       // Saves record the base's identity: a base without it (no checksums) is refused now, not at the first save.
       const std::string base_hash = base_model_hash(cfg.checkpoint.init_weights);
-      if (leader) fmt::print("frozen base weights from {} (identity {})\n", cfg.checkpoint.init_weights, base_hash);
+      if (leader) {
+        fmt::print("frozen base weights from {} (identity {})\n", cfg.checkpoint.init_weights, base_hash);
+        warn_rank_above_shape(cfg.model);
+      }
       fresh = candidates.empty() && !checkpointer.holds_adapters(cfg.checkpoint.init_weights);
       if (!candidates.empty()) {
         progress = resume(checkpointer, candidates, cfg, state.checkpoint_tensors(), leader);

@@ -185,12 +185,27 @@ TEST_F(HfConfig, RefusesWhatTheFamiliesCannotCompute) {
     EXPECT_NE(message.find(c.key), std::string::npos) << "refusal should name " << c.key << ": '" << message << "'";
     EXPECT_NE(message.find("config.json"), std::string::npos) << message;
   }
-  std::ofstream(dir_ / "broken.json") << "{\"architectures\": [";
-  try {
-    read_config((dir_ / "broken.json").string(), 0);
-    ADD_FAILURE() << "invalid JSON accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  // Broken, nested 100,000 deep in a key meshtrain never reads, and a number beyond a double's range.
+  const std::string llama_text = llama32_1b.dump();
+  const std::vector<std::pair<std::string, std::string>> broken = {
+      {"{\"architectures\": [", "unexpected end of input"},
+      {llama_text.substr(0, llama_text.size() - 1) + ", \"extra\": " + std::string(100000, '[') +
+           std::string(100000, ']') + "}",
+       "nest deeper than 64 levels"},
+      {llama_text.substr(0, llama_text.size() - 1) + ", \"extra\": 1e999999}", "number overflow parsing '1e999999'"},
+  };
+  for (const auto& [text, reason] : broken) {
+    std::ofstream(dir_ / "broken.json") << text;
+    try {
+      read_config((dir_ / "broken.json").string(), 0);
+      ADD_FAILURE() << "accepted: " << reason;
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      for (const std::string& needle : {(dir_ / "broken.json").string(), std::string("not valid JSON"), reason}) {
+        EXPECT_NE(message.find(needle), std::string::npos) << message;
+      }
+      EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+    }
   }
 }
 

@@ -24,11 +24,18 @@ definitions) on small GQA llama models and a small GPT-2 of tests/oracle/hf_refe
               names (gate_proj), tensors under meshtrain's names, and the PEFT and merged exports of a trained
               LoRA checkpoint of a mixture of experts with a shared expert (no Hugging Face architecture)
   Refusals    each adapter_config.json value this LoRA does not compute, a missing, extra or misshapen tensor,
-              and exports asked of files without adapters: exit 2 naming the key, tensor or file, nothing written
+              and exports asked of files without adapters: exit 2 naming the key, tensor or file, nothing written;
+              an adapter_config.json nested 100,000 deep, or with a number beyond a double's range
+  Exports     again into their own earlier directories (hf, bf16, merged, peft); full and read-only mounts
+  OneWriterAtATime  a second export or import of an output whose lock another process holds (flock, taken by
+              this test): exit 2 naming it, nothing written; a stale empty lock file no obstacle, somebody's
+              file under its name refused and kept; two exports and two imports started at once: each ends 0
+              or 2, the output equals a lone run's, no temporary or lock left
 
 usage: test_lora_adapters.py --meshtrain BIN --workdir DIR [-k PATTERN]
 """
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -405,8 +412,8 @@ def dir_bytes(path):
     return {name: open(os.path.join(path, name), "rb").read() for name in sorted(os.listdir(path))}
 
 
-class Exports(LoraCase):
-    """Exports into their own earlier directories, and into mounts that cannot take them."""
+class ExportsCase(LoraCase):
+    """A base's weights and an adapter's, imported: the sources of the export cases."""
 
     def setUp(self):
         super().setUp()
@@ -415,6 +422,10 @@ class Exports(LoraCase):
         self.weights, _ = self.import_adapter(base, adapter)
         p = run(["import", base, "--out", self.path("base.h5"), "--ini", self.path("base.ini")])
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+
+class Exports(ExportsCase):
+    """Exports into their own earlier directories, and into mounts that cannot take them."""
 
     def test_again_into_its_own_directory(self):
         # The second export was refused: its weight files were registered as no kind of their own.
@@ -459,6 +470,78 @@ class Exports(LoraCase):
             p = run(["export", self.weights if fmt == "peft" else self.path("base.h5"), "--format", fmt, "--out",
                      os.path.join(read_only, "out")])
             self.assert_refused(p, os.path.join(read_only, "out"), "cannot create the directory")
+
+
+class OneWriterAtATime(ExportsCase):
+    """Two processes writing one output: a second writer is refused (exit 2) while another holds the output's lock,
+    with nothing of its own written; two started together leave one of them's output whole, and no temporary."""
+
+    def start(self, args):
+        return subprocess.Popen([MESHTRAIN] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    def test_a_held_export_directory(self):
+        for fmt, source in (("hf", self.path("base.h5")), ("peft", self.weights)):
+            with self.subTest(format=fmt):
+                out = self.path("held_" + fmt)
+                self.export(source, "--format", fmt, "--out", out)
+                before = dir_bytes(out)
+                fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)  # held as an export in another process holds it
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    self.assert_refused(run(["export", source, "--format", fmt, "--out", out]), out,
+                                        "being written by another process")
+                finally:
+                    os.close(fd)
+                self.assertEqual(dir_bytes(out), before)
+                self.export(source, "--format", fmt, "--out", out)  # released: the next one writes
+
+    def test_a_held_import_output(self):
+        base, out, ini = self.base_dir(), self.path("held.h5"), self.path("held.ini")
+        args = ["import", base, "--out", out, "--ini", ini]
+        with open(out + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.assert_refused(run(args), out, "being written by another process")
+        self.assertFalse(os.path.exists(out) or os.path.exists(ini), "the refused import wrote")
+        # Left by a killed import (empty, nobody holding it): no obstacle, and gone after the next import.
+        self.assertTrue(os.path.exists(out + ".lock"))
+        p = run(args)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertFalse(os.path.exists(out + ".lock"))
+        # Somebody's file under the lock's name is not taken for a lock, nor removed.
+        with open(out + ".lock", "w") as f:
+            f.write("notes\n")
+        self.assert_refused(run(args), out + ".lock", "not an empty lock file")
+        self.assertEqual(open(out + ".lock").read(), "notes\n")
+
+    def test_two_at_once(self):
+        base = self.base_dir()
+        self.export(self.path("base.h5"), "--format", "hf", "--out", self.path("alone"))
+        p = run(["import", base, "--out", self.path("alone.h5"), "--ini", self.path("alone.ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        for what, args in (
+                ("export", ["export", self.path("base.h5"), "--format", "hf", "--out", self.path("race")]),
+                ("import", ["import", base, "--out", self.path("race.h5"), "--ini", self.path("race.ini")])):
+            with self.subTest(what=what):
+                runs = [self.start(args) for _ in range(2)]
+                ends = [(r.wait(timeout=120), r.stdout.read() + r.stderr.read()) for r in runs]
+                for r in runs:
+                    r.stdout.close()
+                    r.stderr.close()
+                self.assertIn(0, [code for code, _ in ends], ends)
+                for code, text in ends:
+                    self.assertIn(code, (0, 2), text)
+                    if code == 2:
+                        self.assertIn("being written by another process", text)
+                if what == "export":
+                    self.assertEqual(dir_bytes(self.path("race")), dir_bytes(self.path("alone")))
+                else:
+                    want, got = h5_model(self.path("alone.h5")), h5_model(self.path("race.h5"))
+                    self.assertEqual(sorted(got), sorted(want))
+                    for name in want:
+                        self.assertEqual(got[name].tobytes(), want[name].tobytes(), name)
+                left = [n for n in os.listdir(self.dir) if ".tmp" in n or n.endswith(".lock")]
+                self.assertEqual(left, [], "temporaries or locks left")
 
 
 class BaseIdentity(LoraCase):
@@ -566,6 +649,22 @@ class Refusals(LoraCase):
         self.refused(self.variant({"target_modules": ".*proj"}), "target_modules", "regular expression")
         self.refused(self.variant({"r": 0}), "r = 0", "adapter_config.json")
 
+    def test_hostile_json(self):
+        """target_modules nested 100,000 deep (a recursion over it once overflowed the stack), 50 deep (within the
+        limit: named by an excerpt), and r beyond a double's range: refused naming the file, no crash."""
+        def with_text(key, text):
+            out = self.variant()
+            config = os.path.join(out, "adapter_config.json")
+            good = json.dumps({k: v for k, v in self.cfg.items() if k != key})
+            with open(config, "w") as f:
+                f.write(good[:-1] + f', "{key}": {text}}}')
+            return out
+        self.refused(with_text("target_modules", "[" * 100_000 + "]" * 100_000), "adapter_config.json",
+                     "not valid JSON", "nest deeper than 64 levels")
+        self.refused(with_text("target_modules", "[" * 50 + "]" * 50), "adapter_config.json",
+                     "target_modules holds [[[[", "(98 bytes)")
+        self.refused(with_text("r", "1e999999"), "adapter_config.json", "number overflow parsing '1e999999'")
+
     def test_gpt2_fan_in_fan_out_and_names(self):
         """PEFT adapts a Conv1D as fan_in_fan_out whatever the file says (it warns): such an adapter imports;
         llama's tensor names on a gpt2 base are refused, naming one of PEFT's gpt2 names as the example."""
@@ -620,7 +719,7 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir)
-    run_cases((RoundTrip, Mixtral, BaseIdentity, Refusals, Exports), args.pattern)
+    run_cases((RoundTrip, Mixtral, BaseIdentity, Refusals, Exports, OneWriterAtATime), args.pattern)
 
 
 if __name__ == "__main__":

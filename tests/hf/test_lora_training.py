@@ -438,6 +438,23 @@ class AdapterKeys(LoraCase):
         resumed, _ = self.train(ini, "stopped", **{"lora.dropout": 0.1})
         self.assertEqual(resumed[-1]["step"], KEYS["train.steps"])
 
+    def test_rank_above_a_targets_shape_is_warned(self):
+        # hidden 24, q 32 wide, k and v 16 (GQA, head_dim 8): rank 20 exceeds k_proj's and v_proj's min(in, out)
+        # (16), not q_proj's (24).
+        _, ini = self.import_base()
+        args = ["train", "--config", ini, "--data.train", self.path("data.bin"), "--checkpoint.dir",
+                self.path("wide_ck"), "--data.tokenizer", ""]
+        for k, v in {**KEYS, "train.steps": 1, "lora.rank": 20, "lora.alpha": 20, "lora.targets": "q_proj"}.items():
+            args += [f"--{k}", v]
+        p = run(args)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("exceeds min(in, out)", p.stderr)
+        p = run(args[:-1] + ["q_proj,k_proj,v_proj"] + ["--checkpoint.dir", self.path("wide2_ck")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        kv = CONFIG["head_dim"] * CONFIG["num_key_value_heads"]
+        self.assertIn(f"lora.rank = 20 exceeds min(in, out) = {kv} of layers.0.self_attn.k_proj.weight", p.stderr)
+        self.assertIn("and 3 more of the 6 adapted weights", p.stderr)
+
     def test_full_checkpoint_and_adapter_run(self):
         base, ini = self.import_base()
         self.train(ini, "full", expect=3, **{"train.stop_after": 1})

@@ -203,6 +203,14 @@ def write_cases(root):
         header={**entry(x[0], F32, [2, 3.5], 0, 24), **entry(y[0], BF16, [4], 24, 32)})
     bad("bad/entry_not_object.safetensors", [x[0]], header={x[0]: "F32", **entry(y[0], BF16, [4], 0, 8)},
         payload=data[24:])
+    # A key beside the tensors nested 100,000 deep (a recursion over it once overflowed the stack), and a
+    # number beyond a double's range: both refused while the header is parsed.
+    plain = header_bytes(good_header, pad=False)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    bad("bad/deep_extra_key.safetensors", ["not valid JSON", "nest deeper than 64 levels"],
+        text=plain[:-1] + b',"extra":' + deep + b"}")
+    bad("bad/number_overflow.safetensors", ["not valid JSON", "'1e999999'", "a double's range"],
+        text=plain[:-1] + b',"extra":1e999999}')
     with open(os.path.join(root, "bad/short.safetensors"), "wb") as f:
         f.write(b"\x10\0\0")
     cases["bad_files"].append({"path": "bad/short.safetensors", "needles": ["bad/short.safetensors", "3 bytes"]})

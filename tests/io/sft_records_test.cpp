@@ -45,6 +45,7 @@ TEST(SftRecords, MalformedLinesNameFileLineAndField) {
   const std::string user = R"({"role": "user", "content": "a"})",
                     assistant = R"({"role": "assistant", "content": "b"})";
   const auto chat = [](const std::string& messages) { return R"({"messages": [)" + messages + "]}"; };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
       {R"({"messages": [)", {"not valid JSON", "unexpected end of input"}},
       {"[1, 2]", {"the line is a JSON array, expected a JSON object"}},
@@ -76,6 +77,14 @@ TEST(SftRecords, MalformedLinesNameFileLineAndField) {
       {"{\"instruction\": \"x\", \"output\": \"caf\xc3(\"}", {"output is not UTF-8", "0xc3", "offset 35"}},
       {"{\"instruction\": \"\xff\", \"output\": \"y\"}", {"instruction is not UTF-8", "0xff"}},
       {"{\"\xff\": 1}", {"the line is not UTF-8", "0xff"}},
+      // Nested 100,000 deep (a recursion over it once overflowed the stack), in messages and in a content; 50
+      // deep, within the limit, named by an excerpt; a number beyond a double's range.
+      {R"({"messages": )" + deep + "}", {"not valid JSON", "nest deeper than 64 levels"}},
+      {chat(R"({"role": "user", "content": )" + deep + "}, " + assistant), {"nest deeper than 64 levels"}},
+      {R"({"messages": [)" + std::string(50, '[') + std::string(50, ']') + "]}",
+       {"messages[0] is [[[[", "… (100 bytes), expected an object"}},
+      {R"({"instruction": "x", "output": "y", "n": 1e999999})",
+       {"not valid JSON", "number overflow parsing '1e999999'"}},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].first);

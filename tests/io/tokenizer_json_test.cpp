@@ -234,11 +234,24 @@ TEST(TokenizerJson, BadKeysAreNamed) {
   f["truncation"] = json{{"max_length", 512}};
   expect_refused(f, {"truncation"});
   expect_refused(json::array(), {"top level"});
-  try {
-    TokenizerJson::parse("bad.json", "{\"model\": ");
-    ADD_FAILURE() << "accepted truncated JSON";
-  } catch (const meshtrain::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  // Truncated; nested 100,000 deep in a key meshtrain never reads; a number beyond a double's range.
+  const std::string text = small_file().dump();
+  const std::string beside = text.substr(0, text.size() - 1) + ", \"extra\": ";
+  const std::vector<std::pair<std::string, std::string>> broken = {
+      {"{\"model\": ", "unexpected end of input"},
+      {beside + std::string(100000, '[') + std::string(100000, ']') + "}", "nest deeper than 64 levels"},
+      {beside + "1e999999}", "number overflow parsing '1e999999'"},
+  };
+  for (const auto& [bytes, reason] : broken) {
+    try {
+      TokenizerJson::parse("bad.json", bytes);
+      ADD_FAILURE() << "accepted: " << reason;
+    } catch (const meshtrain::InputError& e) {
+      const std::string message = e.what();
+      for (const std::string& needle : {std::string("bad.json"), std::string("not valid JSON"), reason}) {
+        EXPECT_NE(message.find(needle), std::string::npos) << message;
+      }
+    }
   }
 }
 

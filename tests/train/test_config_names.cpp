@@ -3,12 +3,17 @@
 // are refused with the valid ones listed; `--help` lists them as it always has. The expected names
 // and texts are written out here by hand (share/docs/usage.md, Keys), not taken from the table.
 #include "core/config.hpp"
+#include "core/config_keys.hpp"
 #include "core/errors.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -107,6 +112,120 @@ TEST(ConfigNames, HelpListsTheNames) {
        }) {
     EXPECT_NE(help.find(text), std::string::npos) << text << "\n" << help;
   }
+}
+
+// The key table (core/config_keys.hpp) is what every reader of the keys reads: each of its keys is in
+// `--help`, stands once in the stored INI under its section, and `config --get` (config_value) gives
+// that line's value. The INI is split into lines here, not through the table, and the config's
+// values differ from the defaults, so that a reader of a default Config would be caught.
+TEST(ConfigKeys, EveryKeyIsInHelpAndInTheIniWhoseLineGetReads) {
+  const Config cfg = parse_config({"--model.arch", "llama", "--model.experts", "4", "--model.rope_scaling", "llama3",
+                                   "--model.rope_factor", "8", "--lora.rank", "4", "--lora.targets", "q_proj",
+                                   "--checkpoint.init_weights", "base.h5", "--train.seed", "7", "--optim.lr", "0.001"});
+  std::map<std::string, std::string> ini_values;  // "section.key" → value
+  std::istringstream lines(cfg.to_ini());
+  std::string line, section;
+  while (std::getline(lines, line)) {
+    if (line.starts_with("[")) {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const std::size_t eq = line.find(" = ");
+    ASSERT_NE(eq, std::string::npos) << line;
+    const std::string key = section + "." + line.substr(0, eq);
+    EXPECT_TRUE(ini_values.emplace(key, line.substr(eq + 3)).second) << key << " stands twice in the INI";
+  }
+  const std::string help = config_help();
+  EXPECT_EQ(ini_values.size(), config_keys().size());
+  for (const ConfigKey& key : config_keys()) {
+    EXPECT_NE(help.find(fmt::format("  --{} ", key.name)), std::string::npos) << key.name << " is not in --help";
+    const auto in_ini = ini_values.find(key.name);
+    ASSERT_NE(in_ini, ini_values.end()) << key.name << " is not in the INI";
+    EXPECT_EQ(config_value(cfg, key.name), in_ini->second) << key.name;
+  }
+  EXPECT_EQ(config_value(cfg, "model.arch"), "llama");
+  EXPECT_EQ(config_value(cfg, "model.rope_factor"), "8");
+  EXPECT_EQ(config_value(cfg, "lora.targets"), "q_proj");
+  EXPECT_EQ(config_value(cfg, "optim.lr"), "0.001");
+  EXPECT_EQ(config_value(cfg, "train.seed"), "7");
+  EXPECT_EQ(config_value(cfg, "model.layerz"), std::nullopt);
+  EXPECT_EQ(config_value(cfg, "model"), std::nullopt);
+}
+
+// The message parse_config refuses `args` with, or "" when it accepts them.
+std::string refusal(const std::vector<std::string>& args) {
+  try {
+    parse_config(args);
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+// Each family's keys (share/docs/usage.md, Keys): a value outside the key's range refused naming the key,
+// the value and the range where the family's setting is on; the bounds themselves as open or closed as the
+// range says; the key held to its default where the setting is off.
+TEST(ConfigKeys, EachFamilysRangesWhereItIsOnAndItsDefaultsWhereItIsOff) {
+  const std::vector<std::string> llama = {"--model.arch", "llama"};
+  const std::vector<std::string> moe = {"--model.arch", "llama", "--model.experts", "4"};
+  const std::vector<std::string> linear = {"--model.arch", "llama", "--model.rope_scaling", "linear"};
+  const std::vector<std::string> llama3 = {"--model.arch", "llama", "--model.rope_scaling", "llama3"};
+  const std::vector<std::string> lora = {"--lora.rank", "4", "--checkpoint.init_weights", "base.h5"};
+  auto with = [](std::vector<std::string> base, const std::vector<std::string>& more) {
+    base.insert(base.end(), more.begin(), more.end());
+    return base;
+  };
+  struct Refused {
+    std::vector<std::string> args;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Refused> refused = {
+      {{"--model.layers", "0"}, {"model.layers = 0 is invalid", "1..4096"}},
+      {{"--model.layers", "4097"}, {"model.layers = 4097 is invalid", "1..4096"}},
+      {{"--optim.beta2", "1"}, {"optim.beta2 = 1 is invalid", "[0, 1)"}},
+      {{"--optim.lr", "inf"}, {"optim.lr = inf is invalid", "finite number > 0"}},
+      {{"--train.loss_scale", "nan"}, {"train.loss_scale = nan is invalid", ">= 1", "(fp16's initial loss scale"}},
+      {{"--parallel.zero", "4"}, {"parallel.zero = 4 is invalid", "0..3", "(0: none"}},
+      {with(llama, {"--model.head_dim", "1026"}), {"model.head_dim = 1026 is invalid", "0..1024"}},
+      {{"--model.head_dim", "0"}, {"model.head_dim is a llama key", "(even at its default value"}},
+      {with(moe, {"--model.aux_loss_coef", "-1"}), {"model.aux_loss_coef = -1 is invalid", "finite number >= 0"}},
+      {with(llama, {"--model.moe_every", "2"}), {"model.moe_every is a mixture-of-experts key", "model.experts > 0"}},
+      {{"--model.moe_every", "2"}, {"model.moe_every is a llama key", "model.arch = llama"}},
+      {with(linear, {"--model.rope_factor", "0"}), {"model.rope_factor = 0 is invalid", "finite number > 0"}},
+      {with(llama, {"--model.rope_factor", "2"}), {"model.rope_factor is a rotary scaling key"}},
+      {with(llama3, {"--model.rope_original_max_position", "0"}),
+       {"model.rope_original_max_position = 0 is invalid", "positive integer"}},
+      {with(linear, {"--model.rope_low_freq_factor", "2"}),
+       {"model.rope_low_freq_factor is a key of model.rope_scaling = llama3 only"}},
+      {with(llama, {"--model.rope_high_freq_factor", "8"}), {"model.rope_high_freq_factor is a rotary scaling key"}},
+      {with(lora, {"--lora.dropout", "1"}), {"lora.dropout = 1 is invalid", "[0, 1)"}},
+      {{"--lora.rank", "65537"}, {"lora.rank = 65537 is invalid", "0..65536", "(0: off)"}},
+      {{"--lora.alpha", "8"}, {"lora.alpha is a LoRA key", "lora.rank = 0", "set lora.rank > 0"}},
+  };
+  for (const auto& [args, needles] : refused) {
+    const std::string why = refusal(args);
+    EXPECT_NE(why, "") << fmt::format("{} was accepted", fmt::join(args, " "));
+    for (const std::string& needle : needles) {
+      EXPECT_NE(why.find(needle), std::string::npos) << fmt::format("{}: {}", fmt::join(args, " "), why);
+    }
+  }
+  const std::vector<std::vector<std::string>> accepted = {
+      {"--model.layers", "4096"},
+      {"--optim.beta2", "0"},
+      {"--train.loss_scale", "inf"},  // not held finite: the scaler halves it at the first overflow
+      {"--parallel.zero", "3"},
+      with(llama, {"--model.head_dim", "1024"}),
+      with(llama, {"--model.experts_per_token", "2"}),  // an MoE key at its default without experts
+      with(moe, {"--model.aux_loss_coef", "0"}),
+      with(linear, {"--model.rope_factor", "0.5"}),
+      with(llama3, {"--model.rope_original_max_position", "1"}),
+      with(lora, {"--lora.dropout", "0"}),
+  };
+  for (const auto& args : accepted) EXPECT_EQ(refusal(args), "") << fmt::format("{}", fmt::join(args, " "));
+  // A stored config lists every key, [lora]'s under lora.rank = 0 too: not a mistake of its author.
+  Config stored;
+  stored.model.lora.alpha = 16;
+  EXPECT_NO_THROW(config_from_ini(stored.to_ini(), "a stored config"));
 }
 
 }  // namespace test_config_names
