@@ -85,7 +85,7 @@ void HfWeightsReader::list_index() {
   }
   nlohmann::json index;
   try {
-    index = parse_json_input(read_regular_file(source_, "safetensors index"));
+    index = parse_json_input(read_regular_file(source_, "safetensors index"), DuplicateKeys::refused);
   } catch (const JsonInputError& e) {
     input_error("safetensors index {} is not valid JSON ({})", source_, e.located());
   }

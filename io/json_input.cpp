@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <set>
+#include <string>
+
 namespace meshtrain::io {
 
 namespace {
@@ -26,16 +30,21 @@ std::string JsonInputError::located() const {
   return byte ? fmt::format("byte {}: {}", *byte, what()) : std::string(what());
 }
 
-nlohmann::json parse_json_input(std::string_view text) {
-  const nlohmann::json::parser_callback_t limit_depth = [](int depth, nlohmann::json::parse_event_t event,
-                                                           nlohmann::json&) {
-    const bool opens =
-        event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start;
-    if (opens && depth >= max_json_nesting) throw TooDeep{};
+nlohmann::json parse_json_input(std::string_view text, DuplicateKeys duplicates) {
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string, std::less<>>> open_objects_keys;  // only under DuplicateKeys::refused
+  const nlohmann::json::parser_callback_t check = [&](int depth, Event event, nlohmann::json& parsed) {
+    if ((event == Event::object_start || event == Event::array_start) && depth >= max_json_nesting) throw TooDeep{};
+    if (duplicates == DuplicateKeys::last_wins) return true;
+    if (event == Event::object_start) open_objects_keys.emplace_back();
+    if (event == Event::object_end) open_objects_keys.pop_back();
+    if (event == Event::key && !open_objects_keys.back().insert(parsed.get<std::string>()).second) {
+      throw JsonInputError(fmt::format("an object names the key {} twice", json_excerpt(parsed)), std::nullopt);
+    }
     return true;
   };
   try {
-    return nlohmann::json::parse(text, limit_depth);
+    return nlohmann::json::parse(text, check);
   } catch (const TooDeep&) {
     throw JsonInputError(fmt::format("arrays and objects nest deeper than {} levels", max_json_nesting), std::nullopt);
   } catch (const nlohmann::json::parse_error& e) {

@@ -4,7 +4,8 @@
 // - nesting: arrays and objects deeper than max_json_nesting are refused while parsing. nlohmann's
 //   parser is iterative, but its dump() and any walk of the value recurse once per level, and a
 //   100,000-deep record overflowed the stack there;
-// - numbers: a number beyond a double's range (1e999999) is refused naming its text.
+// - numbers: a number beyond a double's range (1e999999) is refused naming its text;
+// - keys: where the caller asks, an object naming a key twice is refused naming the key.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace meshtrain::io {
 
@@ -32,9 +34,15 @@ class JsonInputError : public std::runtime_error {
   std::optional<std::size_t> byte;
 };
 
+// Whether an object may name a key twice. JSON leaves it open and most readers keep the last; where
+// the keys are what a file declares (a safetensors header's tensors, a config's fields), the second
+// naming is refused, as either reading would be a guess.
+enum class DuplicateKeys { last_wins, refused };
+
 // Parses `text` as one JSON value; JsonInputError for a syntax error, a nesting deeper than
-// max_json_nesting or a number out of a double's range.
-nlohmann::json parse_json_input(std::string_view text);
+// max_json_nesting, a number out of a double's range, or under DuplicateKeys::refused a key an object
+// names twice.
+nlohmann::json parse_json_input(std::string_view text, DuplicateKeys duplicates = DuplicateKeys::last_wins);
 
 // `value` as JSON text for a message, cut to about `limit` characters ("[[[[[[[[… (100000 bytes)").
 std::string json_excerpt(const nlohmann::json& value, std::size_t limit = 80);

@@ -164,7 +164,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), map_(pa
   const auto* text = reinterpret_cast<const char*>(map_.data() + 8);
   json header;
   try {
-    header = parse_json_input(std::string_view(text, header_bytes));
+    header = parse_json_input(std::string_view(text, header_bytes), DuplicateKeys::refused);
   } catch (const JsonInputError& e) {
     input_error(
         "safetensors file {}: its {}-byte header is not valid JSON ({}): the file is corrupt or its header "

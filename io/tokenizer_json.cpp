@@ -320,7 +320,10 @@ std::map<int, std::string> read_added_tokens(const Source& source, const json& f
         source.fail(key + "." + option, "is true; not supported (added tokens match their content exactly)");
       }
     }
-    by_id[parsed.id] = parsed.content;
+    const auto [earlier, fresh] = by_id.emplace(parsed.id, parsed.content);
+    if (!fresh && earlier->second != parsed.content) {
+      source.fail(key + ".id", "{} is also '{}''s id: an id decodes as one text", parsed.id, earlier->second);
+    }
     // Hugging Face's default: special tokens are matched in the raw text, others after normalizing.
     const bool special = source.boolean(token, key, "special", false);
     const bool normalized = source.boolean(token, key, "normalized", !special);
@@ -358,6 +361,18 @@ TokenizerJson TokenizerJson::parse(const std::string& path, std::string_view byt
   read_normalizer(source, file, *impl);
   read_pre_tokenizer(source, file, *impl);
   read_decoder(source, file);
+
+  // An added token may name a piece's id only with that piece's text (GPT-2's <|endoftext|> is both):
+  // with another, the id would decode as two texts.
+  std::map<int, const std::string*> piece_of;
+  for (const auto& [piece, id] : pieces) piece_of.emplace(id, &piece);
+  for (const auto& [id, content] : added) {
+    const auto same_id = piece_of.find(id);
+    if (same_id != piece_of.end() && piece_bytes(*same_id->second).value_or(*same_id->second) != content) {
+      source.fail("added_tokens", "'{}' has id {}, which is model.vocab's piece '{}': an id decodes as one text",
+                  content, id, *same_id->second);
+    }
+  }
 
   // Each id's text, as the ByteLevel decoder reads a token: its characters mapped back to bytes
   // when all are byte characters, else its UTF-8 as it is. An added token's content wins.

@@ -16,7 +16,6 @@
 #include "core/families.hpp"
 #include "core/lora_targets.hpp"
 #include "core/mpi_check.hpp"
-#include "core/regular_file.hpp"
 #include "hf/hf_config.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint/file.hpp"
@@ -42,13 +41,38 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The tokenizer a Hugging Face directory ships: tokenizer.json (byte-level BPE), else a SentencePiece
-// tokenizer.model (Llama 2, Mistral); none where the directory has neither.
-std::optional<std::string> tokenizer_file(const fs::path& dir) {
+// The tokenizer of a Hugging Face directory that meshtrain reads: its tokenizer.json where that is a
+// byte-level BPE (GPT-2's, Llama 3's, Qwen2's), else its SentencePiece tokenizer.model (Llama 2's and
+// Mistral's, whose tokenizer.json is a byte-fallback BPE); none where the directory has neither. Each
+// is loaded as train will load it, so a tokenizer train would refuse is refused here (exit 2, naming
+// why), not written into the INI; so is one whose ids reach past the model's vocabulary.
+std::optional<io::Tokenizer> tokenizer_of(const fs::path& dir, int model_vocab) {
+  std::vector<std::string> unread;  // why each file present is not one meshtrain reads
+  std::optional<io::Tokenizer> chosen;
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
-    if (fs::is_regular_file(dir / name)) return fs::absolute(dir / name).lexically_normal().string();
+    if (!fs::exists(dir / name)) continue;
+    try {
+      chosen.emplace(io::Tokenizer::load(fs::absolute(dir / name).lexically_normal().string()));
+      break;
+    } catch (const InputError& e) {
+      unread.push_back(e.what());
+    }
   }
-  return std::nullopt;
+  if (!chosen) {
+    if (unread.empty()) return std::nullopt;
+    input_error(
+        "{}: no tokenizer meshtrain reads (a byte-level BPE tokenizer.json or a SentencePiece tokenizer.model):\n  "
+        "{}",
+        dir.string(), fmt::join(unread, "\n  "));
+  }
+  if (!unread.empty()) fmt::print("note: {}; importing {} instead\n", unread.front(), chosen->path());
+  if (chosen->vocab_size() > model_vocab) {
+    input_error(
+        "{}: its ids reach {}, but config.json's vocab_size is {}: the model has no embedding for ids {} to {} "
+        "(the tokenizer is another model's)",
+        chosen->path(), chosen->vocab_size() - 1, model_vocab, model_vocab, chosen->vocab_size() - 1);
+  }
+  return chosen;
 }
 
 // One of the model's tensors and where its values come from.
@@ -189,7 +213,9 @@ int import_command(const Args& args, MPI_Comm comm) {
   const hf::ImportedConfig imported = hf::read_config(config_path, seq_len);
   Config config;
   config.model = imported.model;
-  const std::optional<std::string> tokenizer = tokenizer_file(dir);
+  const std::optional<io::Tokenizer> loaded_tokenizer = tokenizer_of(dir, imported.model.vocab);
+  std::optional<std::string> tokenizer;
+  if (loaded_tokenizer) tokenizer = loaded_tokenizer->path();
   if (tokenizer) config.data.tokenizer = *tokenizer;
   const std::string origin = fmt::format("the model of {}", config_path);
   config = config_from_ini(config.to_ini(), origin);  // the trainer's validation of every key
@@ -225,13 +251,15 @@ int import_command(const Args& args, MPI_Comm comm) {
   const io::OutputLock lock("--out", out);
 
   TokenizerRecord record;
-  if (tokenizer) record = {*tokenizer, io::tokenizer_hash(read_regular_file(*tokenizer, "the tokenizer"))};
+  if (tokenizer) record = {*tokenizer, loaded_tokenizer->content_hash()};
   std::vector<std::vector<std::uint64_t>> shapes;
   for (const Source& s : sources) shapes.push_back(s.tensor.shape);
   if (adapter) {
     for (const io::NamedTensor& t : adapter->tensors) shapes.push_back(t.shape);
   }
-  {
+  // A file system that cannot take the weights (full, a quota, an I/O error) is the --out the user chose:
+  // exit 2 naming it, with nothing left of it (the writer removes its temporary).
+  try {
     io::CheckpointWriter writer(out, MPI_COMM_SELF, io::Transfer::independent,
                                 {io::CheckpointWriter::planned_bytes(shapes), true}, weights_temporary);
     for (const auto& [name, value] : root_attributes(config, MPI_COMM_SELF, TrainingProgress{}, record)) {
@@ -269,6 +297,8 @@ int import_command(const Args& args, MPI_Comm comm) {
       fmt::print("imported the LoRA adapter of {} beside them: {} tensors ({} parameters), r = {} on {}\n", adapter_dir,
                  adapter->tensors.size(), adapter_parameters, config.model.lora.rank, config.model.lora.targets);
     }
+  } catch (const io::WriteFailed& e) {
+    input_error("{}", e.what());
   }
   // The keys a run needs to start from the weights: the model, where they are and whose ids the data has.
   std::string text =

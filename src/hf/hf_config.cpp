@@ -111,7 +111,7 @@ json parse_file(const std::string& path) {
   const std::string text = read_regular_file(path, "the model's config.json");
   json j;
   try {
-    j = io::parse_json_input(text);
+    j = io::parse_json_input(text, io::DuplicateKeys::refused);
   } catch (const io::JsonInputError& e) {
     input_error("{}: config.json is not valid JSON ({})", path, e.located());
   }

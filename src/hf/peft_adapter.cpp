@@ -151,7 +151,7 @@ std::string peft_module_name(Architecture a, std::string_view module) {
 LoraConfig read_peft_config(const std::string& path, const ModelConfig& model, Architecture a) {
   json j;
   try {
-    j = io::parse_json_input(read_regular_file(path, "the adapter's config"));
+    j = io::parse_json_input(read_regular_file(path, "the adapter's config"), io::DuplicateKeys::refused);
   } catch (const io::JsonInputError& e) {
     input_error("{}: not valid JSON ({})", path, e.located());
   }

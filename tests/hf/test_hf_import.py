@@ -16,8 +16,12 @@ safetensors reader and writer (tests/oracle/safetensors_io.py, written from the 
                  under dp2·tp2·pp2, Qwen2 under dp2·tp2, Mixtral under dp2·ep2 with a stop after 5 steps
                  and a resume, GPT-2
   bad_input      a missing shard, a wrong shape, a truncated file, a header lying about its offsets, an
-                 unknown tensor, an unsupported config value: exit 2 naming the file and the tensor or
-                 key, and neither output written
+                 unknown tensor, an unsupported config value, a full file system under --out: exit 2
+                 naming the file and the tensor or key, and neither output written
+  tokenizers     the tokenizer written into the INI is the directory's file train reads: a byte-level
+                 tokenizer.json before a tokenizer.model; a byte-fallback tokenizer.json (Llama 2's) passed
+                 over, with a note, for the tokenizer.model beside it; a Unigram or byte-fallback
+                 tokenizer.json alone, and ids past config.json's vocab_size, refused
 
 usage: test_hf_import.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group files|training] [-k PATTERN]
 """
@@ -35,7 +39,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
 import hf_reference  # noqa: E402
+import test_tokenizer_json as tokjson  # noqa: E402
 import safetensors_io  # noqa: E402
 from case_runner import run_cases, write_shard  # noqa: E402
 
@@ -119,6 +125,13 @@ class HfCase(unittest.TestCase):
             self.assertIn(needle, p.stderr, f"the message should name {needle!r}")
         for marker in ("Traceback", "terminate called", "Segmentation fault", "HDF5-DIAG"):
             self.assertNotIn(marker, p.stderr)
+
+    def refused(self, directory, *needles, extra=()):
+        p = run(["import", directory, "--out", self.path("w.h5"), "--ini", self.path("w.ini"), *extra])
+        self.assert_refused(p, *needles)
+        self.assertFalse(os.path.exists(self.path("w.h5")), "weights written")
+        self.assertFalse(os.path.exists(self.path("w.ini")), "INI written")
+        return p
 
 
 class RoundTrip(HfCase):
@@ -241,13 +254,6 @@ class Training(HfCase):
 
 
 class BadInput(HfCase):
-    def refused(self, directory, *needles, extra=()):
-        p = run(["import", directory, "--out", self.path("w.h5"), "--ini", self.path("w.ini"), *extra])
-        self.assert_refused(p, *needles)
-        self.assertFalse(os.path.exists(self.path("w.h5")), "weights written")
-        self.assertFalse(os.path.exists(self.path("w.ini")), "INI written")
-        return p
-
     def test_ini_through_the_output_guard(self):
         # --ini replaced any file, an unrelated text included, and exited 0.
         source = self.write("llama")
@@ -269,6 +275,19 @@ class BadInput(HfCase):
             p = run(["import", source, "--out", self.path("w.h5"), "--ini", self.path("mine.ini")])
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("[model]", open(self.path("mine.ini")).read())
+
+    def test_full_disk(self):
+        # The weights on a file system too small for them: exit 1 with the writer's text, now 2 naming --out.
+        mount = self.path("full")
+        os.makedirs(mount)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", mount], capture_output=True,
+                          timeout=10).returncode != 0:
+            self.skipTest("tmpfs cannot be mounted here (not root)")
+        self.addCleanup(subprocess.run, ["umount", "-l", mount], capture_output=True, timeout=10)
+        out = os.path.join(mount, "w.h5")
+        p = run(["import", self.write("llama"), "--out", out, "--ini", os.path.join(mount, "w.ini")])
+        self.assert_refused(p, out, "No space left on device")
+        self.assertEqual(os.listdir(mount), [], "files left on the full file system")
 
     def test_seq_len_zero(self):
         # 0 silently meant the default.
@@ -321,6 +340,68 @@ class BadInput(HfCase):
         self.refused(self.write("llama", name="bias", attention_bias=True), "attention_bias")
 
 
+class Tokenizers(HfCase):
+    """The tokenizer import writes into the INI: the one of the directory's files that train reads, checked as
+    train checks it; a file meshtrain does not read, alone, and ids past the model's vocabulary refused."""
+
+    def byte_level_json(self, directory):
+        tokenizer = tokjson.tokenizer_file([], tokjson.byte_level())  # the 256 byte pieces, no merges
+        with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tokenizer, f, ensure_ascii=False)
+
+    def unread_json(self, directory, model):
+        """A tokenizer.json whose model meshtrain does not read (refused at its model's first key)."""
+        with open(os.path.join(directory, "tokenizer.json"), "w") as f:
+            json.dump({"version": "1.0", "truncation": None, "padding": None, "model": model}, f)
+
+    def sentencepiece_model(self, directory):
+        text = self.path("corpus.txt")
+        with open(text, "w") as f:
+            f.write("".join(f"line {i} of a small corpus, with words to merge\n" for i in range(200)))
+        p = run(["tokenizer", "train", "--text", text, "--vocab", 300, "--out", os.path.join(directory,
+                                                                                           "tokenizer.model")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def data_tokenizer(self, ini):
+        lines = open(ini).read().split("[data]\n")
+        return lines[1].split("\n")[0].removeprefix("tokenizer = ") if len(lines) > 1 else None
+
+    def test_the_file_train_reads(self):
+        # A byte-level tokenizer.json: taken before a tokenizer.model beside it.
+        source = self.write("llama", vocab_size=320)
+        self.byte_level_json(source)
+        self.sentencepiece_model(source)
+        _, ini = self.import_ok(source, "both")
+        self.assertEqual(self.data_tokenizer(ini), os.path.join(source, "tokenizer.json"))
+        # Llama 2's directories: a byte-fallback BPE tokenizer.json (imported as data.tokenizer, which train
+        # then refused) beside a tokenizer.model that meshtrain reads.
+        self.unread_json(source, {"type": "BPE", "byte_fallback": True, "vocab": {}, "merges": []})
+        p = run(["import", source, "--out", self.path("llama2.h5"), "--ini", self.path("llama2.ini")])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("model.byte_fallback", p.stdout)
+        self.assertIn("importing " + os.path.join(source, "tokenizer.model") + " instead", p.stdout)
+        self.assertEqual(self.data_tokenizer(self.path("llama2.ini")), os.path.join(source, "tokenizer.model"))
+        # No tokenizer at all: none in the INI.
+        os.remove(os.path.join(source, "tokenizer.json"))
+        os.remove(os.path.join(source, "tokenizer.model"))
+        _, ini = self.import_ok(source, "none")
+        self.assertIsNone(self.data_tokenizer(ini))
+
+    def test_unread_alone_and_ids_past_the_vocabulary_refused(self):
+        source = self.write("llama", vocab_size=320)
+        self.unread_json(source, {"type": "Unigram", "vocab": [["<unk>", 0.0]]})
+        self.refused(source, "no tokenizer meshtrain reads", "tokenizer.json", "model.type", "Unigram")
+        self.unread_json(source, {"type": "BPE", "byte_fallback": True, "vocab": {}, "merges": []})
+        self.refused(source, "no tokenizer meshtrain reads", "model.byte_fallback")
+        # 256 byte pieces (ids to 255) or 300 SentencePiece pieces for a model of 200 embeddings.
+        small = self.write("llama", name="small", vocab_size=200)
+        self.byte_level_json(small)
+        self.refused(small, "tokenizer.json", "its ids reach 255", "vocab_size is 200")
+        os.remove(os.path.join(small, "tokenizer.json"))
+        self.sentencepiece_model(small)
+        self.refused(small, "tokenizer.model", "its ids reach 299", "vocab_size is 200")
+
+
 def main():
     global MESHTRAIN, WORKDIR, MPIEXEC
     ap = argparse.ArgumentParser()
@@ -332,7 +413,7 @@ def main():
     ap.add_argument("-k", dest="pattern")
     args = ap.parse_args()
     MESHTRAIN, WORKDIR, MPIEXEC = os.path.abspath(args.meshtrain), os.path.abspath(args.workdir), args.mpiexec
-    groups = {"files": (RoundTrip, Bf16, BadInput), "training": (Training,)}
+    groups = {"files": (RoundTrip, Bf16, BadInput, Tokenizers), "training": (Training,)}
     run_cases(groups["files"] + groups["training"] if args.group == "all" else groups[args.group], args.pattern)
 
 

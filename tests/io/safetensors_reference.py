@@ -209,6 +209,9 @@ def write_cases(root):
     deep = b"[" * 100_000 + b"]" * 100_000
     bad("bad/deep_extra_key.safetensors", ["not valid JSON", "nest deeper than 64 levels"],
         text=plain[:-1] + b',"extra":' + deep + b"}")
+    # A tensor named twice (json.loads would keep the second): which one the file means is a guess.
+    bad("bad/tensor_named_twice.safetensors", ["not valid JSON", f'names the key "{x[0]}" twice'],
+        text=plain[:-1] + b"," + header_bytes(entry(x[0], F32, [2, 3], 0, 24), pad=False)[1:])
     bad("bad/number_overflow.safetensors", ["not valid JSON", "'1e999999'", "a double's range"],
         text=plain[:-1] + b',"extra":1e999999}')
     with open(os.path.join(root, "bad/short.safetensors"), "wb") as f:

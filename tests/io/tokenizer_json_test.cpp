@@ -224,6 +224,19 @@ TEST(TokenizerJson, BadKeysAreNamed) {
   f = small_file();
   f["added_tokens"][1]["lstrip"] = true;
   expect_refused(f, {"added_tokens[1].lstrip"});
+  // An added token on a piece's id with another text (byte 65 is "A"), or on another added token's id: the
+  // id would decode as two texts. On a piece's id with that piece's text it is one token (GPT-2's <|endoftext|>).
+  f = small_file();
+  f["added_tokens"][1]["id"] = 65;
+  expect_refused(f, {"added_tokens", "'<e>' has id 65", "piece 'A'"});
+  f = small_file();
+  f["added_tokens"][1]["id"] = 300;
+  expect_refused(f, {"added_tokens[1].id", "300 is also '<s>''s id"});
+  f = small_file();
+  f["added_tokens"][1]["content"] = "abc";
+  f["added_tokens"][1]["id"] = 258;
+  f["post_processor"]["single"].erase(2);
+  EXPECT_EQ(TokenizerJson::parse("ok.json", f.dump()).decode(std::vector<int>{258}), "abc");
   f = small_file();
   f["post_processor"]["special_tokens"]["<s>"]["ids"][0] = 5000;
   expect_refused(f, {"post_processor.special_tokens[\"<s>\"].ids[0]", "5000"});
