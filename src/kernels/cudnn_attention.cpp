@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -38,15 +39,16 @@ std::mutex& call_mutex() {
   return mutex;
 }
 
-// The graph of this call (built on first use), its handle bound to `stream`, and its workspace.
+// The graph of this call (built on first use), its handle bound to `stream`, and its workspace; nothing
+// where cuDNN cannot build the graph.
 struct Prepared {
   cudnnHandle_t handle;
   const detail::BuiltGraph* built;
   void* workspace;
 };
 
-Prepared prepare(detail::Direction direction, detail::DType dtype, const AttentionShape& shape, void* stream,
-                 const std::string& what) {
+std::optional<Prepared> prepare(detail::Direction direction, detail::DType dtype, const AttentionShape& shape,
+                                void* stream, const std::string& what) {
   if (!attention_shape_supported(shape, 0)) {
     detail::fail(what, "attention_shape_supported",
                  "cuDNN does not take this shape (KVH must divide NH, hs be a multiple of 8 up to 128): the dispatch "
@@ -57,9 +59,10 @@ Prepared prepare(detail::Direction direction, detail::DType dtype, const Attenti
   cudnnHandle_t handle = detail::handle_for(device, stream, what);
   const detail::GraphKey key{device, direction, dtype, shape,
                              direction == detail::Direction::backward && deterministic.load(std::memory_order_relaxed)};
-  const detail::BuiltGraph& built = detail::graph_for(key, handle, what);
-  void* workspace = detail::workspace_for(device, stream, std::size_t(built.workspace_bytes), what);
-  return {handle, &built, workspace};
+  const detail::BuiltGraph* built = detail::graph_for(key, handle, what);
+  if (built == nullptr) return std::nullopt;
+  void* workspace = detail::workspace_for(device, stream, std::size_t(built->workspace_bytes), what);
+  return Prepared{handle, built, workspace};
 }
 
 // The variant pack holds void*; cuDNN only reads the inputs.
@@ -84,44 +87,48 @@ bool attention_shape_supported(AttentionShape s, int docs) {
 void set_deterministic(bool on) { deterministic.store(on, std::memory_order_relaxed); }
 
 template <class Real>
-void attention_forward(void* stream, Real* out, float* lse, const Real* qkv, AttentionShape shape) {
+bool attention_forward(void* stream, Real* out, float* lse, const Real* qkv, AttentionShape shape) {
   constexpr detail::DType dtype = dtype_of<Real>();
   const std::string what = describe(detail::Direction::forward, dtype, shape);
   std::lock_guard lock(call_mutex());
   check_aligned({out, lse, qkv}, what);
-  const Prepared p = prepare(detail::Direction::forward, dtype, shape, stream, what);
+  const std::optional<Prepared> p = prepare(detail::Direction::forward, dtype, shape, stream, what);
+  if (!p) return false;
   const std::int64_t kv = std::int64_t(shape.NH) * shape.hs, v = kv + std::int64_t(shape.KVH) * shape.hs;
   std::unordered_map<std::int64_t, void*> pack{{detail::uid::q, in(qkv)},
                                                {detail::uid::k, in(qkv + kv)},
                                                {detail::uid::v, in(qkv + v)},
                                                {detail::uid::o, out},
                                                {detail::uid::stats, lse}};
-  detail::check_frontend(p.built->graph->execute(p.handle, pack, p.workspace), "cudnn_frontend::graph::Graph::execute",
-                         what);
+  detail::check_frontend(p->built->graph->execute(p->handle, pack, p->workspace),
+                         "cudnn_frontend::graph::Graph::execute", what);
+  return true;
 }
 
 template <class Real>
-void attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse,
+bool attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse,
                         AttentionShape shape) {
   constexpr detail::DType dtype = dtype_of<Real>();
   const std::string what = describe(detail::Direction::backward, dtype, shape);
   std::lock_guard lock(call_mutex());
   check_aligned({dqkv, dout, qkv, out, lse}, what);
-  const Prepared p = prepare(detail::Direction::backward, dtype, shape, stream, what);
+  const std::optional<Prepared> p = prepare(detail::Direction::backward, dtype, shape, stream, what);
+  if (!p) return false;
   const std::int64_t kv = std::int64_t(shape.NH) * shape.hs, v = kv + std::int64_t(shape.KVH) * shape.hs;
   std::unordered_map<std::int64_t, void*> pack{
       {detail::uid::q, in(qkv)}, {detail::uid::k, in(qkv + kv)}, {detail::uid::v, in(qkv + v)},
       {detail::uid::o, in(out)}, {detail::uid::d_o, in(dout)},   {detail::uid::stats, in(lse)},
       {detail::uid::d_q, dqkv},  {detail::uid::d_k, dqkv + kv},  {detail::uid::d_v, dqkv + v}};
-  detail::check_frontend(p.built->graph->execute(p.handle, pack, p.workspace), "cudnn_frontend::graph::Graph::execute",
-                         what);
+  detail::check_frontend(p->built->graph->execute(p->handle, pack, p->workspace),
+                         "cudnn_frontend::graph::Graph::execute", what);
+  return true;
 }
 
-template void attention_forward<bf16>(void*, bf16*, float*, const bf16*, AttentionShape);
-template void attention_forward<fp16>(void*, fp16*, float*, const fp16*, AttentionShape);
-template void attention_backward<bf16>(void*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+template bool attention_forward<bf16>(void*, bf16*, float*, const bf16*, AttentionShape);
+template bool attention_forward<fp16>(void*, fp16*, float*, const fp16*, AttentionShape);
+template bool attention_backward<bf16>(void*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
                                        AttentionShape);
-template void attention_backward<fp16>(void*, fp16*, const fp16*, const fp16*, const fp16*, const float*,
+template bool attention_backward<fp16>(void*, fp16*, const fp16*, const fp16*, const fp16*, const float*,
                                        AttentionShape);
 
 }  // namespace meshtrain::cudnn

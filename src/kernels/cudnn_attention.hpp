@@ -62,14 +62,17 @@ void set_deterministic(bool on);
 // bf16 or fp16 and the shape one attention_supported accepts. The graph of each shape, type and device is
 // built on its first call and kept; the cuDNN handle is made once per device; the workspace cuDNN asks for
 // is a grow-only device block per stream (cudaMallocAsync on that stream, the old one freed with
-// cudaFreeAsync), so no call synchronises after the first of each shape. Failures (no GPU, a shape or GPU
-// cuDNN lacks a kernel for) throw std::runtime_error naming the call, the shape, cuDNN's message and a HINT.
+// cudaFreeAsync), so no call synchronises after the first of each shape. False, with nothing enqueued,
+// where cuDNN cannot build the graph of this shape, type and device (its engines lack one: the first such
+// call of the process warns on stderr, naming it and cuDNN's reason): the caller runs the Kokkos kernel.
+// Other failures (no GPU, an execution that fails) throw std::runtime_error naming the call, the shape,
+// cuDNN's or CUDA's message and a HINT.
 template <class Real>
-void attention_forward(void* stream, Real* out, float* lse, const Real* qkv, AttentionShape shape);
+bool attention_forward(void* stream, Real* out, float* lse, const Real* qkv, AttentionShape shape);
 
 // The backward: dqkv (=) from dout, qkv, and the forward's out and lse, as above.
 template <class Real>
-void attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse,
+bool attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse,
                         AttentionShape shape);
 
 }  // namespace meshtrain::cudnn

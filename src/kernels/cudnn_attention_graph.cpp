@@ -1,9 +1,11 @@
 #include "kernels/cudnn_attention_graph.hpp"
 
+#include "core/build_once_cache.hpp"
 #include "kernels/cudnn_support.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -123,12 +125,17 @@ BuiltGraph build(const GraphKey& key, cudnnHandle_t handle, const std::string& w
 }  // namespace
 
 // Graphs live until the process ends; a run uses a handful of shapes (one per micro-batch shape and
-// direction), so nothing is ever evicted.
-const BuiltGraph& graph_for(const GraphKey& key, cudnnHandle_t handle, const std::string& what) {
-  static std::map<GraphKey, BuiltGraph> graphs;
-  auto it = graphs.find(key);
-  if (it == graphs.end()) it = graphs.emplace(key, build(key, handle, what)).first;
-  return it->second;
+// direction), so nothing is ever evicted. A key whose graph did not build is kept as such: never rebuilt.
+const BuiltGraph* graph_for(const GraphKey& key, cudnnHandle_t handle, const std::string& what) {
+  static BuildOnceCache<GraphKey, BuiltGraph> graphs;
+  return graphs.get(
+      key, [&] { return build(key, handle, what); },
+      [](const std::string& why) {
+        fmt::print(stderr,
+                   "meshtrain: warning: {}\nmeshtrain: warning: attention calls whose cuDNN graph does not build run "
+                   "on the Kokkos kernel instead (the same results to rounding; slower)\n",
+                   why);
+      });
 }
 
 }  // namespace meshtrain::cudnn::detail

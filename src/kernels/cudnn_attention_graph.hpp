@@ -42,8 +42,9 @@ struct BuiltGraph {
 };
 
 // The graph of `key`, built on its first use with `handle` (validated, lowered, given heuristic mode A's
-// plans, checked for support, the first plan that builds kept) and kept for the process. `what` names
-// the call for errors.
-const BuiltGraph& graph_for(const GraphKey& key, cudnnHandle_t handle, const std::string& what);
+// plans, checked for support, the first plan that builds kept) and kept for the process; nullptr where
+// cuDNN cannot build it (a shape or GPU its engines lack), which the first such key of the process says
+// on stderr with cuDNN's reason and `what`, the call. The caller runs the Kokkos kernel then.
+const BuiltGraph* graph_for(const GraphKey& key, cudnnHandle_t handle, const std::string& what);
 
 }  // namespace meshtrain::cudnn::detail

@@ -6,7 +6,8 @@
 //   device memory (CUDA builds): kernels/flash_attention.hpp's Kokkos kernel, one launch forward and
 //     three backward; where the build has cuDNN (MESHTRAIN_ENABLE_CUDNN), the bf16 and fp16 forwards
 //     it takes (head sizes a multiple of 8 up to 128, no documents) run on cuDNN instead, on the space's
-//     stream. The backward stays on the Kokkos kernel unless train.deterministic = false
+//     stream (a call whose graph cuDNN cannot build, a shape or GPU its engines lack, runs on the Kokkos
+//     kernel, with one warning per process). The backward stays on the Kokkos kernel unless train.deterministic = false
 //     (kernels/fused_attention_backward_choice.hpp): cuDNN's adds dQ with atomics, so two runs would
 //     differ in the last bits and a resumed run would no longer equal the straight one, and its
 //     deterministic variant keeps O(T²) in its workspace. Both forwards leave the same lse (the
@@ -76,9 +77,10 @@ void fused_attention_forward(const ExecSpace& space, Vec<Real> out, Vec<accum_t<
   } else {
 #ifdef MESHTRAIN_FUSED_ATTENTION_CUDNN
     if constexpr (cudnn::attention_type_v<Real>) {
-      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments, {out.data(), lse.data(), qkv.data()})) {
-        cudnn::attention_forward<Real>(space.cuda_stream(), out.data(), lse.data(), qkv.data(),
-                                       cudnn::AttentionShape{B, T, NH, KVH, hs});
+      // False where cuDNN cannot build this shape's graph: the Kokkos kernel below then (one warning per run).
+      if (fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments, {out.data(), lse.data(), qkv.data()}) &&
+          cudnn::attention_forward<Real>(space.cuda_stream(), out.data(), lse.data(), qkv.data(),
+                                         cudnn::AttentionShape{B, T, NH, KVH, hs})) {
         return;
       }
     }
@@ -100,9 +102,9 @@ void fused_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
     if constexpr (cudnn::attention_type_v<Real>) {
       if (fused_attention_backward_choice() == FusedAttentionBackward::fastest &&
           fused_attention_on_cudnn<Real>(B, T, NH, KVH, hs, segments,
-                                         {dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data()})) {
-        cudnn::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
-                                        lse.data(), cudnn::AttentionShape{B, T, NH, KVH, hs});
+                                         {dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data()}) &&
+          cudnn::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                          lse.data(), cudnn::AttentionShape{B, T, NH, KVH, hs})) {
         return;
       }
     }

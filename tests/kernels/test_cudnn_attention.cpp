@@ -210,8 +210,9 @@ void compare_with_reference(const AttentionShape& s) {
   H* d_dqkv = to_device(std::vector<H>(qkv.size()));
   float* d_lse = to_device(std::vector<float>(std::size_t(s.B) * s.NH * s.T));
 
-  cudnn::attention_forward<H>(nullptr, d_out, d_lse, d_qkv, s);
-  cudnn::attention_backward<H>(nullptr, d_dqkv, d_dout, d_qkv, d_out, d_lse, s);
+  // True: cuDNN built these graphs and ran them (false would mean the dispatch's Kokkos fallback).
+  ASSERT_TRUE(cudnn::attention_forward<H>(nullptr, d_out, d_lse, d_qkv, s));
+  ASSERT_TRUE(cudnn::attention_backward<H>(nullptr, d_dqkv, d_dout, d_qkv, d_out, d_lse, s));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const double unit = unit_roundoff<H>();
   const auto out = to_host(d_out, tokens * C);
@@ -220,7 +221,7 @@ void compare_with_reference(const AttentionShape& s) {
   expect_close(to_host(d_dqkv, qkv.size()), want.dqkv, 16 * unit, "dqkv");
 
   // The cached graph, again: the forward gives the same bits.
-  cudnn::attention_forward<H>(nullptr, d_out, d_lse, d_qkv, s);
+  ASSERT_TRUE(cudnn::attention_forward<H>(nullptr, d_out, d_lse, d_qkv, s));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto again = to_host(d_out, tokens * C);
   for (std::size_t e = 0; e < out.size(); ++e) ASSERT_EQ(out[e].bits, again[e].bits) << "element " << e;
