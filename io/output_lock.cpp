@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 namespace meshtrain::io {
 
@@ -26,7 +27,8 @@ namespace {
 }  // namespace
 
 OutputLock::OutputLock(std::string label, const std::string& path) {
-  if (std::filesystem::is_directory(path)) {
+  std::error_code not_statable;  // then not a directory: the lock file's open names the problem
+  if (std::filesystem::is_directory(path, not_statable)) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd_ < 0) input_error("{} '{}': cannot open the directory to lock it: {}", label, path, std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {

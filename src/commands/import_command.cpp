@@ -213,10 +213,8 @@ int import_command(const Args& args, MPI_Comm comm) {
   const hf::ImportedConfig imported = hf::read_config(config_path, seq_len);
   Config config;
   config.model = imported.model;
-  const std::optional<io::Tokenizer> loaded_tokenizer = tokenizer_of(dir, imported.model.vocab);
-  std::optional<std::string> tokenizer;
-  if (loaded_tokenizer) tokenizer = loaded_tokenizer->path();
-  if (tokenizer) config.data.tokenizer = *tokenizer;
+  const std::optional<io::Tokenizer> tokenizer = tokenizer_of(dir, imported.model.vocab);
+  if (tokenizer) config.data.tokenizer = tokenizer->path();
   const std::string origin = fmt::format("the model of {}", config_path);
   config = config_from_ini(config.to_ini(), origin);  // the trainer's validation of every key
   std::optional<ImportedAdapter> adapter;
@@ -236,7 +234,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   const io::Output weights{"--out", out, io::FileKind::hdf5, false, {weights_temporary}};
   const io::Output keys{"--ini", ini, io::FileKind::config_ini, false, {io::atomic_temporary_path(ini)}};
   std::vector<io::NamedPath> inputs = {{"config.json", config_path}, {"the weights", reader.source()}};
-  if (tokenizer) inputs.push_back({"the tokenizer", *tokenizer});
+  if (tokenizer) inputs.push_back({"the tokenizer", tokenizer->path()});
   for (const auto& t : reader.tensors()) inputs.push_back({"a weights shard", reader.file_of(t.name)});
   if (adapter) {
     inputs.push_back({"the adapter's config", adapter->config_path});
@@ -251,7 +249,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   const io::OutputLock lock("--out", out);
 
   TokenizerRecord record;
-  if (tokenizer) record = {*tokenizer, loaded_tokenizer->content_hash()};
+  if (tokenizer) record = {tokenizer->path(), tokenizer->content_hash()};
   std::vector<std::vector<std::uint64_t>> shapes;
   for (const Source& s : sources) shapes.push_back(s.tensor.shape);
   if (adapter) {
@@ -306,7 +304,7 @@ int import_command(const Args& args, MPI_Comm comm) {
   text += model_section(config);
   if (adapter) text += ini_section(config.to_ini(), "lora");
   text += fmt::format("[checkpoint]\ninit_weights = {}\n", fs::absolute(out).lexically_normal().string());
-  if (tokenizer) text += fmt::format("[data]\ntokenizer = {}\n", *tokenizer);
+  if (tokenizer) text += fmt::format("[data]\ntokenizer = {}\n", tokenizer->path());
   try {
     io::write_file_atomically(ini, "model INI", [&](const auto& append) { append(text); });
   } catch (...) {
