@@ -29,9 +29,11 @@ constexpr std::size_t attention_segments_size(int B, int docs) {
 
 namespace detail {
 
-// Where a position's document starts and ends (AttentionSegments), found by bisection.
+// Where a position's document starts and ends (AttentionSegments), found by bisection. The offsets are
+// held by address (AttentionSegments::offsets.data()), so that CUDA kernels outside Kokkos
+// (kernels/flash_attention_mma.cpp) walk documents with the same code.
 struct DocumentBounds {
-  CVec<int> offsets;
+  const int* offsets;
   int docs;
   int T;
 
@@ -40,21 +42,21 @@ struct DocumentBounds {
     if (docs == 0) return 0;
     int lo = 0, hi = docs;
     bisect(b, t, lo, hi);
-    return offsets(long(b) * (docs + 1) + lo);
+    return offsets[long(b) * (docs + 1) + lo];
   }
   // One past the last position of t's document: the smallest offset > t.
   KOKKOS_INLINE_FUNCTION int end(int b, int t) const {
     if (docs == 0) return T;
     int lo = 0, hi = docs;
     bisect(b, t, lo, hi);
-    return offsets(long(b) * (docs + 1) + hi);
+    return offsets[long(b) * (docs + 1) + hi];
   }
   // Narrows [lo, hi] to hi = lo + 1 keeping offsets_lo ≤ t < offsets_hi (offsets_0 = 0, offsets_docs = T).
   KOKKOS_INLINE_FUNCTION void bisect(int b, int t, int& lo, int& hi) const {
     const long base = long(b) * (docs + 1);
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      if (offsets(base + mid) <= t) {
+      if (offsets[base + mid] <= t) {
         lo = mid;
       } else {
         hi = mid;

@@ -49,7 +49,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  const detail::DocumentBounds docs{documents.offsets, documents.docs, T};  // start() is 0 without documents
+  const detail::DocumentBounds docs{documents.offsets.data(), documents.docs, T};  // start() is 0 without documents
   Kokkos::parallel_for(
       "meshtrain::encoder::forward", team_policy(space, B * T), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
@@ -192,7 +192,7 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
   if (dwpe.extent(0) == 0) return;  // no position table (llama)
   if (documents.docs > 0) {
     // dwpe[q,c] = Σ_{n: p(n)=q} dout[n,c], q = t − start of t's document < T.
-    const detail::DocumentBounds docs{documents.offsets, documents.docs, T};
+    const detail::DocumentBounds docs{documents.offsets.data(), documents.docs, T};
     detail::add_rows_by_key<Real>(
         space, "meshtrain::encoder::backward_wpe", dwpe, token_order, dout, N, C, T, KOKKOS_LAMBDA(const int n) {
           const int t = n % T;

@@ -155,7 +155,7 @@ inline DocumentBounds flash_attention_checks(const char* what, int B, int T, int
     throw std::invalid_argument(std::string(what) + ": head size " + std::to_string(hs) + " needs " +
                                 std::to_string(bytes) + " bytes of team scratch at tile " + std::to_string(tile));
   }
-  return DocumentBounds{segments.offsets, segments.docs, T};
+  return DocumentBounds{segments.offsets.data(), segments.docs, T};
 }
 
 }  // namespace detail

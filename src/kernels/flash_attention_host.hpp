@@ -71,7 +71,7 @@ template <class Real>
 HostCall<accum_t<Real>> host_call(const char* what, std::size_t workspace, int B, int T, int NH, int KVH, int hs,
                                   const AttentionSegments& segments) {
   flash_host_checks<Real>(what, workspace, B, T, NH, KVH, hs, segments);
-  return {DocumentBounds{segments.offsets, segments.docs, T},
+  return {DocumentBounds{segments.offsets.data(), segments.docs, T},
           NH / KVH,
           kFlashHostRows,
           long(NH + 2 * KVH) * hs,

@@ -7,10 +7,12 @@
 //     three backward; where the build has cuDNN (MESHTRAIN_ENABLE_CUDNN), the bf16 and fp16 forwards
 //     it takes (head sizes a multiple of 8 up to 128, no documents) run on cuDNN instead, on the space's
 //     stream (a call whose graph cuDNN cannot build, a shape or GPU its engines lack, runs on the Kokkos
-//     kernel, with one warning per process). The backward stays on the Kokkos kernel unless train.deterministic = false
-//     (kernels/fused_attention_backward_choice.hpp): cuDNN's adds dQ with atomics, so two runs would
-//     differ in the last bits and a resumed run would no longer equal the straight one, and its
-//     deterministic variant keeps O(T²) in its workspace. Both forwards leave the same lse (the
+//     kernel, with one warning per process). The 16-bit backward runs on the tensor-core kernel
+//     (kernels/flash_attention_mma.hpp: deterministic, head sizes 32, 64, 96, 128, with documents) unless
+//     train.deterministic = false (kernels/fused_attention_backward_choice.hpp) hands it to cuDNN: cuDNN's
+//     adds dQ with atomics, so two runs would differ in the last bits and a resumed run would no longer
+//     equal the straight one, and its deterministic variant keeps O(T²) in its workspace. Other types and
+//     shapes stay on the Kokkos kernel. Both forwards leave the same lse (the
 //     natural-log log-sum-exp of each row's scaled scores), which either backward reads.
 // Both keep the output and one accum_t log-sum-exp per row; nothing of size T×T exists outside a tile,
 // so the memory a block keeps is linear in T. Layouts, segments and equations: kernels/flash_attention.hpp.
@@ -23,6 +25,9 @@
 #if defined(MESHTRAIN_HAVE_CUDNN_ATTENTION) && defined(KOKKOS_ENABLE_CUDA)
 #include "kernels/cudnn_attention.hpp"
 #define MESHTRAIN_FUSED_ATTENTION_CUDNN 1
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+#include "kernels/flash_attention_mma.hpp"
 #endif
 
 #include <cstddef>
@@ -105,6 +110,20 @@ void fused_attention_backward(const ExecSpace& space, Vec<Real> dqkv, CVec<std::
                                          {dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data()}) &&
           cudnn::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
                                           lse.data(), cudnn::AttentionShape{B, T, NH, KVH, hs})) {
+        return;
+      }
+    }
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+    if constexpr (is_low_precision_v<Real>) {
+      // A call it does not take (sizes the Kokkos kernel's checks name, a head size it is not built for), or
+      // false where the device cannot give the kernels their shared memory: the Kokkos kernel then.
+      if (flash_mma::backward_supported<Real>({B, T, NH, KVH, hs}, {dout.data(), qkv.data()}) && segments.docs >= 0 &&
+          segments.offsets.extent(0) >= attention_segments_size(B, segments.docs) &&
+          workspace.extent(0) >= flash_attention_backward_workspace(B, T, NH) &&
+          flash_mma::attention_backward<Real>(space.cuda_stream(), dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                              lse.data(), {B, T, NH, KVH, hs}, segments.offsets.data(), segments.docs,
+                                              workspace.data())) {
         return;
       }
     }

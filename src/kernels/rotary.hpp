@@ -76,7 +76,7 @@ void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const 
   const CVec<A> cosines(table.cos.data(), table.cos.extent(0));  // the views, not the struct, go to the device
   const CVec<A> sines(table.sin.data(), table.sin.extent(0));
   const A sign = A(direction);
-  const DocumentBounds docs{segments.offsets, segments.docs, T};
+  const DocumentBounds docs{segments.offsets.data(), segments.docs, T};
   Kokkos::parallel_for(
       label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * heads * half), KOKKOS_LAMBDA(long p) {
         const int i = p % half;
