@@ -6,19 +6,20 @@
 //
 // Phase 1: one team per (chunk of kColumnSumRows rows × block of kColumnSumBlock columns) sums
 // its rows in row order into team scratch (each row one contiguous run of the block, what the host
-// vectorises) and writes one partial sum per column and chunk. Phase 2: one thread per column adds
-// the chunks' partials in chunk order. Chunk 0 starts from the gradient's current value, so a sum
-// of at most kColumnSumRows rows is the row-order sum the kernels computed before this scheme, and
-// takes one launch and no workspace. The chunk size is a constant: the order of every addition
-// depends on N alone, never on the team size, the thread count or the backend, so the sums are
-// bitwise reproducible across teams and threads (tests/kernels: column_sums_bitwise_across_teams)
-// and add in the same order on every backend — what exact resumption relies on.
-// No atomics. Sums run in accum_t<Real> (float for 16-bit Real) and are rounded to Real once.
-// row_sweep_column_sums (below) adds the same sums in the same order from a row-wise kernel (the
-// norms' backward), so a row kernel and its column sums are one launch plus the combination.
+// vectorises) and writes one partial sum per column and chunk. Phase 2, in the same launch: the last
+// team to finish (kernels/column_sum_ticket.hpp: every team fences its partials, then takes a ticket)
+// adds the chunks' partials of every column in chunk order. Chunk 0 starts from the gradient's current
+// value, so a sum of at most kColumnSumRows rows is the row-order sum the kernels computed before this
+// scheme, and needs no workspace. Either way one launch, whichever N. The chunk size is a constant: the order of every
+// addition depends on N alone, never on the team size, the thread count or the backend, so the sums are bitwise
+// reproducible across teams and threads (tests/kernels: column_sums_bitwise_across_teams) and add in the same order on
+// every backend — what exact resumption relies on. No atomics. Sums run in accum_t<Real> (float for 16-bit Real) and
+// are rounded to Real once. row_sweep_column_sums (below) adds the same sums in the same order from a row-wise kernel
+// (the norms' backward), so a row kernel and its column sums are one launch plus the combination.
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/column_sum_ticket.hpp"
 
 #include <cstddef>
 #include <stdexcept>
@@ -50,26 +51,40 @@ inline void require_workspace(const std::string& label, std::size_t elements, lo
   }
 }
 
-// Phase 2: out[s](c) = Real(Σ_k partials[k][s][c]), the chunks in order (chunk 0 holds out's start).
-template <int S, class Real>
-void combine_column_partials(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
-                             Vec<accum_t<Real>> partials, long chunks, int C) {
+// Phase 2, by every thread of each of the launch's `teams` teams once it has written its partials: the
+// last team to get here sets out[s](c) = Real(Σ_k partials[k][s][c]), the chunks in order (chunk 0 holds
+// out's start), and puts the ticket back to zero for the next launch.
+template <int S, class Real, class Team>
+KOKKOS_INLINE_FUNCTION void combine_if_last(const Team& team, const ColumnSumTicket& ticket,
+                                            const Kokkos::Array<Vec<Real>, S>& out, const Vec<accum_t<Real>>& partials,
+                                            long teams, long chunks, int C) {
   using A = accum_t<Real>;
+  Kokkos::memory_fence();  // a fence orders its own thread's writes: every thread's partials, then the ticket
+  team.team_barrier();
+  int last = 0;
+  Kokkos::single(
+      Kokkos::PerTeam(team),
+      [&](int& is_last) { is_last = Kokkos::atomic_fetch_add(&ticket(0), 1u) == unsigned(teams - 1); }, last);
+  if (!last) return;
+  Kokkos::memory_fence();
+  // Read past any cache line of this multiprocessor that predates the other teams' writes.
+  const volatile A* const sums = partials.data();
   const long stride = long(S) * C;
-  Kokkos::parallel_for(
-      label + "::combine", Kokkos::RangePolicy<ExecSpace>(space, 0, stride), KOKKOS_LAMBDA(const long j) {
-        A value = partials(j);
-        for (long k = 1; k < chunks; ++k) value += partials(k * stride + j);
-        out[j / C](j % C) = Real(value);
-      });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, stride), [&](const long j) {
+    A value = sums[j];
+    for (long k = 1; k < chunks; ++k) value += sums[k * stride + j];
+    out[j / C](j % C) = Real(value);
+  });
+  Kokkos::single(Kokkos::PerTeam(team), [&]() { ticket(0) = 0u; });
 }
 
 }  // namespace detail
 
 // out[s] (C each) accumulates (+=) Σ_n term(n, c)[s], term returning Kokkos::Array<accum_t<Real>, S>;
-// partials holds at least column_sum_workspace(N, C, S) elements. `label` names both phases. term is
+// partials holds at least column_sum_workspace(N, C, S) elements. term is
 // called once per (n, c), in phase 1, so it may also write element (n, c) of an output of its own
-// (gelu_backward_bias writes the input gradient whose column sums it returns).
+// (gelu_backward_bias writes the input gradient whose column sums it returns). One launch, labelled
+// `label`.
 template <int S, class Real, class Term>
 void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
                  Vec<accum_t<Real>> partials, long N, int C, Term term) {
@@ -82,8 +97,11 @@ void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array
   detail::require_workspace(label, partials.extent(0), N, C, S);
   const int blocks = (C + kColumnSumBlock - 1) / kColumnSumBlock;
   const long stride = long(S) * C;  // one chunk's partials
+  const ColumnSumTicket ticket = chunks > 1 ? column_sum_ticket() : ColumnSumTicket();
+  // Every block of a chunk holds a ticket: the last of chunks × blocks teams combines.
+  const long teams = chunks * blocks;
   Kokkos::parallel_for(
-      label + "::partials",
+      label,
       team_policy(space, int(chunks * blocks))
           .set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(S * kColumnSumBlock))),
       KOKKOS_LAMBDA(const Team& team) {
@@ -114,8 +132,8 @@ void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array
             }
           }
         });
+        if (chunks > 1) detail::combine_if_last<S, Real>(team, ticket, out, partials, teams, chunks, C);
       });
-  if (chunks > 1) detail::combine_column_partials<S, Real>(space, label, out, partials, chunks, C);
 }
 
 // Row kernels that also sum columns (the norms' backward: each row's input gradient needs the whole
@@ -123,7 +141,7 @@ void column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array
 // kColumnSumRows rows calls row(team, n, sums) for its rows in order, and row adds each column's
 // terms for row n into sums(s, c) (over TeamThreadRange(team, C), so a column's sums stay with one
 // thread). The sums start, end and combine as in column_sums: the same order of additions, the
-// same bits, in one launch plus one for the chunks' combination. The sums of a team live in its
+// same bits, in one launch. The sums of a team live in its
 // scratch (level 0 when they fit half of it, else level 1).
 template <int S, class Real>
 struct ColumnSumsOfRows {
@@ -135,7 +153,7 @@ struct ColumnSumsOfRows {
 };
 
 // out[s] (C each) accumulates (+=) the sums row(team, n, sums) adds, n = 0 … N−1; partials holds at
-// least column_sum_workspace(N, C, S) elements. Labels: `label` and label + "::combine".
+// least column_sum_workspace(N, C, S) elements. One launch, labelled `label`.
 template <int S, class Real, class Row>
 void row_sweep_column_sums(const ExecSpace& space, const std::string& label, Kokkos::Array<Vec<Real>, S> out,
                            Vec<accum_t<Real>> partials, long N, int C, Row row) {
@@ -149,6 +167,7 @@ void row_sweep_column_sums(const ExecSpace& space, const std::string& label, Kok
   const std::size_t bytes = Sums::Scratch::shmem_size(std::size_t(S) * C);
   const int level = bytes * 2 <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
   const long stride = long(S) * C;
+  const ColumnSumTicket ticket = chunks > 1 ? column_sum_ticket() : ColumnSumTicket();
   Kokkos::parallel_for(
       label, team_policy(space, int(chunks)).set_scratch_size(level, Kokkos::PerTeam(bytes)),
       KOKKOS_LAMBDA(const Team& team) {
@@ -170,8 +189,8 @@ void row_sweep_column_sums(const ExecSpace& space, const std::string& label, Kok
             }
           }
         });
+        if (chunks > 1) detail::combine_if_last<S, Real>(team, ticket, out, partials, chunks, chunks, C);
       });
-  if (chunks > 1) detail::combine_column_partials<S, Real>(space, label, out, partials, chunks, C);
 }
 
 }  // namespace meshtrain

@@ -139,8 +139,8 @@ void layernorm_backward_sweep(const ExecSpace& space, Vec<Real> dinp, Kokkos::Ar
 // dinp, dweight and dbias accumulate (+=); partials holds column_sum_workspace(N, C, 2) elements
 // (3 with residual_bias). dinp may not be the memory of dout or inp. One team per chunk of rows
 // computes each row's input gradient and adds its terms to the parameter sums
-// (row_sweep_column_sums: the order, and so the bits, of column_sums), then one launch combines
-// the chunks. residual_bias (optional, [C]) accumulates the column sums of dinp as this backward
+// (row_sweep_column_sums: the order, and so the bits, of column_sums); its last team combines the
+// chunks: one launch. residual_bias (optional, [C]) accumulates the column sums of dinp as this backward
 // leaves it: the bias gradient of the linear layer whose output joined the residual stream that
 // dinp is the gradient of (GPT-2's c_proj), bitwise bias_backward(residual_bias, dinp) run after.
 template <class Real>

@@ -83,7 +83,8 @@ void residual_rmsnorm_forward(const ExecSpace& space, Vec<Real> residual, Vec<Re
 // dinp [N*C] and dweight [C] accumulate (+=). rstd is the forward's. dinp may not alias inp.
 // partials holds column_sum_workspace(N, C) elements (kernels/column_sum.hpp). One team per chunk
 // of rows computes each row's input gradient and adds its weight-gradient terms
-// (row_sweep_column_sums: the order, and so the bits, of column_sums), then one launch combines.
+// (row_sweep_column_sums: the order, and so the bits, of column_sums); its last team combines the
+// chunks: one launch.
 template <class Real>
 void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
                       Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,

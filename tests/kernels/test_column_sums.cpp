@@ -9,6 +9,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/rmsnorm.hpp"
 
+#include "common/kokkos_counters.hpp"
 #include "kernel_test_utils.hpp"
 
 #include <cstdio>
@@ -203,6 +204,33 @@ TEST(ColumnSums, DoubleMatchesNaiveSums) {
   expect_close(as_host(got.at("encoder_dwpe")), wpe, 1e-13, "dwpe");
   expect_close(as_host(got.at("encoder_range_dwte")), wte_range, 1e-13, "dwte of rows 5..44");
   expect_close(as_host(got.at("encoder_documents_dwpe")), wpe_documents, 1e-13, "dwpe with documents");
+}
+
+// Phase 2 runs in phase 1's launch (its last team combines), whatever the number of chunks: one launch a
+// call, and the ticket back at zero after it. A ticket left over would keep every later call's last team
+// from combining (the calls of the tests above, one after another, would then miss their sums).
+TEST(ColumnSums, OneLaunchACallAndTheTicketBackAtZero) {
+  ExecSpace space;
+  for (const int rows : {kColumnSumRows, 4 * kColumnSumRows + 1}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    const Host dout = random_vector(std::size_t(rows) * C, 301);
+    auto db = to_device<float>(filled(C, 0));
+    auto partials = column_partials<float>(rows, C);
+    const auto d_dout = to_device<float>(dout);
+    const auto call = [&] {
+      bias_backward(space, vec(db), vec(partials), cvec(d_dout), rows, C);
+      space.fence();
+    };
+    call();  // once uncounted: the ticket is made on first use
+    const KokkosCounts counts = count_kokkos(call);
+    EXPECT_EQ(counts.launches(), 1) << format_counts(counts);
+    const auto ticket = Kokkos::create_mirror_view_and_copy(HostSpace(), column_sum_ticket());
+    EXPECT_EQ(ticket(0), 0u);
+    Host want(C, 0.0);
+    for (int n = 0; n < rows; ++n)
+      for (int c = 0; c < C; ++c) want[c] += 2 * double(float(dout[std::size_t(n) * C + c]));
+    expect_close(to_host(db), want, 1e-4, "two calls' sums");
+  }
 }
 
 // FNV-1a over the bytes of every result, float, bf16 and double, written to the file that
