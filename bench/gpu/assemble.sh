@@ -54,6 +54,11 @@ for name in "${required[@]}" "${optional[@]}"; do
     echo "note: $from/bin/$name not built (the build has no cuBLAS); its step will say so"
   fi
 done
+# The kernel timer (a Kokkos Tools library) for the throughput step's profiled run.
+timer=$build/lib/libmeshtrain_kernel_timer.so
+[[ -f $timer ]] || { echo "$0: $timer is missing: build it (cmake --build $build --target meshtrain_kernel_timer)" >&2; exit 1; }
+cp "$timer" "$stage/lib/"
+printf 'tool\t%s\t%s\n' "$(basename "$timer")" "$timer" >> "$manifest"
 
 # MPICH's launcher: the mpiexec the build was configured with; Hydra runs hydra_pmi_proxy from its own directory.
 mpiexec=$(cache_value MPIEXEC_EXECUTABLE "$build")
@@ -89,14 +94,16 @@ take_libraries() {
       cp -L "$path" "$stage/glibc/$name"
       printf 'host\t%s\t%s\n' "$name" "$path" >> "$manifest"
     elif [[ $name =~ $device_re ]]; then
-      printf 'device\t%s\t%s\n' "$name" "$path" >> "$manifest"
+      # The build machine's file itself: its name carries the full version (libcublas.so.13.0.2.14),
+      # which device_check.py's libraries step compares with the device's.
+      printf 'device\t%s\t%s\n' "$name" "$(realpath "$path")" >> "$manifest"
     else
       cp -L "$path" "$stage/lib/$name"
       printf 'carried\t%s\t%s\n' "$name" "$path" >> "$manifest"
     fi
   done < <(ldd_needed "$file")
 }
-for file in "$stage"/bin/*; do take_libraries "$file"; done
+for file in "$stage"/bin/* "$stage/lib/$(basename "$timer")"; do take_libraries "$file"; done
 
 # UCX transports, where every library they load is already here.
 if [[ -f $stage/lib/libucs.so.0 ]]; then
@@ -120,8 +127,14 @@ glibc_needed=$(for f in "$stage"/bin/* "$stage"/lib/*.so* "$stage"/lib/ucx/*; do
   [[ -f $f ]] && objdump -T "$f" 2>/dev/null | awk '/\*UND\*/' | grep -o 'GLIBC_[0-9.]*' || true
 done | sed 's/GLIBC_//' | sort -uV | tail -n 1)
 
+# The CUDA runtime the build carries (libcudart's full version: the driver must support its major).
+cudart=$(awk -F'\t' '$1 == "carried" && $2 ~ /^libcudart\.so/ { print $3 }' "$manifest" | head -n 1)
+cudart_version=-
+[[ -n $cudart ]] && cudart_version=$(basename "$(realpath "$cudart")" | sed 's/^libcudart\.so\.//')
+
 {
   printf 'glibc_needed\t%s\t-\n' "$glibc_needed"
+  printf 'cuda_runtime\t%s\t%s\n' "$cudart_version" "${cudart:--}"
   printf 'build\t%s\t%s\n' "$(cache_value CMAKE_BUILD_TYPE "$build")" "$build"
   printf 'cuda\t%s\t-\n' "$(cache_value MESHTRAIN_ENABLE_CUDA "$build")"
   printf 'nccl\t%s\t%s\n' "$(cache_value MESHTRAIN_ENABLE_NCCL "$nccl_build")" "$nccl_build"

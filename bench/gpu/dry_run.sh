@@ -31,8 +31,9 @@ echo "device_check.py --cpu exited $status after $(($(date +%s) - start)) s"
 python3 - "$scratch/out/device_check.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
-want = {"setup": "pass", "unit_tests": "pass", "small_vs_cpu": "pass", "mpi_ranks": "pass", "nccl": "skipped",
-        "throughput": "pass", "resume": "pass", "audit": "pass"}
+want = {"setup": "pass", "libraries": "pass", "unit_tests": "pass", "small_vs_cpu": "pass", "mpi_ranks": "pass",
+        "nccl": "skipped", "throughput": "pass", "nondeterministic": "pass", "kernel_profile": "pass", "resume": "pass",
+        "audit": "pass"}
 got = {name: step["status"] for name, step in report["steps"].items()}
 for name, step in report["steps"].items():
     print(f"  {name:13} {step['status']:8} {step['elapsed_s']:7.1f} s  {step.get('message', '')[:160]}")

@@ -23,7 +23,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import device_check  # noqa: E402
+import check_runs  # noqa: E402
+from check_runner import Result  # noqa: E402
+from device_check import DeviceCheck  # noqa: E402
 
 INIT = os.path.join(HERE, "init_weights_small.h5")
 REFERENCE = os.path.join(HERE, "reference_small.json")
@@ -40,7 +42,7 @@ class Direct:
 
     def run(self, argv, log):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        result = device_check.Result(done.returncode, done.stdout + done.stderr, 0.0, False)
+        result = Result(done.returncode, done.stdout + done.stderr, 0.0, False)
         if result.rc != 0:
             sys.exit(f"{log}: {' '.join(argv)} exited {result.rc}\n{result.tail()}")
         return result
@@ -48,7 +50,7 @@ class Direct:
 
 def tensor_shapes(direct, shard, work):
     """Names and shapes of the model's tensors, from a checkpoint of one step."""
-    keys = device_check.small_run_keys("fp32", shard, os.path.join(work, "shapes"), init_weights=None)
+    keys = check_runs.small_run_keys("fp32", shard, os.path.join(work, "shapes"), init_weights=None)
     direct.run(direct.argv("meshtrain", "train", *keys, "--train.steps", "1"), "shapes")
     path = glob.glob(os.path.join(work, "shapes", "ck", "step_*.h5"))[0]
     with h5py.File(path, "r") as f:
@@ -79,28 +81,28 @@ def cpu_model():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(device_check.REPO, "build", "release"))
+    ap.add_argument("--build", default=os.path.join(check_runs.REPO, "build", "release"))
     args = ap.parse_args()
     direct = Direct(os.path.abspath(args.build))
-    layers = int(device_check.read_ini(os.path.join(HERE, "small.ini"))["model"]["layers"])
+    layers = int(check_runs.read_ini(os.path.join(HERE, "small.ini"))["model"]["layers"])
     with tempfile.TemporaryDirectory(prefix="meshtrain-reference-") as work:
-        shard = device_check.make_small_shard(work, direct.run, direct.argv)
+        shard = check_runs.make_small_shard(work, direct.run, direct.argv)
         write_initial_weights(tensor_shapes(direct, shard, work), layers)
         source = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
-        build = os.path.relpath(os.path.abspath(args.build), device_check.REPO)
+        build = os.path.relpath(os.path.abspath(args.build), check_runs.REPO)
         reference = {"made_by": f"bench/gpu/make_reference.py, {build} at {source or 'unknown'} on "
                                 f"{cpu_model()}",
                      "config": "bench/gpu/small.ini", "init_weights": "bench/gpu/init_weights_small.h5"}
         for precision in ("fp32", "bf16"):
             out = os.path.join(work, precision)
-            direct.run(direct.argv("meshtrain", "train", *device_check.small_run_keys(precision, shard, out)),
+            direct.run(direct.argv("meshtrain", "train", *check_runs.small_run_keys(precision, shard, out)),
                        precision)
-            records = device_check.DeviceCheck.metrics(os.path.join(out, "metrics.jsonl"))
+            records = DeviceCheck.metrics(os.path.join(out, "metrics.jsonl"))
             reference[precision] = {"loss": [r["loss"] for r in records],
                                     "grad_norm": [r["grad_norm"] for r in records]}
             print(f"{precision}: {[round(x, 4) for x in reference[precision]['loss']]}")
-    diff = device_check.max_relative_difference(reference["bf16"]["loss"], reference["fp32"]["loss"])
+    diff = check_runs.max_relative_difference(reference["bf16"]["loss"], reference["fp32"]["loss"])
     print(f"bf16 against fp32: worst relative loss difference {diff:.2e}")
     with open(REFERENCE, "w") as f:
         json.dump(reference, f, indent=1)

@@ -172,7 +172,11 @@ int TrainingRun::run() {
     const double comm_before = groups_.comm_seconds, idle_before = groups_.idle_seconds,
                  all_to_all_before = groups_.all_to_all_seconds;
     groups_.traffic.begin_step();
+    // One Kokkos Tools region a step, so that a profiler (bench/gpu/kernel_timer.cpp) tells the step's
+    // kernels and fences from start-up's, validation's and saving's. Free without a tool.
+    Kokkos::Profiling::pushRegion("meshtrain::training_step");
     const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_, space_);
+    Kokkos::Profiling::popRegion();
     std::string log_failure;  // rank 0's: a log that could not be written ends the job after a save
     try {
       groups_.traffic.end_step(comm_, topology_.position(), progress.step + 1 == cfg_.train.steps);
