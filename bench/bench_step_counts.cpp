@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
     std::printf("%-36s %10ld %10s %10s\n", "deep copies", c.deep_copy_count(), "", "");
     std::printf("%-36s %10ld %10ld %10ld\n", "reductions + deep copies (host syncs)",
                 c.reductions() + c.deep_copy_count(), llmc_syncs, budget.reductions_and_copies);
+    std::printf("%-36s %10ld %10s %10ld\n", "host waits (fences, request waits)", c.host_wait_count(), "",
+                budget.host_waits);
     std::printf(
         "* llm.c figures as issue 23 quotes them: about 7 forward + 20 backward launches per layer,\n"
         "  independent of the micro-batch; about 4 host syncs per micro-batch + 2 per step.\n");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/half_types.hpp"
+#include "core/host_waits.hpp"
 #include "core/kokkos_compat.hpp"
 
 #include <cstddef>
@@ -63,6 +64,17 @@ inline Kokkos::TeamPolicy<ExecSpace> team_policy(const ExecSpace& space, int tea
   const int size = requested_team_size();
   if (size <= 0) return Kokkos::TeamPolicy<ExecSpace>(space, teams, Kokkos::AUTO);
   return Kokkos::TeamPolicy<ExecSpace>(space, teams, size < space.concurrency() ? size : space.concurrency());
+}
+
+// The host waits until every kernel enqueued on `space` is done: every fence of meshtrain's goes through
+// here, named (core/host_waits.hpp counts them; Kokkos 3.5 and later also hand the name to Kokkos Tools).
+inline void host_fence(const ExecSpace& space, const char* reason) {
+#if KOKKOS_VERSION >= 30500
+  space.fence(reason);
+#else
+  space.fence();
+#endif
+  report_host_wait(reason);
 }
 
 // Kernels assert at compile time that the execution space can reach the views' memory.

@@ -54,7 +54,7 @@ class LossSum {
   double read(const ExecSpace& space) const {
     double value = 0;
     Kokkos::deep_copy(space, Kokkos::View<double, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&value), sum_);
-    space.fence();
+    host_fence(space, "step: the loss read");
     return value;
   }
 

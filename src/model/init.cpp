@@ -161,7 +161,9 @@ ChunkTable chunk_table(const ExecSpace& space, const std::vector<InitChunk>& chu
   const auto host = Kokkos::create_mirror_view(table);
   for (std::size_t k = 0; k < chunks.size(); ++k) host(k) = chunks[k];
   Kokkos::deep_copy(space, table, host);
-  space.fence();  // `host` may be a separate buffer that goes out of scope here
+  host_fence(space,
+             "initialisation: the chunk table copied before its host buffer goes");  // `host` may be a separate buffer
+                                                                                     // that goes out of scope here
   return table;
 }
 
@@ -210,7 +212,7 @@ void initialize_range(const ExecSpace& space, Vec<float> out, const ParameterLay
           if (o[j] != o[j]) o[j] = float(c.scale * standard_normal(seed, c.hash, c.global + j));
         });
       });
-  space.fence();
+  host_fence(space, "initialisation: the weights drawn");
 }
 
 }  // namespace meshtrain

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include "core/half_types.hpp"
+#include "core/host_waits.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -34,8 +35,10 @@ class Request {
   explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
   // Blocks until the operation is complete; a default or already waited request returns at once.
   void wait() {
-    if (impl_) impl_->wait();
+    if (!impl_) return;
+    impl_->wait();
     impl_.reset();
+    report_host_wait("Request::wait");  // core/host_waits.hpp
   }
   bool pending() const { return impl_ != nullptr; }
 

@@ -55,7 +55,7 @@ class FrozenBase final : public ParameterStore<Real> {
     for (std::size_t u = 0; u < map_.units(); ++u) {
       if (!map_.is_block(u)) weights_.gather(space_, u, groups_.of(map_.unit(u)));
     }
-    space_.fence();
+    host_fence(space_, "frozen weights: gathered");
   }
 
   // The frozen weights count as the model's weights.

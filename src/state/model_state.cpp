@@ -218,7 +218,7 @@ StepOutcome ModelState::update(const OptimConfig& optim, double lr, double clip,
   if (outcome != StepOutcome::applied) return outcome;
   optimizer_.update(adamw_step(optim, lr, clip, i));
   compute_->publish();
-  space_.fence();
+  host_fence(space_, "update: the working copy published");
   return outcome;
 }
 

@@ -87,7 +87,7 @@ double OptimizerState::grad_squared_norm(const std::function<bool(const TensorIn
   const Kokkos::View<const double, MemSpace> sum = grad_squared_norm_on_device(counted);
   double host = 0;
   Kokkos::deep_copy(space_, Kokkos::View<double, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&host), sum);
-  space_.fence();
+  host_fence(space_, "step: the gradient norm read");
   return host;
 }
 

@@ -57,7 +57,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         break;
       }
       case ActionKind::send_activation:
-        space.fence();
+        host_fence(space, "pipeline: the activation written before its send");
         pipeline_.send(model_.stage_output(slot_of_[a.micro]).data(), activation, next, a.micro);
         break;
       case ActionKind::recv_gradient: pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro); break;
@@ -71,12 +71,12 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         free_slots_.push_back(slot_of_[a.micro]);
         break;
       case ActionKind::send_gradient:
-        space.fence();
+        host_fence(space, "pipeline: the input gradient written before its send");
         pipeline_.send(model_.input_gradient().data(), activation, previous, a.micro);
         break;
     }
   }
-  space.fence();
+  host_fence(space, "pipeline: the schedule done");
 }
 
 template <class Real>
@@ -93,11 +93,11 @@ void PipelineExecutor<Real>::evaluate(BatchLoader& loader, int micro_batches, co
     if (place.last()) {
       model_.stage_loss(0, loader.targets(), accum_t<Real>(0), sum);  // its gradient of the logits is not used
     } else {
-      space.fence();
+      host_fence(space, "pipeline validation: the activation written before its send");
       pipeline_.send(model_.stage_output(0).data(), activation, place.stage + 1, micro);
     }
   }
-  space.fence();
+  host_fence(space, "pipeline validation: the schedule done");
 }
 
 template class PipelineExecutor<float>;

@@ -68,11 +68,13 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
     }
   } else {
     state.run_pipeline(i, weights);  // the last stage's sum; the others add zero below
-    space.fence();                   // the kernels that wrote it are done before MPI reads it
+    host_fence(space,
+               "pipeline: the loss sum written before the pipeline group reads it");  // the kernels that wrote it are
+                                                                                      // done before MPI reads it
     groups.pp->allreduce_sum(loss.data(), 1);
   }
   state.finish_gradients();
-  space.fence();
+  host_fence(space, "step: the gradients finished before the loss all-reduce");
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
   if (!fault_fires_in("skip_collective", i, groups.world)) groups.dp->allreduce_sum(loss.data(), 1);
   // The sum of the micro-batches' means over accum·dp of them, or of token losses over their count.
@@ -90,7 +92,7 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   r.lr = learning_rate(cfg.optim, cfg.train.steps, i);
   const double clip = clip_scale(r.grad_norm, cfg.optim.grad_clip);
   r.outcome = state.update(cfg.optim, r.lr, clip, i, agreed);
-  space.fence();
+  host_fence(space, "step: the update done");
   return r;
 }
 

@@ -72,12 +72,13 @@ std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::str
 
 StepBudget step_budget(const ModelConfig& model, int accum) {
   const long moe = model.moe_blocks(), dense = model.layers - moe;
-  return {30 * dense + 50 * moe + 20, 3L * accum + 3 + moe * accum};
+  return {30 * dense + 50 * moe + 20, 3L * accum + 3 + moe * accum, 6 + moe * accum};
 }
 
 BudgetExcess budget_excess(const KokkosCounts& counts, const StepBudget& budget) {
   return {counts.launches() - budget.launches,
-          counts.reductions() + counts.deep_copy_count() - budget.reductions_and_copies};
+          counts.reductions() + counts.deep_copy_count() - budget.reductions_and_copies,
+          counts.host_wait_count() - budget.host_waits};
 }
 
 }  // namespace meshtrain::test

@@ -1,6 +1,8 @@
 // The Kokkos Tools callbacks behind KokkosCounters (tests/common/kokkos_counters.hpp).
 #include "common/kokkos_counters.hpp"
 
+#include "core/host_waits.hpp"
+
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
@@ -111,6 +113,13 @@ void end_fence(std::uint64_t id) {
   if (hook().previous.end_fence) hook().previous.end_fence(id);
 }
 
+// meshtrain's own report (core/host_waits.hpp), not a Kokkos Tools callback.
+void host_wait(const char* reason) {
+  HookState& h = hook();
+  const std::lock_guard<std::mutex> lock(h.mutex);
+  ++h.counts.host_waits[reason];
+}
+
 void begin_deep_copy(SpaceHandle dst_space, const char* dst_label, const void* dst, SpaceHandle src_space,
                      const char* src_label, const void* src, std::uint64_t bytes) {
   {
@@ -183,6 +192,12 @@ long KokkosCounts::deep_copy_count() const {
   return n;
 }
 
+long KokkosCounts::host_wait_count() const {
+  long n = 0;
+  for (const auto& [reason, c] : host_waits) n += c;
+  return n;
+}
+
 std::vector<std::pair<std::string, KernelCount>> KokkosCounts::busiest(std::size_t top) const {
   std::vector<std::pair<std::string, KernelCount>> sorted(kernels.begin(), kernels.end());
   std::stable_sort(sorted.begin(), sorted.end(),
@@ -216,6 +231,10 @@ std::string format_counts(const KokkosCounts& c, std::size_t top) {
     std::snprintf(line, sizeof line, "  %8ld %8s  fence %s\n", n, "", name.c_str());
     out << line;
   }
+  for (const auto& [reason, n] : c.host_waits) {
+    std::snprintf(line, sizeof line, "  %8ld %8s  host wait: %s\n", n, "", reason.c_str());
+    out << line;
+  }
   out << "  totals: " << c.launches() << " launches (" << c.reductions() << " reductions, " << c.host_reductions()
       << " returning to the host), " << c.deep_copy_count() << " deep copies, ";
   if (KokkosCounters::fences_reported()) {
@@ -223,7 +242,8 @@ std::string format_counts(const KokkosCounts& c, std::size_t top) {
   } else {
     out << "fences not reported by Kokkos " << KOKKOS_VERSION / 10000 << "." << KOKKOS_VERSION / 100 % 100 << ", ";
   }
-  out << c.allocations << " allocations, " << c.deallocations << " deallocations\n";
+  out << c.host_wait_count() << " host waits, " << c.allocations << " allocations, " << c.deallocations
+      << " deallocations\n";
   return out.str();
 }
 
@@ -231,6 +251,7 @@ void KokkosCounters::install() {
   HookState& h = hook();
   const std::lock_guard<std::mutex> lock(h.mutex);
   if (h.installed) return;
+  set_host_wait_observer(&host_wait);
   h.previous = tools::get_callbacks();
   tools::EventSet mine = h.previous;
   mine.begin_parallel_for = &begin_for;

@@ -24,6 +24,9 @@
 // - Deep copies: every Kokkos::deep_copy, keyed "<dst label> <- <src label>" (a fill's source is
 //   "Scalar", or "(none)" when the fill names an execution space; an unmanaged view's label is
 //   "(no label)").
+// - Host waits: every point where meshtrain's host waits for the device (host_fence) or for a
+//   collective (Request::wait), by the reason it names (core/host_waits.hpp): on every Kokkos, as
+//   meshtrain reports them itself.
 // - Allocations: every allocation through a Kokkos memory space (Views, kokkos_malloc). Kokkos
 //   reports a View's allocation from its header on, with the size of the data after it: a live
 //   range is [reported pointer, + header + size), so the View's data lies inside it (a direct
@@ -53,6 +56,7 @@ struct KokkosCounts {
   std::map<std::string, KernelCount> kernels;  // by kernel label
   std::map<std::string, long> fences;          // by fence name (empty under Kokkos 3.4)
   std::map<std::string, long> deep_copies;     // by "<dst label> <- <src label>"
+  std::map<std::string, long> host_waits;      // by reason (core/host_waits.hpp)
   long global_fences = 0;                      // Kokkos::fence(): every space, every instance
   long instance_fences = 0;                    // one execution-space instance
   long allocations = 0;
@@ -63,6 +67,7 @@ struct KokkosCounts {
   long host_reductions() const;
   long fence_count() const { return global_fences + instance_fences; }
   long deep_copy_count() const;
+  long host_wait_count() const;
   // The kernels by launches, most first (ties by name), at most `top` of them (0: all).
   std::vector<std::pair<std::string, KernelCount>> busiest(std::size_t top = 0) const;
 };

@@ -102,7 +102,7 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
                                          ParameterStore<Real>* parameter_store, Comm* ep_comm)
     : space(exec),
       // The kernels that wrote a buffer finish before a collective reads it.
-      tp(tp_comm, [exec] { exec.fence(); }),
+      tp(tp_comm, [exec] { host_fence(exec, "tensor parallel: the kernels before the mapping's collective"); }),
       copy_to(tp),
       reduce_from(tp),
       vocab_statistics(tp),
@@ -227,7 +227,7 @@ template <class Real, class Family>
 CVec<Real> DecoderStage<Real, Family>::forward_logits(CVec<int> inputs) {
   m_.lora.draws.at(0) = std::nullopt;  // inference: no dropout
   stage_forward(0, inputs);
-  m_.space.fence();
+  host_fence(m_.space, "inference: the logits for the host");
   return m_.slots[0].logits;
 }
 
@@ -303,7 +303,7 @@ RouterStatistics DecoderStage<Real, Family>::router_statistics() const {
   if (r.blocks.empty()) return r;
   const auto sums = Kokkos::create_mirror_view(Kokkos::HostSpace{}, m_.router_loss_sums);
   Kokkos::deep_copy(m_.space, sums, m_.router_loss_sums);
-  m_.space.fence();
+  host_fence(m_.space, "MoE: the router losses read for the metrics");
   for (std::size_t b = 0; b < r.blocks.size(); ++b) {
     r.aux_loss[b] = sums(2 * b);
     r.z_loss[b] = sums(2 * b + 1);
