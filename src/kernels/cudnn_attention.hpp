@@ -19,16 +19,11 @@
 #pragma once
 
 #include "core/half_types.hpp"
+#include "kernels/attention_shape.hpp"
 
 namespace meshtrain::cudnn {
 
-struct AttentionShape {
-  int B = 0;
-  int T = 0;
-  int NH = 0;
-  int KVH = 0;
-  int hs = 0;
-};
+using meshtrain::AttentionShape;
 
 // The storage types cuDNN's fused attention takes: it is 16-bit only (fp32 and fp64 stay on the Kokkos
 // kernel).

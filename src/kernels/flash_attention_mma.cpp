@@ -370,7 +370,7 @@ bool launch(cudaStream_t stream, const Args<Real>& a) {
 
 template <class Real>
 bool attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse,
-                        BackwardShape shape, const int* offsets, int docs, float* D) {
+                        AttentionShape shape, const int* offsets, int docs, float* D) {
   const Args<Real> a{dqkv,
                      dout,
                      qkv,
@@ -396,9 +396,9 @@ bool attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* 
   }
 }
 
-template bool attention_backward<bf16>(void*, bf16*, const bf16*, const bf16*, const bf16*, const float*, BackwardShape,
-                                       const int*, int, float*);
-template bool attention_backward<fp16>(void*, fp16*, const fp16*, const fp16*, const fp16*, const float*, BackwardShape,
-                                       const int*, int, float*);
+template bool attention_backward<bf16>(void*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                       AttentionShape, const int*, int, float*);
+template bool attention_backward<fp16>(void*, fp16*, const fp16*, const fp16*, const fp16*, const float*,
+                                       AttentionShape, const int*, int, float*);
 
 }  // namespace meshtrain::flash_mma

@@ -14,19 +14,12 @@
 #pragma once
 
 #include "core/half_types.hpp"
+#include "kernels/attention_shape.hpp"
 
 #include <cstdint>
 #include <initializer_list>
 
 namespace meshtrain::flash_mma {
-
-struct BackwardShape {
-  int B = 0;
-  int T = 0;
-  int NH = 0;
-  int KVH = 0;
-  int hs = 0;
-};
 
 // The head sizes the kernel is built for (a template argument, so that its accumulators are registers):
 // those of GPT-2 (64), LLaMA (128) and the smaller models in between. Others run on the Kokkos kernel.
@@ -37,7 +30,7 @@ constexpr bool head_size_supported(int hs) { return hs == 32 || hs == 64 || hs =
 // (the model's activations are carved from one buffer aligned for their element type only, so a view may
 // start elsewhere, and then the Kokkos kernel runs).
 template <class Real>
-bool backward_supported(BackwardShape shape, std::initializer_list<const void*> operands) {
+bool backward_supported(AttentionShape shape, std::initializer_list<const void*> operands) {
   if constexpr (!is_low_precision_v<Real>) {
     return false;
   } else {
@@ -55,6 +48,6 @@ bool backward_supported(BackwardShape shape, std::initializer_list<const void*> 
 // std::runtime_error naming the kernel and CUDA's message where a launch fails.
 template <class Real>
 bool attention_backward(void* stream, Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse,
-                        BackwardShape shape, const int* offsets, int docs, float* D);
+                        AttentionShape shape, const int* offsets, int docs, float* D);
 
 }  // namespace meshtrain::flash_mma

@@ -161,9 +161,7 @@ ChunkTable chunk_table(const ExecSpace& space, const std::vector<InitChunk>& chu
   const auto host = Kokkos::create_mirror_view(table);
   for (std::size_t k = 0; k < chunks.size(); ++k) host(k) = chunks[k];
   Kokkos::deep_copy(space, table, host);
-  host_fence(space,
-             "initialisation: the chunk table copied before its host buffer goes");  // `host` may be a separate buffer
-                                                                                     // that goes out of scope here
+  host_fence(space, "initialisation: the chunk table copied before its host buffer goes");
   return table;
 }
 

@@ -42,9 +42,7 @@ class FrozenWeightsSource final : public StateSource {
       fp32 = CVec<float>(device_.data(), n);
     }
     convert<Real, float>(space_, Vec<Real>(where_.element(t, run.first), n), fp32, long(n));
-    host_fence(
-        space_,
-        "frozen weights: the staging refilled by the next tensor");  // the staging is refilled by the next tensor
+    host_fence(space_, "frozen weights: the staging refilled by the next tensor");
   }
 
  private:

@@ -87,8 +87,7 @@ class BucketedAllReduce final : public GradientReduction {
     bool started = false;
   };
   void start(Bucket& b) {
-    host_fence(space_, "gradients: a bucket written before its reduction");  // the gradients come from kernels; they
-                                                                             // must be complete before MPI reads them
+    host_fence(space_, "gradients: a bucket written before its reduction");
     b.request = b.replicas->iallreduce_sum(grads_.accumulated().data() + b.begin, b.end - b.begin);
     b.started = true;
   }
@@ -153,8 +152,7 @@ class UnitReduceScatter final : public GradientReduction {
   // next accumulates into the working room that one's reduce-scatter reads.
   void start(std::size_t u) {
     complete();
-    host_fence(space_, "gradients: written before their reduction");  // the gradients come from kernels; they must be
-                                                                      // complete before MPI reads them
+    host_fence(space_, "gradients: written before their reduction");
     Comm& group = *groups_.of(grads_.map().unit(u));
     in_flight_ = group.ireduce_scatter_sum(grads_.unit_at(u), received_.data(), grads_.map().shard(u));
     unit_in_flight_ = u;

@@ -105,8 +105,7 @@ class PlacedState {
   // of unit u into u's whole place, in place when that is where the slice lives.
   void gather(const ExecSpace& space, std::size_t u, Comm* group) const {
     if (group == nullptr) return;
-    host_fence(space, "ZeRO: the slice written before its gather");  // the kernels that wrote the slice must be done
-                                                                     // before the collective reads it
+    host_fence(space, "ZeRO: the slice written before its gather");
     group->allgather(owned(u), unit_at(u), map().shard(u));
   }
   // The same, non-blocking: wait on the request before the unit is read.

@@ -35,8 +35,7 @@ io::ElementRange StateSlices::saved_run(const ShardMap& map, const TensorInfo& t
 
 const float* StateSlices::saved_data(const TensorInfo& t) {
   const io::ElementRange run = save_range(t);
-  host_fence(ExecSpace(),
-             "state read: the kernels that last wrote it done");  // the kernels that last wrote the state must be done
+  host_fence(ExecSpace(), "state read: the kernels that last wrote it done");
   float* data = where_.element(t, run.first);
   if constexpr (host_reachable) return data;
   Kokkos::deep_copy(HostSlice(staging_.data(), run.count), Vec<float>(data, run.count));

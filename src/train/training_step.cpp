@@ -68,9 +68,7 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
     }
   } else {
     state.run_pipeline(i, weights);  // the last stage's sum; the others add zero below
-    host_fence(space,
-               "pipeline: the loss sum written before the pipeline group reads it");  // the kernels that wrote it are
-                                                                                      // done before MPI reads it
+    host_fence(space, "pipeline: the loss sum written before the pipeline group reads it");
     groups.pp->allreduce_sum(loss.data(), 1);
   }
   state.finish_gradients();

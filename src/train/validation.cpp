@@ -44,8 +44,7 @@ ValidationResult Validation::evaluate(ModelState& state, TrainingGroups& groups,
   } else {
     state.evaluate_pipeline(*loader_, micro_batches_, sum_);
   }
-  host_fence(space, "validation: the loss sum written before MPI reads it");  // the kernels that wrote the sum are done
-                                                                              // before MPI reads it
+  host_fence(space, "validation: the loss sum written before MPI reads it");
   if (pipelined) groups.pp->allreduce_sum(sum_.data(), 1);
   groups.dp->allreduce_sum(sum_.data(), 1);
   ValidationResult r;

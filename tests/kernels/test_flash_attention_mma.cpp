@@ -41,17 +41,9 @@ const std::vector<Case> kCases = {
     {2, 200, 2, 2, 32, {0, 70, 71, 200, 0, 200, 200, 200}, 3},
 };
 
-Buffer<int> offsets_buffer(const Case& c) {
-  Buffer<int> buf("meshtrain::test::offsets", c.offsets.size());
-  auto mirror = Kokkos::create_mirror_view(buf);
-  for (std::size_t i = 0; i < c.offsets.size(); ++i) mirror(i) = c.offsets[i];
-  Kokkos::deep_copy(buf, mirror);
-  return buf;
-}
-
 // out and lse of the double flash forward.
 std::pair<Host, Host> forward_in_double(const Case& c, const Host& qkv) {
-  const auto seg = offsets_buffer(c);
+  const auto seg = to_device(c.offsets);
   auto out = to_device<double>(nan_filled(c.out_size()));
   auto lse = to_device<double>(nan_filled(std::size_t(c.B) * c.NH * c.T));
   flash_attention_forward<double>(ExecSpace{}, vec(out), vec(lse), cvec(to_device<double>(qkv)), c.B, c.T, c.NH, c.KVH,
@@ -72,7 +64,7 @@ Host reference_dqkv(const Case& c, const Host& qkv, const Host& dout, const Host
     attention_backward<double>(space, vec(dqkv), vec(datt), cvec(d_dout), cvec(d_qkv), cvec(att), c.B, c.T, c.NH, c.KVH,
                                c.hs);
   } else {
-    const auto seg = offsets_buffer(c);
+    const auto seg = to_device(c.offsets);
     auto work = to_device<double>(nan_filled(flash_attention_backward_workspace(c.B, c.T, c.NH)));
     flash_attention_backward<double>(space, vec(dqkv), cvec(d_dout), cvec(d_qkv), cvec(to_device<double>(out)),
                                      cvec(to_device<double>(lse)), c.B, c.T, c.NH, c.KVH, c.hs,
@@ -158,7 +150,7 @@ TYPED_TEST(FlashAttentionMmaPrecision, EmulationEqualsTheGradientInDouble) {
     const Host want = reference_dqkv(c, in.qkv, in.dout, in.out, in.lse);
     const Host got = emulated<H>(c, in);
 
-    const auto seg = offsets_buffer(c);
+    const auto seg = to_device(c.offsets);
     auto kokkos = to_device<H>(nan_filled(c.qkv_size()));
     auto work = to_device<float>(nan_filled(flash_attention_backward_workspace(c.B, c.T, c.NH)));
     flash_attention_backward<H>(ExecSpace{}, vec(kokkos), cvec(to_device<H>(in.dout)), cvec(to_device<H>(in.qkv)),
@@ -181,7 +173,7 @@ TYPED_TEST(FlashAttentionMmaPrecision, KernelEqualsItsEmulationAndItself) {
     SCOPED_TRACE(c.name());
     const Inputs in = inputs_for<H>(c, 17 + c.T);
     const Host want = emulated<H>(c, in);
-    const auto seg = offsets_buffer(c);
+    const auto seg = to_device(c.offsets);
     const auto d_qkv = to_device<H>(in.qkv), d_dout = to_device<H>(in.dout), d_out = to_device<H>(in.out);
     const auto d_lse = to_device<float>(in.lse);
     auto work = to_device<float>(nan_filled(std::size_t(c.B) * c.NH * c.T));

@@ -165,10 +165,7 @@ void LlamaFamily::read_routing(Parts<Real>& m, int slot, int l) {
                     Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.counts.data(),
                                                                                                    host.counts.size()),
                     Kokkos::subview(counts, std::pair<std::size_t, std::size_t>(0, host.counts.size())));
-  host_fence(m.space,
-             "MoE: routing counts read to size the grouped products and the exchange");  // the grouped products' sizes
-                                                                                         // and the exchange's counts
-                                                                                         // are read on the host
+  host_fence(m.space, "MoE: routing counts read to size the grouped products and the exchange");
   m.state.exchange.plan_exchange(host.exchange, host.offsets(), m.dims.C);
 }
 
@@ -199,9 +196,7 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   moe_permute(space, m.xs, CVec<Real>(s.ln2), CVec<int>(m.row_token), R, C);
   const bool dropped = expert_inputs_dropped(p, slot);
   if (dropped) lora_assignment_ids(space, m.routed_ids, m.slot, m.expert, p.lora.first_token(slot), N, k);
-  if (exchange.moves())
-    host_fence(space,
-               "MoE: the dispatched rows written before the exchange");  // the rows are written before they travel
+  if (exchange.moves()) host_fence(space, "MoE: the dispatched rows written before the exchange");
   exchange.dispatch(plan, m.xs.data(), m.received.data());
   if (dropped) exchange.dispatch_ids(plan, m.routed_ids.data(), m.received_ids.data());
   // This rank's experts over the rows they received; expert e's [gate | up | down] at e · stride:
