@@ -42,6 +42,11 @@ struct HookState {
   std::string running_reduce;                                        // the reduce between its begin and end
   std::string ended_reduce;                                          // a reduce that just ended, until the next event
   std::map<std::string, std::map<std::uintptr_t, Allocation>> live;  // by space, by start
+  // count_regions(): the region named, the counts when its open instance began, and its instances.
+  std::string counted_region;
+  std::vector<std::string> open_regions;  // innermost last
+  KokkosCounts at_region_start;
+  std::vector<KokkosCounts> region_instances;
 };
 
 // Never destroyed: Kokkos deallocates Views of static lifetime after main returns.
@@ -159,6 +164,31 @@ void deallocate(const SpaceHandle space, const char* label, const void* p, const
   if (hook().previous.deallocate_data) hook().previous.deallocate_data(space, label, p, bytes);
 }
 
+// The counted region's instances: the counts between its push and its pop (reset() inside one
+// falsifies that instance, as the header says).
+void push_region(const char* name) {
+  {
+    HookState& h = hook();
+    const std::lock_guard<std::mutex> lock(h.mutex);
+    h.open_regions.emplace_back(name);
+    if (h.open_regions.back() == h.counted_region) h.at_region_start = h.counts;
+  }
+  if (hook().previous.push_region) hook().previous.push_region(name);
+}
+void pop_region() {
+  {
+    HookState& h = hook();
+    const std::lock_guard<std::mutex> lock(h.mutex);
+    if (!h.open_regions.empty()) {
+      if (h.open_regions.back() == h.counted_region) {
+        h.region_instances.push_back(counts_between(h.at_region_start, h.counts));
+      }
+      h.open_regions.pop_back();
+    }
+  }
+  if (hook().previous.pop_region) hook().previous.pop_region();
+}
+
 // Asked once, at Kokkos::initialize (so only when install() ran before it): no fence before each
 // callback, unless a tool loaded before us wants one.
 void tool_settings(const std::uint32_t count, Kokkos_Tools_ToolSettings* settings) {
@@ -167,6 +197,42 @@ void tool_settings(const std::uint32_t count, Kokkos_Tools_ToolSettings* setting
 }
 
 }  // namespace
+
+namespace {
+// after − before, key by key; keys whose difference is zero are left out.
+template <class Value, class Subtract>
+std::map<std::string, Value> map_difference(const std::map<std::string, Value>& before,
+                                            const std::map<std::string, Value>& after, Subtract subtract) {
+  std::map<std::string, Value> out;
+  for (const auto& [key, value] : after) {
+    const auto earlier = before.find(key);
+    const Value d = earlier == before.end() ? value : subtract(value, earlier->second);
+    if (!(d == Value{})) out.emplace(key, d);
+  }
+  return out;
+}
+}  // namespace
+
+bool operator==(const KernelCount& a, const KernelCount& b) {
+  return a.fors == b.fors && a.reduces == b.reduces && a.scans == b.scans && a.host_reductions == b.host_reductions;
+}
+
+KokkosCounts counts_between(const KokkosCounts& before, const KokkosCounts& after) {
+  const auto minus = [](long a, long b) { return a - b; };
+  KokkosCounts d;
+  d.kernels = map_difference(before.kernels, after.kernels, [](const KernelCount& a, const KernelCount& b) {
+    return KernelCount{a.fors - b.fors, a.reduces - b.reduces, a.scans - b.scans,
+                       a.host_reductions - b.host_reductions};
+  });
+  d.fences = map_difference(before.fences, after.fences, minus);
+  d.deep_copies = map_difference(before.deep_copies, after.deep_copies, minus);
+  d.host_waits = map_difference(before.host_waits, after.host_waits, minus);
+  d.global_fences = after.global_fences - before.global_fences;
+  d.instance_fences = after.instance_fences - before.instance_fences;
+  d.allocations = after.allocations - before.allocations;
+  d.deallocations = after.deallocations - before.deallocations;
+  return d;
+}
 
 long KokkosCounts::launches() const {
   long n = 0;
@@ -266,6 +332,8 @@ void KokkosCounters::install() {
   mine.end_deep_copy = &end_deep_copy;
   mine.allocate_data = &allocate;
   mine.deallocate_data = &deallocate;
+  mine.push_region = &push_region;
+  mine.pop_region = &pop_region;
   mine.request_tool_settings = &tool_settings;
   tools::set_callbacks(mine);
   h.installed = true;
@@ -290,6 +358,19 @@ KokkosCounts KokkosCounters::counts() {
   HookState& h = hook();
   const std::lock_guard<std::mutex> lock(h.mutex);
   return h.counts;
+}
+
+void KokkosCounters::count_regions(const std::string& name) {
+  HookState& h = hook();
+  const std::lock_guard<std::mutex> lock(h.mutex);
+  h.counted_region = name;
+  h.region_instances.clear();
+}
+
+std::vector<KokkosCounts> KokkosCounters::region_counts() {
+  HookState& h = hook();
+  const std::lock_guard<std::mutex> lock(h.mutex);
+  return h.region_instances;
 }
 
 std::vector<LiveRange> KokkosCounters::live_ranges(const std::string& space) {

@@ -6,6 +6,8 @@
 //   const KokkosCounts c = count_kokkos([&] { training_step(...); });
 //   c.launches(); c.reductions(); c.host_reductions(); c.fence_count(); c.deep_copy_count();
 //   KokkosCounters::live_ranges("Host");            // [begin, end) of each live allocation
+//   KokkosCounters::count_regions("meshtrain::training_step");  // then run the code, and
+//   KokkosCounters::region_counts();                // the counts of each instance of that region
 //
 // What Kokkos reports, and so what is counted:
 // - Launches: every top-level parallel_for / parallel_reduce / parallel_scan (nested team-level
@@ -51,6 +53,7 @@ struct KernelCount {
   long host_reductions = 0;  // of `reduces`, those whose result came back to the host
   long launches() const { return fors + reduces + scans; }
 };
+bool operator==(const KernelCount& a, const KernelCount& b);
 
 struct KokkosCounts {
   std::map<std::string, KernelCount> kernels;  // by kernel label
@@ -71,6 +74,9 @@ struct KokkosCounts {
   // The kernels by launches, most first (ties by name), at most `top` of them (0: all).
   std::vector<std::pair<std::string, KernelCount>> busiest(std::size_t top = 0) const;
 };
+
+// What happened between two snapshots of the counts: after − before, item by item (zero items left out).
+KokkosCounts counts_between(const KokkosCounts& before, const KokkosCounts& after);
 
 // A table for people: the busiest `top` kernels (0: all) with their launches and host-returning
 // reductions, the deep copies by labels, the fences by name, and the totals.
@@ -94,6 +100,12 @@ class KokkosCounters {
   // Counts since the last reset (or install). Live allocations are not counts: reset keeps them.
   static void reset();
   static KokkosCounts counts();
+  // Regions (Kokkos::Profiling::pushRegion / popRegion): from now on, each instance of the region
+  // named `name` is counted on its own, from its push to its pop, as region_counts() returns them
+  // (the instances since this call, in order). Counts the whole code inside the region, the kernels
+  // of the host waits' callers included; a reset() inside an instance falsifies that instance.
+  static void count_regions(const std::string& name);
+  static std::vector<KokkosCounts> region_counts();
   // The live allocations of memory space `space` (Kokkos' name for it: "Host", "Cuda", "CudaUVM",
   // "CudaHostPinned", …), by address, made since install().
   static std::vector<LiveRange> live_ranges(const std::string& space);

@@ -3,10 +3,13 @@
 #include "common/kokkos_counters.hpp"
 
 #include "core/exec.hpp"
+#include "core/host_waits.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 namespace meshtrain::test {
 
@@ -120,6 +123,34 @@ TEST(KokkosCounters, ResetStartsFromZero) {
   const KokkosCounts c = KokkosCounters::counts();
   EXPECT_EQ(c.launches(), 1);
   EXPECT_EQ(c.kernels.count("test::before_reset"), 0u);
+}
+
+TEST(KokkosCounters, CountsEachInstanceOfARegion) {
+  ExecSpace space;
+  KokkosCounters::install();
+  KokkosCounters::count_regions("test::counted");
+  known_kernels::one_empty_kernel(space, "test::outside");
+  for (int instance = 1; instance <= 2; ++instance) {
+    Kokkos::Profiling::pushRegion("test::counted");
+    Kokkos::Profiling::pushRegion("test::nested");  // inside the counted one: counted with it
+    for (int i = 0; i < instance; ++i) known_kernels::one_empty_kernel(space, "test::inside");
+    report_host_wait("test::a wait");
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    known_kernels::one_empty_kernel(space, "test::between");
+  }
+  Kokkos::Profiling::pushRegion("test::other");
+  known_kernels::one_empty_kernel(space, "test::inside");
+  Kokkos::Profiling::popRegion();
+  const std::vector<KokkosCounts> instances = KokkosCounters::region_counts();
+  ASSERT_EQ(instances.size(), 2u);
+  for (int instance = 1; instance <= 2; ++instance) {
+    const KokkosCounts& c = instances[std::size_t(instance - 1)];
+    EXPECT_EQ(c.launches(), instance);
+    EXPECT_EQ(c.kernels.size(), 1u) << "only the region's kernel";
+    EXPECT_EQ(c.kernels.at("test::inside").fors, instance);
+    EXPECT_EQ(c.host_waits.at("test::a wait"), 1);
+  }
 }
 
 TEST(KokkosCounters, KnowsTheLiveAllocations) {

@@ -161,7 +161,7 @@ def main():
     ap.add_argument("--meshtrain", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--corpus", default="/usr/share/games/fortunes", help="a folder of text files")
     ap.add_argument("--case", action="append", choices=["real_text", "overflow", "resume", "layouts"])
     args = ap.parse_args()
