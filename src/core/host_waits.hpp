@@ -1,5 +1,6 @@
 // The places where meshtrain's host waits: for the device (a fence: core/exec.hpp's host_fence) or for a
-// collective (Request::wait, parallel/comm.hpp). Each reports itself here by name as it happens, so that a
+// collective of a host-memory backend (the MPI backend's Request::wait, parallel/comm.hpp; a device
+// backend's wait is the device's, not the host's). Each reports itself here by name as it happens, so that a
 // test on any Kokkos (3.4 reports no fence to Kokkos Tools) counts a step's host waits, reason by reason
 // (tests/common/kokkos_counters.hpp), and holds the step to its budget of them: the GPU step keeps the
 // device busy only where the host does not wait on it (issue 42: one read a step is the goal).
@@ -20,9 +21,22 @@ inline void set_host_wait_observer(HostWaitObserver observer) {
   host_wait_observer.store(observer, std::memory_order_relaxed);
 }
 
+inline thread_local int unreported_host_waits_depth = 0;
+
 // `reason`: a string literal naming the wait ("gradient buckets before their reduction").
 inline void report_host_wait(const char* reason) {
+  if (unreported_host_waits_depth > 0) return;
   if (const HostWaitObserver observer = host_wait_observer.load(std::memory_order_relaxed)) observer(reason);
 }
+
+// While one lives, this thread's waits go unreported: the device stream stand-in
+// (parallel/stream_standin.hpp) waits on the host for what a device would do on its own streams.
+class UnreportedHostWaits {
+ public:
+  UnreportedHostWaits() { ++unreported_host_waits_depth; }
+  ~UnreportedHostWaits() { --unreported_host_waits_depth; }
+  UnreportedHostWaits(const UnreportedHostWaits&) = delete;
+  UnreportedHostWaits& operator=(const UnreportedHostWaits&) = delete;
+};
 
 }  // namespace meshtrain

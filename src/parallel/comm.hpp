@@ -7,12 +7,23 @@
 // blocking twin computes (test_comm holds the two bitwise equal on this MPI; the MPI standard does
 // not promise one summation order for both), and several may be in flight at once, started in the
 // same order on every rank.
+//
+// Ordering with the compute (issue 42). A call is ordered after all the compute its caller has
+// issued before it, and the compute issued after a blocking call, or after a Request's wait(), is
+// ordered after the operation: callers never fence before a collective. How, is the backend's:
+//   NCCL   on the compute stream, so in its order (parallel/comm_nccl.cpp). Issue 42's part 1
+//          moves it to a stream of its own per Comm (one per group kind), after an event recorded
+//          on the compute stream, the compute stream waiting on the operation's event and the host
+//          on nothing.
+//   MPI    the host runs the operation: before it touches a buffer, the host waits for the compute
+//          (make_compute_ordered_comm, parallel/compute_ordered_comm.hpp, with the trainer's fence);
+//          wait() blocks the host and reports it (core/host_waits.hpp).
+// Host memory read after a collective is read as any device result is: after a fence of the compute.
 #pragma once
 
 #include <mpi.h>
 
 #include "core/half_types.hpp"
-#include "core/host_waits.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -33,12 +44,13 @@ class Request {
   };
   Request() = default;
   explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-  // Blocks until the operation is complete; a default or already waited request returns at once.
+  // Orders what follows after the operation (the contract above): the compute issued from now on
+  // sees its result, and its buffers may be reused. A host-memory backend blocks until it is complete.
+  // A default or already waited request returns at once.
   void wait() {
     if (!impl_) return;
     impl_->wait();
     impl_.reset();
-    report_host_wait("Request::wait");  // core/host_waits.hpp
   }
   bool pending() const { return impl_ != nullptr; }
 
@@ -233,8 +245,9 @@ std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, std::size_t max_chunk);
 
 #if defined(MESHTRAIN_HAVE_NCCL)
 // A group over `comm` with NCCL: ncclGetUniqueId on group rank 0, MPI_Bcast, ncclCommInitRank.
-// `stream` (a cudaStream_t) orders the collectives with the compute.
-std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream);
+// `compute_stream` (a cudaStream_t): the stream whose work the collectives are ordered with (and, for
+// now, run on).
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* compute_stream);
 #endif
 
 }  // namespace meshtrain

@@ -5,8 +5,10 @@
 // agree on every step's outcome first, so a rank without a GPU fails the whole group with its
 // CUDA error instead of leaving the others waiting in NCCL's bootstrap.
 //
-// Every operation runs on the caller's stream. A blocking call records an event after the
-// operation and waits for it; a non-blocking one returns a Request holding such an event. Waiting
+// Every operation runs on the compute stream, so it is ordered after the compute issued before it
+// as parallel/comm.hpp's contract asks, with no fence. (A stream of its own per Comm, ordered by
+// events, is issue 42's part 1.) A blocking call records an event after the operation and waits for
+// it on the host; a non-blocking one returns a Request holding such an event. Waiting
 // polls the event and the communicator's asynchronous error, so a failed peer or network surfaces as
 // an exception with a HINT instead of a hang, and the watchdog's verdict: once it has reported a
 // wait that outlasted parallel.timeout, the waiting thread aborts the communicator (ncclCommAbort
@@ -285,7 +287,7 @@ std::string error_of(Fn&& fn) {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream) {
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* compute_stream) {
   if (comm == MPI_COMM_NULL) {
     throw std::invalid_argument("make_nccl_comm: MPI_COMM_NULL (is this rank a member of the group?)");
   }
@@ -328,7 +330,7 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* stream) {
     throw;
   }
   auto nccl = std::make_shared<nccl_backend::NcclHandle>(handle);
-  return std::make_unique<NcclComm>(std::move(nccl), rank, size, static_cast<cudaStream_t>(stream),
+  return std::make_unique<NcclComm>(std::move(nccl), rank, size, static_cast<cudaStream_t>(compute_stream),
                                     make_mpi_comm(comm));
 }
 

@@ -2,24 +2,21 @@
 #include "parallel/tensor_parallel_mappings.hpp"
 
 #include <stdexcept>
-#include <utility>
 
 namespace meshtrain {
 
-TensorParallelGroup::TensorParallelGroup(Comm* group, Fence fence)
-    : group_(group != nullptr && group->size() > 1 ? group : nullptr), fence_(std::move(fence)) {}
+TensorParallelGroup::TensorParallelGroup(Comm* group)
+    : group_(group != nullptr && group->size() > 1 ? group : nullptr) {}
 
 template <class T>
 void TensorParallelGroup::sum(std::span<T> x) const {
   if (group_ == nullptr) return;
-  fence_();
   group_->allreduce_sum(x.data(), x.size());
 }
 
 template <class T>
 void TensorParallelGroup::max(std::span<T> x) const {
   if (group_ == nullptr) return;
-  fence_();
   group_->allreduce_max(x.data(), x.size());
 }
 

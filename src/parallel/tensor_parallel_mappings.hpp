@@ -20,7 +20,6 @@
 #include "parallel/comm.hpp"
 
 #include <cstddef>
-#include <functional>
 #include <span>
 #include <utility>
 
@@ -30,12 +29,12 @@ namespace meshtrain {
 // the group.
 enum class RegionStep { identity, sum };
 
-// What the mappings share: the group and the fence that precedes each collective.
+// What the mappings share: the group (whose Comm orders each collective after the kernels that wrote
+// its buffer, parallel/comm.hpp).
 class TensorParallelGroup {
  public:
-  using Fence = std::function<void()>;
   TensorParallelGroup() = default;  // no group: every mapping is the identity
-  TensorParallelGroup(Comm* group, Fence fence);
+  explicit TensorParallelGroup(Comm* group);
 
   bool active() const { return group_ != nullptr; }
   int size() const { return group_ ? group_->size() : 1; }
@@ -53,7 +52,6 @@ class TensorParallelGroup {
 
  private:
   Comm* group_ = nullptr;  // null for no group or a group of one rank
-  Fence fence_;
 };
 
 // A mapping: one collective (or none) for each direction, `Forward` where a layer's region starts

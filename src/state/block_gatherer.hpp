@@ -64,7 +64,7 @@ class BlockGatherer {
     if (holds_[r] == block) return;
     wait(r);
     for (const std::size_t u : weights_.map().block_units(block)) {
-      weights_.gather(space_, u, groups_.of(weights_.map().unit(u)));
+      weights_.gather(u, groups_.of(weights_.map().unit(u)));
     }
     holds_[r] = block;
   }
@@ -73,7 +73,7 @@ class BlockGatherer {
     if (holds_[r] == block) return;
     wait(r);
     for (const std::size_t u : weights_.map().block_units(block)) {
-      pending_[r].push_back(weights_.start_gather(space_, u, groups_.of(weights_.map().unit(u))));
+      pending_[r].push_back(weights_.start_gather(u, groups_.of(weights_.map().unit(u))));
     }
     holds_[r] = block;
   }

@@ -53,7 +53,7 @@ class FrozenBase final : public ParameterStore<Real> {
     read(source);
     if (weights_.held() != Held::working_and_shard) return;
     for (std::size_t u = 0; u < map_.units(); ++u) {
-      if (!map_.is_block(u)) weights_.gather(space_, u, groups_.of(map_.unit(u)));
+      if (!map_.is_block(u)) weights_.gather(u, groups_.of(map_.unit(u)));
     }
     host_fence(space_, "frozen weights: gathered");
   }

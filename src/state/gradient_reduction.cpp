@@ -64,7 +64,6 @@ class BucketedAllReduce final : public GradientReduction {
     // local wte gradients first and the replicas then reduce the sum with the rest.
     if (tied != nullptr) {
       const Vec<float> wte = tied_wte(grads_);
-      host_fence(space_, "gradients: the tied wte gradient before its all-reduce");
       tied->allreduce_sum(wte.data(), wte.extent(0));
     }
     armed_ = false;
@@ -86,8 +85,8 @@ class BucketedAllReduce final : public GradientReduction {
     Request request;
     bool started = false;
   };
+  // The Comm orders the reduction after the backward kernels issued so far (parallel/comm.hpp).
   void start(Bucket& b) {
-    host_fence(space_, "gradients: a bucket written before its reduction");
     b.request = b.replicas->iallreduce_sum(grads_.accumulated().data() + b.begin, b.end - b.begin);
     b.started = true;
   }
@@ -136,7 +135,6 @@ class UnitReduceScatter final : public GradientReduction {
     }
     complete();
     pending_ = false;
-    host_fence(space_, "gradients: the reductions done");
     // The first and the last stage shard the wte unit alike, so the two add slice by slice.
     if (tied != nullptr) {
       const Vec<float> wte = tied_wte(grads_);
@@ -152,7 +150,6 @@ class UnitReduceScatter final : public GradientReduction {
   // next accumulates into the working room that one's reduce-scatter reads.
   void start(std::size_t u) {
     complete();
-    host_fence(space_, "gradients: written before their reduction");
     Comm& group = *groups_.of(grads_.map().unit(u));
     in_flight_ = group.ireduce_scatter_sum(grads_.unit_at(u), received_.data(), grads_.map().shard(u));
     unit_in_flight_ = u;

@@ -102,16 +102,15 @@ class PlacedState {
   }
 
   // Collective over the shard group (none: a group of one, nothing to gather): every rank's slice
-  // of unit u into u's whole place, in place when that is where the slice lives.
-  void gather(const ExecSpace& space, std::size_t u, Comm* group) const {
+  // of unit u into u's whole place, in place when that is where the slice lives. The Comm orders it
+  // after the compute that wrote the slice (parallel/comm.hpp).
+  void gather(std::size_t u, Comm* group) const {
     if (group == nullptr) return;
-    host_fence(space, "ZeRO: the slice written before its gather");
     group->allgather(owned(u), unit_at(u), map().shard(u));
   }
   // The same, non-blocking: wait on the request before the unit is read.
-  Request start_gather(const ExecSpace& space, std::size_t u, Comm* group) const {
+  Request start_gather(std::size_t u, Comm* group) const {
     if (group == nullptr) return Request();
-    host_fence(space, "ZeRO: the slice written before its gather starts");
     return group->iallgather(owned(u), unit_at(u), map().shard(u));
   }
 

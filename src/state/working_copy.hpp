@@ -77,7 +77,7 @@ class WorkingCopy final : public ParameterStore<Real> {
     }
     for (std::size_t u = 0; u < map.units(); ++u) {
       if (weights_->held() == Held::working_and_shard && map.is_block(u)) continue;
-      weights_->gather(space_, u, fp32_.shard_group(u));
+      weights_->gather(u, fp32_.shard_group(u));
     }
     host_fence(space_, "working copy: gathered");
   }

@@ -39,7 +39,6 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
   const StagePlace& place = model_.layout().place();
   const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
   const int previous = place.stage - 1, next = place.stage + 1;
-  ExecSpace space;
   model_.set_aux_weight(accum_t<Real>(weights.per_micro_batch));  // every stage's MoE blocks weigh their losses by it
   const accum_t<Real> grad_scale(weights.per_target);
   for (const Action& a : actions_) {
@@ -57,7 +56,6 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         break;
       }
       case ActionKind::send_activation:
-        host_fence(space, "pipeline: the activation written before its send");
         pipeline_.send(model_.stage_output(slot_of_[a.micro]).data(), activation, next, a.micro);
         break;
       case ActionKind::recv_gradient: pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro); break;
@@ -71,12 +69,10 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         free_slots_.push_back(slot_of_[a.micro]);
         break;
       case ActionKind::send_gradient:
-        host_fence(space, "pipeline: the input gradient written before its send");
         pipeline_.send(model_.input_gradient().data(), activation, previous, a.micro);
         break;
     }
   }
-  host_fence(space, "pipeline: the schedule done");
 }
 
 template <class Real>
@@ -93,7 +89,6 @@ void PipelineExecutor<Real>::evaluate(BatchLoader& loader, int micro_batches, co
     if (place.last()) {
       model_.stage_loss(0, loader.targets(), accum_t<Real>(0), sum);  // its gradient of the logits is not used
     } else {
-      host_fence(space, "pipeline validation: the activation written before its send");
       pipeline_.send(model_.stage_output(0).data(), activation, place.stage + 1, micro);
     }
   }

@@ -2,7 +2,9 @@
 #include "train/training_groups.hpp"
 
 #include "core/mpi_check.hpp"
+#include "parallel/compute_ordered_comm.hpp"
 #include "parallel/pointer_audit.hpp"
+#include "parallel/stream_standin.hpp"
 #include "parallel/timed_comm.hpp"
 #include "parallel/watched_comm.hpp"
 #include "train/live_allocations.hpp"
@@ -11,14 +13,17 @@ namespace meshtrain {
 namespace {
 
 // The collectives of one group: parallel.backend `nccl`, or `auto` on a build whose tensors live
-// on the GPU, use NCCL on the execution space's stream; otherwise MPI.
+// on the GPU, use NCCL ordered with the execution space's stream; otherwise MPI, the host waiting
+// for the compute before each call (parallel/comm.hpp, Ordering with the compute) or, test-only,
+// played as a device would order it (parallel/stream_standin.hpp).
 std::unique_ptr<Comm> open_group(CommBackend backend, MPI_Comm group, const ExecSpace& space) {
 #if defined(MESHTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
   if (backend != CommBackend::mpi) return make_nccl_comm(group, space.cuda_stream());
 #endif
   (void)backend;
-  (void)space;
-  return make_mpi_comm(group);
+  if (stream_standin_requested()) return make_stream_standin_comm(make_mpi_comm(group));
+  return make_compute_ordered_comm(make_mpi_comm(group),
+                                   [space] { host_fence(space, "MPI: the compute before a call on its buffers"); });
 }
 
 // The pipeline's first and last stage, split from the pipeline group (collective over it): its

@@ -68,11 +68,9 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
     }
   } else {
     state.run_pipeline(i, weights);  // the last stage's sum; the others add zero below
-    host_fence(space, "pipeline: the loss sum written before the pipeline group reads it");
     groups.pp->allreduce_sum(loss.data(), 1);
   }
   state.finish_gradients();
-  host_fence(space, "step: the gradients finished before the loss all-reduce");
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
   if (!fault_fires_in("skip_collective", i, groups.world)) groups.dp->allreduce_sum(loss.data(), 1);
   // The sum of the micro-batches' means over accum·dp of them, or of token losses over their count.

@@ -9,10 +9,12 @@
 // forgot its sum or summed twice breaks the equality on more than one rank.
 //
 // Closed forms: every rank draws its values from (seed, rank), so each rank computes every other
-// rank's inputs and checks sums (of small integers, exact) and maxima against them. Every collective
-// fences first; the identity ends and a group of one rank neither fence nor communicate. (The Comm's
-// bitwise all-gathers are tests/parallel/test_comm.cpp's.)
+// rank's inputs and checks sums (of small integers, exact) and maxima against them. Each summing or
+// maximising end is one collective; the identity ends and a group of one rank do not communicate.
+// (The Comm's bitwise all-gathers are tests/parallel/test_comm.cpp's.)
 #include "parallel/tensor_parallel_mappings.hpp"
+
+#include "parallel/comm_decorator.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -47,11 +49,28 @@ std::vector<T> draw_integers(unsigned seed, int who, std::size_t n) {
   return draw_with<T>(seed, who, n, std::uniform_int_distribution<int>(-1000, 1000));
 }
 
-// A world group whose fence counts its calls.
+// Counts the calls it passes on.
+class CallCounter final : public CommDecorator {
+ public:
+  CallCounter(std::unique_ptr<Comm> inner, int& calls) : CommDecorator(std::move(inner)), calls_(calls) {}
+
+ private:
+  void around(const CallShape&, CallRef<void> call) override {
+    ++calls_;
+    call();
+  }
+  Request started(const CallShape&, CallRef<Request> call) override {
+    ++calls_;
+    return call();
+  }
+  int& calls_;
+};
+
+// A world group that counts its collectives.
 struct Fixture {
-  std::unique_ptr<Comm> comm = make_mpi_comm(MPI_COMM_WORLD);
-  int fences = 0;
-  TensorParallelGroup group{comm.get(), [this] { ++fences; }};
+  int collectives = 0;
+  std::unique_ptr<Comm> comm = std::make_unique<CallCounter>(make_mpi_comm(MPI_COMM_WORLD), collectives);
+  TensorParallelGroup group{comm.get()};
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
 };
@@ -151,11 +170,11 @@ TYPED_TEST(TpMappings, SumsAndIdentitiesAsClosedForms) {
   EXPECT_EQ(CopyToRegion(f.group).forward(span_of(x)).data(), x.data());
   EXPECT_EQ(ReduceFromRegion(f.group).backward(span_of(x)).data(), x.data());
   EXPECT_EQ(x, mine);
-  EXPECT_EQ(f.fences, 0) << "an identity end fenced";
+  EXPECT_EQ(f.collectives, 0) << "an identity end communicated";
 
   CopyToRegion(f.group).backward(span_of(x));
   EXPECT_EQ(x, sum) << "copy-to-region's backward";
-  EXPECT_EQ(f.fences, communicates ? 1 : 0);
+  EXPECT_EQ(f.collectives, communicates ? 1 : 0);
   x = mine;
   ReduceFromRegion(f.group).forward(span_of(x));
   EXPECT_EQ(x, sum) << "reduce-from-region's forward";
@@ -165,14 +184,13 @@ TYPED_TEST(TpMappings, SumsAndIdentitiesAsClosedForms) {
   x = mine;
   VocabParallelStatistics(f.group).max_over_vocabulary(span_of(x));
   EXPECT_EQ(x, max) << "the vocabulary statistics' maximum";
-  EXPECT_EQ(f.fences, communicates ? 4 : 0);
+  EXPECT_EQ(f.collectives, communicates ? 4 : 0);
 }
 
-// Without a group every mapping is the identity, and fences nothing.
+// Without a group every mapping is the identity.
 TYPED_TEST(TpMappings, NoGroupIsTheIdentity) {
   using T = TypeParam;
-  int fences = 0;
-  const TensorParallelGroup none(nullptr, [&] { ++fences; });
+  const TensorParallelGroup none(nullptr);
   EXPECT_FALSE(none.active());
   const std::vector<T> mine = draw<T>(11, 0, n_rows);
   std::vector<T> x = mine;
@@ -180,7 +198,6 @@ TYPED_TEST(TpMappings, NoGroupIsTheIdentity) {
   ReduceFromRegion(none).forward(span_of(x));
   VocabParallelStatistics(none).max_over_vocabulary(span_of(x));
   EXPECT_EQ(x, mine);
-  EXPECT_EQ(fences, 0);
 }
 
 }  // namespace

@@ -196,7 +196,6 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   moe_permute(space, m.xs, CVec<Real>(s.ln2), CVec<int>(m.row_token), R, C);
   const bool dropped = expert_inputs_dropped(p, slot);
   if (dropped) lora_assignment_ids(space, m.routed_ids, m.slot, m.expert, p.lora.first_token(slot), N, k);
-  if (exchange.moves()) host_fence(space, "MoE: the dispatched rows written before the exchange");
   exchange.dispatch(plan, m.xs.data(), m.received.data());
   if (dropped) exchange.dispatch_ids(plan, m.routed_ids.data(), m.received_ids.data());
   // This rank's experts over the rows they received; expert e's [gate | up | down] at e · stride:
@@ -208,7 +207,6 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   swiglu_forward(space, m.act, m.gate_up, Rr, Hel);
   grouped_linear_forward<Real>(space, outputs, m.act, w.experts.data() + 2L * Hel * C, stride, plan.groups, Hel, C);
   expert_lora_down_forward(p, slot, l, plan, m, outputs);
-  if (exchange.moves()) host_fence(space, "MoE: the expert outputs written before the exchange back");
   exchange.give_back(plan, outputs.data(), m.ys.data());
   if (Hsl > 0) {
     linear_forward<Real>(space, s.gate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
@@ -262,7 +260,6 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   p.tp.sum(span_of(d.dgate));
   // The experts, down then gate|up, on the ranks that hold them; dreceived then holds the received
   // rows' input gradient, which travels back into drows.
-  if (exchange.moves()) host_fence(space, "MoE backward: the gradients written before the exchange");
   exchange.dispatch(plan, d.drows.data(), d.dreceived.data());
   // LoRA's frozen experts have no weight gradients (null: grouped_linear_backward skips them).
   Real* const dexperts = dw.experts.extent(0) > 0 ? dw.experts.data() : nullptr;
@@ -273,7 +270,6 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   grouped_linear_backward<Real>(space, d.dreceived, dexperts, stride, d.dexpert_gate_up, m.received, w.experts.data(),
                                 plan.groups, C, 2 * Hel);
   expert_lora_gate_up_backward(p, slot, l, plan, m);
-  if (exchange.moves()) host_fence(space, "MoE backward: the row gradients written before the exchange back");
   exchange.give_back(plan, d.dreceived.data(), d.drows.data());
   if (Hsl > 0) {
     linear_backward<Real>(space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hsl, C);

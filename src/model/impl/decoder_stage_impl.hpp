@@ -101,8 +101,7 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
                                          Comm* tp_comm, StagePlace place, int slot_count, Recompute mode,
                                          ParameterStore<Real>* parameter_store, Comm* ep_comm)
     : space(exec),
-      // The kernels that wrote a buffer finish before a collective reads it.
-      tp(tp_comm, [exec] { host_fence(exec, "tensor parallel: the kernels before the mapping's collective"); }),
+      tp(tp_comm),
       copy_to(tp),
       reduce_from(tp),
       vocab_statistics(tp),

@@ -1,6 +1,7 @@
 // The MPI backend's Request: its chunks' MPI requests, completed in order.
 #include "parallel/impl/mpi_request.hpp"
 
+#include "core/host_waits.hpp"
 #include "core/mpi_check.hpp"
 
 #include <fmt/format.h>
@@ -40,6 +41,7 @@ class MpiRequest final : public Request::Impl {
 
   void wait() override {
     waited_ = true;
+    report_host_wait("Request::wait");  // core/host_waits.hpp: the host blocks here
     for (std::size_t i = 0; i < requests_.size(); ++i) {
       MPI_Status status;
       const int code = MPI_Wait(&requests_[i], &status);

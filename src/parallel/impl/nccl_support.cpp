@@ -1,6 +1,7 @@
 // The NCCL backend's support (parallel/impl/nccl_support.hpp).
 #include "parallel/impl/nccl_support.hpp"
 
+#include "core/host_waits.hpp"
 #include "core/watched_wait.hpp"
 
 #include <fmt/format.h>
@@ -76,6 +77,8 @@ void nccl_fail(ncclResult_t result, ncclComm_t comm, const char* call, const cha
 }
 
 void wait_for(cudaEvent_t event, NcclHandle& handle, const std::string& what) {
+  // Until the backend has a stream of its own (issue 42, part 1), its waits are the host's.
+  report_host_wait("NCCL: the host waits for an operation");
   const ncclComm_t comm = handle.get();
   for (;;) {
     const cudaError_t state = cudaEventQuery(event);
