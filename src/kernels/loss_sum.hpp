@@ -47,14 +47,17 @@ class LossSum {
         KOKKOS_LAMBDA(int) { sum() += mean ? double(static_cast<Accum>(total()) / static_cast<Accum>(n)) : total(); });
   }
 
-  // The sum in device memory, for a group's in-place all-reduce (fence `space` first on a host backend).
+  // The sum in device memory, for a group's in-place all-reduce (which orders itself after the
+  // kernels that wrote it, parallel/comm.hpp), and for a read beside other values (ModelState::read_step_sums).
   double* data() const { return sum_.data(); }
+  Kokkos::View<const double, MemSpace> on_device() const { return sum_; }
 
-  // The sum on the host: waits for `space`.
+  // The sum on the host: waits for `space` (validation's read; a training step reads it with the
+  // gradient norm, ModelState::read_step_sums).
   double read(const ExecSpace& space) const {
     double value = 0;
     Kokkos::deep_copy(space, Kokkos::View<double, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&value), sum_);
-    host_fence(space, "step: the loss read");
+    host_fence(space, "validation: the loss read");
     return value;
   }
 

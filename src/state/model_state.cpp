@@ -190,12 +190,22 @@ void ModelState::initialize(std::uint64_t seed) {
   compute_->publish();
 }
 
-StepValues ModelState::agreed_values(double loss) {
+ModelState::StepSums ModelState::read_step_sums() const {
   const ParameterLayout& layout = optimizer_.layout();
+  const Kokkos::View<const double, MemSpace> norm =
+      optimizer_.grad_squared_norm_on_device([&](const TensorInfo& t) { return layout.holds_counted_copy(t); });
+  using HostScalar = Kokkos::View<double, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  StepSums sums;
+  Kokkos::deep_copy(space_, HostScalar(&sums.loss), loss_.on_device());
+  Kokkos::deep_copy(space_, HostScalar(&sums.grad_squared_norm), norm);
+  host_fence(space_, "step: the loss and the gradient norm read");
+  return sums;
+}
+
+StepValues ModelState::agreed_values(double loss, double grad_squared_norm) const {
   // One all-reduce for both: Σ g², and the non-finite losses (0 where the loss is finite), whose
   // sum is non-finite wherever any rank's is.
-  double sums[2] = {optimizer_.grad_squared_norm([&](const TensorInfo& t) { return layout.holds_counted_copy(t); }),
-                    std::isfinite(loss) ? 0.0 : loss};
+  double sums[2] = {grad_squared_norm, std::isfinite(loss) ? 0.0 : loss};
   const WatchedWait watched(collective_ticket(groups_.world, "allreduce", 2));
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, groups_.world),
                       "the step's values are collective over the world: every rank must take them each step");
@@ -216,9 +226,10 @@ StepOutcome ModelState::update(const OptimConfig& optim, double lr, double clip,
   // Every rank judges the same agreed values, so all skip or all update.
   const StepOutcome outcome = nonfinite_.judge(values, scaler_);
   if (outcome != StepOutcome::applied) return outcome;
+  // Enqueued, not waited for: the next step's kernels follow it on the stream (and a save's read of
+  // the state fences first, state/state_source.cpp).
   optimizer_.update(adamw_step(optim, lr, clip, i));
   compute_->publish();
-  host_fence(space_, "update: the working copy published");
   return outcome;
 }
 

@@ -132,10 +132,18 @@ class ModelState {
   void arm() { optimizer_.reduction().arm(); }
   void finish_gradients() { optimizer_.reduction().finish(groups_.tied); }
 
-  // The step's values every rank decides on, collective over the world: the global L2 norm of the
-  // gradient (every parameter counted once) and `loss`, this rank's mean loss of the step, or a
-  // non-finite value on every rank when it is non-finite on any.
-  StepValues agreed_values(double loss);
+  // The step's one wait for the device (issue 42): the loss sum (step_loss(), once the groups have
+  // summed it) and this rank's share of the gradient's Σ g², copied to the host together.
+  struct StepSums {
+    double loss = 0;
+    double grad_squared_norm = 0;
+  };
+  StepSums read_step_sums() const;
+  // The step's values every rank decides on, collective over the world (a host all-reduce of two
+  // doubles): the global L2 norm of the gradient (every parameter counted once, from each rank's
+  // `grad_squared_norm`) and `loss`, this rank's mean loss of the step, or a non-finite value on
+  // every rank when it is non-finite on any.
+  StepValues agreed_values(double loss, double grad_squared_norm) const;
   // AdamW step `i` (0-based) at rate `lr`, gradients scaled by `clip`, unless the policy
   // (state/nonfinite_policy.hpp) says otherwise: then the weights and moments stay as they are.
   StepOutcome update(const OptimConfig& optim, double lr, double clip, std::int64_t i, const StepValues& values);

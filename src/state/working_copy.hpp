@@ -79,7 +79,6 @@ class WorkingCopy final : public ParameterStore<Real> {
       if (weights_->held() == Held::working_and_shard && map.is_block(u)) continue;
       weights_->gather(u, fp32_.shard_group(u));
     }
-    host_fence(space_, "working copy: gathered");
   }
 
   // Bytes of the typed copy (none under fp32: the optimizer counts its buffers).

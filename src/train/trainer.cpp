@@ -175,7 +175,7 @@ int TrainingRun::run() {
     // One Kokkos Tools region a step, so that a profiler (bench/gpu/kernel_timer.cpp) tells the step's
     // kernels and fences from start-up's, validation's and saving's. Free without a tool.
     Kokkos::Profiling::pushRegion("meshtrain::training_step");
-    const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_, space_);
+    const StepResult result = training_step(cfg_, shape_, progress.step, state_, loader_, groups_);
     Kokkos::Profiling::popRegion();
     std::string log_failure;  // rank 0's: a log that could not be written ends the job after a save
     try {

@@ -50,7 +50,7 @@ float gradient_scale(int micro_batch, int seq_len, int accum, int dp) {
 }
 
 StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
-                         BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space) {
+                         BatchLoader& loader, TrainingGroups& groups) {
   StepResult r;
   stall_if_injected(cfg, i, groups.world);
   state.zero_grads();
@@ -73,8 +73,10 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   state.finish_gradients();
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
   if (!fault_fires_in("skip_collective", i, groups.world)) groups.dp->allreduce_sum(loss.data(), 1);
-  // The sum of the micro-batches' means over accum·dp of them, or of token losses over their count.
-  const double total = loss.read(space);
+  // The step's one wait for the device: the loss sum with the gradient's Σ g². The sum of the
+  // micro-batches' means over accum·dp of them, or of token losses over their count.
+  const ModelState::StepSums sums = state.read_step_sums();
+  const double total = sums.loss;
   if (loss.term() == LossTerm::micro_batch_mean) {
     r.loss = total / (double(shape.accum) * shape.dp);
   } else {
@@ -82,13 +84,12 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   }
   if (fault_fires_in("inf_loss", i, groups.world)) r.loss = std::numeric_limits<double>::infinity();
 
-  const StepValues agreed = state.agreed_values(r.loss);
+  const StepValues agreed = state.agreed_values(r.loss, sums.grad_squared_norm);
   r.loss = agreed.loss;
   r.grad_norm = agreed.grad_norm;
   r.lr = learning_rate(cfg.optim, cfg.train.steps, i);
   const double clip = clip_scale(r.grad_norm, cfg.optim.grad_clip);
   r.outcome = state.update(cfg.optim, r.lr, clip, i, agreed);
-  host_fence(space, "step: the update done");
   return r;
 }
 

@@ -31,9 +31,10 @@ struct StepResult {
   StepValues values() const { return {loss, grad_norm}; }
 };
 
-// Step `i` (0-based). Collective over every group; returns once the execution space is idle.
+// Step `i` (0-based). Collective over every group. The host waits for the device once, for the loss
+// and the gradient norm (ModelState::read_step_sums); the update it enqueues then is not waited for.
 StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t i, ModelState& state,
-                         BatchLoader& loader, TrainingGroups& groups, const ExecSpace& space);
+                         BatchLoader& loader, TrainingGroups& groups);
 
 // 1 / (B·T·accum·dp): each rank's gradients are its share of the mean over the global batch; the dp
 // sum completes it.

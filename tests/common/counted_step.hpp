@@ -11,7 +11,7 @@
 
 namespace meshtrain::test {
 
-// Builds the state, the groups (MPI backend, one rank) and a loader over a synthetic token shard
+// Builds the state, the groups (MPI backend on the stream stand-in, one rank) and a loader over a synthetic token shard
 // written under `workdir`, runs `warmup` steps uncounted and then returns the counts of each of
 // the next `counted` steps. cfg.train.global_batch / micro_batch micro-batches per step.
 std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::string& workdir, int warmup = 1,
@@ -23,9 +23,10 @@ std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::str
 //   reductions + copies ≤ 3 per micro-batch + 3, + 1 routing read per MoE block and micro-batch
 // "reductions" are all top-level parallel_reduce launches (as the issue counts them, 149 today),
 // whether or not their result returns to the host.
-//   host waits          ≤ 6 + 1 routing read per MoE block and micro-batch, on one rank: today's
-//                       (core/host_waits.hpp: fences and request waits, by reason), which issue 42's
-//                       communication stream and device-side MoE bring down to the one read a step
+//   host waits          ≤ 1 + 1 routing read per MoE block and micro-batch, on one rank with the
+//                       collectives on the stream stand-in (core/host_waits.hpp: fences and request
+//                       waits, by reason): the step's one read of the loss and the gradient norm, and
+//                       the routing reads that issue 42's device-side MoE is to remove
 struct StepBudget {
   long launches = 0;
   long reductions_and_copies = 0;

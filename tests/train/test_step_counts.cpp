@@ -4,8 +4,9 @@
 // step, and held to issue 23's budgets (common/counted_step.hpp):
 //   launches ≤ 30 per dense block + 50 per MoE block + 20, and the same at micro-batch 4 and 8;
 //   top-level reductions + deep copies ≤ 3 per micro-batch + 3, + 1 per MoE block and micro-batch;
-//   host waits (fences and request waits meshtrain reports, core/host_waits.hpp) ≤ 6 + 1 per MoE
-//   block and micro-batch: today's, which issue 42 brings down to one.
+//   host waits (fences and request waits meshtrain reports, core/host_waits.hpp) ≤ 1 + 1 per MoE
+//   block and micro-batch, the collectives ordered as on a device (the stream stand-in): the step's
+//   one read, and the routing reads issue 42's device-side MoE is to remove.
 // MESHTRAIN_STEP_BUDGETS=report prints each excess ("over budget by N") without failing; unset or
 // `enforce` fails on it. The tables print either way. Whatever the mode, two consecutive steps
 // must issue the same counts (the counts are the step's, not the step index's).
