@@ -68,7 +68,10 @@ inline Kokkos::TeamPolicy<ExecSpace> team_policy(const ExecSpace& space, int tea
 
 // The host waits until every kernel enqueued on `space` is done: every fence of meshtrain's goes through
 // here, named (core/host_waits.hpp counts them; Kokkos 3.5 and later also hand the name to Kokkos Tools).
+// The kernels may wait on a device backend's collectives: those are settled first, watched
+// (host_waits.hpp's before_host_fence).
 inline void host_fence(const ExecSpace& space, const char* reason) {
+  run_before_host_fence();
 #if KOKKOS_VERSION >= 30500
   space.fence(reason);
 #else

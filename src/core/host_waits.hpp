@@ -23,6 +23,21 @@ inline void set_host_wait_observer(HostWaitObserver observer) {
 
 inline thread_local int unreported_host_waits_depth = 0;
 
+// What runs before every host fence (core/exec.hpp): the training groups settle their device
+// backends' operations there (Comm::settle, train/training_groups.cpp), so that a wait on a peer that
+// stopped is a watched wait the watchdog reports, not a stream synchronisation that hangs. None
+// without a device backend. One at a time: set with the groups, cleared when they go.
+using BeforeHostFence = void (*)(void* context);
+struct BeforeHostFenceHook {
+  BeforeHostFence run = nullptr;
+  void* context = nullptr;
+};
+inline BeforeHostFenceHook before_host_fence{};
+inline void set_before_host_fence(BeforeHostFence run, void* context) { before_host_fence = {run, context}; }
+inline void run_before_host_fence() {
+  if (before_host_fence.run != nullptr) before_host_fence.run(before_host_fence.context);
+}
+
 // `reason`: a string literal naming the wait ("gradient buckets before their reduction").
 inline void report_host_wait(const char* reason) {
   if (unreported_host_waits_depth > 0) return;

@@ -11,10 +11,9 @@
 // Ordering with the compute (issue 42). A call is ordered after all the compute its caller has
 // issued before it, and the compute issued after a blocking call, or after a Request's wait(), is
 // ordered after the operation: callers never fence before a collective. How, is the backend's:
-//   NCCL   on the compute stream, so in its order (parallel/comm_nccl.cpp). Issue 42's part 1
-//          moves it to a stream of its own per Comm (one per group kind), after an event recorded
-//          on the compute stream, the compute stream waiting on the operation's event and the host
-//          on nothing.
+//   NCCL   on a stream of its own per Comm (one per group kind), after an event recorded on the
+//          compute stream; the compute stream waits on the operation's event (a blocking call's at
+//          once, a Request's at its wait()), the host on nothing but settle() (parallel/comm_nccl.cpp).
 //   MPI    the host runs the operation: before it touches a buffer, the host waits for the compute
 //          (make_compute_ordered_comm, parallel/compute_ordered_comm.hpp, with the trainer's fence);
 //          wait() blocks the host and reports it (core/host_waits.hpp).
@@ -221,6 +220,13 @@ class Comm {
                          const std::size_t* recv_counts, const std::size_t* recv_displs, ElementType type) = 0;
   virtual void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) = 0;
 
+  // The host waits until every operation this Comm has enqueued is complete. A device backend's
+  // operations complete on their stream, waited on by the compute and not by the host: before the
+  // host waits for the compute it settles every group this way, where the watchdog can see the wait
+  // (host_fence's hook, train/training_groups.cpp). A host backend has nothing in flight past its
+  // waits: nothing to do.
+  virtual void settle() {}
+
  protected:
   Comm(int rank, int size, std::string backend) : rank_(rank), size_(size), backend_(std::move(backend)) {}
 
@@ -245,8 +251,8 @@ std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, std::size_t max_chunk);
 
 #if defined(MESHTRAIN_HAVE_NCCL)
 // A group over `comm` with NCCL: ncclGetUniqueId on group rank 0, MPI_Bcast, ncclCommInitRank.
-// `compute_stream` (a cudaStream_t): the stream whose work the collectives are ordered with (and, for
-// now, run on).
+// `compute_stream` (a cudaStream_t): the stream whose work the collectives are ordered with; they run
+// on a stream of the Comm's own.
 std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* compute_stream);
 #endif
 

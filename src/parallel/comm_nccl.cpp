@@ -5,14 +5,19 @@
 // agree on every step's outcome first, so a rank without a GPU fails the whole group with its
 // CUDA error instead of leaving the others waiting in NCCL's bootstrap.
 //
-// Every operation runs on the compute stream, so it is ordered after the compute issued before it
-// as parallel/comm.hpp's contract asks, with no fence. (A stream of its own per Comm, ordered by
-// events, is issue 42's part 1.) A blocking call records an event after the operation and waits for
-// it on the host; a non-blocking one returns a Request holding such an event. Waiting
-// polls the event and the communicator's asynchronous error, so a failed peer or network surfaces as
-// an exception with a HINT instead of a hang, and the watchdog's verdict: once it has reported a
-// wait that outlasted parallel.timeout, the waiting thread aborts the communicator (ncclCommAbort
-// from the thread that uses it, so no call races the freeing) and throws CollectiveTimeout.
+// Streams and events (parallel/comm.hpp, Ordering with the compute). Every Comm runs its operations
+// on a stream of its own (one per group kind: dp's reductions overlap the backward kernels, tp's sit
+// on their critical path), made once. Before each operation the Comm records an event on the compute
+// stream and makes its stream wait on it, so the operation reads what the compute issued before it
+// wrote. After it, a blocking call makes the compute stream wait on an event recorded on the Comm's
+// stream at once; a non-blocking one returns a Request whose wait() does so. The host waits for
+// nothing there. settle() is where it does (before every host fence, while the training groups use
+// NCCL: core/host_waits.hpp), and a barrier, whose point is the host's: both poll the event and the
+// communicator's asynchronous error, so a failed peer or network surfaces as an exception with a
+// HINT instead of a hang, and the watchdog's verdict: the watched comm brackets settle() with the
+// ticket of the group's latest operation, and once the watchdog has reported a wait that outlasted
+// parallel.timeout, the waiting thread aborts the communicator (ncclCommAbort from the thread that
+// uses it, so no call races the freeing) and throws CollectiveTimeout.
 //
 // Point-to-point: NCCL runs a send and the matching receive concurrently only inside one
 // ncclGroupStart/ncclGroupEnd, and its groups belong to the host thread, not to a communicator.
@@ -81,8 +86,8 @@ Byte* element_at(Byte* data, std::size_t offset, ElementType type) {
 class NcclComm final : public Comm {
  public:
   // `host`: an MPI Comm over the same ranks in the same order, for the host-memory alltoall.
-  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t stream, std::unique_ptr<Comm> host)
-      : Comm(rank, size, "nccl"), comm_(std::move(comm)), stream_(stream), host_(std::move(host)) {}
+  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t compute, std::unique_ptr<Comm> host)
+      : Comm(rank, size, "nccl"), comm_(std::move(comm)), compute_(compute), host_(std::move(host)) {}
 
   // Launches this thread's open group, which may hold this communicator's messages.
   ~NcclComm() override {
@@ -96,7 +101,7 @@ class NcclComm final : public Comm {
   void allreduce(void* data, std::size_t count, ElementType type, ReduceOp op) override {
     if (count == 0) return;
     start_allreduce(data, count, type, op);
-    complete("allreduce");
+    complete();
   }
   Request iallreduce(void* data, std::size_t count, ElementType type, ReduceOp op) override {
     if (count == 0) return Request();
@@ -107,7 +112,7 @@ class NcclComm final : public Comm {
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) override {
     if (recv_count == 0) return;
     start_reduce_scatter(send, recv, recv_count, type, op);
-    complete("reduce_scatter");
+    complete();
   }
   Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type,
                           ReduceOp op) override {
@@ -119,7 +124,7 @@ class NcclComm final : public Comm {
   void allgather(const void* send, void* recv, std::size_t send_count, ElementType type) override {
     if (send_count == 0) return;
     start_allgather(send, recv, send_count, type);
-    complete("allgather");
+    complete();
   }
   Request iallgather(const void* send, void* recv, std::size_t send_count, ElementType type) override {
     if (send_count == 0) return Request();
@@ -131,47 +136,54 @@ class NcclComm final : public Comm {
     require_group_rank(root, size(), "broadcast", "root");
     if (count == 0) return;
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type(type), root, comm(), stream_), comm());
-    complete("broadcast");
+    follow_compute();
+    MESHTRAIN_NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type(type), root, comm(), stream()), comm());
+    complete();
   }
 
   // A blocking send or recv launches the open group with itself in it and waits for all of it.
   void send(const void* data, std::size_t count, ElementType type, int peer, int tag) override {
     check_peer(peer, tag, "send");
     if (count == 0) return;
+    follow_compute();
     join_group();
-    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm(), stream()), comm());
     launch_group();
-    complete("send");
+    complete();
   }
   void recv(void* data, std::size_t count, ElementType type, int peer, int tag) override {
     check_peer(peer, tag, "recv");
     if (count == 0) return;
+    follow_compute();
     join_group();
-    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm(), stream()), comm());
     launch_group();
-    complete("recv");
+    complete();
   }
   Request isend(const void* data, std::size_t count, ElementType type, int peer, int tag) override {
     check_peer(peer, tag, "isend");
     if (count == 0) return Request();
+    follow_compute();
     join_group();
-    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    MESHTRAIN_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, comm(), stream()), comm());
     return in_group(fmt::format("isend of {} {} to peer {}", count, element_name(type), peer));
   }
   Request irecv(void* data, std::size_t count, ElementType type, int peer, int tag) override {
     check_peer(peer, tag, "irecv");
     if (count == 0) return Request();
+    follow_compute();
     join_group();
-    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm(), stream_), comm());
+    MESHTRAIN_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, comm(), stream()), comm());
     return in_group(fmt::format("irecv of {} {} from peer {}", count, element_name(type), peer));
   }
 
-  // An allreduce of one element completes only when every rank has entered it.
+  // An allreduce of one element completes only when every rank has entered it; the host waits for it.
   void barrier() override {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllReduce(token_.get(), token_.get(), 1, ncclFloat, ncclSum, comm(), stream_), comm());
-    complete("barrier");
+    follow_compute();
+    MESHTRAIN_NCCL_CHECK(ncclAllReduce(token_.get(), token_.get(), 1, ncclFloat, ncclSum, comm(), stream()), comm());
+    complete();
+    wait_for(done_.get(), *comm_, "barrier");
   }
 
   // One NCCL group of the blocks to and from the other ranks, the own block copied on the stream.
@@ -188,25 +200,36 @@ class NcclComm final : public Comm {
     const auto* from = static_cast<const std::byte*>(send);
     auto* to = static_cast<std::byte*>(recv);
     launch_group();
+    follow_compute();
     MESHTRAIN_NCCL_CHECK(ncclGroupStart(), comm());
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == me) continue;
       if (send_counts[peer] > 0) {
         MESHTRAIN_NCCL_CHECK(
-            ncclSend(element_at(from, send_displs[peer], type), send_counts[peer], t, peer, comm(), stream_), comm());
+            ncclSend(element_at(from, send_displs[peer], type), send_counts[peer], t, peer, comm(), stream()), comm());
       }
       if (recv_counts[peer] > 0) {
         MESHTRAIN_NCCL_CHECK(
-            ncclRecv(element_at(to, recv_displs[peer], type), recv_counts[peer], t, peer, comm(), stream_), comm());
+            ncclRecv(element_at(to, recv_displs[peer], type), recv_counts[peer], t, peer, comm(), stream()), comm());
       }
     }
     MESHTRAIN_NCCL_CHECK(ncclGroupEnd(), comm());
     MESHTRAIN_CUDA_CHECK(cudaMemcpyAsync(element_at(to, recv_displs[me], type), element_at(from, send_displs[me], type),
-                                         send_counts[me] * element_bytes(type), cudaMemcpyDeviceToDevice, stream_));
-    complete("alltoallv");
+                                         send_counts[me] * element_bytes(type), cudaMemcpyDeviceToDevice, stream()));
+    complete();
   }
   void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) override {
     host_->alltoall(send, recv, count_per_peer, type);
+  }
+
+  // The host waits for the Comm's latest operation, and so for all of them (one stream, in order),
+  // polling (wait_for): the watchdog's verdict and the peers' failures end it.
+  void settle() override {
+    launch_group();
+    if (!unsettled_) return;
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(settled_.get(), stream()));
+    wait_for(settled_.get(), *comm_, fmt::format("the operations enqueued on a group of {} ranks", size()));
+    unsettled_ = false;
   }
 
  private:
@@ -215,37 +238,50 @@ class NcclComm final : public Comm {
   // Collectives first launch the thread's open point-to-point group, then enqueue on the stream.
   void start_allreduce(void* data, std::size_t count, ElementType type, ReduceOp op) {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm(), stream_), comm());
+    follow_compute();
+    MESHTRAIN_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm(), stream()), comm());
   }
   void start_reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type, ReduceOp op) {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm(), stream_),
+    follow_compute();
+    MESHTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm(), stream()),
                          comm());
   }
   void start_allgather(const void* send, void* recv, std::size_t send_count, ElementType type) {
     launch_group();
-    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(type), comm(), stream_), comm());
+    follow_compute();
+    MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(type), comm(), stream()), comm());
   }
 
-  // Waits for everything enqueued on the stream so far.
-  void complete(const char* what) {
-    MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream_));
-    wait_for(done_.get(), *comm_, what);
+  cudaStream_t stream() const { return stream_.get(); }
+
+  // The operation enqueued next on the Comm's stream runs after the compute issued so far.
+  void follow_compute() {
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(ready_.get(), compute_));
+    MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream(), ready_.get(), 0));
+    unsettled_ = true;
+  }
+
+  // The compute issued from now on runs after everything enqueued on the Comm's stream so far.
+  // (cudaStreamWaitEvent takes the event's latest record, so one event serves every call.)
+  void complete() {
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream()));
+    MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0));
   }
 
   // A request for the collective just enqueued on the stream: an event recorded after it.
   Request enqueued(std::string what) {
-    auto completion = std::make_shared<Completion>(stream_);
-    MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream_));
+    auto completion = std::make_shared<Completion>(stream());
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(completion->event.get(), stream()));
     completion->recorded = true;
-    return make_request(comm_, std::move(completion), std::move(what));
+    return make_request(comm_, std::move(completion), compute_, std::move(what));
   }
 
   // A request for the message just added to the thread's open group.
   Request in_group(std::string what) {
-    auto completion = std::make_shared<Completion>(stream_);
+    auto completion = std::make_shared<Completion>(stream());
     add_to_group(completion);
-    return make_request(comm_, std::move(completion), std::move(what));
+    return make_request(comm_, std::move(completion), compute_, std::move(what));
   }
 
   void check_peer(int peer, int tag, const char* op) const {
@@ -253,9 +289,13 @@ class NcclComm final : public Comm {
     if (tag < 0) throw std::invalid_argument(fmt::format("{}: tag {} is negative", op, tag));
   }
 
-  std::shared_ptr<NcclHandle> comm_;  // first: destroyed after the event and buffer that use it
-  cudaStream_t stream_;
-  Event done_;
+  std::shared_ptr<NcclHandle> comm_;  // first: destroyed after the stream, events and buffer that use it
+  cudaStream_t compute_;              // the compute's (not owned)
+  Stream stream_;                     // the Comm's own
+  Event ready_;                       // recorded on the compute stream before each operation
+  Event done_;                        // recorded on the Comm's stream after each blocking one
+  Event settled_;                     // recorded there by settle()
+  bool unsettled_ = false;            // an operation enqueued since the last settle()
   DeviceFloat token_;
   std::unique_ptr<Comm> host_;
 };

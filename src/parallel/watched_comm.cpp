@@ -38,15 +38,24 @@ class WatchedComm final : public CommDecorator {
     return Request(std::make_unique<WatchedRequest>(std::move(inner), t));
   }
 
+  // A device backend's operations complete after their calls and waits return: the host waits for
+  // them here, under the last one's ticket, which no later one can overtake on the group's stream.
+  void settling(CallRef<void> call) override {
+    const WatchedWait watched(last_);
+    call();
+  }
+
   WaitTicket ticket(const CallShape& shape) {
     switch (shape.kind) {
-      case Collective::send: return group_.send(shape.peer, shape.count);
-      case Collective::recv: return group_.recv(shape.peer, shape.count);
-      default: return group_.collective(collective_name(shape.kind), shape.count);
+      case Collective::send: last_ = group_.send(shape.peer, shape.count); break;
+      case Collective::recv: last_ = group_.recv(shape.peer, shape.count); break;
+      default: last_ = group_.collective(collective_name(shape.kind), shape.count);
     }
+    return last_;
   }
 
   WaitGroup& group_;
+  WaitTicket last_;  // of the latest call (unwatched before the first)
 };
 
 }  // namespace

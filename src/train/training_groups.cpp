@@ -1,6 +1,7 @@
 // The training run's communicators, and the backend each one uses.
 #include "train/training_groups.hpp"
 
+#include "core/host_waits.hpp"
 #include "core/mpi_check.hpp"
 #include "parallel/compute_ordered_comm.hpp"
 #include "parallel/pointer_audit.hpp"
@@ -76,6 +77,20 @@ TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, co
   ep = open("ep", topology.ep_comm(), comm_seconds);
   // With ep = 1 the edp group is the dp group: its Comm serves both (no second NCCL communicator).
   if (topology.layout().ep > 1) edp_ = open("edp", topology.edp_comm(), comm_seconds);
+  if (dp->backend() != "mpi") {
+    set_before_host_fence([](void* groups) { static_cast<const TrainingGroups*>(groups)->settle(); }, this);
+  }
+}
+
+TrainingGroups::~TrainingGroups() {
+  if (before_host_fence.context == this) set_before_host_fence(nullptr, nullptr);
+}
+
+// Inner groups first: a data-parallel operation may wait on compute that waits on them.
+void TrainingGroups::settle() const {
+  for (Comm* group : {tp.get(), ep.get(), edp_.get(), pp.get(), tied.get(), dp.get()}) {
+    if (group != nullptr) group->settle();
+  }
 }
 
 }  // namespace meshtrain

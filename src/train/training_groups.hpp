@@ -29,8 +29,13 @@ class TrainingGroups {
   // `tied_head`: the model's output head is its embedding (ModelConfig::ties_output_head).
   TrainingGroups(CommBackend backend, const Topology& topology, const ExecSpace& space, const std::string& traffic_path,
                  bool tied_head);
+  ~TrainingGroups();
   TrainingGroups(const TrainingGroups&) = delete;  // the Comms hold the timers' addresses
   TrainingGroups& operator=(const TrainingGroups&) = delete;
+
+  // The host waits for every operation each group has enqueued (Comm::settle): what runs before
+  // every host fence while the groups use a device backend.
+  void settle() const;
 
   double comm_seconds = 0;         // time inside collectives, all groups together, all-to-alls apart
   double idle_seconds = 0;         // time a pipeline stage waits for its neighbours

@@ -1,4 +1,6 @@
 // How a Comm orders itself with the compute (parallel/comm.hpp), on 1 and 2 ranks.
+// Comm::settle, where the host waits for a device backend's operations, runs under the watchdog's
+// ticket of the group's latest operation (parallel/watched_comm.hpp).
 // The compute-ordered MPI backend (parallel/compute_ordered_comm.hpp) waits for the compute before
 // every call on backend memory, and only those: not before the all-to-all's host counts, nor a barrier.
 // The device-stream stand-in (parallel/stream_standin.hpp) against the MPI backend it wraps: a result
@@ -6,8 +8,11 @@
 // compute into an operation in flight, input or output, throws at the wait naming the operation; a
 // request dropped without wait() is counted and its output stays NaN; the stand-in's own waits are not
 // the host's (core/host_waits.hpp).
+#include "core/watched_wait.hpp"
+#include "parallel/comm_decorator.hpp"
 #include "parallel/compute_ordered_comm.hpp"
 #include "parallel/stream_standin.hpp"
+#include "parallel/watched_comm.hpp"
 
 #include "core/host_waits.hpp"
 
@@ -19,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,6 +78,41 @@ TEST(ComputeOrderedComm, WaitsForTheComputeBeforeEveryCallOnBackendMemory) {
     got.wait();
     EXPECT_EQ(waits, 7);
   }
+}
+
+// Notes the wait this thread is in when settle() reaches it.
+class SettleWitness final : public CommDecorator {
+ public:
+  SettleWitness(std::unique_ptr<Comm> inner, std::optional<WaitRecord>& seen)
+      : CommDecorator(std::move(inner)), seen_(seen) {}
+
+ private:
+  void around(const CallShape&, CallRef<void> call) override { call(); }
+  Request started(const CallShape&, CallRef<Request> call) override { return call(); }
+  void settling(CallRef<void> call) override {
+    for (const WaitRecord& r : wait_records()) {
+      if (r.active) seen_ = r;
+    }
+    call();
+  }
+  std::optional<WaitRecord>& seen_;
+};
+
+TEST(Settle, WatchedUnderTheTicketOfTheGroupsLatestOperation) {
+  std::optional<WaitRecord> seen;
+  WaitGroup& group = new_wait_group(MPI_COMM_WORLD, "settled");
+  const std::unique_ptr<Comm> comm =
+      make_watched_comm(std::make_unique<SettleWitness>(make_mpi_comm(MPI_COMM_WORLD), seen), group);
+  std::vector<float> x = values_of(comm->rank(), 3), all(3 * std::size_t(comm->size()));
+  comm->allreduce_sum(x.data(), 3);
+  Request gathering = comm->iallgather(x.data(), all.data(), 3);
+  comm->settle();
+  ASSERT_TRUE(seen.has_value()) << "settle() was not watched";
+  EXPECT_EQ(seen->ticket.group, &group);
+  EXPECT_STREQ(seen->ticket.kind, "allgather");
+  EXPECT_EQ(seen->ticket.seq, 2u) << "the latest operation's number";
+  gathering.wait();
+  for (const WaitRecord& r : wait_records()) EXPECT_FALSE(r.active) << "the bracket outlived settle()";
 }
 
 TEST(StreamStandIn, ResultsLandAtTheWaitEqualToTheBackends) {

@@ -16,6 +16,8 @@
 #include "common/kokkos_counters.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
+#include "core/exec.hpp"
+#include "core/host_waits.hpp"
 #include "io/token_shard.hpp"
 #include "parallel/stream_standin.hpp"
 #include "train/trainer.hpp"
@@ -182,6 +184,16 @@ void check(const WaitCase& c) {
     std::fflush(stdout);
   }
   EXPECT_LE(worst, c.ceiling) << "a step waits on the host more often than " << c.ceiling << " times on some rank";
+}
+
+// host_fence runs the hook first: a device backend's groups settle there, watched (train/training_groups.cpp).
+TEST(StepWaits, HostFencesRunTheSettlingHookFirst) {
+  static int settled = 0;
+  settled = 0;
+  set_before_host_fence([](void*) { ++settled; }, nullptr);
+  host_fence(ExecSpace(), "test: a fence");
+  set_before_host_fence(nullptr, nullptr);
+  EXPECT_EQ(settled, 1);
 }
 
 TEST(StepWaits, DataParallelZero) {

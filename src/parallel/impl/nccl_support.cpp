@@ -47,8 +47,9 @@ OpenGroup& open_group() {
 
 class NcclRequest final : public Request::Impl {
  public:
-  NcclRequest(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, std::string what)
-      : comm_(std::move(comm)), completion_(std::move(completion)), what_(std::move(what)) {}
+  NcclRequest(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, cudaStream_t compute,
+              std::string what)
+      : comm_(std::move(comm)), completion_(std::move(completion)), compute_(compute), what_(std::move(what)) {}
 
   void wait() override {
     if (!completion_->recorded && !completion_->failed) launch_group();
@@ -58,12 +59,13 @@ class NcclRequest final : public Request::Impl {
           "NCCL_DEBUG=INFO says more",
           what_));
     }
-    wait_for(completion_->event.get(), *comm_, what_);
+    MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, completion_->event.get(), 0));
   }
 
  private:
-  std::shared_ptr<NcclHandle> comm_;  // kept alive for the asynchronous-error check
+  std::shared_ptr<NcclHandle> comm_;  // kept alive while its operation may run
   std::shared_ptr<Completion> completion_;
+  cudaStream_t compute_;
   std::string what_;
 };
 
@@ -77,8 +79,7 @@ void nccl_fail(ncclResult_t result, ncclComm_t comm, const char* call, const cha
 }
 
 void wait_for(cudaEvent_t event, NcclHandle& handle, const std::string& what) {
-  // Until the backend has a stream of its own (issue 42, part 1), its waits are the host's.
-  report_host_wait("NCCL: the host waits for an operation");
+  report_host_wait("NCCL: the host waits for a group's operations");
   const ncclComm_t comm = handle.get();
   for (;;) {
     const cudaError_t state = cudaEventQuery(event);
@@ -125,8 +126,9 @@ void launch_group() {
   }
 }
 
-Request make_request(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, std::string what) {
-  return Request(std::make_unique<NcclRequest>(std::move(comm), std::move(completion), std::move(what)));
+Request make_request(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, cudaStream_t compute,
+                     std::string what) {
+  return Request(std::make_unique<NcclRequest>(std::move(comm), std::move(completion), compute, std::move(what)));
 }
 
 }  // namespace meshtrain::nccl_backend

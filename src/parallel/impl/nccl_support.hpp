@@ -66,6 +66,19 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// A stream of the Comm's own, which does not synchronise with the legacy default stream.
+class Stream {
+ public:
+  Stream() { MESHTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(stream_); }  // its work completes first, CUDA frees it after
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 class DeviceFloat {
  public:
   DeviceFloat() {
@@ -105,8 +118,10 @@ void add_to_group(std::shared_ptr<Completion> completion);
 void launch_group();
 
 // A Request for the operation `completion` follows: waiting launches its group if it is still open,
-// then waits as wait_for does. Dropped without wait(), nothing blocks: the operation stays ordered on
-// the stream before whatever is enqueued after it.
-Request make_request(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, std::string what);
+// then makes `compute` wait on the completion's event (the host does not wait: Comm::settle does,
+// watched). Dropped without wait(), nothing waits for it: the operation stays ordered on its stream
+// before whatever is enqueued there after it.
+Request make_request(std::shared_ptr<NcclHandle> comm, std::shared_ptr<Completion> completion, cudaStream_t compute,
+                     std::string what);
 
 }  // namespace meshtrain::nccl_backend
