@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <thread>
 
 namespace meshtrain {
 
@@ -23,19 +24,25 @@ inline void set_host_wait_observer(HostWaitObserver observer) {
 
 inline thread_local int unreported_host_waits_depth = 0;
 
-// What runs before every host fence (core/exec.hpp): the training groups settle their device
-// backends' operations there (Comm::settle, train/training_groups.cpp), so that a wait on a peer that
-// stopped is a watched wait the watchdog reports, not a stream synchronisation that hangs. None
-// without a device backend. One at a time: set with the groups, cleared when they go.
+// What runs before every host fence (core/exec.hpp) on the thread that set it: the training groups
+// settle their device backends' operations there (Comm::settle, train/training_groups.cpp), so that a
+// wait on a peer that stopped is a watched wait the watchdog reports, not a stream synchronisation
+// that hangs. Other threads' fences (a background save's) do not run it: the Comms are the training
+// thread's. None without a device backend. One at a time: set with the groups, cleared when they go.
 using BeforeHostFence = void (*)(void* context);
 struct BeforeHostFenceHook {
   BeforeHostFence run = nullptr;
   void* context = nullptr;
+  std::thread::id owner;
 };
 inline BeforeHostFenceHook before_host_fence{};
-inline void set_before_host_fence(BeforeHostFence run, void* context) { before_host_fence = {run, context}; }
+inline void set_before_host_fence(BeforeHostFence run, void* context) {
+  before_host_fence = {run, context, std::this_thread::get_id()};
+}
 inline void run_before_host_fence() {
-  if (before_host_fence.run != nullptr) before_host_fence.run(before_host_fence.context);
+  if (before_host_fence.run != nullptr && before_host_fence.owner == std::this_thread::get_id()) {
+    before_host_fence.run(before_host_fence.context);
+  }
 }
 
 // `reason`: a string literal naming the wait ("gradient buckets before their reduction").
