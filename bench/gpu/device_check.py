@@ -33,6 +33,9 @@ setup, and libraries on the GPU):
   kernel_profile  the same for a few steps under the kernel timer (kernel_timer.cpp, a Kokkos Tools
                 library): each kernel's launches and time a step, and the fences inside a step (the host
                 waiting for the device), beside the step time
+  communication_stream  the same for a few steps with every collective on the compute stream
+                (MESHTRAIN_NCCL_ON_COMPUTE_STREAM=1): its step time beside the throughput run's, whose
+                collectives ran on their own streams, and the host waits a step (profile_steps.py)
   resume        the same run resumed from its last checkpoint before its last step, when its estimate
                 (the straight run's start-up and step times) fits what is left: its losses and
                 gradient norms bitwise the straight run's
@@ -405,6 +408,7 @@ class DeviceCheck(ThroughputSteps, ProfileSteps):
         c.step("throughput", 60, self.throughput)
         c.step("nondeterministic", 20, self.nondeterministic)
         c.step("kernel_profile", 20, self.kernel_profile)
+        c.step("communication_stream", 15, self.communication_stream)
         c.step("resume", 30, self.resume)
         if self.args.audit:
             c.step("audit", 0, self.audit)

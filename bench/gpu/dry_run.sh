@@ -32,7 +32,8 @@ python3 - "$scratch/out/device_check.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 want = {"setup": "pass", "libraries": "pass", "unit_tests": "pass", "small_vs_cpu": "pass", "mpi_ranks": "pass",
-        "nccl": "skipped", "throughput": "pass", "nondeterministic": "pass", "kernel_profile": "pass", "resume": "pass",
+        "nccl": "skipped", "throughput": "pass", "nondeterministic": "pass", "kernel_profile": "pass",
+        "communication_stream": "pass", "resume": "pass",
         "audit": "pass"}
 got = {name: step["status"] for name, step in report["steps"].items()}
 for name, step in report["steps"].items():

@@ -4,6 +4,10 @@
   kernel_profile    under the kernel timer (kernel_timer.cpp, a Kokkos Tools library): per step, each kernel's
                     launches and time, and the fences inside the step (each one the host waiting for the
                     device: the host waits the issue counts), beside the step time
+  communication_stream  MESHTRAIN_NCCL_ON_COMPUTE_STREAM=1 (every collective on the compute stream, in its
+                    order, as before issue 42): its step time beside the throughput run's, whose collectives
+                    ran on their own streams ordered by events, with the host waits a step kernel_profile
+                    counted
 Each runs WARMUP_STEPS uncounted steps and SHORT_STEPS counted ones (train.stop_after), and stays within a
 share of what the budget has left, so that the resume still fits."""
 import json
@@ -90,6 +94,25 @@ class ProfileSteps:
                              else "not reported (this Kokkos calls no fence callback)"))
         for row in figures["top_kernels"]:
             print(f"  {row['seconds_per_step'] * 1e3:9.3f} ms  {row['launches_per_step']:6.1f}x  {row['kernel']}")
+        self.host_waits_per_step = figures["host_waits_per_step"]
+        if problem := self.gpu_compute_problem(result):
+            raise StepFailure(problem, **figures)
+        return figures
+
+    def communication_stream(self):
+        env = dict(self.programs.env)
+        env["MESHTRAIN_NCCL_ON_COMPUTE_STREAM"] = "1"
+        result, records, step_s = self.short_run("communication_stream", env=env)
+        own_streams_s = self.throughput_run["step_s"]
+        waits = getattr(self, "host_waits_per_step", None)
+        figures = {"step_time_s_median_on_the_compute_stream": step_s,
+                   "step_time_s_median_on_own_streams": own_streams_s,
+                   "compute_stream_over_own_streams": step_s / own_streams_s if own_streams_s else None,
+                   "host_waits_per_step": waits, "steps": len(records), "losses": [r["loss"] for r in records],
+                   "compute": result.compute, "wall_s": round(result.wall_s, 2)}
+        print(f"step time {own_streams_s:.4f} s with the collectives on their own streams, {step_s:.4f} s on the "
+              f"compute stream ({figures['compute_stream_over_own_streams']:.2f}x); host waits a step: "
+              + (f"{waits:.1f}" if waits is not None else "not reported (kernel_profile did not count them)"))
         if problem := self.gpu_compute_problem(result):
             raise StepFailure(problem, **figures)
         return figures

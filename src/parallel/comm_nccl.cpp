@@ -51,6 +51,7 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -87,7 +88,11 @@ class NcclComm final : public Comm {
  public:
   // `host`: an MPI Comm over the same ranks in the same order, for the host-memory alltoall.
   NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t compute, std::unique_ptr<Comm> host)
-      : Comm(rank, size, "nccl"), comm_(std::move(comm)), compute_(compute), host_(std::move(host)) {}
+      : Comm(rank, size, "nccl"),
+        comm_(std::move(comm)),
+        compute_(compute),
+        on_compute_stream_(on_compute_stream_requested()),
+        host_(std::move(host)) {}
 
   // Launches this thread's open group, which may hold this communicator's messages.
   ~NcclComm() override {
@@ -253,20 +258,27 @@ class NcclComm final : public Comm {
     MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(type), comm(), stream()), comm());
   }
 
-  cudaStream_t stream() const { return stream_.get(); }
+  // MESHTRAIN_NCCL_ON_COMPUTE_STREAM=1: every operation on the compute stream, in its order, overlapping
+  // nothing (as before issue 42): the device check's step time without the communication streams.
+  static bool on_compute_stream_requested() {
+    const char* v = std::getenv("MESHTRAIN_NCCL_ON_COMPUTE_STREAM");
+    return v != nullptr && std::string(v) == "1";
+  }
+  cudaStream_t stream() const { return on_compute_stream_ ? compute_ : stream_.get(); }
 
   // The operation enqueued next on the Comm's stream runs after the compute issued so far.
   void follow_compute() {
+    unsettled_ = true;
+    if (on_compute_stream_) return;
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(ready_.get(), compute_));
     MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream(), ready_.get(), 0));
-    unsettled_ = true;
   }
 
   // The compute issued from now on runs after everything enqueued on the Comm's stream so far.
   // (cudaStreamWaitEvent takes the event's latest record, so one event serves every call.)
   void complete() {
     MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream()));
-    MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0));
+    if (!on_compute_stream_) MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0));
   }
 
   // A request for the collective just enqueued on the stream: an event recorded after it.
@@ -291,6 +303,7 @@ class NcclComm final : public Comm {
 
   std::shared_ptr<NcclHandle> comm_;  // first: destroyed after the stream, events and buffer that use it
   cudaStream_t compute_;              // the compute's (not owned)
+  bool on_compute_stream_;            // MESHTRAIN_NCCL_ON_COMPUTE_STREAM=1
   Stream stream_;                     // the Comm's own
   Event ready_;                       // recorded on the compute stream before each operation
   Event done_;                        // recorded on the Comm's stream after each blocking one
