@@ -232,8 +232,8 @@ class NcclComm final : public Comm {
   void settle() override {
     launch_group();
     if (!unsettled_) return;
-    MESHTRAIN_CUDA_CHECK(cudaEventRecord(settled_.get(), stream()));
-    wait_for(settled_.get(), *comm_, fmt::format("the operations enqueued on a group of {} ranks", size()));
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_.get(), stream()));
+    wait_for(done_.get(), *comm_, fmt::format("the operations enqueued on a group of {} ranks", size()));
     unsettled_ = false;
   }
 
@@ -306,8 +306,7 @@ class NcclComm final : public Comm {
   bool on_compute_stream_;            // MESHTRAIN_NCCL_ON_COMPUTE_STREAM=1
   Stream stream_;                     // the Comm's own
   Event ready_;                       // recorded on the compute stream before each operation
-  Event done_;                        // recorded on the Comm's stream after each blocking one
-  Event settled_;                     // recorded there by settle()
+  Event done_;                        // recorded on the Comm's stream after each blocking one, and by settle()
   bool unsettled_ = false;            // an operation enqueued since the last settle()
   DeviceFloat token_;
   std::unique_ptr<Comm> host_;

@@ -105,10 +105,10 @@ class StreamStandInComm final : public Comm {
   // ---- Non-blocking: started now, landing at the wait.
   Request iallreduce(void* data, std::size_t count, ElementType type, ReduceOp op) override {
     const std::size_t n = count * element_bytes(type);
-    auto op_in_flight = std::make_unique<InFlight>(what("iallreduce", count, type), data, n, data, n, 0);
-    op_in_flight->result_from_input();
-    op_in_flight->start(inner_->iallreduce(op_in_flight->result(), count, type, op));
-    return Request(std::move(op_in_flight));
+    auto f = std::make_unique<InFlight>(what("iallreduce", count, type), data, n, data, n, 0);
+    f->result_from_input();
+    f->start(inner_->iallreduce(f->result(), count, type, op));
+    return Request(std::move(f));
   }
   Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, ElementType type,
                           ReduceOp op) override {
