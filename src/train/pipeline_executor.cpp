@@ -41,7 +41,20 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
   const int previous = place.stage - 1, next = place.stage + 1;
   model_.set_aux_weight(accum_t<Real>(weights.per_micro_batch));  // every stage's MoE blocks weigh their losses by it
   const accum_t<Real> grad_scale(weights.per_target);
+  // Sends are posted and left in flight while the compute goes on (on a device the compute stream
+  // does not wait for them); each is waited where its buffer may next be written: an activation's
+  // before its micro-batch's backward (from there on the slot's buffers may be recomputed, and are
+  // then handed to the next micro-batch, whose receive may land in them), the gradient's
+  // (the scratch's dresidual, which the next gradient is received into and backward and the last
+  // stage's loss write) before the next action that writes it. The stream stand-in fails a wait
+  // placed later than the write (parallel/stream_standin.hpp).
+  activation_sends_.clear();
+  activation_sends_.resize(std::size_t(pipeline_slots(actions_)));
+  Request gradient_send;
   for (const Action& a : actions_) {
+    const bool writes_gradient = a.kind == ActionKind::recv_gradient || a.kind == ActionKind::backward ||
+                                 (a.kind == ActionKind::forward && place.last());
+    if (writes_gradient) gradient_send.wait();
     switch (a.kind) {
       case ActionKind::recv_activation:
         pipeline_.recv(model_.stage_input(take_slot(a.micro)).data(), activation, previous, a.micro);
@@ -55,11 +68,15 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         if (place.last()) model_.stage_loss(slot, loader_.targets(), grad_scale, sum);
         break;
       }
-      case ActionKind::send_activation:
-        pipeline_.send(model_.stage_output(slot_of_[a.micro]).data(), activation, next, a.micro);
+      case ActionKind::send_activation: {
+        const int slot = slot_of_[a.micro];
+        activation_sends_[std::size_t(slot)] =
+            pipeline_.isend(model_.stage_output(slot).data(), activation, next, a.micro);
         break;
+      }
       case ActionKind::recv_gradient: pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro); break;
       case ActionKind::backward:
+        activation_sends_[std::size_t(slot_of_[a.micro])].wait();
         // The first stage's embedding backward reads the tokens again, every stage the documents (the
         // buffers of the forward's load have been refilled since).
         loader_.load(step, a.micro);
@@ -69,10 +86,13 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         free_slots_.push_back(slot_of_[a.micro]);
         break;
       case ActionKind::send_gradient:
-        pipeline_.send(model_.input_gradient().data(), activation, previous, a.micro);
+        gradient_send = pipeline_.isend(model_.input_gradient().data(), activation, previous, a.micro);
         break;
     }
   }
+  // The step's last sends: ordered before the optimizer's update and the next step's compute.
+  gradient_send.wait();
+  for (Request& send : activation_sends_) send.wait();
 }
 
 template <class Real>

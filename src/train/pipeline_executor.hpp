@@ -3,8 +3,9 @@
 // forward and backward per micro-batch, each micro-batch's activations in a slot of their own.
 //
 // Semantics, as the schedule generators and their simulator assume: actions run strictly in list
-// order; sends may block until the neighbour receives; messages between two stages match in order
-// (the micro-batch is the tag).
+// order; messages between two stages match in order (the micro-batch is the tag). A send is posted
+// in its place and completes later (never later than its buffer's next write), which can only let a
+// stage run ahead of the simulator's blocking sends, never wait where it would not.
 #pragma once
 
 #include "model/language_model.hpp"
@@ -44,6 +45,7 @@ class PipelineExecutor {
   std::uint64_t seed_;
   std::vector<int> slot_of_;
   std::vector<int> free_slots_;
+  std::vector<Request> activation_sends_;  // by slot: the activation send in flight from stage_output(slot)
 };
 
 // Activation slots a schedule needs at most.
