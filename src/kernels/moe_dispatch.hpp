@@ -40,13 +40,17 @@ inline void moe_count(const ExecSpace& space, Vec<int> routed, CVec<int> expert,
       });
 }
 
-// offsets[e] = Σ_{e' < e} kept(e'), offsets[E] = R; kept(e) = routed[e], or at most `capacity`.
-inline void moe_offsets(const ExecSpace& space, Vec<int> offsets, CVec<int> routed, int E, int capacity) {
+// offsets[e] = Σ_{e' < e} kept(e'), offsets[E] = R; kept(e) = routed[e], or at most `capacity`;
+// kept_counts[e] = kept(e) as well where given (not empty).
+inline void moe_offsets(const ExecSpace& space, Vec<int> offsets, Vec<std::int64_t> kept_counts, CVec<int> routed,
+                        int E, int capacity) {
+  const bool counts = kept_counts.extent(0) > 0;
   Kokkos::parallel_scan(
       "meshtrain::moe_dispatch::offsets", Kokkos::RangePolicy<ExecSpace>(space, 0, E),
       KOKKOS_LAMBDA(int e, int& partial, const bool final) {
         const int kept = capacity > 0 && routed(e) > capacity ? capacity : routed(e);
         if (final) offsets(e) = partial;
+        if (final && counts) kept_counts(e) = kept;
         partial += kept;
         if (final && e == E - 1) offsets(E) = partial;
       });
@@ -54,17 +58,18 @@ inline void moe_offsets(const ExecSpace& space, Vec<int> offsets, CVec<int> rout
 
 }  // namespace detail
 
-// slot [N*k], routed [E], offsets [E+1] and row_token [R] are written (row_token needs R ≤ N·k).
+// slot [N*k], routed [E], offsets [E+1] and row_token [R] are written (row_token needs R ≤ N·k), and
+// kept_counts [E] where given: each expert's kept rows in int64, the counts the expert exchange sends.
 // capacity > 0 keeps each expert's first `capacity` assignments in priority order; 0 keeps all.
 //
 // One team per expert scans all N·k assignments in priority order, twice (count, then place): O(E·N·k)
 // work spread over E teams, each row's place an exclusive prefix count, no sort and no atomics.
 inline void moe_assign(const ExecSpace& space, Vec<int> slot, Vec<int> row_token, Vec<int> routed, Vec<int> offsets,
-                       CVec<int> expert, int N, int E, int k, int capacity) {
+                       CVec<int> expert, int N, int E, int k, int capacity, Vec<std::int64_t> kept_counts = {}) {
   static_assert(reachable_v<Vec<int>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   detail::moe_count(space, routed, expert, N, E, k);
-  detail::moe_offsets(space, offsets, routed, E, capacity);
+  detail::moe_offsets(space, offsets, kept_counts, routed, E, capacity);
   const long assignments = static_cast<long>(N) * k;
   Kokkos::parallel_for(
       "meshtrain::moe_dispatch::assign", team_policy(space, E), KOKKOS_LAMBDA(const Team& team) {

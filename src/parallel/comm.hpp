@@ -187,8 +187,9 @@ class Comm {
     alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, element_type_of<T>);
   }
   // recv[p · n, + n) ← peer p's send[this rank · n, + n), n = count_per_peer: the token counts each
-  // rank tells the others before an alltoallv. Host memory on every backend (the caller needs the
-  // counts on the host to build the alltoallv's arrays).
+  // rank tells the others before an alltoallv. The buffers are in the backend's memory space, as every
+  // collective's: the counts travel where the routing computed them (on a device, on the device), and
+  // the caller reads them back once, with the rest of the routing (model/families/llama_moe.cpp).
   template <CommElement T>
   void alltoall(const T* send, T* recv, std::size_t count_per_peer) {
     alltoall(send, recv, count_per_peer, element_type_of<T>);

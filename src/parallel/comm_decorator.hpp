@@ -19,15 +19,11 @@
 
 namespace meshtrain {
 
-// Where a call's buffer lives, as the Comm's contract says: the backend's memory space (device
-// memory for NCCL), or host memory whatever the backend (the all-to-all's token counts only).
-enum class BufferMemory { backend, host };
-
-// [data, data + bytes): a buffer a call reads or writes; bytes 0 where it has none.
+// [data, data + bytes): a buffer a call reads or writes, in the backend's memory space (device memory
+// for NCCL) as the Comm's contract has every buffer; bytes 0 where it has none.
 struct CallBuffer {
   const void* data = nullptr;
   std::size_t bytes = 0;
-  BufferMemory memory = BufferMemory::backend;
 };
 
 struct CallShape {
@@ -117,11 +113,10 @@ class CommDecorator : public Comm {
   // count_per_peer elements to each of the other size − 1 ranks.
   void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) final {
     const std::size_t to_others = count_per_peer * static_cast<std::size_t>(size() - 1);
-    // Host memory on every backend, by the Comm's contract (parallel/comm.hpp).
     const std::size_t all = count_per_peer * static_cast<std::size_t>(size());
     CallShape shape{Collective::alltoall, bytes(to_others, type), to_others};
-    shape.read = {send, all * element_bytes(type), BufferMemory::host};
-    shape.written = {recv, all * element_bytes(type), BufferMemory::host};
+    shape.read = {send, all * element_bytes(type)};
+    shape.written = {recv, all * element_bytes(type)};
     blocking(shape, [&] { inner_->alltoall(send, recv, count_per_peer, type); });
   }
   void settle() final {

@@ -30,10 +30,8 @@
 // All-to-all: alltoallv is one ncclGroupStart / ncclSend and ncclRecv per other peer with a
 // block / ncclGroupEnd on the stream (after launching the thread's open point-to-point group, as
 // any collective does), the rank's own block a device-to-device copy on the same stream; it
-// returns once the stream has done it all. alltoall exchanges host memory (token counts, which the
-// caller needs on the host to build the alltoallv's arrays): it runs on an MPI Comm over the same
-// ranks (parallel/comm_mpi.cpp), made from the bootstrap communicator, and does not touch the
-// stream.
+// returns once the stream has done it all. alltoall is the same with a block of equal size per peer
+// (the token counts, exchanged on the device where the routing computed them).
 //
 // The element types map to NCCL's in one table (nccl_type below). bf16 and fp16 use ncclBfloat16
 // and ncclFloat16, which NCCL sums its own way: each step of its ring or tree adds two 16-bit
@@ -58,6 +56,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace meshtrain {
 namespace {
@@ -86,13 +85,11 @@ Byte* element_at(Byte* data, std::size_t offset, ElementType type) {
 
 class NcclComm final : public Comm {
  public:
-  // `host`: an MPI Comm over the same ranks in the same order, for the host-memory alltoall.
-  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t compute, std::unique_ptr<Comm> host)
+  NcclComm(std::shared_ptr<NcclHandle> comm, int rank, int size, cudaStream_t compute)
       : Comm(rank, size, "nccl"),
         comm_(std::move(comm)),
         compute_(compute),
-        on_compute_stream_(on_compute_stream_requested()),
-        host_(std::move(host)) {}
+        on_compute_stream_(on_compute_stream_requested()) {}
 
   // Launches this thread's open group, which may hold this communicator's messages.
   ~NcclComm() override {
@@ -224,7 +221,10 @@ class NcclComm final : public Comm {
     complete();
   }
   void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) override {
-    host_->alltoall(send, recv, count_per_peer, type);
+    const std::vector<std::size_t> counts(std::size_t(size()), count_per_peer);
+    std::vector<std::size_t> displs(counts.size());
+    for (std::size_t p = 0; p < displs.size(); ++p) displs[p] = p * count_per_peer;
+    alltoallv(send, counts.data(), displs.data(), recv, counts.data(), displs.data(), type);
   }
 
   // The host waits for the Comm's latest operation, and so for all of them (one stream, in order),
@@ -309,7 +309,6 @@ class NcclComm final : public Comm {
   Event done_;                        // recorded on the Comm's stream after each blocking one, and by settle()
   bool unsettled_ = false;            // an operation enqueued since the last settle()
   DeviceFloat token_;
-  std::unique_ptr<Comm> host_;
 };
 
 // Every rank of `comm` learns whether any failed at a step; the lowest failing rank's message
@@ -382,8 +381,7 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm, void* compute_stream) {
     throw;
   }
   auto nccl = std::make_shared<nccl_backend::NcclHandle>(handle);
-  return std::make_unique<NcclComm>(std::move(nccl), rank, size, static_cast<cudaStream_t>(compute_stream),
-                                    make_mpi_comm(comm));
+  return std::make_unique<NcclComm>(std::move(nccl), rank, size, static_cast<cudaStream_t>(compute_stream));
 }
 
 }  // namespace meshtrain

@@ -23,10 +23,10 @@ class ComputeOrderedComm final : public CommDecorator {
     return call();
   }
 
-  // A receive's buffer too: compute issued before it may still read what it overwrites. The
-  // all-to-all's counts are host memory, the barrier has no buffer.
+  // A receive's buffer too: compute issued before it may still read what it overwrites. The barrier
+  // has no buffer.
   void order_after_compute(const CallShape& shape) {
-    const auto touches = [](const CallBuffer& b) { return b.bytes > 0 && b.memory == BufferMemory::backend; };
+    const auto touches = [](const CallBuffer& b) { return b.bytes > 0; };
     if (touches(shape.read) || touches(shape.written)) wait_for_compute_();
   }
 

@@ -33,7 +33,7 @@ class PointerAudit final : public CommDecorator {
     check(shape, shape.written, "writes");
   }
   void check(const CallShape& shape, const CallBuffer& b, const char* role) const {
-    if (b.memory == BufferMemory::host || b.bytes == 0 || inside_(b.data, b.bytes)) return;
+    if (b.bytes == 0 || inside_(b.data, b.bytes)) return;
     throw std::logic_error(fmt::format(
         "pointer audit: {} on group {} {} {} bytes at {}, which is not inside a live allocation of the execution "
         "space's memory (a device backend cannot read a host buffer; put it in a Kokkos View)",

@@ -5,9 +5,7 @@
 //
 //   MESHTRAIN_POINTER_AUDIT=1   the training groups (dp, tp, pp, ep, edp, tied) are audited
 //
-// Unset or 0, nothing is audited. The one exemption is by type: a buffer the Comm's contract puts
-// in host memory on every backend (BufferMemory::host: the all-to-all's token counts) is not
-// checked. Empty buffers (bytes 0) are not checked either: no backend reads them.
+// Unset or 0, nothing is audited. Empty buffers (bytes 0) are not checked: no backend reads them.
 //
 // This file knows no Kokkos (parallel/ is host code); the caller passes the test of "inside a live
 // allocation" (train/live_allocations.hpp records them through Kokkos Tools).

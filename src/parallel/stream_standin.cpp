@@ -173,8 +173,8 @@ class StreamStandInComm final : public Comm {
     const UnreportedHostWaits device_side;
     inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type);
   }
-  // Host memory on every backend (parallel/comm.hpp): the host's own exchange, as on a device.
   void alltoall(const void* send, void* recv, std::size_t count_per_peer, ElementType type) override {
+    const UnreportedHostWaits device_side;
     inner_->alltoall(send, recv, count_per_peer, type);
   }
 

@@ -1,7 +1,8 @@
 // Token dispatch: moe_assign against hand-counted cases and against the priority walk of
 // moe_reference.hpp (capacity with and without drops, E = 3, 5, 8, k = 1, 2, 3, an expert that
 // receives nothing); permute and combine against their closed forms; their backwards against central
-// differences in double; bf16 combine against the double loop; float reruns bitwise equal.
+// differences in double; bf16 combine against the double loop; float reruns bitwise equal. The kept
+// counts in int64 (the expert exchange's) equal the checked offsets' differences.
 #include "kernels/moe_dispatch.hpp"
 
 #include "kernel_test_utils.hpp"
@@ -16,9 +17,15 @@ Assignment run_assign(const Ints& expert, int N, int E, int k, int capacity) {
   auto d_expert = to_device(expert);
   auto slot = to_device(Ints(N * k, -7)), row_token = to_device(Ints(N * k, -7));
   auto routed = to_device(Ints(E, -7)), offsets = to_device(Ints(E + 1, -7));
-  moe_assign(space, vec(slot), vec(row_token), vec(routed), vec(offsets), cvec(d_expert), N, E, k, capacity);
+  Buffer<std::int64_t> kept("kept", std::size_t(E));
+  Kokkos::deep_copy(kept, std::int64_t(-7));
+  moe_assign(space, vec(slot), vec(row_token), vec(routed), vec(offsets), cvec(d_expert), N, E, k, capacity, vec(kept));
   Assignment a{raw(slot), raw(row_token), raw(routed), raw(offsets)};
   a.row_token.resize(a.offsets[E]);
+  // The expert exchange's counts (int64): each expert's rows, the offsets' differences, which the
+  // callers compare with the hand counts and the priority walk.
+  const std::vector<std::int64_t> kept_counts = raw(kept);
+  for (int e = 0; e < E; ++e) EXPECT_EQ(kept_counts[std::size_t(e)], a.offsets[e + 1] - a.offsets[e]) << "kept " << e;
   return a;
 }
 

@@ -790,18 +790,20 @@ void check_alltoallv(const Case& t, std::size_t n) {
   expect_same_bits(send.read(), out, t.label + " alltoallv(" + type + ") send buffer", "what it held before");
 }
 
-// Block q of world rank w's send: w·2^40 + q·2^20 + i, which only 64 bits hold. Host memory on
-// every backend.
+// Block q of world rank w's send: w·2^40 + q·2^20 + i, which only 64 bits hold. In the backend's
+// memory, as every collective's buffers.
 void check_alltoall(const Case& t, std::size_t n) {
   const int m = t.group.size(), g = t.group.rank();
   auto value = [](long sender, long to, std::size_t i) {
     return (std::int64_t(sender) << 40) + (std::int64_t(to) << 20) + std::int64_t(i);
   };
-  std::vector<std::int64_t> send(n * std::size_t(m)), recv(n * std::size_t(m), -1);
-  for (std::size_t j = 0; j < send.size(); ++j) send[j] = value(world_rank(), long(j / n), j % n);
+  std::vector<std::int64_t> told(n * std::size_t(m));
+  for (std::size_t j = 0; j < told.size(); ++j) told[j] = value(world_rank(), long(j / n), j % n);
+  Buffer<std::int64_t> send(t.space, told), recv(t.space, std::vector<std::int64_t>(told.size(), -1));
   t.comm.alltoall(send.data(), recv.data(), n);
+  const std::vector<std::int64_t> heard = recv.read();
   std::size_t wrong = 0;
-  for (std::size_t j = 0; j < recv.size(); ++j) wrong += recv[j] != value(t.group.world_of(int(j / n)), g, j % n);
+  for (std::size_t j = 0; j < heard.size(); ++j) wrong += heard[j] != value(t.group.world_of(int(j / n)), g, j % n);
   EXPECT_EQ(wrong, 0u) << t.label << " alltoall: rank " << world_rank();
 }
 
@@ -914,14 +916,15 @@ void check_element_type(const Case& t, std::size_t count) {
   }
 
   check_alltoallv<T>(t, count);
-  if (t.space == Space::host) {  // host memory on every backend
-    std::vector<T> told(blocks_of), heard(blocks_of, untouched<T>()), want_heard(blocks_of);
+  {
+    std::vector<T> told(blocks_of), want_heard(blocks_of);
     for (std::size_t j = 0; j < blocks_of; ++j) {
       told[j] = exchanged<T>(w, int(j / count), j % count);
       want_heard[j] = exchanged<T>(t.group.world_of(int(j / count)), int(g), j % count);
     }
-    t.comm.alltoall(told.data(), heard.data(), count);
-    expect_same_bits(heard, want_heard, label + " alltoall", "the closed form");
+    Buffer<T> told_buffer(t.space, told), heard(t.space, std::vector<T>(blocks_of, untouched<T>()));
+    t.comm.alltoall(told_buffer.data(), heard.data(), count);
+    expect_same_bits(heard.read(), want_heard, label + " alltoall", "the closed form");
   }
 }
 

@@ -287,6 +287,7 @@ LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, 
     s.dreceived = d.ep > 1 ? c.take(d.Rr * C) : s.drows;
     s.dexpert_act = c.take(d.Rr * d.Hel);
     s.dexpert_gate_up = c.take(d.Rr * 2 * d.Hel);
+    if (d.ep > 1) s.expert_counts = c.template take_as<std::int64_t>(2 * d.E);
   }
   return s;
 }

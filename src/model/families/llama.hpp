@@ -166,6 +166,7 @@ struct LlamaFamily {
     Vec<Real> dreceived;               // (Rr, C)  the experts' side of drows (drows itself at ep 1); forward's outputs
     Vec<Real> dexpert_act;             // (Rr, Hel)
     Vec<Real> dexpert_gate_up;         // (Rr, 2Hel)
+    Vec<std::int64_t> expert_counts;   // (2E) ep > 1: the exchange's counts, kept | received (expert_exchange.hpp)
   };
   // The rotary table, and each slot's MoE blocks' routing as the host needs it ([slot][block],
   // read again by backward); it lists the MoE blocks in the router statistics.
@@ -192,7 +193,8 @@ struct LlamaFamily {
   static void moe_backward(Parts<Real>& m, int slot, int l);
   template <class Real>
   static void router_input_backward(Parts<Real>& m, int slot, int l);
-  // Copies an MoE block's routed counts and row offsets to the host and sets its experts' row groups.
+  // Copies an MoE block's routed counts and row offsets (under ep, with the counts its experts receive,
+  // exchanged on the device first) to the host, in one wait, and sets its experts' row groups.
   template <class Real>
   static void read_routing(Parts<Real>& m, int slot, int l);
   // Counts block l's routing into the statistics; returns its index there (its losses' place in

@@ -4,7 +4,8 @@
 //
 // Forward of one MoE block, for the normed input ln2 (N, C):
 //   logits = ln2 · W_rᵀ → probabilities, top-k experts and gate weights (router_forward)
-//   assignments → rows in expert order under the capacity (moe_assign; the counts to the host)
+//   assignments → rows in expert order under the capacity (moe_assign; under ep the kept counts
+//   exchanged on the device; then the counts read by the host once, read_routing)
 //   xs = ln2 in row order → to the ranks of their experts (expert parallelism: all-to-all,
 //   model/impl/expert_exchange.hpp) → each expert's SwiGLU over its rows (grouped products) →
 //   back to the rows' own rank as ys
@@ -159,12 +160,19 @@ void expert_lora_gate_up_backward(Family::Parts<Real>& p, int slot, int l, const
 
 template <class Real>
 void LlamaFamily::read_routing(Parts<Real>& m, int slot, int l) {
+  using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using HostCounts = Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   HostRouting& host = m.state.host_routing[std::size_t(slot)][std::size_t(l)];
   const Vec<int> counts = m.slots[std::size_t(slot)].blocks[std::size_t(l)].moe.counts;
-  Kokkos::deep_copy(m.space,
-                    Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.counts.data(),
-                                                                                                   host.counts.size()),
-                    Kokkos::subview(counts, std::pair<std::size_t, std::size_t>(0, host.counts.size())));
+  Kokkos::deep_copy(m.space, HostInts(host.counts.data(), host.counts.size()), slice(counts, 0, host.counts.size()));
+  const ExpertExchange& exchange = m.state.exchange;
+  if (exchange.moves()) {
+    const Vec<std::int64_t> kept = slice(m.scratch.expert_counts, 0, m.dims.E);
+    const Vec<std::int64_t> received = slice(m.scratch.expert_counts, m.dims.E, m.dims.E);
+    exchange.exchange_counts(kept.data(), received.data());
+    std::vector<std::int64_t>& into = host.exchange.received_counts;
+    Kokkos::deep_copy(m.space, HostCounts(into.data(), into.size()), received);
+  }
   host_fence(m.space, "MoE: routing counts read to size the grouped products and the exchange");
   m.state.exchange.plan_exchange(host.exchange, host.offsets(), m.dims.C);
 }
@@ -188,7 +196,8 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   }
   router_forward<Accum>(space, m.probs, m.expert, m.gate, m.lse, logits, N, E, k, p.model().normalize_gates);
   const Vec<int> routed = slice(m.counts, 0, d.E), offsets = slice(m.counts, d.E, d.E + 1);
-  moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity);
+  const Vec<std::int64_t> kept = exchange.moves() ? slice(p.scratch.expert_counts, 0, d.E) : Vec<std::int64_t>();
+  moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity, kept);
   read_routing(p, slot, l);
   const HostRouting& host = p.state.host_routing[std::size_t(slot)][std::size_t(l)];
   const ExchangePlan& plan = host.exchange;

@@ -52,16 +52,20 @@ class ExpertExchange {
   int local_experts() const { return experts_ / size(); }
   bool moves() const { return ep_ != nullptr; }
 
+  // The counts travel first, once per routing, where the routing computed them (on a device, on the
+  // device, in stream order): kept [E] this rank's rows per expert → received [E], El per source rank,
+  // what the rows' all-to-all will bring. The caller reads `received` back with the routing into the
+  // plan's received_counts. Nothing travels at ep 1.
+  void exchange_counts(const std::int64_t* kept, std::int64_t* received) const {
+    if (moves()) ep_->alltoall(kept, received, std::size_t(local_experts()));
+  }
+
   // From the routing's row offsets over the E experts (offsets[e] … offsets[e+1]: expert e's rows),
-  // every rank of the group alike: the counts travel once (an all-to-all of E integers).
+  // on the host, and under ep the received counts (exchange_counts') already in p.received_counts.
   void plan_exchange(ExchangePlan& p, const int* offsets, std::size_t row_elements) const {
     const int P = size(), El = local_experts();
     for (int e = 0; e < experts_; ++e) p.sent_counts[std::size_t(e)] = offsets[e + 1] - offsets[e];
-    if (moves()) {
-      ep_->alltoall(p.sent_counts.data(), p.received_counts.data(), std::size_t(El));
-    } else {
-      p.received_counts = p.sent_counts;
-    }
+    if (!moves()) p.received_counts = p.sent_counts;
     std::size_t landed = 0;
     for (int peer = 0; peer < P; ++peer) {
       const std::size_t q = std::size_t(peer), first = landed;
