@@ -96,19 +96,25 @@ struct RouterLosses {
   double aux, z;
 };
 
-// Adds one MoE block's two losses into sums(2·b) (aux) and sums(2·b + 1) (z) on the device: one
-// launch and no read, so a training step reads every block's sums once, at its end. routed [E]:
-// assignments routed to each expert before capacity (moe_assign's). Summed in double: team 0 the
-// aux loss, each expert's column of p in row chunks of kReduceChunk (each chunk in row order), the
-// chunk terms combined by the team's reduction; team 1 Σ lse² the same way (as squared_norm's
-// chunks). The combination order is fixed for a backend and team size.
+// One MoE block's statistics in the device sums, per block (router_sums_per_block(E) doubles):
+// Σ aux, Σ z, then each expert's Σ routed (E) and Σ kept (E) rows, summed over the forward passes.
+constexpr std::size_t router_sums_per_block(int E) { return 2 + 2 * std::size_t(E); }
+
+// Adds one MoE block's two losses and its routing counts into its sums at b · router_sums_per_block(E)
+// on the device: one launch and no read, so a training step reads every block's sums once, for the
+// metrics. counts [2E+1]: moe_assign's routed (E, assignments per expert before capacity) | offsets
+// (E+1, whose differences are the kept rows). Summed in double: team 0 the aux loss, each expert's
+// column of p in row chunks of kReduceChunk (each chunk in row order), the chunk terms combined by the
+// team's reduction, and then the counts; team 1 Σ lse² the same way (as squared_norm's chunks). The
+// combination order is fixed for a backend and team size.
 template <class A>
-void add_router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> routed, int N, int E, int k,
-                       Vec<double> sums, int b) {
+void add_router_statistics(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> counts, int N, int E, int k,
+                           Vec<double> sums, int b) {
   static_assert(reachable_v<CVec<A>> && reachable_v<CVec<int>> && reachable_v<Vec<double>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const long chunks = (static_cast<long>(N) + kReduceChunk - 1) / kReduceChunk;
   const double tokens = N;
+  const long at = static_cast<long>(b) * static_cast<long>(router_sums_per_block(E));
   Kokkos::parallel_for(
       "meshtrain::moe_router::losses", team_policy(space, 2), KOKKOS_LAMBDA(const Team& team) {
         double total = 0;
@@ -121,10 +127,16 @@ void add_router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<
                 const long end = begin + kReduceChunk < N ? begin + kReduceChunk : N;
                 double column = 0;
                 for (long n = begin; n < end; ++n) column += static_cast<double>(probs(n * E + e));
-                acc += static_cast<double>(routed(e)) * column;
+                acc += static_cast<double>(counts(e)) * column;
               },
               total);
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(2 * b) += E * total / (tokens * k * tokens); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            sums(at) += E * total / (tokens * k * tokens);
+            for (int e = 0; e < E; ++e) {
+              sums(at + 2 + e) += counts(e);
+              sums(at + 2 + E + e) += counts(E + 1 + e) - counts(E + e);
+            }
+          });
         } else {  // Σ_n lse[n]²
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, chunks),
@@ -138,16 +150,16 @@ void add_router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<
                 acc += s;
               },
               total);
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(2 * b + 1) += total / tokens; });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(at + 1) += total / tokens; });
         }
       });
 }
 
-// The same two losses read back to the host (tests; fences).
+// The two losses of add_router_statistics read back to the host (tests; fences); counts as there.
 template <class A>
-RouterLosses router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> routed, int N, int E, int k) {
-  const Buffer<double> sums("meshtrain::moe_router::loss_sums", 2);
-  add_router_losses<A>(space, probs, lse, routed, N, E, k, sums, 0);
+RouterLosses router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> counts, int N, int E, int k) {
+  const Buffer<double> sums("meshtrain::moe_router::sums", router_sums_per_block(E));
+  add_router_statistics<A>(space, probs, lse, counts, N, E, k, sums, 0);
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, sums);
   return {host(0), host(1)};
 }

@@ -113,10 +113,11 @@ struct DecoderParts {
   Weights dparams;
   std::vector<SlotActivations<Real, Family>> slots;
   Scratch scratch;
-  // MoE blocks (the family's State lists them): the routers' counts, and their losses in device memory
-  // (per MoE block: Σ aux, Σ z over the passes), read into the statistics when asked.
+  // MoE blocks (the family's State lists them): which blocks and the passes counted, and their sums in
+  // device memory (per MoE block: Σ aux, Σ z, Σ routed and Σ kept per expert over the passes,
+  // kernels/moe_router.hpp), read into the statistics when asked.
   RouterStatistics router_statistics;
-  Buffer<double> router_loss_sums;
+  Buffer<double> router_sums;
   // LanguageModel::aux_weight() when backward started (MoE blocks' auxiliary losses).
   Accum aux_weight = Accum(1);
   // Per slot: the documents of its sequences (LanguageModel::set_documents; none by default).

@@ -1,7 +1,8 @@
 // The MoE router: softmax, top-k and gates against a double loop (top-k by a stable sort, ties
 // included), the aux and z losses against their closed forms, the backward against central
 // differences of Σ dgate·gate + aux_weight·aux + z_weight·z, float against double, bitwise reruns,
-// and bf16 logits (the router computes in float) against the double loop.
+// and bf16 logits (the router computes in float) against the double loop; the routing counts summed
+// beside the losses (routed and kept per expert, per block).
 #include "kernels/moe_router.hpp"
 
 #include "kernel_test_utils.hpp"
@@ -112,11 +113,19 @@ TEST(MoeRouter, Bf16LogitsRouteInFloat) {
 
 // aux = E · Σ_e routed[e]/(N·k) · mean_n p[n,e], z = mean_n lse², on arbitrary inputs; N = 5000
 // spans two row chunks of the column sums.
+// moe_assign's counts for `routed` without a capacity: routed (E) | row offsets (E+1), on the device.
+Buffer<int> counts_of(const Ints& routed) {
+  Ints counts = routed;
+  counts.push_back(0);
+  for (int r : routed) counts.push_back(counts.back() + r);
+  return to_device(counts);
+}
+
 template <class A>
 RouterLosses losses_of(const Host& probs, const Host& lse, const Ints& routed, int N, int E, int k) {
   auto p = to_device<A>(probs), l = to_device<A>(lse);
-  auto r = to_device(routed);
-  return router_losses(ExecSpace{}, cvec(p), cvec(l), cvec(r), N, E, k);
+  auto counts = counts_of(routed);
+  return router_losses(ExecSpace{}, cvec(p), cvec(l), cvec(counts), N, E, k);
 }
 
 TEST(MoeRouter, LossesMatchTheirClosedForms) {
@@ -139,6 +148,29 @@ TEST(MoeRouter, LossesMatchTheirClosedForms) {
     EXPECT_NEAR(in_float.aux, aux, 1e-6 * aux) << "N " << N;
     EXPECT_NEAR(in_float.z, z, 1e-6 * z) << "N " << N;
   }
+}
+
+// The routing counts beside the losses: block 1 of 2 after two passes holds twice each expert's routed
+// assignments and twice its kept rows (the offsets' differences, two dropped by a capacity of 4), and
+// block 0 nothing; the losses sit in front of them.
+TEST(MoeRouter, StatisticsSumTheRoutingCounts) {
+  const int N = 6, E = 3, k = 2;
+  const Ints counts = {5, 4, 3, 0, 4, 8, 11};  // routed | offsets: kept 4, 4, 3
+  const Host probs = random_vector(N * E, 33, 0.0, 1.0), lse = random_vector(N, 34, -2.0, 3.0);
+  auto p = to_device<double>(probs), l = to_device<double>(lse);
+  auto c = to_device(counts);
+  const std::size_t per_block = router_sums_per_block(E);
+  ASSERT_EQ(per_block, 8u);
+  Buffer<double> sums("sums", 2 * per_block);
+  for (int pass = 0; pass < 2; ++pass)
+    add_router_statistics<double>(ExecSpace{}, cvec(p), cvec(l), cvec(c), N, E, k, vec(sums), 1);
+  const std::vector<double> got = raw(sums);
+  for (std::size_t i = 0; i < per_block; ++i) EXPECT_EQ(got[i], 0.0) << "block 0, sum " << i;
+  const RouterLosses one = losses_of<double>(probs, lse, {5, 4, 3}, N, E, k);
+  EXPECT_NEAR(got[per_block], 2 * one.aux, 1e-12);
+  EXPECT_NEAR(got[per_block + 1], 2 * one.z, 1e-12);
+  const std::vector<double> want_counts = {10, 8, 6, 8, 8, 6};
+  for (std::size_t i = 0; i < want_counts.size(); ++i) EXPECT_EQ(got[per_block + 2 + i], want_counts[i]) << i;
 }
 
 constexpr double kAuxWeight = 0.3, kZWeight = 0.2;
@@ -164,7 +196,7 @@ Host run_backward(const DeviceRouting<Real>& d, const Host& dgate, const Ints& r
 double objective(const Host& z, const Host& dgate, const Ints& routed, const Ints& expert, const Shape& s) {
   const auto d = route<double>(z, s);
   EXPECT_EQ(raw(d.expert), expert) << "a perturbation changed the routing";
-  const RouterLosses l = router_losses(ExecSpace{}, cvec(d.probs), cvec(d.lse), cvec(to_device(routed)), s.N, s.E, s.k);
+  const RouterLosses l = router_losses(ExecSpace{}, cvec(d.probs), cvec(d.lse), cvec(counts_of(routed)), s.N, s.E, s.k);
   return dot(to_host(d.gate), dgate) + kAuxWeight * l.aux + kZWeight * l.z;
 }
 
@@ -195,8 +227,8 @@ TEST(MoeRouter, FloatRerunsAreBitwiseEqual) {
   const auto run = [&] {
     const auto d = route<float>(z, s);
     const Ints routed = routed_counts(raw(d.expert), s.E);
-    auto r = to_device(routed);
-    const RouterLosses l = router_losses(ExecSpace{}, cvec(d.probs), cvec(d.lse), cvec(r), s.N, s.E, s.k);
+    auto r = to_device(routed), counts = counts_of(routed);
+    const RouterLosses l = router_losses(ExecSpace{}, cvec(d.probs), cvec(d.lse), cvec(counts), s.N, s.E, s.k);
     auto g = to_device<float>(dgate);
     auto dlogits = to_device<float>(nan_filled(s.N * s.E));
     router_backward(ExecSpace{}, vec(dlogits), cvec(g), cvec(d.probs), cvec(d.expert), cvec(d.lse), cvec(r), 0.1f,

@@ -197,10 +197,9 @@ struct LlamaFamily {
   // exchanged on the device first) to the host, in one wait, and sets its experts' row groups.
   template <class Real>
   static void read_routing(Parts<Real>& m, int slot, int l);
-  // Counts block l's routing into the statistics; returns its index there (its losses' place in
-  // the router loss sums).
+  // Block l's index in the router statistics (its place in the router sums).
   template <class Real>
-  static int record_routing(Parts<Real>& m, int l, const HostRouting& host);
+  static int router_block(const Parts<Real>& m, int l);
 };
 
 template <class Real>

@@ -228,22 +228,14 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   }
   if (!to_output) return;  // recomputation: backward has what it reads
   moe_combine(space, proj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k, C, Hsl > 0);
-  add_router_losses<Accum>(space, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(routed), N, E, k,
-                           p.router_loss_sums, record_routing(p, l, host));
+  add_router_statistics<Accum>(space, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(m.counts), N, E, k,
+                               p.router_sums, router_block(p, l));
 }
 
-// Once per forward pass (not recomputation): what the metrics sum over the step.
 template <class Real>
-int LlamaFamily::record_routing(Parts<Real>& m, int l, const HostRouting& host) {
-  RouterStatistics& r = m.router_statistics;
-  const std::size_t b =
-      std::size_t(std::find(r.blocks.begin(), r.blocks.end(), m.layout.first_layer() + l) - r.blocks.begin());
-  const std::size_t E = m.dims.E;
-  for (std::size_t e = 0; e < E; ++e) {
-    r.routed[b * E + e] += host.counts[e];
-    r.kept[b * E + e] += host.offsets()[e + 1] - host.offsets()[e];
-  }
-  return int(b);
+int LlamaFamily::router_block(const Parts<Real>& m, int l) {
+  const std::vector<int>& blocks = m.router_statistics.blocks;
+  return int(std::find(blocks.begin(), blocks.end(), m.layout.first_layer() + l) - blocks.begin());
 }
 
 // The scratch's dresidual holds dL/d proj. Leaves this rank's part of dL/d ln2 in its dln and the
@@ -324,7 +316,7 @@ void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l) {
   template void LlamaFamily::read_routing<Real>(LlamaFamily::Parts<Real>&, int, int);                                \
   template void LlamaFamily::moe_forward<Real>(LlamaFamily::Parts<Real>&, int, int, const LlamaFamily::Block<Real>&, \
                                                Vec<Real>, bool);                                                     \
-  template int LlamaFamily::record_routing<Real>(LlamaFamily::Parts<Real>&, int, const HostRouting&);                \
+  template int LlamaFamily::router_block<Real>(const LlamaFamily::Parts<Real>&, int);                                \
   template void LlamaFamily::moe_backward<Real>(LlamaFamily::Parts<Real>&, int, int);                                \
   template void LlamaFamily::router_input_backward<Real>(LlamaFamily::Parts<Real>&, int, int);
 MESHTRAIN_LLAMA_MOE(float)

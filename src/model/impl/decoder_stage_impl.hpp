@@ -5,6 +5,7 @@
 #include "core/errors.hpp"
 #include "kernels/encoder.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/moe_router.hpp"
 #include "model/decoder_stage.hpp"
 #include "model/impl/backward_sweep.hpp"
 #include "model/impl/carver.hpp"
@@ -150,7 +151,8 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       activation_buffer, fmt::format("meshtrain::{}::activations", Family::name).c_str(), [&](Carver<Real>& c) {
         return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count, mode, rank.shared);
       });
-  router_loss_sums = Buffer<double>("meshtrain::moe_router::loss_sums", 2 * router_statistics.blocks.size());
+  router_sums = Buffer<double>("meshtrain::moe_router::sums",
+                               router_sums_per_block(router_statistics.experts) * router_statistics.blocks.size());
   documents.assign(std::size_t(slot_count), AttentionSegments{});
 }
 
@@ -281,31 +283,36 @@ void DecoderStage<Real, Family>::head_backward(int slot) {
 
 template <class Real, class Family>
 void DecoderStage<Real, Family>::clear_router_statistics() {
-  RouterStatistics& r = m_.router_statistics;
-  r.routed.assign(r.blocks.size() * std::size_t(r.experts), 0.0);
-  r.kept.assign(r.routed.size(), 0.0);
-  r.passes = 0;
+  m_.router_statistics.passes = 0;
   // A kernel, not a deep_copy fill: the step's count of copies stays at its reads.
-  const Buffer<double> sums = m_.router_loss_sums;
+  const Buffer<double> sums = m_.router_sums;
   if (sums.extent(0) == 0) return;
   Kokkos::parallel_for(
       "meshtrain::moe_router::clear_losses", Kokkos::RangePolicy<ExecSpace>(m_.space, 0, long(sums.extent(0))),
       KOKKOS_LAMBDA(long i) { sums(i) = 0; });
 }
 
-// The routers' counts as recorded, with the losses read from the device: one copy per call.
+// The routers' sums read from the device: one copy per call.
 template <class Real, class Family>
 RouterStatistics DecoderStage<Real, Family>::router_statistics() const {
   RouterStatistics r = m_.router_statistics;
-  r.aux_loss.assign(r.blocks.size(), 0.0);
-  r.z_loss.assign(r.blocks.size(), 0.0);
-  if (r.blocks.empty()) return r;
-  const auto sums = Kokkos::create_mirror_view(Kokkos::HostSpace{}, m_.router_loss_sums);
-  Kokkos::deep_copy(m_.space, sums, m_.router_loss_sums);
-  host_fence(m_.space, "MoE: the router losses read for the metrics");
-  for (std::size_t b = 0; b < r.blocks.size(); ++b) {
-    r.aux_loss[b] = sums(2 * b);
-    r.z_loss[b] = sums(2 * b + 1);
+  const std::size_t blocks = r.blocks.size(), E = std::size_t(r.experts), per_block = router_sums_per_block(r.experts);
+  r.aux_loss.assign(blocks, 0.0);
+  r.z_loss.assign(blocks, 0.0);
+  r.routed.assign(blocks * E, 0.0);
+  r.kept.assign(blocks * E, 0.0);
+  if (blocks == 0) return r;
+  const auto sums = Kokkos::create_mirror_view(Kokkos::HostSpace{}, m_.router_sums);
+  Kokkos::deep_copy(m_.space, sums, m_.router_sums);
+  host_fence(m_.space, "MoE: the router statistics read for the metrics");
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t at = b * per_block;
+    r.aux_loss[b] = sums(at);
+    r.z_loss[b] = sums(at + 1);
+    for (std::size_t e = 0; e < E; ++e) {
+      r.routed[b * E + e] = sums(at + 2 + e);
+      r.kept[b * E + e] = sums(at + 2 + E + e);
+    }
   }
   return r;
 }
