@@ -80,7 +80,7 @@ nlohmann::json link_json(const Link& link) {
 nlohmann::json step_json(const StepTime& st) {
   return {{"stage", st.stage},         {"compute_s", st.compute_s}, {"tp_comm_s", st.tp_comm_s},
           {"pp_comm_s", st.pp_comm_s}, {"dp_comm_s", st.dp_comm_s}, {"ep_comm_s", st.ep_comm_s},
-          {"bubble_s", st.bubble_s},   {"total_s", st.total_s()}};
+          {"bubble_s", st.bubble_s},   {"hidden_s", st.hidden_s},   {"total_s", st.total_s()}};
 }
 
 nlohmann::json memory_json(const MemoryBytes& m) {
@@ -255,14 +255,19 @@ std::string plan_table(const Plan& plan) {
   }
 
   const StepTime& st = plan.step;
-  out += fmt::format("\nstep time (pipeline stage {} of {}, the slowest; alpha-beta model, nothing overlapped)\n",
-                     st.stage, plan.layout.pp);
+  const bool overlaps = !plan.cluster.host_only;
+  out += fmt::format("\nstep time (pipeline stage {} of {}, the slowest; alpha-beta model, {})\n", st.stage,
+                     plan.layout.pp,
+                     overlaps ? "less what a device hides behind the compute" : "nothing overlapped on host ranks");
   const double total = st.total_s();
   for (auto [name, s] :
        {std::pair{"compute", st.compute_s}, std::pair{"tp comm", st.tp_comm_s}, std::pair{"pp comm", st.pp_comm_s},
-        std::pair{"dp comm", st.dp_comm_s}, std::pair{"ep comm", st.ep_comm_s}, std::pair{"bubble", st.bubble_s}}) {
+        std::pair{"dp comm", st.dp_comm_s}, std::pair{"ep comm", st.ep_comm_s}, std::pair{"bubble", st.bubble_s},
+        std::pair{"hidden", -st.hidden_s}}) {
     if (std::string_view(name) == "ep comm" && plan.layout.ep == 1) continue;  // no expert parallelism: no line
-    out += fmt::format("  {:<9} {:>12} {:>6.1f} %\n", name, seconds_text(s), total > 0 ? 100 * s / total : 0);
+    if (std::string_view(name) == "hidden" && !overlaps) continue;
+    const std::string text = s < 0 ? fmt::format("-{}", seconds_text(-s)) : seconds_text(s);
+    out += fmt::format("  {:<9} {:>12} {:>6.1f} %\n", name, text, total > 0 ? 100 * s / total : 0);
   }
   out += fmt::format("  {:<9} {:>12}   {}/s, {} model\n", "total", seconds_text(total),
                      rate_text(plan.tokens_per_s, "tok"), rate_text(plan.model_flops_per_s, "FLOP/s"));
@@ -331,10 +336,13 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   // Every term of the step's total has its column; ep comm only under expert parallelism (the
   // search keeps the config's ep, so every row has it or none does).
   const bool ep = first.layout.ep > 1;
+  const bool overlaps = !first.cluster.host_only;  // a hidden column: what a device hides (StepTime::hidden_s)
   std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp",
                                    "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
   if (ep) header += fmt::format(" {:>11}", "ep comm");
-  out += header + fmt::format(" {:>11} {:>11} {:>11} {:>9}  {}\n", "bubble", "tok/s", "needs", "max T", "fits");
+  header += fmt::format(" {:>11}", "bubble");
+  if (overlaps) header += fmt::format(" {:>11}", "hidden");
+  out += header + fmt::format(" {:>11} {:>11} {:>9}  {}\n", "tok/s", "needs", "max T", "fits");
   int i = 0;
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
@@ -343,9 +351,11 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
                     p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
                     seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
     if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
-    out += row + fmt::format(" {:>11} {:>11} {:>11} {:>9}  {}\n", seconds_text(st.bubble_s),
-                             rate_text(p.tokens_per_s, ""), bytes_text(double(p.needed_bytes)),
-                             seq_len_text(largest_seq_len(p.cfg, world, p.cluster)), p.fits ? "yes" : "no");
+    row += fmt::format(" {:>11}", seconds_text(st.bubble_s));
+    if (overlaps) row += fmt::format(" {:>11}", fmt::format("-{}", seconds_text(st.hidden_s)));
+    out += row + fmt::format(" {:>11} {:>11} {:>9}  {}\n", rate_text(p.tokens_per_s, ""),
+                             bytes_text(double(p.needed_bytes)), seq_len_text(largest_seq_len(p.cfg, world, p.cluster)),
+                             p.fits ? "yes" : "no");
   }
   return out;
 }
@@ -393,6 +403,9 @@ std::string lora_comparison_table(const Plan& full, const Plan& lora) {
         std::tuple{"ep comm", sf.ep_comm_s, sa.ep_comm_s}, std::tuple{"bubble", sf.bubble_s, sa.bubble_s}}) {
     if (std::string_view(name) == "ep comm" && full.layout.ep == 1) continue;
     row(fmt::format("  {}", name), seconds_text(x), seconds_text(y));
+  }
+  if (!full.cluster.host_only) {
+    row("  hidden", fmt::format("-{}", seconds_text(sf.hidden_s)), fmt::format("-{}", seconds_text(sa.hidden_s)));
   }
   row("  total", seconds_text(sf.total_s()), seconds_text(sa.total_s()));
   row("tokens per second", rate_text(full.tokens_per_s, "tok/s"), rate_text(lora.tokens_per_s, "tok/s"));

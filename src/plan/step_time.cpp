@@ -30,16 +30,36 @@
 // bf16/fp16); gradients are reduced in fp32 under every precision. A group's traffic crosses the
 // slowest link any group of its kind spans (ranks are placed tp fastest, then dp, then pp, in
 // blocks of ranks_per_node); on a host-only node with more ranks than cores every message waits
-// about a scheduler tick (Cluster::intra_link). Nothing overlaps: the total is the sum (on CPU
-// ranks sharing cores, communication cannot hide behind compute anyway). Not modelled: the
-// optimizer update, the gradient-norm all-reduce (over the world's MPI communicator, not a
-// group), data loading, checkpoints.
+// about a scheduler tick (Cluster::intra_link).
+//
+//   hidden   = what a device overlaps (GPU clusters only; on CPU ranks sharing cores communication
+//              cannot hide behind compute, and the total is the sum). Per micro-batch the stage's
+//              compute splits into forward F1 and backward B1 (recomputation's forward counted in B1).
+//              Gradient reduction (dp's bucket all-reduces or ZeRO reduce-scatters, edp's alike; not the
+//              loss sum), R in n calls: it runs while the backward that finishes it goes on — every
+//              micro-batch's under ZeRO 2–3 (w = m windows), the step's last one under ZeRO 0–1
+//              (w = 1), none in a pipeline run under ZeRO 0–1 (its schedule never arms the reduction:
+//              it all starts after the last backward). Each window leaves its last call exposed (it
+//              starts when the backward ends): hidden_R = min(R − w·R/n, w·B1), at least 0.
+//              ZeRO-3's block gathers (the dp and edp all-gathers less the units gathered after the
+//              update, which the next forward waits for), G in g calls, are prefetched one block ahead:
+//              all but the first hide behind whatever compute the reduction left,
+//              hidden_G = min(G − G/g, compute − hidden_R), at least 0.
+//              The pipeline's sends are left in flight (train/pipeline_executor.cpp): each hides behind
+//              the stage's next action, at most a forward's worth: hidden_S = Σ min(send, F1); the
+//              bubble still holds them (fill and drain wait for them).
+//              tp's all-reduces and ep's all-to-alls are on the critical path (the next kernel reads
+//              their result), and the loss sums end the step: none of them hides.
+//
+// Not modelled: the optimizer update, the gradient-norm all-reduce (over the world's MPI
+// communicator, not a group), data loading, checkpoints; two groups' traffic sharing one link.
 #include "plan/step_time.hpp"
 
 #include "core/accumulation.hpp"
 #include "model/parameters.hpp"
 #include "plan/lora_plan.hpp"
 #include "plan/traffic.hpp"
+#include "state/zero_stage.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -75,6 +95,73 @@ const GroupTraffic& group(const RankTraffic& traffic, const std::string& name) {
   const auto it = traffic.find(name);
   return it == traffic.end() ? none : it->second;
 }
+
+// Some calls of one kind: their time and how many.
+struct PricedCalls {
+  double seconds = 0;
+  std::int64_t calls = 0;
+  void add(CollectiveTime f, const TrafficCount& c, int ranks, const Link& link) {
+    seconds += priced(f, c, ranks, link);
+    calls += c.calls;
+  }
+  // Every call but one of each of `windows`: the calls that can start before their window ends.
+  double all_but_last(std::int64_t windows) const {
+    return calls == 0 ? 0 : std::max(0.0, seconds - double(windows) * seconds / double(calls));
+  }
+};
+
+// What a device hides of a stage's step (the model in the header comment above).
+struct StageOverlap {
+  const Config& cfg;
+  const Layout& layout;
+  const GridPosition& position;
+  const RankTraffic& traffic;
+  Link dp_link, pp_link;
+  int m;              // micro-batches
+  double forward_s;   // F1: one micro-batch's forward
+  double backward_s;  // B1: its backward (with recomputation)
+  double compute_s;   // the step's
+
+  double hidden_s() const {
+    const int d = layout.dp, e = layout.edp();
+    // The gradient reduction: dp's all-reduces less the loss sum, its and edp's reduce-scatters.
+    PricedCalls reduction;
+    TrafficCount buckets = group(traffic, "dp")[Collective::allreduce];
+    buckets.calls -= 1;
+    buckets.bytes -= loss_sum_bytes;
+    reduction.add(ring_allreduce_s, buckets, d, dp_link);
+    reduction.add(ring_reduce_scatter_s, group(traffic, "dp")[Collective::reduce_scatter], d, dp_link);
+    reduction.add(ring_allreduce_s, group(traffic, "edp")[Collective::allreduce], e, dp_link);
+    reduction.add(ring_reduce_scatter_s, group(traffic, "edp")[Collective::reduce_scatter], e, dp_link);
+    const ZeroStage zero{cfg.parallel.zero};
+    const int windows = zero.reduces_every_pass() ? m : layout.pp == 1 ? 1 : 0;
+    const double hidden_reduction =
+        windows == 0 ? 0 : std::min(reduction.all_but_last(windows), double(windows) * backward_s);
+
+    // ZeRO-3's block gathers: every all-gather but those after the update.
+    double hidden_gathers = 0;
+    if (zero.compute_weights() == Held::working_and_shard) {
+      const RankTraffic after_update = post_update_gathers(cfg, layout, position);
+      PricedCalls blocks;
+      for (const auto& [name, ranks] : {std::pair{"dp", d}, std::pair{"edp", e}}) {
+        TrafficCount g = group(traffic, name)[Collective::allgather];
+        const TrafficCount& before = group(after_update, name)[Collective::allgather];
+        g.calls -= before.calls;
+        g.bytes -= before.bytes;
+        blocks.add(ring_allgather_s, g, ranks, dp_link);
+      }
+      hidden_gathers = std::max(0.0, std::min(blocks.all_but_last(1), compute_s - hidden_reduction));
+    }
+
+    // The pipeline's sends, each behind at most one forward.
+    const TrafficCount& sends = group(traffic, "pp")[Collective::send];
+    const double hidden_sends =
+        sends.calls == 0
+            ? 0
+            : double(sends.calls) * std::min(sends_s(group(traffic, "pp"), pp_link) / double(sends.calls), forward_s);
+    return hidden_reduction + hidden_gathers + hidden_sends;
+  }
+};
 
 }  // namespace
 
@@ -153,6 +240,13 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     st.bubble_s = double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + pipeline_transfers_s);
     st.dp_comm_s =
         collectives_s(group(traffic, "dp"), d, dp_link) + collectives_s(group(traffic, "edp"), layout.edp(), dp_link);
+    if (!cluster.host_only) {
+      const double per_micro = st.compute_s / m;
+      const double forward_s = per_micro * token_flops.forward / flops;
+      const StageOverlap overlap{
+          cfg, layout, position, traffic, dp_link, pp_link, m, forward_s, per_micro - forward_s, st.compute_s};
+      st.hidden_s = overlap.hidden_s();
+    }
     stages.push_back(st);
   }
   return stages;

@@ -20,7 +20,8 @@
 namespace meshtrain {
 namespace {
 
-constexpr std::int64_t fp32_bytes = 4, loss_bytes = 8;  // gradients and optimizer side; the loss sums' double
+constexpr std::int64_t fp32_bytes = 4;  // gradients and optimizer side
+constexpr std::int64_t loss_bytes = loss_sum_bytes;
 
 // A forward or backward pass of one micro-batch over the stage, in the order the step runs them.
 struct Pass {
@@ -73,15 +74,33 @@ std::vector<std::int64_t> recomputed_blocks(const std::vector<Pass>& passes, int
   return reruns;
 }
 
+// A unit's data-parallel group's traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
+GroupTraffic& unit_group(RankTraffic& traffic, const UnitGroups& groups, bool experts) {
+  return traffic[experts && groups.distinct() ? "edp" : "dp"];
+}
+
+// ZeRO 1–3's gathers after the update: every unit the model reads whole (ZeRO 3: the non-block ones),
+// in the compute type.
+void add_post_update_gathers(RankTraffic& traffic, const Config& cfg, const ParameterLayout& layout,
+                             const UnitGroups& groups) {
+  const ZeroStage stage{cfg.parallel.zero};
+  if (!stage.shards()) return;
+  const bool on_demand = stage.compute_weights() == Held::working_and_shard;
+  for (const ShardUnit& u : layout.units()) {
+    if (!on_demand || u.block < 0) {
+      unit_group(traffic, groups, u.experts)
+          .add(Collective::allgather, 1, std::int64_t(u.size()) * compute_bytes(cfg.train.precision));
+    }
+  }
+}
+
 // The loss sum, and each unit's gradient reduction and weight gathers in its data-parallel group's
-// traffic: "dp", or under expert parallelism "edp" for the routed experts' units.
+// traffic.
 void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const GridPosition& position,
                        const ParameterLayout& layout, const std::vector<Pass>& passes, int accum) {
   traffic["dp"].add(Collective::allreduce, 1, loss_bytes);
   const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
-  const auto group_of = [&](bool experts) -> GroupTraffic& {
-    return traffic[experts && groups.distinct() ? "edp" : "dp"];
-  };
+  const auto group_of = [&](bool experts) -> GroupTraffic& { return unit_group(traffic, groups, experts); };
   // What the stage shards and when it reduces, asked of the one place that says it.
   const ZeroStage stage{cfg.parallel.zero};
   if (!stage.shards()) {
@@ -99,16 +118,14 @@ void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& gr
     group_of(u.experts).add(Collective::reduce_scatter, reductions, reductions * std::int64_t(u.size()) * fp32_bytes);
   }
 
-  // After the update every unit the model reads whole is gathered in the compute type; blocks held
-  // as working units are gathered on demand instead, each of a block's units in its group.
+  // After the update every unit the model reads whole is gathered; blocks held as working units are
+  // gathered on demand instead, each of a block's units in its group.
+  add_post_update_gathers(traffic, cfg, layout, groups);
   const bool on_demand = stage.compute_weights() == Held::working_and_shard;
   const std::int64_t weight_bytes = compute_bytes(cfg.train.precision);
   const auto gather = [&](const ShardUnit& u) {
     group_of(u.experts).add(Collective::allgather, 1, std::int64_t(u.size()) * weight_bytes);
   };
-  for (const ShardUnit& u : units) {
-    if (!on_demand || u.block < 0) gather(u);
-  }
   if (!on_demand) return;
   const int first_block = layout.first_layer();
   const std::vector<BlockVisit> visits = block_visits(passes, layout.stage_layers());
@@ -312,6 +329,13 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
 }
 
 int affine_micros(const Layout& grid) { return 2 * grid.pp + 2; }
+
+RankTraffic post_update_gathers(const Config& cfg, const Layout& grid, const GridPosition& position) {
+  RankTraffic traffic;
+  const ParameterLayout layout = planned_layout(cfg, grid, position);
+  add_post_update_gathers(traffic, cfg, layout, UnitGroups::of_grid(grid.dp, 0, layout.ep()));
+  return traffic;
+}
 
 RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridPosition& position) {
   const int accum = accumulation_steps(cfg, grid.dp);

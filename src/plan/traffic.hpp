@@ -56,6 +56,9 @@
 
 namespace meshtrain {
 
+// The loss sums' one double (train/trainer.cpp): dp's and pp's all-reduce of it.
+constexpr std::int64_t loss_sum_bytes = 8;
+
 // One block of a pipeline stage as the model asks for it: before its forward or its backward.
 struct BlockVisit {
   int block;  // the stage's block index
@@ -94,5 +97,9 @@ RankTraffic predicted_traffic(const Config& cfg, const Layout& grid, const GridP
 int affine_micros(const Layout& grid);
 // The same with every pass of `micros` micro-batches enumerated: O(micros · blocks).
 RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const GridPosition& position, int micros);
+// The part of the dp and edp all-gathers that ZeRO 1–3 make after the update (every unit the model reads
+// whole; ZeRO 3: its non-block units), which the next step's forward waits for: the rest of a ZeRO-3
+// step's gathers are its blocks', prefetched (zero3_block_gathers). Empty without sharding.
+RankTraffic post_update_gathers(const Config& cfg, const Layout& grid, const GridPosition& position);
 
 }  // namespace meshtrain

@@ -1,5 +1,6 @@
 // The planner's alpha-beta step-time model against closed forms worked out here by hand from the
-// model's shape (GPT-2 parameter counts written out, not taken from the model code).
+// model's shape (GPT-2 parameter counts written out, not taken from the model code), and what a
+// device hides of the communication (the overlap model in plan/step_time.cpp) by the same hand.
 #include "model/parameters.hpp"
 #include "plan/step_time.hpp"
 #include "plan/traffic.hpp"
@@ -266,6 +267,63 @@ TEST(StepTime, OversubscribedHostWaitsATickPerMessage) {
   const StepTime st = predict_step_time(cfg, Layout{4, 1, 1}, c);
   const double psi = 4 * (256 * 64 + 64 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64);
   EXPECT_NEAR(st.dp_comm_s, 2.0 * 3 / 4 * (psi + 8) / 1e10 + 2 * 2 * 3 * 4e-3, 1e-15);
+}
+
+// What a device hides, on small_config (gpt2 L 2, C 64, V 256, T 64, b 4, fused attention): per token
+// the model's 6Ψ + 6LCT, Ψ = 120576, and the scores again in backward, 2LCT: F = 788992 FLOPs, of which
+// the forward is (6Ψ + 6LCT)/3 = 257536. One micro-batch's backward takes B1 = (compute/m)·(F − 257536)/F.
+constexpr double kTokenFlops = 788992, kForwardFlops = 257536;
+
+// Calls of one kind priced as the model prices them: f(B) + (c − 1)·f(0).
+double priced_by_hand(double (*f)(double, int, const Link&), double calls, double bytes, int ranks, const Link& link) {
+  return f(bytes, ranks, link) + (calls - 1) * f(0, ranks, link);
+}
+
+TEST(StepTime, ADeviceHidesWhatTheScheduleLeavesRoomFor) {
+  Config cfg = small_config();
+  cfg.parallel.bucket_mb = 0.1;  // several buckets
+  Cluster c = test_cluster();
+  const Layout dp2{2, 1, 1};  // ranks 0 and 1 on one node: the intra link
+  const auto backward_of = [](const StepTime& st, double m) {
+    return st.compute_s / m * (kTokenFlops - kForwardFlops) / kTokenFlops;
+  };
+  // ZeRO 0: the buckets reduce behind the step's last backward (m = 2), all but the last bucket.
+  const TrafficCount all_reduces = predicted_traffic(cfg, dp2, GridPosition{0, 0, 0}).at("dp")[Collective::allreduce];
+  const double n = double(all_reduces.calls - 1);  // less the loss sum
+  ASSERT_GT(n, 2);
+  for (const double bandwidth : {1e10, 1e7}) {  // the reduction fits in the backward; it does not
+    c.intra = {bandwidth, 1e-6};
+    const StepTime st = predict_step_time(cfg, dp2, c);
+    const double R = priced_by_hand(ring_allreduce_s, n, double(all_reduces.bytes - 8), 2, c.intra);
+    const double B1 = backward_of(st, 2);
+    EXPECT_NEAR(st.hidden_s, std::min(R - R / n, B1), 1e-15) << "β " << bandwidth;
+    EXPECT_DOUBLE_EQ(st.total_s(), st.compute_s + st.dp_comm_s - st.hidden_s);
+  }
+  EXPECT_NEAR(predict_step_time(cfg, dp2, c).hidden_s, backward_of(predict_step_time(cfg, dp2, c), 2), 1e-15);
+  // Host ranks share their cores: nothing hides.
+  c.host_only = true;
+  EXPECT_EQ(predict_step_time(cfg, dp2, c).hidden_s, 0.0);
+
+  // ZeRO 3 at dp 2 × tp 2 (the traffic of ZeroStagesAndPrecisionPriceTheTrainersTraffic; dp across
+  // nodes, β 1e9, α 1e-5): 10 reduce-scatters of 2Ψ_rank = 502272 B, one window per micro-batch each
+  // leaving its last call exposed; the block gathers are 2 of the 5 all-gathers (wte, wpe and ln_f are
+  // the update's), 201472 B, all but the first hidden behind what compute the reduction left.
+  c = test_cluster();
+  cfg.parallel.zero = 3;
+  const StepTime z3 = predict_step_time(cfg, Layout{2, 2, 1}, c);
+  const double R = priced_by_hand(ring_reduce_scatter_s, 10, 502272, 2, c.inter);
+  const double hidden_R = std::min(R - 2 * R / 10, 2 * backward_of(z3, 2));
+  const double G = priced_by_hand(ring_allgather_s, 2, 201472, 2, c.inter);
+  EXPECT_NEAR(z3.hidden_s, hidden_R + std::min(G - G / 2, z3.compute_s - hidden_R), 1e-15);
+  // ZeRO 1 in a pipeline never arms the reduction: only the sends hide, each behind at most one
+  // forward. Stage 0 of 2 sends m = 4 activations of b·T·C fp32 (b 4, T 64, C 64) over the intra link.
+  cfg.parallel.zero = 1;
+  const StepTime stage0 = stage_step_times(cfg, Layout{1, 1, 2}, c)[0];
+  const double send = 1e-6 + 4.0 * 64 * 64 * 4 / 1e10, m = 16 / 4;
+  const double stage_flops = stage_flops_per_token(cfg.model, 0, 2), rescored = 2.0 * 1 * 64 * 64;
+  const double F1 = stage0.compute_s / m * (stage_flops / 3) / (stage_flops + rescored);
+  EXPECT_NEAR(stage0.hidden_s, m * std::min(send, F1), 1e-15);
+  EXPECT_GT(stage0.hidden_s, 0.0);
 }
 
 }  // namespace test_step_time
