@@ -22,6 +22,11 @@ printed, so a change's effect on speed is read off one run on one machine state.
 --materialized runs this build's meshtrain once more on each config with model.attention =
 materialized (the B·H·T² probabilities kept) beside the config's own (fused by default), and prints
 the ratio of the two.
+
+The build directory must be configured (tests/run.sh or jobs/quickstart.sh does it); the targets
+the run needs (meshtrain and bench_sgemm; the baseline's meshtrain) are built in it first, which is
+quick when they are up to date. Exit code 2: a build directory that is not configured, or whose
+configuration leaves the benchmarks out (MESHTRAIN_BUILD_BENCH=OFF).
 """
 import argparse
 import json
@@ -97,6 +102,22 @@ def meshtrain_tokens_per_s(binary, config, n_rows, vocab, args, keys=()):
     return trainer_output.median_after_warmup(records, "tokens_per_s", args.warmup)
 
 
+def build_targets(build, targets):
+    """Builds `targets` in the configured CMake build directory `build`, saying so in one line."""
+    if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+        sys.stderr.write(f"benchmark: {build} is not a configured build directory (run tests/run.sh or "
+                         f"jobs/quickstart.sh first, or name one with --build)\n")
+        sys.exit(2)
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        if "bench_sgemm" in targets and "MESHTRAIN_BUILD_BENCH:BOOL=OFF" in f.read():
+            sys.stderr.write(f"benchmark: {build} was configured with MESHTRAIN_BUILD_BENCH=OFF; use the release "
+                             f"preset's build/release\n")
+            sys.exit(2)
+    print(f"benchmark: building {', '.join(targets)} in {os.path.relpath(build)}", flush=True)
+    subprocess.run(["cmake", "--build", build, "--target", *targets, "-j", str(os.cpu_count() or 1)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def bench_config(binary, config, args):
     """sgemm on the model's shapes, meshtrain and PyTorch for one config: a dict of figures."""
     shape = model_shape(binary, config)
@@ -160,6 +181,9 @@ def main():
                     help="also run meshtrain with model.attention = materialized on each config")
     args = ap.parse_args()
     binary = os.path.join(args.build, "bin")
+    build_targets(args.build, ["meshtrain", "bench_sgemm"])
+    if args.baseline:
+        build_targets(args.baseline, ["meshtrain"])
 
     results = [bench_config(binary, config, args) for config in args.config]
     first = results[0]

@@ -9,15 +9,22 @@
 # every checkout on the machine (the prefix is fixed because CMakePresets.json names it). Run by
 # `share/scripts/setup.sh --kokkos-openmp` (tests/run.sh does); when the prefix holds this recipe's
 # build it returns at once. Needs root (or sudo) for /opt, g++ and cmake (setup.sh installs them).
+# Exit codes: 0 installed (or present); 3 the machine's apt configuration names no Debian bookworm
+# `main` mirror to fetch the source from (nothing fetched; the message says how to add one); 1 any
+# other failure.
 #
 # The source comes through apt with a private deb-src list and private index and cache folders
 # (`apt-get -o Dir::...`): the machine's /etc/apt and /var/lib/apt are never written, so nothing
 # is left to undo, even when this script is killed, and it needs no lock that a concurrent apt-get
-# holds. apt verifies the tarball against the signed Sources index.
+# holds. apt verifies the tarball against the signed Sources index. The mirror is the one the
+# machine's apt configuration takes bookworm's main packages from (share/scripts/debian-mirror.sh);
+# where it names none the script exits 3 with that script's message, before fetching anything.
 set -euo pipefail
 
 version=3.4.1
-prefix=/opt/meshtrain/kokkos-${version}-openmp
+# CMakePresets.json names this prefix; MESHTRAIN_KOKKOS_OPENMP_PREFIX moves it (the tests use it to
+# reach the mirror lookup on a machine where the real prefix is installed).
+prefix=${MESHTRAIN_KOKKOS_OPENMP_PREFIX:-/opt/meshtrain/kokkos-${version}-openmp}
 # What the prefix's stamp must say for the build to be reused; change it to force a rebuild.
 recipe="kokkos ${version} from trilinos 13.2.0 (bookworm); Release; Serial+OpenMP; static"
 
@@ -48,10 +55,8 @@ else
   mkdir -p "$work/download"
 fi
 
-# The machine's own Debian mirror (the one its bookworm main packages come from), else Debian's CDN.
-mirror=$(apt-get indextargets --format '$(SITE)' 'Identifier: Packages' 'Origin: Debian' \
-           'Codename: bookworm' 'Component: main' 2>/dev/null | head -n 1)
-mirror=${mirror:-http://deb.debian.org/debian}
+# The machine's own Debian mirror (the one its bookworm main packages come from); none: exit 3.
+mirror=$("$(dirname "$0")/debian-mirror.sh") || exit $?
 mkdir -p "$work/apt/sources" "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
 {
   echo "Types: deb-src"
@@ -65,7 +70,7 @@ mkdir -p "$work/apt/sources" "$work/apt/lists/partial" "$work/apt/cache/archives
 apt_private=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$work/apt/sources"
              -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache")
 
-echo "kokkos-openmp: fetching bookworm's trilinos source from $mirror"
+echo "kokkos-openmp: fetching the trilinos source of bookworm, component main, from the machine's Debian mirror"
 apt-get "${apt_private[@]}" -qq update
 (cd "$work/download" && apt-get "${apt_private[@]}" -qq source --download-only trilinos)
 tarball=$(find "$work/download" -maxdepth 1 -name 'trilinos_*.orig.tar.*' -print -quit)
