@@ -237,12 +237,15 @@ struct ModelConfig {
   double rope_high_freq_factor = 4;       // llama3: wavelengths below original / high_freq_factor are kept
   int rope_original_max_position = 8192;  // llama3: the pre-training context
   // Mixture of experts (llama; share/docs/usage.md, Mixture of experts). experts = 0: every MLP dense.
-  int experts = 0;              // E routed experts of each MoE block
-  int experts_per_token = 2;    // k: experts each token is routed to
-  int moe_every = 1;            // block l is MoE when l % moe_every == 0
-  int shared_experts = 0;       // S: a dense SwiGLU of width S · expert hidden that every token passes
-  int expert_hidden = 0;        // SwiGLU width of one expert (0: mlp_hidden())
-  double capacity_factor = 0;   // tokens an expert takes: ⌈factor · N · k / E⌉ of a micro-batch's N (0: no drops)
+  int experts = 0;             // E routed experts of each MoE block
+  int experts_per_token = 2;   // k: experts each token is routed to
+  int moe_every = 1;           // block l is MoE when l % moe_every == 0
+  int shared_experts = 0;      // S: a dense SwiGLU of width S · expert hidden that every token passes
+  int expert_hidden = 0;       // SwiGLU width of one expert (0: mlp_hidden())
+  double capacity_factor = 0;  // tokens an expert takes: ⌈factor · N · k / E⌉ of a micro-batch's N (0: no drops)
+  // Each expert's rows padded to its capacity (needs capacity_factor > 0): the grouped products and the
+  // exchange have sizes fixed before the routing, so no routing count is read by the host in the step.
+  bool pad_to_capacity = false;
   bool normalize_gates = true;  // gate weights: the k probabilities renormalised to sum 1 (Mixtral)
   double aux_loss_coef = 0.01;  // weight of the Switch/GShard load-balancing loss
   double z_loss_coef = 0;       // weight of the router z-loss

@@ -149,6 +149,11 @@ void check_model_shape(const ModelConfig& m) {
     input_error("model.experts_per_token = {} is invalid: it must lie in 1 .. model.experts = {}", m.experts_per_token,
                 m.experts);
   }
+  if (m.pad_to_capacity && m.capacity_factor == 0) {
+    input_error(
+        "model.pad_to_capacity = true needs a capacity: set model.capacity_factor > 0 (dropless routing has no "
+        "size to pad to), or pad_to_capacity = false");
+  }
   // Llama 3.1's smooth band divides by high − low.
   if (m.rope_scaling == RopeScaling::llama3 && !(m.rope_high_freq_factor > m.rope_low_freq_factor)) {
     input_error(

@@ -101,6 +101,10 @@ constexpr auto table = [] {
       key_at<model, &M::capacity_factor>(
           "model.capacity_factor", finite_at_least(0), moe,
           "MoE: an expert takes ceil(factor x tokens x k / E) of a micro-batch's assignments (0: no drops)"),
+      key_at<model, &M::pad_to_capacity>(
+          "model.pad_to_capacity", any_value, moe,
+          "MoE: pad each expert's rows to its capacity, so the step never reads the routing on the host "
+          "(needs model.capacity_factor > 0)"),
       key_at<model, &M::normalize_gates>(
           "model.normalize_gates", any_value, moe,
           "MoE: renormalise the k chosen router probabilities to sum 1 (false: the raw probabilities)"),

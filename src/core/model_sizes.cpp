@@ -167,19 +167,22 @@ std::vector<Count> activation_counts(const ModelConfig& m, int micro_batch, int 
                  "one team per assignment",
                  {product(N, key_dim("model.experts_per_token", m.experts_per_token))}});
     // The rows an ep rank's experts may receive: every assignment of its ep group's micro-batches
-    // (at most capacity per expert) — LlamaFamily::dims' buffers.
+    // (at most capacity per expert; model.pad_to_capacity: exactly that) — LlamaFamily::dims' buffers.
     const Size tokens = N.size, assignments = tokens * Size(m.experts_per_token);
     const Size capacity = tokens.overflowed() ? Size::overflow() : Size(expert_capacity(m, tokens.value()));
     Size per_sender = assignments;
     if (m.capacity_factor > 0 && !capacity.overflowed()) {
       const Size capped = Size(m.experts / std::max(1, ep)) * capacity;
-      if (!capped.overflowed() && !assignments.overflowed() && capped.value() < assignments.value()) {
+      if (!capped.overflowed() && !assignments.overflowed() &&
+          (m.pad_to_capacity || capped.value() < assignments.value())) {
         per_sender = capped;
       }
     }
+    const char* capped_text = m.pad_to_capacity       ? " (padded to the capacity per expert)"
+                              : m.capacity_factor > 0 ? " (at most the capacity per expert)"
+                                                      : "";
     Dim rows{Size(std::max(1, ep)) * per_sender,
-             fmt::format("{} × model.experts_per_token {}{}", N.text, m.experts_per_token,
-                         m.capacity_factor > 0 ? " (at most the capacity per expert)" : ""),
+             fmt::format("{} × model.experts_per_token {}{}", N.text, m.experts_per_token, capped_text),
              {"train.micro_batch", "model.seq_len", "model.experts_per_token"}};
     if (ep > 1) rows = product(key_dim("parallel.ep", ep), rows);
     c.push_back({"the expert rows", "a GEMM dimension of the experts' products", {rows}});
@@ -257,11 +260,18 @@ std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens) {
   return std::max<std::int64_t>(1, std::int64_t(std::ceil(want - 1e-9)));
 }
 
+std::size_t expert_rows(const ModelConfig& m, std::size_t tokens) {
+  const std::size_t E = std::size_t(m.experts), k = E > 0 ? std::size_t(m.experts_per_token) : 0;
+  const std::size_t capacity = std::size_t(expert_capacity(m, std::int64_t(tokens)));
+  if (capacity == 0) return tokens * k;
+  return m.pad_to_capacity ? E * capacity : std::min(tokens * k, E * capacity);
+}
+
 std::size_t expert_rows_received(const ModelConfig& m, std::size_t tokens, int ep) {
   const std::size_t E = std::size_t(m.experts), k = E > 0 ? std::size_t(m.experts_per_token) : 0;
   const std::size_t capacity = std::size_t(expert_capacity(m, std::int64_t(tokens)));
-  const std::size_t R = capacity > 0 ? std::min(tokens * k, E * capacity) : tokens * k;
-  if (ep <= 1) return R;
+  const std::size_t R = expert_rows(m, tokens);
+  if (ep <= 1 || m.pad_to_capacity) return R;  // padded: each sender's E / ep · capacity rows, ep of them
   const std::size_t per_sender = capacity > 0 ? std::min(tokens * k, E / std::size_t(ep) * capacity) : tokens * k;
   return std::size_t(ep) * per_sender;
 }

@@ -67,9 +67,14 @@ Size shared_width(const ModelConfig& m);
 // least 1, and at most `tokens` (top-k picks k distinct experts, so no expert is offered more than
 // one assignment per token: a larger capacity never binds). 0: no capacity (capacity_factor 0).
 std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens);
+// Rows a rank routes of a micro-batch of `tokens` tokens, in expert order (LlamaFamily::Dims::R): every
+// assignment (tokens · k) dropless, at most E · capacity under a capacity, and exactly E · capacity
+// under model.pad_to_capacity (each expert's rows padded to its capacity).
+std::size_t expert_rows(const ModelConfig& m, std::size_t tokens);
 // Rows an expert-parallel rank's experts may receive of micro-batches of `tokens` tokens: every assignment
 // (tokens · k, fewer under a capacity) without expert parallelism; else each of the ep senders' rows for its
-// E / ep experts at most. The buffers' size (LlamaFamily::Dims::Rr), not a step's count.
+// E / ep experts at most. The buffers' size (LlamaFamily::Dims::Rr), not a step's count — but for
+// model.pad_to_capacity, where it is both: E · capacity.
 std::size_t expert_rows_received(const ModelConfig& m, std::size_t tokens, int ep);
 
 // train.vocab_multiple's automatic value (0): 128 on builds whose GEMMs run on cuBLAS (its aligned

@@ -3,7 +3,10 @@
 //
 // Sizes: N tokens, k experts per token, E experts, C channels, R rows kept in all. Assignment (n, j)
 // is token n's j-th choice, expert[n·k + j]. Rows are expert-major: expert e's kept assignments are
-// rows [offsets[e], offsets[e+1]), so that each expert's FFN is one GEMM on contiguous rows.
+// rows [offsets[e], offsets[e+1]), so that each expert's FFN is one GEMM on contiguous rows. Padded
+// to a capacity (model.pad_to_capacity), expert e's rows are [e·capacity, (e+1)·capacity) instead,
+// its kept assignments first and the rest padding rows (row_token −1: zero rows), so that every
+// row count is known before the routing; offsets stay the kept rows' prefix sums (the statistics').
 //   priority inside an expert: every choice j = 0 by token ascending, then j = 1, …  (GShard)
 //   slot[n·k + j] = the row of assignment (n, j), −1 when capacity dropped it
 //   permute:  xs[r,:] = x[row_token[r],:]
@@ -58,14 +61,16 @@ inline void moe_offsets(const ExecSpace& space, Vec<int> offsets, Vec<std::int64
 
 }  // namespace detail
 
-// slot [N*k], routed [E], offsets [E+1] and row_token [R] are written (row_token needs R ≤ N·k), and
-// kept_counts [E] where given: each expert's kept rows in int64, the counts the expert exchange sends.
-// capacity > 0 keeps each expert's first `capacity` assignments in priority order; 0 keeps all.
+// slot [N*k], routed [E], offsets [E+1] and row_token [R] are written (row_token needs R ≤ N·k, or
+// R = E·capacity padded), and kept_counts [E] where given: each expert's kept rows in int64, the counts
+// the expert exchange sends. capacity > 0 keeps each expert's first `capacity` assignments in priority
+// order; 0 keeps all. `padded` (capacity > 0): the padded layout above.
 //
 // One team per expert scans all N·k assignments in priority order, twice (count, then place): O(E·N·k)
 // work spread over E teams, each row's place an exclusive prefix count, no sort and no atomics.
 inline void moe_assign(const ExecSpace& space, Vec<int> slot, Vec<int> row_token, Vec<int> routed, Vec<int> offsets,
-                       CVec<int> expert, int N, int E, int k, int capacity, Vec<std::int64_t> kept_counts = {}) {
+                       CVec<int> expert, int N, int E, int k, int capacity, bool padded,
+                       Vec<std::int64_t> kept_counts = {}) {
   static_assert(reachable_v<Vec<int>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   detail::moe_count(space, routed, expert, N, E, k);
@@ -74,7 +79,7 @@ inline void moe_assign(const ExecSpace& space, Vec<int> slot, Vec<int> row_token
   Kokkos::parallel_for(
       "meshtrain::moe_dispatch::assign", team_policy(space, E), KOKKOS_LAMBDA(const Team& team) {
         const int e = team.league_rank();
-        const int first_row = offsets(e);
+        const int first_row = padded ? e * capacity : offsets(e);
         Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, assignments), [&](long q, int& rank, const bool final) {
           const long a = detail::assignment_at(q, N, k);
           if (expert(a) != e) return;
@@ -85,17 +90,24 @@ inline void moe_assign(const ExecSpace& space, Vec<int> slot, Vec<int> row_token
           }
           ++rank;
         });
+        if (!padded) return;
+        const int kept_rows = offsets(e + 1) - offsets(e);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kept_rows, capacity),
+                             [&](int r) { row_token(first_row + r) = -1; });
       });
 }
 
-// xs [R*C] is written: row r is token row_token[r]'s row of x [N*C].
+// xs [R*C] is written: row r is token row_token[r]'s row of x [N*C], zeros for a padding row (−1).
 template <class Real>
 void moe_permute(const ExecSpace& space, Vec<Real> xs, CVec<std::type_identity_t<Real>> x, CVec<int> row_token, int R,
                  int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<int>>);
   Kokkos::parallel_for(
       "meshtrain::moe_dispatch::permute", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(R) * C),
-      KOKKOS_LAMBDA(long i) { xs(i) = x(static_cast<long>(row_token(i / C)) * C + i % C); });
+      KOKKOS_LAMBDA(long i) {
+        const int token = row_token(i / C);
+        xs(i) = token < 0 ? Real(0) : x(static_cast<long>(token) * C + i % C);
+      });
 }
 
 namespace detail {
@@ -141,7 +153,8 @@ void moe_combine(const ExecSpace& space, Vec<Real> out, CVec<std::type_identity_
 }
 
 // dys [R*C] and dgate [N*k] are written (=); a dropped assignment's dgate is 0. One team per
-// assignment: it scatters gate · dout into its row and reduces dout · ys over the channels.
+// assignment: it scatters gate · dout into its row and reduces dout · ys over the channels. A padded
+// layout's padding rows are not written here (moe_zero_padding).
 template <class Real>
 void moe_combine_backward(const ExecSpace& space, Vec<Real> dys, Vec<accum_t<std::type_identity_t<Real>>> dgate,
                           CVec<std::type_identity_t<Real>> dout, CVec<std::type_identity_t<Real>> ys, CVec<int> slot,
@@ -169,6 +182,18 @@ void moe_combine_backward(const ExecSpace& space, Vec<Real> dys, Vec<accum_t<std
             },
             dot);
         Kokkos::single(Kokkos::PerTeam(team), [&]() { dgate(a) = dot; });
+      });
+}
+
+// The padding rows (row_token −1) of rows [R*C] set to zero: backward's row gradients, which the experts'
+// backward multiplies by their (zero) inputs but whose NaN or Inf would still poison the products.
+template <class Real>
+void moe_zero_padding(const ExecSpace& space, Vec<Real> rows, CVec<int> row_token, int R, int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<int>>);
+  Kokkos::parallel_for(
+      "meshtrain::moe_dispatch::zero_padding", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(R) * C),
+      KOKKOS_LAMBDA(long i) {
+        if (row_token(i / C) < 0) rows(i) = Real(0);
       });
 }
 

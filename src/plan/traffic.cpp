@@ -3,6 +3,7 @@
 
 #include "core/accumulation.hpp"
 #include "core/lora_targets.hpp"
+#include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "plan/lora_plan.hpp"
@@ -220,7 +221,8 @@ void add_lora_tensor_parallel(GroupTraffic& tp, const Config& cfg, const Paramet
 }
 
 // Expert parallelism's exchanges (model/impl/expert_exchange.hpp), per MoE block of the stage and
-// micro-batch: forward the kept counts (an all-to-all of E int64, El = E / ep to each peer), then
+// micro-batch: forward the kept counts (an all-to-all of E int64, El = E / ep to each peer; none
+// under model.pad_to_capacity, whose counts are the capacity), then
 // the rows to the experts' ranks and their outputs back (two alltoallv); backward the rows'
 // gradients there and back (two more); a forward that full recomputation reruns repeats its three. Under
 // lora.dropout on the routed experts each forward also sends its rows' assignment ids, two int64 per row
@@ -239,7 +241,7 @@ void add_expert_parallel(GroupTraffic& ep, const Config& cfg, const Layout& grid
   if (cfg.train.recompute == Recompute::full) {
     forwards += reruns_of(recomputed_blocks(passes, layout.stage_layers()), moe);
   }
-  ep.add(Collective::alltoall, forwards, forwards * count_bytes);
+  if (!m.pad_to_capacity) ep.add(Collective::alltoall, forwards, forwards * count_bytes);  // padded: sizes fixed
   const std::int64_t exchanges = 2 * (forwards + backwards);
   ep.add(Collective::alltoall, exchanges, exchanges * row_bytes);
   if (lora_drops_expert_inputs(m)) {
@@ -263,9 +265,7 @@ void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int s
 }  // namespace
 
 std::int64_t planned_received_rows(const ModelConfig& model, std::int64_t tokens) {
-  const std::int64_t assignments = tokens * model.experts_per_token;
-  const int capacity = model.expert_capacity(int(tokens));
-  return capacity > 0 ? std::min(assignments, std::int64_t(model.experts) * capacity) : assignments;
+  return std::int64_t(expert_rows(model, std::size_t(tokens)));
 }
 
 std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep) {

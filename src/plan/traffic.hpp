@@ -81,10 +81,12 @@ std::vector<int> zero3_block_gathers(const std::vector<BlockVisit>& visits, int 
 // assignments kept, spread evenly over the E experts, so that (ep − 1)/ep of the kept rows belong to
 // other ranks' experts and as many come back. Under a capacity that binds (E · capacity ≤ N·k) an
 // upper bound — no rank sends another more than capacity rows per expert — reached when every
-// expert overflows in every micro-batch; dropless, the mean an unbiased router gives.
+// expert overflows in every micro-batch; dropless, the mean an unbiased router gives. Under
+// model.pad_to_capacity exact: every expert's rows padded to E · capacity, whatever the routing.
 std::int64_t planned_exchange_rows(const ModelConfig& model, std::int64_t tokens, int ep);
 // The rows a rank's experts receive of an MoE block, under the same even load: the kept rows
-// min(N·k, E · capacity) (N·k dropless), whatever ep (each of the ep senders keeps up to capacity
+// min(N·k, E · capacity) (N·k dropless, E · capacity padded: core/model_sizes.hpp's expert_rows),
+// whatever ep (each of the ep senders keeps up to capacity
 // rows for each of the rank's E / ep experts). LoRA's routed experts' tp sums are this many rows.
 std::int64_t planned_received_rows(const ModelConfig& model, std::int64_t tokens);
 

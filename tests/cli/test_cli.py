@@ -411,6 +411,10 @@ class BadInput(CliCase):
         self.rejects({**LLAMA, "model.experts": 3, "model.capacity_factor": -1},
                      needles=["model.capacity_factor = -1", ">= 0"])
 
+    def test_moe_padding_without_a_capacity(self):
+        self.rejects({**LLAMA, "model.experts": 3, "model.pad_to_capacity": "true"},
+                     needles=["model.pad_to_capacity = true", "model.capacity_factor > 0"])
+
     def test_moe_tp_does_not_divide_the_expert_width(self):
         self.rejects({**LLAMA, "model.kv_heads": 2, "model.experts": 3, "model.expert_hidden": 15, "parallel.tp": 2},
                      needles=["parallel.tp = 2", "expert SwiGLU width 15"])

@@ -1,7 +1,7 @@
 // Token dispatch: moe_assign against hand-counted cases and against the priority walk of
 // moe_reference.hpp (capacity with and without drops, E = 3, 5, 8, k = 1, 2, 3, an expert that
-// receives nothing); permute and combine against their closed forms; their backwards against central
-// differences in double; bf16 combine against the double loop; float reruns bitwise equal. The kept
+// receives nothing), and padded to the capacity; permute and combine against their closed forms; their backwards
+// against central differences in double; bf16 combine against the double loop; float reruns bitwise equal. The kept
 // counts in int64 (the expert exchange's) equal the checked offsets' differences.
 #include "kernels/moe_dispatch.hpp"
 
@@ -12,16 +12,18 @@
 namespace meshtrain::test {
 namespace test_moe_dispatch {
 
-Assignment run_assign(const Ints& expert, int N, int E, int k, int capacity) {
+Assignment run_assign(const Ints& expert, int N, int E, int k, int capacity, bool padded = false) {
   ExecSpace space;
   auto d_expert = to_device(expert);
-  auto slot = to_device(Ints(N * k, -7)), row_token = to_device(Ints(N * k, -7));
+  const int rows = padded ? E * capacity : N * k;
+  auto slot = to_device(Ints(N * k, -7)), row_token = to_device(Ints(rows, -7));
   auto routed = to_device(Ints(E, -7)), offsets = to_device(Ints(E + 1, -7));
   Buffer<std::int64_t> kept("kept", std::size_t(E));
   Kokkos::deep_copy(kept, std::int64_t(-7));
-  moe_assign(space, vec(slot), vec(row_token), vec(routed), vec(offsets), cvec(d_expert), N, E, k, capacity, vec(kept));
+  moe_assign(space, vec(slot), vec(row_token), vec(routed), vec(offsets), cvec(d_expert), N, E, k, capacity, padded,
+             vec(kept));
   Assignment a{raw(slot), raw(row_token), raw(routed), raw(offsets)};
-  a.row_token.resize(a.offsets[E]);
+  if (!padded) a.row_token.resize(a.offsets[E]);
   // The expert exchange's counts (int64): each expert's rows, the offsets' differences, which the
   // callers compare with the hand counts and the priority walk.
   const std::vector<std::int64_t> kept_counts = raw(kept);
@@ -66,6 +68,38 @@ TEST(MoeAssign, MatchesThePriorityWalk) {
       EXPECT_EQ(want.routed[c.excluded], 0);
     }
     EXPECT_EQ(want.offsets[c.E] < c.N * c.k, c.drops) << "the case is meant to drop assignments, or none";
+  }
+}
+
+// The padded layout (model.pad_to_capacity) from the compact one: expert e's kept rows moved to start
+// at e · capacity, the rest of its capacity padding rows (−1); routed and offsets (the kept rows' prefix
+// sums) unchanged.
+Assignment padded_layout(const Assignment& compact, const Ints& expert, int E, int capacity) {
+  Assignment a = compact;
+  a.row_token.assign(std::size_t(E * capacity), -1);
+  for (std::size_t q = 0; q < a.slot.size(); ++q) {
+    if (compact.slot[q] < 0) continue;
+    const int e = expert[q];
+    a.slot[q] = e * capacity + compact.slot[q] - compact.offsets[e];
+    a.row_token[std::size_t(a.slot[q])] = compact.row_token[std::size_t(compact.slot[q])];
+  }
+  return a;
+}
+
+TEST(MoeAssign, PaddedToTheCapacityKeepsTheSameRowsAtFixedPlaces) {
+  // Hand-counted: capacity 1 as above, each expert's one row at e; capacity 3 leaves a padding row each.
+  expect_assignment(run_assign(kHandExperts, 3, 3, 2, 1, true),
+                    {{1, -1, 2, -1, 0, -1}, {2, 0, 1}, {2, 2, 2}, {0, 1, 2, 3}});
+  expect_assignment(run_assign(kHandExperts, 3, 3, 2, 3, true),
+                    {{3, 1, 6, 4, 0, 7}, {2, 0, -1, 0, 1, -1, 1, 2, -1}, {2, 2, 2}, {0, 2, 4, 6}});
+  struct Case {
+    int N, E, k, capacity, excluded;
+  };
+  for (const Case& c : {Case{40, 5, 2, 12, 3}, Case{200, 8, 2, 40, 5}, Case{33, 5, 3, 25, -1}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << c.N << " E " << c.E << " k " << c.k << " capacity " << c.capacity);
+    const Ints expert = random_experts(c.N, c.E, c.k, 70 + c.N, c.excluded);
+    const Assignment want = padded_layout(reference_assign(expert, c.N, c.E, c.k, c.capacity), expert, c.E, c.capacity);
+    expect_assignment(run_assign(expert, c.N, c.E, c.k, c.capacity, true), want);
   }
 }
 
@@ -146,6 +180,29 @@ TYPED_TEST(MoeGather, PermuteCopiesEachRowsToken) {
   for (int row = 0; row < r.R; ++row)
     for (int c = 0; c < C; ++c)
       ASSERT_EQ(xs[row * C + c], double(TypeParam(x[r.a.row_token[row] * C + c]))) << "row " << row;
+}
+
+// Padded: the padding rows (row_token −1) come out zero, the kept rows as the compact layout's; the
+// padding rows of a row gradient are zeroed, the others left alone.
+TYPED_TEST(MoeGather, PaddingRowsAreZero) {
+  const Routed r;
+  const Ints expert = random_experts(N, E, k, 80, 2);
+  const Assignment padded = padded_layout(r.a, expert, E, kCapacity);
+  const int R = E * kCapacity;
+  const Host x = random_vector(N * C, 81);
+  const Host xs = run_permute<TypeParam>(x, padded.row_token, R);
+  const Host drows = random_vector(R * C, 85);
+  auto d_drows = to_device<TypeParam>(drows);
+  auto d_tokens = to_device(padded.row_token);
+  moe_zero_padding(ExecSpace{}, vec(d_drows), cvec(d_tokens), R, C);
+  const Host zeroed = to_host(d_drows);
+  for (int row = 0; row < R; ++row) {
+    const int token = padded.row_token[std::size_t(row)];
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(xs[row * C + c], token < 0 ? 0.0 : double(TypeParam(x[token * C + c]))) << "row " << row;
+      ASSERT_EQ(zeroed[row * C + c], token < 0 ? 0.0 : double(TypeParam(drows[row * C + c]))) << "row " << row;
+    }
+  }
 }
 
 TYPED_TEST(MoeGather, CombineMatchesTheClosedForm) {

@@ -11,7 +11,9 @@ k = 2, so 64 assignments over E = 4 experts, 16 each on average, against a capac
 the last step's dropped fraction must be 1 − E·capacity/(N·k) = 0.75 in every MoE block, which it
 is only when every expert of every micro-batch on every rank kept exactly its capacity. Those cases
 must agree to the byte. One dropless case checks the plan's mean: its ep bytes within a tolerance,
-everything else (the calls, the counts' all-to-all included) exactly.
+everything else (the calls, the counts' all-to-all included) exactly. Padded to the capacity
+(model.pad_to_capacity) the rows are E · capacity whatever the routing, and no counts travel: a case
+with a capacity no expert fills (factor 2: 32 rows an expert, N) must agree to the byte as well.
 
 LoRA on that model (lora_cases, run by test_traffic.py --arch lora beside the dense LoRA cases): rank 3
 on every linear, the router's and each routed expert's adapters included, its base a checkpoint of one
@@ -50,6 +52,9 @@ SATURATED = [
 # share; over a step's 16 row all-to-alls they measure within a few per cent of it.
 DROPLESS = ("moe_dp2_ep2_dropless", 2, ["--parallel.dp", "2", "--model.capacity_factor", "0"])
 TOLERANCE = 0.15
+# Padded, under ep with tp and ZeRO-2: exact whatever the routing (no saturation to check).
+PADDED = ("moe_dp2_ep2_tp2_zero2_padded", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "2",
+                                             "--model.capacity_factor", "2", "--model.pad_to_capacity", "true"])
 # LoRA (rank 3, all-linear), its base BASE: tp and ep together under full recomputation (the experts' down
 # sums again in the rerun forward) and lora.dropout (the rows' assignment ids sent with them, again in the
 # rerun), and tp without expert parallelism (each rank's experts receive every kept row) at ZeRO-3 in bf16.
@@ -90,13 +95,17 @@ def within_tolerance(counted, predicted):
     return out
 
 
-def check_case(opts, shard, name, ranks, extra, saturated):
+def check_case(opts, shard, name, ranks, extra, load):
+    """load: "saturated" (every expert at its capacity: exact, checked), "padded" (exact whatever the routing)
+    or "dropless" (ep's bytes within TOLERANCE)."""
     run = plan_and_count(opts, shard, name, ranks, MODEL + extra, logs=[("--log.metrics", "metrics.jsonl")])
     if isinstance(run, list):
         return run
     predicted, counted, work = run
-    if not saturated:
+    if load == "dropless":
         return rank_failures(counted, predicted, ranks, within_tolerance)
+    if load == "padded":
+        return rank_failures(counted, predicted, ranks)
     return saturation_failures(os.path.join(work, "metrics.jsonl")) + rank_failures(counted, predicted, ranks)
 
 
@@ -114,15 +123,16 @@ def lora_cases(opts):
                 return [f"moe base: {failed}"]
             base.append(os.path.join(work, "ck", "step_00000001.h5"))
         lora = [base[0] if k == "BASE" else k for k in LORA_KEYS]
-        return check_case(opts, shard, name, ranks, lora + extra, True)
+        return check_case(opts, shard, name, ranks, lora + extra, "saturated")
 
     return [(name, ranks, (check, extra)) for name, ranks, extra in LORA_CASES]
 
 
 def main():
     opts = command_line(__doc__)
-    cases = [(name, ranks, (extra, True)) for name, ranks, extra in SATURATED]
-    cases.append((DROPLESS[0], DROPLESS[1], (DROPLESS[2], False)))
+    cases = [(name, ranks, (extra, "saturated")) for name, ranks, extra in SATURATED]
+    cases.append((DROPLESS[0], DROPLESS[1], (DROPLESS[2], "dropless")))
+    cases.append((PADDED[0], PADDED[1], (PADDED[2], "padded")))
     return run_cases(opts, cases, lambda shard, name, ranks, case: check_case(opts, shard, name, ranks, *case))
 
 

@@ -10,10 +10,10 @@
 // "meshtrain::training_step") issues, host waits by reason among it (core/host_waits.hpp): the waits a
 // device run would have. For gpt2, llama and MoE, fp32 and bf16, under dp 2 with ZeRO 0–3, pp 2,
 // tp 2 and ep 2, each step after the first must wait as often as the next one, and no rank more often
-// than its layout's ceiling: the one read of the loss and the gradient norm (MoE steps: also one
-// routing read per MoE block and micro-batch, under ep with the exchanged counts in it, which sizes the
-// grouped products and the exchange; issue 42's part 3 is to remove it). A wait added anywhere in the
-// step fails the case that reaches it.
+// than its layout's ceiling: the one read of the loss and the gradient norm. Dropless MoE steps also
+// read each MoE block's routing once per micro-batch (under ep with the exchanged counts in it), which
+// sizes the grouped products and the exchange; padded to a capacity (model.pad_to_capacity) they read
+// nothing more than the others. A wait added anywhere in the step fails the case that reaches it.
 #include "common/kokkos_counters.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
@@ -65,8 +65,7 @@ struct WaitCase {
   const std::vector<std::string>* model;
   std::vector<std::string> keys;  // precision and layout
   // Host waits a step on the rank that waits most: the one read of the loss and the gradient norm;
-  // MoE steps, until issue 42's part 3, also each MoE block's routing counts read per micro-batch and,
-  // at ep > 1, the host exchange of the token counts (two waits each).
+  // dropless MoE steps also each MoE block's routing counts read per micro-batch.
   long ceiling;
 };
 
@@ -219,6 +218,19 @@ TEST(StepWaits, MixtureOfExperts) {
   check({"moe fp32 dp2 ep1", &kMoe, {}, 5});
   check({"moe bf16 dp2 ep2", &kMoe, {"--train.precision", "bf16", "--parallel.ep", "2"}, 5});
   check({"moe fp32 dp2 ep2 ZeRO-3", &kMoe, {"--parallel.ep", "2", "--parallel.zero", "3"}, 5});
+}
+
+// Padded to a capacity of 20 rows an expert (⌈1.25 · 32 · 2 / 4⌉), every size of the grouped products and
+// the exchange is known before the routing: the step's one read, whatever ep and ZeRO.
+TEST(StepWaits, MixtureOfExpertsPaddedToCapacity) {
+  const std::vector<std::string> padded = {"--model.capacity_factor", "1.25", "--model.pad_to_capacity", "true"};
+  const auto with = [&](std::vector<std::string> keys) {
+    keys.insert(keys.end(), padded.begin(), padded.end());
+    return keys;
+  };
+  check({"moe padded fp32 dp2 ep1", &kMoe, with({}), 1});
+  check({"moe padded bf16 dp2 ep2", &kMoe, with({"--train.precision", "bf16", "--parallel.ep", "2"}), 1});
+  check({"moe padded fp32 dp2 ep2 ZeRO-3", &kMoe, with({"--parallel.ep", "2", "--parallel.zero", "3"}), 1});
 }
 
 }  // namespace test_step_waits

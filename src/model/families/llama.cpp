@@ -20,7 +20,7 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
   const std::size_t N = std::size_t(batch) * m.seq_len, E = std::size_t(m.experts);
   const std::size_t k = E > 0 ? std::size_t(m.experts_per_token) : 0;
   const int capacity = m.expert_capacity(int(N));
-  const std::size_t R = capacity > 0 ? std::min(N * k, E * std::size_t(capacity)) : N * k;
+  const std::size_t R = expert_rows(m, N);
   const std::size_t P = std::size_t(ep), El = E / P;
   return {std::size_t(batch),
           std::size_t(m.seq_len),
@@ -40,6 +40,7 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           E > 0 ? std::size_t(m.shared_hidden()) / t : 0,
           R,
           capacity,
+          m.pad_to_capacity,
           P,
           El,
           expert_rows_received(m, N, ep),
@@ -190,6 +191,20 @@ LlamaFamily::Weights<Real> LlamaFamily::bind(const TensorViews<Real>& v) {
   return p;
 }
 
+// Padded to the capacity, expert e's rows are [e · capacity, (e+1) · capacity) on every rank, whatever
+// the routing: the offsets, the row groups and the exchange (capacity rows per expert from each sender)
+// are known before it, planned once here; moe_forward reads nothing back.
+namespace {
+
+void plan_padded_routing(const ExpertExchange& exchange, HostRouting& host, const LlamaFamily::Dims& d) {
+  const int E = int(d.E), capacity = d.capacity;
+  for (int e = 0; e <= E; ++e) host.counts[std::size_t(E + e)] = e * capacity;
+  host.exchange.received_counts.assign(std::size_t(E), capacity);
+  exchange.plan_exchange(host.exchange, host.offsets(), d.C);
+}
+
+}  // namespace
+
 template <class Real>
 LlamaFamily::State<Real>::State(const ParameterLayout& layout, const Dims& d, Comm* ep, int slots,
                                 RouterStatistics& statistics)
@@ -199,8 +214,10 @@ LlamaFamily::State<Real>::State(const ParameterLayout& layout, const Dims& d, Co
   for (int l = 0; l < d.layers; ++l) {
     if (!d.moe(l)) continue;
     for (auto& per_slot : host_routing) {
-      per_slot[std::size_t(l)].counts.assign(2 * d.E + 1, 0);
-      per_slot[std::size_t(l)].exchange.reserve(exchange.size(), int(d.E));
+      HostRouting& host = per_slot[std::size_t(l)];
+      host.counts.assign(2 * d.E + 1, 0);
+      host.exchange.reserve(exchange.size(), int(d.E));
+      if (d.padded) plan_padded_routing(exchange, host, d);
     }
     statistics.blocks.push_back(layout.first_layer() + l);
   }

@@ -75,10 +75,13 @@ struct LlamaFamily {
     std::size_t E, k;  // routed experts, experts per token
     std::size_t Hel;   // one expert's SwiGLU columns on this rank
     std::size_t Hsl;   // the shared experts' SwiGLU columns on this rank (0: none)
-    std::size_t R;     // rows of the expert-ordered token buffers: N·k, or fewer under a capacity
-    int capacity;      // assignments an expert keeps of a micro-batch (0: all)
-    std::size_t ep;    // expert-parallel ranks the experts are spread over
-    std::size_t El;    // experts this rank holds (E / ep)
+    std::size_t R;  // rows of the expert-ordered token buffers: N·k, or fewer under a capacity (E · capacity padded)
+    int capacity;   // assignments an expert keeps of a micro-batch (0: all)
+    // model.pad_to_capacity: expert e's rows are [e · capacity, (e+1) · capacity), its kept ones first, the
+    // rest padding (row_token −1, zero rows): every size is known before the routing (static_routing()).
+    bool padded;
+    std::size_t ep;  // expert-parallel ranks the experts are spread over
+    std::size_t El;  // experts this rank holds (E / ep)
     // Rows an ep rank's experts may receive: R without expert parallelism; else each of the ep
     // senders' rows for El experts at most (all N·k of them when nothing is dropped).
     std::size_t Rr;

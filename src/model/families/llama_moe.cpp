@@ -5,7 +5,8 @@
 // Forward of one MoE block, for the normed input ln2 (N, C):
 //   logits = ln2 · W_rᵀ → probabilities, top-k experts and gate weights (router_forward)
 //   assignments → rows in expert order under the capacity (moe_assign; under ep the kept counts
-//   exchanged on the device; then the counts read by the host once, read_routing)
+//   exchanged on the device; then the counts read by the host once, read_routing — except padded to
+//   the capacity, whose row groups and exchange the State plans once, before any routing)
 //   xs = ln2 in row order → to the ranks of their experts (expert parallelism: all-to-all,
 //   model/impl/expert_exchange.hpp) → each expert's SwiGLU over its rows (grouped products) →
 //   back to the rows' own rank as ys
@@ -196,9 +197,11 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   }
   router_forward<Accum>(space, m.probs, m.expert, m.gate, m.lse, logits, N, E, k, p.model().normalize_gates);
   const Vec<int> routed = slice(m.counts, 0, d.E), offsets = slice(m.counts, d.E, d.E + 1);
-  const Vec<std::int64_t> kept = exchange.moves() ? slice(p.scratch.expert_counts, 0, d.E) : Vec<std::int64_t>();
-  moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity, kept);
-  read_routing(p, slot, l);
+  // Padded, every size is fixed before the routing: no counts travel and none is read.
+  const bool counts_travel = exchange.moves() && !d.padded;
+  const Vec<std::int64_t> kept = counts_travel ? slice(p.scratch.expert_counts, 0, d.E) : Vec<std::int64_t>();
+  moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity, d.padded, kept);
+  if (!d.padded) read_routing(p, slot, l);
   const HostRouting& host = p.state.host_routing[std::size_t(slot)][std::size_t(l)];
   const ExchangePlan& plan = host.exchange;
   const int R = host.rows(), Rr = int(plan.received);
@@ -258,6 +261,7 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   // The combine: each row's gradient, and the gate weights' (summed over the tensor-parallel parts of ys).
   moe_combine_backward(space, d.drows, d.dgate, CVec<Real>(d.dresidual), CVec<Real>(m.ys), CVec<int>(m.slot),
                        CVec<Accum>(m.gate), N, k, C);
+  if (dm.padded) moe_zero_padding(space, d.drows, CVec<int>(m.row_token), int(dm.R), C);
   p.tp.sum(span_of(d.dgate));
   // The experts, down then gate|up, on the ranks that hold them; dreceived then holds the received
   // rows' input gradient, which travels back into drows.
