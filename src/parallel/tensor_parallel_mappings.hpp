@@ -12,9 +12,9 @@
 // mapping works in place, so none allocates or copies. Element types: float, double, bf16, fp16 (the
 // vocabulary statistics: float, double).
 //
-// Host code (no Kokkos here): before a collective reads a buffer the kernels that wrote it must be
-// done, so each mapping calls `fence` first. Without a group, or with a group of one rank, every
-// mapping is the identity and neither fences nor communicates.
+// Host code (no Kokkos here): each collective is ordered after the kernels that wrote its buffer by the
+// group's Comm (parallel/comm.hpp). Without a group, or with a group of one rank, every mapping is the
+// identity and does not communicate.
 #pragma once
 
 #include "parallel/comm.hpp"
@@ -28,6 +28,10 @@ namespace meshtrain {
 // What a mapping does to a buffer in one direction (RegionMapping below): nothing, or sum it over
 // the group.
 enum class RegionStep { identity, sum };
+// What a sequence-parallel mapping (SequenceMapping below) does between a rank's block of the token rows
+// (the shard) and all of them (the whole): gather the shards into the whole, or sum the wholes and keep
+// the shard.
+enum class SequenceStep { gather, scatter };
 
 // What the mappings share: the group (whose Comm orders each collective after the kernels that wrote
 // its buffer, parallel/comm.hpp).
@@ -49,6 +53,15 @@ class TensorParallelGroup {
   // `step` on x, in place: x.
   template <class T>
   std::span<T> apply(RegionStep step, std::span<T> x) const;
+  // whole [size · shard.size()] ← every rank's shard, in rank order (sequence parallelism's row blocks).
+  template <class T>
+  void all_gather(std::span<const T> shard, std::span<T> whole) const;
+  // shard ← block `rank` of Σ over the group of whole [size · shard.size()].
+  template <class T>
+  void reduce_scatter(std::span<const T> whole, std::span<T> shard) const;
+  // `step` from in to out: all_gather (in the shard, out the whole) or reduce_scatter (the reverse).
+  template <class T>
+  void apply(SequenceStep step, std::span<const T> in, std::span<T> out) const;
 
  private:
   Comm* group_ = nullptr;  // null for no group or a group of one rank
@@ -79,6 +92,41 @@ using CopyToRegion = RegionMapping<RegionStep::identity, RegionStep::sum>;
 // Leaves a region whose ranks each hold a partial sum (a row-parallel product's output, the
 // vocabulary-parallel embedding): the output is the sum, and its gradient reaches every part as is.
 using ReduceFromRegion = RegionMapping<RegionStep::sum, RegionStep::identity>;
+
+// Sequence parallelism (parallel.sequence_parallel; Megatron-LM's): outside the regions above each rank
+// holds only its block of the token rows — block r of the N rows, N / size of them — so the norms, the
+// residual adds and their activations are split over the group. Where such a region's copy-to would
+// hand out the replicated rows, the rows are gathered; where its reduce-from would sum partial rows, the
+// sum is scattered: the same bytes as the all-reduce they replace (a ring all-reduce is a reduce-scatter
+// and an all-gather), the activations between the regions ÷ size. Each is a forward/backward pair of
+// two buffers, the shard (N / size rows) and the whole (N rows); without a group the two are one buffer
+// and nothing happens.
+//
+// A mapping between the two: `Forward` takes (shard or whole) to the other in the forward pass,
+// `Backward` the gradient back at the mirror place of the backward pass.
+template <SequenceStep Forward, SequenceStep Backward>
+class SequenceMapping {
+ public:
+  explicit SequenceMapping(TensorParallelGroup group) : group_(std::move(group)) {}
+  template <class T>
+  void forward(std::span<const T> in, std::span<T> out) const {
+    group_.apply(Forward, in, out);
+  }
+  template <class T>
+  void backward(std::span<const T> din, std::span<T> dout) const {
+    group_.apply(Backward, din, dout);
+  }
+
+ private:
+  TensorParallelGroup group_;
+};
+
+// Enters a region from the row shards: forward gathers the rows every rank then computes with (shard →
+// whole); backward sums the ranks' gradients of the whole and keeps this rank's block (whole → shard).
+using GatherToRegion = SequenceMapping<SequenceStep::gather, SequenceStep::scatter>;
+// Leaves a region whose ranks each hold partial sums of every row: forward keeps this rank's block of the
+// sum (whole → shard); backward gathers the blocks' gradients, which reach every partial as they are.
+using ScatterFromRegion = SequenceMapping<SequenceStep::scatter, SequenceStep::gather>;
 
 // The vocabulary-parallel cross-entropy's reductions over the vocabulary shards of each row: the
 // row maxima (for a stable softmax) and the partial sums (Σ exp, the target's logit). Forward only:

@@ -116,11 +116,12 @@ struct StageOverlap {
   const Layout& layout;
   const GridPosition& position;
   const RankTraffic& traffic;
-  Link dp_link, pp_link;
-  int m;              // micro-batches
-  double forward_s;   // F1: one micro-batch's forward
-  double backward_s;  // B1: its backward (with recomputation)
-  double compute_s;   // the step's
+  Link dp_link;
+  double pipeline_sends_s;  // the pipeline's sends, priced (stage_step_times' pipeline_transfers_s)
+  int m;                    // micro-batches
+  double forward_s;         // F1: one micro-batch's forward
+  double backward_s;        // B1: its backward (with recomputation)
+  double compute_s;         // the step's
 
   double hidden_s() const {
     const int d = layout.dp, e = layout.edp();
@@ -156,9 +157,7 @@ struct StageOverlap {
     // The pipeline's sends, each behind at most one forward.
     const TrafficCount& sends = group(traffic, "pp")[Collective::send];
     const double hidden_sends =
-        sends.calls == 0
-            ? 0
-            : double(sends.calls) * std::min(sends_s(group(traffic, "pp"), pp_link) / double(sends.calls), forward_s);
+        sends.calls == 0 ? 0 : double(sends.calls) * std::min(pipeline_sends_s / double(sends.calls), forward_s);
     return hidden_reduction + hidden_gathers + hidden_sends;
   }
 };
@@ -244,7 +243,8 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
       const double per_micro = st.compute_s / m;
       const double forward_s = per_micro * token_flops.forward / flops;
       const StageOverlap overlap{
-          cfg, layout, position, traffic, dp_link, pp_link, m, forward_s, per_micro - forward_s, st.compute_s};
+          cfg,         layout, position, traffic, dp_link, pipeline_transfers_s, m, forward_s, per_micro - forward_s,
+          st.compute_s};
       st.hidden_s = overlap.hidden_s();
     }
     stages.push_back(st);

@@ -32,9 +32,10 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
     for (const Action& a : actions_) most = std::max(most, a.micro + 1);
     return most;
   }();
+  const int slots = pipeline_slots(actions_);
   slot_of_.assign(micros, -1);
   free_slots_.clear();
-  for (int k = pipeline_slots(actions_) - 1; k >= 0; --k) free_slots_.push_back(k);
+  for (int k = slots - 1; k >= 0; --k) free_slots_.push_back(k);
 
   const StagePlace& place = model_.layout().place();
   const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
@@ -49,7 +50,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
   // stage's loss write) before the next action that writes it. The stream stand-in fails a wait
   // placed later than the write (parallel/stream_standin.hpp).
   activation_sends_.clear();
-  activation_sends_.resize(std::size_t(pipeline_slots(actions_)));
+  activation_sends_.resize(std::size_t(slots));
   Request gradient_send;
   for (const Action& a : actions_) {
     const bool writes_gradient = a.kind == ActionKind::recv_gradient || a.kind == ActionKind::backward ||

@@ -11,7 +11,8 @@
 // Closed forms: every rank draws its values from (seed, rank), so each rank computes every other
 // rank's inputs and checks sums (of small integers, exact) and maxima against them. Each summing or
 // maximising end is one collective; the identity ends and a group of one rank do not communicate.
-// (The Comm's bitwise all-gathers are tests/parallel/test_comm.cpp's.)
+// Sequence parallelism's gather and scatter (two buffers, a shard and the whole) the same way, at 2 and
+// 4 ranks. (The Comm's bitwise all-gathers are tests/parallel/test_comm.cpp's.)
 #include "parallel/tensor_parallel_mappings.hpp"
 
 #include "parallel/comm_decorator.hpp"
@@ -42,6 +43,11 @@ std::vector<T> draw_with(unsigned seed, int who, std::size_t n, Draw value) {
 template <class T>
 std::vector<T> draw(unsigned seed, int who, std::size_t n) {
   return draw_with<T>(seed, who, n, std::uniform_real_distribution<double>(-1.0, 1.0));
+}
+// Values in [0.1, 1): inner products of them are far from 0, whatever the draw.
+template <class T>
+std::vector<T> draw_positive(unsigned seed, int who, std::size_t n) {
+  return draw_with<T>(seed, who, n, std::uniform_real_distribution<double>(0.1, 1.0));
 }
 // Small integers: exact in float, and so are their sums over a few ranks.
 template <class T>
@@ -198,6 +204,80 @@ TYPED_TEST(TpMappings, NoGroupIsTheIdentity) {
   ReduceFromRegion(none).forward(span_of(x));
   VocabParallelStatistics(none).max_over_vocabulary(span_of(x));
   EXPECT_EQ(x, mine);
+}
+
+// Sequence parallelism's mappings: a shard (n_rows) per rank and the whole (size · n_rows rows) each
+// rank computes with or holds partial sums of, so every operand is a vector per rank.
+template <class T, class Mapping>
+void expect_sequence_adjoint(const Mapping& mapping, std::vector<T> x, std::size_t y_size, std::vector<T> y, int p,
+                             const char* name) {
+  std::vector<T> fx(y_size), fty(x.size());
+  mapping.forward(std::span<const T>(x), span_of(fx));
+  mapping.backward(std::span<const T>(y), span_of(fty));
+  const Dot lhs = group_dot<T>(Held::per_rank, std::span<const T>(fx), std::span<const T>(y));
+  const Dot rhs = group_dot<T>(Held::per_rank, std::span<const T>(x), std::span<const T>(fty));
+  const double eps = std::numeric_limits<T>::epsilon();
+  const double tolerance = 4 * double(p + x.size() + y.size()) * eps * std::max(lhs.scale, rhs.scale);
+  EXPECT_NEAR(lhs.value, rhs.value, tolerance) << name << ": ⟨f(x), y⟩ ≠ ⟨x, fᵀ(y)⟩";
+  EXPECT_GT(std::abs(lhs.value), 100 * tolerance) << name << ": too small to tell";
+}
+
+TYPED_TEST(TpMappings, GatherToRegionIsAdjoint) {
+  using T = TypeParam;
+  Fixture f;
+  if (f.size() == 1) GTEST_SKIP() << "one rank holds the whole: no shard (SequenceMappingsWithoutAGroupKeepOneBuffer)";
+  const std::size_t whole = n_rows * std::size_t(f.size());
+  expect_sequence_adjoint(GatherToRegion(f.group), draw_positive<T>(12, f.rank(), n_rows), whole,
+                          draw_positive<T>(13, f.rank(), whole), f.size(), "gather-to-region");
+}
+
+TYPED_TEST(TpMappings, ScatterFromRegionIsAdjoint) {
+  using T = TypeParam;
+  Fixture f;
+  if (f.size() == 1) GTEST_SKIP() << "one rank holds the whole: no shard";
+  const std::size_t whole = n_rows * std::size_t(f.size());
+  expect_sequence_adjoint(ScatterFromRegion(f.group), draw_positive<T>(14, f.rank(), whole), n_rows,
+                          draw_positive<T>(15, f.rank(), n_rows), f.size(), "scatter-from-region");
+}
+
+// The gather is every rank's shard in rank order, the scatter this rank's block of the sum; one
+// collective each. A gather's output is the same bits on every rank.
+TYPED_TEST(TpMappings, GatherAndScatterAsClosedForms) {
+  using T = TypeParam;
+  Fixture f;
+  if (f.size() == 1) GTEST_SKIP() << "one rank holds the whole: no shard";
+  const int r = f.rank(), p = f.size();
+  const std::size_t whole = n_rows * std::size_t(p);
+  std::vector<T> concatenated, sum(whole, T(0));
+  for (int s = 0; s < p; ++s) {
+    const std::vector<T> shard = draw_integers<T>(16, s, n_rows), partial = draw_integers<T>(17, s, whole);
+    concatenated.insert(concatenated.end(), shard.begin(), shard.end());
+    for (std::size_t i = 0; i < whole; ++i) sum[i] += partial[i];
+  }
+  std::vector<T> gathered(whole);
+  GatherToRegion(f.group).forward(std::span<const T>(draw_integers<T>(16, r, n_rows)), span_of(gathered));
+  EXPECT_EQ(gathered, concatenated) << "gather-to-region's forward";
+  std::vector<T> block(n_rows);
+  ScatterFromRegion(f.group).forward(std::span<const T>(draw_integers<T>(17, r, whole)), span_of(block));
+  const auto mine = sum.begin() + std::ptrdiff_t(std::size_t(r) * n_rows);
+  EXPECT_EQ(block, std::vector<T>(mine, mine + std::ptrdiff_t(n_rows))) << "scatter-from-region's forward";
+  const int calls = p > 1 ? 2 : 0;
+  EXPECT_EQ(f.collectives, calls);
+  group_dot<T>(Held::replicated, std::span<const T>(gathered), std::span<const T>(gathered));
+}
+
+// Without a group (or in a group of one) the shard is the whole: one buffer passes untouched, two are a
+// caller's mistake.
+TYPED_TEST(TpMappings, SequenceMappingsWithoutAGroupKeepOneBuffer) {
+  using T = TypeParam;
+  const TensorParallelGroup none(nullptr);
+  const std::vector<T> mine = draw<T>(18, 0, n_rows);
+  std::vector<T> x = mine, other(n_rows);
+  GatherToRegion(none).forward(std::span<const T>(x), span_of(x));
+  ScatterFromRegion(none).backward(std::span<const T>(x), span_of(x));
+  EXPECT_EQ(x, mine);
+  EXPECT_THROW(GatherToRegion(none).forward(std::span<const T>(x), span_of(other)), std::logic_error);
+  EXPECT_THROW(ScatterFromRegion(none).forward(std::span<const T>(x), span_of(other)), std::logic_error);
 }
 
 }  // namespace

@@ -37,6 +37,17 @@ namespace {
 
 using Family = LlamaFamily;
 
+// The expert exchange's counts in the scratch (ep > 1): this rank's kept rows per expert, then the rows
+// each source sends this rank's experts (expert_exchange.hpp).
+template <class Real>
+Vec<std::int64_t> kept_counts(const Family::Parts<Real>& p) {
+  return slice(p.scratch.expert_counts, 0, p.dims.E);
+}
+template <class Real>
+Vec<std::int64_t> received_counts(const Family::Parts<Real>& p) {
+  return slice(p.scratch.expert_counts, p.dims.E, p.dims.E);
+}
+
 // Whether the micro-batch in `slot` drops out the routed experts' inputs: then each row's assignment (token,
 // expert) is made beside the row (before the rows' fence) and travels with it to the rank of its expert.
 template <class Real>
@@ -168,9 +179,8 @@ void LlamaFamily::read_routing(Parts<Real>& m, int slot, int l) {
   Kokkos::deep_copy(m.space, HostInts(host.counts.data(), host.counts.size()), slice(counts, 0, host.counts.size()));
   const ExpertExchange& exchange = m.state.exchange;
   if (exchange.moves()) {
-    const Vec<std::int64_t> kept = slice(m.scratch.expert_counts, 0, m.dims.E);
-    const Vec<std::int64_t> received = slice(m.scratch.expert_counts, m.dims.E, m.dims.E);
-    exchange.exchange_counts(kept.data(), received.data());
+    const Vec<std::int64_t> received = received_counts(m);
+    exchange.exchange_counts(kept_counts(m).data(), received.data());
     std::vector<std::int64_t>& into = host.exchange.received_counts;
     Kokkos::deep_copy(m.space, HostCounts(into.data(), into.size()), received);
   }
@@ -199,7 +209,7 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   const Vec<int> routed = slice(m.counts, 0, d.E), offsets = slice(m.counts, d.E, d.E + 1);
   // Padded, every size is fixed before the routing: no counts travel and none is read.
   const bool counts_travel = exchange.moves() && !d.padded;
-  const Vec<std::int64_t> kept = counts_travel ? slice(p.scratch.expert_counts, 0, d.E) : Vec<std::int64_t>();
+  const Vec<std::int64_t> kept = counts_travel ? kept_counts(p) : Vec<std::int64_t>();
   moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity, d.padded, kept);
   if (!d.padded) read_routing(p, slot, l);
   const HostRouting& host = p.state.host_routing[std::size_t(slot)][std::size_t(l)];
