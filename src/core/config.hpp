@@ -253,6 +253,10 @@ struct ModelConfig {
   // multiple the vocabulary is padded to for the GEMMs (padded_vocab, core/model_sizes.hpp). It leaves the
   // model itself (its tensors, checkpoints, exports) unchanged. 1, no padding, in a ModelConfig built in code.
   int vocab_multiple = 1;
+  // Not a [model] key: sequence parallelism (parallel/tensor_parallel_mappings.hpp's GatherToRegion and
+  // ScatterFromRegion; issue 43): between the tensor-parallel regions each tp rank holds its block of the
+  // token rows. The model's tensors and checkpoints are the same either way. gpt2 only so far, set in code.
+  bool sequence_parallel = false;
   // Not part of the model's parameters (a checkpoint of either loads under the other): which kernels
   // compute attention, and so which activations a block keeps (output and log-sum-exp, or P).
   AttentionKernel attention = AttentionKernel::fused;

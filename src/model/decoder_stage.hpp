@@ -24,7 +24,9 @@
 // input's gradient), reduce-from-region after a row-parallel product and the embedding (its
 // forward sums). All buffers are allocated in the constructor; forward and backward allocate nothing.
 //
-// Size letters: B micro-batch, T context, C channels, V vocab, N = B·T; Vl this rank's vocabulary rows.
+// Size letters: B micro-batch, T context, C channels, V vocab, N = B·T; Vl this rank's vocabulary rows;
+// Nl this rank's rows of the residual stream: N, or under sequence parallelism (ModelConfig::
+// sequence_parallel) its block of N / tp rows, between the regions (enter_region, leave_region).
 #pragma once
 
 #include "kernels/gemm_types.hpp"
@@ -38,6 +40,7 @@
 #include "parallel/comm.hpp"
 #include "parallel/tensor_parallel_mappings.hpp"
 
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -70,15 +73,15 @@ struct NoState {
 template <class Real>
 struct FinalNorm {
   Vec<Real> out;            // (N, C)
-  Vec<accum_t<Real>> mean;  // (N)
-  Vec<accum_t<Real>> rstd;  // (N)
+  Vec<accum_t<Real>> mean;  // (Nl) this rank's rows: N, or N / tp under sequence parallelism
+  Vec<accum_t<Real>> rstd;  // (Nl)
 };
 
 // One micro-batch's activations: the stage's input, the blocks', the row-parallel products' output
 // and, on the last stage, the final norm's and the head's.
 template <class Real, class Family>
 struct SlotActivations {
-  Vec<Real> encoded;  // (N, C)   the embedding's output, or the previous stage's (stage_input)
+  Vec<Real> encoded;  // (Nl, C)  the embedding's output, or the previous stage's (stage_input)
   std::vector<typename Family::template Block<Real>> blocks;
   Vec<Real> proj;               // (N, C)   row-parallel products before the residual add
   FinalNorm<Real> norm;         // its `out` (N, C) is the head's input
@@ -99,6 +102,8 @@ struct DecoderParts {
   TensorParallelGroup tp;  // inactive without a group or with one of one rank
   CopyToRegion copy_to;
   ReduceFromRegion reduce_from;
+  GatherToRegion gather_to;        // sequence parallelism's ends of the same regions
+  ScatterFromRegion scatter_from;  // (Dims::Nl < N; enter_region and leave_region below)
   VocabParallelStatistics vocab_statistics;
   ParameterStore<Real>* store;
   ParameterLayout layout;  // the model's tensors (under LoRA the frozen base's)
@@ -113,6 +118,13 @@ struct DecoderParts {
   Weights dparams;
   std::vector<SlotActivations<Real, Family>> slots;
   Scratch scratch;
+  // Sequence parallelism only (empty otherwise): this rank's rows (Nl, C) of a norm's output before its
+  // gather (forward) or of its input's gradient after the scatter (backward); of a row-parallel product's
+  // sum after the scatter (forward); the norms' weight gradients of one backward pass, each rank's from
+  // its rows, before their sum over the group (add_norm_grads).
+  Vec<Real> norm_rows;
+  Vec<Real> proj_rows;
+  Vec<Real> norm_grads;
   // MoE blocks (the family's State lists them): which blocks and the passes counted, and their sums in
   // device memory (per MoE block: Σ aux, Σ z, Σ routed and Σ kept per expert over the passes,
   // kernels/moe_router.hpp), read into the statistics when asked.
@@ -130,6 +142,54 @@ struct DecoderParts {
                int slot_count, Recompute mode, ParameterStore<Real>* parameter_store, Comm* ep_comm);
 
   const ModelConfig& model() const { return layout.model(); }
+  bool sequence_parallel() const { return dims.Nl != dims.N; }
+
+  // Enters a tensor-parallel region with a norm's output in `rows`: under sequence parallelism this
+  // rank's Nl rows, gathered into `whole` (N rows); else rows is whole, handed to every rank as it is.
+  void enter_region(Vec<Real> rows, Vec<Real> whole) const {
+    if (sequence_parallel()) return gather_to.forward<Real>(span_of(rows), span_of(whole));
+    copy_to.forward(span_of(whole));
+  }
+  // Its backward: this rank's part of the whole's gradient, `dwhole`, summed over the group — this rank's
+  // block of the sum into `drows` under sequence parallelism, else all of it in place. Returns the rows'.
+  Vec<Real> enter_region_backward(Vec<Real> dwhole, Vec<Real> drows) const {
+    if (!sequence_parallel()) {
+      copy_to.backward(span_of(dwhole));
+      return dwhole;
+    }
+    gather_to.backward<Real>(span_of(dwhole), span_of(drows));
+    return drows;
+  }
+  // Leaves a region with this rank's partial sums of every row in `partial` (N rows): their sum, this
+  // rank's block of it into `rows` under sequence parallelism, else all of it in place. Returns the sum.
+  Vec<Real> leave_region(Vec<Real> partial, Vec<Real> rows) const {
+    if (!sequence_parallel()) {
+      reduce_from.forward(span_of(partial));
+      return partial;
+    }
+    scatter_from.forward<Real>(span_of(partial), span_of(rows));
+    return rows;
+  }
+  // Its backward: the sum's gradient `drows` reaches every partial as it is — gathered into `dwhole`
+  // under sequence parallelism. Returns the partials' gradient.
+  Vec<Real> leave_region_backward(Vec<Real> drows, Vec<Real> dwhole) const {
+    if (!sequence_parallel()) {
+      reduce_from.backward(span_of(drows));
+      return drows;
+    }
+    scatter_from.backward<Real>(span_of(drows), span_of(dwhole));
+    return dwhole;
+  }
+  // The final norm's output (its rows: the head's input, or this rank's to gather into it) and the
+  // gradient of those rows in backward (the scratch's dln, or this rank's block of it).
+  Vec<Real> final_norm_rows(const FinalNorm<Real>& f) const { return sequence_parallel() ? norm_rows : f.out; }
+  Vec<Real> final_norm_gradient() const { return sequence_parallel() ? norm_rows : scratch.dln; }
+  // Sequence parallelism: the weight gradient of norm parameter i (C elements) of one backward pass, on
+  // this rank from its rows: zeroed by clear_norm_grads, then summed over the group and added to the
+  // parameters' gradients `into` (parameter i to into[i]) by add_norm_grads.
+  Vec<Real> norm_grad(int i) const { return slice(norm_grads, std::size_t(i) * dims.C, dims.C); }
+  void clear_norm_grads() const;
+  void add_norm_grads(std::initializer_list<Vec<Real>> into) const;
   // The layout whose tensors have gradients: the adapters' under LoRA, else the model's.
   const ParameterLayout& trainable() const { return lora.active() ? *lora.layout : layout; }
   // The input of block l of `slot`: the previous block's output, or the stage's input.

@@ -38,7 +38,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
   for (int k = slots - 1; k >= 0; --k) free_slots_.push_back(k);
 
   const StagePlace& place = model_.layout().place();
-  const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
+  const std::size_t activation = activation_elements();
   const int previous = place.stage - 1, next = place.stage + 1;
   model_.set_aux_weight(accum_t<Real>(weights.per_micro_batch));  // every stage's MoE blocks weigh their losses by it
   const accum_t<Real> grad_scale(weights.per_target);
@@ -99,7 +99,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
 template <class Real>
 void PipelineExecutor<Real>::evaluate(BatchLoader& loader, int micro_batches, const LossSum& sum) {
   const StagePlace& place = model_.layout().place();
-  const std::size_t activation = std::size_t(model_.batch()) * model_.model().seq_len * model_.model().d_model;
+  const std::size_t activation = activation_elements();
   ExecSpace space;
   for (int micro = 0; micro < micro_batches; ++micro) {
     if (!place.first()) pipeline_.recv(model_.stage_input(0).data(), activation, place.stage - 1, micro);

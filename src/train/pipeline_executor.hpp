@@ -36,6 +36,9 @@ class PipelineExecutor {
 
  private:
   int take_slot(int micro);
+  // The elements a stage passes on per micro-batch: all its rows, or this tp rank's block of them under
+  // sequence parallelism (the stage's input buffer, as large as its output).
+  std::size_t activation_elements() const { return model_.stage_input(0).extent(0); }
 
   std::vector<Action> actions_;
   LanguageModel<Real>& model_;

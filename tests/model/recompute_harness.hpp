@@ -21,6 +21,15 @@
 
 namespace meshtrain::test {
 
+// A stage to drive: the model (L H C V T …), its micro-batch, its place in the pipeline and the micro-batches
+// in flight (run_pipeline_like's slots).
+struct StageCase {
+  ModelConfig model;
+  int batch;
+  StagePlace place;
+  int slots;
+};
+
 // A value in [-1, 1) from (tensor name, global element index): the same on every tensor-parallel rank
 // that holds the element, whatever the layout.
 inline double hashed_unit(const std::string& name, std::int64_t index) {
@@ -77,10 +86,20 @@ struct Observed {
   ActivationSizes sizes;                       // what the model allocated
 };
 
+// Of `whole` (a micro-batch's N·C elements), the part a stage buffer of `elements` holds: all of it, or
+// under sequence parallelism the tensor-parallel rank's block of rows.
+template <class Real>
+std::vector<Real> rows_held(const std::vector<Real>& whole, std::size_t elements, const Comm* tp) {
+  if (elements == whole.size()) return whole;
+  const auto first = whole.begin() + std::ptrdiff_t(std::size_t(tp->rank()) * elements);
+  return {first, first + std::ptrdiff_t(elements)};
+}
+
 // Two rounds over `slots` micro-batches: forwards 0, 1, …, then backwards in reverse (the 1F1B/GPipe
 // cool-down order), then again with backwards in forward order. Stage inputs and output gradients
 // (what a pipeline neighbour would send) and tokens are drawn from fixed seeds, so they are the
-// same for every mode and on every tensor-parallel rank.
+// same for every mode and on every tensor-parallel rank (each rank's block of their rows under sequence
+// parallelism).
 template <class Real>
 Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace place, int slots, Recompute recompute,
                                  Comm* tp = nullptr) {
@@ -114,7 +133,7 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
   Observed<Real> seen;
   for (int round = 0; round < 2; ++round) {
     for (int k = 0; k < slots; ++k) {
-      if (!place.first()) from_host(model.stage_input(k), draw(NC, 1.0));
+      if (!place.first()) from_host(model.stage_input(k), rows_held(draw(NC, 1.0), model.stage_input(k).extent(0), tp));
       model.stage_forward(k, CVec<int>(inputs[k].data(), N));
       if (place.last()) {
         const LossSum sum;
@@ -128,7 +147,9 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
     }
     for (int j = 0; j < slots; ++j) {
       const int k = round == 0 ? slots - 1 - j : j;
-      if (!place.last()) from_host(model.output_gradient(), draw(NC, 1e-2));
+      if (!place.last()) {
+        from_host(model.output_gradient(), rows_held(draw(NC, 1e-2), model.output_gradient().extent(0), tp));
+      }
       model.stage_backward(k, CVec<int>(inputs[k].data(), N));
       space.fence();
       if (!place.first()) seen.input_grads.push_back(to_host(model.input_gradient()));

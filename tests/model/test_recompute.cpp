@@ -18,12 +18,7 @@
 namespace meshtrain {
 namespace test_recompute {
 
-struct Case {
-  ModelConfig model;  // L H C V T
-  int batch;
-  StagePlace place;
-  int slots;
-};
+using Case = test::StageCase;
 
 std::string describe(const Case& c) {
   const ModelConfig& m = c.model;

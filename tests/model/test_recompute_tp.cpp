@@ -17,12 +17,7 @@
 namespace meshtrain {
 namespace {
 
-struct Case {
-  ModelConfig model;  // L H C V T; heads divisible by 4
-  int batch;
-  StagePlace place;
-  int slots;
-};
+using Case = test::StageCase;
 
 template <class Real>
 void expect_modes_agree(const Case& c, Comm& tp) {
@@ -39,6 +34,7 @@ void expect_modes_agree(const Case& c, Comm& tp) {
 }
 
 const Case cases[] = {
+    // heads divisible by 4
     {{3, 4, 16, 13, 5}, 2, {0, 1}, 2},  // the whole model; vocabulary 13 padded over the ranks
     {{4, 4, 16, 13, 6}, 2, {0, 3}, 2},  // first stage
     {{4, 4, 16, 13, 6}, 1, {1, 3}, 3},  // middle stage

@@ -12,18 +12,31 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace meshtrain {
 
 Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int /*ep*/) {
   const std::size_t tp = std::size_t(layout.tp()), padded = std::size_t(padded_vocab(m, layout.tp()).value());
+  const std::size_t N = std::size_t(batch) * m.seq_len;
+  const bool sequence_parallel = m.sequence_parallel && tp > 1;
+  if (sequence_parallel && m.lora.enabled()) {
+    throw std::invalid_argument("sequence parallelism with LoRA adapters is not built yet: train without one of them");
+  }
+  if (sequence_parallel && N % tp != 0) {
+    throw std::invalid_argument(
+        fmt::format("sequence parallelism splits the {} token rows of a micro-batch over tp = "
+                    "{} ranks: they must divide evenly",
+                    N, tp));
+  }
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),
           std::size_t(m.heads) / tp,
-          std::size_t(batch) * m.seq_len,
+          N,
           padded / tp,
           tp,
+          sequence_parallel ? N / tp : N,
           m.attention == AttentionKernel::fused};
 }
 
@@ -111,11 +124,11 @@ Gpt2Family::Weights<Real> Gpt2Family::bind(const TensorViews<Real>& v) {
 template <class Real>
 Gpt2Family::Block<Real> Gpt2Family::carve_block(carving::Carver<Real>& c, const Dims& d, carving::BlockFields take,
                                                 int /*l*/, const Block<Real>& other) {
-  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N, Nl = d.Nl;
   Block<Real> b;
   b.ln1 = c.take_if(take.rest, N * C, other.ln1);
-  b.ln1_mean = c.take_as_if(take.rest, N, other.ln1_mean);
-  b.ln1_rstd = c.take_as_if(take.rest, N, other.ln1_rstd);
+  b.ln1_mean = c.take_as_if(take.rest, Nl, other.ln1_mean);
+  b.ln1_rstd = c.take_as_if(take.rest, Nl, other.ln1_rstd);
   b.qkv = c.take_if(take.rest, N * 3 * Cl, other.qkv);
   b.atty = c.take_if(take.rest, N * Cl, other.atty);
   if (d.fused_attention) {
@@ -123,22 +136,26 @@ Gpt2Family::Block<Real> Gpt2Family::carve_block(carving::Carver<Real>& c, const 
   } else {
     b.att = c.take_if(take.att, B * NH * T * T, other.att);
   }
-  b.residual2 = c.take_if(take.rest, N * C, other.residual2);
+  b.residual2 = c.take_if(take.rest, Nl * C, other.residual2);
   b.ln2 = c.take_if(take.rest, N * C, other.ln2);
-  b.ln2_mean = c.take_as_if(take.rest, N, other.ln2_mean);
-  b.ln2_rstd = c.take_as_if(take.rest, N, other.ln2_rstd);
+  b.ln2_mean = c.take_as_if(take.rest, Nl, other.ln2_mean);
+  b.ln2_rstd = c.take_as_if(take.rest, Nl, other.ln2_rstd);
   b.fch = c.take_if(take.rest, N * 4 * Cl, other.fch);
   b.fch_gelu = c.take_if(take.rest, N * 4 * Cl, other.fch_gelu);
-  b.residual3 = c.take_if(take.output, N * C, other.residual3);
+  b.residual3 = c.take_if(take.output, Nl * C, other.residual3);
   return b;
 }
 
 template <class Real>
 Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, const Dims& d) {
-  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N;
+  const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N, Nl = d.Nl;
   Scratch<Real> s;
-  s.dresidual = c.take(N * C);
+  s.dresidual = c.take(Nl * C);
   s.dln = c.take(N * C);
+  if (d.sequence_parallel()) {
+    s.norm_rows = c.take(Nl * C);
+    s.proj_rows = c.take(Nl * C);
+  }
   s.datty = c.take(N * Cl);
   s.dqkv = c.take(N * 3 * Cl);
   if (d.fused_attention) {

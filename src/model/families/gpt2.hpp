@@ -27,7 +27,11 @@ struct Gpt2Family {
   struct Dims {
     std::size_t B, T, C, NH, N, Vl;  // NH: local heads; Vl: local (padded) vocabulary rows
     std::size_t tp;
-    bool fused_attention;                      // model.attention = fused: blocks keep lse, not att
+    // Rows of the residual stream and the norms on this rank: N, or N / tp under sequence parallelism
+    // (ModelConfig::sequence_parallel: this rank's block of them, between the tensor-parallel regions).
+    std::size_t Nl;
+    bool fused_attention;  // model.attention = fused: blocks keep lse, not att
+    bool sequence_parallel() const { return Nl != N; }
     std::size_t Cl() const { return C / tp; }  // channels of the local heads
     std::size_t hs() const { return C / tp / NH; }
   };
@@ -62,26 +66,31 @@ struct Gpt2Family {
   // not keep are views of the shared set (see Recompute).
   template <class Real>
   struct Block {
-    Vec<Real> ln1;                // (N, C)
-    Vec<accum_t<Real>> ln1_mean;  // (N)
-    Vec<accum_t<Real>> ln1_rstd;  // (N)
+    Vec<Real> ln1;                // (N, C)   gathered under sequence parallelism
+    Vec<accum_t<Real>> ln1_mean;  // (Nl)
+    Vec<accum_t<Real>> ln1_rstd;  // (Nl)
     Vec<Real> qkv;                // (N, 3Cl)
     Vec<Real> atty;               // (N, Cl)  attention output before c_proj
     Vec<Real> att;                // (B, NH, T, T) softmax probabilities (materialized attention)
     Vec<accum_t<Real>> lse;       // (B, NH, T)    log-sum-exp of each score row (fused attention)
-    Vec<Real> residual2;          // (N, C)   x + attn(ln_1(x))
-    Vec<Real> ln2;                // (N, C)
-    Vec<accum_t<Real>> ln2_mean;  // (N)
-    Vec<accum_t<Real>> ln2_rstd;  // (N)
+    Vec<Real> residual2;          // (Nl, C)  x + attn(ln_1(x))
+    Vec<Real> ln2;                // (N, C)   gathered under sequence parallelism
+    Vec<accum_t<Real>> ln2_mean;  // (Nl)
+    Vec<accum_t<Real>> ln2_rstd;  // (Nl)
     Vec<Real> fch;                // (N, 4Cl) c_fc output
     Vec<Real> fch_gelu;           // (N, 4Cl)
-    Vec<Real> residual3;          // (N, C)   block output
+    Vec<Real> residual3;          // (Nl, C)  block output
   };
   // Gradients of activations, reused by every block on the way back.
   template <class Real>
   struct Scratch {
-    Vec<Real> dresidual;                     // (N, C) gradient flowing down the residual stream
-    Vec<Real> dln;                           // (N, C)
+    Vec<Real> dresidual;  // (Nl, C) gradient flowing down the residual stream
+    Vec<Real> dln;        // (N, C)  also the gathered dresidual (sequence parallel)
+    // Sequence parallelism only (empty otherwise), this rank's rows (Nl, C): a norm's output before its
+    // gather (forward) or its input's gradient after the scatter (backward); a row-parallel product's
+    // sum after the scatter (forward).
+    Vec<Real> norm_rows;
+    Vec<Real> proj_rows;
     Vec<Real> datty;                         // (N, Cl)
     Vec<Real> dqkv;                          // (N, 3Cl)
     Vec<Real> datt;                          // (B, NH, T, T) materialized attention

@@ -14,6 +14,11 @@ template <class Real>
 void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   const Dims& dm = m.dims;
   const int B = int(dm.B), T = int(dm.T), C = int(dm.C), N = int(dm.N), Cl = int(dm.Cl()), NH = int(dm.NH);
+  const int Nl = int(dm.Nl);
+  // Sequence parallelism: each rank's norm weight gradients come from its rows, summed over the group at the
+  // end; the attention c_proj's bias gradient comes from the gathered rows (all of them) in its product.
+  const bool sequence_parallel = m.sequence_parallel();
+  if (sequence_parallel) m.clear_norm_grads();
   const auto& w = m.params.blocks[std::size_t(l)];
   const auto& dw = m.dparams.blocks[std::size_t(l)];
   const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
@@ -24,29 +29,34 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   // here, with c_proj's weight gradient (on CUDA in that product's epilogue), inside the block, because under ZeRO 2/3
   // a block's gradients live in its working room only while the block's own backward runs (the next block's ln_1 must
   // not write them).
-  m.reduce_from.backward(span_of(d.dresidual));
+  // Under sequence parallelism the MLP's output gradient is gathered into dln, free until c_fc's backward.
+  const Vec<Real> dmlp = m.leave_region_backward(d.dresidual, d.dln);
   if (lora_adapts(m.lora, l, lora_mlp_proj)) {
     // The adapter's input gradient joins GELU's output gradient before GELU's derivative: unfused.
-    matmul_backward<Real>(m.space, d.dfch, dw.fcproj_w, dw.fcproj_b, d.column_partials, d.dresidual, s.fch_gelu,
-                          w.fcproj_w, N, 4 * Cl, C);
-    lora_row_backward<Real>(m.space, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, d.dresidual.data(), C,
-                            d.dfch.data());
+    matmul_backward<Real>(m.space, d.dfch, dw.fcproj_w, dw.fcproj_b, d.column_partials, dmlp, s.fch_gelu, w.fcproj_w, N,
+                          4 * Cl, C);
+    lora_row_backward<Real>(m.space, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, dmlp.data(), C, d.dfch.data());
     gelu_backward_bias(m.space, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
   } else {
-    matmul_backward_gelu<Real>(m.space, d.dfch, dw.fc_b, dw.fcproj_w, dw.fcproj_b, d.column_partials, d.dresidual,
-                               s.fch_gelu, s.fch, w.fcproj_w, N, 4 * Cl, C);
+    matmul_backward_gelu<Real>(m.space, d.dfch, dw.fc_b, dw.fcproj_w, dw.fcproj_b, d.column_partials, dmlp, s.fch_gelu,
+                               s.fch, w.fcproj_w, N, 4 * Cl, C);
   }
   matmul_backward<Real>(m.space, d.dln, dw.fc_w, no_bias, d.column_partials, d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_c_fc, s.ln2, C, d.dfch.data(), 4 * Cl, 4 * Cl,
                              d.dln.data());
-  m.copy_to.backward(span_of(d.dln));
-  layernorm_backward(m.space, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, d.dln, s.residual2, w.ln2_w,
-                     s.ln2_mean, s.ln2_rstd, N, C, dw.attproj_b);
+  const Vec<Real> dln2 = m.enter_region_backward(d.dln, m.norm_rows);
+  if (sequence_parallel) {
+    layernorm_backward(m.space, d.dresidual, m.norm_grad(0), m.norm_grad(1), d.column_partials, dln2, s.residual2,
+                       w.ln2_w, s.ln2_mean, s.ln2_rstd, Nl, C);
+  } else {
+    layernorm_backward(m.space, d.dresidual, dw.ln2_w, dw.ln2_b, d.column_partials, dln2, s.residual2, w.ln2_w,
+                       s.ln2_mean, s.ln2_rstd, N, C, dw.attproj_b);
+  }
   // Attention branch; d.dresidual becomes dL/d x.
-  m.reduce_from.backward(span_of(d.dresidual));
-  matmul_backward<Real>(m.space, d.datty, dw.attproj_w, no_bias, d.column_partials, d.dresidual, s.atty, w.attproj_w, N,
-                        Cl, C);
-  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, d.dresidual.data(), C, d.datty.data());
+  const Vec<Real> dattended = m.leave_region_backward(d.dresidual, d.dln);
+  matmul_backward<Real>(m.space, d.datty, dw.attproj_w, sequence_parallel ? dw.attproj_b : no_bias, d.column_partials,
+                        dattended, s.atty, w.attproj_w, N, Cl, C);
+  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, dattended.data(), C, d.datty.data());
   if (dm.fused_attention) {
     fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NH, NH, Cl / NH,
                              m.documents[std::size_t(slot)], d.attention_workspace);
@@ -56,16 +66,30 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   matmul_backward<Real>(m.space, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1, w.qkv_w, N, C, 3 * Cl);
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_c_attn, s.ln1, C, d.dqkv.data(), 3 * Cl, 3 * Cl,
                              d.dln.data());
-  m.copy_to.backward(span_of(d.dln));
-  layernorm_backward(m.space, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, d.dln, x, w.ln1_w, s.ln1_mean,
-                     s.ln1_rstd, N, C);
+  const Vec<Real> dln1 = m.enter_region_backward(d.dln, m.norm_rows);
+  if (!sequence_parallel) {
+    layernorm_backward(m.space, d.dresidual, dw.ln1_w, dw.ln1_b, d.column_partials, dln1, x, w.ln1_w, s.ln1_mean,
+                       s.ln1_rstd, N, C);
+    return;
+  }
+  layernorm_backward(m.space, d.dresidual, m.norm_grad(2), m.norm_grad(3), d.column_partials, dln1, x, w.ln1_w,
+                     s.ln1_mean, s.ln1_rstd, Nl, C);
+  m.add_norm_grads({dw.ln2_w, dw.ln2_b, dw.ln1_w, dw.ln1_b});
 }
 
 template <class Real>
 void Gpt2Family::final_norm_backward(Parts<Real>& m, const FinalNorm<Real>& f, CVec<Real> x) {
   const auto& d = m.scratch;
-  layernorm_backward(m.space, d.dresidual, m.dparams.lnf_w, m.dparams.lnf_b, d.column_partials, d.dln, x,
-                     m.params.lnf_w, f.mean, f.rstd, int(m.dims.N), int(m.dims.C));
+  const int Nl = int(m.dims.Nl), C = int(m.dims.C);
+  if (!m.sequence_parallel()) {
+    layernorm_backward(m.space, d.dresidual, m.dparams.lnf_w, m.dparams.lnf_b, d.column_partials, d.dln, x,
+                       m.params.lnf_w, f.mean, f.rstd, Nl, C);
+    return;
+  }
+  m.clear_norm_grads();
+  layernorm_backward(m.space, d.dresidual, m.norm_grad(0), m.norm_grad(1), d.column_partials, m.final_norm_gradient(),
+                     x, m.params.lnf_w, f.mean, f.rstd, Nl, C);
+  m.add_norm_grads({m.dparams.lnf_w, m.dparams.lnf_b});
 }
 
 #define MESHTRAIN_GPT2_BACKWARD(Real)                                                             \

@@ -14,16 +14,20 @@ namespace meshtrain {
 
 // c_attn and c_fc are column-parallel (Y = XA + b, A = [A_1 … A_p] split by columns, rank r computing
 // Y_r = X A_r + b_r from the whole X), both c_proj row-parallel (Y = Σ_r X_r A_r + b, A split by
-// rows, X_r the rank's columns of the column-parallel product before it).
+// rows, X_r the rank's columns of the column-parallel product before it). Under sequence parallelism
+// the norms and residual adds run on this rank's Nl rows: X gathered, Y's sum scattered (DecoderParts).
 template <class Real>
 void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, const Block<Real>& s, Vec<Real> proj,
                                bool to_output) {
   const Dims& d = m.dims;
-  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), Cl = int(d.Cl()), NH = int(d.NH);
+  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), Cl = int(d.Cl()), NH = int(d.NH), Nl = int(d.Nl);
   const auto& w = m.params.blocks[std::size_t(l)];
   const CVec<Real> no_bias;
-  layernorm_forward(m.space, s.ln1, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
-  m.copy_to.forward(span_of(s.ln1));
+  // The norms run on this rank's rows (all of them without sequence parallelism), then enter the region.
+  const bool sequence_parallel = m.sequence_parallel();
+  const Vec<Real> ln1_rows = sequence_parallel ? m.norm_rows : s.ln1;
+  layernorm_forward(m.space, ln1_rows, s.ln1_mean, s.ln1_rstd, x, w.ln1_w, w.ln1_b, Nl, C);
+  m.enter_region(ln1_rows, s.ln1);
   matmul_forward<Real>(m.space, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
   lora_column_forward<Real>(m.space, m.lora, slot, l, lora_c_attn, s.ln1, C, s.qkv.data(), 3 * Cl, 3 * Cl);
   if (d.fused_attention) {
@@ -36,10 +40,11 @@ void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, co
   // with the residual add and the LayerNorm after it.
   matmul_forward<Real>(m.space, proj, s.atty, w.attproj_w, no_bias, N, Cl, C);
   lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_attn_proj, s.atty, Cl, proj.data(), C);
-  m.reduce_from.forward(span_of(proj));
-  residual_layernorm_forward(m.space, s.residual2, s.ln2, s.ln2_mean, s.ln2_rstd, x, proj, w.attproj_b, w.ln2_w,
-                             w.ln2_b, N, C);
-  m.copy_to.forward(span_of(s.ln2));
+  const Vec<Real> attended = m.leave_region(proj, m.proj_rows);
+  const Vec<Real> ln2_rows = sequence_parallel ? m.norm_rows : s.ln2;
+  residual_layernorm_forward(m.space, s.residual2, ln2_rows, s.ln2_mean, s.ln2_rstd, x, attended, w.attproj_b, w.ln2_w,
+                             w.ln2_b, Nl, C);
+  m.enter_region(ln2_rows, s.ln2);
   if (lora_adapts(m.lora, l, lora_c_fc)) {
     // c_fc's adapter adds to GELU's input: the product alone, the adapter's term, then the bias and GELU.
     matmul_forward<Real>(m.space, s.fch, s.ln2, w.fc_w, no_bias, N, C, 4 * Cl);
@@ -52,8 +57,8 @@ void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, co
   // h also under recomputation, which skips the output: backward reads it.
   lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, proj.data(), C, to_output);
   if (!to_output) return;
-  m.reduce_from.forward(span_of(proj));
-  residual_forward(m.space, s.residual3, s.residual2, proj, w.fcproj_b, N, C);
+  const Vec<Real> mlp = m.leave_region(proj, m.proj_rows);
+  residual_forward(m.space, s.residual3, s.residual2, mlp, w.fcproj_b, Nl, C);
 }
 
 template <class Real>
@@ -65,7 +70,7 @@ void Gpt2Family::recompute_attention(Parts<Real>& m, const Block<Real>& s) {
 template <class Real>
 void Gpt2Family::final_norm_forward(Parts<Real>& m, const FinalNorm<Real>& f, CVec<Real> x) {
   const auto& p = m.params;
-  layernorm_forward(m.space, f.out, f.mean, f.rstd, x, p.lnf_w, p.lnf_b, int(m.dims.N), int(m.dims.C));
+  layernorm_forward(m.space, m.final_norm_rows(f), f.mean, f.rstd, x, p.lnf_w, p.lnf_b, int(m.dims.Nl), int(m.dims.C));
 }
 
 #define MESHTRAIN_GPT2_FORWARD(Real)                                                                             \

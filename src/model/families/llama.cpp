@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 namespace meshtrain {
 
 LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int ep) {
@@ -22,6 +24,9 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
   const int capacity = m.expert_capacity(int(N));
   const std::size_t R = expert_rows(m, N);
   const std::size_t P = std::size_t(ep), El = E / P;
+  if (m.sequence_parallel && t > 1) {
+    throw std::invalid_argument("sequence parallelism is gpt2's so far: a llama stage keeps every row on each tp rank");
+  }
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),
@@ -46,7 +51,8 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           expert_rows_received(m, N, ep),
           m.attention == AttentionKernel::fused,
           m.has_qkv_bias(),
-          lora_drops_expert_inputs(m)};
+          lora_drops_expert_inputs(m),
+          N};
 }
 
 namespace {

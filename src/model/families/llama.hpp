@@ -88,6 +88,7 @@ struct LlamaFamily {
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
     bool qkv_bias;         // model.qkv_bias: q|k|v's product adds a bias
     bool expert_dropout;   // lora.dropout on the routed experts' adapters (core/lora_targets.hpp)
+    std::size_t Nl;        // rows of the residual stream on this rank: N (no sequence parallelism yet)
     std::size_t q_cols() const { return NHl * hs; }
     std::size_t qkv_cols() const { return (NHl + 2 * KVl) * hs; }
     bool moe(int l) const { return E > 0 && (first_layer + l) % moe_every == 0; }

@@ -6,6 +6,7 @@
 #include "kernels/encoder.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/moe_router.hpp"
+#include "kernels/residual.hpp"
 #include "model/decoder_stage.hpp"
 #include "model/impl/backward_sweep.hpp"
 #include "model/impl/carver.hpp"
@@ -37,13 +38,22 @@ template <class Real, class Family>
 struct RankScratch {
   typename Family::template Scratch<Real> backward;
   typename Family::template Block<Real> shared;  // empty under Recompute::none
+  Vec<Real> norm_rows, proj_rows, norm_grads;    // sequence parallelism's (DecoderParts)
 };
+
+// The most norm parameters of C elements one backward pass sums at once: a block's two LayerNorms.
+constexpr std::size_t norm_grads_at_once = 4;
 
 template <class Real, class Family>
 RankScratch<Real, Family> carve_rank_scratch(carving::Carver<Real>& c, const typename Family::Dims& d,
                                              Recompute recompute) {
-  RankScratch<Real, Family> r{Family::carve_scratch(c, d), {}};
+  RankScratch<Real, Family> r{Family::carve_scratch(c, d), {}, {}, {}, {}};
   if (recompute != Recompute::none) r.shared = Family::carve_block(c, d, carving::shared_fields(recompute), -1);
+  if (d.Nl != d.N) {
+    r.norm_rows = c.take(d.Nl * d.C);
+    r.proj_rows = c.take(d.Nl * d.C);
+    r.norm_grads = c.take(norm_grads_at_once * d.C);
+  }
   return r;
 }
 
@@ -53,17 +63,17 @@ SlotActivations<Real, Family> carve_slot(carving::Carver<Real>& c, const typenam
                                          bool head, Recompute recompute,
                                          const typename Family::template Block<Real>& shared) {
   using A = accum_t<Real>;
-  const std::size_t N = d.N, C = d.C;
+  const std::size_t N = d.N, C = d.C, Nl = d.Nl;
   SlotActivations<Real, Family> a;
-  a.encoded = c.take(N * C);
+  a.encoded = c.take(Nl * C);
   for (int l = 0; l < layers; ++l) {
     a.blocks.push_back(Family::carve_block(c, d, carving::kept_fields(recompute), l, shared));
   }
   a.proj = c.take(N * C);
   if (!head) return a;
   a.norm.out = c.take(N * C);
-  if (Family::norm_keeps_mean) a.norm.mean = c.template take_as<A>(N);
-  a.norm.rstd = c.template take_as<A>(N);
+  if (Family::norm_keeps_mean) a.norm.mean = c.template take_as<A>(Nl);
+  a.norm.rstd = c.template take_as<A>(Nl);
   a.logits = c.take(N * d.Vl);
   a.losses = c.template take_as<A>(N);
   a.row_max = c.template take_as<A>(N);
@@ -105,6 +115,8 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       tp(tp_comm),
       copy_to(tp),
       reduce_from(tp),
+      gather_to(tp),
+      scatter_from(tp),
       vocab_statistics(tp),
       store(parameter_store),
       layout(parameter_store
@@ -147,6 +159,9 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       scratch_buffer, fmt::format("meshtrain::{}::backward_scratch", Family::name).c_str(),
       [&](Carver<Real>& c) { return decoder_detail::carve_rank_scratch<Real, Family>(c, dims, mode); });
   scratch = rank.backward;
+  norm_rows = rank.norm_rows;
+  proj_rows = rank.proj_rows;
+  norm_grads = rank.norm_grads;
   slots = carving::allocate_and_carve<Real, std::vector<SlotActivations<Real, Family>>>(
       activation_buffer, fmt::format("meshtrain::{}::activations", Family::name).c_str(), [&](Carver<Real>& c) {
         return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count, mode, rank.shared);
@@ -154,6 +169,21 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
   router_sums = Buffer<double>("meshtrain::moe_router::sums",
                                router_sums_per_block(router_statistics.experts) * router_statistics.blocks.size());
   documents.assign(std::size_t(slot_count), AttentionSegments{});
+}
+
+template <class Real, class Family>
+void DecoderParts<Real, Family>::clear_norm_grads() const {
+  Kokkos::deep_copy(space, norm_grads, Real(0));
+}
+
+template <class Real, class Family>
+void DecoderParts<Real, Family>::add_norm_grads(std::initializer_list<Vec<Real>> into) const {
+  const std::size_t C = dims.C;
+  tp.sum(span_of(slice(norm_grads, 0, into.size() * C)));
+  int i = 0;
+  for (const Vec<Real>& g : into) {
+    residual_forward<Real>(space, g, g, norm_grad(i++), long(C));
+  }
 }
 
 template <class Real, class Family>
@@ -188,11 +218,14 @@ void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
   if (m_.layout.place().first()) {
     // Vocabulary-parallel lookup: each rank its rows, zeros for the others, summed over the group;
     // a position table is added on tp rank 0 only, so that the sum adds it once.
+    // Under sequence parallelism the lookup fills every row (in proj, free until the first block) and
+    // this rank keeps its block of the sum.
     const bool positions = p.positions.extent(0) > 0 && m_.layout.tp_rank() == 0;
     const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), positions);
-    encoder_forward(m_.space, a.encoded, inputs, p.embed, p.positions, int(d.B), int(d.T), C, rows,
+    const Vec<Real> lookup = m_.sequence_parallel() ? a.proj : a.encoded;
+    encoder_forward(m_.space, lookup, inputs, p.embed, p.positions, int(d.B), int(d.T), C, rows,
                     m_.documents[std::size_t(slot)]);
-    m_.reduce_from.forward(span_of(a.encoded));
+    m_.leave_region(lookup, a.encoded);
   }
   for (int l = 0; l < m_.layout.stage_layers(); ++l) {
     need_block(l);
@@ -203,7 +236,7 @@ void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
   if (!m_.layout.place().last()) return;
   Family::final_norm_forward(m_, a.norm, stage_output(slot));
   // Output head, column-parallel by vocabulary rows: logits = norm · outputᵀ, this rank's columns.
-  m_.copy_to.forward(span_of(a.norm.out));
+  m_.enter_region(m_.final_norm_rows(a.norm), a.norm.out);
   linear_forward<Real>(m_.space, a.logits, a.norm.out, p.output, N, C, Vl);
   if (m_.lora.active()) {
     lora_column_forward<Real>(m_.space, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C, a.logits.data(), Vl,
@@ -256,10 +289,9 @@ void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, cons
         // Every rank adds the whole position gradient: dresidual is the same on every rank.
         const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), m_.dparams.positions.extent(0) > 0);
         if (m_.dparams.embed.extent(0) == 0) return;  // frozen (LoRA): nothing to accumulate
-        m_.reduce_from.backward(span_of(s.dresidual));
-        encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order,
-                         s.dresidual, inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows,
-                         m_.documents[std::size_t(slot)]);
+        const Vec<Real> dlookup = m_.leave_region_backward(s.dresidual, s.dln);
+        encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order, dlookup,
+                         inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows, m_.documents[std::size_t(slot)]);
       });
 }
 
@@ -276,7 +308,7 @@ void DecoderStage<Real, Family>::head_backward(int slot) {
     lora_column_backward<Real>(m_.space, m_.tp, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C,
                                a.logits.data(), Vl, Vl, s.dln.data(), m_.lora.head_mask(slot));
   }
-  m_.copy_to.backward(span_of(s.dln));
+  m_.enter_region_backward(s.dln, m_.norm_rows);
   Kokkos::deep_copy(m_.space, s.dresidual, Real(0));
   Family::final_norm_backward(m_, a.norm, stage_output(slot));
 }
@@ -317,8 +349,12 @@ RouterStatistics DecoderStage<Real, Family>::router_statistics() const {
   return r;
 }
 
-// The stage and its sizes for a family, for the four element types (in the family's source file).
+// The stage, its parts and its sizes for a family, for the four element types (in the family's source file).
 #define MESHTRAIN_DECODER_STAGE(Family)                                                                               \
+  template struct DecoderParts<float, Family>;                                                                        \
+  template struct DecoderParts<double, Family>;                                                                       \
+  template struct DecoderParts<bf16, Family>;                                                                         \
+  template struct DecoderParts<fp16, Family>;                                                                         \
   template class DecoderStage<float, Family>;                                                                         \
   template class DecoderStage<double, Family>;                                                                        \
   template class DecoderStage<bf16, Family>;                                                                          \
