@@ -197,11 +197,11 @@ LlamaFamily::Weights<Real> LlamaFamily::bind(const TensorViews<Real>& v) {
   return p;
 }
 
+namespace {
+
 // Padded to the capacity, expert e's rows are [e · capacity, (e+1) · capacity) on every rank, whatever
 // the routing: the offsets, the row groups and the exchange (capacity rows per expert from each sender)
 // are known before it, planned once here; moe_forward reads nothing back.
-namespace {
-
 void plan_padded_routing(const ExpertExchange& exchange, HostRouting& host, const LlamaFamily::Dims& d) {
   const int E = int(d.E), capacity = d.capacity;
   for (int e = 0; e <= E; ++e) host.counts[std::size_t(E + e)] = e * capacity;
