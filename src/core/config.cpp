@@ -70,10 +70,12 @@ const char* value_kind(const std::string& name) {
       key->value(defaults));
 }
 
-// The multiple the layouts pad the vocabulary to, from train.vocab_multiple and this build (check_config()
-// refuses a key out of range; the layouts never see less than 1).
-void resolve_vocab_multiple(Config& c) {
+// What the model's stages read of the run's keys: the multiple the layouts pad the vocabulary to, from
+// train.vocab_multiple and this build (check_config() refuses a key out of range; the layouts never see
+// less than 1), and parallel.sequence_parallel.
+void resolve_model_settings(Config& c) {
   c.model.vocab_multiple = std::max(1, resolved_vocab_multiple(c.train.vocab_multiple));
+  c.model.sequence_parallel = c.parallel.sequence_parallel;
 }
 
 // Boost's messages name the option as "--model.layers"; ours say the key.
@@ -140,7 +142,7 @@ Config parse_config(const std::vector<std::string>& args) {
   for (const auto& [key, value] : vm) {
     if (!value.defaulted()) given.insert(key);
   }
-  resolve_vocab_multiple(cfg);
+  resolve_model_settings(cfg);
   check_config(cfg, given);
   return cfg;
 }
@@ -151,7 +153,7 @@ Config config_from_ini(const std::string& ini_text, const std::string& origin) {
   std::istringstream in(ini_text);
   parse_ini_stream(in, key_options(cfg), vm, origin);
   po::notify(vm);
-  resolve_vocab_multiple(cfg);
+  resolve_model_settings(cfg);
   // The checks name keys, not where they were read: a stored config's refusal names its file too.
   try {
     check_config(cfg, {});

@@ -253,9 +253,10 @@ struct ModelConfig {
   // multiple the vocabulary is padded to for the GEMMs (padded_vocab, core/model_sizes.hpp). It leaves the
   // model itself (its tensors, checkpoints, exports) unchanged. 1, no padding, in a ModelConfig built in code.
   int vocab_multiple = 1;
-  // Not a [model] key: sequence parallelism (parallel/tensor_parallel_mappings.hpp's GatherToRegion and
-  // ScatterFromRegion; issue 43): between the tensor-parallel regions each tp rank holds its block of the
-  // token rows. The model's tensors and checkpoints are the same either way. gpt2 only so far, set in code.
+  // Not a [model] key: parallel.sequence_parallel as resolved for this run (parse_config, config_from_ini;
+  // parallel/tensor_parallel_mappings.hpp's GatherToRegion and ScatterFromRegion): between the
+  // tensor-parallel regions each tp rank holds its block of the token rows. The model's tensors and
+  // checkpoints are the same either way; without a tensor-parallel group of two or more it changes nothing.
   bool sequence_parallel = false;
   // Not part of the model's parameters (a checkpoint of either loads under the other): which kernels
   // compute attention, and so which activations a block keeps (output and log-sum-exp, or P).
@@ -336,6 +337,9 @@ struct ParallelConfig {
   int pp = 1;
   int zero = 0;
   int ep = 1;  // expert-parallel degree: experts sharded over ep ranks inside each dp group
+  // Megatron's sequence parallelism (needs tp > 1): between the tensor-parallel regions each tp rank holds
+  // its block of a micro-batch's token rows. Resolved into ModelConfig::sequence_parallel.
+  bool sequence_parallel = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   CommBackend backend = CommBackend::automatic;
   double bucket_mb = 25;  // data-parallel gradient bucket size, MiB

@@ -168,6 +168,24 @@ void check_model_shape(const ModelConfig& m) {
   }
 }
 
+// Sequence parallelism splits a micro-batch's token rows over the tp ranks: there must be two or more,
+// and they must divide the rows.
+void check_sequence_parallel(const Config& c) {
+  if (!c.parallel.sequence_parallel) return;
+  if (c.parallel.tp < 2) {
+    input_error(
+        "parallel.sequence_parallel = true needs tensor parallelism: set parallel.tp > 1 (it splits the token rows "
+        "between the tensor-parallel regions over the tp ranks), or sequence_parallel = false");
+  }
+  const std::int64_t rows = std::int64_t{c.train.micro_batch} * c.model.seq_len;
+  if (rows % c.parallel.tp != 0) {
+    input_error(
+        "parallel.sequence_parallel = true splits the {} token rows of a micro-batch (train.micro_batch {} × "
+        "model.seq_len {}) over parallel.tp = {} ranks: choose a micro-batch or seq_len whose product tp divides",
+        rows, c.train.micro_batch, c.model.seq_len, c.parallel.tp);
+  }
+}
+
 void check_run(const Config& c) {
   if (c.data.valid.empty() && (c.train.eval_every > 0 || c.train.eval_tokens > 0)) {
     input_error("train.{} is set but data.valid is not: give validation shards to evaluate on",
@@ -178,6 +196,7 @@ void check_run(const Config& c) {
                 c.optim.lr);
   }
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
+  check_sequence_parallel(c);
   if (c.model.lora.enabled()) {
     if (c.checkpoint.init_weights.empty()) {
       input_error(

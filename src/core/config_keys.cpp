@@ -176,6 +176,9 @@ constexpr auto table = [] {
       key_at<parallel, &ParallelConfig::ep>(
           "parallel.ep", at_least(1), always,
           "expert-parallel degree: the experts sharded over ep ranks of each data-parallel group (divides dp)"),
+      key_at<parallel, &ParallelConfig::sequence_parallel>(
+          "parallel.sequence_parallel", any_value, always,
+          "split the norms' and residual stream's token rows over the tp ranks (needs tp > 1): activations / tp"),
       key_at<parallel, &ParallelConfig::zero>(
           "parallel.zero",
           from_to(0, 3, "(0: none, 1: optimizer state sharded over dp, 2: + gradients, 3: + parameters)"), always,

@@ -267,6 +267,16 @@ std::size_t expert_rows(const ModelConfig& m, std::size_t tokens) {
   return m.pad_to_capacity ? E * capacity : std::min(tokens * k, E * capacity);
 }
 
+std::size_t residual_rows(const ModelConfig& m, std::size_t tokens, int tp) {
+  if (!m.sequence_parallel || tp <= 1) return tokens;
+  if (tokens % std::size_t(tp) != 0) {
+    throw std::invalid_argument(fmt::format(
+        "sequence parallelism splits the {} token rows of a micro-batch over tp = {} ranks: they must divide evenly",
+        tokens, tp));
+  }
+  return tokens / std::size_t(tp);
+}
+
 std::size_t expert_rows_received(const ModelConfig& m, std::size_t tokens, int ep) {
   const std::size_t E = std::size_t(m.experts), k = E > 0 ? std::size_t(m.experts_per_token) : 0;
   const std::size_t capacity = std::size_t(expert_capacity(m, std::int64_t(tokens)));

@@ -71,6 +71,10 @@ std::int64_t expert_capacity(const ModelConfig& m, std::int64_t tokens);
 // assignment (tokens · k) dropless, at most E · capacity under a capacity, and exactly E · capacity
 // under model.pad_to_capacity (each expert's rows padded to its capacity).
 std::size_t expert_rows(const ModelConfig& m, std::size_t tokens);
+// Rows of the residual stream a tensor-parallel rank holds of a micro-batch of `tokens` tokens
+// (Dims::Nl): all of them, or under sequence parallelism (ModelConfig::sequence_parallel, tp > 1) its
+// block of tokens / tp. std::invalid_argument where tp does not divide the tokens.
+std::size_t residual_rows(const ModelConfig& m, std::size_t tokens, int tp);
 // Rows an expert-parallel rank's experts may receive of micro-batches of `tokens` tokens: every assignment
 // (tokens · k, fewer under a capacity) without expert parallelism; else each of the ep senders' rows for its
 // E / ep experts at most. The buffers' size (LlamaFamily::Dims::Rr), not a step's count — but for

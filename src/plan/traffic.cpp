@@ -2,6 +2,7 @@
 #include "plan/traffic.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/families.hpp"
 #include "core/lora_targets.hpp"
 #include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
@@ -164,14 +165,44 @@ std::int64_t reruns_of(const std::vector<std::int64_t>& reruns, const std::vecto
   return n;
 }
 
+// The sums at the ends of the tensor-parallel regions (model/decoder_stage.hpp's enter_region,
+// leave_region), per pass of a stage of L blocks: each block's two entries (the norms' outputs) and two
+// exits (the row-parallel products), the embedding's exit on the first stage, the head's entry on the
+// last. Without sequence parallelism only the exits' forward and the entries' backward sum (all-reduce).
+// With it every end is a collective: an exit a reduce-scatter forward and an all-gather backward, an
+// entry the reverse, and the norms' weight gradients (each rank's from its rows) are summed once per
+// block and for the final norm. A frozen embedding (LoRA) has no backward.
+void add_region_ends(GroupTraffic& tp, const Config& cfg, const ParameterLayout& layout, const Pass& p,
+                     std::int64_t activation_bytes) {
+  const StagePlace& place = layout.place();
+  const std::int64_t L = layout.stage_layers();
+  const std::int64_t entries = 2 * L + (place.last() ? 1 : 0);
+  const std::int64_t exits = 2 * L + (place.first() ? 1 : 0);
+  if (!cfg.model.sequence_parallel) {
+    const std::int64_t sums = p.backward ? entries : exits;
+    tp.add(Collective::allreduce, sums, sums * activation_bytes);
+    return;
+  }
+  const bool embedding_backward = place.first() && !cfg.model.lora.enabled();
+  const std::int64_t scattered = p.backward ? entries : exits;
+  const std::int64_t gathered = p.backward ? 2 * L + (embedding_backward ? 1 : 0) : entries;
+  tp.add(Collective::reduce_scatter, scattered, scattered * activation_bytes);
+  tp.add(Collective::allgather, gathered, gathered * activation_bytes);
+  if (!p.backward) return;
+  // A norm's weight gradient: its weight, and LayerNorm's shift (C elements each, the compute type).
+  const std::int64_t norm_bytes = (family_shape(cfg.model.arch).biases ? 2 : 1) * std::int64_t(cfg.model.d_model) *
+                                  compute_bytes(cfg.train.precision);
+  tp.add(Collective::allreduce, L, L * 2 * norm_bytes);
+  if (place.last()) tp.add(Collective::allreduce, 1, norm_bytes);
+}
+
 void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLayout& layout,
                          const std::vector<Pass>& passes, std::int64_t activation_bytes, std::int64_t rows) {
   const StagePlace& place = layout.place();
   const std::int64_t L = layout.stage_layers();
   const std::int64_t moe_blocks = std::int64_t(moe_stage_blocks(layout).size());
   for (const Pass& p : passes) {
-    const std::int64_t wide = 2 * L + (p.backward ? (place.last() ? 1 : 0) : (place.first() ? 1 : 0));
-    tp.add(Collective::allreduce, wide, wide * activation_bytes);
+    add_region_ends(tp, cfg, layout, p, activation_bytes);
     if (!p.backward && place.last()) {
       tp.add(Collective::allreduce, 1, rows * fp32_bytes);      // row maxima
       tp.add(Collective::allreduce, 1, 2 * rows * fp32_bytes);  // Σ exp and the target logit
@@ -183,9 +214,16 @@ void add_tensor_parallel(GroupTraffic& tp, const Config& cfg, const ParameterLay
     }
   }
   if (cfg.train.recompute == Recompute::full) {
+    // A rerun forward skips the block's output: its attention's exit (and under sequence parallelism
+    // both entries).
     const std::vector<std::int64_t> per_block = recomputed_blocks(passes, int(L));
     const std::int64_t reruns = std::accumulate(per_block.begin(), per_block.end(), std::int64_t(0));
-    tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
+    if (!cfg.model.sequence_parallel) {
+      tp.add(Collective::allreduce, reruns, reruns * activation_bytes);
+    } else {
+      tp.add(Collective::reduce_scatter, reruns, reruns * activation_bytes);
+      tp.add(Collective::allgather, 2 * reruns, 2 * reruns * activation_bytes);
+    }
   }
 }
 
@@ -306,6 +344,9 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const std::vector<Pass> passes = step_passes(cfg, grid, stage, accum);
   const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
+  // A stage's input and output: this rank's block of the rows under sequence parallelism.
+  const std::int64_t message_bytes =
+      activation_bytes / rows * std::int64_t(residual_rows(cfg.model, std::size_t(rows), grid.tp));
 
   RankTraffic traffic;
   add_data_parallel(traffic, cfg, grid, position, layout, passes, accum);
@@ -315,7 +356,7 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   }
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {
-    add_pipeline(traffic["pp"], cfg, grid, stage, accum, activation_bytes);
+    add_pipeline(traffic["pp"], cfg, grid, stage, accum, message_bytes);
     // A tied table's two gradients (none under LoRA: the base is frozen).
     if ((place.first() || place.last()) && cfg.model.ties_output_head() && !cfg.model.lora.enabled()) {
       // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).

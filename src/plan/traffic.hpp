@@ -23,10 +23,17 @@
 //         of the column-parallel products: c_attn and c_fc, q|k|v and gate|up), one more per
 //         block whose forward full recomputation reruns; the vocabulary-parallel loss's row
 //         maxima (b·T floats) and partial sums (2·b·T floats) on the last stage.
+//         Under parallel.sequence_parallel every end of a region is a collective of the same b·T·C
+//         elements (counted whole): an exit (the row-parallel sums, the embedding) a reduce-scatter
+//         forward and an all-gather backward, an entry (the norms' outputs, the head's input) the
+//         reverse; the embedding's backward gathers only where the embedding trains; a recomputed
+//         forward repeats its two entries and its attention's exit; each block's backward sums its
+//         norms' weight gradients (gpt2 4·C, llama 2·C elements), the last stage the final norm's.
 //         An MoE block's backward also sums its gate weights' gradient, b·T·k floats (the gates
 //         are a dot product with this rank's partial expert outputs; model/families/llama_moe.cpp).
 //   pp    (pp > 1) the loss sum (one double); every send and receive of the stage's schedule,
-//         b·T·C elements of the compute type each (train/pipeline_executor.cpp).
+//         b·T·C elements of the compute type each, b·T·C / tp under sequence parallelism
+//         (train/pipeline_executor.cpp).
 //   ep    (parallel.ep > 1) per MoE block of the stage and micro-batch, the token exchange's
 //         all-to-alls (model/impl/expert_exchange.hpp), counted as the sender's bytes to the other
 //         ranks: forward the kept counts, (ep − 1) · E/ep int64, and two alltoallv of token rows

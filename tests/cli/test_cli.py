@@ -394,6 +394,17 @@ class BadInput(CliCase):
         self.rejects({"model.arch": "llama", "model.ffn_hidden": 45, "parallel.tp": 2},
                      needles=["parallel.tp = 2", "SwiGLU hidden size 45"])
 
+    # --- sequence parallelism (share/docs/usage.md, Parallelism)
+
+    def test_sequence_parallel_without_tp(self):
+        self.rejects({"parallel.sequence_parallel": "true"},
+                     needles=["parallel.sequence_parallel = true", "parallel.tp > 1"])
+
+    def test_sequence_parallel_rows_tp_does_not_divide(self):
+        self.rejects({"parallel.sequence_parallel": "true", "parallel.tp": 2, "train.micro_batch": 1,
+                      "model.seq_len": 15},
+                     needles=["15 token rows", "train.micro_batch 1", "parallel.tp = 2"])
+
     # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
 
     def test_moe_key_under_gpt2(self):

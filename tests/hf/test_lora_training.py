@@ -11,10 +11,12 @@
               of it draws what the merged model (export --merge-lora, import) draws
   Layouts     all linears and lm_head: dp2·tp2 (rank 3 does not divide tp 2; k and v heads split, the head's
               vocabulary rows), pp2·dp2 under ZeRO-3, tp2·pp2 under ZeRO-1 with full recomputation and under
-              ZeRO-3 with selective: each equals one rank's run (2e-5); bf16 on one rank and
+              ZeRO-3 with selective, dp2·tp2·ZeRO-2 under sequence parallelism: each equals one rank's run
+              (2e-5); bf16 on one rank and
               dp2·tp2 within 2e-3 of it, its weights the base in 16 bits (no fp32 copy)
   Dropout     lora.dropout 0.1 on all linears and lm_head (its mask keyed by the sample, not the layout): dp2·tp2
-              and pp2·dp2·ZeRO-3 with one sample per micro-batch each equal one rank's run (2e-5), which
+              (also under sequence parallelism) and pp2·dp2·ZeRO-3 with one sample per micro-batch each equal
+              one rank's run (2e-5), which
               differs from the run without dropout; the same on gpt2's c_attn, c_proj and c_fc
   Fresh       without an adapter in init_weights the adapters start as PEFT starts them: A uniform in
               ±1/sqrt(in) (its spread against the closed form), B zero; the same values under another layout
@@ -24,11 +26,13 @@
   GPT-2       its Conv1D [in, out] layers, c_attn's q|k|v split by heads, c_fc's GELU after the adapter's
               term: Reference's checks on c_attn, c_proj (attention's and MLP's) and c_fc at rank 3, and
               on c_fc alone (the MLP's c_proj backward fused with GELU's, its weight frozen); tp2·pp2
-              under full recomputation (the frozen tied wte: no tied group) and pp2·dp2 under ZeRO-3
+              under full recomputation (the frozen tied wte: no tied group), also under sequence parallelism,
+              and pp2·dp2 under ZeRO-3
               equal one rank's run over three steps (2e-5)
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
-  MoE         a Mixtral with fresh adapters on every linear and the routers: dp2·tp2·ep2, pp2·dp2·ep2·ZeRO-3 and
+  MoE         a Mixtral with fresh adapters on every linear and the routers: dp2·tp2·ep2 (also under sequence
+              parallelism), pp2·dp2·ep2·ZeRO-3 and
               dp4·ep2·ZeRO-3 (experts sharded over 2 expert-data-parallel ranks) equal one rank (2e-5), bf16
               within 2e-3, and a run stopped under dp2·ep2·ZeRO-2 resumes on one rank; a meshtrain MoE base with
               a shared expert and a dense block between MoE ones under tp2·dp2·ep2·ZeRO-1 with full recomputation
@@ -216,7 +220,9 @@ class Layouts(LoraCase):
                 ("tp2_pp2_zero1_full", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 1,
                                            "train.recompute": "full", "train.micro_batch": 1}),
                 ("tp2_pp2_zero3_selective", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 3,
-                                                "train.recompute": "selective"})):
+                                                "train.recompute": "selective"}),
+                # sequence parallelism: the adapters inside the regions, on the gathered rows
+                ("dp2_tp2_sp_zero2", 4, {"parallel.tp": 2, "parallel.zero": 2, "parallel.sequence_parallel": "true"})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", n], layout)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
         # bf16: the frozen base held in 16 bits only, the adapters' master and moments in fp32 (measured ~3e-4)
@@ -253,7 +259,8 @@ class Gpt2Layouts(Gpt2Case):
         for name, layout in (
                 ("tp2_pp2_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full",
                                   "train.micro_batch": 1}),
-                ("pp2_dp2_zero3", {"parallel.pp": 2, "parallel.zero": 3})):
+                ("pp2_dp2_zero3", {"parallel.pp": 2, "parallel.zero": 3}),
+                ("tp2_pp2_sp_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full", "parallel.sequence_parallel": "true"})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, **{"train.steps": 3})
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
 
@@ -271,6 +278,7 @@ class Dropout(LoraCase):
         for p, d in zip(plain[1:], one[1:]):
             self.assertGreater(abs(p["loss"] - d["loss"]), 1e-6, "dropout 0.1 trained as without dropout")
         for name, layout in (("dp2_tp2", {"parallel.tp": 2}),
+                             ("dp2_tp2_sp", {"parallel.tp": 2, "parallel.sequence_parallel": "true"}),
                              ("pp2_dp2_zero3_micro1", {"parallel.pp": 2, "parallel.zero": 3, "train.micro_batch": 1})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, lora=dropout, **steps)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
@@ -314,6 +322,8 @@ class MoeLayouts(LoraCase):
         _, ini = self.import_base()
         one = self.check_layouts(ini, (
             ("dp2_tp2_ep2", {"parallel.tp": 2, "parallel.ep": 2}),
+            # the routers' adapters add their input gradient to this rank's rows only
+            ("dp2_tp2_ep2_sp", {"parallel.tp": 2, "parallel.ep": 2, "parallel.sequence_parallel": "true"}),
             ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3}),
             # dp4 over ep2: each expert's frozen weights and adapters sharded over its 2 expert-data-parallel ranks
             ("dp4_ep2_zero3", {"parallel.ep": 2, "parallel.zero": 3, "train.micro_batch": 1})))

@@ -52,9 +52,11 @@ SATURATED = [
 # share; over a step's 16 row all-to-alls they measure within a few per cent of it.
 DROPLESS = ("moe_dp2_ep2_dropless", 2, ["--parallel.dp", "2", "--model.capacity_factor", "0"])
 TOLERANCE = 0.15
-# Padded, under ep with tp and ZeRO-2: exact whatever the routing (no saturation to check).
-PADDED = ("moe_dp2_ep2_tp2_zero2_padded", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "2",
-                                             "--model.capacity_factor", "2", "--model.pad_to_capacity", "true"])
+# Padded, under ep with tp and ZeRO-2: exact whatever the routing (no saturation to check); under sequence
+# parallelism too (the router sees the gathered rows).
+PADDED = ("moe_dp2_ep2_tp2_zero2_padded_sp", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "2",
+                                                "--model.capacity_factor", "2", "--model.pad_to_capacity", "true",
+                                                "--parallel.sequence_parallel", "true"])
 # LoRA (rank 3, all-linear), its base BASE: tp and ep together under full recomputation (the experts' down
 # sums again in the rerun forward) and lora.dropout (the rows' assignment ids sent with them, again in the
 # rerun), and tp without expert parallelism (each rank's experts receive every kept row) at ZeRO-3 in bf16.

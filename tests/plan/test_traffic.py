@@ -6,7 +6,7 @@ agree exactly, on every rank, for every layout below.
 
 The layouts cover dp, tp and pp alone and together, ZeRO 0-3, fp32 and bf16, both pipeline
 schedules, accumulation (micro-batches per step > 1 in most), full recomputation (extra
-tensor-parallel sums), and buckets small enough that the gradient buffer takes many. fp16 is left
+tensor-parallel sums), sequence parallelism (gathers and reduce-scatters), and buckets small enough that the gradient buffer takes many. fp16 is left
 out: its traffic is bf16's (both are 16 bits), except in a step whose update the loss scaler skips.
 
 usage: test_traffic.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--only NAME ...] [--arch gpt2|llama|lora]
@@ -50,6 +50,10 @@ CASES = [
     ("dp2_tp2_pp2_zero3_bf16_recompute", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
                                              "--parallel.zero", "3", "--train.precision", "bf16",
                                              "--train.recompute", "full"]),
+    # Sequence parallelism: every region end a reduce-scatter or all-gather, the norms' gradient sums, the
+    # pipeline's messages a tp rank's rows; full recomputation gathers again.
+    ("tp2_pp2_sp_bf16_recompute", 4, ["--parallel.tp", "2", "--parallel.pp", "2", "--parallel.sequence_parallel", "true",
+                                      "--train.precision", "bf16", "--train.recompute", "full"]),
     # More micro-batches than plan/traffic.hpp's affine_micros: the plan extrapolates these counts.
     ("tp2_accum8_recompute", 2, ["--parallel.tp", "2", "--train.global_batch", "16", "--train.recompute", "full"]),
     ("pp2_gpipe_accum16_zero3", 2, ["--parallel.pp", "2", "--parallel.schedule", "gpipe", "--parallel.zero", "3",
@@ -70,6 +74,8 @@ LLAMA_CASES = [
     ("llama_dp2_pp2_zero2", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "2"]),
     ("llama_dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "3",
                                      "--train.precision", "bf16"]),
+    ("llama_tp2_pp2_sp_recompute", 4, ["--parallel.tp", "2", "--parallel.pp", "2", "--parallel.sequence_parallel", "true",
+                                       "--train.recompute", "full"]),
 ]
 # --arch lora: LoRA (rank 3, not dividing tp 2) on that llama, its base a checkpoint of one dense step (BASE,
 # made first): the dp reductions of the adapters alone, and tp's [N, r] sums (in forward for o and down,
@@ -83,6 +89,8 @@ LORA_CASES = [
                                          "--lora.targets", "q_proj,k_proj,v_proj,o_proj"]),
     ("lora_dp2_tp2_pp2_zero1", 8, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
                                    "--parallel.zero", "1"]),
+    # the frozen embedding's backward gathers nothing under sequence parallelism
+    ("lora_tp2_pp2_sp", 4, ["--parallel.tp", "2", "--parallel.pp", "2", "--parallel.sequence_parallel", "true"]),
 ]
 FAMILIES = {"gpt2": (MODEL, CASES), "llama": (LLAMA_MODEL, LLAMA_CASES), "lora": (LORA_MODEL, LORA_CASES)}
 POSITION = ("dp_rank", "tp_rank", "pp_rank")

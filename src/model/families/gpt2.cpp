@@ -12,23 +12,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <stdexcept>
 
 namespace meshtrain {
 
 Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int /*ep*/) {
   const std::size_t tp = std::size_t(layout.tp()), padded = std::size_t(padded_vocab(m, layout.tp()).value());
   const std::size_t N = std::size_t(batch) * m.seq_len;
-  const bool sequence_parallel = m.sequence_parallel && tp > 1;
-  if (sequence_parallel && m.lora.enabled()) {
-    throw std::invalid_argument("sequence parallelism with LoRA adapters is not built yet: train without one of them");
-  }
-  if (sequence_parallel && N % tp != 0) {
-    throw std::invalid_argument(
-        fmt::format("sequence parallelism splits the {} token rows of a micro-batch over tp = "
-                    "{} ranks: they must divide evenly",
-                    N, tp));
-  }
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),
@@ -36,7 +25,7 @@ Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const Paramet
           N,
           padded / tp,
           tp,
-          sequence_parallel ? N / tp : N,
+          residual_rows(m, N, int(tp)),
           m.attention == AttentionKernel::fused};
 }
 
@@ -152,10 +141,6 @@ Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, co
   Scratch<Real> s;
   s.dresidual = c.take(Nl * C);
   s.dln = c.take(N * C);
-  if (d.sequence_parallel()) {
-    s.norm_rows = c.take(Nl * C);
-    s.proj_rows = c.take(Nl * C);
-  }
   s.datty = c.take(N * Cl);
   s.dqkv = c.take(N * 3 * Cl);
   if (d.fused_attention) {

@@ -84,13 +84,8 @@ struct Gpt2Family {
   // Gradients of activations, reused by every block on the way back.
   template <class Real>
   struct Scratch {
-    Vec<Real> dresidual;  // (Nl, C) gradient flowing down the residual stream
-    Vec<Real> dln;        // (N, C)  also the gathered dresidual (sequence parallel)
-    // Sequence parallelism only (empty otherwise), this rank's rows (Nl, C): a norm's output before its
-    // gather (forward) or its input's gradient after the scatter (backward); a row-parallel product's
-    // sum after the scatter (forward).
-    Vec<Real> norm_rows;
-    Vec<Real> proj_rows;
+    Vec<Real> dresidual;                     // (Nl, C) gradient flowing down the residual stream
+    Vec<Real> dln;                           // (N, C)  also the gathered dresidual (sequence parallel)
     Vec<Real> datty;                         // (N, Cl)
     Vec<Real> dqkv;                          // (N, 3Cl)
     Vec<Real> datt;                          // (B, NH, T, T) materialized attention

@@ -13,8 +13,6 @@
 
 #include <fmt/format.h>
 
-#include <stdexcept>
-
 namespace meshtrain {
 
 LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int ep) {
@@ -24,9 +22,6 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
   const int capacity = m.expert_capacity(int(N));
   const std::size_t R = expert_rows(m, N);
   const std::size_t P = std::size_t(ep), El = E / P;
-  if (m.sequence_parallel && t > 1) {
-    throw std::invalid_argument("sequence parallelism is gpt2's so far: a llama stage keeps every row on each tp rank");
-  }
   return {std::size_t(batch),
           std::size_t(m.seq_len),
           std::size_t(m.d_model),
@@ -52,7 +47,7 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           m.attention == AttentionKernel::fused,
           m.has_qkv_bias(),
           lora_drops_expert_inputs(m),
-          N};
+          residual_rows(m, N, int(t))};
 }
 
 namespace {
@@ -266,7 +261,7 @@ LlamaFamily::Block<Real> LlamaFamily::carve_block(carving::Carver<Real>& c, cons
   const bool moe = l < 0 ? d.any_moe() : d.moe(l);
   Block<Real> b;
   b.ln1 = c.take_if(take.rest, N * C, other.ln1);
-  b.ln1_rstd = c.take_as_if(take.rest, N, other.ln1_rstd);
+  b.ln1_rstd = c.take_as_if(take.rest, d.Nl, other.ln1_rstd);
   b.qkv = c.take_if(take.rest, N * d.qkv_cols(), other.qkv);
   b.atty = c.take_if(take.rest, N * d.q_cols(), other.atty);
   if (d.fused_attention) {
@@ -274,13 +269,13 @@ LlamaFamily::Block<Real> LlamaFamily::carve_block(carving::Carver<Real>& c, cons
   } else {
     b.att = c.take_if(take.att, d.B * d.NHl * d.T * d.T, other.att);
   }
-  b.residual2 = c.take_if(take.rest, N * C, other.residual2);
+  b.residual2 = c.take_if(take.rest, d.Nl * C, other.residual2);
   b.ln2 = c.take_if(take.rest, N * C, other.ln2);
-  b.ln2_rstd = c.take_as_if(take.rest, N, other.ln2_rstd);
+  b.ln2_rstd = c.take_as_if(take.rest, d.Nl, other.ln2_rstd);
   b.gate_up = c.take_if(take.rest, N * 2 * dense_cols, other.gate_up);
   b.swiglu = c.take_if(take.rest, N * dense_cols, other.swiglu);
   if (moe) b.moe = take.rest ? carve_moe(c, d) : other.moe;
-  b.residual3 = c.take_if(take.output, N * C, other.residual3);
+  b.residual3 = c.take_if(take.output, d.Nl * C, other.residual3);
   return b;
 }
 
@@ -288,7 +283,7 @@ template <class Real>
 LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, const Dims& d) {
   const std::size_t N = d.N, C = d.C;
   Scratch<Real> s;
-  s.dresidual = c.take(N * C);
+  s.dresidual = c.take(d.Nl * C);
   s.dln = c.take(N * C);
   s.datty = c.take(N * d.q_cols());
   s.dqkv = c.take(N * d.qkv_cols());

@@ -88,9 +88,12 @@ struct LlamaFamily {
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
     bool qkv_bias;         // model.qkv_bias: q|k|v's product adds a bias
     bool expert_dropout;   // lora.dropout on the routed experts' adapters (core/lora_targets.hpp)
-    std::size_t Nl;        // rows of the residual stream on this rank: N (no sequence parallelism yet)
+    // Rows of the residual stream and the norms on this rank: N, or N / tp under sequence parallelism
+    // (ModelConfig::sequence_parallel: this rank's block of them, between the tensor-parallel regions).
+    std::size_t Nl;
     std::size_t q_cols() const { return NHl * hs; }
     std::size_t qkv_cols() const { return (NHl + 2 * KVl) * hs; }
+    bool sequence_parallel() const { return Nl != N; }
     bool moe(int l) const { return E > 0 && (first_layer + l) % moe_every == 0; }
     // The dense SwiGLU's columns of block l: its MLP's, or an MoE block's shared experts'.
     std::size_t dense_cols(int l) const { return moe(l) ? Hsl : Hl; }
@@ -134,24 +137,24 @@ struct LlamaFamily {
   // recomputation does not keep them).
   template <class Real>
   struct Block {
-    Vec<Real> ln1;                // (N, C)       input_layernorm output
-    Vec<accum_t<Real>> ln1_rstd;  // (N)
+    Vec<Real> ln1;                // (N, C)       input_layernorm output (gathered under sequence parallelism)
+    Vec<accum_t<Real>> ln1_rstd;  // (Nl)
     Vec<Real> qkv;                // (N, (NHl+2KVl)·hs)  q and k rotated
     Vec<Real> atty;               // (N, NHl·hs)  attention output before o_proj
     Vec<Real> att;                // (B, NHl, T, T) softmax probabilities (materialized attention)
     Vec<accum_t<Real>> lse;       // (B, NHl, T)    log-sum-exp of each score row (fused attention)
-    Vec<Real> residual2;          // (N, C)       x + attn(...)
-    Vec<Real> ln2;                // (N, C)       post_attention_layernorm output
-    Vec<accum_t<Real>> ln2_rstd;  // (N)
+    Vec<Real> residual2;          // (Nl, C)      x + attn(...)
+    Vec<Real> ln2;                // (N, C)       post_attention_layernorm output (gathered)
+    Vec<accum_t<Real>> ln2_rstd;  // (Nl)
     Vec<Real> gate_up;            // (N, 2Hl)     gate | up (an MoE block: its shared experts')
     Vec<Real> swiglu;             // (N, Hl)      silu(gate) · up
     MoeActivations<Real> moe;     // an MoE block's routing and experts
-    Vec<Real> residual3;          // (N, C)       block output
+    Vec<Real> residual3;          // (Nl, C)      block output
   };
   template <class Real>
   struct Scratch {
-    Vec<Real> dresidual;                     // (N, C)
-    Vec<Real> dln;                           // (N, C)
+    Vec<Real> dresidual;                     // (Nl, C) gradient flowing down the residual stream
+    Vec<Real> dln;                           // (N, C)  also a region's gathered output gradient
     Vec<Real> datty;                         // (N, NHl·hs)
     Vec<Real> dqkv;                          // (N, (NHl+2KVl)·hs)
     Vec<Real> datt;                          // (B, NHl, T, T) materialized attention
@@ -189,14 +192,15 @@ struct LlamaFamily {
   static void mlp_forward(Parts<Real>& m, int slot, int l, const Block<Real>& s, Vec<Real> proj, bool to_output);
   template <class Real>
   static void moe_forward(Parts<Real>& m, int slot, int l, const Block<Real>& s, Vec<Real> proj, bool to_output);
-  // dL/d(normed MLP input) into the scratch's dln from dL/d proj in its dresidual (before the
-  // tensor-parallel sum of copy_to's backward; the router's part, the same on every rank, after).
+  // dL/d(normed MLP input) into the scratch's dln from dL/d proj in `dproj` (every row; before the
+  // tensor-parallel sum of the region's backward; the router's part, the same on every rank, after it,
+  // into the sum `dln`: every row, or this rank's under sequence parallelism).
   template <class Real>
-  static void mlp_backward(Parts<Real>& m, int slot, int l);
+  static void mlp_backward(Parts<Real>& m, int slot, int l, CVec<Real> dproj);
   template <class Real>
-  static void moe_backward(Parts<Real>& m, int slot, int l);
+  static void moe_backward(Parts<Real>& m, int slot, int l, CVec<Real> dproj);
   template <class Real>
-  static void router_input_backward(Parts<Real>& m, int slot, int l);
+  static void router_input_backward(Parts<Real>& m, int slot, int l, Vec<Real> dln);
   // Copies an MoE block's routed counts and row offsets (under ep, with the counts its experts receive,
   // exchanged on the device first) to the host, in one wait, and sets its experts' row groups.
   template <class Real>

@@ -15,23 +15,27 @@ namespace meshtrain {
 template <class Real>
 void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   const Dims& dm = m.dims;
-  const int B = int(dm.B), T = int(dm.T), C = int(dm.C), N = int(dm.N), hs = int(dm.hs);
+  const int B = int(dm.B), T = int(dm.T), C = int(dm.C), N = int(dm.N), Nl = int(dm.Nl), hs = int(dm.hs);
   const int NHl = int(dm.NHl), KVl = int(dm.KVl), Q = int(dm.q_cols()), QKV = int(dm.qkv_cols());
   const auto& w = m.params.blocks[std::size_t(l)];
   const auto& dw = m.dparams.blocks[std::size_t(l)];
   const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
   const auto& d = m.scratch;
+  // Sequence parallelism: each rank's norm weight gradients come from its rows, summed over the group at
+  // the end; a region's output gradient is gathered into dln, read before the region's backward writes it.
+  const bool sequence_parallel = m.sequence_parallel();
+  if (sequence_parallel) m.clear_norm_grads();
   // MLP branch; d.dresidual becomes dL/d residual2.
-  m.reduce_from.backward(span_of(d.dresidual));
-  mlp_backward(m, slot, l);
-  m.copy_to.backward(span_of(d.dln));
-  if (dm.moe(l)) router_input_backward(m, slot, l);
-  rmsnorm_backward(m.space, d.dresidual, dw.mlp_norm, d.column_partials, d.dln, s.residual2, w.mlp_norm, s.ln2_rstd, N,
-                   C);
+  const Vec<Real> dmlp = m.leave_region_backward(d.dresidual, d.dln);
+  mlp_backward(m, slot, l, CVec<Real>(dmlp));
+  const Vec<Real> dln2 = m.enter_region_backward(d.dln, m.norm_rows);
+  if (dm.moe(l)) router_input_backward(m, slot, l, dln2);
+  rmsnorm_backward(m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : dw.mlp_norm, d.column_partials, dln2,
+                   s.residual2, w.mlp_norm, s.ln2_rstd, Nl, C);
   // Attention branch; d.dresidual becomes dL/d x.
-  m.reduce_from.backward(span_of(d.dresidual));
-  linear_backward<Real>(m.space, d.datty, dw.o, d.dresidual, s.atty, w.o, N, Q, C);
-  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_o, s.atty, Q, d.dresidual.data(), C, d.datty.data());
+  const Vec<Real> dattended = m.leave_region_backward(d.dresidual, d.dln);
+  linear_backward<Real>(m.space, d.datty, dw.o, dattended, s.atty, w.o, N, Q, C);
+  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_o, s.atty, Q, dattended.data(), C, d.datty.data());
   if (dm.fused_attention) {
     fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NHl, KVl, hs,
                              m.documents[std::size_t(slot)], d.attention_workspace);
@@ -46,22 +50,24 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_q, s.ln1, C, dqkv, QKV, Q, d.dln.data());
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_k, s.ln1, C, dqkv + Q, QKV, KVc, d.dln.data());
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc, d.dln.data());
-  m.copy_to.backward(span_of(d.dln));
-  rmsnorm_backward(m.space, d.dresidual, dw.attn_norm, d.column_partials, d.dln, x, w.attn_norm, s.ln1_rstd, N, C);
+  const Vec<Real> dln1 = m.enter_region_backward(d.dln, m.norm_rows);
+  rmsnorm_backward(m.space, d.dresidual, sequence_parallel ? m.norm_grad(1) : dw.attn_norm, d.column_partials, dln1, x,
+                   w.attn_norm, s.ln1_rstd, Nl, C);
+  if (sequence_parallel) m.add_norm_grads({dw.mlp_norm, dw.attn_norm});
 }
 
-// The dense SwiGLU's backward: the scratch's dresidual holds dL/d proj; leaves dL/d ln2 (this
-// rank's part) in its dln.
+// The dense SwiGLU's backward from dL/d proj in `dproj`; leaves dL/d ln2 (this rank's part) in the
+// scratch's dln.
 template <class Real>
-void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l) {
-  if (m.dims.moe(l)) return moe_backward(m, slot, l);
+void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l, CVec<Real> dproj) {
+  if (m.dims.moe(l)) return moe_backward(m, slot, l, dproj);
   const int N = int(m.dims.N), C = int(m.dims.C), Hl = int(m.dims.Hl);
   const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
   const auto& w = m.params.blocks[std::size_t(l)];
   const auto& dw = m.dparams.blocks[std::size_t(l)];
   const auto& d = m.scratch;
-  linear_backward<Real>(m.space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hl, C);
-  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_down, s.swiglu, Hl, d.dresidual.data(), C, d.dswiglu.data());
+  linear_backward<Real>(m.space, d.dswiglu, dw.down, dproj, s.swiglu, w.down, N, Hl, C);
+  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_down, s.swiglu, Hl, dproj.data(), C, d.dswiglu.data());
   swiglu_backward(m.space, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
   linear_backward<Real>(m.space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
   const Real* dgate_up = d.dgate_up.data();
@@ -73,13 +79,17 @@ void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l) {
 template <class Real>
 void LlamaFamily::final_norm_backward(Parts<Real>& m, const FinalNorm<Real>& f, CVec<Real> x) {
   const auto& d = m.scratch;
-  rmsnorm_backward(m.space, d.dresidual, m.dparams.norm, d.column_partials, d.dln, x, m.params.norm, f.rstd,
-                   int(m.dims.N), int(m.dims.C));
+  const int Nl = int(m.dims.Nl), C = int(m.dims.C);
+  const bool sequence_parallel = m.sequence_parallel();
+  if (sequence_parallel) m.clear_norm_grads();
+  rmsnorm_backward(m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : m.dparams.norm, d.column_partials,
+                   m.final_norm_gradient(), x, m.params.norm, f.rstd, Nl, C);
+  if (sequence_parallel) m.add_norm_grads({m.dparams.norm});
 }
 
 #define MESHTRAIN_LLAMA_BACKWARD(Real)                                                              \
   template void LlamaFamily::block_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>); \
-  template void LlamaFamily::mlp_backward<Real>(LlamaFamily::Parts<Real>&, int, int);               \
+  template void LlamaFamily::mlp_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>);   \
   template void LlamaFamily::final_norm_backward<Real>(LlamaFamily::Parts<Real>&, const FinalNorm<Real>&, CVec<Real>);
 MESHTRAIN_LLAMA_BACKWARD(float)
 MESHTRAIN_LLAMA_BACKWARD(double)

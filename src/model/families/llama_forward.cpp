@@ -18,12 +18,16 @@ template <class Real>
 void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, const Block<Real>& s, Vec<Real> proj,
                                 bool to_output) {
   const Dims& d = m.dims;
-  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), hs = int(d.hs);
+  const int B = int(d.B), T = int(d.T), C = int(d.C), N = int(d.N), Nl = int(d.Nl), hs = int(d.hs);
   const int NHl = int(d.NHl), KVl = int(d.KVl), Q = int(d.q_cols()), QKV = int(d.qkv_cols());
   const double eps = m.model().norm_eps;
   const auto& w = m.params.blocks[std::size_t(l)];
-  rmsnorm_forward(m.space, s.ln1, s.ln1_rstd, x, w.attn_norm, N, C, eps);
-  m.copy_to.forward(span_of(s.ln1));
+  // The norms and residual adds run on this rank's rows (all of them without sequence parallelism); the
+  // regions between them see every row (DecoderParts::enter_region, leave_region).
+  const bool sequence_parallel = m.sequence_parallel();
+  const Vec<Real> ln1_rows = sequence_parallel ? m.norm_rows : s.ln1;
+  rmsnorm_forward(m.space, ln1_rows, s.ln1_rstd, x, w.attn_norm, Nl, C, eps);
+  m.enter_region(ln1_rows, s.ln1);
   linear_forward<Real>(m.space, s.qkv, s.ln1, w.qkv, w.qkv_bias, N, C, QKV);
   const int KVc = KVl * hs;  // k's and v's columns
   lora_column_forward<Real>(m.space, m.lora, slot, l, lora_q, s.ln1, C, s.qkv.data(), QKV, Q);
@@ -40,13 +44,14 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
   }
   linear_forward<Real>(m.space, proj, s.atty, w.o, N, Q, C);
   lora_row_forward<Real>(m.space, m.tp, m.lora, slot, l, lora_o, s.atty, Q, proj.data(), C);
-  m.reduce_from.forward(span_of(proj));
-  residual_rmsnorm_forward(m.space, s.residual2, s.ln2, s.ln2_rstd, x, proj, w.mlp_norm, N, C, eps);
-  m.copy_to.forward(span_of(s.ln2));
+  const Vec<Real> attended = m.leave_region(proj, m.proj_rows);
+  const Vec<Real> ln2_rows = sequence_parallel ? m.norm_rows : s.ln2;
+  residual_rmsnorm_forward(m.space, s.residual2, ln2_rows, s.ln2_rstd, x, attended, w.mlp_norm, Nl, C, eps);
+  m.enter_region(ln2_rows, s.ln2);
   mlp_forward(m, slot, l, s, proj, to_output);
   if (!to_output) return;
-  m.reduce_from.forward(span_of(proj));
-  residual_forward(m.space, s.residual3, s.residual2, proj, long(N) * C);
+  const Vec<Real> mlp = m.leave_region(proj, m.proj_rows);
+  residual_forward(m.space, s.residual3, s.residual2, mlp, long(Nl) * C);
 }
 
 // The dense SwiGLU: down(silu(gate) · up) of ln2; backward reads gate_up and swiglu, not the output.
@@ -72,7 +77,8 @@ void LlamaFamily::recompute_attention(Parts<Real>& m, const Block<Real>& s) {
 
 template <class Real>
 void LlamaFamily::final_norm_forward(Parts<Real>& m, const FinalNorm<Real>& f, CVec<Real> x) {
-  rmsnorm_forward(m.space, f.out, f.rstd, x, m.params.norm, int(m.dims.N), int(m.dims.C), m.model().norm_eps);
+  rmsnorm_forward(m.space, m.final_norm_rows(f), f.rstd, x, m.params.norm, int(m.dims.Nl), int(m.dims.C),
+                  m.model().norm_eps);
 }
 
 #define MESHTRAIN_LLAMA_FORWARD(Real)                                                                                \

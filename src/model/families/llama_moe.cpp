@@ -28,6 +28,7 @@
 #include "kernels/matmul.hpp"
 #include "kernels/moe_dispatch.hpp"
 #include "kernels/moe_router.hpp"
+#include "kernels/residual.hpp"
 #include "kernels/router_linear.hpp"
 #include "kernels/swiglu.hpp"
 
@@ -251,10 +252,10 @@ int LlamaFamily::router_block(const Parts<Real>& m, int l) {
   return int(std::find(blocks.begin(), blocks.end(), m.layout.first_layer() + l) - blocks.begin());
 }
 
-// The scratch's dresidual holds dL/d proj. Leaves this rank's part of dL/d ln2 in its dln and the
-// router logits' gradient in its router_logits (router_input_backward's input).
+// From dL/d proj in `dproj`: leaves this rank's part of dL/d ln2 in the scratch's dln and the router
+// logits' gradient in its router_logits (router_input_backward's input).
 template <class Real>
-void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
+void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l, CVec<Real> dproj) {
   using Accum = accum_t<Real>;
   const Dims& dm = p.dims;
   const int N = int(dm.N), C = int(dm.C), E = int(dm.E), k = int(dm.k), Hel = int(dm.Hel), Hsl = int(dm.Hsl);
@@ -269,8 +270,8 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   const int Rr = int(plan.received);
   const long stride = 3L * Hel * C, down = 2L * Hel * C;
   // The combine: each row's gradient, and the gate weights' (summed over the tensor-parallel parts of ys).
-  moe_combine_backward(space, d.drows, d.dgate, CVec<Real>(d.dresidual), CVec<Real>(m.ys), CVec<int>(m.slot),
-                       CVec<Accum>(m.gate), N, k, C);
+  moe_combine_backward(space, d.drows, d.dgate, dproj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k,
+                       C);
   if (dm.padded) moe_zero_padding(space, d.drows, CVec<int>(m.row_token), int(dm.R), C);
   p.tp.sum(span_of(d.dgate));
   // The experts, down then gate|up, on the ranks that hold them; dreceived then holds the received
@@ -287,8 +288,8 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
   expert_lora_gate_up_backward(p, slot, l, plan, m);
   exchange.give_back(plan, d.dreceived.data(), d.drows.data());
   if (Hsl > 0) {
-    linear_backward<Real>(space, d.dswiglu, dw.down, d.dresidual, s.swiglu, w.down, N, Hsl, C);
-    lora_row_backward<Real>(space, p.lora, slot, l, lora_down, s.swiglu, Hsl, d.dresidual.data(), C, d.dswiglu.data());
+    linear_backward<Real>(space, d.dswiglu, dw.down, dproj, s.swiglu, w.down, N, Hsl, C);
+    lora_row_backward<Real>(space, p.lora, slot, l, lora_down, s.swiglu, Hsl, dproj.data(), C, d.dswiglu.data());
     swiglu_backward(space, d.dgate_up, d.dswiglu, s.gate_up, N, Hsl);
     linear_backward<Real>(space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
     const Real* dgate_up = d.dgate_up.data();
@@ -306,24 +307,33 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l) {
                          Accum(p.model().z_loss_coef) * per_pass, N, E, k, p.model().normalize_gates);
 }
 
-// dW_r += dlogitsᵀ · ln2 and dln += dlogits · W_r, after the tensor-parallel sum of dln: the
-// router is replicated, so every rank adds the same whole contribution; so does its LoRA adapter.
+// dW_r += dlogitsᵀ · ln2 and `dln` += dlogits · W_r, after the tensor-parallel sum of dln: the router
+// is replicated, so every rank makes the same whole contribution (and so does its LoRA adapter) and
+// adds it once. Under sequence parallelism dln is this rank's rows: the contribution is made in the
+// scratch's dln, free after the scatter, and this rank's block of it added.
 template <class Real>
-void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l) {
+void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l, Vec<Real> dln) {
   const int N = int(m.dims.N), C = int(m.dims.C), E = int(m.dims.E);
   const auto& s = m.slots[std::size_t(slot)].blocks[std::size_t(l)];
   const auto& d = m.scratch;
-  router_logits_backward<Real>(m.space, d.dln, m.dparams.blocks[std::size_t(l)].router, d.router_logits, s.ln2,
+  const bool sequence_parallel = m.sequence_parallel();
+  const Vec<Real> whole = sequence_parallel ? d.dln : dln;
+  if (sequence_parallel) Kokkos::deep_copy(m.space, whole, Real(0));
+  router_logits_backward<Real>(m.space, whole, m.dparams.blocks[std::size_t(l)].router, d.router_logits, s.ln2,
                                m.params.blocks[std::size_t(l)].router, N, C, E);
-  if (!m.lora.adapts(l, lora_router)) return;
-  const LoraParts<Real>& lora = m.lora;
-  const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][lora_router];
-  const std::optional<LoraDropoutMask> mask = lora.mask(slot, l, lora_router, 0);
-  const Vec<Real> dh = lora.dh();
-  lora_router_up_backward<Real>(m.space, dh, a.dB, d.router_logits, lora.h(slot, l, lora_router), a.B, lora.scale, N, E,
-                                lora.rank);
-  lora_dropped_input_backward<Real>(m.space, lora, d.dln.data(), dh, a, mask, C);
-  lora_dropped_weight_backward<Real>(m.space, lora, dh, a, mask, s.ln2, C);
+  if (m.lora.adapts(l, lora_router)) {
+    const LoraParts<Real>& lora = m.lora;
+    const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][lora_router];
+    const std::optional<LoraDropoutMask> mask = lora.mask(slot, l, lora_router, 0);
+    const Vec<Real> dh = lora.dh();
+    lora_router_up_backward<Real>(m.space, dh, a.dB, d.router_logits, lora.h(slot, l, lora_router), a.B, lora.scale, N,
+                                  E, lora.rank);
+    lora_dropped_input_backward<Real>(m.space, lora, whole.data(), dh, a, mask, C);
+    lora_dropped_weight_backward<Real>(m.space, lora, dh, a, mask, s.ln2, C);
+  }
+  if (!sequence_parallel) return;
+  const std::size_t rows = m.dims.Nl * std::size_t(C);
+  residual_forward<Real>(m.space, dln, dln, slice(whole, std::size_t(m.tp.rank()) * rows, rows), long(rows));
 }
 
 #define MESHTRAIN_LLAMA_MOE(Real)                                                                                    \
@@ -331,8 +341,8 @@ void LlamaFamily::router_input_backward(Parts<Real>& m, int slot, int l) {
   template void LlamaFamily::moe_forward<Real>(LlamaFamily::Parts<Real>&, int, int, const LlamaFamily::Block<Real>&, \
                                                Vec<Real>, bool);                                                     \
   template int LlamaFamily::router_block<Real>(const LlamaFamily::Parts<Real>&, int);                                \
-  template void LlamaFamily::moe_backward<Real>(LlamaFamily::Parts<Real>&, int, int);                                \
-  template void LlamaFamily::router_input_backward<Real>(LlamaFamily::Parts<Real>&, int, int);
+  template void LlamaFamily::moe_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>);                    \
+  template void LlamaFamily::router_input_backward<Real>(LlamaFamily::Parts<Real>&, int, int, Vec<Real>);
 MESHTRAIN_LLAMA_MOE(float)
 MESHTRAIN_LLAMA_MOE(double)
 MESHTRAIN_LLAMA_MOE(bf16)
