@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 
 namespace meshtrain {
 namespace {
@@ -61,6 +62,20 @@ int largest_fitting(std::int64_t most, Fits fits) {
   return int(good);
 }
 
+// Under sequence parallelism the B·T token rows divide over tp (core/model_sizes.hpp's residual_rows):
+// the step of B (or T) that keeps them divisible for the other, `other`; 1 without it.
+int rows_step(const Config& c, int other) {
+  const int tp = c.parallel.tp;
+  if (!c.model.sequence_parallel || tp <= 1) return 1;
+  return tp / std::gcd(std::max(other, 1), tp);
+}
+
+// largest_fitting over the multiples of `step`: the largest n · step ≤ most that fits.
+template <class Fits>
+int largest_fitting_multiple(std::int64_t most, int step, Fits fits) {
+  return step * largest_fitting(most / step, [&](int n) { return fits(n * step); });
+}
+
 // "82.1 MiB", "1.50 GiB".
 std::string memory_text(double bytes) {
   return bytes < GiB ? fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)) : fmt::format("{:.2f} GiB", bytes / GiB);
@@ -93,13 +108,15 @@ int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster) {
   // global_batch = micro · dp · accum is an int too.
   const std::int64_t per_micro = std::int64_t(dp) * accumulation_steps(cfg, dp);
   const std::int64_t most = std::numeric_limits<int>::max() / per_micro;
-  return largest_fitting(most, [&](int micro) { return fits_at(cfg, world, cluster, dp, micro); });
+  return largest_fitting_multiple(most, rows_step(cfg, cfg.model.seq_len),
+                                  [&](int micro) { return fits_at(cfg, world, cluster, dp, micro); });
 }
 
 int largest_seq_len(const Config& cfg, int world, const Cluster& cluster) {
   // The token rows B·T are an int (require_sizes_fit refuses more), so no T past int max / B fits.
   const std::int64_t most = std::numeric_limits<int>::max() / std::max(1, cfg.train.micro_batch);
-  return largest_fitting(most, [&](int T) { return fits_at_seq_len(cfg, world, cluster, T); });
+  return largest_fitting_multiple(most, rows_step(cfg, cfg.train.micro_batch),
+                                  [&](int T) { return fits_at_seq_len(cfg, world, cluster, T); });
 }
 
 void require_fits_memory(const Config& cfg, int world, const Cluster& cluster, const std::string& origin) {

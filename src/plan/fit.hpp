@@ -33,7 +33,8 @@ int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster);
 
 // The largest model.seq_len that fits `world` ranks of `cluster` with cfg's layout, micro-batch and
 // accumulation (the sizes, then the memory, as for the micro-batch); 0 when not even 1 does. Memory
-// grows with T: linearly under model.attention = fused, quadratically under materialized.
+// grows with T: linearly under model.attention = fused, quadratically under materialized. Under
+// sequence parallelism (and for the micro-batch too) only sizes whose B·T token rows tp divides count.
 int largest_seq_len(const Config& cfg, int world, const Cluster& cluster);
 
 // InputError (exit 2) naming `origin`, the memory needed and the cluster's, the largest micro-batch

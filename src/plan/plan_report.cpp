@@ -143,6 +143,7 @@ nlohmann::json summary_json(const Plan& plan) {
         {"tp", l.tp},
         {"pp", l.pp},
         {"ep", l.ep},
+        {"sequence_parallel", cfg.model.sequence_parallel && l.tp > 1},
         {"zero", cfg.parallel.zero},
         {"schedule", name_of(cfg.parallel.schedule)},
         {"precision", name_of(cfg.train.precision)},
@@ -337,8 +338,8 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   // search keeps the config's ep, so every row has it or none does).
   const bool ep = first.layout.ep > 1;
   const bool overlaps = !first.cluster.host_only;  // a hidden column: what a device hides (StepTime::hidden_s)
-  std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp",
-                                   "tp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
+  std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#",
+                                   "dp", "tp", "sp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
   if (ep) header += fmt::format(" {:>11}", "ep comm");
   header += fmt::format(" {:>11}", "bubble");
   if (overlaps) header += fmt::format(" {:>11}", "hidden");
@@ -347,9 +348,10 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
     std::string row =
-        fmt::format("  {:>3} {:>5} {:>4} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp, p.layout.tp,
-                    p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
-                    seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
+        fmt::format("  {:>3} {:>5} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp,
+                    p.layout.tp, p.cfg.model.sequence_parallel && p.layout.tp > 1 ? "yes" : "-", p.layout.pp, p.accum,
+                    seconds_text(st.total_s()), seconds_text(st.compute_s), seconds_text(st.tp_comm_s),
+                    seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
     if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
     row += fmt::format(" {:>11}", seconds_text(st.bubble_s));
     if (overlaps) row += fmt::format(" {:>11}", fmt::format("-{}", seconds_text(st.hidden_s)));

@@ -176,12 +176,18 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
 
 std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world) {
   std::vector<Plan> plans;
+  const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
   for (const Layout& layout : valid_layouts(cfg, world)) {
     Config c = cfg;
     c.parallel.dp = layout.dp;
     c.parallel.tp = layout.tp;
     c.parallel.pp = layout.pp;
-    plans.push_back(make_plan(c, world, cluster, RankCoverage::ends));
+    for (const bool sequence_parallel : {false, true}) {
+      if (sequence_parallel && (layout.tp == 1 || rows % layout.tp != 0)) continue;
+      // The key and the model's setting it resolves into (core/config.cpp) together.
+      c.parallel.sequence_parallel = c.model.sequence_parallel = sequence_parallel;
+      plans.push_back(make_plan(c, world, cluster, RankCoverage::ends));
+    }
   }
   std::stable_sort(plans.begin(), plans.end(),
                    [](const Plan& a, const Plan& b) { return a.step.total_s() < b.step.total_s(); });

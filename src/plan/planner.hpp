@@ -83,8 +83,9 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
 Plan full_training_plan(const Plan& lora, RankCoverage coverage = RankCoverage::every);
 
 // Every (dp, tp, pp) with dp·tp·pp = world that Topology::resolve accepts, whose accumulation is
-// whole and whose dp parallel.ep divides (the search keeps ep as the config gives it), ranked by
-// predicted step time (fastest first); memory with RankCoverage::ends.
+// whole and whose dp parallel.ep divides (the search keeps ep as the config gives it), each with tp > 1
+// also under sequence parallelism where tp divides the micro-batch's token rows, ranked by predicted
+// step time (fastest first); memory with RankCoverage::ends.
 std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world);
 
 // The (dp, tp, pp) candidates search_layouts considers, before ranking, in (tp, pp) order.

@@ -220,14 +220,36 @@ class PlanCli(unittest.TestCase):
                                      "h100-sxm-8", "--device-memory-gib", "0.5").stdout)
         self.assertIs(tight["fits"], False)
 
+    def test_sequence_parallel_max_seq_len(self):
+        # One sequence a micro-batch over tp 4: only lengths that 4 divides are the layout's, and the longest
+        # fits beyond the one without sequence parallelism (the residual stream and the norms split 4 ways).
+        keys = [*SMALL, "--world", "4", "--parallel.tp", "4", "--train.micro_batch", "1", "--train.global_batch",
+                "1", "--cluster", "h100-sxm-8", "--device-memory-gib", "2", "--json"]
+        plain = json.loads(self.plan(*keys).stdout)
+        split = json.loads(self.plan(*keys, "--parallel.sequence_parallel", "true").stdout)
+        self.assertIs(split["layout"]["sequence_parallel"], True)
+        self.assertEqual(split["max_seq_len"] % 4, 0)
+        self.assertGreater(split["max_seq_len"], plain["max_seq_len"])
+        self.assertLess(split["needed_bytes"], plain["needed_bytes"])
+
     def test_search(self):
         p = self.plan(*SMALL, "--world", "8", "--search", "--json")
         self.assertEqual(p.returncode, 0, p.stderr)
         plans = json.loads(p.stdout)
         self.assertIsInstance(plans, list)
-        # heads 4 → tp ∈ {1, 2, 4}; pp ≤ 4; 16 % (2·dp) == 0 → dp ∈ {1, 2, 4, 8}
-        expected = {(dp, tp, pp) for dp in (1, 2, 4, 8) for tp in (1, 2, 4) for pp in (1, 2, 4) if dp * tp * pp == 8}
-        self.assertEqual({(x["layout"]["dp"], x["layout"]["tp"], x["layout"]["pp"]) for x in plans}, expected)
+        # heads 4 → tp ∈ {1, 2, 4}; pp ≤ 4; 16 % (2·dp) == 0 → dp ∈ {1, 2, 4, 8}; tp > 1 with and without
+        # sequence parallelism (tp divides the micro-batch's rows)
+        expected = {(dp, tp, pp, sp) for dp in (1, 2, 4, 8) for tp in (1, 2, 4) for pp in (1, 2, 4)
+                    for sp in ((False, True) if tp > 1 else (False,)) if dp * tp * pp == 8}
+        self.assertEqual({(x["layout"]["dp"], x["layout"]["tp"], x["layout"]["pp"], x["layout"]["sequence_parallel"])
+                          for x in plans}, expected)
+        # sequence parallelism keeps the bytes over tp and takes activations off every rank
+        by_layout = {(x["layout"]["dp"], x["layout"]["tp"], x["layout"]["pp"], x["layout"]["sequence_parallel"]): x
+                     for x in plans}
+        for (dp, tp, pp, sp), x in by_layout.items():
+            if sp:
+                self.assertLess(x["needed_bytes"], by_layout[(dp, tp, pp, False)]["needed_bytes"], (dp, tp, pp))
+                self.assertGreaterEqual(x["max_seq_len"], by_layout[(dp, tp, pp, False)]["max_seq_len"])
         totals = [x["step_time"]["total_s"] for x in plans]
         self.assertEqual(totals, sorted(totals))
         table = self.plan(*SMALL, "--world", "8", "--search")
