@@ -1,10 +1,11 @@
 // The process grid (share/docs/design.md, Parallelism): layout validation, rank arithmetic, the group
 // communicators and the grid as rank 0 prints it.
 //
-// Global ranks are ordered tp fastest, then dp, then pp (Megatron's default order):
+// Global ranks are ordered tp fastest, then cp, then dp, then pp (Megatron's default order):
 //
-//     rank = tp_rank + tp · (dp_rank + dp · pp_rank)
+//     rank = tp_rank + tp · (cp_rank + cp · (dp_rank + dp · pp_rank))
 //
+// Without context parallelism (cp 1):
 // Every group of the 16-rank example of Megatron's parallel_state docstring, dp 2 × tp 2 × pp 4
 // (tests/parallel/test_topology.cpp holds the same table, written out by hand):
 //
@@ -41,6 +42,20 @@
 //
 // Expert-parallel peers are neighbouring dp ranks, so with tp × ep ranks per node the token
 // exchange stays inside a node, as tp's traffic does.
+//
+// Context parallelism puts a sequence's cp ranks next to the tp ones. dp 2 × cp 2 × tp 2, 8 ranks
+// (tests/parallel/test_topology_cp.cpp holds it too):
+//
+//     rank      0  1  2  3  4  5  6  7
+//     tp_rank   0  1  0  1  0  1  0  1
+//     cp_rank   0  0  1  1  0  0  1  1
+//     dp_rank   0  0  0  0  1  1  1  1
+//
+//     4 cp groups (same dp, tp and pp rank: one sequence's chunks, K/V passed around the ring)
+//         [0 2] [1 3] [4 6] [5 7]
+//     4 dp groups (same cp, tp and pp rank)   [0 4] [1 5] [2 6] [3 7]
+//     2 dp × cp groups (same tp and pp rank: every replica of a shard, its gradient summed over them)
+//         [0 2 4 6] [1 3 5 7]
 #include "parallel/topology.hpp"
 
 #include "core/errors.hpp"
@@ -49,7 +64,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
@@ -74,12 +91,18 @@ constexpr std::size_t max_listed_rank_ranges = 6;
 constexpr std::size_t max_listed_warnings = 3;
 constexpr std::size_t max_listed_hosts_in_warning = 4;
 
+// "dp 2 × tp 2 × pp 1", with cp where it is not 1: "dp 2 × cp 2 × tp 2 × pp 1".
+std::string degrees(const Layout& layout) {
+  return layout.cp == 1 ? fmt::format("dp {} × tp {} × pp {}", layout.dp, layout.tp, layout.pp)
+                        : fmt::format("dp {} × cp {} × tp {} × pp {}", layout.dp, layout.cp, layout.tp, layout.pp);
+}
+
 void check_layout(const Layout& layout) {
-  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1)
+  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.cp < 1)
     throw std::invalid_argument(
-        fmt::format("layout dp {} × tp {} × pp {}: every degree must be at least 1 "
-                    "(Topology::resolve turns parallel.dp = 0 into a number)",
-                    layout.dp, layout.tp, layout.pp));
+        fmt::format("layout {}: every degree must be at least 1 (Topology::resolve turns parallel.dp = 0 into a "
+                    "number)",
+                    degrees(layout)));
   if (layout.ep < 1 || layout.dp % layout.ep != 0)
     throw std::invalid_argument(
         fmt::format("layout dp {} with ep {}: ep must be at least 1 and divide dp", layout.dp, layout.ep));
@@ -232,22 +255,24 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
 int Topology::global_rank(const Layout& layout, const GridPosition& position) {
   check_layout(layout);
   if (position.tp_rank < 0 || position.tp_rank >= layout.tp || position.dp_rank < 0 || position.dp_rank >= layout.dp ||
-      position.pp_rank < 0 || position.pp_rank >= layout.pp)
-    throw std::out_of_range(fmt::format("grid position (dp {}, tp {}, pp {}) is outside layout dp {} × tp {} × pp {}",
-                                        position.dp_rank, position.tp_rank, position.pp_rank, layout.dp, layout.tp,
-                                        layout.pp));
-  return position.tp_rank + layout.tp * (position.dp_rank + layout.dp * position.pp_rank);
+      position.pp_rank < 0 || position.pp_rank >= layout.pp || position.cp_rank < 0 || position.cp_rank >= layout.cp)
+    throw std::out_of_range(fmt::format("grid position (dp {}, cp {}, tp {}, pp {}) is outside layout {}",
+                                        position.dp_rank, position.cp_rank, position.tp_rank, position.pp_rank,
+                                        degrees(layout)));
+  return position.tp_rank +
+         layout.tp * (position.cp_rank + layout.cp * (position.dp_rank + layout.dp * position.pp_rank));
 }
 
 GridPosition Topology::position(const Layout& layout, int global_rank) {
   check_layout(layout);
   if (global_rank < 0 || global_rank >= layout.world())
-    throw std::out_of_range(fmt::format("rank {} is outside layout dp {} × tp {} × pp {} = {} ranks", global_rank,
-                                        layout.dp, layout.tp, layout.pp, layout.world()));
+    throw std::out_of_range(
+        fmt::format("rank {} is outside layout {} = {} ranks", global_rank, degrees(layout), layout.world()));
   GridPosition position;
   position.tp_rank = global_rank % layout.tp;
-  position.dp_rank = (global_rank / layout.tp) % layout.dp;
-  position.pp_rank = global_rank / (layout.tp * layout.dp);
+  position.cp_rank = (global_rank / layout.tp) % layout.cp;
+  position.dp_rank = (global_rank / (layout.tp * layout.cp)) % layout.dp;
+  position.pp_rank = global_rank / (layout.tp * layout.cp * layout.dp);
   position.ep_rank = position.dp_rank % layout.ep;
   position.edp_rank = position.dp_rank / layout.ep;
   return position;
@@ -259,9 +284,8 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(world, &size), "is the communicator given to Topology valid?");
   if (size != layout.world())
     throw std::invalid_argument(
-        fmt::format("layout dp {} × tp {} × pp {} = {} ≠ communicator size {} "
-                    "(Topology::resolve checks a layout against the world size)",
-                    layout.dp, layout.tp, layout.pp, layout.world(), size));
+        fmt::format("layout {} = {} ≠ communicator size {} (Topology::resolve checks a layout against the world size)",
+                    degrees(layout), layout.world(), size));
 
   // A failure halfway frees what was already made: every communicator is owned from the start.
   MESHTRAIN_MPI_CHECK(MPI_Comm_dup(world, world_.out()),
@@ -272,17 +296,27 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : layout_(layout) {
                       "the MPI library refused MPI_ERRORS_RETURN on a duplicated communicator");
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(world_.get(), &rank_), "is the duplicated world communicator valid?");
   position_ = position(layout, rank_);
-  const int d = position_.dp_rank, t = position_.tp_rank, p = position_.pp_rank;
-  const int e = position_.ep_rank, r = position_.edp_rank;
+  const GridPosition& at = position_;
+  const int c = at.cp_rank, e = at.ep_rank, r = at.edp_rank, ep = layout.ep;
 
-  // Colors number the groups in the order of tp_groups, dp_groups, pp_groups, ep_groups and
-  // edp_groups; keys keep the natural order, so a rank's rank in each group communicator is its
-  // coordinate along that group.
-  split(world_.get(), d + layout.dp * p, t, tp_);
-  split(world_.get(), t + layout.tp * p, d, dp_);
-  split(world_.get(), t + layout.tp * d, p, pp_);
-  split(world_.get(), t + layout.tp * (r + layout.edp() * p), e, ep_);
-  split(world_.get(), t + layout.tp * (e + layout.ep * p), r, edp_);
+  // A group's color is its first global rank (this rank's position with the coordinates along the
+  // group at 0); keys keep the natural order, so a rank's rank in each group communicator is its
+  // coordinate along that group (c + cp · d along dp × cp).
+  const auto first = [&](GridPosition p) { return global_rank(layout, p); };
+  const auto with_dp = [&](int d, int cp_rank) {
+    GridPosition p = at;
+    p.dp_rank = d;
+    p.cp_rank = cp_rank;
+    return p;
+  };
+  split(world_.get(), first({at.dp_rank, 0, at.pp_rank, 0, 0, c}), at.tp_rank, tp_);
+  split(world_.get(), first(with_dp(0, c)), at.dp_rank, dp_);
+  split(world_.get(), first({at.dp_rank, at.tp_rank, 0, 0, 0, c}), at.pp_rank, pp_);
+  split(world_.get(), first(with_dp(r * ep, c)), e, ep_);
+  split(world_.get(), first(with_dp(e, c)), r, edp_);
+  split(world_.get(), first(with_dp(at.dp_rank, 0)), c, cp_);
+  split(world_.get(), first(with_dp(0, 0)), c + layout.cp * at.dp_rank, dp_cp_);
+  split(world_.get(), first(with_dp(e, 0)), c + layout.cp * r, edp_cp_);
 }
 
 std::string Topology::describe() const {
@@ -305,68 +339,69 @@ std::string Topology::describe() const {
   return describe_grid(layout_, hosts);
 }
 
-Groups tp_groups(const Layout& layout) {
+namespace {
+
+// The groups of ranks that agree on key(position), each in rank order (which is the order of the
+// coordinates along it), the groups in order of their first rank.
+template <class Key>
+Groups groups_by(const Layout& layout, Key key) {
+  check_layout(layout);
   Groups groups;
-  for (int p = 0; p < layout.pp; ++p)
-    for (int d = 0; d < layout.dp; ++d) {
-      auto& group = groups.emplace_back();
-      for (int t = 0; t < layout.tp; ++t) group.push_back(Topology::global_rank(layout, {d, t, p}));
-    }
+  std::map<std::array<int, 5>, std::size_t> index;
+  for (int rank = 0; rank < layout.world(); ++rank) {
+    const auto [it, added] = index.try_emplace(key(Topology::position(layout, rank)), groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(rank);
+  }
   return groups;
+}
+
+}  // namespace
+
+Groups tp_groups(const Layout& layout) {
+  return groups_by(layout, [](const GridPosition& p) { return std::array{p.dp_rank, p.cp_rank, p.pp_rank, 0, 0}; });
 }
 
 Groups dp_groups(const Layout& layout) {
-  Groups groups;
-  for (int p = 0; p < layout.pp; ++p)
-    for (int t = 0; t < layout.tp; ++t) {
-      auto& group = groups.emplace_back();
-      for (int d = 0; d < layout.dp; ++d) group.push_back(Topology::global_rank(layout, {d, t, p}));
-    }
-  return groups;
+  return groups_by(layout, [](const GridPosition& p) { return std::array{p.tp_rank, p.cp_rank, p.pp_rank, 0, 0}; });
 }
 
 Groups pp_groups(const Layout& layout) {
-  Groups groups;
-  for (int d = 0; d < layout.dp; ++d)
-    for (int t = 0; t < layout.tp; ++t) {
-      auto& group = groups.emplace_back();
-      for (int p = 0; p < layout.pp; ++p) group.push_back(Topology::global_rank(layout, {d, t, p}));
-    }
-  return groups;
+  return groups_by(layout, [](const GridPosition& p) { return std::array{p.dp_rank, p.cp_rank, p.tp_rank, 0, 0}; });
 }
 
 // An ep group is one replica of the whole set of experts: ep neighbouring dp ranks, the edp rank
-// numbering the replicas. Loops ordered so that the groups come in order of their first rank.
+// numbering the replicas.
 Groups ep_groups(const Layout& layout) {
-  Groups groups;
-  for (int p = 0; p < layout.pp; ++p)
-    for (int replica = 0; replica < layout.edp(); ++replica)
-      for (int t = 0; t < layout.tp; ++t) {
-        auto& group = groups.emplace_back();
-        for (int e = 0; e < layout.ep; ++e)
-          group.push_back(Topology::global_rank(layout, {replica * layout.ep + e, t, p}));
-      }
-  return groups;
+  return groups_by(layout, [](const GridPosition& p) {
+    return std::array{p.tp_rank, p.cp_rank, p.pp_rank, p.edp_rank, 0};
+  });
 }
 
 Groups edp_groups(const Layout& layout) {
-  Groups groups;
-  for (int p = 0; p < layout.pp; ++p)
-    for (int e = 0; e < layout.ep; ++e)
-      for (int t = 0; t < layout.tp; ++t) {
-        auto& group = groups.emplace_back();
-        for (int replica = 0; replica < layout.edp(); ++replica)
-          group.push_back(Topology::global_rank(layout, {replica * layout.ep + e, t, p}));
-      }
-  return groups;
+  return groups_by(layout, [](const GridPosition& p) {
+    return std::array{p.tp_rank, p.cp_rank, p.pp_rank, p.ep_rank, 0};
+  });
+}
+
+Groups cp_groups(const Layout& layout) {
+  return groups_by(layout, [](const GridPosition& p) { return std::array{p.dp_rank, p.tp_rank, p.pp_rank, 0, 0}; });
+}
+
+Groups dp_cp_groups(const Layout& layout) {
+  return groups_by(layout, [](const GridPosition& p) { return std::array{p.tp_rank, p.pp_rank, 0, 0, 0}; });
+}
+
+Groups edp_cp_groups(const Layout& layout) {
+  return groups_by(layout, [](const GridPosition& p) { return std::array{p.tp_rank, p.pp_rank, p.ep_rank, 0, 0}; });
 }
 
 std::string describe_grid(const Layout& layout, const std::vector<std::string>& hosts) {
   check_layout(layout);
   const int world = layout.world();
   if (hosts.size() != static_cast<std::size_t>(world))
-    throw std::invalid_argument(fmt::format("describe_grid: {} host names for dp {} × tp {} × pp {} = {} ranks",
-                                            hosts.size(), layout.dp, layout.tp, layout.pp, world));
+    throw std::invalid_argument(
+        fmt::format("describe_grid: {} host names for {} = {} ranks", hosts.size(), degrees(layout), world));
 
   // Hosts in the order of their first rank, each with its ranks.
   std::vector<std::pair<std::string, std::vector<int>>> by_host;
@@ -384,10 +419,14 @@ std::string describe_grid(const Layout& layout, const std::vector<std::string>& 
   const bool experts_split = layout.ep > 1;
   const std::string dp = experts_split ? fmt::format("{} (ep {} × edp {})", layout.dp, layout.ep, layout.edp())
                                        : fmt::format("{}", layout.dp);
-  std::string out = fmt::format("layout: dp {} × tp {} × pp {} = {} rank{} on {} host{}\n", dp, layout.tp, layout.pp,
-                                world, plural(static_cast<std::size_t>(world)), by_host.size(), plural(by_host.size()));
+  const std::string cp = layout.cp > 1 ? fmt::format(" × cp {}", layout.cp) : std::string();
+  std::string out =
+      fmt::format("layout: dp {}{} × tp {} × pp {} = {} rank{} on {} host{}\n", dp, cp, layout.tp, layout.pp, world,
+                  plural(static_cast<std::size_t>(world)), by_host.size(), plural(by_host.size()));
   out += groups_line("tp", tp, compact) + "\n";
+  if (layout.cp > 1) out += groups_line("cp", cp_groups(layout), compact) + "\n";
   out += groups_line("dp", dp_groups(layout), compact) + "\n";
+  if (layout.cp > 1) out += groups_line("dp × cp", dp_cp_groups(layout), compact) + "\n";
   if (experts_split) {
     out += groups_line("ep", ep_groups(layout), compact) + "\n";
     out += groups_line("edp", edp_groups(layout), compact) + "\n";
