@@ -168,13 +168,15 @@ void ring_attention_forward_block(const ExecSpace& space, Vec<accum_t<Real>> out
         const auto* q = &qkv(c.qkv_at(b, i) + long(h) * hs);
         const long k_at = long(h / c.g) * hs;
         const auto score = [&](int j) { return c.scale * detail::dot<A>(q, &kv(c.kv_at(b, j) + k_at), hs); };
-        // The block's keys this query sees: those at positions [lo, p].
-        A top = -std::numeric_limits<A>::infinity();
+        // The block's keys this query sees: those at positions [lo, p] (none: nothing to fold in).
+        A top = 0;
+        bool seen = false;
         detail::for_rows_at(keys, lo, p + 1, [&](int j) {
           const A s = score(j);
-          top = s > top ? s : top;
+          top = !seen || s > top ? s : top;
+          seen = true;
         });
-        if (top == -std::numeric_limits<A>::infinity()) return;  // no key of this block is visible
+        if (!seen) return;
         A sum = 0;
         detail::for_rows_at(keys, lo, p + 1, [&](int j) { sum += fast_exp(score(j) - top); });
         const A before = lse(index), block = top + kmath::log(sum);
