@@ -345,8 +345,8 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
   // A stage's input and output: this rank's block of the rows under sequence parallelism.
-  const std::int64_t message_bytes =
-      activation_bytes / rows * std::int64_t(residual_rows(cfg.model, std::size_t(rows), grid.tp));
+  const std::int64_t message_bytes = std::int64_t(residual_rows(cfg.model, std::size_t(rows), grid.tp)) *
+                                     cfg.model.d_model * compute_bytes(cfg.train.precision);
 
   RankTraffic traffic;
   add_data_parallel(traffic, cfg, grid, position, layout, passes, accum);

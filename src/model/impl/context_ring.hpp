@@ -57,13 +57,13 @@ class ContextRing {
   // rank's keys; `documents` are the whole sequences'.
   void forward(Vec<Real> out, Vec<A> lse, CVec<Real> qkv, const AttentionSegments& documents) {
     const Shape& s = shape_;
-    ring_attention_pack<Real>(space_, vec(kv_[0]), qkv, s.B, local_rows(), s.NH, s.KVH, s.hs);
-    ring_attention_begin<A>(space_, vec(running_), lse);
+    ring_attention_pack<Real>(space_, whole(kv_[0]), qkv, s.B, local_rows(), s.NH, s.KVH, s.hs);
+    ring_attention_begin<A>(space_, whole(running_), lse);
     int held = 0;
     for (int step = 0; step < ranks_; ++step) {
       Request sent, received;
       if (step + 1 < ranks_) pass_on(kv_[held], kv_[1 - held], kv_tag, sent, received);
-      ring_attention_forward_block<Real>(space_, vec(running_), lse, qkv, chunks_of(rank_), CVec<Real>(kv_[held]),
+      ring_attention_forward_block<Real>(space_, whole(running_), lse, qkv, chunks_of(rank_), CVec<Real>(kv_[held]),
                                          chunks_of(holder(step)), s.B, s.T, s.NH, s.KVH, s.hs, documents);
       received.wait();
       sent.wait();
@@ -76,14 +76,14 @@ class ContextRing {
   void backward(Vec<Real> dqkv, CVec<Real> dout, CVec<Real> qkv, CVec<Real> out, CVec<A> lse,
                 const AttentionSegments& documents) {
     const Shape& s = shape_;
-    ring_attention_pack<Real>(space_, vec(kv_[0]), qkv, s.B, local_rows(), s.NH, s.KVH, s.hs);
-    ring_attention_backward_begin<Real>(space_, vec(d_), vec(dq_), vec(dkv_[0]), dout, out, s.B, local_rows(), s.NH,
-                                        s.hs);
+    ring_attention_pack<Real>(space_, whole(kv_[0]), qkv, s.B, local_rows(), s.NH, s.KVH, s.hs);
+    ring_attention_backward_begin<Real>(space_, whole(d_), whole(dq_), whole(dkv_[0]), dout, out, s.B, local_rows(),
+                                        s.NH, s.hs);
     int held = 0;
     for (int step = 0; step < ranks_; ++step) {
       Request sent, received;
       if (step + 1 < ranks_) pass_on(kv_[held], kv_[1 - held], kv_tag, sent, received);
-      ring_attention_backward_block<Real>(space_, vec(dq_), vec(dkv_[held]), qkv, chunks_of(rank_),
+      ring_attention_backward_block<Real>(space_, whole(dq_), whole(dkv_[held]), qkv, chunks_of(rank_),
                                           CVec<Real>(kv_[held]), chunks_of(holder(step)), dout, lse, CVec<A>(d_), s.B,
                                           s.T, s.NH, s.KVH, s.hs, documents);
       // The partial sum moves on with its block; the last hop brings this rank's own block's sum home.
@@ -105,13 +105,14 @@ class ContextRing {
  private:
   static constexpr int kv_tag = 0, dkv_tag = 1;
 
+  // All of a buffer, as the kernels take it.
+  template <class T>
+  static Vec<T> whole(const Buffer<T>& b) {
+    return slice(b, 0, b.extent(0));
+  }
+
   // The rank whose block this rank holds at `step`.
   int holder(int step) const { return (rank_ - step + ranks_) % ranks_; }
-
-  template <class T>
-  static Vec<T> vec(const Buffer<T>& b) {
-    return Vec<T>(b.data(), b.extent(0));
-  }
 
   // Sends `from` to the next rank and receives the previous rank's into `into`, both left in flight.
   template <class T>
