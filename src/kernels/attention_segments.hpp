@@ -27,6 +27,35 @@ constexpr std::size_t attention_segments_size(int B, int docs) {
   return docs > 0 ? std::size_t(B) * std::size_t(docs + 1) : 0;
 }
 
+// Where the local rows of each sequence sit in it. Context parallelism (parallel.cp, kernels/ring_attention.hpp)
+// gives a rank two load-balanced chunks of `rows` positions: local rows [0, rows) at chunk `first`'s positions
+// [first·rows, (first+1)·rows), rows [rows, 2·rows) at chunk `second`'s. Default-constructed (rows 0): the local
+// rows are the whole sequence, in order. The position kernels (rotary, GPT-2's position table) read it so that
+// a rank's rows take their global positions.
+struct ContextChunks {
+  int rows = 0;
+  int first = 0, second = 0;
+
+  // Rank `rank` of `cp`'s chunks of a sequence of T positions (T a multiple of 2·cp).
+  static ContextChunks of_rank(int rank, int cp, int T) { return {T / (2 * cp), rank, 2 * cp - 1 - rank}; }
+  bool split() const { return rows > 0; }
+  // The whole sequence's positions when a sequence has T local rows (of_rank's chunks: 2·cp·rows).
+  int positions(int T) const { return rows == 0 ? T : (first + second + 1) * rows; }
+  KOKKOS_INLINE_FUNCTION int local_rows() const { return 2 * rows; }
+  KOKKOS_INLINE_FUNCTION int chunk(int half) const { return half == 0 ? first : second; }
+  KOKKOS_INLINE_FUNCTION int position(int r) const {
+    if (rows == 0) return r;
+    return r < rows ? first * rows + r : second * rows + r - rows;
+  }
+  // The local rows of half h (0, 1) whose positions lie in [lo, hi): [r0, r1), empty when r0 ≥ r1.
+  KOKKOS_INLINE_FUNCTION void rows_in(int half, int lo, int hi, int& r0, int& r1) const {
+    const int p0 = chunk(half) * rows;
+    const int a = lo > p0 ? lo : p0, b = hi < p0 + rows ? hi : p0 + rows;
+    r0 = half * rows + (a - p0);
+    r1 = half * rows + (b - p0);
+  }
+};
+
 namespace detail {
 
 // Where a position's document starts and ends (AttentionSegments), found by bisection. The offsets are

@@ -5,7 +5,8 @@
 //   backward: dwte[v,:] += Σ_{(b,t): tokens[b,t]=v} dout[b,t,:],  dwpe[q,:] += Σ_{(b,t): p(b,t)=q} dout[b,t,:]
 // p(b,t) = t, or with documents (packed fine-tuning sequences, kernels/attention_segments.hpp) the position
 // within t's document, t − start of t's document: each document sees the positions a sequence of its own
-// would.
+// would. Under context parallelism (ContextChunks) t is the global position of local row t, and T the local
+// rows of a sequence; wpe covers the whole sequence.
 //
 // The backward scatters many rows into one (a token may repeat), so it is written without atomics:
 // the positions are grouped by key first (a stable sort), and every sum then runs in position order
@@ -42,10 +43,11 @@ inline constexpr int kTokenSortRadix = 256;
 inline constexpr int kTokenSortChunk = 256;
 
 // documents: the documents of each sequence, whose positions restart at 0 (none: one per sequence).
+// chunks: where the T local rows of a sequence sit in it (default: they are the sequence).
 template <class Real>
 void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> tokens,
                      CVec<std::type_identity_t<Real>> wte, CVec<std::type_identity_t<Real>> wpe, int B, int T, int C,
-                     VocabRange range = {}, const AttentionSegments& documents = {}) {
+                     VocabRange range = {}, const AttentionSegments& documents = {}, const ContextChunks& chunks = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -53,7 +55,7 @@ void encoder_forward(const ExecSpace& space, Vec<Real> out, CVec<std::int32_t> t
   Kokkos::parallel_for(
       "meshtrain::encoder::forward", team_policy(space, B * T), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();
-        const int t = n % T;
+        const int t = chunks.position(n % T);
         const int position = t - docs.start(n / T, t);  // within t's document
         const long o = static_cast<long>(n) * C;
         const int row = tokens(n) - range.first;
@@ -172,12 +174,14 @@ void add_rows_by_key(const ExecSpace& space, const char* label, Vec<Real> dst, V
 // partials: encoder_backward_workspace(B, T, C) elements; token_order: token_order_workspace(B*T), used by
 // dwte's sum and then by dwpe's with documents. documents: as in encoder_forward; with them, a position's
 // row of wpe depends on its document, so dwpe is a sum by key (the position within the document), not a
-// column sum over the batch. Both are bitwise the same whatever the team size and thread count.
+// column sum over the batch (under context parallelism one for each chunk, into its rows of dwpe). Both are
+// bitwise the same whatever the team size and thread count. chunks: as in encoder_forward.
 template <class Real>
 void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
                       Vec<accum_t<std::type_identity_t<Real>>> partials, Vec<std::int32_t> token_order,
                       CVec<std::type_identity_t<Real>> dout, CVec<std::int32_t> tokens, int B, int T, int C, int V,
-                      VocabRange range = {}, const AttentionSegments& documents = {}) {
+                      VocabRange range = {}, const AttentionSegments& documents = {},
+                      const ContextChunks& chunks = {}) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>> && reachable_v<CVec<std::int32_t>>);
   using A = accum_t<Real>;
   const int N = B * T;
@@ -191,20 +195,29 @@ void encoder_backward(const ExecSpace& space, Vec<Real> dwte, Vec<Real> dwpe,
       });
   if (dwpe.extent(0) == 0) return;  // no position table (llama)
   if (documents.docs > 0) {
-    // dwpe[q,c] = Σ_{n: p(n)=q} dout[n,c], q = t − start of t's document < T.
+    // dwpe[q,c] = Σ_{n: p(n)=q} dout[n,c], q = t − start of t's document < the table's rows.
     const detail::DocumentBounds docs{documents.offsets.data(), documents.docs, T};
     detail::add_rows_by_key<Real>(
-        space, "meshtrain::encoder::backward_wpe", dwpe, token_order, dout, N, C, T, KOKKOS_LAMBDA(const int n) {
-          const int t = n % T;
+        space, "meshtrain::encoder::backward_wpe", dwpe, token_order, dout, N, C, chunks.positions(T),
+        KOKKOS_LAMBDA(const int n) {
+          const int t = chunks.position(n % T);
           return t - docs.start(n / T, t);
         });
     return;
   }
-  // dwpe[t,c] = Σ_b dout[b,t,c]: a column sum of B rows of T·C columns.
+  // dwpe[t,c] = Σ_b dout[b,t,c]: a column sum of B rows of T·C columns; under context parallelism one
+  // for each chunk's rows·C columns, into the chunk's rows of dwpe.
   const long TC = static_cast<long>(T) * C;
-  column_sums<1, Real>(
-      space, "meshtrain::encoder::backward_wpe", {dwpe}, partials, B, int(TC),
-      KOKKOS_LAMBDA(long b, int j) { return Kokkos::Array<A, 1>{A(dout(b * TC + j))}; });
+  const auto add_positions = [&](int first_row, int rows, int position) {
+    const long offset = long(first_row) * C;
+    const Vec<Real> into(dwpe.data() + std::size_t(position) * C, std::size_t(rows) * C);
+    column_sums<1, Real>(
+        space, "meshtrain::encoder::backward_wpe", {into}, partials, B, rows * C,
+        KOKKOS_LAMBDA(long b, int j) { return Kokkos::Array<A, 1>{A(dout(b * TC + offset + j))}; });
+  };
+  if (!chunks.split()) return add_positions(0, T, 0);
+  add_positions(0, chunks.rows, chunks.position(0));
+  add_positions(chunks.rows, chunks.rows, chunks.position(chunks.rows));
 }
 
 }  // namespace meshtrain

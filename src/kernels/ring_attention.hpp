@@ -36,26 +36,6 @@
 
 namespace meshtrain {
 
-// Where a rank's Tl = 2·rows local rows of a sequence sit in it: rows [0, rows) at chunk `first`'s
-// positions [first·rows, (first+1)·rows), rows [rows, 2·rows) at chunk `second`'s.
-struct ContextChunks {
-  int rows = 0;
-  int first = 0, second = 0;
-
-  // Rank `rank` of `cp`'s chunks of a sequence of T positions (T a multiple of 2·cp).
-  static ContextChunks of_rank(int rank, int cp, int T) { return {T / (2 * cp), rank, 2 * cp - 1 - rank}; }
-  KOKKOS_INLINE_FUNCTION int local_rows() const { return 2 * rows; }
-  KOKKOS_INLINE_FUNCTION int chunk(int half) const { return half == 0 ? first : second; }
-  KOKKOS_INLINE_FUNCTION int position(int r) const { return r < rows ? first * rows + r : second * rows + r - rows; }
-  // The local rows of half h (0, 1) whose positions lie in [lo, hi): [r0, r1), empty when r0 ≥ r1.
-  KOKKOS_INLINE_FUNCTION void rows_in(int half, int lo, int hi, int& r0, int& r1) const {
-    const int p0 = chunk(half) * rows;
-    const int a = lo > p0 ? lo : p0, b = hi < p0 + rows ? hi : p0 + rows;
-    r0 = half * rows + (a - p0);
-    r1 = half * rows + (b - p0);
-  }
-};
-
 namespace detail {
 
 // What both directions check and share: the document bounds, the query heads per kv head, the elements

@@ -4,8 +4,10 @@
 // columns each at columns h*hs .. h*hs+hs-1, rows row_stride elements apart (in the fused qkv row
 // [q: NH*hs | k: KV*hs | v: KV*hs], heads = NH + KV rotates q and k and leaves v alone).
 //   angle(t, i) = t · f_i,  f_i = theta^(−2i/hs) (rescaled under model.rope_scaling),  i < half,  t the row's position
-//   in its document: n % T, less the start of its document where segments are given (packed sequences: every document
-//   starts at 0, as when it is trained alone) forward:  x'[i]      = x[i] · cos − x[i+half] · sin
+//   in its document: its position in the sequence (n % T, or under context parallelism the global position of local
+//   row n % T, ContextChunks), less the start of its document where segments are given (packed sequences: every
+//   document starts at 0, as when it is trained alone)
+//   forward:  x'[i]      = x[i] · cos − x[i+half] · sin
 //             x'[i+half] = x[i+half] · cos + x[i] · sin
 //   backward: the transpose, a rotation by −angle:
 //             dx[i]      = dx'[i] · cos + dx'[i+half] · sin
@@ -69,7 +71,8 @@ namespace detail {
 // Rotates every (i, i+half) pair of every head by `direction` · angle (+1 forward, −1 backward).
 template <class Real>
 void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const RotaryTable<accum_t<Real>>& table,
-                  int N, int T, int row_stride, int heads, int hs, int direction, const AttentionSegments& segments) {
+                  int N, int T, int row_stride, int heads, int hs, int direction, const AttentionSegments& segments,
+                  const ContextChunks& chunks) {
   static_assert(reachable_v<Vec<Real>>);
   using A = accum_t<Real>;
   const int half = hs / 2;
@@ -83,7 +86,7 @@ void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const 
         const long head = p / half;  // n * heads + h
         const long n = head / heads;
         const long lo = n * row_stride + (head % heads) * hs + i;
-        const int t = int(n % T);
+        const int t = chunks.position(int(n % T));
         const long angle = long(t - docs.start(int(n / T), t)) * half + i;
         const A c = cosines(angle);
         const A s = sign * sines(angle);
@@ -97,19 +100,24 @@ void rotate_heads(const ExecSpace& space, const char* label, Vec<Real> x, const 
 }  // namespace detail
 
 // x [N*row_stride] is rotated in place; columns outside the `heads` heads are untouched. segments: the
-// documents of each of the N/T sequences (none: one per sequence).
+// documents of each of the N/T sequences (none: one per sequence), in global positions. chunks: where the T
+// local rows of a sequence sit in it under context parallelism (default: they are the sequence); the table
+// then covers the whole sequence's positions.
 template <class Real>
 void rotary_forward(const ExecSpace& space, Vec<Real> x, const RotaryTable<accum_t<Real>>& table, int N, int T,
-                    int row_stride, int heads, int hs, const AttentionSegments& segments = {}) {
-  detail::rotate_heads<Real>(space, "meshtrain::rotary::forward", x, table, N, T, row_stride, heads, hs, 1, segments);
+                    int row_stride, int heads, int hs, const AttentionSegments& segments = {},
+                    const ContextChunks& chunks = {}) {
+  detail::rotate_heads<Real>(space, "meshtrain::rotary::forward", x, table, N, T, row_stride, heads, hs, 1, segments,
+                             chunks);
 }
 
 // dx [N*row_stride] is rotated back in place (the transpose of the forward).
 template <class Real>
 void rotary_backward(const ExecSpace& space, Vec<Real> dx, const RotaryTable<accum_t<Real>>& table, int N, int T,
-                     int row_stride, int heads, int hs, const AttentionSegments& segments = {}) {
-  detail::rotate_heads<Real>(space, "meshtrain::rotary::backward", dx, table, N, T, row_stride, heads, hs, -1,
-                             segments);
+                     int row_stride, int heads, int hs, const AttentionSegments& segments = {},
+                     const ContextChunks& chunks = {}) {
+  detail::rotate_heads<Real>(space, "meshtrain::rotary::backward", dx, table, N, T, row_stride, heads, hs, -1, segments,
+                             chunks);
 }
 
 }  // namespace meshtrain

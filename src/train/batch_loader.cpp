@@ -26,15 +26,16 @@ Kokkos::View<int*, PinnedSpace> staging_for(const Tokens& tokens) {
 }  // namespace
 
 BatchLoader::BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro,
-                         const ExecSpace& space)
-    : BatchLoader(&stream, nullptr, order, micro_batch, seq_len, first_micro, space) {}
+                         const ExecSpace& space, const ContextChunks& chunks)
+    : BatchLoader(&stream, nullptr, order, micro_batch, seq_len, first_micro, space, chunks) {}
 
-BatchLoader::BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro, const ExecSpace& space)
+BatchLoader::BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro, const ExecSpace& space,
+                         const ContextChunks& chunks)
     : BatchLoader(data.packed() ? nullptr : &data.stream(), &data, data.order(), micro_batch, seq_len, first_micro,
-                  space) {}
+                  space, chunks) {}
 
 BatchLoader::BatchLoader(const io::TokenStream* stream, TrainingData* data, DataOrder& order, int micro_batch,
-                         int seq_len, int first_micro, const ExecSpace& space)
+                         int seq_len, int first_micro, const ExecSpace& space, const ContextChunks& chunks)
     : stream_(stream),
       data_(data),
       order_(order),
@@ -42,6 +43,7 @@ BatchLoader::BatchLoader(const io::TokenStream* stream, TrainingData* data, Data
       seq_len_(seq_len),
       first_micro_(first_micro),
       space_(space),
+      chunks_(chunks),
       window_("meshtrain::data::window", seq_len + 1),
       marks_("meshtrain::data::marks", slots) {
   for (Slot& s : slots_) {
@@ -65,7 +67,7 @@ void BatchLoader::wait_for_slot(int slot) const {
 }
 
 int BatchLoader::fill_plain(const Slot& slot, std::int64_t step, int micro) {
-  const std::size_t T = seq_len_, N = tokens();
+  const std::size_t T = seq_len_, N = whole_tokens();
   for (int b = 0; b < micro_batch_; ++b) {
     const int sample = (first_micro_ + micro) * micro_batch_ + b;
     if (order_.sample_index(step, sample) >= sample_limit_) {
@@ -89,7 +91,7 @@ int BatchLoader::fill_plain(const Slot& slot, std::int64_t step, int micro) {
 // a target kNoLossTarget where its mask is 0. The positions past the last record are padding (input
 // 0, no loss), a document of their own so that nothing of it reaches a record.
 int BatchLoader::fill_packed(const Slot& slot, std::int64_t step, int micro) {
-  const std::size_t T = seq_len_, N = tokens();
+  const std::size_t T = seq_len_, N = whole_tokens();
   const io::SftShards& records = data_->records();
   int docs = 1;
   for (int b = 0; b < micro_batch_; ++b) {
@@ -118,7 +120,7 @@ int BatchLoader::fill_packed(const Slot& slot, std::int64_t step, int micro) {
   // Offsets 0, the ends, then T again for the documents a sequence lacks (kernels/attention_segments.hpp).
   for (int b = 0; b < micro_batch_; ++b) {
     const std::vector<int>& ends = ends_[std::size_t(b)];
-    const std::size_t base = 2 * N + std::size_t(b) * std::size_t(docs + 1);
+    const std::size_t base = 2 * N + std::size_t(b) * std::size_t(docs + 1);  // after the whole sequences' tokens
     slot.staging(base) = 0;
     for (int d = 0; d < docs; ++d) {
       slot.staging(base + 1 + std::size_t(d)) = d < int(ends.size()) ? ends[std::size_t(d)] : int(T);
@@ -127,16 +129,30 @@ int BatchLoader::fill_packed(const Slot& slot, std::int64_t step, int micro) {
   return docs;
 }
 
+void BatchLoader::keep_local_rows(const Slot& slot) const {
+  const std::size_t T = seq_len_, N = whole_tokens(), Tl = std::size_t(chunks_.local_rows()), Nl = tokens();
+  // Row (b, r) moves from b·T + position(r) ≥ b·Tl + r: positions grow with r, so every read is ahead of
+  // every write so far. The targets, after the inputs, read past the inputs' new end.
+  for (const auto& [from, to] : {std::pair{std::size_t(0), std::size_t(0)}, std::pair{N, Nl}}) {
+    for (std::size_t b = 0; b < std::size_t(micro_batch_); ++b) {
+      for (std::size_t r = 0; r < Tl; ++r) {
+        slot.staging(to + b * Tl + r) = slot.staging(from + b * T + std::size_t(chunks_.position(int(r))));
+      }
+    }
+  }
+}
+
 void BatchLoader::load(std::int64_t step, int micro) {
   current_ = (current_ + 1) % slots;
   Slot& slot = slots_[std::size_t(current_)];
   wait_for_slot(current_);
   slot.docs = packed() ? fill_packed(slot, step, micro) : fill_plain(slot, step, micro);
+  if (chunks_.split()) keep_local_rows(slot);
   step_ = step;
   micro_ = micro;
   if (slot.staging.data() != slot.device.data()) {
     // Only what this load filled: the offsets of `docs` documents per sequence.
-    const std::size_t used = 2 * tokens() + attention_segments_size(micro_batch_, slot.docs);
+    const std::size_t used = 2 * whole_tokens() + attention_segments_size(micro_batch_, slot.docs);
     Kokkos::deep_copy(space_, Kokkos::subview(slot.device, std::make_pair(std::size_t(0), used)),
                       Kokkos::subview(slot.staging, std::make_pair(std::size_t(0), used)));
   }

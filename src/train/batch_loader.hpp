@@ -3,7 +3,10 @@
 // kNoLossTarget where a target carries no loss (share/docs/usage.md, Packing and the fine-tuning loss).
 //
 // Micro-batch k of a step holds samples j = (first + k)·B … (first + k)·B + B − 1 of that step
-// (B = micro_batch); a data-parallel rank d starts at first = d · accum.
+// (B = micro_batch); a data-parallel rank d starts at first = d · accum. Under context parallelism
+// (ContextChunks) each rank of the cp group reads the same samples and keeps its two chunks of every
+// sequence: inputs and targets are its B·Tl rows, the documents stay the whole sequences' (the ring's
+// mask and the positions are global).
 //
 // Uploaded without a global fence: each load fills host staging in pinned memory (core/exec.hpp
 // PinnedSpace) and copies it with deep_copy on the execution space, so the host goes on while the
@@ -31,13 +34,13 @@ class BatchLoader {
  public:
   // Windows of a token stream.
   BatchLoader(const io::TokenStream& stream, DataOrder& order, int micro_batch, int seq_len, int first_micro = 0,
-              const ExecSpace& space = ExecSpace());
+              const ExecSpace& space = ExecSpace(), const ContextChunks& chunks = {});
   // Either kind of training data.
   BatchLoader(TrainingData& data, int micro_batch, int seq_len, int first_micro = 0,
-              const ExecSpace& space = ExecSpace());
+              const ExecSpace& space = ExecSpace(), const ContextChunks& chunks = {});
 
-  // Loads micro-batch `micro` of step `step` into inputs(), targets() (B·T tokens each) and
-  // documents(), which hold it until the next load but one.
+  // Loads micro-batch `micro` of step `step` into inputs(), targets() (B·Tl tokens each: this rank's
+  // rows, B·T without context parallelism) and documents(), which hold it until the next load but one.
   void load(std::int64_t step, int micro);
 
   CVec<int> inputs() const { return CVec<int>(slots_[current_].device.data(), tokens()); }
@@ -45,7 +48,7 @@ class BatchLoader {
   // The documents of the loaded sequences (none on plain data: one per sequence).
   AttentionSegments documents() const {
     const int docs = slots_[current_].docs;
-    return {CVec<int>(slots_[current_].device.data() + 2 * tokens(), attention_segments_size(micro_batch_, docs)),
+    return {CVec<int>(slots_[current_].device.data() + 2 * whole_tokens(), attention_segments_size(micro_batch_, docs)),
             docs};
   }
   MicroBatch batch() const { return {inputs(), targets(), documents(), step_, first_sample()}; }
@@ -87,8 +90,15 @@ class BatchLoader {
   };
   // Both public constructors' work: the stream (plain data) or the records (packed) to read.
   BatchLoader(const io::TokenStream* stream, TrainingData* data, DataOrder& order, int micro_batch, int seq_len,
-              int first_micro, const ExecSpace& space);
-  std::size_t tokens() const { return std::size_t(micro_batch_) * std::size_t(seq_len_); }
+              int first_micro, const ExecSpace& space, const ContextChunks& chunks);
+  // The tokens of the B whole sequences (what a load fills), and of this rank's rows of them.
+  std::size_t whole_tokens() const { return std::size_t(micro_batch_) * std::size_t(seq_len_); }
+  std::size_t tokens() const {
+    return std::size_t(micro_batch_) * std::size_t(chunks_.split() ? chunks_.local_rows() : seq_len_);
+  }
+  // Context parallelism: moves this rank's rows of the whole sequences' inputs and targets to the front of
+  // each (in place: a row never moves back past one still to be read).
+  void keep_local_rows(const Slot& slot) const;
   void wait_for_slot(int slot) const;
   // The slot's sequences from windows of the stream, or from packed records; returns the documents
   // per sequence (0 for the stream).
@@ -102,6 +112,7 @@ class BatchLoader {
   int seq_len_;
   int first_micro_;
   ExecSpace space_;
+  ContextChunks chunks_;
   Kokkos::View<int*, HostSpace> window_;  // T + 1 tokens
   // Packed data: one record's tokens and mask (sized for the longest record once), and each
   // sequence's document ends.

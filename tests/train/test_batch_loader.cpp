@@ -1,7 +1,8 @@
 // BatchLoader (train/batch_loader.hpp): each load's inputs and targets are the windows the data
 // order names, read here from the token values themselves (token i of the stream is i mod 65521),
 // and a load's tokens stay intact through the next load (the two slots take turns), under a
-// shuffled order with a data-parallel rank's first micro-batch.
+// shuffled order with a data-parallel rank's first micro-batch; under context parallelism each rank of
+// the group the same samples' rows at its chunks' positions.
 #include "io/token_shard.hpp"
 #include "train/batch_loader.hpp"
 
@@ -59,6 +60,37 @@ TEST(BatchLoader, LoadsTheWindowsOfTheDataOrderAndKeepsThemUntilTheLoadAfterNext
       }
       previous = loader.inputs();
       previous_inputs = inputs_expected;
+    }
+  }
+  std::filesystem::remove(path);
+}
+
+// cp 3 over sequences of 12 positions (chunks of 2): rank r's rows are positions 2r, 2r + 1 and
+// 2(5 − r), 2(5 − r) + 1 of every sequence its dp rank reads, for inputs and targets alike.
+TEST(BatchLoader, KeepsAContextParallelRanksChunksOfEachSequence) {
+  constexpr int T = 12, B = 2, cp = 3;
+  std::vector<std::uint16_t> tokens(20 * T + 3);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::uint16_t(i);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("meshtrain_test_batch_loader_cp_" + std::to_string(::getpid()) + ".bin");
+  io::write_token_shard(path.string(), tokens);
+  const io::TokenStream stream = io::TokenStream::open(path.string());
+  DataOrder reference(stream.size(), T, B, SampleOrder::shuffle, 5);
+  for (int rank = 0; rank < cp; ++rank) {
+    DataOrder order(stream.size(), T, B, SampleOrder::shuffle, 5);
+    BatchLoader loader(stream, order, B, T, 0, ExecSpace(), ContextChunks::of_rank(rank, cp, T));
+    for (std::int64_t step = 0; step < 2; ++step) {
+      loader.load(step, 0);
+      std::vector<int> inputs_expected, targets_expected;
+      for (int b = 0; b < B; ++b) {
+        const std::uint64_t w = reference.window(step, b);
+        for (int t : {2 * rank, 2 * rank + 1, 2 * (2 * cp - 1 - rank), 2 * (2 * cp - 1 - rank) + 1}) {
+          inputs_expected.push_back(int(w * T + t));
+          targets_expected.push_back(int(w * T + t + 1));
+        }
+      }
+      EXPECT_EQ(to_host(loader.inputs()), inputs_expected) << "rank " << rank << " step " << step;
+      EXPECT_EQ(to_host(loader.targets()), targets_expected) << "rank " << rank << " step " << step;
     }
   }
   std::filesystem::remove(path);
