@@ -78,7 +78,7 @@ timed debug-asan test ctest --preset debug-asan -j "$jobs" -LE "equivalence|plan
 # documents run here) run once, in the release pass.
 timed openmp configure cmake --preset openmp "${unity[@]}"
 timed openmp build cmake --build --preset openmp -j "$jobs" --target meshtrain test_kernels test_flash_attention test_half_types test_model \
-  test_recompute_tp test_sequence_parallel test_gpt2_tp_low_precision test_model_vs_torch test_owned_launches \
+  test_recompute_tp test_long_context test_gpt2_tp_low_precision test_model_vs_torch test_owned_launches \
   test_lora_dropout test_lora_gradients test_ring_attention test_context_ring meshtrain_test_mpi_yield
 timed openmp test ctest --preset openmp -j "$jobs" -L '^(kernels|model|oracle|equivalence)$' \
   -E '^(test_cublas_gemm|equivalence_(llama|moe).*|equivalence_(reshard|3d|zero_3d|resume_across_layouts)|oracle_sft_training_.*)$' "$@"

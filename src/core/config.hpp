@@ -258,6 +258,10 @@ struct ModelConfig {
   // tensor-parallel regions each tp rank holds its block of the token rows. The model's tensors and
   // checkpoints are the same either way; without a tensor-parallel group of two or more it changes nothing.
   bool sequence_parallel = false;
+  // Not a [model] key: the context-parallel degree of this run (parallel.cp; model/impl/context_ring.hpp):
+  // each rank holds seq_len / context_parallel positions of every sequence, two load-balanced chunks of
+  // it (local_positions, core/model_sizes.hpp). The model's tensors and checkpoints are the same either way.
+  int context_parallel = 1;
   // Not part of the model's parameters (a checkpoint of either loads under the other): which kernels
   // compute attention, and so which activations a block keeps (output and log-sum-exp, or P).
   AttentionKernel attention = AttentionKernel::fused;

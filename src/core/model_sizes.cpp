@@ -277,6 +277,17 @@ std::size_t residual_rows(const ModelConfig& m, std::size_t tokens, int tp) {
   return tokens / std::size_t(tp);
 }
 
+std::size_t local_positions(const ModelConfig& m) {
+  const int cp = m.context_parallel;
+  if (cp <= 1) return std::size_t(m.seq_len);
+  if (m.seq_len % (2 * cp) != 0) {
+    throw std::invalid_argument(fmt::format(
+        "context parallelism splits each sequence of {} positions into 2 × cp = {} chunks: they must divide evenly",
+        m.seq_len, 2 * cp));
+  }
+  return std::size_t(m.seq_len / cp);
+}
+
 std::size_t expert_rows_received(const ModelConfig& m, std::size_t tokens, int ep) {
   const std::size_t E = std::size_t(m.experts), k = E > 0 ? std::size_t(m.experts_per_token) : 0;
   const std::size_t capacity = std::size_t(expert_capacity(m, std::int64_t(tokens)));

@@ -75,6 +75,10 @@ std::size_t expert_rows(const ModelConfig& m, std::size_t tokens);
 // (Dims::Nl): all of them, or under sequence parallelism (ModelConfig::sequence_parallel, tp > 1) its
 // block of tokens / tp. std::invalid_argument where tp does not divide the tokens.
 std::size_t residual_rows(const ModelConfig& m, std::size_t tokens, int tp);
+// Positions of every sequence one rank holds (Dims::T): seq_len, or under context parallelism
+// (ModelConfig::context_parallel = cp > 1) its two chunks of seq_len / (2·cp). std::invalid_argument where
+// 2·cp does not divide seq_len.
+std::size_t local_positions(const ModelConfig& m);
 // Rows an expert-parallel rank's experts may receive of micro-batches of `tokens` tokens: every assignment
 // (tokens · k, fewer under a capacity) without expert parallelism; else each of the ep senders' rows for its
 // E / ep experts at most. The buffers' size (LlamaFamily::Dims::Rr), not a step's count — but for

@@ -24,13 +24,18 @@
 // input's gradient), reduce-from-region after a row-parallel product and the embedding (its
 // forward sums). All buffers are allocated in the constructor; forward and backward allocate nothing.
 //
-// Size letters: B micro-batch, T context, C channels, V vocab, N = B·T; Vl this rank's vocabulary rows;
-// Nl this rank's rows of the residual stream: N, or under sequence parallelism (ModelConfig::
+// Context parallelism (ModelConfig::context_parallel, a cp group): each rank holds T = seq_len / cp positions of
+// every sequence, two load-balanced chunks (ContextChunks), and its attention runs around the group's ring
+// (model/impl/context_ring.hpp); positions are global, everything else works on the rank's rows as they are.
+//
+// Size letters: B micro-batch, T context (this rank's positions), C channels, V vocab, N = B·T; Vl this rank's
+// vocabulary rows; Nl this rank's rows of the residual stream: N, or under sequence parallelism (ModelConfig::
 // sequence_parallel) its block of N / tp rows, between the regions (enter_region, leave_region).
 #pragma once
 
 #include "kernels/gemm_types.hpp"
 #include "model/impl/carver.hpp"
+#include "model/impl/context_ring.hpp"
 #include "model/impl/lora_parts.hpp"
 #include "model/impl/span_of.hpp"
 #include "model/language_model.hpp"
@@ -41,6 +46,7 @@
 #include "parallel/tensor_parallel_mappings.hpp"
 
 #include <initializer_list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -132,14 +138,19 @@ struct DecoderParts {
   Buffer<double> router_sums;
   // LanguageModel::aux_weight() when backward started (MoE blocks' auxiliary losses).
   Accum aux_weight = Accum(1);
-  // Per slot: the documents of its sequences (LanguageModel::set_documents; none by default).
+  // Per slot: the documents of its sequences (LanguageModel::set_documents; none by default), the whole
+  // sequences' under context parallelism.
   std::vector<AttentionSegments> documents;
+  // Context parallelism: where this rank's rows sit in each sequence (default: they are the sequence), and
+  // the ring its fused attention runs around (none without a cp group of two or more ranks).
+  ContextChunks chunks;
+  std::optional<ContextRing<Real>> ring;
   LoraParts<Real> lora;                         // model.lora's adapters (inactive without)
   typename Family::template State<Real> state;  // constructed last, from the parts above
 
   // make_language_model's arguments (model/language_model.hpp).
   DecoderParts(const ExecSpace& exec, const ModelConfig& config, int batch_size, Comm* tp_comm, StagePlace place,
-               int slot_count, Recompute mode, ParameterStore<Real>* parameter_store, Comm* ep_comm);
+               int slot_count, Recompute mode, ParameterStore<Real>* parameter_store, Comm* ep_comm, Comm* cp_comm);
 
   const ModelConfig& model() const { return layout.model(); }
   bool sequence_parallel() const { return dims.Nl != dims.N; }
@@ -192,6 +203,13 @@ struct DecoderParts {
   void add_norm_grads(std::initializer_list<Vec<Real>> into) const;
   // The layout whose tensors have gradients: the adapters' under LoRA, else the model's.
   const ParameterLayout& trainable() const { return lora.active() ? *lora.layout : layout; }
+  // The fused attention of this rank's query heads in qkv (NH query, KVH kv heads of hs channels; rows as
+  // the fused kernel's): out and lse over the whole sequence of the slot's documents, on this rank or around
+  // the cp ring. Its backward: dqkv from dout and the forward's out and lse.
+  void fused_attention(int slot, Vec<Real> out, Vec<Accum> lse, CVec<Real> qkv, int NH, int KVH, int hs,
+                       Vec<Accum> workspace);
+  void fused_attention_backward(int slot, Vec<Real> dqkv, CVec<Real> dout, CVec<Real> qkv, CVec<Real> out,
+                                CVec<Accum> lse, int NH, int KVH, int hs, Vec<Accum> workspace);
   // The input of block l of `slot`: the previous block's output, or the stage's input.
   CVec<Real> block_input(int slot, int l) const {
     const auto& a = slots[std::size_t(slot)];
@@ -252,7 +270,7 @@ class DecoderStage final : public LanguageModel<Real> {
   // The arguments of make_language_model (model/language_model.hpp).
   DecoderStage(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
                int slots = 1, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr,
-               Comm* ep = nullptr);
+               Comm* ep = nullptr, Comm* cp = nullptr);
 
   const ParameterLayout& layout() const override { return m_.layout; }
   const ModelConfig& model() const { return m_.model(); }

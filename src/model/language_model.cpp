@@ -33,9 +33,10 @@ void list_family_tensors(ParameterLayout& layout) {
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
                                                          Comm* tp, StagePlace place, int slots, Recompute recompute,
-                                                         ParameterStore<Real>* store, Comm* ep) {
+                                                         ParameterStore<Real>* store, Comm* ep, Comm* cp) {
   return with_family(model.arch, [&]<class Family>(std::type_identity<Family>) -> std::unique_ptr<LanguageModel<Real>> {
-    return std::make_unique<DecoderStage<Real, Family>>(space, model, batch, tp, place, slots, recompute, store, ep);
+    return std::make_unique<DecoderStage<Real, Family>>(space, model, batch, tp, place, slots, recompute, store, ep,
+                                                        cp);
   });
 }
 
@@ -63,8 +64,9 @@ std::size_t model_gemm_workspace_bytes(const ModelConfig& model, int batch, int 
 }
 
 #define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                               \
-  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                           \
-      const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, int, Recompute, ParameterStore<Real>*, Comm*);   \
+  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(const ExecSpace&, const ModelConfig&, int, \
+                                                                          Comm*, StagePlace, int, Recompute,         \
+                                                                          ParameterStore<Real>*, Comm*, Comm*);      \
   template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, int); \
   template std::size_t model_gemm_workspace_bytes<Real>(const ModelConfig&, int, int);
 MESHTRAIN_LANGUAGE_MODEL(float)

@@ -147,12 +147,14 @@ class LanguageModel {
 // group (none: the whole model on this rank); `place` the pipeline stage; `slots` how many
 // micro-batches' activations it keeps at once; `recompute` which of them backward recomputes;
 // `store` where weights and gradients live (ZeRO; none: the model owns flat buffers); `ep` the
-// expert-parallel group (llama's MoE blocks; none: every expert on this rank).
+// expert-parallel group (llama's MoE blocks; none: every expert on this rank); `cp` the context-parallel
+// group, of model.context_parallel ranks (none: every position of a sequence on this rank).
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
                                                          Comm* tp = nullptr, StagePlace place = {}, int slots = 1,
                                                          Recompute recompute = Recompute::none,
-                                                         ParameterStore<Real>* store = nullptr, Comm* ep = nullptr);
+                                                         ParameterStore<Real>* store = nullptr, Comm* ep = nullptr,
+                                                         Comm* cp = nullptr);
 
 // What make_language_model's model allocates for these arguments, in elements of Real.
 template <class Real>

@@ -17,6 +17,16 @@
 namespace meshtrain::test {
 namespace {
 
+// A ring over `cp` for `shape`, its buffers carved from `storage` as a stage carves them from its scratch.
+template <class Real>
+ContextRing<Real> ring_over(Comm& cp, const typename ContextRing<Real>::Shape& shape, Buffer<Real>& storage) {
+  using Buffers = typename ContextRing<Real>::Buffers;
+  const Buffers buffers = carving::allocate_and_carve<Real, Buffers>(
+      storage, "meshtrain::test::context_ring",
+      [&](carving::Carver<Real>& c) { return ContextRing<Real>::carve(c, shape, cp.size()); });
+  return ContextRing<Real>(ExecSpace(), &cp, shape, buffers);
+}
+
 template <class Real>
 void expect_ring_equals_whole(const Case& c, Comm& cp, double tolerance) {
   using A = accum_t<Real>;
@@ -28,7 +38,8 @@ void expect_ring_equals_whole(const Case& c, Comm& cp, double tolerance) {
   ExecSpace space;
   const int B = here.B, T = here.T(), NH = here.NH, KVH = here.KVH, hs = here.hs, W = here.width();
   const WholeSequence<Real> whole(space, here);
-  ContextRing<Real> ring(space, &cp, {B, T, NH, KVH, hs});
+  Buffer<Real> storage;
+  ContextRing<Real> ring = ring_over<Real>(cp, {B, T, NH, KVH, hs}, storage);
   const ContextChunks mine = ring.chunks_of(cp.rank());
   const int Tl = ring.local_rows();
   const Buffer<Real> qkv = to_device<Real>(local_rows(whole.qkv, B, T, W, mine));
@@ -56,7 +67,8 @@ TEST(ContextRing, EqualsTheWholeSequence) {
 TEST(ContextRing, RefusesSequencesThatDoNotSplit) {
   const std::unique_ptr<Comm> cp = make_mpi_comm(MPI_COMM_WORLD);
   const int T = 2 * cp->size() + 1;  // one position too many for 2·cp chunks
-  EXPECT_THROW(ContextRing<float>(ExecSpace(), cp.get(), {1, T, 2, 1, 4}), std::invalid_argument);
+  Buffer<float> storage;
+  EXPECT_THROW(ring_over<float>(*cp, {1, T, 2, 1, 4}, storage), std::invalid_argument);
 }
 
 }  // namespace

@@ -95,20 +95,57 @@ std::vector<Real> rows_held(const std::vector<Real>& whole, std::size_t elements
   return {first, first + std::ptrdiff_t(elements)};
 }
 
+// Of `whole` (B sequences of T rows of `cols` elements), the rows `chunks` holds of each (all of them
+// without context parallelism).
+template <class T>
+std::vector<T> chunk_rows(const std::vector<T>& whole, int B, int seq_len, std::size_t cols,
+                          const ContextChunks& chunks) {
+  if (!chunks.split()) return whole;
+  const int Tl = chunks.local_rows();
+  std::vector<T> out(std::size_t(B) * std::size_t(Tl) * cols);
+  for (int b = 0; b < B; ++b) {
+    for (int r = 0; r < Tl; ++r) {
+      const auto from = whole.begin() + std::ptrdiff_t((std::size_t(b) * seq_len + chunks.position(r)) * cols);
+      std::copy(from, from + std::ptrdiff_t(cols), out.begin() + std::ptrdiff_t((std::size_t(b) * Tl + r) * cols));
+    }
+  }
+  return out;
+}
+
+// Context parallelism's part of a run (run_pipeline_like): the cp group, and the documents of every
+// sequence (B·(docs+1) offsets over the whole sequence; none: one per sequence).
+struct ContextSplit {
+  Comm* cp = nullptr;
+  std::vector<int> offsets;
+  int docs = 0;
+  ContextChunks chunks(const ModelConfig& m) const {
+    return cp != nullptr && cp->size() > 1 ? ContextChunks::of_rank(cp->rank(), cp->size(), m.seq_len)
+                                           : ContextChunks{};
+  }
+};
+
 // Two rounds over `slots` micro-batches: forwards 0, 1, …, then backwards in reverse (the 1F1B/GPipe
 // cool-down order), then again with backwards in forward order. Stage inputs and output gradients
 // (what a pipeline neighbour would send) and tokens are drawn from fixed seeds, so they are the
 // same for every mode and on every tensor-parallel rank (each rank's block of their rows under sequence
-// parallelism).
+// parallelism; each context-parallel rank's chunks of the whole sequences under `context`). Every loss
+// term is weighted by 1 / (the micro-batches' whole tokens), whatever the layout.
 template <class Real>
 Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace place, int slots, Recompute recompute,
-                                 Comm* tp = nullptr) {
+                                 Comm* tp = nullptr, const ContextSplit& context = {}) {
   ExecSpace space;
-  const auto made = make_language_model<Real>(space, m, batch, tp, place, slots, recompute);
+  const auto made =
+      make_language_model<Real>(space, m, batch, tp, place, slots, recompute, nullptr, nullptr, context.cp);
   LanguageModel<Real>& model = *made;
   fill_weights(model);
   model.zero_grads();
-  const int N = batch * m.seq_len;
+  const ContextChunks chunks = context.chunks(m);
+  const int whole_tokens = batch * m.seq_len;
+  const int N = chunks.split() ? batch * chunks.local_rows() : whole_tokens;
+  Buffer<int> offsets("offsets", context.offsets.size());
+  Kokkos::deep_copy(offsets,
+                    Kokkos::View<const int*, Kokkos::HostSpace>(context.offsets.data(), context.offsets.size()));
+  for (int k = 0; k < slots && context.docs > 0; ++k) model.set_documents(k, {CVec<int>(offsets), context.docs});
   std::mt19937_64 rng(21);
   std::uniform_int_distribution<int> token(0, m.vocab - 1);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -121,24 +158,30 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
   for (int k = 0; k < slots; ++k) {
     inputs.emplace_back("inputs", N);
     targets.emplace_back("targets", N);
-    std::vector<int> in(N), tg(N);
-    for (int i = 0; i < N; ++i) {
+    std::vector<int> in(whole_tokens), tg(whole_tokens);
+    for (int i = 0; i < whole_tokens; ++i) {
       in[i] = token(rng);
       tg[i] = token(rng);
     }
+    in = chunk_rows(in, batch, m.seq_len, 1, chunks);
+    tg = chunk_rows(tg, batch, m.seq_len, 1, chunks);
     Kokkos::deep_copy(inputs.back(), Kokkos::View<const int*, Kokkos::HostSpace>(in.data(), N));
     Kokkos::deep_copy(targets.back(), Kokkos::View<const int*, Kokkos::HostSpace>(tg.data(), N));
   }
-  const std::size_t NC = std::size_t(N) * m.d_model;
+  const std::size_t NC = std::size_t(whole_tokens) * m.d_model;
+  // A neighbour's rows as this rank holds them: its chunks, then its block of those under sequence parallelism.
+  const auto held = [&](const std::vector<Real>& whole, Vec<Real> into) {
+    from_host(into, rows_held(chunk_rows(whole, batch, m.seq_len, std::size_t(m.d_model), chunks), into.extent(0), tp));
+  };
   Observed<Real> seen;
   for (int round = 0; round < 2; ++round) {
     for (int k = 0; k < slots; ++k) {
-      if (!place.first()) from_host(model.stage_input(k), rows_held(draw(NC, 1.0), model.stage_input(k).extent(0), tp));
+      if (!place.first()) held(draw(NC, 1.0), model.stage_input(k));
       model.stage_forward(k, CVec<int>(inputs[k].data(), N));
       if (place.last()) {
         const LossSum sum;
         sum.clear(space);
-        model.stage_loss(k, CVec<int>(targets[k].data(), N), Real(1) / Real(N * slots), sum);
+        model.stage_loss(k, CVec<int>(targets[k].data(), N), Real(1) / Real(whole_tokens * slots), sum);
         seen.losses.push_back(Real(typename LanguageModel<Real>::Accum(sum.read(space))));
       } else {
         space.fence();
@@ -147,9 +190,7 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
     }
     for (int j = 0; j < slots; ++j) {
       const int k = round == 0 ? slots - 1 - j : j;
-      if (!place.last()) {
-        from_host(model.output_gradient(), rows_held(draw(NC, 1e-2), model.output_gradient().extent(0), tp));
-      }
+      if (!place.last()) held(draw(NC, 1e-2), model.output_gradient());
       model.stage_backward(k, CVec<int>(inputs[k].data(), N));
       space.fence();
       if (!place.first()) seen.input_grads.push_back(to_host(model.input_gradient()));
@@ -159,6 +200,27 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
   seen.grads = to_host(CVec<Real>(model.grads()));
   seen.sizes = model.activation_elements();
   return seen;
+}
+
+// |actual − expected| ≤ tolerance · (1 + |expected|), element by element; the worst one reported (values
+// of about unit size computed in two orders of summation differ by the unit's rounding).
+template <class Real>
+void expect_close_rows(const std::vector<Real>& expected, const std::vector<Real>& actual, double tolerance,
+                       const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  ASSERT_FALSE(expected.empty()) << what << ": nothing was compared";
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double e = double(expected[i]), a = double(actual[i]);
+    const double excess = std::abs(a - e) / (1 + std::abs(e));
+    if (!(excess <= worst)) {  // NaN counts as the worst
+      worst = std::isnan(excess) ? INFINITY : excess;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, tolerance) << what << "[" << at << "]: " << double(actual[at]) << " instead of "
+                              << double(expected[at]);
 }
 
 // Bitwise equality, reporting the first element that differs and by how much.

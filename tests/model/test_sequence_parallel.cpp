@@ -57,26 +57,6 @@ const Case llama_cases[] = {
     {mixture(3, 1.0), 2, {0, 1}, 2},  // MoE under a capacity: some assignments dropped
 };
 
-// |actual − expected| ≤ tolerance · (1 + |expected|), element by element; the worst one reported.
-template <class Real>
-void expect_close(const std::vector<Real>& expected, const std::vector<Real>& actual, double tolerance,
-                  const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size()) << what;
-  ASSERT_FALSE(expected.empty()) << what << ": nothing was compared";
-  double worst = 0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const double e = double(expected[i]), a = double(actual[i]);
-    const double excess = std::abs(a - e) / (1 + std::abs(e));
-    if (!(excess <= worst)) {  // NaN counts as the worst
-      worst = std::isnan(excess) ? INFINITY : excess;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tolerance) << what << "[" << at << "]: " << double(actual[at]) << " instead of "
-                              << double(expected[at]);
-}
-
 template <class Real>
 void expect_same_training(const Case& c, Recompute recompute, Comm& tp, double tolerance) {
   const std::string name = "stage " + std::to_string(c.place.stage) + "/" + std::to_string(c.place.stages) + " tp " +
@@ -86,18 +66,18 @@ void expect_same_training(const Case& c, Recompute recompute, Comm& tp, double t
   sequence.sequence_parallel = true;
   const auto plain = test::run_pipeline_like<Real>(c.model, c.batch, c.place, c.slots, recompute, &tp);
   const auto split = test::run_pipeline_like<Real>(sequence, c.batch, c.place, c.slots, recompute, &tp);
-  if (c.place.last()) expect_close(plain.losses, split.losses, tolerance, "losses");
+  if (c.place.last()) test::expect_close_rows(plain.losses, split.losses, tolerance, "losses");
   const std::size_t rows = std::size_t(c.batch) * c.model.seq_len * c.model.d_model / std::size_t(tp.size());
   for (std::size_t k = 0; k < plain.outputs.size(); ++k) {
     ASSERT_EQ(split.outputs[k].size(), rows) << "a stage output holds this rank's block of rows";
-    expect_close(test::rows_held(plain.outputs[k], rows, &tp), split.outputs[k], tolerance,
-                 "stage output " + std::to_string(k));
+    test::expect_close_rows(test::rows_held(plain.outputs[k], rows, &tp), split.outputs[k], tolerance,
+                            "stage output " + std::to_string(k));
   }
   for (std::size_t k = 0; k < plain.input_grads.size(); ++k) {
-    expect_close(test::rows_held(plain.input_grads[k], rows, &tp), split.input_grads[k], tolerance,
-                 "input gradient " + std::to_string(k));
+    test::expect_close_rows(test::rows_held(plain.input_grads[k], rows, &tp), split.input_grads[k], tolerance,
+                            "input gradient " + std::to_string(k));
   }
-  expect_close(plain.grads, split.grads, tolerance, "gradients");
+  test::expect_close_rows(plain.grads, split.grads, tolerance, "gradients");
   const ActivationSizes planned = activation_elements<Real>(sequence, c.batch, tp.size(), c.place, c.slots, recompute);
   EXPECT_EQ(split.sizes.kept, planned.kept) << "the planner counts what the stage carves";
   EXPECT_EQ(split.sizes.scratch, planned.scratch);

@@ -17,9 +17,9 @@ namespace meshtrain {
 
 Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int /*ep*/) {
   const std::size_t tp = std::size_t(layout.tp()), padded = std::size_t(padded_vocab(m, layout.tp()).value());
-  const std::size_t N = std::size_t(batch) * m.seq_len;
+  const std::size_t T = local_positions(m), N = std::size_t(batch) * T;
   return {std::size_t(batch),
-          std::size_t(m.seq_len),
+          T,
           std::size_t(m.d_model),
           std::size_t(m.heads) / tp,
           N,
@@ -30,7 +30,7 @@ Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const Paramet
 }
 
 std::vector<GemmShape> Gpt2Family::gemm_products(const ModelConfig& m, int batch, int tp) {
-  const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, Cl = C / tp, hs = C / m.heads;
+  const int T = int(local_positions(m)), N = batch * T, C = m.d_model, Cl = C / tp, hs = C / m.heads;
   const int Vl = int(padded_vocab(m, tp).value() / tp);  // this rank's (padded) vocabulary rows
   std::vector<GemmShape> products = {
       {N, Vl, C},     {N, C, Vl},     {Vl, C, N},      // tied output head: logits, dlnf, dwte

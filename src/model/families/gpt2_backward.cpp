@@ -58,8 +58,7 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
                         dattended, s.atty, w.attproj_w, N, Cl, C);
   lora_row_backward<Real>(m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, dattended.data(), C, d.datty.data());
   if (dm.fused_attention) {
-    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NH, NH, Cl / NH,
-                             m.documents[std::size_t(slot)], d.attention_workspace);
+    m.fused_attention_backward(slot, d.dqkv, d.datty, s.qkv, s.atty, s.lse, NH, NH, Cl / NH, d.attention_workspace);
   } else {
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
   }

@@ -31,8 +31,7 @@ void Gpt2Family::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, co
   matmul_forward<Real>(m.space, s.qkv, s.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
   lora_column_forward<Real>(m.space, m.lora, slot, l, lora_c_attn, s.ln1, C, s.qkv.data(), 3 * Cl, 3 * Cl);
   if (d.fused_attention) {
-    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NH, NH, Cl / NH, m.documents[std::size_t(slot)],
-                            m.scratch.attention_workspace);
+    m.fused_attention(slot, s.atty, s.lse, s.qkv, NH, NH, Cl / NH, m.scratch.attention_workspace);
   } else {
     attention_forward(m.space, s.atty, s.att, s.qkv, B, T, Cl, NH);
   }

@@ -17,13 +17,13 @@ namespace meshtrain {
 
 LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const ParameterLayout& layout, int ep) {
   const std::size_t t = std::size_t(layout.tp()), padded = std::size_t(padded_vocab(m, layout.tp()).value());
-  const std::size_t N = std::size_t(batch) * m.seq_len, E = std::size_t(m.experts);
+  const std::size_t T = local_positions(m), N = std::size_t(batch) * T, E = std::size_t(m.experts);
   const std::size_t k = E > 0 ? std::size_t(m.experts_per_token) : 0;
   const int capacity = m.expert_capacity(int(N));
   const std::size_t R = expert_rows(m, N);
   const std::size_t P = std::size_t(ep), El = E / P;
   return {std::size_t(batch),
-          std::size_t(m.seq_len),
+          T,
           std::size_t(m.d_model),
           N,
           std::size_t(m.heads) / t,
@@ -90,7 +90,7 @@ void add_expert_tensors(ParameterLayout& layout, int l) {
 // expert at most once. The router's product runs in fp32 without the workspace
 // (kernels/router_linear.hpp). Dropless, the experts' rows are an upper bound.
 std::vector<GemmShape> LlamaFamily::gemm_products(const ModelConfig& m, int batch, int tp) {
-  const int N = batch * m.seq_len, T = m.seq_len, C = m.d_model, hs = m.head_size();
+  const int T = int(local_positions(m)), N = batch * T, C = m.d_model, hs = m.head_size();
   const int Vl = int(padded_vocab(m, tp).value() / tp);
   const int Q = m.heads / tp * hs, QKV = (m.heads + 2 * m.kv_head_count()) / tp * hs;
   std::vector<GemmShape> products = {

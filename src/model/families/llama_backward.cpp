@@ -37,13 +37,12 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   linear_backward<Real>(m.space, d.datty, dw.o, dattended, s.atty, w.o, N, Q, C);
   lora_row_backward<Real>(m.space, m.lora, slot, l, lora_o, s.atty, Q, dattended.data(), C, d.datty.data());
   if (dm.fused_attention) {
-    fused_attention_backward(m.space, d.dqkv, d.datty, s.qkv, s.atty, s.lse, B, T, NHl, KVl, hs,
-                             m.documents[std::size_t(slot)], d.attention_workspace);
+    m.fused_attention_backward(slot, d.dqkv, d.datty, s.qkv, s.atty, s.lse, NHl, KVl, hs, d.attention_workspace);
   } else {
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, NHl, KVl, hs);
   }
   // Back to the unrotated q and k.
-  rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, m.documents[std::size_t(slot)]);
+  rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, m.documents[std::size_t(slot)], m.chunks);
   linear_backward<Real>(m.space, d.dln, dw.qkv, dw.qkv_bias, d.column_partials, d.dqkv, s.ln1, w.qkv, N, C, QKV);
   const int KVc = KVl * hs;
   const Real* dqkv = d.dqkv.data();

@@ -35,10 +35,9 @@ void LlamaFamily::block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, c
   lora_column_forward<Real>(m.space, m.lora, slot, l, lora_v, s.ln1, C, s.qkv.data() + Q + KVc, QKV, KVc);
   const AttentionSegments& documents = m.documents[std::size_t(slot)];
   // The q heads, then the k heads; positions restart at each document of a packed sequence.
-  rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, documents);
+  rotary_forward(m.space, s.qkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, documents, m.chunks);
   if (d.fused_attention) {
-    fused_attention_forward(m.space, s.atty, s.lse, s.qkv, B, T, NHl, KVl, hs, documents,
-                            m.scratch.attention_workspace);
+    m.fused_attention(slot, s.atty, s.lse, s.qkv, NHl, KVl, hs, m.scratch.attention_workspace);
   } else {
     attention_forward(m.space, s.atty, s.att, s.qkv, B, T, NHl, KVl, hs);
   }

@@ -4,6 +4,7 @@
 
 #include "core/errors.hpp"
 #include "kernels/encoder.hpp"
+#include "kernels/fused_attention.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/moe_router.hpp"
 #include "kernels/residual.hpp"
@@ -27,6 +28,11 @@ namespace decoder_detail {
 inline int expert_ranks(Comm* ep) { return ep != nullptr && ep->size() > 1 ? ep->size() : 1; }
 inline int expert_rank(Comm* ep) { return expert_ranks(ep) > 1 ? ep->rank() : 0; }
 
+// The context ring's shape for a stage of `batch` sequences under tp: whole sequences, this rank's heads.
+inline ContextRingShape ring_shape(const ModelConfig& m, int batch, int tp) {
+  return {batch, m.seq_len, m.heads / tp, m.kv_head_count() / tp, m.head_size()};
+}
+
 // The table's rows this rank holds, as the embedding kernels take them.
 inline VocabRange rows_of(const TensorInfo& table, bool with_positions) {
   return {int(table.piece.offset[0]), int(table.piece.block[0]), with_positions};
@@ -39,6 +45,7 @@ struct RankScratch {
   typename Family::template Scratch<Real> backward;
   typename Family::template Block<Real> shared;  // empty under Recompute::none
   Vec<Real> norm_rows, proj_rows, norm_grads;    // sequence parallelism's (DecoderParts)
+  typename ContextRing<Real>::Buffers ring;      // context parallelism's (empty without)
 };
 
 // The most norm parameters of C elements one backward pass sums at once: a block's two LayerNorms.
@@ -46,14 +53,15 @@ constexpr std::size_t norm_grads_at_once = 4;
 
 template <class Real, class Family>
 RankScratch<Real, Family> carve_rank_scratch(carving::Carver<Real>& c, const typename Family::Dims& d,
-                                             Recompute recompute) {
-  RankScratch<Real, Family> r{Family::carve_scratch(c, d), {}, {}, {}, {}};
+                                             Recompute recompute, const ModelConfig& m, int tp) {
+  RankScratch<Real, Family> r{Family::carve_scratch(c, d), {}, {}, {}, {}, {}};
   if (recompute != Recompute::none) r.shared = Family::carve_block(c, d, carving::shared_fields(recompute), -1);
   if (d.Nl != d.N) {
     r.norm_rows = c.take(d.Nl * d.C);
     r.proj_rows = c.take(d.Nl * d.C);
     r.norm_grads = c.take(norm_grads_at_once * d.C);
   }
+  if (m.context_parallel > 1) r.ring = ContextRing<Real>::carve(c, ring_shape(m, int(d.B), tp), m.context_parallel);
   return r;
 }
 
@@ -100,7 +108,7 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   const ParameterLayout layout(model, tp, 0, place);
   const typename Family::Dims dims = Family::dims(model, batch, layout, ep);
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
-  const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute).shared;
+  const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute, model, tp).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
   const ActivationSizes lora =
       lora_activation_elements(model, batch, layout.first_layer(), layout.stage_layers(), slots, place.last(), tp, ep);
@@ -110,7 +118,7 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
 template <class Real, class Family>
 DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfig& config, int batch_size,
                                          Comm* tp_comm, StagePlace place, int slot_count, Recompute mode,
-                                         ParameterStore<Real>* parameter_store, Comm* ep_comm)
+                                         ParameterStore<Real>* parameter_store, Comm* ep_comm, Comm* cp_comm)
     : space(exec),
       tp(tp_comm),
       copy_to(tp),
@@ -139,6 +147,10 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
     throw std::logic_error(
         fmt::format("a {} stage built for a model whose arch is {}", Family::name, name_of(config.arch)));
   }
+  if ((cp_comm != nullptr ? cp_comm->size() : 1) != config.context_parallel) {
+    throw std::logic_error(fmt::format("the {} stage's context-parallel group has {} ranks, its model {}", Family::name,
+                                       cp_comm != nullptr ? cp_comm->size() : 1, config.context_parallel));
+  }
   if (layout.ep() != decoder_detail::expert_ranks(ep_comm) ||
       layout.ep_rank() != decoder_detail::expert_rank(ep_comm)) {
     throw std::logic_error(fmt::format(
@@ -156,12 +168,17 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
   }));
   using carving::Carver;
   const auto rank = carving::allocate_and_carve<Real, decoder_detail::RankScratch<Real, Family>>(
-      scratch_buffer, fmt::format("meshtrain::{}::backward_scratch", Family::name).c_str(),
-      [&](Carver<Real>& c) { return decoder_detail::carve_rank_scratch<Real, Family>(c, dims, mode); });
+      scratch_buffer, fmt::format("meshtrain::{}::backward_scratch", Family::name).c_str(), [&](Carver<Real>& c) {
+        return decoder_detail::carve_rank_scratch<Real, Family>(c, dims, mode, config, tp.size());
+      });
   scratch = rank.backward;
   norm_rows = rank.norm_rows;
   proj_rows = rank.proj_rows;
   norm_grads = rank.norm_grads;
+  if (config.context_parallel > 1) {
+    ring.emplace(space, cp_comm, decoder_detail::ring_shape(config, batch_size, tp.size()), rank.ring);
+    chunks = ring->chunks_of(cp_comm->rank());
+  }
   slots = carving::allocate_and_carve<Real, std::vector<SlotActivations<Real, Family>>>(
       activation_buffer, fmt::format("meshtrain::{}::activations", Family::name).c_str(), [&](Carver<Real>& c) {
         return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count, mode, rank.shared);
@@ -169,6 +186,24 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
   router_sums = Buffer<double>("meshtrain::moe_router::sums",
                                router_sums_per_block(router_statistics.experts) * router_statistics.blocks.size());
   documents.assign(std::size_t(slot_count), AttentionSegments{});
+}
+
+template <class Real, class Family>
+void DecoderParts<Real, Family>::fused_attention(int slot, Vec<Real> out, Vec<Accum> lse, CVec<Real> qkv, int NH,
+                                                 int KVH, int hs, Vec<Accum> workspace) {
+  const AttentionSegments& docs = documents[std::size_t(slot)];
+  if (ring) return ring->forward(out, lse, qkv, docs);
+  fused_attention_forward(space, out, lse, qkv, batch, int(dims.T), NH, KVH, hs, docs, workspace);
+}
+
+template <class Real, class Family>
+void DecoderParts<Real, Family>::fused_attention_backward(int slot, Vec<Real> dqkv, CVec<Real> dout, CVec<Real> qkv,
+                                                          CVec<Real> out, CVec<Accum> lse, int NH, int KVH, int hs,
+                                                          Vec<Accum> workspace) {
+  const AttentionSegments& docs = documents[std::size_t(slot)];
+  if (ring) return ring->backward(dqkv, dout, qkv, out, lse, docs);
+  meshtrain::fused_attention_backward(space, dqkv, dout, qkv, out, lse, batch, int(dims.T), NH, KVH, hs, docs,
+                                      workspace);
 }
 
 template <class Real, class Family>
@@ -189,8 +224,8 @@ void DecoderParts<Real, Family>::add_norm_grads(std::initializer_list<Vec<Real>>
 template <class Real, class Family>
 DecoderStage<Real, Family>::DecoderStage(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp,
                                          StagePlace place, int slots, Recompute recompute, ParameterStore<Real>* store,
-                                         Comm* ep)
-    : m_(space, model, batch, tp, place, slots, recompute, store, ep) {
+                                         Comm* ep, Comm* cp)
+    : m_(space, model, batch, tp, place, slots, recompute, store, ep, cp) {
   clear_router_statistics();
 }
 
@@ -224,7 +259,7 @@ void DecoderStage<Real, Family>::stage_forward(int slot, CVec<int> inputs) {
     const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), positions);
     const Vec<Real> lookup = m_.sequence_parallel() ? a.proj : a.encoded;
     encoder_forward(m_.space, lookup, inputs, p.embed, p.positions, int(d.B), int(d.T), C, rows,
-                    m_.documents[std::size_t(slot)]);
+                    m_.documents[std::size_t(slot)], m_.chunks);
     m_.leave_region(lookup, a.encoded);
   }
   for (int l = 0; l < m_.layout.stage_layers(); ++l) {
@@ -291,7 +326,8 @@ void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, cons
         if (m_.dparams.embed.extent(0) == 0) return;  // frozen (LoRA): nothing to accumulate
         const Vec<Real> dlookup = m_.leave_region_backward(s.dresidual, s.dln);
         encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order, dlookup,
-                         inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows, m_.documents[std::size_t(slot)]);
+                         inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows, m_.documents[std::size_t(slot)],
+                         m_.chunks);
       });
 }
 

@@ -84,7 +84,7 @@ inline LoraHRows lora_h_rows(const ModelConfig& model, int block, std::size_t N,
 inline ActivationSizes lora_activation_elements(const ModelConfig& model, int batch, int first_layer, int layers,
                                                 int slots, bool last, int tp = 1, int ep = 1) {
   if (!model.lora.enabled()) return {};
-  const std::size_t N = std::size_t(batch) * std::size_t(model.seq_len), r = std::size_t(model.lora.rank);
+  const std::size_t N = std::size_t(batch) * local_positions(model), r = std::size_t(model.lora.rank);
   const std::size_t Rr = model.experts > 0 ? expert_rows_received(model, N, ep) : 0;
   std::size_t per_slot = lora_adapts_head(model, last) ? N : 0;
   for (int l = first_layer; l < first_layer + layers; ++l) per_slot += lora_h_rows(model, l, N, Rr).total;
@@ -120,7 +120,7 @@ struct LoraParts {
   // `base` the model's layout (its 1-D tensors size the discard buffer); `store` where the adapters live, or none.
   LoraParts(const ModelConfig& model, const ParameterLayout& base, int batch, int slots, ParameterStore<Real>* store)
       : rank(model.lora.rank),
-        N(batch * model.seq_len),
+        N(batch * int(local_positions(model))),
         layers(base.stage_layers()),
         Rr(model.experts > 0 ? expert_rows_received(model, std::size_t(N), base.ep()) : 0),
         scale(model.lora.enabled() ? model.lora.scaling() : 0.0),
