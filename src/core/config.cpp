@@ -72,10 +72,11 @@ const char* value_kind(const std::string& name) {
 
 // What the model's stages read of the run's keys: the multiple the layouts pad the vocabulary to, from
 // train.vocab_multiple and this build (check_config() refuses a key out of range; the layouts never see
-// less than 1), and parallel.sequence_parallel.
+// less than 1), parallel.sequence_parallel and parallel.cp.
 void resolve_model_settings(Config& c) {
   c.model.vocab_multiple = std::max(1, resolved_vocab_multiple(c.train.vocab_multiple));
   c.model.sequence_parallel = c.parallel.sequence_parallel;
+  c.model.context_parallel = c.parallel.cp;
 }
 
 // Boost's messages name the option as "--model.layers"; ours say the key.

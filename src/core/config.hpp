@@ -336,7 +336,7 @@ struct OptimConfig {
 };
 
 struct ParallelConfig {
-  int dp = 0;  // 0: world / (tp × pp)
+  int dp = 0;  // 0: world / (cp × tp × pp)
   int tp = 1;
   int pp = 1;
   int zero = 0;
@@ -344,6 +344,9 @@ struct ParallelConfig {
   // Megatron's sequence parallelism (needs tp > 1): between the tensor-parallel regions each tp rank holds
   // its block of a micro-batch's token rows. Resolved into ModelConfig::sequence_parallel.
   bool sequence_parallel = false;
+  // Context parallelism: each sequence's positions split over cp ranks (two load-balanced chunks each),
+  // attention around a ring. Resolved into ModelConfig::context_parallel.
+  int cp = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   CommBackend backend = CommBackend::automatic;
   double bucket_mb = 25;  // data-parallel gradient bucket size, MiB

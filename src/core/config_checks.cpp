@@ -14,6 +14,7 @@
 #include <optional>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 namespace meshtrain {
 
@@ -186,6 +187,42 @@ void check_sequence_parallel(const Config& c) {
   }
 }
 
+// Context parallelism splits every sequence into 2·cp load-balanced chunks and runs the fused attention
+// around a ring; what it does not split yet is refused by name.
+void check_context_parallel(const Config& c) {
+  const int cp = c.parallel.cp;
+  if (cp <= 1) return;
+  if (c.model.seq_len % (2 * cp) != 0) {
+    std::vector<int> valid;
+    for (int d = 1; d <= c.model.seq_len / 2; ++d) {
+      if (c.model.seq_len % (2 * d) == 0) valid.push_back(d);
+    }
+    input_error(
+        "parallel.cp = {} splits each sequence of model.seq_len = {} positions into 2 × cp = {} chunks (each rank one "
+        "early and one late chunk): choose parallel.cp among {}, or a seq_len that {} divides",
+        cp, c.model.seq_len, 2 * cp, fmt::join(valid, ", "), 2 * cp);
+  }
+  if (c.model.attention != AttentionKernel::fused) {
+    input_error(
+        "parallel.cp = {} runs the fused attention around a ring of K/V blocks: model.attention = materialized has "
+        "no such kernel; set model.attention = fused, or parallel.cp = 1",
+        cp);
+  }
+  if (c.model.experts > 0) {
+    input_error(
+        "parallel.cp = {} with model.experts = {}: a mixture of experts' capacity and load-balancing loss are a "
+        "micro-batch's, which context parallelism splits; not supported yet: set parallel.cp = 1 (sequence "
+        "parallelism also lowers the activations)",
+        cp, c.model.experts);
+  }
+  if (c.model.lora.dropout > 0) {
+    input_error(
+        "parallel.cp = {} with lora.dropout = {}: the dropout mask is keyed by a token's place in its sequence, "
+        "which context parallelism moves; not supported yet: set lora.dropout = 0 or parallel.cp = 1",
+        cp, c.model.lora.dropout);
+  }
+}
+
 void check_run(const Config& c) {
   if (c.data.valid.empty() && (c.train.eval_every > 0 || c.train.eval_tokens > 0)) {
     input_error("train.{} is set but data.valid is not: give validation shards to evaluate on",
@@ -197,6 +234,7 @@ void check_run(const Config& c) {
   }
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   check_sequence_parallel(c);
+  check_context_parallel(c);
   if (c.model.lora.enabled()) {
     if (c.checkpoint.init_weights.empty()) {
       input_error(

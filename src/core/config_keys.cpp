@@ -169,13 +169,17 @@ constexpr auto table = [] {
       key_at<optim, &OptimConfig::eps>("optim.eps", finite_above(0), always, "AdamW epsilon"),
       key_at<optim, &OptimConfig::grad_clip>("optim.grad_clip", finite_at_least(0), always,
                                              "clip the global gradient norm to this (0: off)"),
-      key_at<parallel, &ParallelConfig::dp>("parallel.dp", at_least(0, "(0: world / (tp x pp))"), always,
-                                            "data-parallel degree (0: world / (tp x pp))"),
+      key_at<parallel, &ParallelConfig::dp>("parallel.dp", at_least(0, "(0: world / (cp x tp x pp))"), always,
+                                            "data-parallel degree (0: world / (cp x tp x pp))"),
       key_at<parallel, &ParallelConfig::tp>("parallel.tp", at_least(1), always, "tensor-parallel degree"),
       key_at<parallel, &ParallelConfig::pp>("parallel.pp", at_least(1), always, "pipeline-parallel degree"),
       key_at<parallel, &ParallelConfig::ep>(
           "parallel.ep", at_least(1), always,
           "expert-parallel degree: the experts sharded over ep ranks of each data-parallel group (divides dp)"),
+      key_at<parallel, &ParallelConfig::cp>(
+          "parallel.cp", at_least(1), always,
+          "context-parallel degree: each sequence's positions split over cp ranks, attention around a ring: "
+          "activations / cp"),
       key_at<parallel, &ParallelConfig::sequence_parallel>(
           "parallel.sequence_parallel", any_value, always,
           "split the norms' and residual stream's token rows over the tp ranks (needs tp > 1): activations / tp"),

@@ -190,8 +190,10 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
   if (world < 1) throw std::invalid_argument(fmt::format("Topology::resolve: world size {} < 1", world));
   if (parallel.tp < 1) input_error("parallel.tp = {} must be at least 1", parallel.tp);
   if (parallel.pp < 1) input_error("parallel.pp = {} must be at least 1", parallel.pp);
+  if (parallel.cp < 1) input_error("parallel.cp = {} must be at least 1", parallel.cp);
   if (parallel.dp < 0)
-    input_error("parallel.dp = {} must be at least 1 (or 0: world size / (parallel.tp × parallel.pp))", parallel.dp);
+    input_error("parallel.dp = {} must be at least 1 (or 0: world size / (parallel.cp × parallel.tp × parallel.pp))",
+                parallel.dp);
 
   if (parallel.tp > model.heads)
     input_error(
@@ -225,20 +227,24 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
                 parallel.pp, model.layers);
   check_expert_degree(parallel, model);
 
-  const std::int64_t model_ranks = std::int64_t{parallel.tp} * parallel.pp;
-  Layout layout{parallel.dp, parallel.tp, parallel.pp, parallel.ep};
+  // The ranks one replica of the model spans (cp × tp × pp); dp replicas make the world.
+  const std::int64_t model_ranks = std::int64_t{parallel.cp} * parallel.tp * parallel.pp;
+  Layout layout{parallel.dp, parallel.tp, parallel.pp, parallel.ep, parallel.cp};
+  const std::string degrees_named =
+      parallel.cp > 1
+          ? fmt::format("parallel.cp {} × parallel.tp {} × parallel.pp {}", parallel.cp, parallel.tp, parallel.pp)
+          : fmt::format("parallel.tp {} × parallel.pp {}", parallel.tp, parallel.pp);
+  const char* product = parallel.cp > 1 ? "cp × tp × pp" : "tp × pp";
   if (parallel.dp == 0) {
     if (world % model_ranks != 0)
       input_error(
-          "parallel.tp {} × parallel.pp {} = {} does not divide world size {} (mpiexec -n {}), so "
-          "parallel.dp = 0 (world size / (tp × pp)) has no answer: choose tp × pp among {}",
-          parallel.tp, parallel.pp, model_ranks, world, world, divisors(world));
+          "{} = {} does not divide world size {} (mpiexec -n {}), so parallel.dp = 0 (world size / ({})) has no "
+          "answer: choose {} among {}",
+          degrees_named, model_ranks, world, world, product, product, divisors(world));
     layout.dp = static_cast<int>(world / model_ranks);
   } else if (model_ranks * parallel.dp != world) {
-    input_error(
-        "parallel.dp {} × parallel.tp {} × parallel.pp {} = {} ≠ world size {} (mpiexec -n {}): choose "
-        "degrees whose product is {}",
-        parallel.dp, parallel.tp, parallel.pp, model_ranks * parallel.dp, world, world, world);
+    input_error("parallel.dp {} × {} = {} ≠ world size {} (mpiexec -n {}): choose degrees whose product is {}",
+                parallel.dp, degrees_named, model_ranks * parallel.dp, world, world, world);
   }
   // Expert-parallel groups are cut out of the data-parallel ones.
   if (layout.dp % layout.ep != 0)
@@ -246,8 +252,10 @@ Layout Topology::resolve(const ParallelConfig& parallel, const ModelConfig& mode
         "parallel.ep = {} does not divide the data-parallel degree {} ({}): expert-parallel groups are made of "
         "data-parallel ranks: choose parallel.ep among {} (the divisors of both dp {} and model.experts = {})",
         layout.ep, layout.dp,
-        parallel.dp == 0 ? fmt::format("world size {} / (tp {} × pp {})", world, parallel.tp, parallel.pp)
-                         : std::string("parallel.dp"),
+        parallel.dp == 0
+            ? fmt::format("world size {} / ({}tp {} × pp {})", world,
+                          parallel.cp > 1 ? fmt::format("cp {} × ", parallel.cp) : "", parallel.tp, parallel.pp)
+            : std::string("parallel.dp"),
         divisors(layout.dp, model.experts), layout.dp, model.experts);
   return layout;
 }

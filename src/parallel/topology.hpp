@@ -36,7 +36,7 @@ struct GridPosition {
 
 class Topology {
  public:
-  // The layout asked for by `parallel` on `world` ranks (dp = 0: world / (tp × pp)); InputError
+  // The layout asked for by `parallel` on `world` ranks (dp = 0: world / (cp × tp × pp)); InputError
   // naming every number when it does not fit (`dp 3 × tp 2 × pp 1 = 6 ≠ world 8`), or when tp
   // exceeds heads or does not divide them, or pp exceeds layers, or ep does not divide dp and the
   // experts (ep > 1 needs model.experts > 0).

@@ -56,10 +56,10 @@ class ModelOn final : public Computation {
       : space_(space),
         copy_(space, fp32),
         frozen_(frozen_base(space, cfg, groups, place, fp32, copy_)),
-        model_(make_language_model<Real>(space, cfg.model, cfg.train.micro_batch, groups.tp, place,
-                                         pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule),
-                                         cfg.train.recompute,
-                                         frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_), groups.ep)),
+        model_(make_language_model<Real>(
+            space, cfg.model, cfg.train.micro_batch, groups.tp, place,
+            pipeline.schedule.empty() ? 1 : pipeline_slots(pipeline.schedule), cfg.train.recompute,
+            frozen_ ? &*frozen_ : static_cast<ParameterStore<Real>*>(&copy_), groups.ep, groups.cp)),
         workspace_(model_gemm_workspace_bytes<Real>(cfg.model, cfg.train.micro_batch, group_size(groups.tp))),
         seed_(std::uint64_t(cfg.train.seed)) {
     set_fp32_gemm(cfg.train.tf32 ? Fp32Gemm::tf32 : Fp32Gemm::exact);

@@ -28,7 +28,7 @@ namespace meshtrain {
 // The groups a rank's model states talk to.
 struct StateGroups {
   Comm* tp = nullptr;              // tensor-parallel group (inside the model's layers)
-  Comm* dp = nullptr;              // data-parallel group (gradient reduction, ZeRO shards)
+  Comm* dp = nullptr;              // the replicas (gradient reduction, ZeRO shards): dp × cp ranks under cp
   Comm* tied = nullptr;            // first and last pipeline stage of one pipeline (the tied wte), or none
   MPI_Comm world = MPI_COMM_NULL;  // every rank: the gradient norm's sum
   // Expert parallelism (parallel.ep): the ep ranks of the dp group that split each MoE block's
@@ -36,6 +36,9 @@ struct StateGroups {
   // group, the dp / ep ranks holding the same experts, which reduces and shards them (none: dp).
   Comm* ep = nullptr;
   Comm* edp = nullptr;
+  // Context parallelism (parallel.cp): the ranks holding one sequence's chunks, around which attention
+  // passes K/V blocks (none: cp 1).
+  Comm* cp = nullptr;
 };
 
 // A pipeline stage's schedule, its micro-batches and its group (none without pipeline).

@@ -52,6 +52,11 @@ int comm_rank(MPI_Comm comm) {
   return rank;
 }
 
+// Where this rank's rows of each sequence sit: its cp rank's two chunks, or the whole sequence at cp 1.
+ContextChunks context_chunks(const Layout& grid, const GridPosition& position, int seq_len) {
+  return grid.cp > 1 ? ContextChunks::of_rank(position.cp_rank, grid.cp, seq_len) : ContextChunks{};
+}
+
 int comm_size(MPI_Comm comm) {
   int size = 1;
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size), "is MPI initialized, and the communicator valid?");
@@ -136,16 +141,21 @@ TrainingRun::TrainingRun(const Config& cfg, MPI_Comm comm)
       groups_(cfg.parallel.backend, topology_, space_, cfg.log.traffic,
               cfg.model.ties_output_head() && !cfg.model.lora.enabled()),
       schedule_(stage_schedule(cfg, input_.grid, place_, input_.accum)),
-      loader_(input_.data, cfg.train.micro_batch, cfg.model.seq_len, topology_.position().dp_rank * input_.accum),
-      shape_{input_.accum, input_.grid.dp, input_.grid.pp > 1,
+      loader_(input_.data, cfg.train.micro_batch, cfg.model.seq_len, topology_.position().dp_rank * input_.accum,
+              space_, context_chunks(input_.grid, topology_.position(), cfg.model.seq_len)),
+      shape_{input_.accum,
+             input_.grid.dp,
+             input_.grid.cp,
+             input_.grid.pp > 1,
              gradient_scale(cfg.train.micro_batch, cfg.model.seq_len, input_.accum, input_.grid.dp),
              cfg.train.global_batch},
-      validation_(cfg, input_.valid ? &*input_.valid : nullptr, input_.grid, topology_.position().dp_rank, space_),
-      state_(
-          space_, cfg,
-          StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm, groups_.ep.get(), &groups_.edp()},
-          place_, PipelineParts{schedule_, &loader_, groups_.pp.get()},
-          input_.data.packed() ? LossTerm::token_sum : LossTerm::micro_batch_mean),
+      validation_(cfg, input_.valid ? &*input_.valid : nullptr, input_.grid, topology_.position().dp_rank, space_,
+                  context_chunks(input_.grid, topology_.position(), cfg.model.seq_len)),
+      state_(space_, cfg,
+             StateGroups{groups_.tp.get(), groups_.dp.get(), groups_.tied.get(), comm, groups_.ep.get(), &groups_.edp(),
+                         groups_.cp.get()},
+             place_, PipelineParts{schedule_, &loader_, groups_.pp.get()},
+             input_.data.packed() ? LossTerm::token_sum : LossTerm::micro_batch_mean),
       allocation_s_(seconds_since(allocation_start_)),
       checkpointer_(cfg, state_.layout(), comm, input_.tokenizer) {}
 

@@ -66,7 +66,7 @@ TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, co
     return audit_if_requested(traffic.counted(name, make_timed_comm(std::move(watched), seconds, all_to_all_seconds)),
                               name);
   };
-  dp = open("dp", topology.dp_comm(), comm_seconds);
+  dp = open("dp", topology.dp_cp_comm(), comm_seconds);
   tp = open("tp", topology.tp_comm(), comm_seconds);
   pp = open("pp", topology.pp_comm(), idle_seconds);
   if (topology.layout().pp > 1 && tied_head) {
@@ -76,7 +76,8 @@ TrainingGroups::TrainingGroups(CommBackend backend, const Topology& topology, co
   }
   ep = open("ep", topology.ep_comm(), comm_seconds);
   // With ep = 1 the edp group is the dp group: its Comm serves both (no second NCCL communicator).
-  if (topology.layout().ep > 1) edp_ = open("edp", topology.edp_comm(), comm_seconds);
+  if (topology.layout().ep > 1) edp_ = open("edp", topology.edp_cp_comm(), comm_seconds);
+  if (topology.layout().cp > 1) cp = open("cp", topology.cp_comm(), comm_seconds);
   if (dp->backend() != "mpi") {
     set_before_host_fence([](void* groups) { static_cast<const TrainingGroups*>(groups)->settle(); }, this);
   }
@@ -88,7 +89,7 @@ TrainingGroups::~TrainingGroups() {
 
 // Inner groups first: a data-parallel operation may wait on compute that waits on them.
 void TrainingGroups::settle() const {
-  for (Comm* group : {tp.get(), ep.get(), edp_.get(), pp.get(), tied.get(), dp.get()}) {
+  for (Comm* group : {tp.get(), cp.get(), ep.get(), edp_.get(), pp.get(), tied.get(), dp.get()}) {
     if (group != nullptr) group->settle();
   }
 }

@@ -42,6 +42,8 @@ class TrainingGroups {
   double all_to_all_seconds = 0;   // time inside all-to-alls (expert parallelism's token exchange)
   TrafficLog traffic;              // each group's calls and bytes, when log.traffic asks
   MPI_Comm world = MPI_COMM_NULL;  // the Topology's (not owned): the ranks injected faults name
+  // The replicas a gradient is summed over and the optimizer state sharded over (ZeRO), the loss summed
+  // over: the dp group, or under context parallelism its dp × cp ranks (Topology::dp_cp_comm).
   std::unique_ptr<Comm> dp;
   std::unique_ptr<Comm> tp;
   std::unique_ptr<Comm> pp;  // timed as idle: its waits are the pipeline's bubble
@@ -52,8 +54,12 @@ class TrainingGroups {
   // experts and exchange tokens all-to-all); a single rank when ep = 1.
   std::unique_ptr<Comm> ep;
   // The expert-data-parallel group: the ranks holding the same experts, over which their gradients
-  // are reduced and their states ZeRO-sharded. With ep = 1 it is the dp group, and this its Comm.
+  // are reduced and their states ZeRO-sharded (edp × cp ranks under context parallelism). With ep = 1 it
+  // is the dp group, and this its Comm.
   Comm& edp() const { return edp_ ? *edp_ : *dp; }
+  // The context-parallel group: one sequence's ranks, around which attention passes K/V blocks; null
+  // under cp 1.
+  std::unique_ptr<Comm> cp;
 
  private:
   std::unique_ptr<Comm> edp_;  // ep > 1 only

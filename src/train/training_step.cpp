@@ -74,11 +74,12 @@ StepResult training_step(const Config& cfg, const StepShape& shape, std::int64_t
   // A rank that skips it goes on to the gradient norm's all-reduce over the world and waits there.
   if (!fault_fires_in("skip_collective", i, groups.world)) groups.dp->allreduce_sum(loss.data(), 1);
   // The step's one wait for the device: the loss sum with the gradient's Σ g². The sum of the
-  // micro-batches' means over accum·dp of them, or of token losses over their count.
+  // micro-batches' means over accum·dp of them (each cp rank's mean over its rows, 1/cp of the micro-batch's:
+  // accum·dp·cp of those), or of token losses over their count.
   const ModelState::StepSums sums = state.read_step_sums();
   const double total = sums.loss;
   if (loss.term() == LossTerm::micro_batch_mean) {
-    r.loss = total / (double(shape.accum) * shape.dp);
+    r.loss = total / (double(shape.accum) * shape.dp * shape.cp);
   } else {
     r.loss = r.loss_targets > 0 ? total / double(r.loss_targets) : 0.0;
   }

@@ -13,11 +13,14 @@ namespace meshtrain {
 
 // The step's shape: the same every step of a run.
 struct StepShape {
-  int accum = 1;            // micro-batches per rank
-  int dp = 1;               // data-parallel ranks
-  bool pipelined = false;   // parallel.pp > 1: the schedule runs the micro-batches
-  float grad_scale = 1.0f;  // 1 / (B·T·accum·dp): each rank's share of the global batch's mean (plain data)
-  int global_batch = 1;     // G: the step's samples (fine-tuning data counts their loss-carrying targets)
+  int accum = 1;           // micro-batches per rank
+  int dp = 1;              // data-parallel ranks
+  int cp = 1;              // context-parallel ranks: each holds 1/cp of every micro-batch's positions
+  bool pipelined = false;  // parallel.pp > 1: the schedule runs the micro-batches
+  // 1 / (B·T·accum·dp), T the whole sequence: each rank's share of the global batch's mean per target (plain
+  // data; a context-parallel rank's targets weigh as any other's).
+  float grad_scale = 1.0f;
+  int global_batch = 1;  // G: the step's samples (fine-tuning data counts their loss-carrying targets)
 };
 
 struct StepResult {

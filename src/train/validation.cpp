@@ -15,7 +15,8 @@ std::uint64_t validation_samples(std::int64_t eval_tokens, int seq_len, std::uin
   return std::min(asked, windows);
 }
 
-Validation::Validation(const Config& cfg, TrainingData* data, const Layout& grid, int dp_rank, const ExecSpace& space)
+Validation::Validation(const Config& cfg, TrainingData* data, const Layout& grid, int dp_rank, const ExecSpace& space,
+                       const ContextChunks& chunks)
     : cfg_(cfg), data_(data) {
   if (data_ == nullptr) return;
   const int B = cfg.train.micro_batch;
@@ -23,7 +24,7 @@ Validation::Validation(const Config& cfg, TrainingData* data, const Layout& grid
   const std::uint64_t per_pass = std::uint64_t(grid.dp) * std::uint64_t(B);
   micro_batches_ = int((samples_ + per_pass - 1) / per_pass);
   for (std::uint64_t j = 0; j < samples_; ++j) loss_targets_ += data_->sample_loss_targets(j);
-  loader_.emplace(*data_, B, cfg.model.seq_len, dp_rank * micro_batches_, space);
+  loader_.emplace(*data_, B, cfg.model.seq_len, dp_rank * micro_batches_, space, chunks);
   loader_->limit_samples(samples_);
 }
 

@@ -27,7 +27,9 @@ namespace meshtrain {
 class Validation {
  public:
   // `data`: data.valid, opened (none: no validation). It must outlive this object.
-  Validation(const Config& cfg, TrainingData* data, const Layout& grid, int dp_rank, const ExecSpace& space);
+  // `chunks`: this rank's rows of each sequence under context parallelism (BatchLoader).
+  Validation(const Config& cfg, TrainingData* data, const Layout& grid, int dp_rank, const ExecSpace& space,
+             const ContextChunks& chunks = {});
 
   bool enabled() const { return loader_.has_value(); }
   // Whether a pass follows step `step` (1-based, completed).

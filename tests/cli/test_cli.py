@@ -405,6 +405,23 @@ class BadInput(CliCase):
                       "model.seq_len": 15},
                      needles=["15 token rows", "train.micro_batch 1", "parallel.tp = 2"])
 
+    # --- context parallelism (share/docs/usage.md, Parallel runs)
+
+    def test_context_parallel_world_the_degrees_do_not_make(self):
+        self.rejects({"parallel.cp": 2}, needles=["parallel.cp 2 × parallel.tp 1 × parallel.pp 1 = 2", "world size 1"])
+
+    def test_context_parallel_chunks_that_do_not_divide_the_sequence(self):
+        self.rejects({"parallel.cp": 3}, needles=["parallel.cp = 3", "model.seq_len = 16", "2 × cp = 6",
+                                                 "among 1, 2, 4, 8"])
+
+    def test_context_parallel_with_materialized_attention(self):
+        self.rejects({"parallel.cp": 2, "model.attention": "materialized"},
+                     needles=["parallel.cp = 2", "model.attention = fused"])
+
+    def test_context_parallel_with_experts(self):
+        self.rejects({**LLAMA, "checkpoint.dir": "ck_cp", "parallel.cp": 2, "model.experts": 4},
+                     needles=["parallel.cp = 2", "model.experts = 4", "parallel.cp = 1"])
+
     # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
 
     def test_moe_key_under_gpt2(self):

@@ -58,7 +58,7 @@ std::vector<KokkosCounts> count_training_steps(const Config& cfg, const std::str
       StateGroups{groups.tp.get(), groups.dp.get(), groups.tied.get(), MPI_COMM_WORLD, groups.ep.get(), &groups.edp()},
       StagePlace{});
   state.initialize(std::uint64_t(cfg.train.seed));
-  const StepShape shape{accum, 1, false, gradient_scale(micro_batch, seq_len, accum, 1)};
+  const StepShape shape{accum, 1, 1, false, gradient_scale(micro_batch, seq_len, accum, 1)};
 
   // A skipped step (non-finite values) would issue another step's work: refuse to count it.
   const auto run = [&](std::int64_t step) {

@@ -212,6 +212,10 @@ LAYOUTS = [
     ("tp3_mb2_sp", 3, [("parallel.tp", 3), ("train.micro_batch", 2), ("parallel.sequence_parallel", "true")]),
     ("pp2", 2, [("parallel.pp", 2)]),
     ("dp2_zero3", 2, [("parallel.zero", 3)]),
+    # context parallelism: 2·3 chunks of 4 positions, documents across them; the loss-carrying targets counted
+    # over the whole batch, validation's token sums over dp × cp
+    ("cp3_mb2", 3, [("parallel.cp", 3), ("train.micro_batch", 2)]),
+    ("dp2_cp2", 4, [("parallel.cp", 2)]),
 ]
 
 

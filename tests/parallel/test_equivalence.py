@@ -83,10 +83,10 @@ def same_layout(a, b):
 
 
 def launch(args, layout):
-    """mpiexec -n <dp·tp·pp> meshtrain train --parallel.dp … for a layout like 'dp=2,tp=2,schedule=gpipe'."""
+    """mpiexec -n <dp·cp·tp·pp> meshtrain train --parallel.dp … for a layout like 'dp=2,tp=2,schedule=gpipe'."""
     world, flags = 1, []
     for key, value in items(layout):
-        if key in ("parallel.dp", "parallel.tp", "parallel.pp"):
+        if key in ("parallel.dp", "parallel.cp", "parallel.tp", "parallel.pp"):
             world *= int(value)
         flags += [f"--{key}", value]
     return args.mpiexec.split() + ["-n", str(world), args.meshtrain, "train"] + flags
