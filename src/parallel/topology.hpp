@@ -24,6 +24,8 @@ struct Layout {
   int cp = 1;  // context-parallel degree: the ranks each sequence is split over
   int world() const { return dp * cp * tp * pp; }
   int edp() const { return dp / ep; }  // expert-data-parallel degree: the replicas of one expert
+  // The ranks holding the same weights (dp × cp): a gradient's sum, the ZeRO shards and the loss sum span them.
+  int replicas() const { return dp * cp; }
 };
 
 struct GridPosition {
@@ -32,6 +34,9 @@ struct GridPosition {
   // dp_rank = edp_rank · ep + ep_rank, so expert-parallel peers are neighbouring dp ranks.
   int ep_rank = 0, edp_rank = 0;
   int cp_rank = 0;
+  // Its place among the layout's replicas (Layout::replicas; the rank of Topology::dp_cp_comm, whose ranks are
+  // ordered by global rank: cp before dp).
+  int replica_rank(const Layout& layout) const { return dp_rank * layout.cp + cp_rank; }
 };
 
 class Topology {

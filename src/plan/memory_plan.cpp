@@ -41,13 +41,13 @@ bool names_packed_data(const std::string& path_or_glob) {
 
 ParameterLayout planned_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
   return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
-                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank,
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.replicas()), grid.ep, position.ep_rank,
                          cfg.model.lora.enabled() ? LayoutContent::adapters : LayoutContent::model);
 }
 
 ParameterLayout planned_frozen_layout(const Config& cfg, const Layout& grid, const GridPosition& position) {
   return ParameterLayout(cfg.model, grid.tp, grid.tp > 1 ? position.tp_rank : 0, StagePlace{position.pp_rank, grid.pp},
-                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.dp), grid.ep, position.ep_rank,
+                         ZeroStage{cfg.parallel.zero}.shard_group_size(grid.replicas()), grid.ep, position.ep_rank,
                          LayoutContent::model);
 }
 
@@ -55,10 +55,10 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   const StagePlace place{position.pp_rank, grid.pp};
   const ZeroStage stage{cfg.parallel.zero};
   const ParameterLayout layout = planned_layout(cfg, grid, position);
-  MemoryBytes m = planned_state_memory(layout, grid.dp, stage, cfg.train.precision);
+  MemoryBytes m = planned_state_memory(layout, grid.replicas(), stage, cfg.train.precision);
   // LoRA's frozen base: the model's tensors in the compute precision, held as compute weights are.
   if (cfg.model.lora.enabled()) {
-    m += planned_frozen_memory(planned_frozen_layout(cfg, grid, position), grid.dp, stage, cfg.train.precision);
+    m += planned_frozen_memory(planned_frozen_layout(cfg, grid, position), grid.replicas(), stage, cfg.train.precision);
   }
   const int accum = accumulation_steps(cfg, grid.dp);
   const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;
@@ -77,7 +77,8 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
   }
   // Background saves copy the rank's share of the three states to host memory.
   if (cfg.checkpoint.async) {
-    m[MemoryCategory::workspace] += std::int64_t(checkpoint_snapshot_bytes(layout, grid.dp, position.dp_rank, stage));
+    m[MemoryCategory::workspace] +=
+        std::int64_t(checkpoint_snapshot_bytes(layout, grid.replicas(), position.replica_rank(grid), stage));
   }
   return m;
 }

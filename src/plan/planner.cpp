@@ -28,7 +28,7 @@ RankPlan rank_figures(const Config& cfg, const Layout& grid, const Cluster& clus
       cfg.train.precision == Precision::fp32 ? rp.memory[MemoryCategory::grads] : rp.memory[MemoryCategory::master];
   const int world = grid.world();
   rp.runtime_bytes = runtime_overhead_bytes(cluster.ranks_on_node(rank, world), world) +
-                     collective_scratch_bytes(grid.dp, cfg.parallel.zero, cfg.parallel.bucket_mb, fp32_grads);
+                     collective_scratch_bytes(grid.replicas(), cfg.parallel.zero, cfg.parallel.bucket_mb, fp32_grads);
   rp.data_bytes = data;
   if (cluster.host_only) {
     rp.peak_rss = rp.memory.total() + rp.runtime_bytes + rp.data_bytes;

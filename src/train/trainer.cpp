@@ -163,9 +163,10 @@ int TrainingRun::run() {
   const RunStart start = start_run(cfg_, comm_, checkpointer_, state_, input_.data.order());
   SavePolicy saves(cfg_, checkpointer_, leader_);
   const std::size_t snapshot =
-      saves.background_saves() ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.dp,
-                                                           topology_.position().dp_rank, ZeroStage{cfg_.parallel.zero})
-                               : 0;
+      saves.background_saves()
+          ? checkpoint_snapshot_bytes(state_.layout(), input_.grid.replicas(),
+                                      topology_.position().replica_rank(input_.grid), ZeroStage{cfg_.parallel.zero})
+          : 0;
   memory_ = state_.memory() +
             MemoryBytes::of(MemoryCategory::workspace, std::int64_t(loader_.bytes() + validation_.bytes() + snapshot));
   print_start(start.initialization_s);

@@ -186,5 +186,40 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
   }
 }
 
+// Context parallelism: the state's dp group spans dp × cp ranks (ZeRO shards over the replicas) and each rank
+// keeps the activations of its seq_len / cp positions, the ring's buffers among them; the planner counts both
+// as the state allocates them. At 2 ranks cp 2; at 4, dp 2 × cp 2.
+TEST(ModelState, AllocatesWhatThePlannerPlansUnderContextParallelism) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world < 2) GTEST_SKIP() << "context parallelism needs 2 or more ranks";
+  ExecSpace space;
+  Layout grid{world / 2, 1, 1};
+  grid.cp = 2;
+  const Topology topology(MPI_COMM_WORLD, grid);
+  const auto replicas = audit_if_requested(make_mpi_comm(topology.dp_cp_comm()), "dp");
+  const auto cp = audit_if_requested(make_mpi_comm(topology.cp_comm()), "cp");
+  const GridPosition pos = topology.position();
+  for (int zero = 0; zero <= 3; ++zero) {
+    SCOPED_TRACE(testing::Message() << "dp " << grid.dp << " cp 2 zero " << zero);
+    Config cfg = small_config(zero);
+    cfg.parallel.cp = cfg.model.context_parallel = 2;
+    ModelState state(space, cfg,
+                     StateGroups{nullptr, replicas.get(), nullptr, MPI_COMM_WORLD, nullptr, nullptr, cp.get()},
+                     StagePlace{}, PipelineParts{});
+    const MemoryBytes actual =
+        state.memory() + MemoryBytes::of(MemoryCategory::workspace, BatchLoader::bytes_for(2, cfg.model.seq_len));
+    const MemoryBytes planned = planned_rank_memory(cfg, grid, pos);
+    for (int c = 0; c < memory_categories; ++c) {
+      EXPECT_EQ(actual.bytes[c], planned.bytes[c]) << category_name(MemoryCategory(c));
+    }
+    // Sharded over all the replicas: a shard is ⌈unit / (dp · cp)⌉ of each unit.
+    const Expected e = expected_counts(state.layout(), grid.replicas());
+    if (zero > 0) {
+      EXPECT_EQ(actual[MemoryCategory::optimizer], 2 * std::int64_t(sizeof(float)) * std::int64_t(e.shards));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshtrain
