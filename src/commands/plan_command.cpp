@@ -199,15 +199,6 @@ int plan_command(const Args& args, MPI_Comm comm) {
   const PlanOptions& o = req.options;
   std::string text;
   if (o.search && o.max_micro_batch) input_error("--max-micro-batch plans one layout: it cannot go with --search");
-  // Context parallelism trains (issue 43, part 2), and the trainer's memory check counts its activations; its
-  // ring's traffic and step time are not in the plan of a step yet, and a plan without them would
-  // understate both.
-  if (req.cfg.parallel.cp > 1) {
-    input_error(
-        "plan: parallel.cp = {} is not planned yet (the ring's traffic and step time are not modelled): plan the "
-        "layout with parallel.cp = 1",
-        req.cfg.parallel.cp);
-  }
   if (o.search) {
     const std::vector<Plan> plans = search_layouts(req.cfg, req.cluster, o.world);
     text = o.json ? search_json(plans).dump(2) + "\n" : search_table(plans, o.world);

@@ -70,6 +70,14 @@ int rows_step(const Config& c, int other) {
   return tp / std::gcd(std::max(other, 1), tp);
 }
 
+// The step of model.seq_len: under context parallelism whole 2·cp chunks (core/model_sizes.hpp's
+// local_positions, T = 2·cp·k), whose B·T/cp = 2·B·k rows sequence parallelism divides over tp.
+int seq_len_step(const Config& c) {
+  const int cp = c.parallel.cp;
+  if (cp <= 1) return rows_step(c, c.train.micro_batch);
+  return 2 * cp * rows_step(c, 2 * c.train.micro_batch);
+}
+
 // largest_fitting over the multiples of `step`: the largest n · step ≤ most that fits.
 template <class Fits>
 int largest_fitting_multiple(std::int64_t most, int step, Fits fits) {
@@ -108,14 +116,14 @@ int largest_micro_batch(const Config& cfg, int world, const Cluster& cluster) {
   // global_batch = micro · dp · accum is an int too.
   const std::int64_t per_micro = std::int64_t(dp) * accumulation_steps(cfg, dp);
   const std::int64_t most = std::numeric_limits<int>::max() / per_micro;
-  return largest_fitting_multiple(most, rows_step(cfg, cfg.model.seq_len),
+  return largest_fitting_multiple(most, rows_step(cfg, int(local_positions(cfg.model))),
                                   [&](int micro) { return fits_at(cfg, world, cluster, dp, micro); });
 }
 
 int largest_seq_len(const Config& cfg, int world, const Cluster& cluster) {
   // The token rows B·T are an int (require_sizes_fit refuses more), so no T past int max / B fits.
   const std::int64_t most = std::numeric_limits<int>::max() / std::max(1, cfg.train.micro_batch);
-  return largest_fitting_multiple(most, rows_step(cfg, cfg.train.micro_batch),
+  return largest_fitting_multiple(most, seq_len_step(cfg),
                                   [&](int T) { return fits_at_seq_len(cfg, world, cluster, T); });
 }
 

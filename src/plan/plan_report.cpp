@@ -69,8 +69,8 @@ std::string cluster_line(const Plan& plan) {
 
 // "dp 4 × tp 1 × pp 1 = 4 ranks", with "(ep 2)" after it under expert parallelism.
 std::string layout_text(const Layout& l) {
-  return fmt::format("dp {} × tp {} × pp {} = {} rank{}{}", l.dp, l.tp, l.pp, l.world(), l.world() == 1 ? "" : "s",
-                     l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "");
+  return fmt::format("dp {}{} × tp {} × pp {} = {} rank{}{}", l.dp, l.cp > 1 ? fmt::format(" × cp {}", l.cp) : "", l.tp,
+                     l.pp, l.world(), l.world() == 1 ? "" : "s", l.ep > 1 ? fmt::format(" (ep {})", l.ep) : "");
 }
 
 nlohmann::json link_json(const Link& link) {
@@ -80,7 +80,8 @@ nlohmann::json link_json(const Link& link) {
 nlohmann::json step_json(const StepTime& st) {
   return {{"stage", st.stage},         {"compute_s", st.compute_s}, {"tp_comm_s", st.tp_comm_s},
           {"pp_comm_s", st.pp_comm_s}, {"dp_comm_s", st.dp_comm_s}, {"ep_comm_s", st.ep_comm_s},
-          {"bubble_s", st.bubble_s},   {"hidden_s", st.hidden_s},   {"total_s", st.total_s()}};
+          {"cp_comm_s", st.cp_comm_s}, {"bubble_s", st.bubble_s},   {"hidden_s", st.hidden_s},
+          {"total_s", st.total_s()}};
 }
 
 nlohmann::json memory_json(const MemoryBytes& m) {
@@ -143,6 +144,7 @@ nlohmann::json summary_json(const Plan& plan) {
         {"tp", l.tp},
         {"pp", l.pp},
         {"ep", l.ep},
+        {"cp", l.cp},
         {"sequence_parallel", cfg.model.sequence_parallel && l.tp > 1},
         {"zero", cfg.parallel.zero},
         {"schedule", name_of(cfg.parallel.schedule)},
@@ -263,9 +265,10 @@ std::string plan_table(const Plan& plan) {
   const double total = st.total_s();
   for (auto [name, s] :
        {std::pair{"compute", st.compute_s}, std::pair{"tp comm", st.tp_comm_s}, std::pair{"pp comm", st.pp_comm_s},
-        std::pair{"dp comm", st.dp_comm_s}, std::pair{"ep comm", st.ep_comm_s}, std::pair{"bubble", st.bubble_s},
-        std::pair{"hidden", -st.hidden_s}}) {
+        std::pair{"dp comm", st.dp_comm_s}, std::pair{"ep comm", st.ep_comm_s}, std::pair{"cp comm", st.cp_comm_s},
+        std::pair{"bubble", st.bubble_s}, std::pair{"hidden", -st.hidden_s}}) {
     if (std::string_view(name) == "ep comm" && plan.layout.ep == 1) continue;  // no expert parallelism: no line
+    if (std::string_view(name) == "cp comm" && plan.layout.cp == 1) continue;  // nor context parallelism
     if (std::string_view(name) == "hidden" && !overlaps) continue;
     const std::string text = s < 0 ? fmt::format("-{}", seconds_text(-s)) : seconds_text(s);
     out += fmt::format("  {:<9} {:>12} {:>6.1f} %\n", name, text, total > 0 ? 100 * s / total : 0);
@@ -307,6 +310,7 @@ nlohmann::json plan_json(const Plan& plan) {
                      {"dp_rank", r.position.dp_rank},
                      {"tp_rank", r.position.tp_rank},
                      {"pp_rank", r.position.pp_rank},
+                     {"cp_rank", r.position.cp_rank},
                      {"memory", memory_json(r.memory)},
                      {"runtime_bytes", r.runtime_bytes},
                      {"data_bytes", r.data_bytes},
@@ -402,8 +406,10 @@ std::string lora_comparison_table(const Plan& full, const Plan& lora) {
   for (auto [name, x, y] :
        {std::tuple{"compute", sf.compute_s, sa.compute_s}, std::tuple{"tp comm", sf.tp_comm_s, sa.tp_comm_s},
         std::tuple{"pp comm", sf.pp_comm_s, sa.pp_comm_s}, std::tuple{"dp comm", sf.dp_comm_s, sa.dp_comm_s},
-        std::tuple{"ep comm", sf.ep_comm_s, sa.ep_comm_s}, std::tuple{"bubble", sf.bubble_s, sa.bubble_s}}) {
+        std::tuple{"ep comm", sf.ep_comm_s, sa.ep_comm_s}, std::tuple{"cp comm", sf.cp_comm_s, sa.cp_comm_s},
+        std::tuple{"bubble", sf.bubble_s, sa.bubble_s}}) {
     if (std::string_view(name) == "ep comm" && full.layout.ep == 1) continue;
+    if (std::string_view(name) == "cp comm" && full.layout.cp == 1) continue;
     row(fmt::format("  {}", name), seconds_text(x), seconds_text(y));
   }
   if (!full.cluster.host_only) {

@@ -2,7 +2,7 @@
 //
 // What one step of one pipeline stage costs, per rank of that stage:
 //
-//   compute  = m · b·T · F_stage · r / t / R
+//   compute  = m · b·T · F_stage · r / t / cp / R
 //              F_stage: the stage's model FLOPs per token (6·N + 6·L·Q·T split by stage, N the
 //              family's product matrices: stage_flops_per_token; under LoRA 4·N + 6·L·Q·T + 6 per
 //              adapter parameter a token passes, lora_stage_flops), r the recomputation factor (full: the
@@ -23,6 +23,11 @@
 //              parallelism the routed experts' share of them over d / ep ranks (their group lies inside a dp group: its
 //              link is taken as the dp groups'). ep comm: the MoE blocks' all-to-alls over the ep ranks (their token
 //              rows as plan/traffic.hpp plans them: an even load, every expert at its capacity when there is one).
+//              Under context parallelism (cp > 1) each rank computes 1/cp of every sequence (its b·T/cp rows, and
+//              their attention over keys the whole sequence long: 1/cp of the causal total, the chunks balanced),
+//              d is the replicas (dp × cp) and their link the dp × cp groups'; cp comm: the ring's sends (a
+//              receive is the neighbour's send), priced one by one and taken as exposed (the ring posts each
+//              block's transfer before the kernel that folds the previous one; that overlap is not modelled).
 //   bubble   = (p − 1)/m · (compute + tp comm + ep comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
@@ -124,7 +129,7 @@ struct StageOverlap {
   double compute_s;         // the step's
 
   double hidden_s() const {
-    const int d = layout.dp, e = layout.edp();
+    const int d = layout.replicas(), e = layout.edp() * layout.cp;
     // The gradient reduction: dp's all-reduces less the loss sum, its and edp's reduce-scatters.
     PricedCalls reduction;
     TrafficCount buckets = group(traffic, "dp")[Collective::allreduce];
@@ -203,12 +208,13 @@ double stage_flops_per_token(const ModelConfig& model, int stage, int stages) {
 std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, const Cluster& cluster) {
   const ModelConfig& model = cfg.model;
   const int m = accumulation_steps(cfg, layout.dp);
-  const int p = layout.pp, t = layout.tp, d = layout.dp;
+  const int p = layout.pp, t = layout.tp, d = layout.replicas(), c = layout.cp;
   const double b = cfg.train.micro_batch, T = model.seq_len, Q = model.query_width();
   const int world = layout.world();
   const Link tp_link = group_link(tp_groups(layout), cluster, world);
   const Link pp_link = group_link(pp_groups(layout), cluster, world);
-  const Link dp_link = group_link(dp_groups(layout), cluster, world);
+  const Link dp_link = group_link(dp_cp_groups(layout), cluster, world);
+  const Link cp_link = group_link(cp_groups(layout), cluster, world);
   const Link ep_link = group_link(ep_groups(layout), cluster, world);
 
   std::vector<StepTime> stages;
@@ -228,7 +234,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     const GridPosition position{0, 0, s};
     const int rank = Topology::global_rank(layout, position);
     const double rate = cluster.rank_flops(cfg.train.precision, cluster.ranks_on_node(rank, world));
-    st.compute_s = m * b * T * flops / t / rate;
+    st.compute_s = m * b * T * flops / t / c / rate;
 
     const RankTraffic traffic = predicted_traffic(cfg, layout, position);
     st.tp_comm_s = collectives_s(group(traffic, "tp"), t, tp_link);
@@ -236,9 +242,11 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     st.pp_comm_s = pipeline_transfers_s + collectives_s(group(traffic, "pp"), p, pp_link) +
                    collectives_s(group(traffic, "tied"), 2, pp_link);
     st.ep_comm_s = priced(alltoall_s, group(traffic, "ep")[Collective::alltoall], layout.ep, ep_link);
-    st.bubble_s = double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + pipeline_transfers_s);
-    st.dp_comm_s =
-        collectives_s(group(traffic, "dp"), d, dp_link) + collectives_s(group(traffic, "edp"), layout.edp(), dp_link);
+    st.cp_comm_s = sends_s(group(traffic, "cp"), cp_link);
+    st.bubble_s =
+        double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + st.cp_comm_s + pipeline_transfers_s);
+    st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link) +
+                   collectives_s(group(traffic, "edp"), layout.edp() * c, dp_link);
     if (!cluster.host_only) {
       const double per_micro = st.compute_s / m;
       const double forward_s = per_micro * token_flops.forward / flops;

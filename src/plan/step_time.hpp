@@ -21,13 +21,16 @@ struct StepTime {
   double pp_comm_s = 0;  // activations and gradients between stages, the loss sum, gpt2's tied wte gradient
   double dp_comm_s = 0;  // the loss sum, gradient reduction over dp (experts': dp / ep), ZeRO's gathers
   double ep_comm_s = 0;  // expert parallelism's all-to-alls: the MoE blocks' token rows and their counts
+  double cp_comm_s = 0;  // context parallelism's ring: K/V blocks and their dK/dV sums, rank to rank
   double bubble_s = 0;   // pipeline fill and drain
   // The part of the communication above that a device hides behind the compute (GPU clusters, whose
   // groups communicate on streams of their own; 0 on host-only clusters): the gradient reduction
   // behind the backward that finishes it, ZeRO-3's prefetched block gathers, the pipeline's sends in
   // flight (step_time.cpp). The total subtracts it: exposed communication is what is left.
   double hidden_s = 0;
-  double total_s() const { return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + ep_comm_s + bubble_s - hidden_s; }
+  double total_s() const {
+    return compute_s + tp_comm_s + pp_comm_s + dp_comm_s + ep_comm_s + cp_comm_s + bubble_s - hidden_s;
+  }
 };
 
 // Ring collectives over `ranks` ranks on `link`, for a buffer of `bytes` (the whole buffer, not a

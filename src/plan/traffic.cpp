@@ -101,7 +101,7 @@ void add_post_update_gathers(RankTraffic& traffic, const Config& cfg, const Para
 void add_data_parallel(RankTraffic& traffic, const Config& cfg, const Layout& grid, const GridPosition& position,
                        const ParameterLayout& layout, const std::vector<Pass>& passes, int accum) {
   traffic["dp"].add(Collective::allreduce, 1, loss_bytes);
-  const UnitGroups groups = UnitGroups::of_grid(grid.dp, 0, layout.ep());
+  const UnitGroups groups = UnitGroups::of_grid(grid.replicas(), 0, layout.ep());
   const auto group_of = [&](bool experts) -> GroupTraffic& { return unit_group(traffic, groups, experts); };
   // What the stage shards and when it reduces, asked of the one place that says it.
   const ZeroStage stage{cfg.parallel.zero};
@@ -288,6 +288,28 @@ void add_expert_parallel(GroupTraffic& ep, const Config& cfg, const Layout& grid
   }
 }
 
+// The ring of each attention (model/impl/context_ring.hpp): per block of every forward pass, and of every
+// forward full recomputation reruns, cp − 1 K/V blocks each way; per block of every backward pass as many,
+// and cp dK/dV partial sums (fp32) each way.
+void add_context_parallel(GroupTraffic& cp, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
+                          const std::vector<Pass>& passes, std::int64_t rows) {
+  const ModelConfig& m = cfg.model;
+  const int L = layout.stage_layers();
+  const std::int64_t elements = rows * 2 * (m.kv_head_count() / grid.tp) * m.head_size();
+  const std::int64_t kv_bytes = elements * compute_bytes(cfg.train.precision), sum_bytes = elements * fp32_bytes;
+  std::int64_t forwards = 0, backwards = 0;
+  for (const Pass& p : passes) (p.backward ? backwards : forwards) += L;
+  if (cfg.train.recompute == Recompute::full) {
+    const std::vector<std::int64_t> reruns = recomputed_blocks(passes, L);
+    forwards += std::accumulate(reruns.begin(), reruns.end(), std::int64_t(0));
+  }
+  const std::int64_t blocks = (forwards + backwards) * (grid.cp - 1), sums = backwards * grid.cp;
+  for (const Collective kind : {Collective::send, Collective::recv}) {
+    cp.add(kind, blocks, blocks * kv_bytes);
+    cp.add(kind, sums, sums * sum_bytes);
+  }
+}
+
 void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int stage, int accum,
                   std::int64_t activation_bytes) {
   pp.add(Collective::allreduce, 1, loss_bytes);
@@ -342,7 +364,7 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
   const StagePlace place{stage, grid.pp};
   const ParameterLayout layout = planned_layout(cfg, grid, position);
   const std::vector<Pass> passes = step_passes(cfg, grid, stage, accum);
-  const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
+  const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * std::int64_t(local_positions(cfg.model));
   const std::int64_t activation_bytes = rows * cfg.model.d_model * compute_bytes(cfg.train.precision);
   // A stage's input and output: this rank's block of the rows under sequence parallelism.
   const std::int64_t message_bytes = std::int64_t(residual_rows(cfg.model, std::size_t(rows), grid.tp)) *
@@ -355,13 +377,14 @@ RankTraffic enumerated_traffic(const Config& cfg, const Layout& grid, const Grid
     if (cfg.model.lora.enabled()) add_lora_tensor_parallel(traffic["tp"], cfg, layout, passes, rows);
   }
   if (grid.ep > 1) add_expert_parallel(traffic["ep"], cfg, grid, layout, passes, rows);
+  if (grid.cp > 1) add_context_parallel(traffic["cp"], cfg, grid, layout, passes, rows);
   if (grid.pp > 1) {
     add_pipeline(traffic["pp"], cfg, grid, stage, accum, message_bytes);
     // A tied table's two gradients (none under LoRA: the base is frozen).
     if ((place.first() || place.last()) && cfg.model.ties_output_head() && !cfg.model.lora.enabled()) {
       // The rank's slice of the wte unit (the whole tensor at stage 0: a shard group of one).
       const ZeroStage zero{cfg.parallel.zero};
-      const ShardMap map(layout, zero.shard_group_size(grid.dp), 0);
+      const ShardMap map(layout, zero.shard_group_size(grid.replicas()), 0);
       const std::int64_t elements = std::int64_t(map.shard(layout.unit_at(layout.tied_table().offset)));
       traffic["tied"].add(Collective::allreduce, 1, elements * fp32_bytes);
     }
@@ -374,7 +397,7 @@ int affine_micros(const Layout& grid) { return 2 * grid.pp + 2; }
 RankTraffic post_update_gathers(const Config& cfg, const Layout& grid, const GridPosition& position) {
   RankTraffic traffic;
   const ParameterLayout layout = planned_layout(cfg, grid, position);
-  add_post_update_gathers(traffic, cfg, layout, UnitGroups::of_grid(grid.dp, 0, layout.ep()));
+  add_post_update_gathers(traffic, cfg, layout, UnitGroups::of_grid(grid.replicas(), 0, layout.ep()));
   return traffic;
 }
 

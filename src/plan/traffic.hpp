@@ -41,6 +41,12 @@
 //         reruns repeats its three; under lora.dropout on the routed experts a forward also sends
 //         its rows' assignment ids, 2 int64 a row. The rows depend on the routing:
 //         planned_exchange_rows.
+//   cp    (parallel.cp > 1) the ring of every block's attention (model/impl/context_ring.hpp), per pass:
+//         forward cp − 1 K/V blocks sent to the next rank and as many received, each b·T/cp rows of
+//         2 · kv_heads/tp · head_size elements of the compute type; backward the same, and cp dK/dV
+//         partial sums of as many elements in fp32 (accum_t); a forward that full recomputation
+//         reruns goes round again. Under context parallelism every b·T above is a rank's b·T/cp
+//         rows, and dp and edp span the replicas (dp × cp, edp × cp ranks: Layout::replicas).
 //   tied  (gpt2, pp > 1, first and last stage) one all-reduce of the wte gradient in fp32: the
 //         tensor (ZeRO 0) or the rank's shard of its unit (state/model_state.cpp). llama's untied
 //         lm_head has no such group (ModelConfig::ties_output_head).

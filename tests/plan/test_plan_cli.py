@@ -65,8 +65,7 @@ class PlanCli(unittest.TestCase):
         self.assert_bad_input(SMALL + ["--world", "1", "--max-micro-batch", "--device-memory-gib", "0.001"],
                               "not even train.micro_batch 1 fits")
         self.assert_bad_input(SMALL + ["--world", "1", "--train.memory_gib", "-1"], "train.memory_gib = -1")
-        # context parallelism trains, but its ring's traffic and step time are not planned yet
-        self.assert_bad_input(SMALL + ["--world", "2", "--parallel.cp", "2"], "parallel.cp = 2", "parallel.cp = 1")
+        self.assert_bad_input(SMALL + ["--world", "2", "--parallel.cp", "3"], "parallel.cp = 3", "2 × cp = 6")
 
     def test_max_micro_batch_keeps_the_accumulation(self):
         # dp 2 × accum 4: the largest micro-batch under 1 GiB of GPU (after the 1 GiB reserve: 1 GiB of

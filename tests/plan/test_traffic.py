@@ -60,6 +60,14 @@ CASES = [
                                     "--train.global_batch", "32"]),
     ("dp2_pp2_1f1b_accum8_zero3", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "3",
                                       "--train.global_batch", "32"]),
+    # Context parallelism: the ring's K/V blocks (each way, every block's attention) and dK/dV sums in
+    # backward, again in a recomputed forward; dp over the dp × cp replicas; the pipeline's messages and tp's
+    # sums a rank's b·T/cp rows.
+    ("cp2_recompute", 2, ["--parallel.cp", "2", "--train.recompute", "full"]),
+    ("dp2_cp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.cp", "2", "--parallel.zero", "3",
+                               "--train.precision", "bf16"]),
+    ("cp2_tp2_pp2_sp", 8, ["--parallel.cp", "2", "--parallel.tp", "2", "--parallel.pp", "2",
+                           "--parallel.sequence_parallel", "true"]),
 ]
 # --arch llama: the same shape with grouped-query attention (4 heads, 2 kv heads: one a tp rank at
 # tp 2) and a SwiGLU width of 88; the untied lm_head leaves pipelines no "tied" group. The second
@@ -67,6 +75,8 @@ CASES = [
 # each unit must still be reduce-scattered once per micro-batch.
 LLAMA_MODEL = ["--model.arch", "llama", "--model.kv_heads", "2", "--model.ffn_hidden", "88"] + MODEL
 LLAMA_CASES = [
+    # grouped-query attention: the ring's blocks at the kv heads' width
+    ("llama_cp2_tp2_zero1", 4, ["--parallel.cp", "2", "--parallel.tp", "2", "--parallel.zero", "1"]),
     ("llama_dp2_zero2_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "2", "--train.precision", "bf16"]),
     ("llama_tp2_bf16_recompute", 2, ["--parallel.tp", "2", "--train.precision", "bf16",
                                      "--train.recompute", "full"]),
