@@ -187,6 +187,8 @@ void check_sequence_parallel(const Config& c) {
   }
 }
 
+}  // namespace
+
 // Context parallelism splits every sequence into 2·cp load-balanced chunks and runs the fused attention
 // around a ring; what it does not split yet is refused by name.
 void check_context_parallel(const Config& c) {
@@ -222,6 +224,8 @@ void check_context_parallel(const Config& c) {
         cp, c.model.lora.dropout);
   }
 }
+
+namespace {
 
 void check_run(const Config& c) {
   if (c.data.valid.empty() && (c.train.eval_every > 0 || c.train.eval_tokens > 0)) {

@@ -18,4 +18,9 @@ using GivenKeys = std::set<std::string, std::less<>>;
 // with) for the first key that is out of its range, outside its family, or at odds with another.
 void check_config(const Config& c, const GivenKeys& given);
 
+// InputError where parallel.cp > 1 cannot split this model's sequences (check_config applies it; `plan
+// --search` asks it of each candidate): 2·cp must divide model.seq_len, attention be fused, and there be
+// no mixture of experts or LoRA dropout.
+void check_context_parallel(const Config& c);
+
 }  // namespace meshtrain

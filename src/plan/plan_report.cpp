@@ -339,12 +339,15 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
       plans.size(), plans.size() == 1 ? "" : "s", world, world == 1 ? "" : "s",
       first.cluster.host_only ? "node" : "GPU");
   // Every term of the step's total has its column; ep comm only under expert parallelism (the
-  // search keeps the config's ep, so every row has it or none does).
+  // search keeps the config's ep, so every row has it or none does), cp comm where a layout has cp > 1.
   const bool ep = first.layout.ep > 1;
+  const bool cp = std::any_of(plans.begin(), plans.end(), [](const Plan& p) { return p.layout.cp > 1; });
   const bool overlaps = !first.cluster.host_only;  // a hidden column: what a device hides (StepTime::hidden_s)
-  std::string header = fmt::format("  {:>3} {:>5} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#",
-                                   "dp", "tp", "sp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
+  std::string header =
+      fmt::format("  {:>3} {:>5} {:>3} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp", "cp",
+                  "tp", "sp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
   if (ep) header += fmt::format(" {:>11}", "ep comm");
+  if (cp) header += fmt::format(" {:>11}", "cp comm");
   header += fmt::format(" {:>11}", "bubble");
   if (overlaps) header += fmt::format(" {:>11}", "hidden");
   out += header + fmt::format(" {:>11} {:>11} {:>9}  {}\n", "tok/s", "needs", "max T", "fits");
@@ -352,11 +355,12 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
     std::string row =
-        fmt::format("  {:>3} {:>5} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp,
-                    p.layout.tp, p.cfg.model.sequence_parallel && p.layout.tp > 1 ? "yes" : "-", p.layout.pp, p.accum,
-                    seconds_text(st.total_s()), seconds_text(st.compute_s), seconds_text(st.tp_comm_s),
-                    seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
+        fmt::format("  {:>3} {:>5} {:>3} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp,
+                    p.layout.cp, p.layout.tp, p.cfg.model.sequence_parallel && p.layout.tp > 1 ? "yes" : "-",
+                    p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
+                    seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
     if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
+    if (cp) row += fmt::format(" {:>11}", seconds_text(st.cp_comm_s));
     row += fmt::format(" {:>11}", seconds_text(st.bubble_s));
     if (overlaps) row += fmt::format(" {:>11}", fmt::format("-{}", seconds_text(st.hidden_s)));
     out += row + fmt::format(" {:>11} {:>11} {:>9}  {}\n", rate_text(p.tokens_per_s, ""),

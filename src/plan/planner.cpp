@@ -2,7 +2,9 @@
 #include "plan/planner.hpp"
 
 #include "core/accumulation.hpp"
+#include "core/config_checks.hpp"
 #include "core/errors.hpp"
+#include "core/model_sizes.hpp"
 #include "model/parameters.hpp"
 #include "plan/lora_plan.hpp"
 #include "plan/memory_plan.hpp"
@@ -157,18 +159,22 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
   std::vector<Layout> layouts;
   for (const int tp : divisors_of(world)) {
     for (const int pp : divisors_of(world / tp)) {
-      const Layout candidate{world / (tp * pp), tp, pp, cfg.parallel.ep};
-      try {
-        ParallelConfig parallel = cfg.parallel;
-        parallel.dp = candidate.dp;
-        parallel.tp = tp;
-        parallel.pp = pp;
-        Topology::resolve(parallel, cfg.model, world);
-        accumulation_steps(cfg, candidate.dp);
-      } catch (const InputError&) {
-        continue;
+      for (const int cp : divisors_of(world / (tp * pp))) {
+        const Layout candidate{world / (tp * pp * cp), tp, pp, cfg.parallel.ep, cp};
+        try {
+          Config c = cfg;
+          c.parallel.dp = candidate.dp;
+          c.parallel.tp = tp;
+          c.parallel.pp = pp;
+          c.parallel.cp = cp;
+          Topology::resolve(c.parallel, c.model, world);
+          check_context_parallel(c);
+          accumulation_steps(c, candidate.dp);
+        } catch (const InputError&) {
+          continue;
+        }
+        layouts.push_back(candidate);
       }
-      layouts.push_back(candidate);
     }
   }
   return layouts;
@@ -176,12 +182,14 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
 
 std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world) {
   std::vector<Plan> plans;
-  const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * cfg.model.seq_len;
   for (const Layout& layout : valid_layouts(cfg, world)) {
     Config c = cfg;
     c.parallel.dp = layout.dp;
     c.parallel.tp = layout.tp;
     c.parallel.pp = layout.pp;
+    // The key and the model's setting it resolves into (core/config.cpp) together, as for sequence parallelism.
+    c.parallel.cp = c.model.context_parallel = layout.cp;
+    const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * std::int64_t(local_positions(c.model));
     for (const bool sequence_parallel : {false, true}) {
       if (sequence_parallel && (layout.tp == 1 || rows % layout.tp != 0)) continue;
       // The key and the model's setting it resolves into (core/config.cpp) together.

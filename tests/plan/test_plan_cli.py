@@ -238,19 +238,21 @@ class PlanCli(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         plans = json.loads(p.stdout)
         self.assertIsInstance(plans, list)
-        # heads 4 → tp ∈ {1, 2, 4}; pp ≤ 4; 16 % (2·dp) == 0 → dp ∈ {1, 2, 4, 8}; tp > 1 with and without
-        # sequence parallelism (tp divides the micro-batch's rows)
-        expected = {(dp, tp, pp, sp) for dp in (1, 2, 4, 8) for tp in (1, 2, 4) for pp in (1, 2, 4)
-                    for sp in ((False, True) if tp > 1 else (False,)) if dp * tp * pp == 8}
-        self.assertEqual({(x["layout"]["dp"], x["layout"]["tp"], x["layout"]["pp"], x["layout"]["sequence_parallel"])
-                          for x in plans}, expected)
-        # sequence parallelism keeps the bytes over tp and takes activations off every rank
-        by_layout = {(x["layout"]["dp"], x["layout"]["tp"], x["layout"]["pp"], x["layout"]["sequence_parallel"]): x
-                     for x in plans}
-        for (dp, tp, pp, sp), x in by_layout.items():
+        # heads 4 → tp ∈ {1, 2, 4}; pp ≤ 4; 16 % (2·dp) == 0 → dp ∈ {1, 2, 4, 8}; 32 positions in 2·cp chunks → cp ∈
+        # {1, 2, 4, 8}; tp > 1 with and without sequence parallelism (tp divides a rank's micro-batch rows)
+        expected = {(dp, cp, tp, pp, sp) for dp in (1, 2, 4, 8) for cp in (1, 2, 4, 8) for tp in (1, 2, 4)
+                    for pp in (1, 2, 4) for sp in ((False, True) if tp > 1 else (False,)) if dp * cp * tp * pp == 8}
+        key = ("dp", "cp", "tp", "pp", "sequence_parallel")
+        self.assertEqual({tuple(x["layout"][k] for k in key) for x in plans}, expected)
+        # sequence parallelism keeps the bytes over tp and takes activations off every rank; context parallelism
+        # takes them off every rank of the cp group
+        by_layout = {tuple(x["layout"][k] for k in key): x for x in plans}
+        for (dp, cp, tp, pp, sp), x in by_layout.items():
             if sp:
-                self.assertLess(x["needed_bytes"], by_layout[(dp, tp, pp, False)]["needed_bytes"], (dp, tp, pp))
-                self.assertGreaterEqual(x["max_seq_len"], by_layout[(dp, tp, pp, False)]["max_seq_len"])
+                self.assertLess(x["needed_bytes"], by_layout[(dp, cp, tp, pp, False)]["needed_bytes"], (dp, tp, pp))
+                self.assertGreaterEqual(x["max_seq_len"], by_layout[(dp, cp, tp, pp, False)]["max_seq_len"])
+            if cp == 2 and dp % 2 == 0 and (dp // 2, 4, tp, pp, sp) in by_layout:  # the same dp·cp, cp doubled
+                self.assertGreaterEqual(by_layout[(dp // 2, 4, tp, pp, sp)]["max_seq_len"], x["max_seq_len"])
         totals = [x["step_time"]["total_s"] for x in plans]
         self.assertEqual(totals, sorted(totals))
         table = self.plan(*SMALL, "--world", "8", "--search")

@@ -37,13 +37,16 @@ Cluster gpu_cluster(double memory_bytes) {
 
 // Every (dp, tp, pp) with dp·tp·pp = world, tp dividing heads, pp at most layers, and
 // global_batch a multiple of micro_batch·dp: by brute force over all triples.
-std::set<std::tuple<int, int, int>> brute_force(int world, int layers, int heads, int micro, int global) {
-  std::set<std::tuple<int, int, int>> out;
+// (dp, cp, tp, pp): cp splits the 32 positions into 2·cp chunks.
+std::set<std::tuple<int, int, int, int>> brute_force(int world, int layers, int heads, int micro, int global) {
+  std::set<std::tuple<int, int, int, int>> out;
   for (int dp = 1; dp <= world; ++dp)
-    for (int tp = 1; tp <= world; ++tp)
-      for (int pp = 1; pp <= world; ++pp)
-        if (dp * tp * pp == world && heads % tp == 0 && pp <= layers && global % (micro * dp) == 0)
-          out.insert({dp, tp, pp});
+    for (int cp = 1; cp <= world; ++cp)
+      for (int tp = 1; tp <= world; ++tp)
+        for (int pp = 1; pp <= world; ++pp)
+          if (dp * cp * tp * pp == world && heads % tp == 0 && pp <= layers && global % (micro * dp) == 0 &&
+              32 % (2 * cp) == 0)
+            out.insert({dp, cp, tp, pp});
   return out;
 }
 
@@ -52,13 +55,13 @@ TEST(Search, EnumeratesExactlyTheValidLayouts) {
        {std::tuple{1, 2, 2, 1, 1}, std::tuple{8, 4, 4, 1, 8}, std::tuple{12, 6, 6, 2, 24}, std::tuple{16, 3, 8, 1, 4},
         std::tuple{24, 12, 12, 1, 48}, std::tuple{7, 7, 1, 1, 7}, std::tuple{6, 2, 3, 4, 4}}) {
     const Config cfg = config_of(layers, heads, micro, global);
-    std::set<std::tuple<int, int, int>> found;
-    for (const Layout& l : valid_layouts(cfg, world)) found.insert({l.dp, l.tp, l.pp});
+    std::set<std::tuple<int, int, int, int>> found;
+    for (const Layout& l : valid_layouts(cfg, world)) found.insert({l.dp, l.cp, l.tp, l.pp});
     EXPECT_EQ(found, brute_force(world, layers, heads, micro, global)) << "world " << world;
     const std::vector<Plan> plans = search_layouts(cfg, gpu_cluster(1e12), world);
-    // Each with tp > 1 a second time under sequence parallelism, where tp divides the micro-batch's rows.
+    // Each with tp > 1 a second time under sequence parallelism, where tp divides a rank's micro-batch rows.
     std::size_t split = 0;
-    for (const auto& [dp, tp, pp] : found) split += tp > 1 && micro * cfg.model.seq_len % tp == 0 ? 1 : 0;
+    for (const auto& [dp, cp, tp, pp] : found) split += tp > 1 && micro * cfg.model.seq_len / cp % tp == 0 ? 1 : 0;
     EXPECT_EQ(plans.size(), found.size() + split);
     EXPECT_TRUE(std::is_sorted(plans.begin(), plans.end(),
                                [](const Plan& a, const Plan& b) { return a.step.total_s() < b.step.total_s(); }));
