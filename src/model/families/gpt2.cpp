@@ -26,7 +26,8 @@ Gpt2Family::Dims Gpt2Family::dims(const ModelConfig& m, int batch, const Paramet
           padded / tp,
           tp,
           residual_rows(m, N, int(tp)),
-          m.attention == AttentionKernel::fused};
+          m.attention == AttentionKernel::fused,
+          m.context_parallel > 1};
 }
 
 std::vector<GemmShape> Gpt2Family::gemm_products(const ModelConfig& m, int batch, int tp) {
@@ -144,8 +145,10 @@ Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, co
   s.datty = c.take(N * Cl);
   s.dqkv = c.take(N * 3 * Cl);
   if (d.fused_attention) {
-    s.attention_workspace =
-        c.template take_as<accum_t<Real>>(fused_attention_workspace<Real>(int(B), int(T), int(NH), int(d.hs())));
+    // The ring (context parallelism) works in buffers of its own (DecoderParts::ring).
+    const std::size_t workspace =
+        d.ring_attention ? 0 : fused_attention_workspace<Real>(int(B), int(T), int(NH), int(d.hs()));
+    s.attention_workspace = c.template take_as<accum_t<Real>>(workspace);
   } else {
     s.datt = c.take(B * NH * T * T);
   }

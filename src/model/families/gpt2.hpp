@@ -31,6 +31,7 @@ struct Gpt2Family {
     // (ModelConfig::sequence_parallel: this rank's block of them, between the tensor-parallel regions).
     std::size_t Nl;
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
+    bool ring_attention;   // context parallelism: attention runs around the ring, not the fused kernel's workspace
     bool sequence_parallel() const { return Nl != N; }
     std::size_t Cl() const { return C / tp; }  // channels of the local heads
     std::size_t hs() const { return C / tp / NH; }

@@ -45,6 +45,7 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           El,
           expert_rows_received(m, N, ep),
           m.attention == AttentionKernel::fused,
+          m.context_parallel > 1,
           m.has_qkv_bias(),
           lora_drops_expert_inputs(m),
           residual_rows(m, N, int(t))};
@@ -288,8 +289,10 @@ LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, 
   s.datty = c.take(N * d.q_cols());
   s.dqkv = c.take(N * d.qkv_cols());
   if (d.fused_attention) {
-    s.attention_workspace =
-        c.template take_as<accum_t<Real>>(fused_attention_workspace<Real>(int(d.B), int(d.T), int(d.NHl), int(d.hs)));
+    // The ring (context parallelism) works in buffers of its own (DecoderParts::ring).
+    const std::size_t workspace =
+        d.ring_attention ? 0 : fused_attention_workspace<Real>(int(d.B), int(d.T), int(d.NHl), int(d.hs));
+    s.attention_workspace = c.template take_as<accum_t<Real>>(workspace);
   } else {
     s.datt = c.take(d.B * d.NHl * d.T * d.T);
   }

@@ -86,6 +86,7 @@ struct LlamaFamily {
     // senders' rows for El experts at most (all N·k of them when nothing is dropped).
     std::size_t Rr;
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
+    bool ring_attention;   // context parallelism: attention runs around the ring, not the fused kernel's workspace
     bool qkv_bias;         // model.qkv_bias: q|k|v's product adds a bias
     bool expert_dropout;   // lora.dropout on the routed experts' adapters (core/lora_targets.hpp)
     // Rows of the residual stream and the norms on this rank: N, or N / tp under sequence parallelism

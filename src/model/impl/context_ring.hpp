@@ -36,7 +36,8 @@ class ContextRing {
 
   // What the ring works in, carved from the stage's scratch (model/impl/carver.hpp: counted as the rest
   // of its activations are): the K/V block held and the one arriving, their dk, dv partial sums, the running
-  // output (forward), the running dq and D_i = do_i·o_i (backward).
+  // output (forward), the running dq and D_i = do_i·o_i (backward). The running output and dq share their
+  // elements: each lives within one call, and a forward and a backward never overlap.
   struct Buffers {
     Vec<Real> kv[2];
     Vec<A> dkv[2];
@@ -55,7 +56,7 @@ class ContextRing {
     for (Vec<Real>& block : b.kv) block = c.take(kv);
     for (Vec<A>& sum : b.dkv) sum = c.template take_as<A>(kv);
     b.running = c.template take_as<A>(q);
-    b.dq = c.template take_as<A>(q);
+    b.dq = b.running;
     b.d = c.template take_as<A>(rows * std::size_t(shape.NH));
     return b;
   }
