@@ -222,7 +222,9 @@ class Layouts(LoraCase):
                 ("tp2_pp2_zero3_selective", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 3,
                                                 "train.recompute": "selective"}),
                 # sequence parallelism: the adapters inside the regions, on the gathered rows
-                ("dp2_tp2_sp_zero2", 4, {"parallel.tp": 2, "parallel.zero": 2, "parallel.sequence_parallel": "true"})):
+                ("dp2_tp2_sp_zero2", 4, {"parallel.tp": 2, "parallel.zero": 2, "parallel.sequence_parallel": "true"}),
+                # context parallelism: each rank's h over its chunks' rows, the adapters' gradients summed over dp × cp
+                ("cp2_tp2_zero1", 4, {"parallel.cp": 2, "parallel.tp": 2, "parallel.zero": 1})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", n], layout)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
         # bf16: the frozen base held in 16 bits only, the adapters' master and moments in fp32 (measured ~3e-4)
@@ -260,7 +262,8 @@ class Gpt2Layouts(Gpt2Case):
                 ("tp2_pp2_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full",
                                   "train.micro_batch": 1}),
                 ("pp2_dp2_zero3", {"parallel.pp": 2, "parallel.zero": 3}),
-                ("tp2_pp2_sp_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full", "parallel.sequence_parallel": "true"})):
+                ("tp2_pp2_sp_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full", "parallel.sequence_parallel": "true"}),
+                ("cp2_pp2_full", {"parallel.cp": 2, "parallel.pp": 2, "train.recompute": "full"})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, **{"train.steps": 3})
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
 
