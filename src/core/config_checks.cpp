@@ -217,12 +217,6 @@ void check_context_parallel(const Config& c) {
         "parallelism also lowers the activations)",
         cp, c.model.experts);
   }
-  if (c.model.lora.dropout > 0) {
-    input_error(
-        "parallel.cp = {} with lora.dropout = {}: the dropout mask is keyed by a token's place in its sequence, "
-        "which context parallelism moves; not supported yet: set lora.dropout = 0 or parallel.cp = 1",
-        cp, c.model.lora.dropout);
-  }
 }
 
 namespace {

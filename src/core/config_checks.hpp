@@ -20,7 +20,7 @@ void check_config(const Config& c, const GivenKeys& given);
 
 // InputError where parallel.cp > 1 cannot split this model's sequences (check_config applies it; `plan
 // --search` asks it of each candidate): 2·cp must divide model.seq_len, attention be fused, and there be
-// no mixture of experts or LoRA dropout.
+// no mixture of experts.
 void check_context_parallel(const Config& c);
 
 }  // namespace meshtrain

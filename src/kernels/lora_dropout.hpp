@@ -6,8 +6,9 @@
 //             the family's order | "LK" << 16; the output head: module 0 of block model.layers),
 //   counter = (global input column, global token index, "LD"),
 // the global token index of row n of a micro-batch being first_sample · T + n (first_sample the step's index
-// of its first sample, train/batch_loader.hpp). So an element's bit depends on which sample, position,
-// block, module and column it is, never on the data-, tensor- or pipeline-parallel layout, the team size or
+// of its first sample, train/batch_loader.hpp; under context parallelism row n is local row n % Tl of sequence
+// n / Tl, at its global position in the sequence: ContextChunks). So an element's bit depends on which sample,
+// position, block, module and column it is, never on the data-, tensor- or pipeline-parallel layout, the team size or
 // the thread count. An element is dropped when the draw's first 32-bit word is below round(p · 2^32).
 //
 // A routed expert's rows are assignments (token, expert), each expert's adapter with a dropout of its own
@@ -20,6 +21,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "kernels/attention_segments.hpp"
 
 #include <Random123/philox.h>
 
@@ -35,10 +37,19 @@ struct LoraDropoutMask {
   std::uint64_t first_column = 0;  // global input column of this rank's column 0 (row-parallel: tp_rank · in)
   std::uint32_t threshold = 0;     // a draw below it drops its element: round(p · 2^32)
   double scale = 1;                // 1 / (1 − p), what a kept element is multiplied by
+  // Context parallelism: where a rank's rows of each sequence of seq_len positions sit (default: all of them).
+  ContextChunks chunks = {};
+  std::uint64_t seq_len = 0;
 
+  // The global token index of row n of the micro-batch.
+  KOKKOS_INLINE_FUNCTION std::uint64_t token(std::uint64_t n) const {
+    if (chunks.rows == 0) return first_token + n;
+    const std::uint64_t local = std::uint64_t(chunks.local_rows());
+    return first_token + n / local * seq_len + std::uint64_t(chunks.position(int(n % local)));
+  }
   // Whether element (row n, local column c) is kept.
   KOKKOS_INLINE_FUNCTION bool keeps(std::uint64_t n, std::uint64_t c) const {
-    return kept_draw(first_token + n, first_column + c, 0x4C44u /* "LD" */);
+    return kept_draw(token(n), first_column + c, 0x4C44u /* "LD" */);
   }
   // Whether local column c of the row that is assignment (global token, global expert) is kept.
   KOKKOS_INLINE_FUNCTION bool keeps_assignment(std::uint64_t token, std::uint64_t expert, std::uint64_t c) const {
@@ -80,11 +91,18 @@ inline std::uint64_t lora_dropout_key(std::uint64_t seed, std::int64_t step, int
   return (std::uint64_t(bits[1]) << 32) | bits[0];
 }
 
+// `chunks`: a context-parallel rank's rows of each sequence (default: every row, in order).
 inline LoraDropoutMask lora_dropout_mask(double p, std::uint64_t seed, std::int64_t step, std::uint64_t first_sample,
-                                         int seq_len, int block, int module, std::uint64_t first_column) {
+                                         int seq_len, int block, int module, std::uint64_t first_column,
+                                         const ContextChunks& chunks = {}) {
   const double threshold = std::round(std::ldexp(p, 32));
-  return {lora_dropout_key(seed, step, block, module), first_sample * std::uint64_t(seq_len), first_column,
-          std::uint32_t(std::fmin(threshold, 4294967295.0)), 1.0 / (1.0 - p)};
+  return {lora_dropout_key(seed, step, block, module),
+          first_sample * std::uint64_t(seq_len),
+          first_column,
+          std::uint32_t(std::fmin(threshold, 4294967295.0)),
+          1.0 / (1.0 - p),
+          chunks,
+          std::uint64_t(seq_len)};
 }
 
 // out (N, in; contiguous) = drop(x), x (N, in; row stride ldx); `rows` TokenRows or AssignmentRows.

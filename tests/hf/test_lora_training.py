@@ -282,6 +282,8 @@ class Dropout(LoraCase):
             self.assertGreater(abs(p["loss"] - d["loss"]), 1e-6, "dropout 0.1 trained as without dropout")
         for name, layout in (("dp2_tp2", {"parallel.tp": 2}),
                              ("dp2_tp2_sp", {"parallel.tp": 2, "parallel.sequence_parallel": "true"}),
+                             # a rank's rows draw their bits at their global positions
+                             ("dp2_cp2", {"parallel.cp": 2}),
                              ("pp2_dp2_zero3_micro1", {"parallel.pp": 2, "parallel.zero": 3, "train.micro_batch": 1})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, lora=dropout, **steps)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)

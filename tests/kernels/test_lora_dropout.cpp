@@ -168,6 +168,34 @@ TEST(LoraDropout, IndependentOfLayout) {
   }
 }
 
+// Under context parallelism a rank holds two chunks of every sequence: its rows' bits are the whole
+// micro-batch's rows at their global positions (cp 2 and 4 over T = 16).
+TEST(LoraDropout, IndependentOfContextParallelism) {
+  const Draw whole;
+  const Host x = random_vector(std::size_t(N) * IN, 9);
+  const std::vector<double> all = dropped<double>(whole, x, N, IN, IN);
+  for (int cp : {2, 4}) {
+    for (int rank = 0; rank < cp; ++rank) {
+      const ContextChunks chunks = ContextChunks::of_rank(rank, cp, T);
+      const int Tl = chunks.local_rows();
+      Host xs, want;
+      for (int b = 0; b < B; ++b) {
+        for (int r = 0; r < Tl; ++r) {
+          const auto row = std::ptrdiff_t((std::size_t(b) * T + std::size_t(chunks.position(r))) * IN);
+          xs.insert(xs.end(), x.begin() + row, x.begin() + row + IN);
+          want.insert(want.end(), all.begin() + row, all.begin() + row + IN);
+        }
+      }
+      const Buffer<double> xd = to_device<double>(xs), out("out", xs.size());
+      const LoraDropoutMask mask = lora_dropout_mask(whole.p, whole.seed, whole.step, whole.first_sample, T,
+                                                     whole.block, whole.module, 0, chunks);
+      lora_dropout_forward<double>(ExecSpace(), vec(out), xd.data(), IN, mask, B * Tl, IN);
+      EXPECT_TRUE(bitwise_equal(raw(out), std::vector<double>(want.begin(), want.end())))
+          << "cp " << cp << " rank " << rank;
+    }
+  }
+}
+
 // R rows of a routed expert's input, each an assignment (global token, global expert): drop(x) and the
 // gradient through it against the naive draw; a row's mask follows it to any place (the exchange's order),
 // and one token's rows for two experts draw two masks.

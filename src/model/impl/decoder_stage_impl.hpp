@@ -178,6 +178,7 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
   if (config.context_parallel > 1) {
     ring.emplace(space, cp_comm, decoder_detail::ring_shape(config, batch_size, tp.size()), rank.ring);
     chunks = ring->chunks_of(cp_comm->rank());
+    lora.chunks = chunks;
   }
   slots = carving::allocate_and_carve<Real, std::vector<SlotActivations<Real, Family>>>(
       activation_buffer, fmt::format("meshtrain::{}::activations", Family::name).c_str(), [&](Carver<Real>& c) {

@@ -110,8 +110,9 @@ struct LoraParts {
   // micro-batch it holds (none: evaluation, no dropout).
   double dropout = 0;
   int seq_len = 0, first_layer = 0, model_layers = 0, tp_rank = 0;
-  std::size_t kept = 0;                // elements of activations before dh
-  std::vector<LoraHRows> h_rows;       // each block's h, rows within the block's
+  ContextChunks chunks;           // context parallelism: this rank's rows of each sequence (the masks' token indices)
+  std::size_t kept = 0;           // elements of activations before dh
+  std::vector<LoraHRows> h_rows;  // each block's h, rows within the block's
   std::vector<std::size_t> block_row;  // each block's first h row within a slot's, in units of r
   std::size_t slot_rows = 0;           // a slot's h rows, blocks and head
   std::vector<std::optional<MicroBatchDraw>> draws;
@@ -222,7 +223,8 @@ struct LoraParts {
   std::optional<LoraDropoutMask> global_mask(int slot, int block, int k, std::uint64_t first_column) const {
     const std::optional<MicroBatchDraw>& draw = draws[std::size_t(slot)];
     if (dropout <= 0 || !draw) return std::nullopt;
-    return lora_dropout_mask(dropout, draw->seed, draw->step, draw->first_sample, seq_len, block, k, first_column);
+    return lora_dropout_mask(dropout, draw->seed, draw->step, draw->first_sample, seq_len, block, k, first_column,
+                             chunks);
   }
 };
 
