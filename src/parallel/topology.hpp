@@ -26,6 +26,8 @@ struct Layout {
   int edp() const { return dp / ep; }  // expert-data-parallel degree: the replicas of one expert
   // The ranks holding the same weights (dp × cp): a gradient's sum, the ZeRO shards and the loss sum span them.
   int replicas() const { return dp * cp; }
+  // The ranks holding the same routed experts (edp × cp): their gradients' sum and ZeRO shards span them.
+  int expert_replicas() const { return edp() * cp; }
 };
 
 struct GridPosition {

@@ -129,7 +129,7 @@ struct StageOverlap {
   double compute_s;         // the step's
 
   double hidden_s() const {
-    const int d = layout.replicas(), e = layout.edp() * layout.cp;
+    const int d = layout.replicas(), e = layout.expert_replicas();
     // The gradient reduction: dp's all-reduces less the loss sum, its and edp's reduce-scatters.
     PricedCalls reduction;
     TrafficCount buckets = group(traffic, "dp")[Collective::allreduce];
@@ -246,7 +246,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     st.bubble_s =
         double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + st.cp_comm_s + pipeline_transfers_s);
     st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link) +
-                   collectives_s(group(traffic, "edp"), layout.edp() * c, dp_link);
+                   collectives_s(group(traffic, "edp"), layout.expert_replicas(), dp_link);
     if (!cluster.host_only) {
       const double per_micro = st.compute_s / m;
       const double forward_s = per_micro * token_flops.forward / flops;
