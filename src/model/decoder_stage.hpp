@@ -233,8 +233,11 @@ struct DecoderParts {
   template <class Real>                                                                                          \
   static Block<Real> carve_block(carving::Carver<Real>& c, const Dims& d, carving::BlockFields take, int l,      \
                                  const Block<Real>& other = {});                                                 \
+  /* beside_mlp: views carved over the elements of the MLP's hidden gradients, which live only within a */       \
+  /* block's MLP backward (the context ring's buffers: attention's). */                                          \
   template <class Real>                                                                                          \
-  static Scratch<Real> carve_scratch(carving::Carver<Real>& c, const Dims& d);                                   \
+  static Scratch<Real> carve_scratch(carving::Carver<Real>& c, const Dims& d,                                    \
+                                     const carving::CarveFn<Real>& beside_mlp);                                  \
   /* Block l of `slot` into s, its row-parallel products into proj; without to_output it stops once s */         \
   /* holds what backward reads (recomputation). */                                                               \
   template <class Real>                                                                                          \

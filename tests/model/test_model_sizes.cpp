@@ -8,6 +8,7 @@
 #include "core/model_sizes.hpp"
 #include "model/families/gpt2.hpp"
 #include "model/families/llama.hpp"
+#include "model/impl/carver.hpp"
 #include "model/language_model.hpp"
 #include "model/parameters.hpp"
 
@@ -126,6 +127,35 @@ TEST(ActivationElements, ExtrapolatedOverSlotsIsTheCarvings) {
         }
       }
     }
+  }
+}
+
+// Carver::overlay (the context ring's buffers over the MLP's hidden gradients): both parts start where the
+// first began, the carver moves on by the larger, and the count pass and the carving pass agree.
+TEST(Carver, OverlaySharesElementsAndMovesOnByTheLarger) {
+  std::vector<float> storage(64);
+  for (float* base : {static_cast<float*>(nullptr), storage.data()}) {
+    carving::Carver<float> c(base);
+    c.take(3);
+    Vec<float> small, large_first, large_second;
+    Vec<double> wide;
+    c.overlay([&](carving::Carver<float>& over) { small = over.take(5); },
+              [&](carving::Carver<float>& over) {
+                large_first = over.take(2);
+                wide = over.take_as<double>(4);  // aligned to 2 floats: starts at 6, ends at 14
+              });
+    EXPECT_EQ(c.used(), 14u) << "the larger part's end";
+    const Vec<float> after = c.take(1);
+    EXPECT_EQ(c.used(), 15u);
+    if (base != nullptr) {
+      EXPECT_EQ(small.data(), base + 3);
+      EXPECT_EQ(large_first.data(), base + 3) << "the second part starts where the first began";
+      EXPECT_EQ(reinterpret_cast<float*>(wide.data()), base + 6);
+      EXPECT_EQ(after.data(), base + 14);
+    }
+    carving::Carver<float> d(base);
+    d.overlay([&](carving::Carver<float>& over) { over.take(9); }, [](carving::Carver<float>&) {});
+    EXPECT_EQ(d.used(), 9u) << "an empty second part leaves the first's end";
   }
 }
 

@@ -137,7 +137,8 @@ Gpt2Family::Block<Real> Gpt2Family::carve_block(carving::Carver<Real>& c, const 
 }
 
 template <class Real>
-Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, const Dims& d) {
+Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, const Dims& d,
+                                                    const carving::CarveFn<Real>& beside_mlp) {
   const std::size_t B = d.B, T = d.T, C = d.C, Cl = d.Cl(), NH = d.NH, N = d.N, Nl = d.Nl;
   Scratch<Real> s;
   s.dresidual = c.take(Nl * C);
@@ -145,14 +146,14 @@ Gpt2Family::Scratch<Real> Gpt2Family::carve_scratch(carving::Carver<Real>& c, co
   s.datty = c.take(N * Cl);
   s.dqkv = c.take(N * 3 * Cl);
   if (d.fused_attention) {
-    // The ring (context parallelism) works in buffers of its own (DecoderParts::ring).
+    // The ring (context parallelism) works in buffers of its own (beside_mlp).
     const std::size_t workspace =
         d.ring_attention ? 0 : fused_attention_workspace<Real>(int(B), int(T), int(NH), int(d.hs()));
     s.attention_workspace = c.template take_as<accum_t<Real>>(workspace);
   } else {
     s.datt = c.take(B * NH * T * T);
   }
-  s.dfch = c.take(N * 4 * Cl);
+  c.overlay([&](carving::Carver<Real>& over) { s.dfch = over.take(N * 4 * Cl); }, beside_mlp);
   // The widest column sum: c_fc's bias, or a LayerNorm's two with the c_proj bias its backward adds.
   s.column_partials =
       c.template take_as<accum_t<Real>>(std::max({column_sum_workspace(N, 4 * Cl), column_sum_workspace(N, 3 * Cl),

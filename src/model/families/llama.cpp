@@ -281,7 +281,8 @@ LlamaFamily::Block<Real> LlamaFamily::carve_block(carving::Carver<Real>& c, cons
 }
 
 template <class Real>
-LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, const Dims& d) {
+LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, const Dims& d,
+                                                      const carving::CarveFn<Real>& beside_mlp) {
   const std::size_t N = d.N, C = d.C;
   Scratch<Real> s;
   s.dresidual = c.take(d.Nl * C);
@@ -289,15 +290,19 @@ LlamaFamily::Scratch<Real> LlamaFamily::carve_scratch(carving::Carver<Real>& c, 
   s.datty = c.take(N * d.q_cols());
   s.dqkv = c.take(N * d.qkv_cols());
   if (d.fused_attention) {
-    // The ring (context parallelism) works in buffers of its own (DecoderParts::ring).
+    // The ring (context parallelism) works in buffers of its own (beside_mlp).
     const std::size_t workspace =
         d.ring_attention ? 0 : fused_attention_workspace<Real>(int(d.B), int(d.T), int(d.NHl), int(d.hs));
     s.attention_workspace = c.template take_as<accum_t<Real>>(workspace);
   } else {
     s.datt = c.take(d.B * d.NHl * d.T * d.T);
   }
-  s.dswiglu = c.take(N * d.widest_dense_cols());
-  s.dgate_up = c.take(N * 2 * d.widest_dense_cols());
+  c.overlay(
+      [&](carving::Carver<Real>& over) {
+        s.dswiglu = over.take(N * d.widest_dense_cols());
+        s.dgate_up = over.take(N * 2 * d.widest_dense_cols());
+      },
+      beside_mlp);
   s.column_partials =
       c.template take_as<accum_t<Real>>(column_sum_workspace(N, d.qkv_bias ? std::max(C, d.qkv_cols()) : C));
   s.token_order = c.template take_as<int>(token_order_workspace(N));

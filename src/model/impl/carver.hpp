@@ -5,6 +5,8 @@
 #include "core/config.hpp"
 #include "core/exec.hpp"
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
 namespace meshtrain::carving {
@@ -44,12 +46,27 @@ class Carver {
   Vec<T> take_as_if(bool taken, std::size_t count, const Vec<T>& other) {
     return taken ? take_as<T>(count) : other;
   }
+  // Carves `one`, then `other` from where `one` began: their views share elements, so they may never be
+  // live at once (each use says why). The carver moves on by the larger of the two.
+  template <class One, class Other>
+  void overlay(One&& one, Other&& other) {
+    const std::size_t start = used_;
+    one(*this);
+    const std::size_t end_of_one = used_;
+    used_ = start;
+    other(*this);
+    used_ = std::max(used_, end_of_one);
+  }
   std::size_t used() const { return used_; }
 
  private:
   Real* base_;
   std::size_t used_ = 0;
 };
+
+// A carve of some views from a carver (Carver::overlay's second part, passed through a family's scratch).
+template <class Real>
+using CarveFn = std::function<void(Carver<Real>&)>;
 
 // Which fields of a block's activations a carve takes from the buffer; the others are views of
 // another set (or empty).

@@ -54,14 +54,20 @@ constexpr std::size_t norm_grads_at_once = 4;
 template <class Real, class Family>
 RankScratch<Real, Family> carve_rank_scratch(carving::Carver<Real>& c, const typename Family::Dims& d,
                                              Recompute recompute, const ModelConfig& m, int tp) {
-  RankScratch<Real, Family> r{Family::carve_scratch(c, d), {}, {}, {}, {}, {}};
+  RankScratch<Real, Family> r;
+  // The ring runs within attention, forward or backward, never within an MLP's backward: its buffers share
+  // the elements of the MLP's hidden gradients.
+  r.backward = Family::template carve_scratch<Real>(c, d, [&](carving::Carver<Real>& over) {
+    if (m.context_parallel > 1) {
+      r.ring = ContextRing<Real>::carve(over, ring_shape(m, int(d.B), tp), m.context_parallel);
+    }
+  });
   if (recompute != Recompute::none) r.shared = Family::carve_block(c, d, carving::shared_fields(recompute), -1);
   if (d.Nl != d.N) {
     r.norm_rows = c.take(d.Nl * d.C);
     r.proj_rows = c.take(d.Nl * d.C);
     r.norm_grads = c.take(norm_grads_at_once * d.C);
   }
-  if (m.context_parallel > 1) r.ring = ContextRing<Real>::carve(c, ring_shape(m, int(d.B), tp), m.context_parallel);
   return r;
 }
 
