@@ -190,7 +190,7 @@ void check_sequence_parallel(const Config& c) {
 }  // namespace
 
 // Context parallelism splits every sequence into 2·cp load-balanced chunks and runs the fused attention
-// around a ring; what it does not split yet is refused by name.
+// around a ring; what cannot run so is refused by name.
 void check_context_parallel(const Config& c) {
   const int cp = c.parallel.cp;
   if (cp <= 1) return;
@@ -209,13 +209,6 @@ void check_context_parallel(const Config& c) {
         "parallel.cp = {} runs the fused attention around a ring of K/V blocks: model.attention = materialized has "
         "no such kernel; set model.attention = fused, or parallel.cp = 1",
         cp);
-  }
-  if (c.model.experts > 0) {
-    input_error(
-        "parallel.cp = {} with model.experts = {}: a mixture of experts' capacity and load-balancing loss are a "
-        "micro-batch's, which context parallelism splits; not supported yet: set parallel.cp = 1 (sequence "
-        "parallelism also lowers the activations)",
-        cp, c.model.experts);
   }
 }
 

@@ -144,16 +144,17 @@ void lora_dropout_backward(const ExecSpace& space, Real* dx, int lddx, CVec<Real
 }
 
 // The assignment ids (R, 2) of the expert-ordered rows: row slot(n, j) is token n's j-th choice expert(n, j),
-// global token index first_token + n (slot −1: dropped by the capacity, no row).
+// global token index tokens.token(n) (slot −1: dropped by the capacity, no row); `tokens` any of the
+// micro-batch's masks (they share first_token and chunks).
 inline void lora_assignment_ids(const ExecSpace& space, Vec<std::int64_t> ids, CVec<int> slot, CVec<int> expert,
-                                std::uint64_t first_token, int N, int k) {
+                                const LoraDropoutMask& tokens, int N, int k) {
   static_assert(reachable_v<Vec<std::int64_t>>);
   Kokkos::parallel_for(
       "meshtrain::lora_dropout::assignment_ids", Kokkos::RangePolicy<ExecSpace>(space, 0, long(N) * k),
       KOKKOS_LAMBDA(long i) {
         const int row = slot(i);
         if (row < 0) return;
-        ids(2L * row) = std::int64_t(first_token) + i / k;
+        ids(2L * row) = std::int64_t(tokens.token(std::uint64_t(i / k)));
         ids(2L * row + 1) = expert(i);
       });
 }

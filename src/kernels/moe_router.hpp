@@ -7,12 +7,18 @@
 //   forward:  p[n,:] = softmax(z[n,:]) (max-subtracted),  lse[n] = log Σ_e exp z[n,e]
 //             expert[n,:] = the k largest p[n,e] in descending order, equal ones by lower e first
 //             gate[n,j] = p[n,e_j] / S_n, S_n = Σ_{i<k} p[n,e_i] (normalize), else p[n,e_j]
-//   losses:   aux = E · Σ_e f_e · P_e,  f_e = routed[e] / (N·k),  P_e = (1/N) Σ_n p[n,e]
+//   losses:   aux = E · Σ_e f_e · P_e,  f_e = routed[e] / (N·k),  P_e = (1/N) Σ_n p[n,e]   (N: tokens below)
 //             z = (1/N) Σ_n lse[n]²
 //   backward: dp[n,e] = aux_weight · E · f_e / N                       (∂aux/∂p; f carries no gradient)
 //                     + (e = e_j: (dgate_j − Σ_i dgate_i g_i) / S       normalize
 //                                  dgate_j                              otherwise)
 //             dz[n,e] = p (dp − Σ_e' p dp) + z_weight · (2/N) · lse[n] · p     (softmax; ∂lse/∂z = p)
+//
+// Context parallelism splits a micro-batch's tokens over its group (parallel.cp): each rank routes its own
+// N rows, while f and P, the losses' means and their gradients are the micro-batch's. So the losses take
+// `routed`, the micro-batch's routed counts (the group's sum), and `tokens`, its token count (N · cp): each
+// rank's terms over its rows then sum over the group to the micro-batch's losses (routed = the rank's own
+// counts and tokens = N without the split).
 //
 // One team per token for the row kernels. Top-k is k rounds of two exact team reductions (the
 // largest p left, then the lowest expert holding it), so ties resolve the same on every backend.
@@ -23,6 +29,7 @@
 #include "kernels/fast_math.hpp"
 
 #include <type_traits>
+#include <utility>
 
 namespace meshtrain {
 
@@ -103,17 +110,18 @@ constexpr std::size_t router_sums_per_block(int E) { return 2 + 2 * std::size_t(
 // Adds one MoE block's two losses and its routing counts into its sums at b · router_sums_per_block(E)
 // on the device: one launch and no read, so a training step reads every block's sums once, for the
 // metrics. counts [2E+1]: moe_assign's routed (E, assignments per expert before capacity) | offsets
-// (E+1, whose differences are the kept rows). Summed in double: team 0 the aux loss, each expert's
+// (E+1, whose differences are the kept rows), this rank's; the losses' `routed` and `tokens` the
+// micro-batch's (above). Summed in double: team 0 the aux loss, each expert's
 // column of p in row chunks of kReduceChunk (each chunk in row order), the chunk terms combined by the
 // team's reduction, and then the counts; team 1 Σ lse² the same way (as squared_norm's chunks). The
 // combination order is fixed for a backend and team size.
 template <class A>
-void add_router_statistics(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> counts, int N, int E, int k,
-                           Vec<double> sums, int b) {
+void add_router_statistics(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> counts, CVec<int> routed,
+                           int N, long tokens, int E, int k, Vec<double> sums, int b) {
   static_assert(reachable_v<CVec<A>> && reachable_v<CVec<int>> && reachable_v<Vec<double>>);
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const long chunks = (static_cast<long>(N) + kReduceChunk - 1) / kReduceChunk;
-  const double tokens = N;
+  const double T = double(tokens);
   const long at = static_cast<long>(b) * static_cast<long>(router_sums_per_block(E));
   Kokkos::parallel_for(
       "meshtrain::moe_router::losses", team_policy(space, 2), KOKKOS_LAMBDA(const Team& team) {
@@ -127,11 +135,11 @@ void add_router_statistics(const ExecSpace& space, CVec<A> probs, CVec<A> lse, C
                 const long end = begin + kReduceChunk < N ? begin + kReduceChunk : N;
                 double column = 0;
                 for (long n = begin; n < end; ++n) column += static_cast<double>(probs(n * E + e));
-                acc += static_cast<double>(counts(e)) * column;
+                acc += static_cast<double>(routed(e)) * column;
               },
               total);
           Kokkos::single(Kokkos::PerTeam(team), [&]() {
-            sums(at) += E * total / (tokens * k * tokens);
+            sums(at) += E * total / (T * k * T);
             for (int e = 0; e < E; ++e) {
               sums(at + 2 + e) += counts(e);
               sums(at + 2 + E + e) += counts(E + 1 + e) - counts(E + e);
@@ -150,16 +158,22 @@ void add_router_statistics(const ExecSpace& space, CVec<A> probs, CVec<A> lse, C
                 acc += s;
               },
               total);
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(at + 1) += total / tokens; });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(at + 1) += total / T; });
         }
       });
 }
 
-// The two losses of add_router_statistics read back to the host (tests; fences); counts as there.
+// The two losses of add_router_statistics read back to the host (tests; fences); counts as there, the
+// micro-batch's `routed` and `tokens` this rank's own unless given.
 template <class A>
-RouterLosses router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> counts, int N, int E, int k) {
+RouterLosses router_losses(const ExecSpace& space, CVec<A> probs, CVec<A> lse, CVec<int> counts, int N, int E, int k,
+                           CVec<int> routed = {}, long tokens = 0) {
   const Buffer<double> sums("meshtrain::moe_router::sums", router_sums_per_block(E));
-  add_router_statistics<A>(space, probs, lse, counts, N, E, k, sums, 0);
+  if (tokens == 0) {
+    routed = Kokkos::subview(counts, std::pair<long, long>(0, E));
+    tokens = N;
+  }
+  add_router_statistics<A>(space, probs, lse, counts, routed, N, tokens, E, k, sums, 0);
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, sums);
   return {host(0), host(1)};
 }
@@ -190,17 +204,17 @@ struct RouterProbGradient {
 }  // namespace detail
 
 // dlogits [N*E] is written (=). dgate [N*k] is the gates' gradient; probs, expert, lse the forward's;
-// routed as in router_losses; aux_weight and z_weight multiply aux and z in the objective.
+// routed and tokens the micro-batch's (above); aux_weight and z_weight multiply aux and z in the objective.
 template <class Real>
 void router_backward(const ExecSpace& space, Vec<Real> dlogits, CVec<accum_t<std::type_identity_t<Real>>> dgate,
                      CVec<accum_t<std::type_identity_t<Real>>> probs, CVec<int> expert,
                      CVec<accum_t<std::type_identity_t<Real>>> lse, CVec<int> routed, accum_t<Real> aux_weight,
-                     accum_t<Real> z_weight, int N, int E, int k, bool normalize) {
+                     accum_t<Real> z_weight, int N, long tokens, int E, int k, bool normalize) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<int>>);
   using A = accum_t<Real>;
   using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  const A aux_scale = aux_weight * A(E) / (A(N) * A(k) * A(N));
-  const A z_scale = z_weight * A(2) / A(N);
+  const A aux_scale = aux_weight * A(E) / (A(tokens) * A(k) * A(tokens));
+  const A z_scale = z_weight * A(2) / A(tokens);
   Kokkos::parallel_for(
       "meshtrain::moe_router::backward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const int n = team.league_rank();

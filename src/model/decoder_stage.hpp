@@ -145,7 +145,8 @@ struct DecoderParts {
   // the ring its fused attention runs around (none without a cp group of two or more ranks).
   ContextChunks chunks;
   std::optional<ContextRing<Real>> ring;
-  LoraParts<Real> lora;                         // model.lora's adapters (inactive without)
+  Comm* cp = nullptr;    // the context-parallel group (null without one): the ring's, and the MoE routers' counts
+  LoraParts<Real> lora;  // model.lora's adapters (inactive without)
   typename Family::template State<Real> state;  // constructed last, from the parts above
 
   // make_language_model's arguments (model/language_model.hpp).

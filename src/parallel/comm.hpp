@@ -61,7 +61,7 @@ class Request {
 // and MPI's MPI_Datatype do, so each collective is one virtual function below and the typed front
 // turns a T* into its tag. Adding a type (fp8, say): an enumerator, its row in element_traits, its
 // ElementTypeOf, and one row in each backend's table (parallel/impl/mpi_elements.cpp, comm_nccl.cpp).
-enum class ElementType : std::uint8_t { f32, f64, bf16, fp16, i64 };
+enum class ElementType : std::uint8_t { f32, f64, bf16, fp16, i64, i32 };
 
 struct ElementTraits {
   ElementType type;
@@ -70,7 +70,7 @@ struct ElementTraits {
 };
 inline constexpr ElementTraits element_traits[] = {
     {ElementType::f32, 4, "floats"},       {ElementType::f64, 8, "doubles"},      {ElementType::bf16, 2, "bf16 values"},
-    {ElementType::fp16, 2, "fp16 values"}, {ElementType::i64, 8, "int64 values"},
+    {ElementType::fp16, 2, "fp16 values"}, {ElementType::i64, 8, "int64 values"}, {ElementType::i32, 4, "int32 values"},
 };
 constexpr const ElementTraits& traits_of(ElementType type) { return element_traits[static_cast<std::size_t>(type)]; }
 constexpr std::size_t element_bytes(ElementType type) { return traits_of(type).bytes; }
@@ -89,6 +89,8 @@ template <>
 struct ElementTypeOf<fp16> : std::integral_constant<ElementType, ElementType::fp16> {};
 template <>
 struct ElementTypeOf<std::int64_t> : std::integral_constant<ElementType, ElementType::i64> {};
+template <>
+struct ElementTypeOf<std::int32_t> : std::integral_constant<ElementType, ElementType::i32> {};
 
 // The rows of element_traits are in the enumeration's order.
 static_assert([] {

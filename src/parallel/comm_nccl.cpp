@@ -71,6 +71,7 @@ ncclDataType_t nccl_type(ElementType type) {
     case ElementType::bf16: return ncclBfloat16;
     case ElementType::fp16: return ncclFloat16;
     case ElementType::i64: return ncclInt64;
+    case ElementType::i32: return ncclInt32;
   }
   throw std::logic_error("nccl_type: an ElementType without a row");
 }

@@ -27,7 +27,8 @@
 //              their attention over keys the whole sequence long: 1/cp of the causal total, the chunks balanced),
 //              d is the replicas (dp × cp) and their link the dp × cp groups'; cp comm: the ring's sends (a
 //              receive is the neighbour's send), priced one by one and taken as exposed (the ring posts each
-//              block's transfer before the kernel that folds the previous one; that overlap is not modelled).
+//              block's transfer before the kernel that folds the previous one; that overlap is not modelled),
+//              and the MoE blocks' all-reduces of their routed counts over the cp ranks.
 //   bubble   = (p − 1)/m · (compute + tp comm + ep comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
 //
@@ -242,7 +243,7 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
     st.pp_comm_s = pipeline_transfers_s + collectives_s(group(traffic, "pp"), p, pp_link) +
                    collectives_s(group(traffic, "tied"), 2, pp_link);
     st.ep_comm_s = priced(alltoall_s, group(traffic, "ep")[Collective::alltoall], layout.ep, ep_link);
-    st.cp_comm_s = sends_s(group(traffic, "cp"), cp_link);
+    st.cp_comm_s = sends_s(group(traffic, "cp"), cp_link) + collectives_s(group(traffic, "cp"), c, cp_link);
     st.bubble_s =
         double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + st.cp_comm_s + pipeline_transfers_s);
     st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link) +

@@ -290,7 +290,8 @@ void add_expert_parallel(GroupTraffic& ep, const Config& cfg, const Layout& grid
 
 // The ring of each attention (model/impl/context_ring.hpp): per block of every forward pass, and of every
 // forward full recomputation reruns, cp − 1 K/V blocks each way; per block of every backward pass as many,
-// and cp dK/dV partial sums (fp32) each way.
+// and cp dK/dV partial sums (fp32) each way. An MoE block's forward (rerun too) sums its routed counts over
+// the group (model/families/llama_moe.cpp): one all-reduce of E int32.
 void add_context_parallel(GroupTraffic& cp, const Config& cfg, const Layout& grid, const ParameterLayout& layout,
                           const std::vector<Pass>& passes, std::int64_t rows) {
   const ModelConfig& m = cfg.model;
@@ -308,6 +309,12 @@ void add_context_parallel(GroupTraffic& cp, const Config& cfg, const Layout& gri
     cp.add(kind, blocks, blocks * kv_bytes);
     cp.add(kind, sums, sums * sum_bytes);
   }
+  const std::vector<int> moe = moe_stage_blocks(layout);
+  if (moe.empty()) return;
+  std::int64_t routings = 0;
+  for (const Pass& p : passes) routings += p.backward ? 0 : std::int64_t(moe.size());
+  if (cfg.train.recompute == Recompute::full) routings += reruns_of(recomputed_blocks(passes, L), moe);
+  cp.add(Collective::allreduce, routings, routings * m.experts * std::int64_t(sizeof(std::int32_t)));
 }
 
 void add_pipeline(GroupTraffic& pp, const Config& cfg, const Layout& grid, int stage, int accum,

@@ -49,7 +49,7 @@ std::optional<MoeStepMetrics> step_moe_metrics(const RouterStatistics& local, co
       }
       out[2 * E] = local.aux_loss[b];
       out[2 * E + 1] = local.z_loss[b];
-      out[2 * E + 2] = double(local.passes);
+      out[2 * E + 2] = double(local.passes) / double(model.context_parallel);
     }
   }
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_DOUBLE, MPI_SUM, world),

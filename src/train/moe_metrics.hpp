@@ -31,7 +31,9 @@ struct MoeStepMetrics {
 };
 
 // Collective over `world`: the step's figures from each rank's `local` statistics, of which the
-// ranks with `counted` (one per tensor-parallel group: their routers saw the same tokens) add in.
+// ranks with `counted` (one per tensor-parallel group: their routers saw the same tokens) add in. Under
+// context parallelism (model.context_parallel) each micro-batch's pass runs on cp ranks, whose losses and
+// counts are parts of the micro-batch's (kernels/moe_router.hpp): they add up, and the pass counts once.
 // Empty when the model has no MoE block.
 std::optional<MoeStepMetrics> step_moe_metrics(const RouterStatistics& local, const ModelConfig& model, bool counted,
                                                MPI_Comm world);

@@ -418,10 +418,6 @@ class BadInput(CliCase):
         self.rejects({"parallel.cp": 2, "model.attention": "materialized"},
                      needles=["parallel.cp = 2", "model.attention = fused"])
 
-    def test_context_parallel_with_experts(self):
-        self.rejects({**LLAMA, "checkpoint.dir": "ck_cp", "parallel.cp": 2, "model.experts": 4},
-                     needles=["parallel.cp = 2", "model.experts = 4", "parallel.cp = 1"])
-
     # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
 
     def test_moe_key_under_gpt2(self):

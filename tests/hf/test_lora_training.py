@@ -32,12 +32,12 @@
   Resume      stopped at step 5 and resumed: bitwise the straight run; resumed under another layout: 2e-5;
               a base changed under the same path refuses the adapters (exit 2, naming lora_base_hash)
   MoE         a Mixtral with fresh adapters on every linear and the routers: dp2·tp2·ep2 (also under sequence
-              parallelism), pp2·dp2·ep2·ZeRO-3 and
-              dp4·ep2·ZeRO-3 (experts sharded over 2 expert-data-parallel ranks) equal one rank (2e-5), bf16
+              parallelism), pp2·dp2·ep2·ZeRO-3,
+              dp4·ep2·ZeRO-3 (experts sharded over 2 expert-data-parallel ranks) and cp2·dp2·ep2 equal one rank (2e-5), bf16
               within 2e-3, and a run stopped under dp2·ep2·ZeRO-2 resumes on one rank; a meshtrain MoE base with
               a shared expert and a dense block between MoE ones under tp2·dp2·ep2·ZeRO-1 with full recomputation
               and pp2·dp2·ep2·ZeRO-3; lora.dropout 0.1 on the Mixtral's every linear (each routed row's mask keyed by
-              its token and expert, which travel with it) under dp2·tp2·ep2 and dp4·ep4 equals one rank's run,
+              its token and expert, which travel with it) under dp2·tp2·ep2, dp4·ep4 and cp2·dp2·ep2 equals one rank's run,
               which differs from the run without dropout
 
 usage: test_lora_training.py --meshtrain BIN --workdir DIR [--mpiexec MPIEXEC] [--group reference|layouts] [-k PATTERN]
@@ -331,7 +331,9 @@ class MoeLayouts(LoraCase):
             ("dp2_tp2_ep2_sp", {"parallel.tp": 2, "parallel.ep": 2, "parallel.sequence_parallel": "true"}),
             ("pp2_dp2_ep2_zero3", {"parallel.pp": 2, "parallel.ep": 2, "parallel.zero": 3}),
             # dp4 over ep2: each expert's frozen weights and adapters sharded over its 2 expert-data-parallel ranks
-            ("dp4_ep2_zero3", {"parallel.ep": 2, "parallel.zero": 3, "train.micro_batch": 1})))
+            ("dp4_ep2_zero3", {"parallel.ep": 2, "parallel.zero": 3, "train.micro_batch": 1}),
+            # context parallelism: each rank routes its chunks' rows, the losses take the micro-batch's counts
+            ("cp2_dp2_ep2", {"parallel.cp": 2, "parallel.ep": 2})))
         # bf16: the router's adapter adds into fp32 logits from 16-bit h and B (measured ~5e-4 from fp32).
         got, _ = self.train(ini, "bf16", lora=self.lora, **{**self.steps, "train.precision": "bf16"})
         self.assert_same_losses(got, [r["loss"] for r in one], 2e-3, "bf16")
@@ -350,7 +352,9 @@ class MoeLayouts(LoraCase):
         plain, _ = self.train(ini, "plain", lora=self.lora, **self.steps)
         self.lora = {**self.lora, "lora.dropout": 0.1}
         one = self.check_layouts(ini, (("dp2_tp2_ep2", {"parallel.tp": 2, "parallel.ep": 2}),
-                                       ("dp4_ep4_micro1", {"parallel.ep": 4, "train.micro_batch": 1})))
+                                       ("dp4_ep4_micro1", {"parallel.ep": 4, "train.micro_batch": 1}),
+                                       # each routed row's token at its global position
+                                       ("cp2_dp2_ep2", {"parallel.cp": 2, "parallel.ep": 2})))
         for p, d in zip(plain[1:], one[1:]):
             self.assertGreater(abs(p["loss"] - d["loss"]), 1e-6, "dropout 0.1 trained as without dropout")
 

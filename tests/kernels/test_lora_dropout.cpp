@@ -277,20 +277,28 @@ TEST(LoraDropout, AssignmentRowsKeepTheirMaskAnywhere) {
   EXPECT_GT(differ, 0u);
 }
 
-// The ids from a routing of N tokens, k = 2: token n's choice j at row slot(n, j) (−1: dropped).
+// The ids from a routing of N tokens, k = 2: token n's choice j at row slot(n, j) (−1: dropped); the
+// micro-batch starts at sample 12 of sequences of 8 (token 96). Under context parallelism (rank 1 of 2: chunks
+// 1 and 2 of 2 positions) local row n is position 2, 3, 4, 5 of its sequence, and row 4 the next sequence's 2.
 TEST(LoraDropout, AssignmentIdsFromRouting) {
   constexpr int tokens = 5, k = 2;
   const std::vector<std::int32_t> slot = {4, 0, -1, 6, 1, 7, 2, -1, 3, 5};
   const std::vector<std::int32_t> expert = {2, 0, 1, 3, 0, 3, 1, 2, 1, 2};
   const Buffer<std::int32_t> sd = to_device(slot), ed = to_device(expert);
   const Buffer<std::int64_t> ids("ids", 2 * 8);
-  const std::uint64_t first_token = 96;
-  lora_assignment_ids(ExecSpace(), Vec<std::int64_t>(ids.data(), ids.extent(0)), CVec<int>(sd.data(), sd.extent(0)),
-                      CVec<int>(ed.data(), ed.extent(0)), first_token, tokens, k);
-  const std::vector<std::int64_t> got = raw(ids);
+  const auto ids_of = [&](const ContextChunks& chunks) {
+    const LoraDropoutMask mask = lora_dropout_mask(0.25, 7, 3, 12, 8, 0, 0, 0, chunks);
+    lora_assignment_ids(ExecSpace(), Vec<std::int64_t>(ids.data(), ids.extent(0)), CVec<int>(sd.data(), sd.extent(0)),
+                        CVec<int>(ed.data(), ed.extent(0)), mask, tokens, k);
+    return raw(ids);
+  };
   const std::vector<std::int64_t> want = {96 + 0, 0, 96 + 2, 0, 96 + 3, 1, 96 + 4, 1,
                                           96 + 0, 2, 96 + 4, 2, 96 + 1, 3, 96 + 2, 3};
-  EXPECT_EQ(got, want);
+  EXPECT_EQ(ids_of({}), want);
+  // Token n → 96 + {2, 3, 4, 5, 10}[n].
+  const std::vector<std::int64_t> want_cp = {96 + 2, 0, 96 + 4,  0, 96 + 5, 1, 96 + 10, 1,
+                                             96 + 2, 2, 96 + 10, 2, 96 + 3, 3, 96 + 4,  3};
+  EXPECT_EQ(ids_of(ContextChunks::of_rank(1, 2, 8)), want_cp);
 }
 
 // FNV-1a over the bytes of drop(x) and the gradient through it in float, bf16 and double.

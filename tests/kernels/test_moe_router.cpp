@@ -2,7 +2,8 @@
 // included), the aux and z losses against their closed forms, the backward against central
 // differences of Σ dgate·gate + aux_weight·aux + z_weight·z, float against double, bitwise reruns,
 // and bf16 logits (the router computes in float) against the double loop; the routing counts summed
-// beside the losses (routed and kept per expert, per block).
+// beside the losses (routed and kept per expert, per block); a micro-batch's rows split over ranks
+// (context parallelism) against the whole micro-batch.
 #include "kernels/moe_router.hpp"
 
 #include "kernel_test_utils.hpp"
@@ -162,8 +163,9 @@ TEST(MoeRouter, StatisticsSumTheRoutingCounts) {
   const std::size_t per_block = router_sums_per_block(E);
   ASSERT_EQ(per_block, 8u);
   Buffer<double> sums("sums", 2 * per_block);
+  const CVec<int> routed = Kokkos::subview(cvec(c), std::pair<long, long>(0, E));
   for (int pass = 0; pass < 2; ++pass)
-    add_router_statistics<double>(ExecSpace{}, cvec(p), cvec(l), cvec(c), N, E, k, vec(sums), 1);
+    add_router_statistics<double>(ExecSpace{}, cvec(p), cvec(l), cvec(c), routed, N, N, E, k, vec(sums), 1);
   const std::vector<double> got = raw(sums);
   for (std::size_t i = 0; i < per_block; ++i) EXPECT_EQ(got[i], 0.0) << "block 0, sum " << i;
   const RouterLosses one = losses_of<double>(probs, lse, {5, 4, 3}, N, E, k);
@@ -182,12 +184,13 @@ Ints routed_counts(const Ints& expert, int E) {
 }
 
 template <class Real>
-Host run_backward(const DeviceRouting<Real>& d, const Host& dgate, const Ints& routed, const Shape& s) {
+Host run_backward(const DeviceRouting<Real>& d, const Host& dgate, const Ints& routed, const Shape& s,
+                  long tokens = 0) {
   auto g = to_device<accum_t<Real>>(dgate);
   auto r = to_device(routed);
   auto dlogits = to_device<Real>(nan_filled(s.N * s.E));  // written, not accumulated
   router_backward(ExecSpace{}, vec(dlogits), cvec(g), cvec(d.probs), cvec(d.expert), cvec(d.lse), cvec(r), kAuxWeight,
-                  kZWeight, s.N, s.E, s.k, s.normalize);
+                  kZWeight, s.N, tokens > 0 ? tokens : s.N, s.E, s.k, s.normalize);
   return to_host(dlogits);
 }
 
@@ -232,7 +235,7 @@ TEST(MoeRouter, FloatRerunsAreBitwiseEqual) {
     auto g = to_device<float>(dgate);
     auto dlogits = to_device<float>(nan_filled(s.N * s.E));
     router_backward(ExecSpace{}, vec(dlogits), cvec(g), cvec(d.probs), cvec(d.expert), cvec(d.lse), cvec(r), 0.1f,
-                    0.01f, s.N, s.E, s.k, s.normalize);
+                    0.01f, s.N, s.N, s.E, s.k, s.normalize);
     return std::tuple{raw(d.probs), raw(d.gate), raw(d.lse), raw(d.expert), l.aux, l.z, raw(dlogits)};
   };
   const auto first = run(), second = run();
@@ -243,6 +246,48 @@ TEST(MoeRouter, FloatRerunsAreBitwiseEqual) {
   EXPECT_EQ(std::get<4>(first), std::get<4>(second)) << "aux";
   EXPECT_EQ(std::get<5>(first), std::get<5>(second)) << "z";
   EXPECT_TRUE(bitwise_equal(std::get<6>(first), std::get<6>(second))) << "dlogits";
+}
+
+// Context parallelism: a micro-batch of 13 tokens split over three ranks' rows (5, 4, 4), each routing its own
+// rows and given the micro-batch's routed counts and token count. Their aux and z losses sum to the whole
+// micro-batch's, and each rank's dlogits are the whole's rows; with its own counts and tokens instead they
+// are not (the split changes f and the means).
+TEST(MoeRouter, AMicroBatchSplitOverRanksSumsToItsLosses) {
+  const Shape whole{13, 5, 2, true};
+  const Host z = random_vector(whole.N * whole.E, 70, -2.0, 2.0), dgate = random_vector(whole.N * whole.k, 71);
+  const auto all = route<double>(z, whole);
+  const Ints routed = routed_counts(raw(all.expert), whole.E);
+  const RouterLosses want =
+      router_losses(ExecSpace{}, cvec(all.probs), cvec(all.lse), cvec(counts_of(routed)), whole.N, whole.E, whole.k);
+  const Host want_dlogits = run_backward<double>(all, dgate, routed, whole);
+  const Buffer<int> group_routed = to_device(routed);
+  double aux = 0, z_loss = 0, own_aux = 0;
+  int first = 0;
+  for (const int rows : {5, 4, 4}) {
+    const Shape part{rows, whole.E, whole.k, whole.normalize};
+    const Host zp(z.begin() + first * whole.E, z.begin() + (first + rows) * whole.E);
+    const Host dgate_p(dgate.begin() + first * whole.k, dgate.begin() + (first + rows) * whole.k);
+    const auto mine = route<double>(zp, part);
+    const Ints own = routed_counts(raw(mine.expert), whole.E);
+    const RouterLosses l = router_losses(ExecSpace{}, cvec(mine.probs), cvec(mine.lse), cvec(counts_of(own)), rows,
+                                         whole.E, whole.k, cvec(group_routed), whole.N);
+    aux += l.aux;
+    z_loss += l.z;
+    own_aux +=
+        router_losses(ExecSpace{}, cvec(mine.probs), cvec(mine.lse), cvec(counts_of(own)), rows, whole.E, whole.k).aux;
+    const Host dlogits = run_backward<double>(mine, dgate_p, routed, part, whole.N);
+    const Host want_rows(want_dlogits.begin() + first * whole.E, want_dlogits.begin() + (first + rows) * whole.E);
+    expect_close(dlogits, want_rows, 1e-12, "dlogits of rows from " + std::to_string(first));
+    double largest = 0;
+    for (const double v : minus(run_backward<double>(mine, dgate_p, own, part), want_rows)) {
+      largest = std::max(largest, std::abs(v));
+    }
+    EXPECT_GT(largest, 1e-4) << "the rank's own counts and tokens give other gradients";
+    first += rows;
+  }
+  EXPECT_NEAR(aux, want.aux, 1e-12 * want.aux);
+  EXPECT_NEAR(z_loss, want.z, 1e-12 * want.z);
+  EXPECT_GT(std::abs(own_aux / 3 - want.aux), 1e-3 * want.aux) << "the ranks' own losses are not the micro-batch's";
 }
 
 }  // namespace test_moe_router

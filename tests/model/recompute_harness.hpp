@@ -84,6 +84,7 @@ struct Observed {
   std::vector<std::vector<Real>> input_grads;  // not first: each micro-batch's input gradient
   std::vector<Real> grads;                     // the parameter gradients, accumulated over all
   ActivationSizes sizes;                       // what the model allocated
+  RouterStatistics router;                     // MoE blocks: what their routers saw over both rounds
 };
 
 // Of `whole` (a micro-batch's N·C elements), the part a stage buffer of `elements` holds: all of it, or
@@ -199,6 +200,7 @@ Observed<Real> run_pipeline_like(const ModelConfig& m, int batch, StagePlace pla
   space.fence();
   seen.grads = to_host(CVec<Real>(model.grads()));
   seen.sizes = model.activation_elements();
+  seen.router = model.router_statistics();
   return seen;
 }
 

@@ -7,6 +7,9 @@
 // positions, its losses (means over its rows) sum over the group to cp times the whole run's, and its
 // parameter gradients sum over the group to the whole run's, all to rounding. Its activations: what the
 // stage carved equals the planner's count for the same configuration, and its blocks keep fewer elements.
+// Mixtures of experts (dropless, with shared experts, every block or every other): the routers' load-balancing
+// and z losses and their routed and kept counts, summed over the group, are the whole run's — each rank
+// routes its own rows and the losses take the micro-batch's counts, summed over the group.
 #include "recompute_harness.hpp"
 
 #include "parallel/comm.hpp"
@@ -24,6 +27,19 @@ namespace test_context_parallel {
 
 using Case = test::StageCase;
 
+// m with 5 routed experts of width 12 of which each token takes 2, in every `every`-th block, with `shared`
+// shared experts; load-balancing and z-loss weights large enough to move the gradients.
+ModelConfig moe_of(ModelConfig m, int every, int shared) {
+  m.experts = 5;
+  m.experts_per_token = 2;
+  m.expert_hidden = 12;
+  m.moe_every = every;
+  m.shared_experts = shared;
+  m.aux_loss_coef = 0.5;
+  m.z_loss_coef = 0.1;
+  return m;
+}
+
 // L H C V T: T = 16 splits into 2·cp chunks for cp 2 and 4.
 const Case cases[] = {
     {{2, 4, 16, 13, 16}, 2, {0, 1}, 2},  // the whole model
@@ -33,6 +49,8 @@ const Case cases[] = {
     // llama: 8 query heads over 4 kv heads (C 32, head size 4), SwiGLU width 24
     {test::llama_of({2, 8, 32, 13, 16}, 4, 24), 2, {0, 1}, 2},
     {test::llama_of({4, 8, 32, 13, 16}, 2, 24), 2, {2, 3}, 2},
+    {moe_of(test::llama_of({2, 8, 32, 13, 16}, 4, 24), 1, 0), 2, {0, 1}, 2},
+    {moe_of(test::llama_of({3, 8, 32, 13, 16}, 8, 20), 2, 1), 2, {0, 1}, 1},
 };
 
 // Sequence b holds documents [0, 5 + 2b) and [5 + 2b, T): each crosses a chunk boundary at cp 2 and 4.
@@ -84,6 +102,15 @@ void expect_same_training(const Case& c, Recompute recompute, Comm& cp, bool wit
   EXPECT_EQ(local.sizes.kept, planned.kept) << "the planner counts what the stage carves";
   EXPECT_EQ(local.sizes.scratch, planned.scratch);
   EXPECT_LT(local.sizes.kept, whole.sizes.kept) << "a rank keeps its positions' activations";
+  const RouterStatistics& want = whole.router;
+  if (want.empty()) return;
+  ASSERT_EQ(local.router.blocks, want.blocks);
+  for (const auto& [name, mine, theirs] : {std::tuple{"aux losses", &local.router.aux_loss, &want.aux_loss},
+                                           std::tuple{"z losses", &local.router.z_loss, &want.z_loss},
+                                           std::tuple{"routed counts", &local.router.routed, &want.routed},
+                                           std::tuple{"kept counts", &local.router.kept, &want.kept}}) {
+    test::expect_close_rows(*theirs, summed(*mine), tolerance, std::string(name) + ", summed over the group");
+  }
 }
 
 TEST(ContextParallel, TrainsAsTheWholeSequence) {

@@ -369,8 +369,8 @@ void check_allgather(const Case& t, std::size_t count) {
 // The bits of a float, double, bf16, fp16 or int64, for comparisons that tell -0 from +0 (and NaNs apart).
 template <class T>
 std::uint64_t bits_of(T x) {
-  if constexpr (std::is_same_v<T, std::int64_t>) {
-    return std::uint64_t(x);
+  if constexpr (std::is_integral_v<T>) {
+    return std::uint64_t(std::make_unsigned_t<T>(x));
   } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t> b = 0;
     std::memcpy(&b, &x, sizeof b);
@@ -723,12 +723,14 @@ void check_moves_16(const Case& t, std::size_t count) {
 int blocks(int sender, int receiver) { return (2 * sender + receiver + 1) % 3; }
 
 // Element i of the block world rank `sender` sends group rank `to`: integers exact in float
-// (doubles: plus a fraction float cannot hold; int64: more bits than a double holds), or for the
-// 16-bit types a bit pattern.
+// (doubles: plus a fraction float cannot hold; int64: more bits than a double holds; int32: all 32 bits), or
+// for the 16-bit types a bit pattern.
 template <class T>
 T exchanged(long sender, int to, std::size_t i) {
   if constexpr (std::is_same_v<T, std::int64_t>) {
     return (std::int64_t(sender) << 40) + (std::int64_t(to) << 20) + std::int64_t(i);
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    return std::int32_t((std::uint32_t(sender) << 26) ^ (std::uint32_t(to) << 16) ^ std::uint32_t(i) ^ 0x80000000u);
   } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     const double fraction = std::is_same_v<T, double> ? std::ldexp(double(i % 4096), -30) : 0.0;
     return T(100000.0 * double(sender) + 1000.0 * to + double(i % 997) + fraction);
@@ -739,7 +741,7 @@ T exchanged(long sender, int to, std::size_t i) {
 
 template <class T>
 T untouched() {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_integral_v<T>) {
     return T(-1);
   } else {
     return T::from_bits(0xdead);
@@ -812,12 +814,12 @@ void check_alltoall(const Case& t, std::size_t n) {
 // values exact in every type, x_w[i] = (w + 1)(i mod 5 + 1), whose sum over the group is
 // (Σ (w + 1))(i mod 5 + 1) and whose maximum is the largest world rank's; the moves on values an
 // arithmetic path would change (for the floating types -0, a subnormal, ±Inf and a NaN's payload;
-// the 16-bit types travel as bit patterns; int64 values need all 64 bits), bit for bit.
+// the 16-bit types travel as bit patterns; the integers need all their bits), bit for bit.
 
 template <class T>
 T exact(long v) {
-  if constexpr (std::is_same_v<T, std::int64_t>) {
-    return v;
+  if constexpr (std::is_integral_v<T>) {
+    return T(v);
   } else {
     return T(float(v));
   }
@@ -827,6 +829,8 @@ template <class T>
 T awkward(long sender, std::size_t i) {
   if constexpr (std::is_same_v<T, std::int64_t>) {
     return std::int64_t((std::uint64_t(sender + 1) << 52) ^ (std::uint64_t(i) * 0x9E3779B97F4A7C15ull));
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    return std::int32_t((std::uint32_t(sender + 1) << 24) ^ (std::uint32_t(i) * 0x9E3779B9u));
   } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     using Bits = std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t>;
     const Bits quiet_nan = std::is_same_v<T, float> ? Bits(0x7fa00000u) : Bits(0x7ff4000000000000ull);
@@ -934,6 +938,7 @@ void check_every_element_type(const Case& t, std::size_t count) {
   check_element_type<bf16>(t, count);
   check_element_type<fp16>(t, count);
   check_element_type<std::int64_t>(t, count);
+  check_element_type<std::int32_t>(t, count);
 }
 
 void check_everything(Comm& comm, const Group& group, Space space, const std::string& label,

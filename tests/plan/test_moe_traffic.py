@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The planner's traffic under expert parallelism is the trainer's: a llama MoE model trained with
 `log.traffic` against `meshtrain plan --json`'s prediction for every rank, every group (dp, edp, tp,
-pp, ep) and kind, as test_traffic.py does for dense models.
+pp, ep, cp) and kind, as test_traffic.py does for dense models.
 
 The token all-to-alls move as many rows as the routing sends to the other ranks' experts, which
 the plan cannot know: it assumes an even load, every expert at its capacity
@@ -47,6 +47,10 @@ SATURATED = [
     # Every block MoE: a stage's second block is sometimes still resident, sometimes recomputed.
     ("moe_dp2_ep2_pp2_recompute", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--train.recompute", "full",
                                       "--model.moe_every", "1"]),
+    # Context parallelism: each rank routes its 16 of a micro-batch's 32 tokens under its own capacity (2 of
+    # 32 assignments an expert: still saturated, the same dropped fraction), and every MoE block's forward,
+    # rerun ones too, sums its routed counts over the cp group (one all-reduce).
+    ("moe_dp2_ep2_cp2_recompute", 4, ["--parallel.dp", "2", "--parallel.cp", "2", "--train.recompute", "full"]),
 ]
 # Dropless, the rows a rank sends to the other ep rank vary with the routing around the plan's even
 # share; over a step's 16 row all-to-alls they measure within a few per cent of it.

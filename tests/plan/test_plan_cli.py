@@ -144,6 +144,9 @@ class PlanCli(unittest.TestCase):
         table = self.plan(*moe).stdout.splitlines()
         header = next(line for line in table if "compute" in line)
         self.assertIn("ep comm", header)
+        # An MoE model splits over cp too (its routers' counts summed over the group).
+        self.assertTrue(any(p["layout"]["cp"] > 1 for p in plans), [p["layout"] for p in plans])
+        self.assertIn("cp comm", header)
         rows = [line for line in table if line.rstrip().endswith(("yes", "no"))]
         self.assertEqual(len(rows), len(plans))
 
@@ -155,7 +158,8 @@ class PlanCli(unittest.TestCase):
             self.assertGreater(st["ep_comm_s"], 0)
             self.assertIn(seconds_text(st["ep_comm_s"]), row)
             self.assertAlmostEqual(sum(st[k] for k in ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s",
-                                                       "ep_comm_s", "bubble_s")) - st["hidden_s"], st["total_s"],
+                                                       "ep_comm_s", "cp_comm_s", "bubble_s")) - st["hidden_s"],
+                                   st["total_s"],
                                    delta=1e-12 * st["total_s"])
         dense = self.plan(*SMALL, "--world", "4", "--search").stdout
         self.assertNotIn("ep comm", dense)

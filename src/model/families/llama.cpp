@@ -46,6 +46,7 @@ LlamaFamily::Dims LlamaFamily::dims(const ModelConfig& m, int batch, const Param
           expert_rows_received(m, N, ep),
           m.attention == AttentionKernel::fused,
           m.context_parallel > 1,
+          std::size_t(m.context_parallel),
           m.has_qkv_bias(),
           lora_drops_expert_inputs(m),
           residual_rows(m, N, int(t))};
@@ -240,6 +241,7 @@ MoeActivations<Real> carve_moe(carving::Carver<Real>& c, const LlamaFamily::Dims
   m.slot = c.template take_as<int>(N * d.k);
   m.row_token = c.template take_as<int>(R);
   m.counts = c.template take_as<int>(2 * d.E + 1);
+  if (d.cp > 1) m.batch_routed = c.template take_as<int>(d.E);
   m.xs = c.take(R * C);
   m.received = d.ep > 1 ? c.take(d.Rr * C) : m.xs;
   m.gate_up = c.take(d.Rr * 2 * d.Hel);

@@ -46,6 +46,7 @@ struct MoeActivations {
   Vec<int> slot;             // (N, k) row of each assignment in the expert-ordered buffers, −1 dropped
   Vec<int> row_token;        // (R)    token of each row
   Vec<int> counts;           // (2E+1) routed (E) | row offsets (E+1): one copy to the host
+  Vec<int> batch_routed;     // (E)    context parallelism: the micro-batch's routed, summed over the cp group
   Vec<Real> xs;              // (R, C)      the normed tokens in expert order
   Vec<Real> received;        // (Rr, C)     the rows this rank's experts compute (xs itself at ep 1)
   Vec<Real> gate_up;         // (Rr, 2Hel)  each received row's expert gate | up
@@ -87,6 +88,7 @@ struct LlamaFamily {
     std::size_t Rr;
     bool fused_attention;  // model.attention = fused: blocks keep lse, not att
     bool ring_attention;   // context parallelism: attention runs around the ring, not the fused kernel's workspace
+    std::size_t cp;        // context-parallel ranks: a micro-batch's N · cp tokens, which the router losses average
     bool qkv_bias;         // model.qkv_bias: q|k|v's product adds a bias
     bool expert_dropout;   // lora.dropout on the routed experts' adapters (core/lora_targets.hpp)
     // Rows of the residual stream and the norms on this rank: N, or N / tp under sequence parallelism

@@ -16,6 +16,10 @@
 // product with ys, so backward sums it over the group before the router's backward; the router's
 // own input gradient, the same on every rank, joins after the CopyToRegion's sum.
 //
+// Context parallelism (parallel.cp) gives each rank N of a micro-batch's N · cp tokens: each routes its own,
+// under its own capacity, and the router losses take the micro-batch's routed counts, summed over the cp
+// group once per forward pass, so that the ranks' terms add up to the micro-batch's losses and gradients.
+//
 // LoRA (share/docs/design.md, LoRA): the router's adapter (replicated, as the router) adds to its fp32
 // logits; the shared experts' as the dense SwiGLU's; each routed expert's adapters run on the rows its
 // expert receives, beside the grouped products (kernels/lora_grouped.hpp): gate and up column-parallel
@@ -37,6 +41,14 @@ namespace meshtrain {
 namespace {
 
 using Family = LlamaFamily;
+
+// What the router losses average over (kernels/moe_router.hpp): the micro-batch's routed counts and tokens, of
+// which context parallelism gives each of its ranks N of N · cp.
+template <class Real>
+Vec<int> batch_routed(const Family::Dims& d, const MoeActivations<Real>& m) {
+  return d.cp > 1 ? m.batch_routed : slice(m.counts, 0, d.E);
+}
+inline long batch_tokens(const Family::Dims& d) { return long(d.N) * long(d.cp); }
 
 // The expert exchange's counts in the scratch (ep > 1): this rank's kept rows per expert, then the rows
 // each source sends this rank's experts (expert_exchange.hpp).
@@ -212,13 +224,19 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   const bool counts_travel = exchange.moves() && !d.padded;
   const Vec<std::int64_t> kept = counts_travel ? kept_counts(p) : Vec<std::int64_t>();
   moe_assign(space, m.slot, m.row_token, routed, offsets, m.expert, N, E, k, d.capacity, d.padded, kept);
+  // The losses read the micro-batch's routed counts (kernels/moe_router.hpp): under context parallelism the
+  // group's sum, one all-reduce of E ints per pass. The capacity stays this rank's (model.capacity_factor).
+  if (d.cp > 1) {
+    Kokkos::deep_copy(space, m.batch_routed, routed);
+    p.cp->allreduce_sum(m.batch_routed.data(), d.E);
+  }
   if (!d.padded) read_routing(p, slot, l);
   const HostRouting& host = p.state.host_routing[std::size_t(slot)][std::size_t(l)];
   const ExchangePlan& plan = host.exchange;
   const int R = host.rows(), Rr = int(plan.received);
   moe_permute(space, m.xs, CVec<Real>(s.ln2), CVec<int>(m.row_token), R, C);
   const bool dropped = expert_inputs_dropped(p, slot);
-  if (dropped) lora_assignment_ids(space, m.routed_ids, m.slot, m.expert, p.lora.first_token(slot), N, k);
+  if (dropped) lora_assignment_ids(space, m.routed_ids, m.slot, m.expert, p.lora.tokens(slot), N, k);
   exchange.dispatch(plan, m.xs.data(), m.received.data());
   if (dropped) exchange.dispatch_ids(plan, m.routed_ids.data(), m.received_ids.data());
   // This rank's experts over the rows they received; expert e's [gate | up | down] at e · stride:
@@ -242,8 +260,9 @@ void LlamaFamily::moe_forward(Parts<Real>& p, int slot, int l, const Block<Real>
   }
   if (!to_output) return;  // recomputation: backward has what it reads
   moe_combine(space, proj, CVec<Real>(m.ys), CVec<int>(m.slot), CVec<Accum>(m.gate), N, k, C, Hsl > 0);
-  add_router_statistics<Accum>(space, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(m.counts), N, E, k,
-                               p.router_sums, router_block(p, l));
+  add_router_statistics<Accum>(space, CVec<Accum>(m.probs), CVec<Accum>(m.lse), CVec<int>(m.counts),
+                               CVec<int>(batch_routed(d, m)), N, batch_tokens(d), E, k, p.router_sums,
+                               router_block(p, l));
 }
 
 template <class Real>
@@ -301,10 +320,9 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l, CVec<Real> dproj
   // The router: the gate weights' gradient, the load-balancing loss and the z-loss, each weighted
   // as the micro-batch's mean cross-entropy (LanguageModel::aux_weight).
   const Accum per_pass = p.aux_weight;
-  const Vec<int> routed = slice(m.counts, 0, dm.E);
   router_backward<Accum>(space, d.router_logits, CVec<Accum>(d.dgate), CVec<Accum>(m.probs), CVec<int>(m.expert),
-                         CVec<Accum>(m.lse), CVec<int>(routed), Accum(p.model().aux_loss_coef) * per_pass,
-                         Accum(p.model().z_loss_coef) * per_pass, N, E, k, p.model().normalize_gates);
+                         CVec<Accum>(m.lse), CVec<int>(batch_routed(dm, m)), Accum(p.model().aux_loss_coef) * per_pass,
+                         Accum(p.model().z_loss_coef) * per_pass, N, batch_tokens(dm), E, k, p.model().normalize_gates);
 }
 
 // dW_r += dlogitsᵀ · ln2 and `dln` += dlogits · W_r, after the tensor-parallel sum of dln: the router

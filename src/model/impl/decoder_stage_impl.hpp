@@ -182,6 +182,7 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
   proj_rows = rank.proj_rows;
   norm_grads = rank.norm_grads;
   if (config.context_parallel > 1) {
+    cp = cp_comm;
     ring.emplace(space, cp_comm, decoder_detail::ring_shape(config, batch_size, tp.size()), rank.ring);
     chunks = ring->chunks_of(cp_comm->rank());
     lora.chunks = chunks;

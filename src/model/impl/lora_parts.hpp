@@ -211,9 +211,9 @@ struct LoraParts {
   std::optional<LoraDropoutMask> head_mask(int slot) const { return global_mask(slot, model_layers, 0, 0); }
   // Whether the micro-batch in `slot` drops out (lora.dropout > 0 and a draw: not evaluation).
   bool drops(int slot) const { return dropout > 0 && draws[std::size_t(slot)].has_value(); }
-  // The global token index of the first row of the micro-batch in `slot` (kernels/lora_dropout.hpp), whose
-  // mask is drawn (mask() is not none).
-  std::uint64_t first_token(int slot) const { return draws[std::size_t(slot)]->first_sample * std::uint64_t(seq_len); }
+  // The global token indices of the micro-batch in `slot`'s rows (LoraDropoutMask::token), whose mask is drawn
+  // (drops(slot)).
+  LoraDropoutMask tokens(int slot) const { return *global_mask(slot, 0, 0, 0); }
 
  private:
   Vec<Real> rows_at(int slot, std::size_t row, std::size_t rows) const {

@@ -39,6 +39,7 @@ MpiElement mpi_element(ElementType type) {
     case ElementType::bf16: return {MPI_UINT16_T, &reduce_in_float<bf16>};
     case ElementType::fp16: return {MPI_UINT16_T, &reduce_in_float<fp16>};
     case ElementType::i64: return {MPI_INT64_T, nullptr};
+    case ElementType::i32: return {MPI_INT32_T, nullptr};
   }
   throw std::logic_error("mpi_element: an ElementType without a row");
 }
