@@ -137,7 +137,7 @@ TEST(Carver, OverlaySharesElementsAndMovesOnByTheLarger) {
   for (float* base : {static_cast<float*>(nullptr), storage.data()}) {
     carving::Carver<float> c(base);
     c.take(3);
-    Vec<float> small, large_first, large_second;
+    Vec<float> small, large_first;
     Vec<double> wide;
     c.overlay([&](carving::Carver<float>& over) { small = over.take(5); },
               [&](carving::Carver<float>& over) {
