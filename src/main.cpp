@@ -1,8 +1,8 @@
 // meshtrain: one binary, several commands (share/docs/usage.md, Commands).
 //
 // MPI and Kokkos live for the whole process (but for `blas`, which asks the libraries only and
-// may run inside a launcher's task before the rank does, and `config`, which a batch script asks
-// before it starts a launcher). Bad input (InputError) exits 2 with the message;
+// may run inside a launcher's task before the rank does, `config`, which a batch script asks
+// before it starts a launcher, and `schedule`, which simulates lists). Bad input (InputError) exits 2 with the message;
 // a wait the collective watchdog gave up on exits 5 (the watchdog itself calls MPI_Abort with 5 where
 // the wait cannot give up, parallel/watchdog.hpp); any other failure exits 1. With several ranks, an
 // error on one rank aborts them all, so that no rank is left waiting in a collective.
@@ -43,6 +43,8 @@ constexpr const char* usage =
     "  blas     [--openblas-coretype]                           which BLAS runs; the OPENBLAS_CORETYPE this CPU needs\n"
     "  config   [--config FILE.ini] [--section.key VALUE ...] [--get KEY ...]\n"
     "                                                           the keys train would run with\n"
+    "  schedule --kind KIND --stages P --micro-batches M [--chunks V] [--costs F,B,W]\n"
+    "                                                           a pipeline schedule's bubble, simulated\n"
     "\n"
     "`meshtrain <command> --help` lists a command's options. Exit codes: 0 finished, 1 failure,\n"
     "2 bad input (nothing written), 3 left early with a checkpoint saved (requeue the job), 4 a save\n"
@@ -87,6 +89,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "blas") return run_alone("blas", blas_command, Args(argv + 2, argv + argc));
   if (argc >= 2 && std::string(argv[1]) == "config") {
     return run_alone("config", config_command, Args(argv + 2, argv + argc));
+  }
+  if (argc >= 2 && std::string(argv[1]) == "schedule") {
+    return run_alone("schedule", schedule_command, Args(argv + 2, argv + argc));
   }
   // Threads: background checkpoint saves (checkpoint.async) run collectives on a thread of their own.
   int threads = MPI_THREAD_SINGLE;

@@ -23,5 +23,7 @@ int import_command(const Args& args, MPI_Comm comm);
 int blas_command(const Args& args);
 // Without MPI: a batch script asks it before it starts a launcher.
 int config_command(const Args& args);
+// Without MPI: it simulates schedules, no model.
+int schedule_command(const Args& args);
 
 }  // namespace meshtrain

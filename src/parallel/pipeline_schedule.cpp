@@ -29,6 +29,8 @@
 // stage s waits for that gradient only after its send_activation(i) has been received.
 #include "parallel/pipeline_schedule.hpp"
 
+#include "parallel/impl/schedule_lists.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -47,36 +49,12 @@ void require_valid(const char* what, int stages, int stage, int micros) {
   }
 }
 
-// Appends actions for one stage, leaving out the communication a first or last stage has none of.
-class ListBuilder {
- public:
-  ListBuilder(int stages, int stage) : first_(stage == 0), last_(stage == stages - 1) {}
+using schedule_lists::ListBuilder;
 
-  void recv_activation(int i) {
-    if (!first_) add(ActionKind::recv_activation, i);
-  }
-  void forward(int i) { add(ActionKind::forward, i); }
-  void send_activation(int i) {
-    if (!last_) add(ActionKind::send_activation, i);
-  }
-  void recv_gradient(int i) {
-    if (!last_) add(ActionKind::recv_gradient, i);
-  }
-  void backward(int i) { add(ActionKind::backward, i); }
-  void send_gradient(int i) {
-    if (!first_) add(ActionKind::send_gradient, i);
-  }
-
-  std::vector<Action> take() { return std::move(actions_); }
-
- private:
-  void add(ActionKind kind, int micro) { actions_.push_back({kind, micro}); }
-
-  bool first_, last_;
-  std::vector<Action> actions_;
-};
-
-bool is_compute(ActionKind k) { return k == ActionKind::forward || k == ActionKind::backward; }
+bool is_compute(ActionKind k) {
+  return k == ActionKind::forward || k == ActionKind::backward || k == ActionKind::backward_input ||
+         k == ActionKind::backward_weight;
+}
 
 // The stage a communication action talks to, and the action it must meet there.
 struct Counterpart {
@@ -84,14 +62,26 @@ struct Counterpart {
   Action action;
 };
 
-Counterpart counterpart(int stage, const Action& a) {
+// Activations go from virtual stage c·p + s to c·p + s + 1: to stage s + 1's chunk c, or from the last stage to
+// stage 0's chunk c + 1; gradients come back the same way. Past the first or last virtual stage (of `chunks`
+// per stage) the counterpart is a stage out of range.
+Counterpart counterpart(int stage, const Action& a, int stages, int chunks) {
+  const int m = a.micro, c = a.chunk;
+  const bool last = stage == stages - 1 && c + 1 < chunks, first = stage == 0;
   switch (a.kind) {
-    case ActionKind::recv_activation: return {stage - 1, {ActionKind::send_activation, a.micro}};
-    case ActionKind::send_activation: return {stage + 1, {ActionKind::recv_activation, a.micro}};
-    case ActionKind::recv_gradient: return {stage + 1, {ActionKind::send_gradient, a.micro}};
-    case ActionKind::send_gradient: return {stage - 1, {ActionKind::recv_gradient, a.micro}};
-    case ActionKind::forward:
-    case ActionKind::backward: break;
+    case ActionKind::send_activation:
+      return last ? Counterpart{0, {ActionKind::recv_activation, m, c + 1}}
+                  : Counterpart{stage + 1, {ActionKind::recv_activation, m, c}};
+    case ActionKind::recv_activation:
+      return first && c > 0 ? Counterpart{stages - 1, {ActionKind::send_activation, m, c - 1}}
+                            : Counterpart{stage - 1, {ActionKind::send_activation, m, c}};
+    case ActionKind::send_gradient:
+      return first && c > 0 ? Counterpart{stages - 1, {ActionKind::recv_gradient, m, c - 1}}
+                            : Counterpart{stage - 1, {ActionKind::recv_gradient, m, c}};
+    case ActionKind::recv_gradient:
+      return last ? Counterpart{0, {ActionKind::send_gradient, m, c + 1}}
+                  : Counterpart{stage + 1, {ActionKind::send_gradient, m, c}};
+    default: break;
   }
   throw std::logic_error("counterpart of a compute action");
 }
@@ -176,7 +166,7 @@ int peak_live_activations(const std::vector<Action>& actions) {
   int live = 0, peak = 0;
   for (const Action& a : actions) {
     if (a.kind == ActionKind::forward) peak = std::max(peak, ++live);
-    if (a.kind == ActionKind::backward) --live;
+    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) --live;
   }
   return peak;
 }
@@ -187,21 +177,29 @@ int live_activations(PipelineSchedule schedule, int stages, int stage, int micro
 }
 
 // Event simulation: a stage's clock is the time its next action may start. Compute advances the
-// clock by its cost. A communication action waits until the counterpart stage's next action is the
-// matching one; both then complete at the later of the two clocks. Any order of advancing the
-// stages gives the same times, because each action's time depends only on its predecessors.
-ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, double forward_cost,
-                                 double backward_cost) {
-  if (!(forward_cost >= 0) || !(backward_cost >= 0)) {
-    throw std::invalid_argument(fmt::format("simulate_schedule: costs must be ≥ 0, got forward {} and backward {}",
-                                            forward_cost, backward_cost));
+// clock by its cost. Under synchronous sends a communication action waits until the counterpart stage's
+// next action is the matching one; both then complete at the later of the two clocks. Under eager sends a
+// send completes at once, leaving its message with its time, and a receive waits for the message and
+// completes at the later of its clock and the message's time. Any order of advancing the stages gives the
+// same times, because each action's time depends only on its predecessors.
+ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, const ScheduleCosts& costs,
+                                 SendSemantics sends) {
+  if (!(costs.forward >= 0) || !(costs.backward_input >= 0) || !(costs.backward_weight >= 0)) {
+    throw std::invalid_argument(
+        fmt::format("simulate_schedule: costs must be ≥ 0, got forward {}, backward_input {} and backward_weight {}",
+                    costs.forward, costs.backward_input, costs.backward_weight));
   }
   const int p = int(stages.size());
+  int chunks = 1;
+  for (const std::vector<Action>& list : stages) {
+    for (const Action& a : list) chunks = std::max(chunks, a.chunk + 1);
+  }
+  const auto counterpart_of = [&](int s, const Action& a) { return counterpart(s, a, p, chunks); };
   for (int s = 0; s < p; ++s) {
     for (std::size_t i = 0; i < stages[s].size(); ++i) {
       const Action& a = stages[s][i];
       if (is_compute(a.kind)) continue;
-      const int peer = counterpart(s, a).stage;
+      const int peer = counterpart_of(s, a).stage;
       if (peer < 0 || peer >= p) {
         throw std::logic_error(
             fmt::format("pipeline schedule: stage {} action #{} {} talks to stage {}, which does not "
@@ -210,10 +208,21 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
       }
     }
   }
+  const auto cost_of = [&](ActionKind k) {
+    switch (k) {
+      case ActionKind::forward: return costs.forward;
+      case ActionKind::backward: return costs.backward_input + costs.backward_weight;
+      case ActionKind::backward_input: return costs.backward_input;
+      default: return costs.backward_weight;
+    }
+  };
 
   std::vector<std::size_t> pc(p, 0);
   std::vector<double> clock(p, 0.0), busy(p, 0.0);
+  // Eager sends: each stage's messages not yet received, as the receive they meet and their time.
+  std::vector<std::vector<std::pair<Action, double>>> inbox(p);
   auto done = [&](int s) { return pc[s] == stages[s].size(); };
+  const auto is_send = [](ActionKind k) { return k == ActionKind::send_activation || k == ActionKind::send_gradient; };
 
   for (bool progress = true; progress;) {
     progress = false;
@@ -221,14 +230,28 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
       while (!done(s)) {
         const Action& a = stages[s][pc[s]];
         if (is_compute(a.kind)) {
-          const double cost = a.kind == ActionKind::forward ? forward_cost : backward_cost;
+          const double cost = cost_of(a.kind);
           clock[s] += cost;
           busy[s] += cost;
           ++pc[s];
           progress = true;
           continue;
         }
-        const Counterpart c = counterpart(s, a);
+        const Counterpart c = counterpart_of(s, a);
+        if (sends == SendSemantics::eager) {
+          if (is_send(a.kind)) {
+            inbox[c.stage].emplace_back(c.action, clock[s]);
+          } else {
+            auto& mine = inbox[s];
+            const auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& m) { return m.first == a; });
+            if (it == mine.end()) break;
+            clock[s] = std::max(clock[s], it->second);
+            mine.erase(it);
+          }
+          ++pc[s];
+          progress = true;
+          continue;
+        }
         if (done(c.stage) || !(stages[c.stage][pc[c.stage]] == c.action)) break;
         const double met = std::max(clock[s], clock[c.stage]);
         clock[s] = clock[c.stage] = met;
@@ -243,7 +266,7 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
   for (int s = 0; s < p; ++s) {
     if (done(s)) continue;
     const Action& a = stages[s][pc[s]];
-    const int peer = counterpart(s, a).stage;
+    const int peer = counterpart_of(s, a).stage;
     const std::string there = done(peer) ? std::string("has finished its list")
                                          : fmt::format("is at #{} {}", pc[peer], to_string(stages[peer][pc[peer]]));
     stuck += fmt::format("{}stage {} waits at #{} {} (stage {} {})", stuck.empty() ? "" : "; ", s, pc[s], to_string(a),
@@ -251,14 +274,24 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
   }
   if (!stuck.empty()) throw std::logic_error("pipeline schedule deadlocks or does not match: " + stuck);
 
-  ScheduleTiming t{0.0, 0.0};
+  ScheduleTiming t{0.0, 0.0, {}};
   for (int s = 0; s < p; ++s) t.makespan = std::max(t.makespan, clock[s]);
-  if (t.makespan > 0) {
-    double idle = 0;
-    for (int s = 0; s < p; ++s) idle += t.makespan - busy[s];
-    t.idle_fraction = idle / (p * t.makespan);
+  double idle = 0;
+  for (int s = 0; s < p; ++s) {
+    t.stage_idle.push_back(t.makespan - busy[s]);
+    idle += t.stage_idle.back();
   }
+  if (t.makespan > 0) t.idle_fraction = idle / (p * t.makespan);
   return t;
+}
+
+ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, double forward_cost,
+                                 double backward_cost) {
+  if (!(forward_cost >= 0) || !(backward_cost >= 0)) {
+    throw std::invalid_argument(fmt::format("simulate_schedule: costs must be ≥ 0, got forward {} and backward {}",
+                                            forward_cost, backward_cost));
+  }
+  return simulate_schedule(stages, ScheduleCosts{forward_cost, backward_cost, 0.0}, SendSemantics::synchronous);
 }
 
 double ideal_bubble_fraction(int stages, int micros) {
@@ -267,6 +300,20 @@ double ideal_bubble_fraction(int stages, int micros) {
         fmt::format("ideal_bubble_fraction: need stages ≥ 1 and micros ≥ 1, got {} and {}", stages, micros));
   }
   return double(stages - 1) / double(micros + stages - 1);
+}
+
+double interleaved_bubble_fraction(int stages, int micros, int chunks) {
+  if (chunks < 1) throw std::invalid_argument(fmt::format("interleaved_bubble_fraction: chunks {} < 1", chunks));
+  return ideal_bubble_fraction(stages, micros * chunks);
+}
+
+double zero_bubble_h1_idle(int stages, const ScheduleCosts& costs) {
+  if (stages < 1 || !(costs.backward_weight <= costs.forward)) {
+    throw std::invalid_argument(
+        fmt::format("zero_bubble_h1_idle: need stages ≥ 1 and backward_weight ≤ forward, got {} stages, costs {}, {}",
+                    stages, costs.forward, costs.backward_weight));
+  }
+  return (stages - 1) * (costs.forward + costs.backward_input - costs.backward_weight);
 }
 
 std::string to_string(const Action& action) {
@@ -278,8 +325,21 @@ std::string to_string(const Action& action) {
     case ActionKind::recv_gradient: name = "recvG"; break;
     case ActionKind::backward: name = "B"; break;
     case ActionKind::send_gradient: name = "sendG"; break;
+    case ActionKind::backward_input: name = "BI"; break;
+    case ActionKind::backward_weight: name = "BW"; break;
   }
-  return fmt::format("{}{}", name, action.micro);
+  // A chunk other than 0 follows the micro-batch: "F3.1" is micro-batch 3's forward through chunk 1.
+  return action.chunk == 0 ? fmt::format("{}{}", name, action.micro)
+                           : fmt::format("{}{}.{}", name, action.micro, action.chunk);
+}
+
+std::string to_string(const std::vector<Action>& actions) {
+  std::string out;
+  for (const Action& a : actions) {
+    if (!out.empty()) out += ' ';
+    out += to_string(a);
+  }
+  return out;
 }
 
 }  // namespace meshtrain

@@ -14,7 +14,12 @@ PipelineExecutor<Real>::PipelineExecutor(std::vector<Action> actions, LanguageMo
       loader_(loader),
       pipeline_(pipeline),
       ready_from_(std::move(ready_from)),
-      seed_(seed) {}
+      seed_(seed) {
+  // One model chunk a stage: interleaved lists (Action::chunk) are not run here.
+  for (const Action& a : actions_) {
+    if (a.chunk != 0) throw std::logic_error("the pipeline executor runs one chunk a stage, not " + to_string(a));
+  }
+}
 
 template <class Real>
 int PipelineExecutor<Real>::take_slot(int micro) {
@@ -89,6 +94,10 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
       case ActionKind::send_gradient:
         gradient_send = pipeline_.isend(model_.input_gradient().data(), activation, previous, a.micro);
         break;
+      case ActionKind::backward_input:
+      case ActionKind::backward_weight:
+        throw std::logic_error("the pipeline executor runs whole backwards: " + to_string(a) +
+                               " belongs to a zero-bubble list, which parallel.schedule does not name");
     }
   }
   // The step's last sends: ordered before the optimizer's update and the next step's compute.

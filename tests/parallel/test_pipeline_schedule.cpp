@@ -25,15 +25,6 @@ using Lists = std::vector<List>;
 
 const std::vector<std::string> kSchedules = {"gpipe", "1f1b"};
 
-std::string join(const List& list) {
-  std::string out;
-  for (const Action& a : list) {
-    if (!out.empty()) out += ' ';
-    out += to_string(a);
-  }
-  return out;
-}
-
 Lists all_stages(const std::string& name, int p, int m) {
   Lists lists;
   for (int s = 0; s < p; ++s) lists.push_back(pipeline_schedule(parse_name<PipelineSchedule>(name), p, s, m));
@@ -230,48 +221,50 @@ TEST(PipelineSchedule, ActionNames) {
 
 TEST(PipelineSchedule, GpipeByHand) {
   // All forwards, then all backwards from the last micro-batch down.
-  EXPECT_EQ(join(gpipe_schedule(1, 0, 3)), "F0 F1 F2 B2 B1 B0");
+  EXPECT_EQ(to_string(gpipe_schedule(1, 0, 3)), "F0 F1 F2 B2 B1 B0");
 
-  EXPECT_EQ(join(gpipe_schedule(2, 0, 3)), "F0 sendA0 F1 sendA1 F2 sendA2 recvG2 B2 recvG1 B1 recvG0 B0");
-  EXPECT_EQ(join(gpipe_schedule(2, 1, 3)), "recvA0 F0 recvA1 F1 recvA2 F2 B2 sendG2 B1 sendG1 B0 sendG0");
+  EXPECT_EQ(to_string(gpipe_schedule(2, 0, 3)), "F0 sendA0 F1 sendA1 F2 sendA2 recvG2 B2 recvG1 B1 recvG0 B0");
+  EXPECT_EQ(to_string(gpipe_schedule(2, 1, 3)), "recvA0 F0 recvA1 F1 recvA2 F2 B2 sendG2 B1 sendG1 B0 sendG0");
 
-  EXPECT_EQ(join(gpipe_schedule(3, 0, 4)),
+  EXPECT_EQ(to_string(gpipe_schedule(3, 0, 4)),
             "F0 sendA0 F1 sendA1 F2 sendA2 F3 sendA3 recvG3 B3 recvG2 B2 recvG1 B1 recvG0 B0");
-  EXPECT_EQ(join(gpipe_schedule(3, 1, 4)),
+  EXPECT_EQ(to_string(gpipe_schedule(3, 1, 4)),
             "recvA0 F0 sendA0 recvA1 F1 sendA1 recvA2 F2 sendA2 recvA3 F3 sendA3 "
             "recvG3 B3 sendG3 recvG2 B2 sendG2 recvG1 B1 sendG1 recvG0 B0 sendG0");
-  EXPECT_EQ(join(gpipe_schedule(3, 2, 4)),
+  EXPECT_EQ(to_string(gpipe_schedule(3, 2, 4)),
             "recvA0 F0 recvA1 F1 recvA2 F2 recvA3 F3 B3 sendG3 B2 sendG2 B1 sendG1 B0 sendG0");
 }
 
 TEST(PipelineSchedule, OneFOneBByHand) {
   // One stage: no warm-up, forward and backward alternate.
-  EXPECT_EQ(join(one_f_one_b_schedule(1, 0, 3)), "F0 B0 F1 B1 F2 B2");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(1, 0, 3)), "F0 B0 F1 B1 F2 B2");
 
   // p = 2, m = 3. Stage 0: warm-up F0; steady (F1, B0), (F2, B1); cool-down B2.
-  EXPECT_EQ(join(one_f_one_b_schedule(2, 0, 3)), "F0 sendA0 F1 sendA1 recvG0 B0 F2 sendA2 recvG1 B1 recvG2 B2");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(2, 0, 3)), "F0 sendA0 F1 sendA1 recvG0 B0 F2 sendA2 recvG1 B1 recvG2 B2");
   // Stage 1 (last): no warm-up; after each backward it receives the next activation, then sends
   // the gradient (activation first, matching stage 0's sendA, recvG).
-  EXPECT_EQ(join(one_f_one_b_schedule(2, 1, 3)), "recvA0 F0 B0 recvA1 sendG0 F1 B1 recvA2 sendG1 F2 B2 sendG2");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(2, 1, 3)), "recvA0 F0 B0 recvA1 sendG0 F1 B1 recvA2 sendG1 F2 B2 sendG2");
 
   // p = 3, m = 4. Warm-up 2, 1, 0 forwards.
-  EXPECT_EQ(join(one_f_one_b_schedule(3, 0, 4)),
+  EXPECT_EQ(to_string(one_f_one_b_schedule(3, 0, 4)),
             "F0 sendA0 F1 sendA1 "                      // warm-up
             "F2 sendA2 recvG0 B0 F3 sendA3 recvG1 B1 "  // steady
             "recvG2 B2 recvG3 B3");                     // cool-down
-  EXPECT_EQ(join(one_f_one_b_schedule(3, 1, 4)),
+  EXPECT_EQ(to_string(one_f_one_b_schedule(3, 1, 4)),
             "recvA0 F0 sendA0 "                                                            // warm-up
             "recvA1 F1 sendA1 recvG0 B0 recvA2 sendG0 F2 sendA2 recvG1 B1 recvA3 sendG1 "  // steady
             "F3 sendA3 recvG2 B2 sendG2 "                                                  // last steady pair
             "recvG3 B3 sendG3");                                                           // cool-down
-  EXPECT_EQ(join(one_f_one_b_schedule(3, 2, 4)),
+  EXPECT_EQ(to_string(one_f_one_b_schedule(3, 2, 4)),
             "recvA0 F0 B0 recvA1 sendG0 F1 B1 recvA2 sendG1 F2 B2 recvA3 sendG2 F3 B3 sendG3");
 
   // Fewer micro-batches than stages (p = 4, m = 2): warm-up is capped at m.
-  EXPECT_EQ(join(one_f_one_b_schedule(4, 0, 2)), "F0 sendA0 F1 sendA1 recvG0 B0 recvG1 B1");
-  EXPECT_EQ(join(one_f_one_b_schedule(4, 1, 2)), "recvA0 F0 sendA0 recvA1 F1 sendA1 recvG0 B0 sendG0 recvG1 B1 sendG1");
-  EXPECT_EQ(join(one_f_one_b_schedule(4, 2, 2)), "recvA0 F0 sendA0 recvA1 F1 sendA1 recvG0 B0 sendG0 recvG1 B1 sendG1");
-  EXPECT_EQ(join(one_f_one_b_schedule(4, 3, 2)), "recvA0 F0 B0 recvA1 sendG0 F1 B1 sendG1");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(4, 0, 2)), "F0 sendA0 F1 sendA1 recvG0 B0 recvG1 B1");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(4, 1, 2)),
+            "recvA0 F0 sendA0 recvA1 F1 sendA1 recvG0 B0 sendG0 recvG1 B1 sendG1");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(4, 2, 2)),
+            "recvA0 F0 sendA0 recvA1 F1 sendA1 recvG0 B0 sendG0 recvG1 B1 sendG1");
+  EXPECT_EQ(to_string(one_f_one_b_schedule(4, 3, 2)), "recvA0 F0 B0 recvA1 sendG0 F1 B1 sendG1");
 }
 
 TEST(PipelineSchedule, ByName) {
@@ -343,7 +336,8 @@ TEST(PipelineSchedule, EveryMicroBatchOncePerStageAndMessagesMatch) {
       for (int m = 1; m <= 16; ++m) {
         const Lists lists = all_stages(name, p, m);
         for (int s = 0; s < p; ++s) {
-          EXPECT_EQ(check_compute(lists[s], m), "") << where(name, p, m) << " stage " << s << ": " << join(lists[s]);
+          EXPECT_EQ(check_compute(lists[s], m), "")
+              << where(name, p, m) << " stage " << s << ": " << to_string(lists[s]);
         }
         EXPECT_EQ(check_communication(lists, m), "") << where(name, p, m);
       }
@@ -481,7 +475,7 @@ TEST(PipelineSimulation, SendFirstSteadyStateDeadlocksWithSynchronousSends) {
   // while stage 0 sends the activation before receiving that gradient. Buffered sends would get
   // through; synchronous ones, which the simulator models, do not.
   Lists lists = all_stages("1f1b", 2, 3);
-  ASSERT_EQ(join(lists[1]), "recvA0 F0 B0 recvA1 sendG0 F1 B1 recvA2 sendG1 F2 B2 sendG2");
+  ASSERT_EQ(to_string(lists[1]), "recvA0 F0 B0 recvA1 sendG0 F1 B1 recvA2 sendG1 F2 B2 sendG2");
   std::swap(lists[1][3], lists[1][4]);  // sendG0 recvA1
   const std::string error = simulation_error(lists);
   EXPECT_NE(error.find("stage 0 waits at #3 sendA1 (stage 1 is at #3 sendG0)"), std::string::npos) << error;
