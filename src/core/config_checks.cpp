@@ -194,10 +194,10 @@ void check_sequence_parallel(const Config& c) {
 void check_context_parallel(const Config& c) {
   const int cp = c.parallel.cp;
   if (cp <= 1) return;
-  if (c.model.seq_len % (2 * cp) != 0) {
+  if (!context_chunks_divide(c.model.seq_len, cp)) {
     std::vector<int> valid;
     for (int d = 1; d <= c.model.seq_len / 2; ++d) {
-      if (c.model.seq_len % (2 * d) == 0) valid.push_back(d);
+      if (context_chunks_divide(c.model.seq_len, d)) valid.push_back(d);
     }
     input_error(
         "parallel.cp = {} splits each sequence of model.seq_len = {} positions into 2 × cp = {} chunks (each rank one "

@@ -277,10 +277,12 @@ std::size_t residual_rows(const ModelConfig& m, std::size_t tokens, int tp) {
   return tokens / std::size_t(tp);
 }
 
+bool context_chunks_divide(int seq_len, int cp) { return cp >= 1 && seq_len % (2 * cp) == 0; }
+
 std::size_t local_positions(const ModelConfig& m) {
   const int cp = m.context_parallel;
   if (cp <= 1) return std::size_t(m.seq_len);
-  if (m.seq_len % (2 * cp) != 0) {
+  if (!context_chunks_divide(m.seq_len, cp)) {
     throw std::invalid_argument(fmt::format(
         "context parallelism splits each sequence of {} positions into 2 × cp = {} chunks: they must divide evenly",
         m.seq_len, 2 * cp));

@@ -75,6 +75,9 @@ std::size_t expert_rows(const ModelConfig& m, std::size_t tokens);
 // (Dims::Nl): all of them, or under sequence parallelism (ModelConfig::sequence_parallel, tp > 1) its
 // block of tokens / tp. std::invalid_argument where tp does not divide the tokens.
 std::size_t residual_rows(const ModelConfig& m, std::size_t tokens, int tp);
+// Whether sequences of seq_len positions split into the 2·cp equal chunks of a ring over cp ranks
+// (ContextChunks): the one rule the configuration check, the sizes and the ring apply (cp 1 runs no ring).
+bool context_chunks_divide(int seq_len, int cp);
 // Positions of every sequence one rank holds (Dims::T): seq_len, or under context parallelism
 // (ModelConfig::context_parallel = cp > 1) its two chunks of seq_len / (2·cp). std::invalid_argument where
 // 2·cp does not divide seq_len.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "core/exec.hpp"
+#include "core/model_sizes.hpp"
 #include "kernels/ring_attention.hpp"
 #include "model/impl/carver.hpp"
 #include "parallel/comm.hpp"
@@ -45,7 +46,7 @@ class ContextRing {
   };
   // The buffers of `shape` over `ranks` ranks; std::invalid_argument where 2·ranks does not divide T.
   static Buffers carve(carving::Carver<Real>& c, const Shape& shape, int ranks) {
-    if (shape.T % (2 * ranks) != 0) {
+    if (!context_chunks_divide(shape.T, ranks)) {
       throw std::invalid_argument(fmt::format(
           "context parallelism splits each sequence of {} positions into 2 × {} chunks: they must divide evenly",
           shape.T, ranks));
@@ -64,7 +65,7 @@ class ContextRing {
   // cp: the context-parallel group (null: one rank); `buffers` carved for its size.
   ContextRing(const ExecSpace& space, Comm* cp, Shape shape, const Buffers& buffers)
       : space_(space), cp_(cp), shape_(shape), ranks_(cp ? cp->size() : 1), rank_(cp ? cp->rank() : 0), b_(buffers) {
-    if (shape.T % (2 * ranks_) != 0 ||
+    if (!context_chunks_divide(shape.T, ranks_) ||
         b_.d.extent(0) != std::size_t(shape.B) * std::size_t(shape.T / ranks_) * std::size_t(shape.NH)) {
       throw std::invalid_argument(
           fmt::format("a context ring over {} ranks given buffers carved for another shape", ranks_));
