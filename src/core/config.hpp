@@ -29,13 +29,13 @@ enum class Recompute { none, selective, full };
 // model.attention: how a block computes causal attention (see kernels/fused_attention.hpp).
 enum class AttentionKernel { fused, materialized };
 enum class RopeScaling { none, linear, llama3 };
-enum class LrDecay { cosine, constant };              // optim.decay
-enum class PipelineSchedule { gpipe, one_f_one_b };   // parallel.schedule
-enum class CommBackend { mpi, nccl, automatic };      // parallel.backend
-enum class SampleOrder { sequential, shuffle };       // data.order
-enum class CheckpointIo { independent, collective };  // checkpoint.io
-enum class ResumeMode { automatic, never, file };     // checkpoint.resume: auto | never | a file
-enum class NonFinite { stop, skip };                  // train.nonfinite: what a non-finite loss or grad norm does
+enum class LrDecay { cosine, constant };                             // optim.decay
+enum class PipelineSchedule { gpipe, one_f_one_b, zero_bubble_h1 };  // parallel.schedule
+enum class CommBackend { mpi, nccl, automatic };                     // parallel.backend
+enum class SampleOrder { sequential, shuffle };                      // data.order
+enum class CheckpointIo { independent, collective };                 // checkpoint.io
+enum class ResumeMode { automatic, never, file };                    // checkpoint.resume: auto | never | a file
+enum class NonFinite { stop, skip };  // train.nonfinite: what a non-finite loss or grad norm does
 // data.tokenizer_change: whether a checkpoint of another tokenizer than data.tokenizer may be loaded.
 enum class TokenizerChange { refuse, allow };
 // data.overlong: a fine-tuning record with more positions than model.seq_len keeps its first seq_len
@@ -90,8 +90,9 @@ struct EnumNames<LrDecay> {
 template <>
 struct EnumNames<PipelineSchedule> {
   static constexpr std::string_view key = "parallel.schedule";
-  static constexpr std::array<EnumName<PipelineSchedule>, 2> all{
-      {{PipelineSchedule::gpipe, "gpipe"}, {PipelineSchedule::one_f_one_b, "1f1b"}}};
+  static constexpr std::array<EnumName<PipelineSchedule>, 3> all{{{PipelineSchedule::gpipe, "gpipe"},
+                                                                  {PipelineSchedule::one_f_one_b, "1f1b"},
+                                                                  {PipelineSchedule::zero_bubble_h1, "zb-h1"}}};
 };
 template <>
 struct EnumNames<CommBackend> {

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -214,6 +215,21 @@ void check_context_parallel(const Config& c) {
 
 namespace {
 
+// ZB-H1 defers each backward's weight gradients (parallel/pipeline_schedule.hpp): the dense blocks' products and
+// norms, the head and the embedding split so; what does not is refused by name.
+void check_pipeline_schedule(const Config& c) {
+  if (c.parallel.schedule != PipelineSchedule::zero_bubble_h1) return;
+  const auto refuse = [](const std::string& what) {
+    input_error(
+        "parallel.schedule = zb-h1 runs each backward's weight gradients later than its input gradient, which {} "
+        "does not split into: set parallel.schedule = 1f1b (or gpipe)",
+        what);
+  };
+  if (c.model.experts > 0) refuse(fmt::format("model.experts = {} (mixture-of-experts blocks)", c.model.experts));
+  if (c.model.lora.enabled()) refuse(fmt::format("lora.rank = {} (LoRA adapters)", c.model.lora.rank));
+  if (c.train.recompute == Recompute::full) refuse("train.recompute = full (a block recomputed into shared buffers)");
+}
+
 void check_run(const Config& c) {
   if (c.data.valid.empty() && (c.train.eval_every > 0 || c.train.eval_tokens > 0)) {
     input_error("train.{} is set but data.valid is not: give validation shards to evaluate on",
@@ -226,6 +242,7 @@ void check_run(const Config& c) {
   if (c.checkpoint.dir.empty()) input_error("checkpoint.dir is empty: give a directory for checkpoints");
   check_sequence_parallel(c);
   check_context_parallel(c);
+  check_pipeline_schedule(c);
   if (c.model.lora.enabled()) {
     if (c.checkpoint.init_weights.empty()) {
       input_error(

@@ -100,6 +100,31 @@ void residual_layernorm_forward(const ExecSpace& space, Vec<Real> residual, Vec<
 
 namespace detail {
 
+// Row n's input gradient (one team), added to dinp: each(c, dx) then sees column c's new value, for the column
+// sums of a fused kernel.
+template <class Real, class Team, class Each>
+KOKKOS_INLINE_FUNCTION void layernorm_row_backward(const Team& team, long n, int C, Vec<Real> dinp, CVec<Real> dout,
+                                                   CVec<Real> inp, CVec<Real> weight, accum_t<Real> m, accum_t<Real> s,
+                                                   Each each) {
+  using A = accum_t<Real>;
+  const long row = n * C;
+  A g_sum = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, C), [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
+  A gx_sum = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, C),
+      [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * (A(inp(row + c)) - m) * s; }, gx_sum);
+  const A g_mean = g_sum / C;
+  const A gx_mean = gx_sum / C;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+    const A xhat = (A(inp(row + c)) - m) * s;
+    const Real dx = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
+    dinp(row + c) = dx;
+    each(c, dx);
+  });
+}
+
 // S = 2: the weight's and the bias's sums; S = 3 adds the column sums of dinp as updated.
 template <int S, class Real>
 void layernorm_backward_sweep(const ExecSpace& space, Vec<Real> dinp, Kokkos::Array<Vec<Real>, S> grads,
@@ -110,24 +135,9 @@ void layernorm_backward_sweep(const ExecSpace& space, Vec<Real> dinp, Kokkos::Ar
   row_sweep_column_sums<S, Real>(
       space, "meshtrain::layernorm::backward", grads, partials, N, C,
       KOKKOS_LAMBDA(const Team& team, long n, const ColumnSumsOfRows<S, Real>& sums) {
-        const long row = n * C;
-        const A m = mean(n);
-        const A s = rstd(n);
-        A g_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C), [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
-        A gx_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * (A(inp(row + c)) - m) * s; }, gx_sum);
-        const A g_mean = g_sum / C;
-        const A gx_mean = gx_sum / C;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-          const A xhat = (A(inp(row + c)) - m) * s;
-          const Real dx = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
-          dinp(row + c) = dx;
-          const A d = dout(row + c);
-          sums(0, c) += d * (A(inp(row + c)) - mean(n)) * rstd(n);
+        layernorm_row_backward<Real>(team, n, C, dinp, dout, inp, weight, mean(n), rstd(n), [&](int c, Real dx) {
+          const A d = dout(n * C + c);
+          sums(0, c) += d * (A(inp(n * C + c)) - mean(n)) * rstd(n);
           sums(1, c) += d;
           if constexpr (S == 3) sums(2, c) += A(dx);
         });
@@ -157,6 +167,39 @@ void layernorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweigh
     detail::layernorm_backward_sweep<2, Real>(space, dinp, {dweight, dbias}, partials, dout, inp, weight, mean, rstd, N,
                                               C);
   }
+}
+
+// The two halves of layernorm_backward, for schedules that run a backward's weight gradients later than its
+// input gradient (zero-bubble pipelines): dinp alone (+=, one team per row), and dweight, dbias (+=) as
+// column sums of the same terms in the same order as layernorm_backward's (kernels/column_sum.hpp), so
+// bitwise its; partials holds column_sum_workspace(N, C, 2) elements.
+template <class Real>
+void layernorm_input_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identity_t<Real>> dout,
+                              CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                              CVec<accum_t<std::type_identity_t<Real>>> mean,
+                              CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  Kokkos::parallel_for(
+      "meshtrain::layernorm::input_backward", Policy(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const typename Policy::member_type& team) {
+        const long n = team.league_rank();
+        detail::layernorm_row_backward<Real>(team, n, C, dinp, dout, inp, weight, mean(n), rstd(n), [](int, Real) {});
+      });
+}
+
+template <class Real>
+void layernorm_weight_backward(const ExecSpace& space, Vec<Real> dweight, Vec<Real> dbias,
+                               Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
+                               CVec<std::type_identity_t<Real>> inp, CVec<accum_t<std::type_identity_t<Real>>> mean,
+                               CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
+  column_sums<2, Real>(
+      space, "meshtrain::layernorm::weight_backward", {dweight, dbias}, partials, N, C, KOKKOS_LAMBDA(long n, int c) {
+        const A d = dout(n * C + c);
+        return Kokkos::Array<A, 2>{d * (A(inp(n * C + c)) - mean(n)) * rstd(n), d};
+      });
 }
 
 }  // namespace meshtrain

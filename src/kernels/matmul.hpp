@@ -64,16 +64,32 @@ void weight_and_bias_backward(const ExecSpace& space, Vec<Real> dweight, Vec<Rea
   if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
 }
 
+// matmul_backward's input gradient alone: dinp (N, IC) = dout · weightᵀ (overwritten).
+template <class Real>
+void matmul_input_backward(const ExecSpace& space, Vec<Real> dinp, CVec<Real> dout, CVec<Real> weight, int N, int IC,
+                           int OC) {
+  using A = accum_t<Real>;
+  gemm<Real>(space, Trans::no, Trans::yes, {N, IC, OC}, A(1), dout.data(), OC, weight.data(), OC, A(0), dinp.data(),
+             IC);
+}
+
 // dinp (N, IC) = dout · weightᵀ (overwritten); dweight += inpᵀ · dout unless it is empty; dbias += column
 // sums of dout (partials: bias_backward's workspace, column_sum_workspace(N, OC) elements).
 template <class Real>
 void matmul_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                      Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
                      int OC) {
-  using A = accum_t<Real>;
-  gemm<Real>(space, Trans::no, Trans::yes, {N, IC, OC}, A(1), dout.data(), OC, weight.data(), OC, A(0), dinp.data(),
-             IC);
+  matmul_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
   weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
+}
+
+// matmul_backward_gelu's input gradient alone: dpre (N, IC) = (dout · weightᵀ) ⊙ GELU'(pre), for schedules
+// that run the weight gradients later (c_fc's bias gradient then comes with its weight's).
+template <class Real>
+void matmul_gelu_input_backward(const ExecSpace& space, Vec<Real> dpre, CVec<Real> dout, CVec<Real> pre,
+                                CVec<Real> weight, int N, int IC, int OC) {
+  matmul_input_backward<Real>(space, dpre, dout, weight, N, IC, OC);
+  gelu_backward(space, dpre, pre, CVec<Real>(dpre), long(N) * IC);
 }
 
 // The backward of out = GELU(pre) · weight + bias through the GELU (gpt2's c_proj after c_fc):
@@ -122,17 +138,28 @@ void linear_forward(const ExecSpace& space, Vec<Real> out, CVec<Real> inp, CVec<
 // dinp (N, IC) = dout · weight (overwritten); dweight (OC, IC) += doutᵀ · inp unless it is empty (a frozen
 // weight: LoRA's base); dbias, when not empty, += column sums of dout (partials: bias_backward's workspace,
 // column_sum_workspace(N, OC) elements).
+// Its two halves, for schedules that run a backward's weight gradients later than its input gradient.
 template <class Real>
-void linear_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
-                     Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
-                     int OC) {
+void linear_input_backward(const ExecSpace& space, Vec<Real> dinp, CVec<Real> dout, CVec<Real> weight, int N, int IC,
+                           int OC) {
   gemm<Real>(space, Trans::no, Trans::no, {N, IC, OC}, accum_t<Real>(1), dout.data(), OC, weight.data(), IC,
              accum_t<Real>(0), dinp.data(), IC);
+}
+template <class Real>
+void linear_weight_backward(const ExecSpace& space, Vec<Real> dweight, Vec<Real> dbias, Vec<accum_t<Real>> partials,
+                            CVec<Real> dout, CVec<Real> inp, int N, int IC, int OC) {
   if (dweight.data() != nullptr) {
     gemm<Real>(space, Trans::yes, Trans::no, {OC, IC, N}, accum_t<Real>(1), dout.data(), OC, inp.data(), IC,
                accum_t<Real>(1), dweight.data(), IC);
   }
   if (dbias.data() != nullptr) bias_backward(space, dbias, partials, dout, N, OC);
+}
+template <class Real>
+void linear_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
+                     Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight, int N, int IC,
+                     int OC) {
+  linear_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
+  linear_weight_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
 }
 
 template <class Real>

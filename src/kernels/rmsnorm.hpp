@@ -56,6 +56,25 @@ void rmsnorm_rows(const ExecSpace& space, const char* label, Vec<Real> out, Vec<
       });
 }
 
+// Row n's input gradient (one team), added to dinp: each(c) then runs for column c, for the column sums of a
+// fused kernel.
+template <class Real, class Team, class Each>
+KOKKOS_INLINE_FUNCTION void rmsnorm_row_backward(const Team& team, long n, int C, Vec<Real> dinp, CVec<Real> dout,
+                                                 CVec<Real> inp, CVec<Real> weight, accum_t<Real> s, Each each) {
+  using A = accum_t<Real>;
+  const long row = n * C;
+  A gx_sum = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, C),
+      [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * A(inp(row + c)) * s; }, gx_sum);
+  const A gx_mean = gx_sum / C;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+    const A xhat = A(inp(row + c)) * s;
+    dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - xhat * gx_mean));
+    each(c);
+  });
+}
+
 }  // namespace detail
 
 // out [N*C] and rstd [N] are written.
@@ -96,19 +115,40 @@ void rmsnorm_backward(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
   row_sweep_column_sums<1, Real>(
       space, "meshtrain::rmsnorm::backward", {dweight}, partials, N, C,
       KOKKOS_LAMBDA(const Team& team, long n, const ColumnSumsOfRows<1, Real>& sums) {
-        const long row = n * C;
-        const A s = rstd(n);
-        A gx_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * A(inp(row + c)) * s; }, gx_sum);
-        const A gx_mean = gx_sum / C;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-          const A xhat = A(inp(row + c)) * s;
-          dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - xhat * gx_mean));
-          sums(0, c) += A(dout(row + c)) * A(inp(row + c)) * rstd(n);
+        detail::rmsnorm_row_backward<Real>(team, n, C, dinp, dout, inp, weight, rstd(n), [&](int c) {
+          sums(0, c) += A(dout(n * C + c)) * A(inp(n * C + c)) * rstd(n);
         });
       });
+}
+
+// The two halves of rmsnorm_backward, for schedules that run a backward's weight gradients later than its
+// input gradient (zero-bubble pipelines): dinp alone (+=, one team per row), and dweight (+=) as column sums
+// of the same terms in the same order as rmsnorm_backward's (kernels/column_sum.hpp), so bitwise its;
+// partials holds column_sum_workspace(N, C) elements.
+template <class Real>
+void rmsnorm_input_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::type_identity_t<Real>> dout,
+                            CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
+                            CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  Kokkos::parallel_for(
+      "meshtrain::rmsnorm::input_backward", Policy(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const typename Policy::member_type& team) {
+        const long n = team.league_rank();
+        detail::rmsnorm_row_backward<Real>(team, n, C, dinp, dout, inp, weight, rstd(n), [](int) {});
+      });
+}
+
+template <class Real>
+void rmsnorm_weight_backward(const ExecSpace& space, Vec<Real> dweight,
+                             Vec<accum_t<std::type_identity_t<Real>>> partials, CVec<std::type_identity_t<Real>> dout,
+                             CVec<std::type_identity_t<Real>> inp, CVec<accum_t<std::type_identity_t<Real>>> rstd,
+                             int N, int C) {
+  static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
+  using A = accum_t<Real>;
+  column_sums<1, Real>(
+      space, "meshtrain::rmsnorm::weight_backward", {dweight}, partials, N, C,
+      KOKKOS_LAMBDA(long n, int c) { return Kokkos::Array<A, 1>{A(dout(n * C + c)) * A(inp(n * C + c)) * rstd(n)}; });
 }
 
 }  // namespace meshtrain

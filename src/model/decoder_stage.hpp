@@ -36,6 +36,7 @@
 #include "kernels/gemm_types.hpp"
 #include "model/impl/carver.hpp"
 #include "model/impl/context_ring.hpp"
+#include "model/impl/deferred_weight_gradients.hpp"
 #include "model/impl/lora_parts.hpp"
 #include "model/impl/span_of.hpp"
 #include "model/language_model.hpp"
@@ -147,11 +148,15 @@ struct DecoderParts {
   std::optional<ContextRing<Real>> ring;
   Comm* cp = nullptr;    // the context-parallel group (null without one): the ring's, and the MoE routers' counts
   LoraParts<Real> lora;  // model.lora's adapters (inactive without)
+  // Where the listings' weight gradients go: run at once, or queued while a backward runs deferred
+  // (stage_backward_input; the deferrable kernels of model/impl/deferrable_backward.hpp).
+  DeferredWeightGradients<Real> later;
   typename Family::template State<Real> state;  // constructed last, from the parts above
 
   // make_language_model's arguments (model/language_model.hpp).
   DecoderParts(const ExecSpace& exec, const ModelConfig& config, int batch_size, Comm* tp_comm, StagePlace place,
-               int slot_count, Recompute mode, ParameterStore<Real>* parameter_store, Comm* ep_comm, Comm* cp_comm);
+               ActivationSlots slot_count, Recompute mode, ParameterStore<Real>* parameter_store, Comm* ep_comm,
+               Comm* cp_comm);
 
   const ModelConfig& model() const { return layout.model(); }
   bool sequence_parallel() const { return dims.Nl != dims.N; }
@@ -244,6 +249,9 @@ struct DecoderParts {
   template <class Real>                                                                                          \
   static void block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, const Block<Real>& s, Vec<Real> proj, \
                             bool to_output);                                                                     \
+  /* What one deferred backward of block l holds (DeferredWeightGradients::hold), in elements of Real. */        \
+  template <class Real>                                                                                          \
+  static std::size_t held_per_block(const Dims& d, int l);                                                       \
   /* Selective recomputation: the attention probabilities from the kept qkv. */                                  \
   template <class Real>                                                                                          \
   static void recompute_attention(Parts<Real>& m, const Block<Real>& s);                                         \
@@ -273,7 +281,7 @@ class DecoderStage final : public LanguageModel<Real> {
 
   // The arguments of make_language_model (model/language_model.hpp).
   DecoderStage(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp = nullptr, StagePlace place = {},
-               int slots = 1, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr,
+               ActivationSlots slots = {}, Recompute recompute = Recompute::none, ParameterStore<Real>* store = nullptr,
                Comm* ep = nullptr, Comm* cp = nullptr);
 
   const ParameterLayout& layout() const override { return m_.layout; }
@@ -283,7 +291,8 @@ class DecoderStage final : public LanguageModel<Real> {
     const auto lora =
         lora_activation_elements(m_.model(), m_.batch, m_.layout.first_layer(), m_.layout.stage_layers(),
                                  int(m_.slots.size()), m_.layout.place().last(), m_.layout.tp(), m_.layout.ep());
-    return {m_.activation_buffer.extent(0) + lora.kept, m_.scratch_buffer.extent(0) + lora.scratch};
+    return {m_.activation_buffer.extent(0) + m_.later.allocated_elements() + lora.kept,
+            m_.scratch_buffer.extent(0) + lora.scratch};
   }
   const ParameterLayout* adapter_layout() const override { return m_.lora.active() ? &*m_.lora.layout : nullptr; }
   Vec<Real> adapter_weights() const override { return slice(m_.lora.weights, 0, m_.lora.weights.extent(0)); }
@@ -300,6 +309,8 @@ class DecoderStage final : public LanguageModel<Real> {
   void stage_forward(int slot, CVec<int> inputs) override;
   void stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) override;
   void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) override;
+  void stage_backward_input(int slot, CVec<int> inputs) override;
+  void stage_backward_weight(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) override;
   Vec<Real> stage_input(int slot) const override { return m_.slots[std::size_t(slot)].encoded; }
   CVec<Real> stage_output(int slot) const override { return m_.block_input(slot, m_.layout.stage_layers()); }
   Vec<Real> output_gradient() const override { return m_.scratch.dresidual; }
@@ -318,12 +329,13 @@ class DecoderStage final : public LanguageModel<Real> {
 
   Parts m_;
   std::pair<int, int> resident_{-1, -1};  // (slot, block) whose activations the shared set holds
+  CVec<int> tokens_;  // the micro-batch's, for the embedding's weight gradient (run now or deferred)
 };
 
 // What DecoderStage<Real, Family> allocates for these arguments (the same carving code, without
 // allocating), in elements of Real.
 template <class Real, class Family>
-ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                            Recompute recompute, int ep = 1);
+ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place,
+                                            ActivationSlots slots, Recompute recompute, int ep = 1);
 
 }  // namespace meshtrain

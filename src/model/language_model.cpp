@@ -32,8 +32,9 @@ void list_family_tensors(ParameterLayout& layout) {
 
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
-                                                         Comm* tp, StagePlace place, int slots, Recompute recompute,
-                                                         ParameterStore<Real>* store, Comm* ep, Comm* cp) {
+                                                         Comm* tp, StagePlace place, ActivationSlots slots,
+                                                         Recompute recompute, ParameterStore<Real>* store, Comm* ep,
+                                                         Comm* cp) {
   return with_family(model.arch, [&]<class Family>(std::type_identity<Family>) -> std::unique_ptr<LanguageModel<Real>> {
     return std::make_unique<DecoderStage<Real, Family>>(space, model, batch, tp, place, slots, recompute, store, ep,
                                                         cp);
@@ -41,19 +42,19 @@ std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space,
 }
 
 template <class Real>
-ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                    Recompute recompute, int ep) {
-  const auto carved = [&](int k) {
+ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place,
+                                    ActivationSlots slots, Recompute recompute, int ep) {
+  const auto carved = [&](int kept) {
     return with_family(model.arch, [&]<class Family>(std::type_identity<Family>) {
-      return decoder_activation_elements<Real, Family>(model, batch, tp, place, k, recompute, ep);
+      return decoder_activation_elements<Real, Family>(model, batch, tp, place, {kept, slots.held}, recompute, ep);
     });
   };
-  if (slots <= 2) return carved(slots);
+  if (slots.kept <= 2) return carved(slots.kept);
   // Every slot carves the same tensors, so the kept elements are affine in the slots: carve two and
   // extrapolate, rather than walk the carving once per slot (a GPipe stage holds every micro-batch
   // of the step: `plan` at 10^9 accumulation steps).
   const ActivationSizes one = carved(1), two = carved(2);
-  return {one.kept + std::size_t(slots - 1) * (two.kept - one.kept), one.scratch};
+  return {one.kept + std::size_t(slots.kept - 1) * (two.kept - one.kept), one.scratch};
 }
 
 template <class Real>
@@ -63,11 +64,12 @@ std::size_t model_gemm_workspace_bytes(const ModelConfig& model, int batch, int 
   });
 }
 
-#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                               \
-  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(const ExecSpace&, const ModelConfig&, int, \
-                                                                          Comm*, StagePlace, int, Recompute,         \
-                                                                          ParameterStore<Real>*, Comm*, Comm*);      \
-  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, int, Recompute, int); \
+#define MESHTRAIN_LANGUAGE_MODEL(Real)                                                                                 \
+  template std::unique_ptr<LanguageModel<Real>> make_language_model<Real>(                                             \
+      const ExecSpace&, const ModelConfig&, int, Comm*, StagePlace, ActivationSlots, Recompute, ParameterStore<Real>*, \
+      Comm*, Comm*);                                                                                                   \
+  template ActivationSizes activation_elements<Real>(const ModelConfig&, int, int, StagePlace, ActivationSlots,        \
+                                                     Recompute, int);                                                  \
   template std::size_t model_gemm_workspace_bytes<Real>(const ModelConfig&, int, int);
 MESHTRAIN_LANGUAGE_MODEL(float)
 MESHTRAIN_LANGUAGE_MODEL(double)

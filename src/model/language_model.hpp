@@ -28,6 +28,16 @@ struct ActivationSizes {
   std::size_t total() const { return kept + scratch; }
 };
 
+// How many micro-batches a stage keeps activations for at once, and how many of those may wait for their weight
+// gradients after their input gradient (zero-bubble schedules: LanguageModel::stage_backward_input), each holding
+// its backward's output gradients until then. From an int: that many kept, none waiting.
+struct ActivationSlots {
+  ActivationSlots(int kept_slots = 1, int held_slots = 0)
+      : kept(kept_slots), held(held_slots) {}  // NOLINT: an int is the common case
+  int kept;
+  int held;
+};
+
 // One micro-batch: N = B·T input tokens and as many targets (kNoLossTarget where a target carries no
 // loss: prompts and padding of fine-tuning data), the documents packed into each sequence (none:
 // one document per sequence), and where it lies in its step (the step, the step's index of its first sample).
@@ -102,6 +112,12 @@ class LanguageModel {
   virtual void stage_loss(int slot, CVec<int> targets, Accum grad_scale, const LossSum& sum) = 0;
   // Accumulates the micro-batch's gradients (call stage_forward and, on the last stage, stage_loss first).
   virtual void stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) = 0;
+  // The same in two parts (zero-bubble schedules; make_language_model's slots.held of them at once): the input
+  // gradient, left in input_gradient() as stage_backward leaves it, then — any time before the slot's next
+  // stage_forward — the weight gradients, with backward's progress reports. inputs: the micro-batch's tokens
+  // again, and set_documents must name its documents again.
+  virtual void stage_backward_input(int slot, CVec<int> inputs) = 0;
+  virtual void stage_backward_weight(int slot, CVec<int> inputs, const ReadyFrom& ready_from = {}) = 0;
   virtual Vec<Real> stage_input(int slot) const = 0;    // (N, C)
   virtual CVec<Real> stage_output(int slot) const = 0;  // (N, C)
   virtual Vec<Real> output_gradient() const = 0;        // (N, C)
@@ -145,21 +161,22 @@ class LanguageModel {
 
 // The family model.arch names, with the arguments of DecoderStage's constructor: `tp` the tensor-parallel
 // group (none: the whole model on this rank); `place` the pipeline stage; `slots` how many
-// micro-batches' activations it keeps at once; `recompute` which of them backward recomputes;
-// `store` where weights and gradients live (ZeRO; none: the model owns flat buffers); `ep` the
-// expert-parallel group (llama's MoE blocks; none: every expert on this rank); `cp` the context-parallel
-// group, of model.context_parallel ranks (none: every position of a sequence on this rank).
+// micro-batches' activations it keeps at once (and how many of them wait for their weight gradients); `recompute` which
+// of them backward recomputes; `store` where weights and gradients live (ZeRO; none: the model owns flat buffers); `ep`
+// the expert-parallel group (llama's MoE blocks; none: every expert on this rank); `cp` the context-parallel group, of
+// model.context_parallel ranks (none: every position of a sequence on this rank).
 template <class Real>
 std::unique_ptr<LanguageModel<Real>> make_language_model(const ExecSpace& space, const ModelConfig& model, int batch,
-                                                         Comm* tp = nullptr, StagePlace place = {}, int slots = 1,
+                                                         Comm* tp = nullptr, StagePlace place = {},
+                                                         ActivationSlots slots = {},
                                                          Recompute recompute = Recompute::none,
                                                          ParameterStore<Real>* store = nullptr, Comm* ep = nullptr,
                                                          Comm* cp = nullptr);
 
 // What make_language_model's model allocates for these arguments, in elements of Real.
 template <class Real>
-ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                    Recompute recompute, int ep = 1);
+ActivationSizes activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place,
+                                    ActivationSlots slots, Recompute recompute, int ep = 1);
 
 // The float workspace the host's 16-bit GEMMs of that family's rank need (model/gemm_workspace.hpp).
 template <class Real>

@@ -158,6 +158,7 @@ std::vector<Action> pipeline_schedule(PipelineSchedule schedule, int stages, int
   switch (schedule) {
     case PipelineSchedule::gpipe: return gpipe_schedule(stages, stage, micros);
     case PipelineSchedule::one_f_one_b: return one_f_one_b_schedule(stages, stage, micros);
+    case PipelineSchedule::zero_bubble_h1: return zero_bubble_h1_schedule(stages, stage, micros);
   }
   throw std::invalid_argument(fmt::format("unknown pipeline schedule {}", int(schedule)));
 }
@@ -171,9 +172,30 @@ int peak_live_activations(const std::vector<Action>& actions) {
   return peak;
 }
 
+int peak_deferred_weights(const std::vector<Action>& actions) {
+  int waiting = 0, peak = 0;
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::backward_input) peak = std::max(peak, ++waiting);
+    if (a.kind == ActionKind::backward_weight) --waiting;
+  }
+  return peak;
+}
+
 int live_activations(PipelineSchedule schedule, int stages, int stage, int micros) {
   require_valid("live_activations", stages, stage, micros);
-  return schedule == PipelineSchedule::gpipe ? micros : std::min(stages - stage, micros);
+  switch (schedule) {
+    case PipelineSchedule::gpipe: return micros;
+    case PipelineSchedule::one_f_one_b: return std::min(stages - stage, micros);
+    // Stage s's warm-up of p − s − 1 forwards, then one more before each input gradient, s weight gradients late.
+    case PipelineSchedule::zero_bubble_h1: return std::min(stages, micros);
+  }
+  throw std::invalid_argument(fmt::format("unknown pipeline schedule {}", int(schedule)));
+}
+
+int deferred_weights(PipelineSchedule schedule, int stages, int stage, int micros) {
+  require_valid("deferred_weights", stages, stage, micros);
+  // ZB-H1: stage s runs micro-batch k − s's weight gradients after k's input gradient.
+  return schedule == PipelineSchedule::zero_bubble_h1 ? std::min(stage + 1, micros) : 0;
 }
 
 // Event simulation: a stage's clock is the time its next action may start. Compute advances the

@@ -52,8 +52,12 @@ std::vector<Action> zero_bubble_h1_schedule(int stages, int stage, int micros);
 // zero-bubble schedule, not yet through backward_weight); of an interleaved list, chunk-micro-batches.
 int peak_live_activations(const std::vector<Action>& actions);
 // The same for pipeline_schedule(schedule, stages, stage, micros), without building its O(micros)
-// actions: gpipe holds every micro-batch, 1f1b min(stages − stage, micros).
+// actions: gpipe holds every micro-batch, 1f1b min(stages − stage, micros), zb-h1 min(stages, micros).
 int live_activations(PipelineSchedule schedule, int stages, int stage, int micros);
+// Most micro-batches whose weight gradients wait at once (through backward_input, not yet through
+// backward_weight), and the same for pipeline_schedule's list: zb-h1 min(stage + 1, micros), the others none.
+int peak_deferred_weights(const std::vector<Action>& actions);
+int deferred_weights(PipelineSchedule schedule, int stages, int stage, int micros);
 
 struct ScheduleTiming {
   double makespan;                 // time until the last stage's last action ends

@@ -17,7 +17,7 @@ namespace {
 
 // The model's activations and, for 16-bit models on the host, their GEMMs' fp32 workspace.
 template <class Real>
-MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, int slots, int ep) {
+MemoryBytes planned_model_memory(const Config& cfg, int tp, StagePlace place, ActivationSlots slots, int ep) {
   MemoryBytes m;
   const ActivationSizes activations =
       activation_elements<Real>(cfg.model, cfg.train.micro_batch, tp, place, slots, cfg.train.recompute, ep);
@@ -61,7 +61,10 @@ MemoryBytes planned_rank_memory(const Config& cfg, const Layout& grid, const Gri
     m += planned_frozen_memory(planned_frozen_layout(cfg, grid, position), grid.replicas(), stage, cfg.train.precision);
   }
   const int accum = accumulation_steps(cfg, grid.dp);
-  const int slots = grid.pp > 1 ? live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum) : 1;
+  const ActivationSlots slots =
+      grid.pp > 1 ? ActivationSlots(live_activations(cfg.parallel.schedule, grid.pp, position.pp_rank, accum),
+                                    deferred_weights(cfg.parallel.schedule, grid.pp, position.pp_rank, accum))
+                  : ActivationSlots();
   if (cfg.train.precision == Precision::fp32) {
     m += planned_model_memory<float>(cfg, grid.tp, place, slots, grid.ep);
   } else {

@@ -41,9 +41,10 @@ std::vector<Pass> step_passes(const Config& cfg, const Layout& grid, int stage, 
     return passes;
   }
   for (const Action& a : pipeline_schedule(cfg.parallel.schedule, grid.pp, stage, accum)) {
-    if (a.kind == ActionKind::forward || a.kind == ActionKind::backward) {
-      passes.push_back({a.kind == ActionKind::backward, a.micro});
-    }
+    // A zero-bubble backward visits (and under ZeRO-3 gathers) its blocks in its input-gradient half; its weight
+    // half reports the same units to the same reductions, once per pass.
+    const bool backward = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+    if (a.kind == ActionKind::forward || backward) passes.push_back({backward, a.micro});
   }
   return passes;
 }

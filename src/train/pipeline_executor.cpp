@@ -22,6 +22,15 @@ PipelineExecutor<Real>::PipelineExecutor(std::vector<Action> actions, LanguageMo
 }
 
 template <class Real>
+void PipelineExecutor<Real>::reload(std::int64_t step, int micro) {
+  // The first stage's embedding backward reads the tokens again, every stage the documents (the buffers of the
+  // forward's load have been refilled since).
+  loader_.load(step, micro);
+  model_.set_documents(slot_of_[micro], loader_.documents());
+  model_.set_micro_batch_draw(slot_of_[micro], MicroBatchDraw{seed_, step, loader_.first_sample()});
+}
+
+template <class Real>
 int PipelineExecutor<Real>::take_slot(int micro) {
   if (slot_of_[micro] >= 0) return slot_of_[micro];
   if (free_slots_.empty()) throw std::logic_error("pipeline schedule keeps more micro-batches alive than its slots");
@@ -37,7 +46,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
     for (const Action& a : actions_) most = std::max(most, a.micro + 1);
     return most;
   }();
-  const int slots = pipeline_slots(actions_);
+  const int slots = pipeline_slots(actions_).kept;
   slot_of_.assign(micros, -1);
   free_slots_.clear();
   for (int k = slots - 1; k >= 0; --k) free_slots_.push_back(k);
@@ -59,6 +68,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
   Request gradient_send;
   for (const Action& a : actions_) {
     const bool writes_gradient = a.kind == ActionKind::recv_gradient || a.kind == ActionKind::backward ||
+                                 a.kind == ActionKind::backward_input ||
                                  (a.kind == ActionKind::forward && place.last());
     if (writes_gradient) gradient_send.wait();
     switch (a.kind) {
@@ -83,21 +93,24 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
       case ActionKind::recv_gradient: pipeline_.recv(model_.output_gradient().data(), activation, next, a.micro); break;
       case ActionKind::backward:
         activation_sends_[std::size_t(slot_of_[a.micro])].wait();
-        // The first stage's embedding backward reads the tokens again, every stage the documents (the
-        // buffers of the forward's load have been refilled since).
-        loader_.load(step, a.micro);
-        model_.set_documents(slot_of_[a.micro], loader_.documents());
-        model_.set_micro_batch_draw(slot_of_[a.micro], MicroBatchDraw{seed_, step, loader_.first_sample()});
+        reload(step, a.micro);
         model_.stage_backward(slot_of_[a.micro], loader_.inputs(), ready_from_);
+        free_slots_.push_back(slot_of_[a.micro]);
+        break;
+      case ActionKind::backward_input:
+        activation_sends_[std::size_t(slot_of_[a.micro])].wait();
+        reload(step, a.micro);
+        model_.stage_backward_input(slot_of_[a.micro], loader_.inputs());
+        break;
+      case ActionKind::backward_weight:
+        // The slot's activations (what the weight gradients read) live until now.
+        reload(step, a.micro);
+        model_.stage_backward_weight(slot_of_[a.micro], loader_.inputs(), ready_from_);
         free_slots_.push_back(slot_of_[a.micro]);
         break;
       case ActionKind::send_gradient:
         gradient_send = pipeline_.isend(model_.input_gradient().data(), activation, previous, a.micro);
         break;
-      case ActionKind::backward_input:
-      case ActionKind::backward_weight:
-        throw std::logic_error("the pipeline executor runs whole backwards: " + to_string(a) +
-                               " belongs to a zero-bubble list, which parallel.schedule does not name");
     }
   }
   // The step's last sends: ordered before the optimizer's update and the next step's compute.

@@ -1,6 +1,8 @@
 // Runs one stage's pipeline schedule (parallel/pipeline_schedule.hpp) for one optimizer step: receives and
 // sends activations and gradients point-to-point over the pipeline group, and runs the stage's
-// forward and backward per micro-batch, each micro-batch's activations in a slot of their own.
+// forward and backward per micro-batch, each micro-batch's activations in a slot of their own. A zero-bubble
+// list's split backward runs as LanguageModel::stage_backward_input, then stage_backward_weight, which frees
+// the slot and reports backward's progress to the data-parallel reduction.
 //
 // Semantics, as the schedule generators and their simulator assume: actions run strictly in list
 // order; messages between two stages match in order (the micro-batch is the tag). A send is posted
@@ -36,6 +38,8 @@ class PipelineExecutor {
 
  private:
   int take_slot(int micro);
+  // Loads micro-batch `micro` of `step` again and names its documents and draw for its slot's backward.
+  void reload(std::int64_t step, int micro);
   // The elements a stage passes on per micro-batch: all its rows, or this tp rank's block of them under
   // sequence parallelism (the stage's input buffer, as large as its output).
   std::size_t activation_elements() const { return model_.stage_input(0).extent(0); }
@@ -51,8 +55,10 @@ class PipelineExecutor {
   std::vector<Request> activation_sends_;  // by slot: the activation send in flight from stage_output(slot)
 };
 
-// Activation slots a schedule needs at most.
-inline int pipeline_slots(const std::vector<Action>& actions) { return peak_live_activations(actions); }
+// Activation slots a schedule needs at most, and how many of them wait for their weight gradients at once.
+inline ActivationSlots pipeline_slots(const std::vector<Action>& actions) {
+  return {peak_live_activations(actions), peak_deferred_weights(actions)};
+}
 
 extern template class PipelineExecutor<float>;
 extern template class PipelineExecutor<bf16>;

@@ -418,6 +418,20 @@ class BadInput(CliCase):
         self.rejects({"parallel.cp": 2, "model.attention": "materialized"},
                      needles=["parallel.cp = 2", "model.attention = fused"])
 
+    # --- zero-bubble pipelines (share/docs/usage.md, Pipeline schedules): what does not split its weight gradients
+
+    def test_zero_bubble_with_experts(self):
+        self.rejects({**LLAMA, "model.experts": 4, "parallel.schedule": "zb-h1"},
+                     needles=["parallel.schedule = zb-h1", "model.experts = 4", "parallel.schedule = 1f1b"])
+
+    def test_zero_bubble_with_lora(self):
+        self.rejects({"lora.rank": 4, "parallel.schedule": "zb-h1"},
+                     needles=["parallel.schedule = zb-h1", "lora.rank = 4", "parallel.schedule = 1f1b"])
+
+    def test_zero_bubble_with_full_recomputation(self):
+        self.rejects({"train.recompute": "full", "parallel.schedule": "zb-h1"},
+                     needles=["parallel.schedule = zb-h1", "train.recompute = full", "parallel.schedule = 1f1b"])
+
     # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
 
     def test_moe_key_under_gpt2(self):

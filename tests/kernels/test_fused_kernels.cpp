@@ -149,66 +149,24 @@ TEST(FusedKernels, GeluBackwardBiasBitwiseSeparateKernels) {
   }
 }
 
-// ---- the norms' backward against the two-kernel composition it replaced ----------------------
+// ---- the norms' backward against its two halves (the input's gradient, then the weights' column sums) -----
+// The halves are what a zero-bubble pipeline runs apart (model/impl/deferrable_backward.hpp): the fused kernel
+// adds the same terms in the same order, so the two agree bitwise.
 
 template <class Real>
 void layernorm_backward_two_kernels(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight, Vec<Real> dbias,
                                     Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight,
                                     CVec<accum_t<Real>> mean, CVec<accum_t<Real>> rstd, int rows, int cols) {
-  using A = accum_t<Real>;
-  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "test::layernorm::backward_input", team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
-        const int n = team.league_rank();
-        const long row = static_cast<long>(n) * cols;
-        const A m = mean(n);
-        const A s = rstd(n);
-        A g_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols), [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)); }, g_sum);
-        A gx_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols),
-            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * (A(inp(row + c)) - m) * s; }, gx_sum);
-        const A g_mean = g_sum / cols;
-        const A gx_mean = gx_sum / cols;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-          const A xhat = (A(inp(row + c)) - m) * s;
-          dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - g_mean - xhat * gx_mean));
-        });
-      });
-  column_sums<2, Real>(
-      space, "test::layernorm::backward_params", {dweight, dbias}, partials, rows, cols, KOKKOS_LAMBDA(long n, int c) {
-        const A d = dout(n * cols + c);
-        return Kokkos::Array<A, 2>{d * (A(inp(n * cols + c)) - mean(n)) * rstd(n), d};
-      });
+  layernorm_input_backward<Real>(space, dinp, dout, inp, weight, mean, rstd, rows, cols);
+  layernorm_weight_backward<Real>(space, dweight, dbias, partials, dout, inp, mean, rstd, rows, cols);
 }
 
 template <class Real>
 void rmsnorm_backward_two_kernels(const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
                                   Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight,
                                   CVec<accum_t<Real>> rstd, int rows, int cols) {
-  using A = accum_t<Real>;
-  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "test::rmsnorm::backward_input", team_policy(space, rows), KOKKOS_LAMBDA(const Team& team) {
-        const int n = team.league_rank();
-        const long row = static_cast<long>(n) * cols;
-        const A s = rstd(n);
-        A gx_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols),
-            [&](int c, A& acc) { acc += A(dout(row + c)) * A(weight(c)) * A(inp(row + c)) * s; }, gx_sum);
-        const A gx_mean = gx_sum / cols;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-          const A xhat = A(inp(row + c)) * s;
-          dinp(row + c) = Real(A(dinp(row + c)) + s * (A(dout(row + c)) * A(weight(c)) - xhat * gx_mean));
-        });
-      });
-  column_sums<1, Real>(
-      space, "test::rmsnorm::backward_weight", {dweight}, partials, rows, cols, KOKKOS_LAMBDA(long n, int c) {
-        return Kokkos::Array<A, 1>{A(dout(n * cols + c)) * A(inp(n * cols + c)) * rstd(n)};
-      });
+  rmsnorm_input_backward<Real>(space, dinp, dout, inp, weight, rstd, rows, cols);
+  rmsnorm_weight_backward<Real>(space, dweight, partials, dout, inp, rstd, rows, cols);
 }
 
 // rows 100 is one chunk (the sums written straight to the gradients), the others several.

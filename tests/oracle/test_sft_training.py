@@ -11,7 +11,7 @@ Groups:
              reference run record by record (loss 1e-4, grad_norm 1e-3 relative, lr 1e-9); the reference with
              the other overlong policy must differ, so the check can tell them apart.
   layouts    the same run under accum 4, dp 2 x accum 2, dp 4, tp 3 (also with sequence parallelism, documents
-             crossing the ranks' blocks of rows), pp 2 and dp 2 with ZeRO-3 equals one
+             crossing the ranks' blocks of rows), pp 2 (1F1B and ZB-H1) and dp 2 with ZeRO-3 equals one
              rank's (loss 2e-5, grad_norm 1e-4 relative).
   resume     a shuffled dp 2 run stopped after step 5 and resumed gives bitwise the metrics of the run that
              went through; materialized attention is refused (exit 2, naming model.attention).
@@ -211,6 +211,7 @@ LAYOUTS = [
     # sequence parallelism: each tp rank keeps 16 of the 48 rows, so documents cross the ranks' blocks
     ("tp3_mb2_sp", 3, [("parallel.tp", 3), ("train.micro_batch", 2), ("parallel.sequence_parallel", "true")]),
     ("pp2", 2, [("parallel.pp", 2)]),
+    ("pp2_zb_h1", 2, [("parallel.pp", 2), ("parallel.schedule", "zb-h1")]),
     ("dp2_zero3", 2, [("parallel.zero", 3)]),
     # context parallelism: 2·3 chunks of 4 positions, documents across them; the loss-carrying targets counted
     # over the whole batch, validation's token sums over dp × cp

@@ -274,16 +274,17 @@ TEST(PipelineSchedule, ByName) {
   };
   EXPECT_EQ(by_name("gpipe", 3, 1, 4), gpipe_schedule(3, 1, 4));
   EXPECT_EQ(by_name("1f1b", 3, 1, 4), one_f_one_b_schedule(3, 1, 4));
+  EXPECT_EQ(by_name("zb-h1", 3, 1, 4), zero_bubble_h1_schedule(3, 1, 4));
   EXPECT_NE(by_name("gpipe", 3, 1, 4), by_name("1f1b", 3, 1, 4));
-  for (const std::string bad : {"GPipe", "1F1B", "interleaved", ""}) {
+  for (const std::string bad : {"GPipe", "1F1B", "ZB-H1", ""}) {
     EXPECT_THROW(by_name(bad, 2, 0, 2), InputError) << "'" << bad << "'";
   }
   try {
-    by_name("zb-h1", 2, 0, 2);
+    by_name("interleaved", 2, 0, 2);
     ADD_FAILURE() << "no exception";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("zb-h1"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("gpipe, 1f1b"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("interleaved"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gpipe, 1f1b, zb-h1"), std::string::npos) << e.what();
   }
 }
 
@@ -375,6 +376,15 @@ TEST(PipelineSchedule, PeakLiveActivations) {
         const int one_f = peak_live_activations(one_f_one_b_schedule(p, s, m));
         EXPECT_EQ(one_f, std::min(p - s, m)) << where("1f1b", p, m) << " stage " << s;
         EXPECT_LE(one_f, p);
+        // The closed forms plan uses, against the lists the executor runs.
+        for (const PipelineSchedule kind :
+             {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble_h1}) {
+          const std::vector<Action> list = pipeline_schedule(kind, p, s, m);
+          EXPECT_EQ(live_activations(kind, p, s, m), peak_live_activations(list))
+              << where(std::string(name_of(kind)), p, m) << " stage " << s;
+          EXPECT_EQ(deferred_weights(kind, p, s, m), peak_deferred_weights(list))
+              << where(std::string(name_of(kind)), p, m) << " stage " << s;
+        }
       }
     }
   }

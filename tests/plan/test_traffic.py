@@ -4,7 +4,7 @@ calls and bytes of each group (dp, tp, pp, tied) and kind of collective in one s
 `meshtrain train` with `log.traffic` counts them (a counting Comm around each group). They must
 agree exactly, on every rank, for every layout below.
 
-The layouts cover dp, tp and pp alone and together, ZeRO 0-3, fp32 and bf16, both pipeline
+The layouts cover dp, tp and pp alone and together, ZeRO 0-3, fp32 and bf16, the three pipeline
 schedules, accumulation (micro-batches per step > 1 in most), full recomputation (extra
 tensor-parallel sums), sequence parallelism (gathers and reduce-scatters), and buckets small enough that the gradient buffer takes many. fp16 is left
 out: its traffic is bf16's (both are 16 bits), except in a step whose update the loss scaler skips.
@@ -60,6 +60,9 @@ CASES = [
                                     "--train.global_batch", "32"]),
     ("dp2_pp2_1f1b_accum8_zero3", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "3",
                                       "--train.global_batch", "32"]),
+    # ZB-H1: each backward's block visits (ZeRO-3's gathers) in its input half, its reduce-scatters in its weight half.
+    ("dp2_pp2_zbh1_accum8_zero3", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "3",
+                                      "--parallel.schedule", "zb-h1", "--train.global_batch", "32"]),
     # Context parallelism: the ring's K/V blocks (each way, every block's attention) and dK/dV sums in
     # backward, again in a recomputed forward; dp over the dp × cp replicas; the pipeline's messages and tp's
     # sums a rank's b·T/cp rows.
@@ -82,6 +85,8 @@ LLAMA_CASES = [
                                      "--train.recompute", "full"]),
     ("llama_pp2_1f1b_zero1", 2, ["--parallel.pp", "2", "--parallel.zero", "1"]),
     ("llama_dp2_pp2_zero2", 4, ["--parallel.dp", "2", "--parallel.pp", "2", "--parallel.zero", "2"]),
+    ("llama_tp2_pp2_zbh1_zero2", 4, ["--parallel.tp", "2", "--parallel.pp", "2", "--parallel.zero", "2",
+                                     "--parallel.schedule", "zb-h1"]),
     ("llama_dp2_tp2_zero3_bf16", 4, ["--parallel.dp", "2", "--parallel.tp", "2", "--parallel.zero", "3",
                                      "--train.precision", "bf16"]),
     ("llama_tp2_pp2_sp_recompute", 4, ["--parallel.tp", "2", "--parallel.pp", "2", "--parallel.sequence_parallel", "true",

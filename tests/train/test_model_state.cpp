@@ -120,6 +120,23 @@ TEST(ModelState, AllocatesWhatThePlannerPlansAndShrinksByStage) {
           }
           EXPECT_EQ(a[MemoryCategory::optimizer], actual[MemoryCategory::optimizer]) << mode;
         }
+        // ZB-H1 keeps p micro-batches' activations on every stage and holds up to stage + 1 deferred backwards'
+        // output gradients: planned as allocated, more than 1F1B's.
+        if (pp > 1) {
+          for (const char* precision : {"fp32", "bf16"}) {
+            Config zero_bubble = cfg;
+            zero_bubble.parallel.schedule = PipelineSchedule::zero_bubble_h1;
+            zero_bubble.train.precision = parse_name<Precision>(precision);
+            const PipelineParts lists{pipeline_schedule(zero_bubble.parallel.schedule, pp, pos.pp_rank, accum)};
+            ModelState other(space, zero_bubble, StateGroups{tp_comm.get(), dp_comm.get(), nullptr, MPI_COMM_WORLD},
+                             place, lists);
+            const MemoryBytes a = other.memory(), p = planned_rank_memory(zero_bubble, grid, pos);
+            EXPECT_EQ(a[MemoryCategory::activations], p[MemoryCategory::activations]) << "zb-h1 " << precision;
+            if (std::string(precision) == "fp32") {
+              EXPECT_GT(a[MemoryCategory::activations], actual[MemoryCategory::activations]) << "zb-h1";
+            }
+          }
+        }
         // The vocabulary padded for the GEMMs (53 to 128 × tp rows, train.vocab_multiple): larger
         // weights, logits and 16-bit GEMM workspace, planned as allocated.
         for (const char* precision : {"fp32", "bf16"}) {

@@ -9,6 +9,9 @@
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rotary.hpp"
 #include "kernels/swiglu.hpp"
+#include "model/impl/deferrable_backward.hpp"
+
+#include <stdexcept>
 
 namespace meshtrain {
 
@@ -24,17 +27,17 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   // Sequence parallelism: each rank's norm weight gradients come from its rows, summed over the group at
   // the end; a region's output gradient is gathered into dln, read before the region's backward writes it.
   const bool sequence_parallel = m.sequence_parallel();
-  if (sequence_parallel) m.clear_norm_grads();
+  if (sequence_parallel) m.later.add([&m] { m.clear_norm_grads(); });
   // MLP branch; d.dresidual becomes dL/d residual2.
   const Vec<Real> dmlp = m.leave_region_backward(d.dresidual, d.dln);
   mlp_backward(m, slot, l, CVec<Real>(dmlp));
   const Vec<Real> dln2 = m.enter_region_backward(d.dln, m.norm_rows);
   if (dm.moe(l)) router_input_backward(m, slot, l, dln2);
-  rmsnorm_backward(m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : dw.mlp_norm, d.column_partials, dln2,
-                   s.residual2, w.mlp_norm, s.ln2_rstd, Nl, C);
+  deferrable::rmsnorm_backward<Real>(m.later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : dw.mlp_norm,
+                                     d.column_partials, dln2, s.residual2, w.mlp_norm, s.ln2_rstd, Nl, C);
   // Attention branch; d.dresidual becomes dL/d x.
   const Vec<Real> dattended = m.leave_region_backward(d.dresidual, d.dln);
-  linear_backward<Real>(m.space, d.datty, dw.o, dattended, s.atty, w.o, N, Q, C);
+  deferrable::linear_backward<Real>(m.later, m.space, d.datty, dw.o, dattended, s.atty, w.o, N, Q, C);
   lora_row_backward<Real>(m.space, m.lora, slot, l, lora_o, s.atty, Q, dattended.data(), C, d.datty.data());
   if (dm.fused_attention) {
     m.fused_attention_backward(slot, d.dqkv, d.datty, s.qkv, s.atty, s.lse, NHl, KVl, hs, d.attention_workspace);
@@ -43,16 +46,25 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   }
   // Back to the unrotated q and k.
   rotary_backward(m.space, d.dqkv, m.state.rotary, N, T, QKV, NHl + KVl, hs, m.documents[std::size_t(slot)], m.chunks);
-  linear_backward<Real>(m.space, d.dln, dw.qkv, dw.qkv_bias, d.column_partials, d.dqkv, s.ln1, w.qkv, N, C, QKV);
+  deferrable::linear_backward<Real>(m.later, m.space, d.dln, dw.qkv, dw.qkv_bias, d.column_partials, d.dqkv, s.ln1,
+                                    w.qkv, N, C, QKV);
   const int KVc = KVl * hs;
   const Real* dqkv = d.dqkv.data();
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_q, s.ln1, C, dqkv, QKV, Q, d.dln.data());
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_k, s.ln1, C, dqkv + Q, QKV, KVc, d.dln.data());
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc, d.dln.data());
   const Vec<Real> dln1 = m.enter_region_backward(d.dln, m.norm_rows);
-  rmsnorm_backward(m.space, d.dresidual, sequence_parallel ? m.norm_grad(1) : dw.attn_norm, d.column_partials, dln1, x,
-                   w.attn_norm, s.ln1_rstd, Nl, C);
-  if (sequence_parallel) m.add_norm_grads({dw.mlp_norm, dw.attn_norm});
+  deferrable::rmsnorm_backward<Real>(m.later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(1) : dw.attn_norm,
+                                     d.column_partials, dln1, x, w.attn_norm, s.ln1_rstd, Nl, C);
+  if (sequence_parallel) m.later.add([&m, &dw] { m.add_norm_grads({dw.mlp_norm, dw.attn_norm}); });
+}
+
+// What a deferred backward holds of a dense block: the output gradients of its products (down's and o's N·C,
+// gate|up's, q|k|v's) and of its two RMSNorms, which the scratch overwrites. (MoE blocks do not defer.)
+template <class Real>
+std::size_t LlamaFamily::held_per_block(const Dims& d, int l) {
+  if (d.moe(l)) throw std::logic_error("a mixture-of-experts block does not defer its weight gradients");
+  return 2 * d.N * d.C + d.N * 2 * d.widest_dense_cols() + d.N * d.qkv_cols() + 2 * d.Nl * d.C;
 }
 
 // The dense SwiGLU's backward from dL/d proj in `dproj`; leaves dL/d ln2 (this rank's part) in the
@@ -65,10 +77,10 @@ void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l, CVec<Real> dproj
   const auto& w = m.params.blocks[std::size_t(l)];
   const auto& dw = m.dparams.blocks[std::size_t(l)];
   const auto& d = m.scratch;
-  linear_backward<Real>(m.space, d.dswiglu, dw.down, dproj, s.swiglu, w.down, N, Hl, C);
+  deferrable::linear_backward<Real>(m.later, m.space, d.dswiglu, dw.down, dproj, s.swiglu, w.down, N, Hl, C);
   lora_row_backward<Real>(m.space, m.lora, slot, l, lora_down, s.swiglu, Hl, dproj.data(), C, d.dswiglu.data());
   swiglu_backward(m.space, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
-  linear_backward<Real>(m.space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
+  deferrable::linear_backward<Real>(m.later, m.space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
   const Real* dgate_up = d.dgate_up.data();
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hl, Hl, d.dln.data());
   lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hl, 2 * Hl, Hl,
@@ -80,14 +92,15 @@ void LlamaFamily::final_norm_backward(Parts<Real>& m, const FinalNorm<Real>& f, 
   const auto& d = m.scratch;
   const int Nl = int(m.dims.Nl), C = int(m.dims.C);
   const bool sequence_parallel = m.sequence_parallel();
-  if (sequence_parallel) m.clear_norm_grads();
-  rmsnorm_backward(m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : m.dparams.norm, d.column_partials,
-                   m.final_norm_gradient(), x, m.params.norm, f.rstd, Nl, C);
-  if (sequence_parallel) m.add_norm_grads({m.dparams.norm});
+  if (sequence_parallel) m.later.add([&m] { m.clear_norm_grads(); });
+  deferrable::rmsnorm_backward<Real>(m.later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : m.dparams.norm,
+                                     d.column_partials, m.final_norm_gradient(), x, m.params.norm, f.rstd, Nl, C);
+  if (sequence_parallel) m.later.add([&m] { m.add_norm_grads({m.dparams.norm}); });
 }
 
 #define MESHTRAIN_LLAMA_BACKWARD(Real)                                                              \
   template void LlamaFamily::block_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>); \
+  template std::size_t LlamaFamily::held_per_block<Real>(const LlamaFamily::Dims&, int);            \
   template void LlamaFamily::mlp_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>);   \
   template void LlamaFamily::final_norm_backward<Real>(LlamaFamily::Parts<Real>&, const FinalNorm<Real>&, CVec<Real>);
 MESHTRAIN_LLAMA_BACKWARD(float)

@@ -11,6 +11,7 @@
 #include "model/decoder_stage.hpp"
 #include "model/impl/backward_sweep.hpp"
 #include "model/impl/carver.hpp"
+#include "model/impl/deferrable_backward.hpp"
 #include "model/impl/output_loss.hpp"
 
 #include <fmt/format.h>
@@ -106,24 +107,37 @@ std::vector<SlotActivations<Real, Family>> carve_slots(carving::Carver<Real>& c,
   return sets;
 }
 
+// What one deferred backward of the stage holds (DeferredWeightGradients): its blocks', the final norm's output
+// gradient on the last stage, the embedding's on the first (when it trains).
+template <class Real, class Family>
+std::size_t held_elements(const typename Family::Dims& d, const ParameterLayout& layout) {
+  std::size_t n = 0;
+  for (int l = 0; l < layout.stage_layers(); ++l) n += Family::template held_per_block<Real>(d, l);
+  if (layout.place().last()) n += d.Nl * d.C;
+  if (layout.place().first() && !layout.model().lora.enabled()) n += d.N * d.C;
+  return n;
+}
+
 }  // namespace decoder_detail
 
 template <class Real, class Family>
-ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place, int slots,
-                                            Recompute recompute, int ep) {
+ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch, int tp, StagePlace place,
+                                            ActivationSlots slots, Recompute recompute, int ep) {
   const ParameterLayout layout(model, tp, 0, place);
   const typename Family::Dims dims = Family::dims(model, batch, layout, ep);
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute, model, tp).shared;
-  decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots, recompute, shared);
-  const ActivationSizes lora =
-      lora_activation_elements(model, batch, layout.first_layer(), layout.stage_layers(), slots, place.last(), tp, ep);
-  return {kept.used() + lora.kept, scratch.used() + lora.scratch};
+  decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots.kept, recompute, shared);
+  const std::size_t held =
+      slots.held > 0 ? std::size_t(slots.held) * decoder_detail::held_elements<Real, Family>(dims, layout) : 0;
+  const ActivationSizes lora = lora_activation_elements(model, batch, layout.first_layer(), layout.stage_layers(),
+                                                        slots.kept, place.last(), tp, ep);
+  return {kept.used() + held + lora.kept, scratch.used() + lora.scratch};
 }
 
 template <class Real, class Family>
 DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfig& config, int batch_size,
-                                         Comm* tp_comm, StagePlace place, int slot_count, Recompute mode,
+                                         Comm* tp_comm, StagePlace place, ActivationSlots slot_count, Recompute mode,
                                          ParameterStore<Real>* parameter_store, Comm* ep_comm, Comm* cp_comm)
     : space(exec),
       tp(tp_comm),
@@ -144,8 +158,8 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       // LoRA's base is frozen: no gradients of its own.
       grads(fmt::format("meshtrain::{}::grads", Family::name),
             parameter_store || config.lora.enabled() ? 0 : layout.total()),
-      lora(config, layout, batch_size, slot_count, parameter_store),
-      state(layout, dims, ep_comm, slot_count, router_statistics) {
+      lora(config, layout, batch_size, slot_count.kept, parameter_store),
+      state(layout, dims, ep_comm, slot_count.kept, router_statistics) {
   if (config.lora.enabled() && parameter_store && !parameter_store->frozen_layout()) {
     throw std::logic_error("a LoRA stage's parameter store must hold the frozen base");
   }
@@ -189,11 +203,16 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
   }
   slots = carving::allocate_and_carve<Real, std::vector<SlotActivations<Real, Family>>>(
       activation_buffer, fmt::format("meshtrain::{}::activations", Family::name).c_str(), [&](Carver<Real>& c) {
-        return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count, mode, rank.shared);
+        return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count.kept, mode, rank.shared);
       });
+  if (slot_count.held > 0) {
+    later = DeferredWeightGradients<Real>(Family::name, slot_count.held,
+                                          decoder_detail::held_elements<Real, Family>(dims, layout), slot_count.kept,
+                                          slice(scratch_buffer, 0, scratch_buffer.extent(0)));
+  }
   router_sums = Buffer<double>("meshtrain::moe_router::sums",
                                router_sums_per_block(router_statistics.experts) * router_statistics.blocks.size());
-  documents.assign(std::size_t(slot_count), AttentionSegments{});
+  documents.assign(std::size_t(slot_count.kept), AttentionSegments{});
 }
 
 template <class Real, class Family>
@@ -231,8 +250,8 @@ void DecoderParts<Real, Family>::add_norm_grads(std::initializer_list<Vec<Real>>
 
 template <class Real, class Family>
 DecoderStage<Real, Family>::DecoderStage(const ExecSpace& space, const ModelConfig& model, int batch, Comm* tp,
-                                         StagePlace place, int slots, Recompute recompute, ParameterStore<Real>* store,
-                                         Comm* ep, Comm* cp)
+                                         StagePlace place, ActivationSlots slots, Recompute recompute,
+                                         ParameterStore<Real>* store, Comm* ep, Comm* cp)
     : m_(space, model, batch, tp, place, slots, recompute, store, ep, cp) {
   clear_router_statistics();
 }
@@ -319,8 +338,9 @@ void DecoderStage<Real, Family>::stage_loss(int slot, CVec<int> targets, Accum g
 template <class Real, class Family>
 void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
   m_.aux_weight = this->aux_weight();
-  backward_sweep<Real>(
-      m_.trainable(), ready_from, [&] { head_backward(slot); },
+  tokens_ = inputs;
+  backward_sweep(
+      m_.trainable(), [&](std::size_t offset) { m_.later.report(offset, ready_from); }, [&] { head_backward(slot); },
       [&](int l) {
         need_block(l);
         recompute_block(slot, l);
@@ -333,10 +353,26 @@ void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, cons
         const VocabRange rows = decoder_detail::rows_of(m_.layout.lookup_table(), m_.dparams.positions.extent(0) > 0);
         if (m_.dparams.embed.extent(0) == 0) return;  // frozen (LoRA): nothing to accumulate
         const Vec<Real> dlookup = m_.leave_region_backward(s.dresidual, s.dln);
-        encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order, dlookup,
-                         inputs, int(d.B), int(d.T), int(d.C), m_.model().vocab, rows, m_.documents[std::size_t(slot)],
-                         m_.chunks);
+        // The tokens are read when the work runs: a deferred one's are stage_backward_weight's.
+        m_.later.add([this, slot, rows, s, B = int(d.B), T = int(d.T), C = int(d.C),
+                      dlookup = m_.later.template hold<Real>(m_.space, dlookup)] {
+          encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order, dlookup,
+                           tokens_, B, T, C, m_.model().vocab, rows, m_.documents[std::size_t(slot)], m_.chunks);
+        });
       });
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::stage_backward_input(int slot, CVec<int> inputs) {
+  m_.later.begin(slot);
+  stage_backward(slot, inputs);
+  m_.later.end();
+}
+
+template <class Real, class Family>
+void DecoderStage<Real, Family>::stage_backward_weight(int slot, CVec<int> inputs, const ReadyFrom& ready_from) {
+  tokens_ = inputs;
+  m_.later.replay(slot, ready_from);
 }
 
 // Output head: dnorm = dlogits · output (summed over the vocabulary shards), doutput += dlogitsᵀ ·
@@ -347,7 +383,8 @@ void DecoderStage<Real, Family>::head_backward(int slot) {
   const int N = int(d.N), C = int(d.C), Vl = int(d.Vl);
   const auto& a = m_.slots[std::size_t(slot)];
   const auto& s = m_.scratch;
-  linear_backward<Real>(m_.space, s.dln, m_.dparams.output, a.logits, a.norm.out, m_.params.output, N, C, Vl);
+  deferrable::linear_backward<Real>(m_.later, m_.space, s.dln, m_.dparams.output, a.logits, a.norm.out,
+                                    m_.params.output, N, C, Vl);
   if (m_.lora.active()) {
     lora_column_backward<Real>(m_.space, m_.tp, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C,
                                a.logits.data(), Vl, Vl, s.dln.data(), m_.lora.head_mask(slot));
@@ -394,22 +431,22 @@ RouterStatistics DecoderStage<Real, Family>::router_statistics() const {
 }
 
 // The stage, its parts and its sizes for a family, for the four element types (in the family's source file).
-#define MESHTRAIN_DECODER_STAGE(Family)                                                                               \
-  template struct DecoderParts<float, Family>;                                                                        \
-  template struct DecoderParts<double, Family>;                                                                       \
-  template struct DecoderParts<bf16, Family>;                                                                         \
-  template struct DecoderParts<fp16, Family>;                                                                         \
-  template class DecoderStage<float, Family>;                                                                         \
-  template class DecoderStage<double, Family>;                                                                        \
-  template class DecoderStage<bf16, Family>;                                                                          \
-  template class DecoderStage<fp16, Family>;                                                                          \
-  template ActivationSizes decoder_activation_elements<float, Family>(const ModelConfig&, int, int, StagePlace, int,  \
-                                                                      Recompute, int);                                \
-  template ActivationSizes decoder_activation_elements<double, Family>(const ModelConfig&, int, int, StagePlace, int, \
-                                                                       Recompute, int);                               \
-  template ActivationSizes decoder_activation_elements<bf16, Family>(const ModelConfig&, int, int, StagePlace, int,   \
-                                                                     Recompute, int);                                 \
-  template ActivationSizes decoder_activation_elements<fp16, Family>(const ModelConfig&, int, int, StagePlace, int,   \
-                                                                     Recompute, int);
+#define MESHTRAIN_DECODER_STAGE(Family)                                                                          \
+  template struct DecoderParts<float, Family>;                                                                   \
+  template struct DecoderParts<double, Family>;                                                                  \
+  template struct DecoderParts<bf16, Family>;                                                                    \
+  template struct DecoderParts<fp16, Family>;                                                                    \
+  template class DecoderStage<float, Family>;                                                                    \
+  template class DecoderStage<double, Family>;                                                                   \
+  template class DecoderStage<bf16, Family>;                                                                     \
+  template class DecoderStage<fp16, Family>;                                                                     \
+  template ActivationSizes decoder_activation_elements<float, Family>(const ModelConfig&, int, int, StagePlace,  \
+                                                                      ActivationSlots, Recompute, int);          \
+  template ActivationSizes decoder_activation_elements<double, Family>(const ModelConfig&, int, int, StagePlace, \
+                                                                       ActivationSlots, Recompute, int);         \
+  template ActivationSizes decoder_activation_elements<bf16, Family>(const ModelConfig&, int, int, StagePlace,   \
+                                                                     ActivationSlots, Recompute, int);           \
+  template ActivationSizes decoder_activation_elements<fp16, Family>(const ModelConfig&, int, int, StagePlace,   \
+                                                                     ActivationSlots, Recompute, int);
 
 }  // namespace meshtrain

@@ -1,0 +1,137 @@
+// Weight gradients run later than their backward: zero-bubble pipeline schedules (parallel/pipeline_schedule.hpp,
+// backward_input and backward_weight) split a micro-batch's backward into its input gradient, sent upstream at once,
+// and its weight gradients, run in an idle slot later. While a slot's backward runs deferred, every weight gradient
+// the listings hand to add() is queued instead of run, with copies (hold) of the views it reads that the backward's
+// scratch overwrites before then; the backward's progress reports are queued with them. replay() then runs the
+// queue in the order a whole backward would have run it, reporting each unit as its gradients become final (ZeRO
+// 2/3 reduce-scatter it then). Without a deferred slot add() runs the work at once: a whole backward. Internal to
+// model/.
+#pragma once
+
+#include "core/exec.hpp"
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+template <class Real>
+class DeferredWeightGradients {
+ public:
+  using Work = std::function<void()>;
+  using ReadyFrom = std::function<void(std::size_t offset)>;
+
+  DeferredWeightGradients() = default;
+  // `arenas` micro-batches may wait at once, each holding `elements` (what one backward holds, exactly);
+  // `volatile_memory` is the rank's scratch, whose views hold() copies (others live until the slot is freed).
+  DeferredWeightGradients(const std::string& family, int arenas, std::size_t elements, int slots,
+                          CVec<Real> volatile_memory)
+      : family_(family),
+        elements_(elements),
+        memory_(fmt::format("meshtrain::{}::held_gradients", family), std::size_t(arenas) * elements),
+        volatile_(volatile_memory),
+        queues_(std::size_t(slots)),
+        arena_of_(std::size_t(slots), -1) {
+    for (int k = arenas - 1; k >= 0; --k) free_.push_back(k);
+  }
+
+  std::size_t allocated_elements() const { return memory_.extent(0); }
+  bool deferring() const { return current_ >= 0; }
+
+  // The coming backward of `slot` defers its weight gradients, into a free arena.
+  void begin(int slot) {
+    if (deferring() || arena_of_.at(std::size_t(slot)) >= 0 || free_.empty()) {
+      throw std::logic_error(fmt::format("{}: no arena to defer slot {}'s weight gradients into", family_, slot));
+    }
+    current_ = slot;
+    arena_of_[std::size_t(slot)] = free_.back();
+    free_.pop_back();
+    used_ = 0;
+  }
+  // Its backward is done: it held exactly what activation_elements() counted.
+  void end() {
+    if (used_ != elements_) {
+      throw std::logic_error(
+          fmt::format("{}: a deferred backward held {} elements, its arena has {}", family_, used_, elements_));
+    }
+    current_ = -1;
+  }
+
+  // Runs `work` now, or queues it for replay() while deferring.
+  void add(Work work) {
+    if (!deferring()) return work();
+    queues_[std::size_t(current_)].push_back({std::move(work), kNoReport});
+  }
+  // Backward's progress report (LanguageModel::ReadyFrom): now, or in its place in the queue.
+  void report(std::size_t offset, const ReadyFrom& ready_from) {
+    if (!deferring()) {
+      if (ready_from) ready_from(offset);
+      return;
+    }
+    queues_[std::size_t(current_)].push_back({Work(), offset});
+  }
+  // `view` as the queued work may read it later: itself, unless it lies in the volatile memory, then its
+  // copy in the slot's arena (a T larger than Real starts at a multiple of its size there).
+  template <class T>
+  CVec<T> hold(const ExecSpace& space, CVec<T> view) {
+    const auto* at = reinterpret_cast<const char*>(view.data());
+    const auto* begin = reinterpret_cast<const char*>(volatile_.data());
+    const bool overwritten = at >= begin && at < begin + volatile_.extent(0) * sizeof(Real);
+    if (!deferring() || !overwritten) return view;
+    static_assert(sizeof(T) % sizeof(Real) == 0 || sizeof(Real) % sizeof(T) == 0);
+    const std::size_t ratio = sizeof(T) > sizeof(Real) ? sizeof(T) / sizeof(Real) : 1;
+    const std::size_t start = (used_ + ratio - 1) / ratio * ratio;
+    const std::size_t n = (view.extent(0) * sizeof(T) + sizeof(Real) - 1) / sizeof(Real);
+    if (start + n > elements_) {
+      throw std::logic_error(
+          fmt::format("{}: a deferred backward holds more than its arena's {} elements", family_, elements_));
+    }
+    Real* base = memory_.data() + std::size_t(arena_of_[std::size_t(current_)]) * elements_ + start;
+    used_ = start + n;
+    const Vec<T> copy(reinterpret_cast<T*>(base), view.extent(0));
+    Kokkos::deep_copy(space, copy, view);
+    return copy;
+  }
+
+  // Runs slot's queued weight gradients, reporting to `ready_from`, and frees its arena.
+  void replay(int slot, const ReadyFrom& ready_from) {
+    std::vector<Entry>& queue = queues_.at(std::size_t(slot));
+    if (deferring() || arena_of_[std::size_t(slot)] < 0) {
+      throw std::logic_error(fmt::format("{}: slot {} has no deferred weight gradients to run", family_, slot));
+    }
+    for (const Entry& e : queue) {
+      if (e.report != kNoReport) {
+        if (ready_from) ready_from(e.report);
+      } else {
+        e.work();
+      }
+    }
+    queue.clear();
+    free_.push_back(arena_of_[std::size_t(slot)]);
+    arena_of_[std::size_t(slot)] = -1;
+  }
+
+ private:
+  static constexpr std::size_t kNoReport = ~std::size_t(0);
+  struct Entry {
+    Work work;
+    std::size_t report;  // kNoReport: run work
+  };
+
+  std::string family_;
+  std::size_t elements_ = 0;
+  Buffer<Real> memory_;
+  CVec<Real> volatile_;
+  std::vector<std::vector<Entry>> queues_;
+  std::vector<int> arena_of_;  // by slot: its arena while its weight gradients wait, else -1
+  std::vector<int> free_;
+  int current_ = -1;  // the slot whose backward runs deferred
+  std::size_t used_ = 0;
+};
+
+}  // namespace meshtrain
