@@ -17,9 +17,12 @@ import subprocess
 #     all-to-all       0.0131 /   0.0150 /   0.0177 s   rank 3      (only once an all-to-all took time)
 #     idle             0.0308 /   0.0491 /   0.0731 s   rank 1
 #     pipeline idle: 29.9 % of rank time, schedule bubble (p − 1)/(m + p − 1) = 33.3 %
+#     simulated at each stage's compute per micro-batch (…): 28.1 % idle (stage 0 2.10 / 3.90 / 0.00 ms, …)
 _TABLE_HEAD = re.compile(r"^per-rank time per step, steps (\d+)[–-](\d+) \((\d+) ranks?\)")
 _TABLE_ROW = re.compile(r"^\s+(compute|communication|all-to-all|idle)\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+) s\s+rank (\d+)")
 _TABLE_PIPE = re.compile(r"^\s+pipeline idle: ([\d.]+) % of rank time, .*= ([\d.]+) %")
+_TABLE_SIMULATED = re.compile(r"^\s+simulated at each stage's compute per micro-batch .*: ([\d.]+) % idle \((.*)\)")
+_STAGE_COSTS = re.compile(r"stage (\d+) ([\d.]+) / ([\d.]+) / ([\d.]+) ms")
 TIMING_KINDS = ("compute", "communication", "idle")
 # The expert-parallel token exchange's row: a table without it had no all-to-all that took time.
 ALL_TO_ALL = "all-to-all"
@@ -47,7 +50,8 @@ def timing_tables(text):
     (the steps it covers), `ranks`, and for each of compute / communication / idle, and all-to-all
     where the table has that row, a dict of seconds per step (`min`, `median`, `max`) and the
     `slowest` rank; with pipeline parallelism also `pipeline_idle` and `schedule_bubble` (fractions
-    of all ranks' time)."""
+    of all ranks' time), `simulated_idle` (the schedule simulated at the measured compute) and `stage_costs_s`
+    (each stage's forward, backward or input gradient, weight gradient seconds per micro-batch)."""
     tables = []
     for line in text.splitlines():
         m = _TABLE_HEAD.match(line)
@@ -65,6 +69,12 @@ def timing_tables(text):
         if m:
             tables[-1]["pipeline_idle"] = float(m.group(1)) / 100
             tables[-1]["schedule_bubble"] = float(m.group(2)) / 100
+            continue
+        m = _TABLE_SIMULATED.match(line)
+        if m:
+            tables[-1]["simulated_idle"] = float(m.group(1)) / 100
+            tables[-1]["stage_costs_s"] = [[float(c.group(k)) / 1e3 for k in (2, 3, 4)]
+                                           for c in _STAGE_COSTS.finditer(m.group(2))]
     return [t for t in tables if all(k in t for k in TIMING_KINDS)]
 
 

@@ -213,8 +213,6 @@ void check_context_parallel(const Config& c) {
   }
 }
 
-namespace {
-
 // ZB-H1 defers each backward's weight gradients (parallel/pipeline_schedule.hpp): the dense blocks' products and
 // norms, the head and the embedding split so; what does not is refused by name.
 void check_pipeline_schedule(const Config& c) {
@@ -229,6 +227,8 @@ void check_pipeline_schedule(const Config& c) {
   if (c.model.lora.enabled()) refuse(fmt::format("lora.rank = {} (LoRA adapters)", c.model.lora.rank));
   if (c.train.recompute == Recompute::full) refuse("train.recompute = full (a block recomputed into shared buffers)");
 }
+
+namespace {
 
 void check_run(const Config& c) {
   if (c.data.valid.empty() && (c.train.eval_every > 0 || c.train.eval_tokens > 0)) {

@@ -206,10 +206,21 @@ int deferred_weights(PipelineSchedule schedule, int stages, int stage, int micro
 // same times, because each action's time depends only on its predecessors.
 ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, const ScheduleCosts& costs,
                                  SendSemantics sends) {
-  if (!(costs.forward >= 0) || !(costs.backward_input >= 0) || !(costs.backward_weight >= 0)) {
+  return simulate_schedule(stages, std::vector<ScheduleCosts>(stages.size(), costs), sends);
+}
+
+ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
+                                 const std::vector<ScheduleCosts>& stage_costs, SendSemantics sends) {
+  if (stage_costs.size() != stages.size()) {
     throw std::invalid_argument(
-        fmt::format("simulate_schedule: costs must be ≥ 0, got forward {}, backward_input {} and backward_weight {}",
-                    costs.forward, costs.backward_input, costs.backward_weight));
+        fmt::format("simulate_schedule: {} stages' lists and {} stages' costs", stages.size(), stage_costs.size()));
+  }
+  for (const ScheduleCosts& costs : stage_costs) {
+    if (!(costs.forward >= 0) || !(costs.backward_input >= 0) || !(costs.backward_weight >= 0)) {
+      throw std::invalid_argument(
+          fmt::format("simulate_schedule: costs must be ≥ 0, got forward {}, backward_input {} and backward_weight {}",
+                      costs.forward, costs.backward_input, costs.backward_weight));
+    }
   }
   const int p = int(stages.size());
   int chunks = 1;
@@ -230,7 +241,8 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
       }
     }
   }
-  const auto cost_of = [&](ActionKind k) {
+  const auto cost_of = [&](int s, ActionKind k) {
+    const ScheduleCosts& costs = stage_costs[std::size_t(s)];
     switch (k) {
       case ActionKind::forward: return costs.forward;
       case ActionKind::backward: return costs.backward_input + costs.backward_weight;
@@ -252,7 +264,7 @@ ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
       while (!done(s)) {
         const Action& a = stages[s][pc[s]];
         if (is_compute(a.kind)) {
-          const double cost = cost_of(a.kind);
+          const double cost = cost_of(s, a.kind);
           clock[s] += cost;
           busy[s] += cost;
           ++pc[s];

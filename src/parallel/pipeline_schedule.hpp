@@ -78,6 +78,10 @@ enum class SendSemantics { synchronous, eager };
 // stuck actions when the lists deadlock or do not match.
 ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, const ScheduleCosts& costs,
                                  SendSemantics sends = SendSemantics::synchronous);
+// The same with each stage's own costs (stage_costs[s] for stages[s]: stages of unequal work, as measured).
+ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages,
+                                 const std::vector<ScheduleCosts>& stage_costs,
+                                 SendSemantics sends = SendSemantics::synchronous);
 // Synchronous sends, forward costing `forward_cost` and backward `backward_cost`.
 ScheduleTiming simulate_schedule(const std::vector<std::vector<Action>>& stages, double forward_cost,
                                  double backward_cost);

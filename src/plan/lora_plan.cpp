@@ -52,7 +52,7 @@ std::int64_t trainable_parameters(const ModelConfig& model) {
 
 TokenFlops dense_stage_flops(const ModelConfig& model, int stage, int stages) {
   const double total = stage_flops_per_token(ParameterLayout(without_lora(model), 1, 0, StagePlace{stage, stages}));
-  return {total / 3, total};
+  return {total / 3, total, 2 * stage_product_parameters(model, stage, stages)};
 }
 
 TokenFlops lora_stage_flops(const ModelConfig& model, int stage, int stages) {
@@ -62,7 +62,7 @@ TokenFlops lora_stage_flops(const ModelConfig& model, int stage, int stages) {
   // A routed expert's adapters pass the k/E of the tokens its expert does.
   const double adapters =
       stage_adapter_parameters(model, stage, stages, [&](const TensorInfo& t) { return active_share(t, model); });
-  return {2 * products + attention / 3 + 2 * adapters, 4 * products + attention + 6 * adapters};
+  return {2 * products + attention / 3 + 2 * adapters, 4 * products + attention + 6 * adapters, 2 * adapters};
 }
 
 TokenFlops training_stage_flops(const ModelConfig& model, int stage, int stages) {

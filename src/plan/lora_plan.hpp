@@ -39,11 +39,13 @@ std::int64_t lora_trainable_parameters(const ModelConfig& model);
 // The one of the two that `model` trains (LoRA when model.lora is enabled).
 std::int64_t trainable_parameters(const ModelConfig& model);
 
-// Model FLOPs per token of one pipeline stage: its forward passes, and the whole forward and
-// backward (for a dense run stage_flops_per_token's count, the forward a third of it).
+// Model FLOPs per token of one pipeline stage: its forward passes, the whole forward and backward (for a
+// dense run stage_flops_per_token's count, the forward a third of it), and of the backward the weight
+// gradients' products (what a zero-bubble schedule defers: 2 per trained product parameter).
 struct TokenFlops {
   double forward = 0;
   double total = 0;
+  double weight = 0;
 };
 TokenFlops dense_stage_flops(const ModelConfig& model, int stage, int stages);
 // LoRA's: the base's products 2 per parameter forward and 2 backward (input gradients only), the

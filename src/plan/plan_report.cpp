@@ -344,8 +344,8 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   const bool cp = std::any_of(plans.begin(), plans.end(), [](const Plan& p) { return p.layout.cp > 1; });
   const bool overlaps = !first.cluster.host_only;  // a hidden column: what a device hides (StepTime::hidden_s)
   std::string header =
-      fmt::format("  {:>3} {:>5} {:>3} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp", "cp",
-                  "tp", "sp", "pp", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
+      fmt::format("  {:>3} {:>5} {:>3} {:>4} {:>3} {:>4} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", "#", "dp",
+                  "cp", "tp", "sp", "pp", "sched", "accum", "step", "compute", "tp comm", "pp comm", "dp comm");
   if (ep) header += fmt::format(" {:>11}", "ep comm");
   if (cp) header += fmt::format(" {:>11}", "cp comm");
   header += fmt::format(" {:>11}", "bubble");
@@ -354,11 +354,11 @@ std::string search_table(const std::vector<Plan>& plans, int world) {
   int i = 0;
   for (const Plan& p : plans) {
     const StepTime& st = p.step;
-    std::string row =
-        fmt::format("  {:>3} {:>5} {:>3} {:>4} {:>3} {:>4} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp,
-                    p.layout.cp, p.layout.tp, p.cfg.model.sequence_parallel && p.layout.tp > 1 ? "yes" : "-",
-                    p.layout.pp, p.accum, seconds_text(st.total_s()), seconds_text(st.compute_s),
-                    seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
+    std::string row = fmt::format(
+        "  {:>3} {:>5} {:>3} {:>4} {:>3} {:>4} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11}", ++i, p.layout.dp,
+        p.layout.cp, p.layout.tp, p.cfg.model.sequence_parallel && p.layout.tp > 1 ? "yes" : "-", p.layout.pp,
+        p.layout.pp > 1 ? name_of(p.cfg.parallel.schedule) : "-", p.accum, seconds_text(st.total_s()),
+        seconds_text(st.compute_s), seconds_text(st.tp_comm_s), seconds_text(st.pp_comm_s), seconds_text(st.dp_comm_s));
     if (ep) row += fmt::format(" {:>11}", seconds_text(st.ep_comm_s));
     if (cp) row += fmt::format(" {:>11}", seconds_text(st.cp_comm_s));
     row += fmt::format(" {:>11}", seconds_text(st.bubble_s));

@@ -180,6 +180,26 @@ std::vector<Layout> valid_layouts(const Config& cfg, int world) {
   return layouts;
 }
 
+namespace {
+
+// The pipeline schedules a search tries for `c`'s layout: the configured one, and under a pipeline ZB-H1 as well
+// where the model can split its backward (smaller bubble, more activations: the plan weighs both).
+std::vector<PipelineSchedule> searched_schedules(const Config& c) {
+  std::vector<PipelineSchedule> schedules{c.parallel.schedule};
+  if (c.parallel.pp == 1 || c.parallel.schedule == PipelineSchedule::zero_bubble_h1) return schedules;
+  Config zero_bubble = c;
+  zero_bubble.parallel.schedule = PipelineSchedule::zero_bubble_h1;
+  try {
+    check_pipeline_schedule(zero_bubble);
+  } catch (const InputError&) {
+    return schedules;
+  }
+  schedules.push_back(PipelineSchedule::zero_bubble_h1);
+  return schedules;
+}
+
+}  // namespace
+
 std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int world) {
   std::vector<Plan> plans;
   for (const Layout& layout : valid_layouts(cfg, world)) {
@@ -190,11 +210,14 @@ std::vector<Plan> search_layouts(const Config& cfg, const Cluster& cluster, int 
     // The key and the model's setting it resolves into (core/config.cpp) together, as for sequence parallelism.
     c.parallel.cp = c.model.context_parallel = layout.cp;
     const std::int64_t rows = std::int64_t(cfg.train.micro_batch) * std::int64_t(local_positions(c.model));
-    for (const bool sequence_parallel : {false, true}) {
-      if (sequence_parallel && (layout.tp == 1 || rows % layout.tp != 0)) continue;
-      // The key and the model's setting it resolves into (core/config.cpp) together.
-      c.parallel.sequence_parallel = c.model.sequence_parallel = sequence_parallel;
-      plans.push_back(make_plan(c, world, cluster, RankCoverage::ends));
+    for (const PipelineSchedule schedule : searched_schedules(c)) {
+      c.parallel.schedule = schedule;
+      for (const bool sequence_parallel : {false, true}) {
+        if (sequence_parallel && (layout.tp == 1 || rows % layout.tp != 0)) continue;
+        // The key and the model's setting it resolves into (core/config.cpp) together.
+        c.parallel.sequence_parallel = c.model.sequence_parallel = sequence_parallel;
+        plans.push_back(make_plan(c, world, cluster, RankCoverage::ends));
+      }
     }
   }
   std::stable_sort(plans.begin(), plans.end(),

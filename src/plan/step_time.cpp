@@ -31,6 +31,10 @@
 //              and the MoE blocks' all-reduces of their routed counts over the cp ranks.
 //   bubble   = (p − 1)/m · (compute + tp comm + ep comm + the stage's sends): (p − 1) micro-batch slots of
 //              fill and drain, i.e. (p − 1)/(m + p − 1) of the pipelined time (GPipe and 1F1B alike).
+//              ZB-H1 fills the cool-down with the deferred weight gradients: (p − 1)(F + B − W) for a
+//              micro-batch's forward F, input gradient B and weight gradient W (parallel/pipeline_schedule.hpp,
+//              exact for W ≤ F), so its bubble takes 2W off each of 1F1B's slots, W the weight-gradient
+//              products' share of the compute (TokenFlops::weight).
 //
 // Activations and ZeRO's weight gathers travel in the compute type (4 bytes under fp32, 2 under
 // bf16/fp16); gradients are reduced in fp32 under every precision. A group's traffic crosses the
@@ -244,8 +248,10 @@ std::vector<StepTime> stage_step_times(const Config& cfg, const Layout& layout, 
                    collectives_s(group(traffic, "tied"), 2, pp_link);
     st.ep_comm_s = priced(alltoall_s, group(traffic, "ep")[Collective::alltoall], layout.ep, ep_link);
     st.cp_comm_s = sends_s(group(traffic, "cp"), cp_link) + collectives_s(group(traffic, "cp"), c, cp_link);
-    st.bubble_s =
-        double(p - 1) / m * (st.compute_s + st.tp_comm_s + st.ep_comm_s + st.cp_comm_s + pipeline_transfers_s);
+    const double deferred_s =
+        cfg.parallel.schedule == PipelineSchedule::zero_bubble_h1 ? 2 * st.compute_s * token_flops.weight / flops : 0.0;
+    st.bubble_s = double(p - 1) / m *
+                  (st.compute_s - deferred_s + st.tp_comm_s + st.ep_comm_s + st.cp_comm_s + pipeline_transfers_s);
     st.dp_comm_s = collectives_s(group(traffic, "dp"), d, dp_link) +
                    collectives_s(group(traffic, "edp"), layout.expert_replicas(), dp_link);
     if (!cluster.host_only) {

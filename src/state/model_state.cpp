@@ -117,6 +117,9 @@ class ModelOn final : public Computation {
   }
   RouterStatistics router_statistics() const override { return model_->router_statistics(); }
   void clear_router_statistics() override { model_->clear_router_statistics(); }
+  ScheduleCosts take_pipeline_seconds() override {
+    return executor_ ? executor_->take_compute_seconds() : ScheduleCosts{};
+  }
   MemoryBytes memory() const override {
     MemoryBytes m = copy_.memory();
     if (frozen_) m += frozen_->memory();

@@ -78,6 +78,9 @@ class Computation {
   // What the stage's routers saw since the step began (model/router_statistics.hpp).
   virtual RouterStatistics router_statistics() const = 0;
   virtual void clear_router_statistics() = 0;
+  // A pipeline stage's compute seconds by action kind since the last call (PipelineExecutor's; none
+  // without a pipeline).
+  virtual ScheduleCosts take_pipeline_seconds() = 0;
 };
 
 class ModelState {
@@ -132,6 +135,7 @@ class ModelState {
   }
   // The step's router statistics of this rank's MoE blocks (empty without them).
   RouterStatistics router_statistics() const { return compute_->router_statistics(); }
+  ScheduleCosts take_pipeline_seconds() { return compute_->take_pipeline_seconds(); }
   void arm() { optimizer_.reduction().arm(); }
   void finish_gradients() { optimizer_.reduction().finish(groups_.tied); }
 

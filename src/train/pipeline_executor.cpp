@@ -1,6 +1,7 @@
 // The pipeline schedule executor.
 #include "train/pipeline_executor.hpp"
 
+#include <chrono>
 #include <stdexcept>
 
 namespace meshtrain {
@@ -71,6 +72,7 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
                                  a.kind == ActionKind::backward_input ||
                                  (a.kind == ActionKind::forward && place.last());
     if (writes_gradient) gradient_send.wait();
+    const auto started = std::chrono::steady_clock::now();
     switch (a.kind) {
       case ActionKind::recv_activation:
         pipeline_.recv(model_.stage_input(take_slot(a.micro)).data(), activation, previous, a.micro);
@@ -112,6 +114,12 @@ void PipelineExecutor<Real>::run(std::int64_t step, const LossWeights& weights, 
         gradient_send = pipeline_.isend(model_.input_gradient().data(), activation, previous, a.micro);
         break;
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (a.kind == ActionKind::forward) compute_seconds_.forward += seconds;
+    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
+      compute_seconds_.backward_input += seconds;
+    }
+    if (a.kind == ActionKind::backward_weight) compute_seconds_.backward_weight += seconds;
   }
   // The step's last sends: ordered before the optimizer's update and the next step's compute.
   gradient_send.wait();

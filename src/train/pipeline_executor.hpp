@@ -15,6 +15,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "train/batch_loader.hpp"
 
+#include <utility>
 #include <vector>
 
 namespace meshtrain {
@@ -35,6 +36,9 @@ class PipelineExecutor {
   // another through the stages in slot 0 — receive, forward, send — each stage running the same
   // count; the last stage adds their loss terms to `sum`.
   void evaluate(BatchLoader& loader, int micro_batches, const LossSum& sum);
+  // The wall seconds of run()'s compute actions since the last call, by kind (a whole backward's as
+  // backward_input): the host's time, which is the compute's where kernels run on the host.
+  ScheduleCosts take_compute_seconds() { return std::exchange(compute_seconds_, ScheduleCosts{}); }
 
  private:
   int take_slot(int micro);
@@ -53,6 +57,7 @@ class PipelineExecutor {
   std::vector<int> slot_of_;
   std::vector<int> free_slots_;
   std::vector<Request> activation_sends_;  // by slot: the activation send in flight from stage_output(slot)
+  ScheduleCosts compute_seconds_;
 };
 
 // Activation slots a schedule needs at most, and how many of them wait for their weight gradients at once.

@@ -204,7 +204,7 @@ int TrainingRun::run() {
     const double step_s = seconds_since(step_start);
     longest_step_s = std::max(longest_step_s, step_s);
     timing_.add_step(step_s, groups_.comm_seconds - comm_before, groups_.idle_seconds - idle_before,
-                     groups_.all_to_all_seconds - all_to_all_before);
+                     groups_.all_to_all_seconds - all_to_all_before, state_.take_pipeline_seconds());
     const double elapsed = seconds_since(job_start);
     const std::optional<MoeStepMetrics> moe =
         step_moe_metrics(state_.router_statistics(), cfg_.model, topology_.position().tp_rank == 0, comm_);
@@ -333,8 +333,22 @@ std::string TrainingRun::log_step(io::MetricsWriter& metrics, const StepReport& 
 // The per-rank timing table, every log.timing_every steps and at the end. Collective.
 void TrainingRun::print_timing(std::int64_t step, bool finished) {
   if (!finished && (cfg_.log.timing_every <= 0 || step % cfg_.log.timing_every != 0)) return;
-  const int pp = input_.grid.pp;
-  const std::string table = timing_.report(comm_, step, pp > 1 ? ideal_bubble_fraction(pp, input_.accum) : -1.0);
+  const int pp = input_.grid.pp, micros = input_.accum;
+  const PipelineSchedule schedule = cfg_.parallel.schedule;
+  // The measured idle beside 1F1B's closed form and the schedule's lists simulated at the measured compute, with
+  // sends as the executor posts them (eager: it waits for a send only where its buffer is written next).
+  const PipelineTiming pipeline{ideal_bubble_fraction(pp, micros),
+                                schedule == PipelineSchedule::zero_bubble_h1 ? "1F1B's bubble" : "schedule bubble",
+                                topology_.position().pp_rank,
+                                pp,
+                                micros,
+                                [&](const std::vector<ScheduleCosts>& costs) {
+                                  std::vector<std::vector<Action>> lists;
+                                  for (int s = 0; s < pp; ++s)
+                                    lists.push_back(pipeline_schedule(schedule, pp, s, micros));
+                                  return simulate_schedule(lists, costs, SendSemantics::eager).idle_fraction;
+                                }};
+  const std::string table = timing_.report(comm_, step, pp > 1 ? &pipeline : nullptr);
   if (leader_) fmt::print("{}", table);
 }
 

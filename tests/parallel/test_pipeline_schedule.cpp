@@ -406,6 +406,27 @@ TEST(PipelineSimulation, SmallestPipelineByHand) {
   EXPECT_DOUBLE_EQ(ideal_bubble_fraction(1, 5), 0.0);
 }
 
+TEST(PipelineSimulation, StagesOfTheirOwnCostsByHand) {
+  // p = 2, m = 1; stage 0 F 1, B 2; stage 1 twice as slow: stage 0 F [0,1]; stage 1 F [1,3], B [3,7]; stage 0
+  // B [7,9]. Stage 0 busy 3 of 9, stage 1 6 of 9: idle (6 + 3) / 18.
+  const std::vector<ScheduleCosts> costs = {{1, 2, 0}, {2, 3, 1}};
+  for (const std::string& name : kSchedules) {
+    const ScheduleTiming t = simulate_schedule(all_stages(name, 2, 1), costs);
+    EXPECT_DOUBLE_EQ(t.makespan, 9.0) << name;
+    EXPECT_DOUBLE_EQ(t.idle_fraction, 0.5) << name;
+    ASSERT_EQ(t.stage_idle.size(), 2u);
+    EXPECT_DOUBLE_EQ(t.stage_idle[0], 6.0) << name;
+    EXPECT_DOUBLE_EQ(t.stage_idle[1], 3.0) << name;
+  }
+  // Equal costs per stage are the one-costs simulation; a stage without costs is refused.
+  const Lists lists = all_stages("1f1b", 3, 5);
+  const ScheduleTiming one = simulate_schedule(lists, ScheduleCosts{1, 1.5, 0.5});
+  const ScheduleTiming each = simulate_schedule(lists, std::vector<ScheduleCosts>(3, ScheduleCosts{1, 1.5, 0.5}));
+  EXPECT_DOUBLE_EQ(one.makespan, each.makespan);
+  EXPECT_DOUBLE_EQ(one.idle_fraction, each.idle_fraction);
+  EXPECT_THROW(simulate_schedule(lists, std::vector<ScheduleCosts>(2)), std::invalid_argument);
+}
+
 TEST(PipelineSimulation, IdleFractionIsTheIdealBubble) {
   for (const std::string& name : kSchedules) {
     for (int p = 1; p <= 6; ++p) {

@@ -245,14 +245,23 @@ class PlanCli(unittest.TestCase):
         plans = json.loads(p.stdout)
         self.assertIsInstance(plans, list)
         # heads 4 → tp ∈ {1, 2, 4}; pp ≤ 4; 16 % (2·dp) == 0 → dp ∈ {1, 2, 4, 8}; 32 positions in 2·cp chunks → cp ∈
-        # {1, 2, 4, 8}; tp > 1 with and without sequence parallelism (tp divides a rank's micro-batch rows)
-        expected = {(dp, cp, tp, pp, sp) for dp in (1, 2, 4, 8) for cp in (1, 2, 4, 8) for tp in (1, 2, 4)
-                    for pp in (1, 2, 4) for sp in ((False, True) if tp > 1 else (False,)) if dp * cp * tp * pp == 8}
-        key = ("dp", "cp", "tp", "pp", "sequence_parallel")
+        # {1, 2, 4, 8}; tp > 1 with and without sequence parallelism (tp divides a rank's micro-batch rows); pp > 1
+        # under 1F1B and ZB-H1
+        expected = {(dp, cp, tp, pp, sp, schedule) for dp in (1, 2, 4, 8) for cp in (1, 2, 4, 8) for tp in (1, 2, 4)
+                    for pp in (1, 2, 4) for sp in ((False, True) if tp > 1 else (False,))
+                    for schedule in (("1f1b", "zb-h1") if pp > 1 else ("1f1b",)) if dp * cp * tp * pp == 8}
+        key = ("dp", "cp", "tp", "pp", "sequence_parallel", "schedule")
         self.assertEqual({tuple(x["layout"][k] for k in key) for x in plans}, expected)
+        # ZB-H1: a smaller bubble (the deferred weight gradients fill the cool-down), more activations
+        by_key = {tuple(x["layout"][k] for k in key): x for x in plans}
+        for (dp, cp, tp, pp, sp, schedule), x in by_key.items():
+            if schedule == "zb-h1":
+                classic = by_key[(dp, cp, tp, pp, sp, "1f1b")]
+                self.assertLess(x["step_time"]["bubble_s"], classic["step_time"]["bubble_s"])
+                self.assertGreater(x["needed_bytes"], classic["needed_bytes"])
         # sequence parallelism keeps the bytes over tp and takes activations off every rank; context parallelism
         # takes them off every rank of the cp group
-        by_layout = {tuple(x["layout"][k] for k in key): x for x in plans}
+        by_layout = {tuple(x["layout"][k] for k in key[:-1]): x for x in plans if x["layout"]["schedule"] == "1f1b"}
         for (dp, cp, tp, pp, sp), x in by_layout.items():
             if sp:
                 self.assertLess(x["needed_bytes"], by_layout[(dp, cp, tp, pp, False)]["needed_bytes"], (dp, tp, pp))

@@ -59,10 +59,18 @@ TEST(Search, EnumeratesExactlyTheValidLayouts) {
     for (const Layout& l : valid_layouts(cfg, world)) found.insert({l.dp, l.cp, l.tp, l.pp});
     EXPECT_EQ(found, brute_force(world, layers, heads, micro, global)) << "world " << world;
     const std::vector<Plan> plans = search_layouts(cfg, gpu_cluster(1e12), world);
-    // Each with tp > 1 a second time under sequence parallelism, where tp divides a rank's micro-batch rows.
-    std::size_t split = 0;
-    for (const auto& [dp, cp, tp, pp] : found) split += tp > 1 && micro * cfg.model.seq_len / cp % tp == 0 ? 1 : 0;
-    EXPECT_EQ(plans.size(), found.size() + split);
+    // Each with tp > 1 a second time under sequence parallelism, where tp divides a rank's micro-batch rows; each
+    // with pp > 1 under 1F1B (the config's) and ZB-H1.
+    std::size_t expected = 0;
+    for (const auto& [dp, cp, tp, pp] : found) {
+      expected += std::size_t(tp > 1 && micro * cfg.model.seq_len / cp % tp == 0 ? 2 : 1) * (pp > 1 ? 2 : 1);
+    }
+    EXPECT_EQ(plans.size(), expected);
+    for (const Plan& p : plans) {
+      if (p.layout.pp == 1) {
+        EXPECT_EQ(p.cfg.parallel.schedule, PipelineSchedule::one_f_one_b);
+      }
+    }
     EXPECT_TRUE(std::is_sorted(plans.begin(), plans.end(),
                                [](const Plan& a, const Plan& b) { return a.step.total_s() < b.step.total_s(); }));
     for (const Plan& p : plans) {  // the search's shortcut over middle dp ranks changes no figure

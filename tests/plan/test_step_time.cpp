@@ -2,6 +2,7 @@
 // model's shape (GPT-2 parameter counts written out, not taken from the model code), and what a
 // device hides of the communication (the overlap model in plan/step_time.cpp) by the same hand.
 #include "model/parameters.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "plan/step_time.hpp"
 #include "plan/traffic.hpp"
 
@@ -132,6 +133,32 @@ TEST(StepTime, PipelineBubbleIsTheIdealFraction) {
   EXPECT_NEAR(stages[0].pp_comm_s, m * 1 * p2p + tied + loss, 1e-15);
   EXPECT_NEAR(stages[3].pp_comm_s, m * 1 * p2p + tied + loss, 1e-15);
   EXPECT_NEAR(stages[1].bubble_s, 3 / m * (stages[1].compute_s + m * 2 * p2p), 1e-15);
+}
+
+// ZB-H1 against the schedule's closed form (p − 1)(F + B − W) (parallel/pipeline_schedule.hpp) for a middle
+// stage, its costs counted by hand per token and block: the block's parameters P = 12C² + 13C (the planner's
+// count takes 6 FLOPs per parameter, its biases and norms as products), F = 2P + 2QT (the products and QKᵀ, PV),
+// W = 2P, B = 2P + 4QT + 2QT (input gradients, the attention's backward and the fused kernel's rescoring).
+TEST(StepTime, ZeroBubbleH1BubbleIsItsClosedForm) {
+  Config cfg = small_config();
+  cfg.model.layers = 8;
+  cfg.train.micro_batch = 1;
+  cfg.train.global_batch = 8;  // m = 8
+  Cluster c = test_cluster();
+  c.ranks_per_node = 0;
+  c.intra = {1e30, 0};  // free communication: only compute and the bubble remain
+  const double C = 64, T = 64, P = 12 * C * C + 13 * C, Q = C, m = 8;
+  const ScheduleCosts per_token{2 * P + 2 * Q * T, 2 * P + 6 * Q * T, 2 * P};
+  for (int p : {4, 8}) {
+    cfg.parallel.schedule = PipelineSchedule::zero_bubble_h1;
+    const StepTime zb = stage_step_times(cfg, Layout{1, 1, p}, c)[1];
+    const double work = per_token.forward + per_token.backward_input + per_token.backward_weight;
+    EXPECT_NEAR(zb.bubble_s / zb.compute_s, zero_bubble_h1_idle(p, per_token) / (m * work), 1e-12) << "pp " << p;
+    cfg.parallel.schedule = PipelineSchedule::one_f_one_b;
+    const StepTime classic = stage_step_times(cfg, Layout{1, 1, p}, c)[1];
+    EXPECT_DOUBLE_EQ(classic.compute_s, zb.compute_s);
+    EXPECT_LT(zb.bubble_s, classic.bubble_s);
+  }
 }
 
 // dp 2 × tp 2, L 2, C 64, V 256, T 64, b 4, m = 16 / (4 · 2) = 2; dp across nodes: β 1e9, α 1e-5.

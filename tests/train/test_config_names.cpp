@@ -76,7 +76,8 @@ TEST(ConfigNames, OtherNamesAreRefusedListingTheValidOnes) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--train.precision", "fp8"}, "train.precision = 'fp8' is invalid: valid values are fp32, bf16, fp16"},
       {{"--train.recompute", "Full"}, "train.recompute = 'Full' is invalid: valid values are none, selective, full"},
-      {{"--parallel.schedule", "zb-h1"}, "parallel.schedule = 'zb-h1' is invalid: valid values are gpipe, 1f1b"},
+      {{"--parallel.schedule", "interleaved"},
+       "parallel.schedule = 'interleaved' is invalid: valid values are gpipe, 1f1b, zb-h1"},
       {{"--data.order", "random"}, "data.order = 'random' is invalid: valid values are sequential, shuffle"},
       {{"--data.overlong", "split"}, "data.overlong = 'split' is invalid: valid values are truncate, drop"},
       {{"--checkpoint.resume", ""}, "checkpoint.resume is empty: valid values are auto, never or a checkpoint file"},
