@@ -214,7 +214,7 @@ void check_context_parallel(const Config& c) {
 }
 
 // ZB-H1 defers each backward's weight gradients (parallel/pipeline_schedule.hpp): the dense blocks' products and
-// norms, the head and the embedding split so; what does not is refused by name.
+// norms, the head and the embedding split so, under every recomputation; what does not is refused by name.
 void check_pipeline_schedule(const Config& c) {
   if (c.parallel.schedule != PipelineSchedule::zero_bubble_h1) return;
   const auto refuse = [](const std::string& what) {
@@ -225,7 +225,6 @@ void check_pipeline_schedule(const Config& c) {
   };
   if (c.model.experts > 0) refuse(fmt::format("model.experts = {} (mixture-of-experts blocks)", c.model.experts));
   if (c.model.lora.enabled()) refuse(fmt::format("lora.rank = {} (LoRA adapters)", c.model.lora.rank));
-  if (c.train.recompute == Recompute::full) refuse("train.recompute = full (a block recomputed into shared buffers)");
 }
 
 namespace {

@@ -21,8 +21,8 @@ void check_config(const Config& c, const GivenKeys& given);
 // InputError where parallel.cp > 1 cannot split this model's sequences (check_config applies it; `plan
 // --search` asks it of each candidate): 2·cp must divide model.seq_len and attention be fused.
 void check_context_parallel(const Config& c);
-// InputError where parallel.schedule = zb-h1 meets what does not split its backward (experts, LoRA, full
-// recomputation); `plan --search` asks it before trying the schedule.
+// InputError where parallel.schedule = zb-h1 meets what does not split its backward (experts, LoRA); `plan
+// --search` asks it before trying the schedule.
 void check_pipeline_schedule(const Config& c);
 
 }  // namespace meshtrain

@@ -249,9 +249,8 @@ struct DecoderParts {
   template <class Real>                                                                                          \
   static void block_forward(Parts<Real>& m, int slot, int l, CVec<Real> x, const Block<Real>& s, Vec<Real> proj, \
                             bool to_output);                                                                     \
-  /* What one deferred backward of block l holds (DeferredWeightGradients::hold), in elements of Real. */        \
-  template <class Real>                                                                                          \
-  static std::size_t held_per_block(const Dims& d, int l);                                                       \
+  /* What one deferred backward of block l holds (DeferredWeightGradients::hold) under `recompute`. */           \
+  static HeldElements held_per_block(const Dims& d, int l, Recompute recompute);                                 \
   /* Selective recomputation: the attention probabilities from the kept qkv. */                                  \
   template <class Real>                                                                                          \
   static void recompute_attention(Parts<Real>& m, const Block<Real>& s);                                         \

@@ -428,10 +428,6 @@ class BadInput(CliCase):
         self.rejects({"lora.rank": 4, "parallel.schedule": "zb-h1"},
                      needles=["parallel.schedule = zb-h1", "lora.rank = 4", "parallel.schedule = 1f1b"])
 
-    def test_zero_bubble_with_full_recomputation(self):
-        self.rejects({"train.recompute": "full", "parallel.schedule": "zb-h1"},
-                     needles=["parallel.schedule = zb-h1", "train.recompute = full", "parallel.schedule = 1f1b"])
-
     # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
 
     def test_moe_key_under_gpt2(self):

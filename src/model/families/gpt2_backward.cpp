@@ -83,10 +83,14 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
 }
 
 // What a deferred backward holds of a block: the output gradients of its products (the c_projs' twice N·C,
-// c_fc's, c_attn's) and of its two LayerNorms, which the scratch overwrites.
-template <class Real>
-std::size_t Gpt2Family::held_per_block(const Dims& d, int) {
-  return 2 * d.N * d.C + d.N * 4 * d.Cl() + d.N * 3 * d.Cl() + 2 * d.Nl * d.C;
+// c_fc's, c_attn's) and of its two LayerNorms, which the scratch overwrites; under full recomputation also what the
+// weight gradients read of the block's shared set (c_proj's GELU output, ln_2's input, output and statistics, the
+// attention output, ln_1's output and statistics).
+HeldElements Gpt2Family::held_per_block(const Dims& d, int, Recompute recompute) {
+  const std::size_t N = d.N, C = d.C, Cl = d.Cl(), Nl = d.Nl;
+  HeldElements held{2 * N * C + N * 4 * Cl + N * 3 * Cl + 2 * Nl * C, 0};
+  if (recompute == Recompute::full) held += {N * 4 * Cl + N * C + Nl * C + N * Cl + N * C, 4 * Nl};
+  return held;
 }
 
 template <class Real>
@@ -106,7 +110,6 @@ void Gpt2Family::final_norm_backward(Parts<Real>& m, const FinalNorm<Real>& f, C
 
 #define MESHTRAIN_GPT2_BACKWARD(Real)                                                             \
   template void Gpt2Family::block_backward<Real>(Gpt2Family::Parts<Real>&, int, int, CVec<Real>); \
-  template std::size_t Gpt2Family::held_per_block<Real>(const Gpt2Family::Dims&, int);            \
   template void Gpt2Family::final_norm_backward<Real>(Gpt2Family::Parts<Real>&, const FinalNorm<Real>&, CVec<Real>);
 MESHTRAIN_GPT2_BACKWARD(float)
 MESHTRAIN_GPT2_BACKWARD(double)

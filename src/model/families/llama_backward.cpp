@@ -60,11 +60,15 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
 }
 
 // What a deferred backward holds of a dense block: the output gradients of its products (down's and o's N·C,
-// gate|up's, q|k|v's) and of its two RMSNorms, which the scratch overwrites. (MoE blocks do not defer.)
-template <class Real>
-std::size_t LlamaFamily::held_per_block(const Dims& d, int l) {
+// gate|up's, q|k|v's) and of its two RMSNorms, which the scratch overwrites; under full recomputation also what the
+// weight gradients read of the block's shared set (the SwiGLU output, the MLP norm's input, output and
+// statistics, the attention output, the attention norm's output and statistics). (MoE blocks do not defer.)
+HeldElements LlamaFamily::held_per_block(const Dims& d, int l, Recompute recompute) {
   if (d.moe(l)) throw std::logic_error("a mixture-of-experts block does not defer its weight gradients");
-  return 2 * d.N * d.C + d.N * 2 * d.widest_dense_cols() + d.N * d.qkv_cols() + 2 * d.Nl * d.C;
+  const std::size_t N = d.N, C = d.C, Nl = d.Nl, widest = d.widest_dense_cols();
+  HeldElements held{2 * N * C + N * 2 * widest + N * d.qkv_cols() + 2 * Nl * C, 0};
+  if (recompute == Recompute::full) held += {N * widest + N * C + Nl * C + N * d.q_cols() + N * C, 2 * Nl};
+  return held;
 }
 
 // The dense SwiGLU's backward from dL/d proj in `dproj`; leaves dL/d ln2 (this rank's part) in the
@@ -100,7 +104,6 @@ void LlamaFamily::final_norm_backward(Parts<Real>& m, const FinalNorm<Real>& f, 
 
 #define MESHTRAIN_LLAMA_BACKWARD(Real)                                                              \
   template void LlamaFamily::block_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>); \
-  template std::size_t LlamaFamily::held_per_block<Real>(const LlamaFamily::Dims&, int);            \
   template void LlamaFamily::mlp_backward<Real>(LlamaFamily::Parts<Real>&, int, int, CVec<Real>);   \
   template void LlamaFamily::final_norm_backward<Real>(LlamaFamily::Parts<Real>&, const FinalNorm<Real>&, CVec<Real>);
 MESHTRAIN_LLAMA_BACKWARD(float)

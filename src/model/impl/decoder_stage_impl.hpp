@@ -110,11 +110,11 @@ std::vector<SlotActivations<Real, Family>> carve_slots(carving::Carver<Real>& c,
 // What one deferred backward of the stage holds (DeferredWeightGradients): its blocks', the final norm's output
 // gradient on the last stage, the embedding's on the first (when it trains).
 template <class Real, class Family>
-std::size_t held_elements(const typename Family::Dims& d, const ParameterLayout& layout) {
-  std::size_t n = 0;
-  for (int l = 0; l < layout.stage_layers(); ++l) n += Family::template held_per_block<Real>(d, l);
-  if (layout.place().last()) n += d.Nl * d.C;
-  if (layout.place().first() && !layout.model().lora.enabled()) n += d.N * d.C;
+HeldElements held_elements(const typename Family::Dims& d, const ParameterLayout& layout, Recompute recompute) {
+  HeldElements n;
+  for (int l = 0; l < layout.stage_layers(); ++l) n += Family::held_per_block(d, l, recompute);
+  if (layout.place().last()) n.values += d.Nl * d.C;
+  if (layout.place().first() && !layout.model().lora.enabled()) n.values += d.N * d.C;
   return n;
 }
 
@@ -128,8 +128,10 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute, model, tp).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots.kept, recompute, shared);
+  const HeldElements each = decoder_detail::held_elements<Real, Family>(dims, layout, recompute);
   const std::size_t held =
-      slots.held > 0 ? std::size_t(slots.held) * decoder_detail::held_elements<Real, Family>(dims, layout) : 0;
+      slots.held > 0 ? std::size_t(slots.held) * (each.values + each.statistics * sizeof(accum_t<Real>) / sizeof(Real))
+                     : 0;
   const ActivationSizes lora = lora_activation_elements(model, batch, layout.first_layer(), layout.stage_layers(),
                                                         slots.kept, place.last(), tp, ep);
   return {kept.used() + held + lora.kept, scratch.used() + lora.scratch};
@@ -207,8 +209,8 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
       });
   if (slot_count.held > 0) {
     later = DeferredWeightGradients<Real>(Family::name, slot_count.held,
-                                          decoder_detail::held_elements<Real, Family>(dims, layout), slot_count.kept,
-                                          slice(scratch_buffer, 0, scratch_buffer.extent(0)));
+                                          decoder_detail::held_elements<Real, Family>(dims, layout, mode),
+                                          slot_count.kept, slice(scratch_buffer, 0, scratch_buffer.extent(0)));
   }
   router_sums = Buffer<double>("meshtrain::moe_router::sums",
                                router_sums_per_block(router_statistics.experts) * router_statistics.blocks.size());
@@ -355,7 +357,7 @@ void DecoderStage<Real, Family>::stage_backward(int slot, CVec<int> inputs, cons
         const Vec<Real> dlookup = m_.leave_region_backward(s.dresidual, s.dln);
         // The tokens are read when the work runs: a deferred one's are stage_backward_weight's.
         m_.later.add([this, slot, rows, s, B = int(d.B), T = int(d.T), C = int(d.C),
-                      dlookup = m_.later.template hold<Real>(m_.space, dlookup)] {
+                      dlookup = m_.later.hold(m_.space, dlookup)] {
           encoder_backward(m_.space, m_.dparams.embed, m_.dparams.positions, s.column_partials, s.token_order, dlookup,
                            tokens_, B, T, C, m_.model().vocab, rows, m_.documents[std::size_t(slot)], m_.chunks);
         });

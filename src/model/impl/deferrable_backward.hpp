@@ -28,7 +28,7 @@ void matmul_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spac
   if (!later.deferring())
     return meshtrain::matmul_backward<Real>(space, dinp, dweight, dbias, partials, dout, inp, weight, N, IC, OC);
   matmul_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
-  later.add([=, dout = later.template hold<Real>(space, dout), inp = later.template hold<Real>(space, inp)]() {
+  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
     weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
   });
 }
@@ -45,7 +45,7 @@ void matmul_backward_gelu(DeferredWeightGradients<Real>& later, const ExecSpace&
   }
   require_unfused(dpre_bias.data(), "the GELU input's bias gradient");
   matmul_gelu_input_backward<Real>(space, dpre, dout, pre, weight, N, IC, OC);
-  later.add([=, dout = later.template hold<Real>(space, dout), inp = later.template hold<Real>(space, inp)]() {
+  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
     weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
   });
 }
@@ -57,7 +57,7 @@ void linear_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spac
   if (!later.deferring())
     return meshtrain::linear_backward<Real>(space, dinp, dweight, dbias, partials, dout, inp, weight, N, IC, OC);
   linear_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
-  later.add([=, dout = later.template hold<Real>(space, dout), inp = later.template hold<Real>(space, inp)]() {
+  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
     linear_weight_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
   });
 }
@@ -80,9 +80,8 @@ void layernorm_backward(DeferredWeightGradients<Real>& later, const ExecSpace& s
   }
   require_unfused(residual_bias.data(), "a residual product's bias gradient");
   layernorm_input_backward<Real>(space, dinp, dout, inp, weight, mean, rstd, N, C);
-  using A = accum_t<Real>;
-  later.add([=, dout = later.template hold<Real>(space, dout), inp = later.template hold<Real>(space, inp),
-             mean = later.template hold<A>(space, mean), rstd = later.template hold<A>(space, rstd)]() {
+  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp), mean = later.hold_statistics(space, mean),
+             rstd = later.hold_statistics(space, rstd)]() {
     layernorm_weight_backward<Real>(space, dweight, dbias, partials, dout, inp, mean, rstd, N, C);
   });
 }
@@ -95,11 +94,10 @@ void rmsnorm_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spa
     return meshtrain::rmsnorm_backward<Real>(space, dinp, dweight, partials, dout, inp, weight, rstd, N, C);
   }
   rmsnorm_input_backward<Real>(space, dinp, dout, inp, weight, rstd, N, C);
-  using A = accum_t<Real>;
-  later.add([=, dout = later.template hold<Real>(space, dout), inp = later.template hold<Real>(space, inp),
-             rstd = later.template hold<A>(space, rstd)]() {
-    rmsnorm_weight_backward<Real>(space, dweight, partials, dout, inp, rstd, N, C);
-  });
+  later.add(
+      [=, dout = later.hold(space, dout), inp = later.hold(space, inp), rstd = later.hold_statistics(space, rstd)]() {
+        rmsnorm_weight_backward<Real>(space, dweight, partials, dout, inp, rstd, N, C);
+      });
 }
 
 }  // namespace meshtrain::deferrable

@@ -20,27 +20,46 @@
 
 namespace meshtrain {
 
+// What one deferred backward holds: output gradients and products' inputs (values, of the model's type), and the
+// norms' row statistics (of accum_t).
+struct HeldElements {
+  std::size_t values = 0;
+  std::size_t statistics = 0;
+  HeldElements& operator+=(const HeldElements& o) {
+    values += o.values;
+    statistics += o.statistics;
+    return *this;
+  }
+  bool operator==(const HeldElements&) const = default;
+};
+
 template <class Real>
 class DeferredWeightGradients {
  public:
   using Work = std::function<void()>;
   using ReadyFrom = std::function<void(std::size_t offset)>;
 
+  using Accum = accum_t<Real>;
+
   DeferredWeightGradients() = default;
-  // `arenas` micro-batches may wait at once, each holding `elements` (what one backward holds, exactly);
+  // `arenas` micro-batches may wait at once, each holding `each` (what one backward holds, exactly);
   // `volatile_memory` is the rank's scratch, whose views hold() copies (others live until the slot is freed).
-  DeferredWeightGradients(const std::string& family, int arenas, std::size_t elements, int slots,
+  DeferredWeightGradients(const std::string& family, int arenas, HeldElements each, int slots,
                           CVec<Real> volatile_memory)
       : family_(family),
-        elements_(elements),
-        memory_(fmt::format("meshtrain::{}::held_gradients", family), std::size_t(arenas) * elements),
+        each_(each),
+        values_(fmt::format("meshtrain::{}::held_gradients", family), std::size_t(arenas) * each.values),
+        statistics_(fmt::format("meshtrain::{}::held_statistics", family), std::size_t(arenas) * each.statistics),
         volatile_(volatile_memory),
         queues_(std::size_t(slots)),
         arena_of_(std::size_t(slots), -1) {
     for (int k = arenas - 1; k >= 0; --k) free_.push_back(k);
   }
 
-  std::size_t allocated_elements() const { return memory_.extent(0); }
+  // In elements of Real (a statistic of 16-bit models takes two).
+  std::size_t allocated_elements() const {
+    return values_.extent(0) + statistics_.extent(0) * sizeof(Accum) / sizeof(Real);
+  }
   bool deferring() const { return current_ >= 0; }
 
   // The coming backward of `slot` defers its weight gradients, into a free arena.
@@ -51,15 +70,25 @@ class DeferredWeightGradients {
     current_ = slot;
     arena_of_[std::size_t(slot)] = free_.back();
     free_.pop_back();
-    used_ = 0;
+    used_ = {};
   }
   // Its backward is done: it held exactly what activation_elements() counted.
   void end() {
-    if (used_ != elements_) {
+    if (!(used_ == each_)) {
       throw std::logic_error(
-          fmt::format("{}: a deferred backward held {} elements, its arena has {}", family_, used_, elements_));
+          fmt::format("{}: a deferred backward held {} values and {} statistics, its arena has {} and {}", family_,
+                      used_.values, used_.statistics, each_.values, each_.statistics));
     }
     current_ = -1;
+  }
+
+  // `view` as the queued work may read it later: itself, unless it lies in the volatile memory, then its
+  // copy in the slot's arena: of values, or of row statistics.
+  CVec<Real> hold(const ExecSpace& space, CVec<Real> view) {
+    return held(space, view, values_, each_.values, used_.values);
+  }
+  CVec<Accum> hold_statistics(const ExecSpace& space, CVec<Accum> view) {
+    return held(space, view, statistics_, each_.statistics, used_.statistics);
   }
 
   // Runs `work` now, or queues it for replay() while deferring.
@@ -75,29 +104,6 @@ class DeferredWeightGradients {
     }
     queues_[std::size_t(current_)].push_back({Work(), offset});
   }
-  // `view` as the queued work may read it later: itself, unless it lies in the volatile memory, then its
-  // copy in the slot's arena (a T larger than Real starts at a multiple of its size there).
-  template <class T>
-  CVec<T> hold(const ExecSpace& space, CVec<T> view) {
-    const auto* at = reinterpret_cast<const char*>(view.data());
-    const auto* begin = reinterpret_cast<const char*>(volatile_.data());
-    const bool overwritten = at >= begin && at < begin + volatile_.extent(0) * sizeof(Real);
-    if (!deferring() || !overwritten) return view;
-    static_assert(sizeof(T) % sizeof(Real) == 0 || sizeof(Real) % sizeof(T) == 0);
-    const std::size_t ratio = sizeof(T) > sizeof(Real) ? sizeof(T) / sizeof(Real) : 1;
-    const std::size_t start = (used_ + ratio - 1) / ratio * ratio;
-    const std::size_t n = (view.extent(0) * sizeof(T) + sizeof(Real) - 1) / sizeof(Real);
-    if (start + n > elements_) {
-      throw std::logic_error(
-          fmt::format("{}: a deferred backward holds more than its arena's {} elements", family_, elements_));
-    }
-    Real* base = memory_.data() + std::size_t(arena_of_[std::size_t(current_)]) * elements_ + start;
-    used_ = start + n;
-    const Vec<T> copy(reinterpret_cast<T*>(base), view.extent(0));
-    Kokkos::deep_copy(space, copy, view);
-    return copy;
-  }
-
   // Runs slot's queued weight gradients, reporting to `ready_from`, and frees its arena.
   void replay(int slot, const ReadyFrom& ready_from) {
     std::vector<Entry>& queue = queues_.at(std::size_t(slot));
@@ -117,6 +123,22 @@ class DeferredWeightGradients {
   }
 
  private:
+  template <class T>
+  CVec<T> held(const ExecSpace& space, CVec<T> view, const Buffer<T>& arena, std::size_t each, std::size_t& used) {
+    const auto* at = reinterpret_cast<const char*>(view.data());
+    const auto* begin = reinterpret_cast<const char*>(volatile_.data());
+    const bool overwritten = at >= begin && at < begin + volatile_.extent(0) * sizeof(Real);
+    if (!deferring() || !overwritten) return view;
+    const std::size_t n = view.extent(0);
+    if (used + n > each) {
+      throw std::logic_error(fmt::format("{}: a deferred backward holds more than its arena's {}", family_, each));
+    }
+    const Vec<T> copy(arena.data() + std::size_t(arena_of_[std::size_t(current_)]) * each + used, n);
+    used += n;
+    Kokkos::deep_copy(space, copy, view);
+    return copy;
+  }
+
   static constexpr std::size_t kNoReport = ~std::size_t(0);
   struct Entry {
     Work work;
@@ -124,14 +146,15 @@ class DeferredWeightGradients {
   };
 
   std::string family_;
-  std::size_t elements_ = 0;
-  Buffer<Real> memory_;
+  HeldElements each_;
+  Buffer<Real> values_;
+  Buffer<Accum> statistics_;
   CVec<Real> volatile_;
   std::vector<std::vector<Entry>> queues_;
   std::vector<int> arena_of_;  // by slot: its arena while its weight gradients wait, else -1
   std::vector<int> free_;
   int current_ = -1;  // the slot whose backward runs deferred
-  std::size_t used_ = 0;
+  HeldElements used_;
 };
 
 }  // namespace meshtrain
