@@ -224,7 +224,6 @@ void check_pipeline_schedule(const Config& c) {
         what);
   };
   if (c.model.experts > 0) refuse(fmt::format("model.experts = {} (mixture-of-experts blocks)", c.model.experts));
-  if (c.model.lora.enabled()) refuse(fmt::format("lora.rank = {} (LoRA adapters)", c.model.lora.rank));
 }
 
 namespace {

@@ -36,14 +36,27 @@ void lora_up_forward(const ExecSpace& space, Real* y, int ldy, CVec<Real> h, CVe
   gemm<Real>(space, Trans::no, Trans::yes, {N, out, r}, Acc(s), h.data(), r, B.data(), r, Acc(1), y, ldy);
 }
 
-// The up product's backward: dB (out, r) += s · dyᵀ · h and dh (N, r) = s · dy · B (overwritten), dy
-// (N, out; row stride ldy) the gradient of y.
+// The up product's backward in two halves, for schedules that run the weight gradients later: dB (out, r) +=
+// s · dyᵀ · h alone, and dh (N, r) = s · dy · B (overwritten) alone, dy (N, out; row stride ldy) the gradient of y.
+template <class Real>
+void lora_up_input_backward(const ExecSpace& space, Vec<Real> dh, const Real* dy, int ldy, CVec<Real> B, double s,
+                            int N, int out, int r) {
+  using Acc = accum_t<Real>;
+  gemm<Real>(space, Trans::no, Trans::no, {N, r, out}, Acc(s), dy, ldy, B.data(), r, Acc(0), dh.data(), r);
+}
+template <class Real>
+void lora_up_weight_backward(const ExecSpace& space, Vec<Real> dB, const Real* dy, int ldy, CVec<Real> h, double s,
+                             int N, int out, int r) {
+  using Acc = accum_t<Real>;
+  gemm<Real>(space, Trans::yes, Trans::no, {out, r, N}, Acc(s), dy, ldy, h.data(), r, Acc(1), dB.data(), r);
+}
+
+// The whole up product's backward: both halves.
 template <class Real>
 void lora_up_backward(const ExecSpace& space, Vec<Real> dh, Vec<Real> dB, const Real* dy, int ldy, CVec<Real> h,
                       CVec<Real> B, double s, int N, int out, int r) {
-  using Acc = accum_t<Real>;
-  gemm<Real>(space, Trans::yes, Trans::no, {out, r, N}, Acc(s), dy, ldy, h.data(), r, Acc(1), dB.data(), r);
-  gemm<Real>(space, Trans::no, Trans::no, {N, r, out}, Acc(s), dy, ldy, B.data(), r, Acc(0), dh.data(), r);
+  lora_up_weight_backward<Real>(space, dB, dy, ldy, h, s, N, out, r);
+  lora_up_input_backward<Real>(space, dh, dy, ldy, B, s, N, out, r);
 }
 
 // The down product's input gradient: dx (N, in; row stride lddx) += dh · A.

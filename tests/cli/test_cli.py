@@ -424,12 +424,6 @@ class BadInput(CliCase):
         self.rejects({**LLAMA, "model.experts": 4, "parallel.schedule": "zb-h1"},
                      needles=["parallel.schedule = zb-h1", "model.experts = 4", "parallel.schedule = 1f1b"])
 
-    def test_zero_bubble_with_lora(self):
-        self.rejects({"lora.rank": 4, "parallel.schedule": "zb-h1"},
-                     needles=["parallel.schedule = zb-h1", "lora.rank = 4", "parallel.schedule = 1f1b"])
-
-    # --- the mixture-of-experts keys and expert parallelism (share/docs/usage.md, Mixture of experts)
-
     def test_moe_key_under_gpt2(self):
         self.rejects({"model.experts": 4}, needles=["model.experts", "model.arch = llama"])
 

@@ -224,7 +224,13 @@ class Layouts(LoraCase):
                 # sequence parallelism: the adapters inside the regions, on the gathered rows
                 ("dp2_tp2_sp_zero2", 4, {"parallel.tp": 2, "parallel.zero": 2, "parallel.sequence_parallel": "true"}),
                 # context parallelism: each rank's h over its chunks' rows, the adapters' gradients summed over dp × cp
-                ("cp2_tp2_zero1", 4, {"parallel.cp": 2, "parallel.tp": 2, "parallel.zero": 1})):
+                ("cp2_tp2_zero1", 4, {"parallel.cp": 2, "parallel.tp": 2, "parallel.zero": 1}),
+                # ZB-H1: the adapters' dB, dA (and the column modules' dh sums over tp) deferred, ZeRO-2 reducing each
+                # unit as its weight pass ends; under sequence parallelism and full recomputation
+                ("tp2_pp2_zbh1_zero2", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.zero": 2,
+                                           "parallel.schedule": "zb-h1", "train.micro_batch": 1}),
+                ("tp2_pp2_zbh1_sp_full", 4, {"parallel.tp": 2, "parallel.pp": 2, "parallel.schedule": "zb-h1",
+                                             "parallel.sequence_parallel": "true", "train.recompute": "full"})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", n], layout)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
         # bf16: the frozen base held in 16 bits only, the adapters' master and moments in fp32 (measured ~3e-4)
@@ -263,7 +269,9 @@ class Gpt2Layouts(Gpt2Case):
                                   "train.micro_batch": 1}),
                 ("pp2_dp2_zero3", {"parallel.pp": 2, "parallel.zero": 3}),
                 ("tp2_pp2_sp_full", {"parallel.tp": 2, "parallel.pp": 2, "train.recompute": "full", "parallel.sequence_parallel": "true"}),
-                ("cp2_pp2_full", {"parallel.cp": 2, "parallel.pp": 2, "train.recompute": "full"})):
+                ("cp2_pp2_full", {"parallel.cp": 2, "parallel.pp": 2, "train.recompute": "full"}),
+                ("tp2_pp2_zbh1", {"parallel.tp": 2, "parallel.pp": 2, "parallel.schedule": "zb-h1",
+                                  "train.micro_batch": 1})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, **{"train.steps": 3})
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
 
@@ -284,7 +292,10 @@ class Dropout(LoraCase):
                              ("dp2_tp2_sp", {"parallel.tp": 2, "parallel.sequence_parallel": "true"}),
                              # a rank's rows draw their bits at their global positions
                              ("dp2_cp2", {"parallel.cp": 2}),
-                             ("pp2_dp2_zero3_micro1", {"parallel.pp": 2, "parallel.zero": 3, "train.micro_batch": 1})):
+                             ("pp2_dp2_zero3_micro1", {"parallel.pp": 2, "parallel.zero": 3, "train.micro_batch": 1}),
+                             # the masks drawn again when the deferred dA runs
+                             ("pp2_dp2_zbh1_micro1", {"parallel.pp": 2, "parallel.schedule": "zb-h1",
+                                                      "train.micro_batch": 1})):
             got, _ = self.train(ini, name, [MPIEXEC, "-n", 4], layout, lora=dropout, **steps)
             self.assert_same_losses(got, [r["loss"] for r in one], 2e-5, name)
 

@@ -68,6 +68,7 @@ LORA_MODEL = LLAMA_MODEL + ["--lora.rank", "8", "--checkpoint.init_weights", "BA
 LORA_CASES = [
     ("lora_single", 1, []),
     ("lora_pp2", 2, ["--parallel.pp", "2"]),
+    ("lora_pp2_zbh1", 2, ["--parallel.pp", "2", "--parallel.schedule", "zb-h1"]),
     ("lora_dp2_zero3_bf16", 2, ["--parallel.dp", "2", "--parallel.zero", "3", "--train.precision", "bf16"]),
     ("lora_attention_recompute", 1, ["--lora.targets", "q_proj,k_proj,v_proj,o_proj", "--train.recompute", "full"]),
 ]

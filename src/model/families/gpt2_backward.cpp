@@ -40,7 +40,8 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
     // The adapter's input gradient joins GELU's output gradient before GELU's derivative: unfused.
     deferrable::matmul_backward<Real>(later, m.space, d.dfch, dw.fcproj_w, dw.fcproj_b, d.column_partials, dmlp,
                                       s.fch_gelu, w.fcproj_w, N, 4 * Cl, C);
-    lora_row_backward<Real>(m.space, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, dmlp.data(), C, d.dfch.data());
+    lora_row_backward<Real>(m.later, m.space, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, dmlp.data(), C,
+                            d.dfch.data());
     if (deferring) {
       gelu_backward(m.space, d.dfch, s.fch, CVec<Real>(d.dfch), long(N) * 4 * Cl);
     } else {
@@ -53,8 +54,8 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   }
   deferrable::matmul_backward<Real>(later, m.space, d.dln, dw.fc_w, deferring ? dw.fc_b : no_bias, d.column_partials,
                                     d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_c_fc, s.ln2, C, d.dfch.data(), 4 * Cl, 4 * Cl,
-                             d.dln.data());
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_c_fc, s.ln2, C, d.dfch.data(), 4 * Cl,
+                             4 * Cl, d.dln.data());
   const Vec<Real> dln2 = m.enter_region_backward(d.dln, m.norm_rows);
   const bool attproj_bias_in_ln2 = !sequence_parallel && !deferring;
   deferrable::layernorm_backward<Real>(later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : dw.ln2_w,
@@ -65,7 +66,8 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   const Vec<Real> dattended = m.leave_region_backward(d.dresidual, d.dln);
   deferrable::matmul_backward<Real>(later, m.space, d.datty, dw.attproj_w, attproj_bias_in_ln2 ? no_bias : dw.attproj_b,
                                     d.column_partials, dattended, s.atty, w.attproj_w, N, Cl, C);
-  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, dattended.data(), C, d.datty.data());
+  lora_row_backward<Real>(m.later, m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, dattended.data(), C,
+                          d.datty.data());
   if (dm.fused_attention) {
     m.fused_attention_backward(slot, d.dqkv, d.datty, s.qkv, s.atty, s.lse, NH, NH, Cl / NH, d.attention_workspace);
   } else {
@@ -73,8 +75,8 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   }
   deferrable::matmul_backward<Real>(later, m.space, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1,
                                     w.qkv_w, N, C, 3 * Cl);
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_c_attn, s.ln1, C, d.dqkv.data(), 3 * Cl, 3 * Cl,
-                             d.dln.data());
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_c_attn, s.ln1, C, d.dqkv.data(), 3 * Cl,
+                             3 * Cl, d.dln.data());
   const Vec<Real> dln1 = m.enter_region_backward(d.dln, m.norm_rows);
   deferrable::layernorm_backward<Real>(later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(2) : dw.ln1_w,
                                        sequence_parallel ? m.norm_grad(3) : dw.ln1_b, d.column_partials, dln1, x,

@@ -38,7 +38,7 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
   // Attention branch; d.dresidual becomes dL/d x.
   const Vec<Real> dattended = m.leave_region_backward(d.dresidual, d.dln);
   deferrable::linear_backward<Real>(m.later, m.space, d.datty, dw.o, dattended, s.atty, w.o, N, Q, C);
-  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_o, s.atty, Q, dattended.data(), C, d.datty.data());
+  lora_row_backward<Real>(m.later, m.space, m.lora, slot, l, lora_o, s.atty, Q, dattended.data(), C, d.datty.data());
   if (dm.fused_attention) {
     m.fused_attention_backward(slot, d.dqkv, d.datty, s.qkv, s.atty, s.lse, NHl, KVl, hs, d.attention_workspace);
   } else {
@@ -50,9 +50,11 @@ void LlamaFamily::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) 
                                     w.qkv, N, C, QKV);
   const int KVc = KVl * hs;
   const Real* dqkv = d.dqkv.data();
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_q, s.ln1, C, dqkv, QKV, Q, d.dln.data());
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_k, s.ln1, C, dqkv + Q, QKV, KVc, d.dln.data());
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc, d.dln.data());
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_q, s.ln1, C, dqkv, QKV, Q, d.dln.data());
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_k, s.ln1, C, dqkv + Q, QKV, KVc,
+                             d.dln.data());
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_v, s.ln1, C, dqkv + Q + KVc, QKV, KVc,
+                             d.dln.data());
   const Vec<Real> dln1 = m.enter_region_backward(d.dln, m.norm_rows);
   deferrable::rmsnorm_backward<Real>(m.later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(1) : dw.attn_norm,
                                      d.column_partials, dln1, x, w.attn_norm, s.ln1_rstd, Nl, C);
@@ -82,12 +84,14 @@ void LlamaFamily::mlp_backward(Parts<Real>& m, int slot, int l, CVec<Real> dproj
   const auto& dw = m.dparams.blocks[std::size_t(l)];
   const auto& d = m.scratch;
   deferrable::linear_backward<Real>(m.later, m.space, d.dswiglu, dw.down, dproj, s.swiglu, w.down, N, Hl, C);
-  lora_row_backward<Real>(m.space, m.lora, slot, l, lora_down, s.swiglu, Hl, dproj.data(), C, d.dswiglu.data());
+  lora_row_backward<Real>(m.later, m.space, m.lora, slot, l, lora_down, s.swiglu, Hl, dproj.data(), C,
+                          d.dswiglu.data());
   swiglu_backward(m.space, d.dgate_up, d.dswiglu, s.gate_up, N, Hl);
   deferrable::linear_backward<Real>(m.later, m.space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hl);
   const Real* dgate_up = d.dgate_up.data();
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hl, Hl, d.dln.data());
-  lora_column_backward<Real>(m.space, m.tp, m.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hl, 2 * Hl, Hl,
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hl, Hl,
+                             d.dln.data());
+  lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hl, 2 * Hl, Hl,
                              d.dln.data());
 }
 

@@ -308,12 +308,14 @@ void LlamaFamily::moe_backward(Parts<Real>& p, int slot, int l, CVec<Real> dproj
   exchange.give_back(plan, d.dreceived.data(), d.drows.data());
   if (Hsl > 0) {
     linear_backward<Real>(space, d.dswiglu, dw.down, dproj, s.swiglu, w.down, N, Hsl, C);
-    lora_row_backward<Real>(space, p.lora, slot, l, lora_down, s.swiglu, Hsl, dproj.data(), C, d.dswiglu.data());
+    lora_row_backward<Real>(p.later, space, p.lora, slot, l, lora_down, s.swiglu, Hsl, dproj.data(), C,
+                            d.dswiglu.data());
     swiglu_backward(space, d.dgate_up, d.dswiglu, s.gate_up, N, Hsl);
     linear_backward<Real>(space, d.dln, dw.gate_up, d.dgate_up, s.ln2, w.gate_up, N, C, 2 * Hsl);
     const Real* dgate_up = d.dgate_up.data();
-    lora_column_backward<Real>(space, p.tp, p.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hsl, Hsl, d.dln.data());
-    lora_column_backward<Real>(space, p.tp, p.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hsl, 2 * Hsl, Hsl,
+    lora_column_backward<Real>(p.later, space, p.tp, p.lora, slot, l, lora_gate, s.ln2, C, dgate_up, 2 * Hsl, Hsl,
+                               d.dln.data());
+    lora_column_backward<Real>(p.later, space, p.tp, p.lora, slot, l, lora_up, s.ln2, C, dgate_up + Hsl, 2 * Hsl, Hsl,
                                d.dln.data());
   }
   moe_permute_backward(space, d.dln, CVec<Real>(d.drows), CVec<int>(m.slot), N, k, C, Hsl > 0);

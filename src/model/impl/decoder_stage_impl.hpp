@@ -109,12 +109,19 @@ std::vector<SlotActivations<Real, Family>> carve_slots(carving::Carver<Real>& c,
 
 // What one deferred backward of the stage holds (DeferredWeightGradients): its blocks', the final norm's output
 // gradient on the last stage, the embedding's on the first (when it trains).
+// Under LoRA the adapters' alone: the base is frozen, its weight gradients skipped.
 template <class Real, class Family>
-HeldElements held_elements(const typename Family::Dims& d, const ParameterLayout& layout, Recompute recompute) {
+HeldElements held_elements(const typename Family::Dims& d, const ParameterLayout& layout, Recompute recompute,
+                           int batch) {
+  const ModelConfig& model = layout.model();
+  if (model.lora.enabled()) {
+    return lora_held_elements(model, batch, layout.first_layer(), layout.stage_layers(), layout.place().last(),
+                              layout.tp(), recompute);
+  }
   HeldElements n;
   for (int l = 0; l < layout.stage_layers(); ++l) n += Family::held_per_block(d, l, recompute);
   if (layout.place().last()) n.values += d.Nl * d.C;
-  if (layout.place().first() && !layout.model().lora.enabled()) n.values += d.N * d.C;
+  if (layout.place().first()) n.values += d.N * d.C;
   return n;
 }
 
@@ -128,10 +135,11 @@ ActivationSizes decoder_activation_elements(const ModelConfig& model, int batch,
   carving::Carver<Real> kept(nullptr), scratch(nullptr);
   const auto shared = decoder_detail::carve_rank_scratch<Real, Family>(scratch, dims, recompute, model, tp).shared;
   decoder_detail::carve_slots<Real, Family>(kept, dims, layout, slots.kept, recompute, shared);
-  const HeldElements each = decoder_detail::held_elements<Real, Family>(dims, layout, recompute);
-  const std::size_t held =
-      slots.held > 0 ? std::size_t(slots.held) * (each.values + each.statistics * sizeof(accum_t<Real>) / sizeof(Real))
-                     : 0;
+  std::size_t held = 0;
+  if (slots.held > 0) {
+    const HeldElements each = decoder_detail::held_elements<Real, Family>(dims, layout, recompute, batch);
+    held = std::size_t(slots.held) * (each.values + each.statistics * sizeof(accum_t<Real>) / sizeof(Real));
+  }
   const ActivationSizes lora = lora_activation_elements(model, batch, layout.first_layer(), layout.stage_layers(),
                                                         slots.kept, place.last(), tp, ep);
   return {kept.used() + held + lora.kept, scratch.used() + lora.scratch};
@@ -208,9 +216,17 @@ DecoderParts<Real, Family>::DecoderParts(const ExecSpace& exec, const ModelConfi
         return decoder_detail::carve_slots<Real, Family>(c, dims, layout, slot_count.kept, mode, rank.shared);
       });
   if (slot_count.held > 0) {
+    // What a backward overwrites before its deferred weight gradients run: the rank's scratch and the adapters'
+    // dh and dropout scratch. What nobody reads: the frozen base's 1-D gradients (and under sequence
+    // parallelism the norms' partial sums bound for them).
+    std::vector<CVec<Real>> overwritten{slice(scratch_buffer, 0, scratch_buffer.extent(0))}, discarded;
+    if (lora.active()) {
+      overwritten.push_back(slice(lora.activations, lora.kept, lora.activations.extent(0) - lora.kept));
+      discarded = {slice(lora.discard, 0, lora.discard.extent(0)), norm_grads};
+    }
     later = DeferredWeightGradients<Real>(Family::name, slot_count.held,
-                                          decoder_detail::held_elements<Real, Family>(dims, layout, mode),
-                                          slot_count.kept, slice(scratch_buffer, 0, scratch_buffer.extent(0)));
+                                          decoder_detail::held_elements<Real, Family>(dims, layout, mode, batch_size),
+                                          slot_count.kept, std::move(overwritten), std::move(discarded));
   }
   router_sums = Buffer<double>("meshtrain::moe_router::sums",
                                router_sums_per_block(router_statistics.experts) * router_statistics.blocks.size());
@@ -388,7 +404,7 @@ void DecoderStage<Real, Family>::head_backward(int slot) {
   deferrable::linear_backward<Real>(m_.later, m_.space, s.dln, m_.dparams.output, a.logits, a.norm.out,
                                     m_.params.output, N, C, Vl);
   if (m_.lora.active()) {
-    lora_column_backward<Real>(m_.space, m_.tp, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C,
+    lora_column_backward<Real>(m_.later, m_.space, m_.tp, m_.lora, m_.lora.head, m_.lora.head_h(slot), a.norm.out, C,
                                a.logits.data(), Vl, Vl, s.dln.data(), m_.lora.head_mask(slot));
   }
   m_.enter_region_backward(s.dln, m_.norm_rows);

@@ -21,6 +21,13 @@ inline void require_unfused(const void* fused, const char* what) {
   }
 }
 
+// A deferred weight gradient that nobody keeps (LoRA's frozen base: DeferredWeightGradients::trains) is skipped,
+// and nothing held for it.
+template <class Real>
+Vec<Real> kept(const DeferredWeightGradients<Real>& later, Vec<Real> grad) {
+  return later.trains(grad) ? grad : Vec<Real>();
+}
+
 template <class Real>
 void matmul_backward(DeferredWeightGradients<Real>& later, const ExecSpace& space, Vec<Real> dinp, Vec<Real> dweight,
                      Vec<Real> dbias, Vec<accum_t<Real>> partials, CVec<Real> dout, CVec<Real> inp, CVec<Real> weight,
@@ -28,8 +35,10 @@ void matmul_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spac
   if (!later.deferring())
     return meshtrain::matmul_backward<Real>(space, dinp, dweight, dbias, partials, dout, inp, weight, N, IC, OC);
   matmul_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
+  const Vec<Real> dw = kept(later, dweight), db = kept(later, dbias);
+  if (dw.data() == nullptr && db.data() == nullptr) return;
   later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
-    weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
+    weight_and_bias_backward<Real>(space, dw, db, partials, dout, inp, N, IC, OC);
   });
 }
 
@@ -45,8 +54,10 @@ void matmul_backward_gelu(DeferredWeightGradients<Real>& later, const ExecSpace&
   }
   require_unfused(dpre_bias.data(), "the GELU input's bias gradient");
   matmul_gelu_input_backward<Real>(space, dpre, dout, pre, weight, N, IC, OC);
+  const Vec<Real> dw = kept(later, dweight), db = kept(later, dbias);
+  if (dw.data() == nullptr && db.data() == nullptr) return;
   later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
-    weight_and_bias_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
+    weight_and_bias_backward<Real>(space, dw, db, partials, dout, inp, N, IC, OC);
   });
 }
 
@@ -57,8 +68,10 @@ void linear_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spac
   if (!later.deferring())
     return meshtrain::linear_backward<Real>(space, dinp, dweight, dbias, partials, dout, inp, weight, N, IC, OC);
   linear_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
+  const Vec<Real> dw = kept(later, dweight), db = kept(later, dbias);
+  if (dw.data() == nullptr && db.data() == nullptr) return;
   later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
-    linear_weight_backward<Real>(space, dweight, dbias, partials, dout, inp, N, IC, OC);
+    linear_weight_backward<Real>(space, dw, db, partials, dout, inp, N, IC, OC);
   });
 }
 
@@ -80,6 +93,7 @@ void layernorm_backward(DeferredWeightGradients<Real>& later, const ExecSpace& s
   }
   require_unfused(residual_bias.data(), "a residual product's bias gradient");
   layernorm_input_backward<Real>(space, dinp, dout, inp, weight, mean, rstd, N, C);
+  if (!later.trains(dweight)) return;  // frozen (LoRA): its bias with it
   later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp), mean = later.hold_statistics(space, mean),
              rstd = later.hold_statistics(space, rstd)]() {
     layernorm_weight_backward<Real>(space, dweight, dbias, partials, dout, inp, mean, rstd, N, C);
@@ -94,6 +108,7 @@ void rmsnorm_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spa
     return meshtrain::rmsnorm_backward<Real>(space, dinp, dweight, partials, dout, inp, weight, rstd, N, C);
   }
   rmsnorm_input_backward<Real>(space, dinp, dout, inp, weight, rstd, N, C);
+  if (!later.trains(dweight)) return;  // frozen (LoRA)
   later.add(
       [=, dout = later.hold(space, dout), inp = later.hold(space, inp), rstd = later.hold_statistics(space, rstd)]() {
         rmsnorm_weight_backward<Real>(space, dweight, partials, dout, inp, rstd, N, C);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meshtrain {
@@ -42,15 +43,17 @@ class DeferredWeightGradients {
   using Accum = accum_t<Real>;
 
   DeferredWeightGradients() = default;
-  // `arenas` micro-batches may wait at once, each holding `each` (what one backward holds, exactly);
-  // `volatile_memory` is the rank's scratch, whose views hold() copies (others live until the slot is freed).
+  // `arenas` micro-batches may wait at once, each holding `each` (what one backward holds, exactly).
+  // `volatile_memory`: the rank's scratch, whose views hold() copies (others live until the slot is freed);
+  // `discarded`: where gradients nobody reads go (LoRA's frozen base), which a deferred backward skips.
   DeferredWeightGradients(const std::string& family, int arenas, HeldElements each, int slots,
-                          CVec<Real> volatile_memory)
+                          std::vector<CVec<Real>> volatile_memory, std::vector<CVec<Real>> discarded)
       : family_(family),
         each_(each),
         values_(fmt::format("meshtrain::{}::held_gradients", family), std::size_t(arenas) * each.values),
         statistics_(fmt::format("meshtrain::{}::held_statistics", family), std::size_t(arenas) * each.statistics),
-        volatile_(volatile_memory),
+        volatile_(std::move(volatile_memory)),
+        discarded_(std::move(discarded)),
         queues_(std::size_t(slots)),
         arena_of_(std::size_t(slots), -1) {
     for (int k = arenas - 1; k >= 0; --k) free_.push_back(k);
@@ -90,6 +93,33 @@ class DeferredWeightGradients {
   CVec<Accum> hold_statistics(const ExecSpace& space, CVec<Accum> view) {
     return held(space, view, statistics_, each_.statistics, used_.statistics);
   }
+  // A view the queued work writes (a sum over tp): always a copy, while deferring.
+  Vec<Real> hold_copy(const ExecSpace& space, CVec<Real> view) {
+    if (!deferring()) throw std::logic_error(family_ + ": hold_copy outside a deferred backward");
+    return copy_into(space, view, values_, each_.values, used_.values);
+  }
+  // Columns [0, cols) of `rows` rows at row stride ld from `data`: as they are, or copied (then at stride cols).
+  struct Columns {
+    const Real* data;
+    int ld;
+  };
+  Columns hold_columns(const ExecSpace& space, const Real* data, int ld, int rows, int cols) {
+    if (!deferring() || !in_volatile(data)) return {data, ld};
+    const Vec<Real> copy = take(values_, each_.values, used_.values, std::size_t(rows) * std::size_t(cols));
+    Kokkos::parallel_for(
+        "meshtrain::deferred_weights::hold_columns", Kokkos::RangePolicy<ExecSpace>(space, 0, long(rows) * cols),
+        KOKKOS_LAMBDA(long i) { copy(i) = data[(i / cols) * ld + i % cols]; });
+    return {copy.data(), cols};
+  }
+  // Whether a gradient written to `grad` is kept: not empty, and (while deferring) not discarded.
+  bool trains(Vec<Real> grad) const {
+    if (grad.data() == nullptr) return false;
+    if (!deferring()) return true;
+    for (const CVec<Real>& d : discarded_) {
+      if (grad.data() >= d.data() && grad.data() < d.data() + d.extent(0)) return false;
+    }
+    return true;
+  }
 
   // Runs `work` now, or queues it for replay() while deferring.
   void add(Work work) {
@@ -123,20 +153,33 @@ class DeferredWeightGradients {
   }
 
  private:
+  bool in_volatile(const void* data) const {
+    const auto* at = static_cast<const char*>(data);
+    for (const CVec<Real>& v : volatile_) {
+      const auto* begin = reinterpret_cast<const char*>(v.data());
+      if (at >= begin && at < begin + v.extent(0) * sizeof(Real)) return true;
+    }
+    return false;
+  }
   template <class T>
-  CVec<T> held(const ExecSpace& space, CVec<T> view, const Buffer<T>& arena, std::size_t each, std::size_t& used) {
-    const auto* at = reinterpret_cast<const char*>(view.data());
-    const auto* begin = reinterpret_cast<const char*>(volatile_.data());
-    const bool overwritten = at >= begin && at < begin + volatile_.extent(0) * sizeof(Real);
-    if (!deferring() || !overwritten) return view;
-    const std::size_t n = view.extent(0);
+  Vec<T> take(const Buffer<T>& arena, std::size_t each, std::size_t& used, std::size_t n) {
     if (used + n > each) {
       throw std::logic_error(fmt::format("{}: a deferred backward holds more than its arena's {}", family_, each));
     }
     const Vec<T> copy(arena.data() + std::size_t(arena_of_[std::size_t(current_)]) * each + used, n);
     used += n;
+    return copy;
+  }
+  template <class T>
+  Vec<T> copy_into(const ExecSpace& space, CVec<T> view, const Buffer<T>& arena, std::size_t each, std::size_t& used) {
+    const Vec<T> copy = take(arena, each, used, view.extent(0));
     Kokkos::deep_copy(space, copy, view);
     return copy;
+  }
+  template <class T>
+  CVec<T> held(const ExecSpace& space, CVec<T> view, const Buffer<T>& arena, std::size_t each, std::size_t& used) {
+    if (!deferring() || !in_volatile(view.data())) return view;
+    return copy_into(space, view, arena, each, used);
   }
 
   static constexpr std::size_t kNoReport = ~std::size_t(0);
@@ -149,7 +192,7 @@ class DeferredWeightGradients {
   HeldElements each_;
   Buffer<Real> values_;
   Buffer<Accum> statistics_;
-  CVec<Real> volatile_;
+  std::vector<CVec<Real>> volatile_, discarded_;
   std::vector<std::vector<Entry>> queues_;
   std::vector<int> arena_of_;  // by slot: its arena while its weight gradients wait, else -1
   std::vector<int> free_;

@@ -14,6 +14,7 @@
 #include "core/model_sizes.hpp"
 #include "kernels/lora.hpp"
 #include "kernels/lora_dropout.hpp"
+#include "model/impl/deferred_weight_gradients.hpp"
 #include "model/impl/span_of.hpp"
 #include "model/language_model.hpp"
 #include "model/lora_adapters.hpp"
@@ -90,6 +91,26 @@ inline ActivationSizes lora_activation_elements(const ModelConfig& model, int ba
   for (int l = first_layer; l < first_layer + layers; ++l) per_slot += lora_h_rows(model, l, N, Rr).total;
   return {std::size_t(slots) * per_slot * r,
           std::max(N, Rr) * r + lora_dropout_rows(model, N, Rr) * lora_dropout_width(model, tp)};
+}
+
+// What one deferred backward (model/impl/deferred_weight_gradients.hpp) holds of the adapters of a stage of
+// `layers` blocks from first_layer, `last` with the head: per adapted block module its output gradient (N rows
+// of its columns on this rank, which the scratch holds), its dh (N × r), and under full recomputation its input
+// (the block's shared set); the head's dh (its output gradient and input live in the slot).
+inline HeldElements lora_held_elements(const ModelConfig& model, int batch, int first_layer, int layers, bool last,
+                                       int tp, Recompute recompute) {
+  const std::size_t N = std::size_t(batch) * local_positions(model), r = std::size_t(model.lora.rank);
+  HeldElements held;
+  for (int block = first_layer; block < first_layer + layers; ++block) {
+    for (const LoraModule& m : lora_block_modules(model, block)) {
+      if (!lora_adapts(model, m)) continue;
+      const std::size_t in = m.row_parallel ? m.in / std::uint64_t(tp) : m.in;
+      const std::size_t out = m.row_parallel ? m.out : m.out / std::uint64_t(tp);
+      held.values += N * out + N * r + (recompute == Recompute::full ? N * in : 0);
+    }
+  }
+  if (lora_adapts_head(model, last)) held.values += N * r;
+  return held;
 }
 
 template <class Real>
@@ -294,38 +315,63 @@ void lora_row_forward(const ExecSpace& space, const TensorParallelGroup& tp, con
 }
 
 // A column-parallel module's backward from dy (N, out; row stride lddy): dB, then dh; dx (N, in) += dh A
-// as this rank's part (the copy-to region's backward sums dx over tp after); dh summed over tp, then dA.
+// as this rank's part (the copy-to region's backward sums dx over tp after); dh summed over tp, then dA. While
+// `later` defers a backward, dh and dx now, and dB, dh's sum and dA queued, over held copies of dy, dh and x
+// where the scratch holds them (model/impl/deferred_weight_gradients.hpp).
 template <class Real>
-void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora,
-                          const LoraAdapter<Real>& a, Vec<Real> h, CVec<Real> x, int in, const Real* dy, int lddy,
-                          int out, Real* dx, const std::optional<LoraDropoutMask>& mask = std::nullopt) {
+void lora_column_backward(DeferredWeightGradients<Real>& later, const ExecSpace& space, const TensorParallelGroup& tp,
+                          const LoraParts<Real>& lora, const LoraAdapter<Real>& a, Vec<Real> h, CVec<Real> x, int in,
+                          const Real* dy, int lddy, int out, Real* dx,
+                          const std::optional<LoraDropoutMask>& mask = std::nullopt) {
   if (!a.active()) return;
   const Vec<Real> dh = lora.dh();
-  lora_up_backward<Real>(space, dh, a.dB, dy, lddy, h, a.B, lora.scale, lora.N, out, lora.rank);
+  if (!later.deferring()) {
+    lora_up_backward<Real>(space, dh, a.dB, dy, lddy, h, a.B, lora.scale, lora.N, out, lora.rank);
+    lora_dropped_input_backward<Real>(space, lora, dx, dh, a, mask, in);
+    tp.sum(span_of(dh));
+    lora_dropped_weight_backward<Real>(space, lora, dh, a, mask, x, in);
+    return;
+  }
+  lora_up_input_backward<Real>(space, dh, dy, lddy, a.B, lora.scale, lora.N, out, lora.rank);
   lora_dropped_input_backward<Real>(space, lora, dx, dh, a, mask, in);
-  tp.sum(span_of(dh));
-  lora_dropped_weight_backward<Real>(space, lora, dh, a, mask, x, in);
+  const auto held_dy = later.hold_columns(space, dy, lddy, lora.N, out);
+  later.add([=, &lora, &tp, held_dh = later.hold_copy(space, dh), x = later.hold(space, x)] {
+    lora_up_weight_backward<Real>(space, a.dB, held_dy.data, held_dy.ld, h, lora.scale, lora.N, out, lora.rank);
+    tp.sum(span_of(held_dh));
+    lora_dropped_weight_backward<Real>(space, lora, held_dh, a, mask, x, in);
+  });
 }
 template <class Real>
-void lora_column_backward(const ExecSpace& space, const TensorParallelGroup& tp, const LoraParts<Real>& lora, int slot,
-                          int l, int k, CVec<Real> x, int in, const Real* dy, int lddy, int out, Real* dx) {
+void lora_column_backward(DeferredWeightGradients<Real>& later, const ExecSpace& space, const TensorParallelGroup& tp,
+                          const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x, int in, const Real* dy,
+                          int lddy, int out, Real* dx) {
   if (!lora.adapts(l, k)) return;
-  lora_column_backward<Real>(space, tp, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x, in,
-                             dy, lddy, out, dx, lora.mask(slot, l, k, 0));
+  lora_column_backward<Real>(later, space, tp, lora, lora.blocks[std::size_t(l)][std::size_t(k)], lora.h(slot, l, k), x,
+                             in, dy, lddy, out, dx, lora.mask(slot, l, k, 0));
 }
 
 // A row-parallel module's backward from dy (N, out), the same on every tp rank: dB and dh alike on
-// every rank, dA and dx (N, in) += dh A this rank's columns; no collective.
+// every rank, dA and dx (N, in) += dh A this rank's columns; no collective. Deferred as the column's.
 template <class Real>
-void lora_row_backward(const ExecSpace& space, const LoraParts<Real>& lora, int slot, int l, int k, CVec<Real> x,
-                       int in, const Real* dy, int out, Real* dx) {
+void lora_row_backward(DeferredWeightGradients<Real>& later, const ExecSpace& space, const LoraParts<Real>& lora,
+                       int slot, int l, int k, CVec<Real> x, int in, const Real* dy, int out, Real* dx) {
   if (!lora.adapts(l, k)) return;
   const LoraAdapter<Real>& a = lora.blocks[std::size_t(l)][std::size_t(k)];
   const Vec<Real> h = lora.h(slot, l, k), dh = lora.dh();
   const std::optional<LoraDropoutMask> mask = lora.mask(slot, l, k, std::uint64_t(lora.tp_rank) * in);
-  lora_up_backward<Real>(space, dh, a.dB, dy, out, h, a.B, lora.scale, lora.N, out, lora.rank);
-  lora_dropped_weight_backward<Real>(space, lora, dh, a, mask, x, in);
+  if (!later.deferring()) {
+    lora_up_backward<Real>(space, dh, a.dB, dy, out, h, a.B, lora.scale, lora.N, out, lora.rank);
+    lora_dropped_weight_backward<Real>(space, lora, dh, a, mask, x, in);
+    lora_dropped_input_backward<Real>(space, lora, dx, dh, a, mask, in);
+    return;
+  }
+  lora_up_input_backward<Real>(space, dh, dy, out, a.B, lora.scale, lora.N, out, lora.rank);
   lora_dropped_input_backward<Real>(space, lora, dx, dh, a, mask, in);
+  const auto held_dy = later.hold_columns(space, dy, out, lora.N, out);
+  later.add([=, &lora, held_dh = later.hold(space, dh), x = later.hold(space, x)] {
+    lora_up_weight_backward<Real>(space, a.dB, held_dy.data, held_dy.ld, h, lora.scale, lora.N, out, lora.rank);
+    lora_dropped_weight_backward<Real>(space, lora, held_dh, a, mask, x, in);
+  });
 }
 
 }  // namespace meshtrain
