@@ -28,7 +28,6 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   // Bias gradients fused into a neighbour's kernel (c_fc's into GELU's backward, the attention c_proj's into ln_2's)
   // come with their product's weight gradient instead when it is deferred (model/impl/deferrable_backward.hpp).
   const bool deferring = m.later.deferring();
-  auto& later = m.later;
   // MLP branch; d.dresidual becomes dL/d residual2. The c_proj biases' gradients are column sums of
   // d.dresidual: the attention's is added by ln_2's backward, which leaves it; the MLP's is summed
   // here, with c_proj's weight gradient (on CUDA in that product's epilogue), inside the block, because under ZeRO 2/3
@@ -38,7 +37,7 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   const Vec<Real> dmlp = m.leave_region_backward(d.dresidual, d.dln);
   if (lora_adapts(m.lora, l, lora_mlp_proj)) {
     // The adapter's input gradient joins GELU's output gradient before GELU's derivative: unfused.
-    deferrable::matmul_backward<Real>(later, m.space, d.dfch, dw.fcproj_w, dw.fcproj_b, d.column_partials, dmlp,
+    deferrable::matmul_backward<Real>(m.later, m.space, d.dfch, dw.fcproj_w, dw.fcproj_b, d.column_partials, dmlp,
                                       s.fch_gelu, w.fcproj_w, N, 4 * Cl, C);
     lora_row_backward<Real>(m.later, m.space, m.lora, slot, l, lora_mlp_proj, s.fch_gelu, 4 * Cl, dmlp.data(), C,
                             d.dfch.data());
@@ -48,24 +47,25 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
       gelu_backward_bias(m.space, d.dfch, dw.fc_b, d.column_partials, s.fch, d.dfch, N, 4 * Cl);
     }
   } else {
-    deferrable::matmul_backward_gelu<Real>(later, m.space, d.dfch, deferring ? no_bias : dw.fc_b, dw.fcproj_w,
+    deferrable::matmul_backward_gelu<Real>(m.later, m.space, d.dfch, deferring ? no_bias : dw.fc_b, dw.fcproj_w,
                                            dw.fcproj_b, d.column_partials, dmlp, s.fch_gelu, s.fch, w.fcproj_w, N,
                                            4 * Cl, C);
   }
-  deferrable::matmul_backward<Real>(later, m.space, d.dln, dw.fc_w, deferring ? dw.fc_b : no_bias, d.column_partials,
+  deferrable::matmul_backward<Real>(m.later, m.space, d.dln, dw.fc_w, deferring ? dw.fc_b : no_bias, d.column_partials,
                                     d.dfch, s.ln2, w.fc_w, N, C, 4 * Cl);
   lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_c_fc, s.ln2, C, d.dfch.data(), 4 * Cl,
                              4 * Cl, d.dln.data());
   const Vec<Real> dln2 = m.enter_region_backward(d.dln, m.norm_rows);
   const bool attproj_bias_in_ln2 = !sequence_parallel && !deferring;
-  deferrable::layernorm_backward<Real>(later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : dw.ln2_w,
+  deferrable::layernorm_backward<Real>(m.later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(0) : dw.ln2_w,
                                        sequence_parallel ? m.norm_grad(1) : dw.ln2_b, d.column_partials, dln2,
                                        s.residual2, w.ln2_w, s.ln2_mean, s.ln2_rstd, Nl, C,
                                        attproj_bias_in_ln2 ? dw.attproj_b : no_bias);
   // Attention branch; d.dresidual becomes dL/d x.
   const Vec<Real> dattended = m.leave_region_backward(d.dresidual, d.dln);
-  deferrable::matmul_backward<Real>(later, m.space, d.datty, dw.attproj_w, attproj_bias_in_ln2 ? no_bias : dw.attproj_b,
-                                    d.column_partials, dattended, s.atty, w.attproj_w, N, Cl, C);
+  deferrable::matmul_backward<Real>(m.later, m.space, d.datty, dw.attproj_w,
+                                    attproj_bias_in_ln2 ? no_bias : dw.attproj_b, d.column_partials, dattended, s.atty,
+                                    w.attproj_w, N, Cl, C);
   lora_row_backward<Real>(m.later, m.space, m.lora, slot, l, lora_attn_proj, s.atty, Cl, dattended.data(), C,
                           d.datty.data());
   if (dm.fused_attention) {
@@ -73,15 +73,15 @@ void Gpt2Family::block_backward(Parts<Real>& m, int slot, int l, CVec<Real> x) {
   } else {
     attention_backward(m.space, d.dqkv, d.datt, d.datty, s.qkv, s.att, B, T, Cl, NH);
   }
-  deferrable::matmul_backward<Real>(later, m.space, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1,
+  deferrable::matmul_backward<Real>(m.later, m.space, d.dln, dw.qkv_w, dw.qkv_b, d.column_partials, d.dqkv, s.ln1,
                                     w.qkv_w, N, C, 3 * Cl);
   lora_column_backward<Real>(m.later, m.space, m.tp, m.lora, slot, l, lora_c_attn, s.ln1, C, d.dqkv.data(), 3 * Cl,
                              3 * Cl, d.dln.data());
   const Vec<Real> dln1 = m.enter_region_backward(d.dln, m.norm_rows);
-  deferrable::layernorm_backward<Real>(later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(2) : dw.ln1_w,
+  deferrable::layernorm_backward<Real>(m.later, m.space, d.dresidual, sequence_parallel ? m.norm_grad(2) : dw.ln1_w,
                                        sequence_parallel ? m.norm_grad(3) : dw.ln1_b, d.column_partials, dln1, x,
                                        w.ln1_w, s.ln1_mean, s.ln1_rstd, Nl, C);
-  if (sequence_parallel) later.add([&m, &dw] { m.add_norm_grads({dw.ln2_w, dw.ln2_b, dw.ln1_w, dw.ln1_b}); });
+  if (sequence_parallel) m.later.add([&m, &dw] { m.add_norm_grads({dw.ln2_w, dw.ln2_b, dw.ln1_w, dw.ln1_b}); });
 }
 
 // What a deferred backward holds of a block: the output gradients of its products (the c_projs' twice N·C,
