@@ -55,13 +55,18 @@ class RankPass {
  public:
   RankPass(Plan& plan, std::int64_t data) : plan_(plan), data_(data) {}
 
-  void add(int rank, const RankPlan& figures) {
+  // The kind of ranks with these figures (its index), made with `rank` as its first when new.
+  std::size_t kind_of(int rank, const RankPlan& figures) {
     auto [it, fresh] = kind_index_.try_emplace(kind_key(figures), plan_.kinds.size());
     if (fresh) {
       plan_.kinds.push_back({figures, {}, 0});
       plan_.kinds.back().figures.rank = rank;
     }
-    RankKind& kind = plan_.kinds[it->second];
+    return it->second;
+  }
+  // Rank `rank` of kind `k` (kind_of's), whose figures these are.
+  void add(int rank, std::size_t k, const RankPlan& figures) {
+    RankKind& kind = plan_.kinds[k];
     if (kind.first_ranks.size() < 4) kind.first_ranks.push_back(rank);
     ++kind.count;
     plan_.max_peak_rss = std::max(plan_.max_peak_rss, figures.peak_rss);
@@ -121,7 +126,8 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
   // its node (the runtime) and, for background saves only, its dp rank (the snapshot of its ZeRO
   // share): computed once for each, every other rank of the same key takes them. Under
   // RankCoverage::ends the dp ranks between the first and the last take dp rank 1's snapshot.
-  std::map<std::tuple<int, int, int, int, int>, RankPlan> computed;
+  // With each its kind: looking a kind up by its figures is a comparison of every figure, once per key.
+  std::map<std::tuple<int, int, int, int, int>, std::pair<RankPlan, std::size_t>> computed;
   RankPass pass(plan, data);
   if (coverage == RankCoverage::every) plan.ranks.reserve(std::size_t(world));
   for (int r = 0; r < world; ++r) {
@@ -133,11 +139,15 @@ Plan make_plan(const Config& cfg, int world, const Cluster& cluster, RankCoverag
     }
     const auto key = std::tuple{at.pp_rank, at.tp_rank, at.ep_rank, dp_key, cluster.ranks_on_node(r, world)};
     auto it = computed.find(key);
-    if (it == computed.end()) it = computed.emplace(key, rank_figures(cfg, grid, cluster, r, at, data)).first;
-    RankPlan figures = it->second;
+    if (it == computed.end()) {
+      RankPlan first = rank_figures(cfg, grid, cluster, r, at, data);
+      const std::size_t kind = pass.kind_of(r, first);
+      it = computed.emplace(key, std::pair{std::move(first), kind}).first;
+    }
+    RankPlan figures = it->second.first;
     figures.rank = r;
     figures.position = at;
-    pass.add(r, figures);
+    pass.add(r, it->second.second, figures);
     if (coverage == RankCoverage::every) plan.ranks.push_back(figures);
   }
   pass.finish();

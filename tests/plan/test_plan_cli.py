@@ -117,14 +117,16 @@ class PlanCli(unittest.TestCase):
                 self.assert_bad_input(SMALL + ["--world", world, *search], f"--world = {world}", "131072")
                 self.assertLess(time.monotonic() - start, 10)
         # The largest world: the table and the search compute each kind of rank once, not every rank. (seq_len 2:
-        # one context-parallel degree, so that the search's layouts are those of the world's other degrees.)
+        # one context-parallel degree, so that the search's layouts are those of the world's other degrees.) The
+        # search plans each pipelined layout under 1F1B and ZB-H1 and bisects each row's largest seq_len over
+        # plans: 3 s in release, 18 s under ASan; computing every rank would take minutes.
         big = [("2" if previous == "--model.seq_len" else x) for previous, x in zip([None] + SMALL, SMALL)]
         big += ["--world", "131072", "--train.micro_batch", "1", "--train.global_batch", "131072"]
         for search in ([], ["--search"]):
             start = time.monotonic()
             p = self.plan(*big, *search)
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertLess(time.monotonic() - start, 20, "a plan of the largest world takes seconds")
+            self.assertLess(time.monotonic() - start, 40, "a plan of the largest world takes seconds")
         self.assertIn("0 1 2 3 … (131072 ranks)", self.plan(*big).stdout)
 
     def test_cost_does_not_grow_with_the_accumulation_steps(self):
