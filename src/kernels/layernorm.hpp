@@ -179,10 +179,10 @@ void layernorm_input_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::
                               CVec<accum_t<std::type_identity_t<Real>>> mean,
                               CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  // The fused kernel's team size (core/exec.hpp team_policy): the row's sums in its order, its bits.
   Kokkos::parallel_for(
-      "meshtrain::layernorm::input_backward", Policy(space, N, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const typename Policy::member_type& team) {
+      "meshtrain::layernorm::input_backward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const long n = team.league_rank();
         detail::layernorm_row_backward<Real>(team, n, C, dinp, dout, inp, weight, mean(n), rstd(n), [](int, Real) {});
       });

@@ -130,10 +130,10 @@ void rmsnorm_input_backward(const ExecSpace& space, Vec<Real> dinp, CVec<std::ty
                             CVec<std::type_identity_t<Real>> inp, CVec<std::type_identity_t<Real>> weight,
                             CVec<accum_t<std::type_identity_t<Real>>> rstd, int N, int C) {
   static_assert(reachable_v<Vec<Real>> && reachable_v<CVec<Real>>);
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Team = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  // The fused kernel's team size (core/exec.hpp team_policy): the row's sums in its order, its bits.
   Kokkos::parallel_for(
-      "meshtrain::rmsnorm::input_backward", Policy(space, N, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const typename Policy::member_type& team) {
+      "meshtrain::rmsnorm::input_backward", team_policy(space, N), KOKKOS_LAMBDA(const Team& team) {
         const long n = team.league_rank();
         detail::rmsnorm_row_backward<Real>(team, n, C, dinp, dout, inp, weight, rstd(n), [](int) {});
       });
