@@ -106,14 +106,26 @@ TEST(StepTime, DataAndTensorParallelClosedForm) {
   EXPECT_DOUBLE_EQ(st.total_s(), st.compute_s + st.tp_comm_s + st.dp_comm_s);
 }
 
-TEST(StepTime, PipelineBubbleIsTheIdealFraction) {
+// `layers` blocks, micro-batches of one sequence, m = 8 a step.
+Config pipeline_config(int layers) {
   Config cfg = small_config();
-  cfg.model.layers = 4;
+  cfg.model.layers = layers;
   cfg.train.micro_batch = 1;
-  cfg.train.global_batch = 8;  // m = 8
+  cfg.train.global_batch = 8;
+  return cfg;
+}
+
+// One node, free communication: only compute and the bubble remain.
+Cluster compute_only_cluster() {
   Cluster c = test_cluster();
   c.ranks_per_node = 0;
-  c.intra = {1e30, 0};  // free communication: only compute and the bubble remain
+  c.intra = {1e30, 0};
+  return c;
+}
+
+TEST(StepTime, PipelineBubbleIsTheIdealFraction) {
+  const Config cfg = pipeline_config(4);
+  Cluster c = compute_only_cluster();
   for (int p : {2, 4}) {
     const StepTime st = predict_step_time(cfg, Layout{1, 1, p}, c);
     const double m = 8;
@@ -140,13 +152,8 @@ TEST(StepTime, PipelineBubbleIsTheIdealFraction) {
 // count takes 6 FLOPs per parameter, its biases and norms as products), F = 2P + 2QT (the products and QKᵀ, PV),
 // W = 2P, B = 2P + 4QT + 2QT (input gradients, the attention's backward and the fused kernel's rescoring).
 TEST(StepTime, ZeroBubbleH1BubbleIsItsClosedForm) {
-  Config cfg = small_config();
-  cfg.model.layers = 8;
-  cfg.train.micro_batch = 1;
-  cfg.train.global_batch = 8;  // m = 8
-  Cluster c = test_cluster();
-  c.ranks_per_node = 0;
-  c.intra = {1e30, 0};  // free communication: only compute and the bubble remain
+  Config cfg = pipeline_config(8);
+  const Cluster c = compute_only_cluster();
   const double C = 64, T = 64, P = 12 * C * C + 13 * C, Q = C, m = 8;
   const ScheduleCosts per_token{2 * P + 2 * Q * T, 2 * P + 6 * Q * T, 2 * P};
   for (int p : {4, 8}) {

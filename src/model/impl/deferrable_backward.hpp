@@ -21,11 +21,15 @@ inline void require_unfused(const void* fused, const char* what) {
   }
 }
 
-// A deferred weight gradient that nobody keeps (LoRA's frozen base: DeferredWeightGradients::trains) is skipped,
-// and nothing held for it.
-template <class Real>
-Vec<Real> kept(const DeferredWeightGradients<Real>& later, Vec<Real> grad) {
-  return later.trains(grad) ? grad : Vec<Real>();
+// Queues a product's weight and bias gradients, weight_backward(dweight, dbias, dout, inp), over held copies of
+// its output gradient and input; a gradient nobody keeps (LoRA's frozen base: DeferredWeightGradients::trains) is
+// left out, and with neither kept nothing is queued or held.
+template <class Real, class WeightBackward>
+void defer_product(DeferredWeightGradients<Real>& later, const ExecSpace& space, Vec<Real> dweight, Vec<Real> dbias,
+                   CVec<Real> dout, CVec<Real> inp, WeightBackward weight_backward) {
+  const Vec<Real> dw = later.trains(dweight) ? dweight : Vec<Real>(), db = later.trains(dbias) ? dbias : Vec<Real>();
+  if (dw.data() == nullptr && db.data() == nullptr) return;
+  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)] { weight_backward(dw, db, dout, inp); });
 }
 
 template <class Real>
@@ -35,11 +39,10 @@ void matmul_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spac
   if (!later.deferring())
     return meshtrain::matmul_backward<Real>(space, dinp, dweight, dbias, partials, dout, inp, weight, N, IC, OC);
   matmul_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
-  const Vec<Real> dw = kept(later, dweight), db = kept(later, dbias);
-  if (dw.data() == nullptr && db.data() == nullptr) return;
-  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
-    weight_and_bias_backward<Real>(space, dw, db, partials, dout, inp, N, IC, OC);
-  });
+  defer_product<Real>(later, space, dweight, dbias, dout, inp,
+                      [=](Vec<Real> dw, Vec<Real> db, CVec<Real> y, CVec<Real> x) {
+                        weight_and_bias_backward<Real>(space, dw, db, partials, y, x, N, IC, OC);
+                      });
 }
 
 // Deferred, dpre_bias (c_fc's bias) must be empty: the caller passes it to c_fc's product instead, whose output
@@ -54,11 +57,10 @@ void matmul_backward_gelu(DeferredWeightGradients<Real>& later, const ExecSpace&
   }
   require_unfused(dpre_bias.data(), "the GELU input's bias gradient");
   matmul_gelu_input_backward<Real>(space, dpre, dout, pre, weight, N, IC, OC);
-  const Vec<Real> dw = kept(later, dweight), db = kept(later, dbias);
-  if (dw.data() == nullptr && db.data() == nullptr) return;
-  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
-    weight_and_bias_backward<Real>(space, dw, db, partials, dout, inp, N, IC, OC);
-  });
+  defer_product<Real>(later, space, dweight, dbias, dout, inp,
+                      [=](Vec<Real> dw, Vec<Real> db, CVec<Real> y, CVec<Real> x) {
+                        weight_and_bias_backward<Real>(space, dw, db, partials, y, x, N, IC, OC);
+                      });
 }
 
 template <class Real>
@@ -68,11 +70,10 @@ void linear_backward(DeferredWeightGradients<Real>& later, const ExecSpace& spac
   if (!later.deferring())
     return meshtrain::linear_backward<Real>(space, dinp, dweight, dbias, partials, dout, inp, weight, N, IC, OC);
   linear_input_backward<Real>(space, dinp, dout, weight, N, IC, OC);
-  const Vec<Real> dw = kept(later, dweight), db = kept(later, dbias);
-  if (dw.data() == nullptr && db.data() == nullptr) return;
-  later.add([=, dout = later.hold(space, dout), inp = later.hold(space, inp)]() {
-    linear_weight_backward<Real>(space, dw, db, partials, dout, inp, N, IC, OC);
-  });
+  defer_product<Real>(later, space, dweight, dbias, dout, inp,
+                      [=](Vec<Real> dw, Vec<Real> db, CVec<Real> y, CVec<Real> x) {
+                        linear_weight_backward<Real>(space, dw, db, partials, y, x, N, IC, OC);
+                      });
 }
 
 template <class Real>
